@@ -1,0 +1,1 @@
+// Naive reference kernels; see reference.h.

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/ir/graph.h"
+#include "engine/runtime/run_context.h"
+#include "engine/tensor/value.h"
+
+namespace loopserve::engine {
+
+class Plan;
+
+// A model input or output as clients see it.
+struct TensorSpec {
+  std::string name;
+  ValueType type;  // kind, element type and dims (-1 = variable)
+};
+
+struct LoadOptions {
+  // Name used in error messages ("model 'rnn' v2: ...") by callers; the engine does not add it.
+  std::string name;
+};
+
+// A loaded, compiled model. Immutable after Load and shared as shared_ptr<const Model>: Run is
+// thread-safe and may be called concurrently from any number of threads; each call gets its own
+// ExecutionFrame and RunContext.
+class Model {
+ public:
+  // Loads `path`: an ONNX model (.onnx) or an OpenVINO IR (.xml with its .bin beside it).
+  // InvalidArgument for malformed models, Unimplemented for unsupported ops/opsets/types (naming
+  // the node, op type and opset), NotFound when the file does not exist.
+  static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& path,
+                                                           const LoadOptions& options = {});
+  // Loads an ONNX ModelProto from serialized bytes.
+  static absl::StatusOr<std::shared_ptr<const Model>> LoadOnnx(absl::string_view bytes,
+                                                               const LoadOptions& options = {});
+  // Compiles an already-imported graph (used by importers and tests).
+  static absl::StatusOr<std::shared_ptr<const Model>> FromGraph(std::shared_ptr<Graph> graph,
+                                                                const LoadOptions& options = {});
+
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  // Index of the named input/output, or -1.
+  int FindInput(absl::string_view name) const;
+  int FindOutput(absl::string_view name) const;
+
+  // Names of every Loop node in the model (nested ones included), indexed as in
+  // LoopObserver::OnLoopFinished.
+  const std::vector<std::string>& loop_names() const { return loop_names_; }
+
+  // Runs the model. `inputs` are in inputs() order (tensors may be views of caller memory, which
+  // must stay valid during the call). Checks each input's kind, element type and rank/dims against
+  // the declared ones (InvalidArgument naming the input). Returns the outputs in outputs() order,
+  // owning their buffers. `stats` (optional) receives loop counts.
+  absl::StatusOr<std::vector<Value>> Run(std::vector<Value> inputs, const RunOptions& options,
+                                         RunStats* stats = nullptr) const;
+
+ private:
+  Model() = default;
+
+  std::shared_ptr<const Plan> plan_;
+  std::vector<TensorSpec> inputs_;
+  std::vector<TensorSpec> outputs_;
+  std::vector<std::string> loop_names_;
+};
+
+}  // namespace loopserve::engine

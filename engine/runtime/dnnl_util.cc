@@ -1,0 +1,41 @@
+#include "engine/runtime/dnnl_util.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace loopserve::engine {
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+dnnl::memory::data_type ToDnnl(DataType type) {
+  using dt = dnnl::memory::data_type;
+  switch (type) {
+    case DataType::kFloat32: return dt::f32;
+    case DataType::kInt32: return dt::s32;
+    case DataType::kInt8: return dt::s8;
+    case DataType::kUint8: return dt::u8;
+    case DataType::kFloat16: return dt::f16;
+    case DataType::kBFloat16: return dt::bf16;
+    default: return dt::undef;
+  }
+}
+
+dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type type) {
+  dnnl::memory::dims dims(shape.dims().begin(), shape.dims().end());
+  if (dims.empty()) dims.push_back(1);
+  dnnl::memory::dims strides(dims.size());
+  int64_t stride = 1;
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= std::max<int64_t>(dims[i], 1);
+  }
+  return dnnl::memory::desc(dims, type, strides);
+}
+
+absl::Status FromDnnlError(const dnnl::error& e) {
+  return absl::InternalError(absl::StrCat("oneDNN error (status ", e.status, "): ", e.what()));
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,84 @@
+#include "engine/runtime/execution_frame.h"
+
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/runtime/dnnl_util.h"
+
+namespace loopserve::engine {
+
+ExecutionFrame::ExecutionFrame(const Plan& plan, RunContext& context)
+    : plan_(plan),
+      context_(context),
+      slots_(plan.num_slots()),
+      states_(plan.steps().size()),
+      state_created_(plan.steps().size(), false) {
+  for (const auto& [id, tensor] : plan.graph().constants) {
+    slots_[id].mutable_tensor() = Tensor::ViewOf(*tensor);
+  }
+}
+
+ExecutionFrame::~ExecutionFrame() = default;
+
+KernelState* ExecutionFrame::state(int step_index) {
+  if (!state_created_[step_index]) {
+    states_[step_index] = plan_.steps()[step_index].kernel->CreateState();
+    state_created_[step_index] = true;
+  }
+  return states_[step_index].get();
+}
+
+namespace {
+
+absl::Status CheckInputs(const Step& step, const ExecutionFrame& frame) {
+  for (size_t i = 0; i < step.inputs.size(); ++i) {
+    const int slot = step.inputs[i];
+    if (slot < 0) continue;
+    const Value& v = frame.slot(slot);
+    if (v.is_tensor()) continue;
+    if (step.kernel->AcceptsNonTensorInputs() && !v.is_none()) continue;
+    const std::string& name = frame.plan().graph().ValueName(slot);
+    if (v.is_none()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", i, " ('", name, "') has no value (an empty optional?)"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("input ", i, " ('", name, "') is a sequence where a tensor is expected"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ExecutionFrame::Run(bool check_interrupts) {
+  const std::vector<Step>& steps = plan_.steps();
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Step& step = steps[s];
+    if (check_interrupts) LS_RETURN_IF_ERROR(context_.CheckInterrupted());
+    absl::Status status = CheckInputs(step, *this);
+    if (status.ok()) {
+      KernelContext ctx(*this, step, state(static_cast<int>(s)));
+      try {
+        status = step.kernel->Run(ctx);
+      } catch (const dnnl::error& e) {
+        status = FromDnnlError(e);
+      } catch (const std::bad_alloc&) {
+        status = absl::ResourceExhaustedError("out of memory");
+      } catch (const std::exception& e) {
+        status = absl::InternalError(e.what());
+      }
+    }
+    if (!status.ok()) {
+      // Interruptions pass through unlabelled so every level reports the same plain reason.
+      if (status.code() == absl::StatusCode::kCancelled ||
+          status.code() == absl::StatusCode::kDeadlineExceeded) {
+        return status;
+      }
+      return Annotate(status, step.label);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/runtime/plan.h"
+#include "engine/runtime/run_context.h"
+#include "engine/tensor/value.h"
+
+namespace loopserve::engine {
+
+// The mutable state of one execution of a Plan: a Value per slot and each kernel's KernelState.
+// Created per request for the top-level graph; a Loop or If kernel keeps one frame per body in its
+// own KernelState and reuses it across iterations, which is what keeps steady-state iterations
+// free of allocation. Constants are bound as views of the plan's tensors on construction; the
+// owner binds inputs and captures (SetInput/BindCapture) before Run. Not thread-safe. The plan and
+// the RunContext must outlive the frame.
+class ExecutionFrame {
+ public:
+  ExecutionFrame(const Plan& plan, RunContext& context);
+  ~ExecutionFrame();
+  ExecutionFrame(const ExecutionFrame&) = delete;
+  ExecutionFrame& operator=(const ExecutionFrame&) = delete;
+
+  const Plan& plan() const { return plan_; }
+  RunContext& context() { return context_; }
+
+  Value& slot(int i) { return slots_[i]; }
+  const Value& slot(int i) const { return slots_[i]; }
+
+  // Runs every step in order. Errors carry the failing node's label. With `check_interrupts`, the
+  // run's cancellation flag and deadline are checked before each step.
+  absl::Status Run(bool check_interrupts = false);
+
+  KernelState* state(int step_index);
+
+ private:
+  const Plan& plan_;
+  RunContext& context_;
+  std::vector<Value> slots_;
+  std::vector<std::unique_ptr<KernelState>> states_;
+  std::vector<bool> state_created_;
+};
+
+}  // namespace loopserve::engine

@@ -1,0 +1,106 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/tensor/value.h"
+
+namespace loopserve::engine {
+
+class ExecutionFrame;
+class Plan;
+class RunContext;
+struct Step;
+
+// Mutable per-frame state of one kernel (cached oneDNN memory objects, a Loop's body frame, ...).
+// Created lazily by the frame on the kernel's first run in that frame and reused afterwards, so
+// state built on a Loop body's first iteration serves every later iteration.
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+};
+
+// What a kernel sees while it runs: its node's input values and output slots in the frame.
+class KernelContext {
+ public:
+  KernelContext(ExecutionFrame& frame, const Step& step, KernelState* state)
+      : frame_(frame), step_(step), state_(state) {}
+
+  int num_inputs() const;
+  int num_outputs() const;
+  // False for an omitted optional input (and for i >= num_inputs()).
+  bool has_input(int i) const;
+  // The executor has checked that every present input holds a tensor unless the kernel accepts
+  // other values (Kernel::AcceptsNonTensorInputs).
+  const Tensor& input(int i) const { return input_value(i).tensor(); }
+  const Value& input_value(int i) const;
+
+  // The i-th output resized to `dtype`/`shape` (buffer reused when large enough). Omitted outputs
+  // get a scratch slot, so the pointer is always valid.
+  Tensor* output(int i, DataType dtype, const Shape& shape);
+  Value& output_value(int i);
+
+  ExecutionFrame& frame() { return frame_; }
+  RunContext& run_context();
+  template <typename S>
+  S* state() {
+    return static_cast<S*>(state_);
+  }
+
+ private:
+  ExecutionFrame& frame_;
+  const Step& step_;
+  KernelState* state_;
+};
+
+// One prepared op of a plan. Created once at model load; immutable afterwards and shared by every
+// request, so Run must be thread-safe (mutable things go in a KernelState or the RunContext).
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual absl::Status Run(KernelContext& ctx) const = 0;
+  // Per-frame state, or nullptr when the kernel needs none.
+  virtual std::unique_ptr<KernelState> CreateState() const { return nullptr; }
+  // Sequence and optional ops return true to receive non-tensor inputs.
+  virtual bool AcceptsNonTensorInputs() const { return false; }
+};
+
+class KernelRegistry;
+
+// Everything a kernel factory may look at while preparing a node.
+class KernelInit {
+ public:
+  // Called by the compiler.
+  KernelInit(const Node& node, const Graph& graph, const class CompileContext& context)
+      : node_(node), graph_(graph), context_(context) {}
+
+  const Node& node() const { return node_; }
+  const Graph& graph() const { return graph_; }
+  int num_inputs() const { return static_cast<int>(node_.inputs.size()); }
+  bool has_input(int i) const { return i < num_inputs() && node_.inputs[i] != kNoValue; }
+  // The declared type of input i (kind/dtype/dims may be unknown).
+  const ValueType& input_type(int i) const { return graph_.values[node_.inputs[i]].type; }
+  // The value of input i when it is a constant of this graph (initializer / Constant), else null.
+  const Tensor* constant_input(int i) const;
+
+  // Compiles a subgraph (Loop body, If branch) of this node with the same registry and options.
+  absl::StatusOr<std::shared_ptr<const Plan>> CompileSubgraph(
+      std::shared_ptr<const Graph> subgraph) const;
+  // Registers a Loop node and returns its index for LoopObserver / Model::loop_names().
+  int RegisterLoop(const std::string& name) const;
+
+ private:
+  const Node& node_;
+  const Graph& graph_;
+  const CompileContext& context_;
+};
+
+using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<Kernel>>(const KernelInit&)>;
+
+}  // namespace loopserve::engine

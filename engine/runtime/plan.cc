@@ -1,0 +1,68 @@
+#include "engine/runtime/plan.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+
+namespace loopserve::engine {
+
+namespace {
+// Loop/If nesting deeper than this is rejected at load (hostile models could otherwise recurse
+// the compiler and executor off the stack).
+constexpr int kMaxNestingDepth = 64;
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const Graph> graph,
+                                                          const CompileContext& context) {
+  if (context.depth() > kMaxNestingDepth) {
+    return absl::InvalidArgumentError(absl::StrCat("graph '", graph->name,
+                                                   "': subgraphs are nested more than ",
+                                                   kMaxNestingDepth, " levels deep"));
+  }
+  std::shared_ptr<Plan> plan(new Plan());
+  plan->graph_ = graph;
+  int num_slots = static_cast<int>(graph->values.size());
+  plan->produced_.assign(num_slots, false);
+  plan->steps_.reserve(graph->nodes.size());
+  plan->kernels_.reserve(graph->nodes.size());
+
+  for (const Node& node : graph->nodes) {
+    const KernelFactory* factory = context.registry().Find(node.op_type, node.opset);
+    if (!node.domain.empty() && node.domain != "ai.onnx") factory = nullptr;
+    if (factory == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          node.Label(), ": op type '", node.op_type, "' ",
+          node.domain.empty() ? "" : absl::StrCat("of domain '", node.domain, "' "), "at opset ",
+          node.opset, " is not supported"));
+    }
+    KernelInit init(node, *graph, context);
+    absl::StatusOr<std::unique_ptr<Kernel>> kernel = (*factory)(init);
+    if (!kernel.ok()) {
+      // Factories usually name the node already; add it when they did not.
+      const std::string label = node.Label();
+      if (absl::StrContains(kernel.status().message(), label)) return kernel.status();
+      return Annotate(kernel.status(), absl::StrCat(label, ": "));
+    }
+    Step step;
+    step.kernel = kernel->get();
+    step.node = &node;
+    step.label = absl::StrCat(node.Label(), ": ");
+    for (ValueId v : node.inputs) step.inputs.push_back(v);
+    for (ValueId v : node.outputs) {
+      if (v == kNoValue) {
+        step.outputs.push_back(num_slots++);
+        plan->produced_.push_back(true);
+      } else {
+        step.outputs.push_back(v);
+        plan->produced_[v] = true;
+      }
+    }
+    plan->kernels_.push_back(*std::move(kernel));
+    plan->steps_.push_back(std::move(step));
+  }
+  plan->num_slots_ = num_slots;
+  return std::shared_ptr<const Plan>(std::move(plan));
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/runtime/kernel.h"
+#include "engine/runtime/kernel_registry.h"
+
+namespace loopserve::engine {
+
+// One node of a plan, ready to run: its kernel and the frame slots it reads and writes.
+struct Step {
+  const Kernel* kernel = nullptr;
+  const Node* node = nullptr;                    // owned by Plan::graph()
+  absl::InlinedVector<int32_t, 4> inputs;        // slot per input; -1 for an omitted input
+  absl::InlinedVector<int32_t, 2> outputs;       // slot per output (scratch slot when omitted)
+  std::string label;                             // "node 'x' (Op): " prefix for errors
+};
+
+// State shared while compiling one model: registry, the Loop table, the nesting depth.
+class CompileContext {
+ public:
+  explicit CompileContext(const KernelRegistry& registry) : registry_(registry) {}
+  const KernelRegistry& registry() const { return registry_; }
+  const std::vector<std::string>& loop_names() const { return loop_names_; }
+  int RegisterLoop(const std::string& name) const {
+    loop_names_.push_back(name);
+    return static_cast<int>(loop_names_.size() - 1);
+  }
+  int depth() const { return depth_; }
+  void set_depth(int depth) const { depth_ = depth; }
+
+ private:
+  const KernelRegistry& registry_;
+  mutable std::vector<std::string> loop_names_;
+  mutable int depth_ = 0;
+};
+
+// The immutable, compiled form of a Graph: steps in execution order, one slot per graph value
+// (slot id == ValueId) plus scratch slots for omitted outputs, and the kernels. Built once at load
+// and shared (shared_ptr<const Plan>) by every request and every iteration; thread-safe to run
+// concurrently in different ExecutionFrames. Keeps its Graph alive.
+class Plan {
+ public:
+  // Compiles `graph`; every node must have a kernel in the registry. Unimplemented names the node,
+  // op type and opset when one has none.
+  static absl::StatusOr<std::shared_ptr<const Plan>> Compile(std::shared_ptr<const Graph> graph,
+                                                             const CompileContext& context);
+
+  const Graph& graph() const { return *graph_; }
+  const std::vector<Step>& steps() const { return steps_; }
+  int num_slots() const { return num_slots_; }
+  // True when a step of this plan writes the slot (so the frame owns its buffer and a Loop may swap
+  // it away); false for inputs, constants and captures.
+  bool is_produced(int slot) const { return produced_[slot]; }
+
+ private:
+  Plan() = default;
+
+  std::shared_ptr<const Graph> graph_;
+  std::vector<std::unique_ptr<Kernel>> kernels_;
+  std::vector<Step> steps_;
+  std::vector<bool> produced_;
+  int num_slots_ = 0;
+};
+
+}  // namespace loopserve::engine

@@ -1,0 +1,39 @@
+#include "engine/runtime/run_context.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "engine/runtime/dnnl_util.h"
+
+namespace loopserve::engine {
+
+RunContext::RunContext(const RunOptions& options)
+    : options_(options), has_deadline_(options.deadline != absl::InfiniteFuture()) {}
+
+RunContext::~RunContext() { std::free(scratchpad_); }
+
+dnnl::stream& RunContext::stream() {
+  if (stream_ == nullptr) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
+  return *stream_;
+}
+
+void* RunContext::Scratchpad(size_t bytes) {
+  if (bytes > scratchpad_bytes_) {
+    std::free(scratchpad_);
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    scratchpad_ = std::aligned_alloc(64, rounded);
+    if (scratchpad_ == nullptr) throw std::bad_alloc();
+    scratchpad_bytes_ = rounded;
+  }
+  return scratchpad_;
+}
+
+absl::Status RunContext::CancelledError() const {
+  return absl::CancelledError("the request was cancelled");
+}
+
+absl::Status RunContext::DeadlineError() const {
+  return absl::DeadlineExceededError("the request's deadline passed while the model was running");
+}
+
+}  // namespace loopserve::engine

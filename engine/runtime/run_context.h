@@ -1,0 +1,86 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace dnnl {
+class stream;
+}
+
+namespace loopserve::engine {
+
+// Receives one call per finished Loop execution (nested loops: one per inner execution). Called on
+// the thread running the request; implementations must be thread-safe across requests.
+class LoopObserver {
+ public:
+  virtual ~LoopObserver() = default;
+  // `loop_index` indexes Model::loop_names(). `iterations` is how many times the body ran.
+  virtual void OnLoopFinished(int loop_index, int64_t iterations, absl::Duration elapsed) = 0;
+};
+
+// What the caller of Model::Run controls about one run.
+struct RunOptions {
+  absl::Time deadline = absl::InfiniteFuture();
+  // Set to true (from any thread) to stop the run; checked before every step of the top-level
+  // graph and every Loop iteration. Not owned; must outlive the run.
+  const std::atomic<bool>* cancelled = nullptr;
+  // Largest number of iterations any single Loop execution may run; 0 means no limit. A loop that
+  // would run more fails with ResourceExhausted.
+  int64_t max_loop_iterations = 0;
+  LoopObserver* loop_observer = nullptr;  // not owned; may be null
+};
+
+// Statistics one run collects; returned by Model::Run.
+struct RunStats {
+  int64_t loop_executions = 0;
+  int64_t loop_iterations = 0;
+};
+
+// The per-request state shared by a run's top-level frame and every nested (Loop/If body) frame:
+// options, interrupt checks, the oneDNN stream, a scratchpad and statistics. Not thread-safe: a
+// run executes on one thread. Owned by Model::Run for the duration of the run.
+class RunContext {
+ public:
+  explicit RunContext(const RunOptions& options);
+  ~RunContext();
+  RunContext(const RunContext&) = delete;
+  RunContext& operator=(const RunContext&) = delete;
+
+  const RunOptions& options() const { return options_; }
+  RunStats& stats() { return stats_; }
+
+  // Cancelled or DeadlineExceeded when the run must stop; OK otherwise. Cheap enough to call on
+  // every loop iteration (an atomic load and a clock read).
+  absl::Status CheckInterrupted() const {
+    if (options_.cancelled != nullptr && options_.cancelled->load(std::memory_order_relaxed)) {
+      return CancelledError();
+    }
+    if (has_deadline_ && absl::Now() >= options_.deadline) return DeadlineError();
+    return absl::OkStatus();
+  }
+
+  // The oneDNN CPU stream of this run, created on first use.
+  dnnl::stream& stream();
+
+  // A 64-byte aligned buffer of at least `bytes`, valid until the next call with a larger size.
+  // For oneDNN user-managed scratchpads.
+  void* Scratchpad(size_t bytes);
+
+ private:
+  absl::Status CancelledError() const;
+  absl::Status DeadlineError() const;
+
+  RunOptions options_;
+  bool has_deadline_;
+  RunStats stats_;
+  std::unique_ptr<dnnl::stream> stream_;
+  void* scratchpad_ = nullptr;
+  size_t scratchpad_bytes_ = 0;
+};
+
+}  // namespace loopserve::engine

@@ -1,0 +1,138 @@
+#include "engine/tensor/tensor.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
+namespace loopserve::engine {
+namespace {
+
+constexpr size_t kAlignment = 64;
+std::atomic<int64_t> g_allocations{0};
+
+}  // namespace
+
+int64_t TensorAllocationCount() { return g_allocations.load(std::memory_order_relaxed); }
+
+Tensor::Tensor(DataType dtype, Shape shape) { Resize(dtype, shape); }
+
+Tensor::~Tensor() { Release(); }
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : dtype_(other.dtype_),
+      shape_(std::move(other.shape_)),
+      data_(other.data_),
+      capacity_(other.capacity_),
+      owned_(other.owned_) {
+  other.dtype_ = DataType::kUndefined;
+  other.data_ = nullptr;
+  other.capacity_ = 0;
+  other.owned_ = false;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    Release();
+    dtype_ = other.dtype_;
+    shape_ = std::move(other.shape_);
+    data_ = other.data_;
+    capacity_ = other.capacity_;
+    owned_ = other.owned_;
+    other.dtype_ = DataType::kUndefined;
+    other.data_ = nullptr;
+    other.capacity_ = 0;
+    other.owned_ = false;
+  }
+  return *this;
+}
+
+Tensor Tensor::View(DataType dtype, Shape shape, const void* data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = const_cast<void*>(data);
+  t.owned_ = false;
+  return t;
+}
+
+Tensor Tensor::ViewOf(const Tensor& other) { return View(other.dtype_, other.shape_, other.data_); }
+
+void Tensor::Release() {
+  if (owned_ && data_ != nullptr) std::free(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  owned_ = false;
+}
+
+void Tensor::Resize(DataType dtype, const Shape& shape) {
+  dtype_ = dtype;
+  shape_ = shape;
+  const size_t bytes = ByteSize();
+  if (owned_ && bytes <= capacity_) return;
+  Release();
+  // Round up so aligned_alloc's size rule holds, and allocate at least one line so data() is
+  // never null for an owned tensor (empty tensors included).
+  const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  data_ = std::aligned_alloc(kAlignment, rounded);
+  if (data_ == nullptr) throw std::bad_alloc();
+  capacity_ = rounded;
+  owned_ = true;
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Tensor::CopyFrom(const Tensor& other) {
+  if (this == &other) return;
+  Resize(other.dtype_, other.shape_);
+  if (other.ByteSize() > 0) std::memcpy(data_, other.data_, other.ByteSize());
+}
+
+int64_t Tensor::ScalarAsInt64() const {
+  switch (dtype_) {
+    case DataType::kBool: return data<bool>()[0] ? 1 : 0;
+    case DataType::kInt8: return data<int8_t>()[0];
+    case DataType::kUint8: return data<uint8_t>()[0];
+    case DataType::kInt16: return data<int16_t>()[0];
+    case DataType::kUint16: return data<uint16_t>()[0];
+    case DataType::kInt32: return data<int32_t>()[0];
+    case DataType::kUint32: return data<uint32_t>()[0];
+    case DataType::kInt64: return data<int64_t>()[0];
+    case DataType::kUint64: return static_cast<int64_t>(data<uint64_t>()[0]);
+    case DataType::kFloat32: return static_cast<int64_t>(data<float>()[0]);
+    case DataType::kFloat64: return static_cast<int64_t>(data<double>()[0]);
+    default: return 0;
+  }
+}
+
+bool Tensor::ScalarAsBool() const {
+  if (dtype_ == DataType::kBool || DataTypeSize(dtype_) == 1) {
+    return data<uint8_t>()[0] != 0;
+  }
+  return ScalarAsInt64() != 0;
+}
+
+std::string Tensor::DebugString(int max_elements) const {
+  std::string out = absl::StrCat(DataTypeName(dtype_), shape_.ToString(), "{");
+  const int64_t n = std::min<int64_t>(NumElements(), max_elements);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    const bool printed = DispatchNumericOrBool(dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T v = data<T>()[i];
+      if constexpr (std::is_same_v<T, bool>) {
+        out += v ? "true" : "false";
+      } else if constexpr (sizeof(T) == 1) {
+        absl::StrAppend(&out, static_cast<int>(v));
+      } else {
+        absl::StrAppend(&out, v);
+      }
+    });
+    if (!printed) out += "?";
+  }
+  if (NumElements() > n) out += ", ...";
+  out += "}";
+  return out;
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,99 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/shape.h"
+
+namespace loopserve::engine {
+
+// A dense, row-major tensor: element type, shape and a buffer.
+//
+// The buffer is either owned (64-byte aligned, with a capacity that Resize reuses, so a tensor that
+// is refilled with the same or a smaller size never allocates again) or a read-only view of memory
+// owned by someone else (a plan's constant, a request's input bytes, a parent frame's slot); the
+// owner must outlive the view. Writing through a view is a bug: Resize turns a view into an owned
+// buffer first. Move-only; copies are explicit (CopyFrom). Not thread-safe.
+class Tensor {
+ public:
+  Tensor() = default;
+  // An owned tensor of the given type and shape; contents uninitialised.
+  Tensor(DataType dtype, Shape shape);
+  ~Tensor();
+
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  // A view of `data` (not owned; must outlive the tensor and every tensor viewing it).
+  static Tensor View(DataType dtype, Shape shape, const void* data);
+  // A view of another tensor's data (same type and shape).
+  static Tensor ViewOf(const Tensor& other);
+
+  DataType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank(); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t NumElements() const { return shape_.NumElements(); }
+  size_t ByteSize() const { return static_cast<size_t>(NumElements()) * DataTypeSize(dtype_); }
+  bool is_view() const { return !owned_ && data_ != nullptr; }
+  bool defined() const { return dtype_ != DataType::kUndefined; }
+
+  const void* raw_data() const { return data_; }
+  // Writable data. The tensor must own its buffer (call Resize first).
+  void* mutable_raw_data() { return data_; }
+
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+  template <typename T>
+  T* mutable_data() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  absl::Span<const T> span() const {
+    return absl::Span<const T>(data<T>(), static_cast<size_t>(NumElements()));
+  }
+
+  // Sets type and shape, keeping the owned buffer when its capacity suffices and allocating an
+  // owned one otherwise (also when the tensor was a view). Contents are unspecified afterwards.
+  void Resize(DataType dtype, const Shape& shape);
+
+  // Changes the shape without touching the data; the element count must not change.
+  void Reshape(const Shape& shape) { shape_ = shape; }
+
+  // Makes this an owned deep copy of `other` (reusing capacity).
+  void CopyFrom(const Tensor& other);
+
+  // Bytes allocated by this tensor (0 for a view).
+  size_t capacity() const { return owned_ ? capacity_ : 0; }
+
+  // Reads element 0 as int64 / bool whatever the integer or bool type; for trip counts, conditions
+  // and other scalar-ish inputs. The tensor must have at least one element.
+  int64_t ScalarAsInt64() const;
+  bool ScalarAsBool() const;
+
+  std::string DebugString(int max_elements = 16) const;  // "float32[2,3]{1, 2, ...}"
+
+ private:
+  void Release();
+
+  DataType dtype_ = DataType::kUndefined;
+  Shape shape_;
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+  bool owned_ = false;
+};
+
+// Total bytes ever allocated by Tensor buffers in this process; tests use it to prove that steady
+// state loop iterations do not allocate.
+int64_t TensorAllocationCount();
+
+}  // namespace loopserve::engine
