@@ -108,8 +108,8 @@ int Model::FindOutput(absl::string_view name) const {
 absl::StatusOr<std::vector<Value>> Model::Run(std::vector<Value> inputs, const RunOptions& options,
                                               RunStats* stats) const {
   if (inputs.size() != inputs_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the model has ", inputs_.size(),
-                                                   " inputs, got ", inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model has ", inputs_.size(), " inputs, got ", inputs.size()));
   }
   for (size_t i = 0; i < inputs.size(); ++i) LS_RETURN_IF_ERROR(CheckInput(inputs[i], inputs_[i]));
 

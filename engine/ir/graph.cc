@@ -12,15 +12,22 @@ namespace loopserve::engine {
 std::string ValueType::ToString() const {
   std::string dims_text = "?";
   if (dims.has_value()) {
-    dims_text = absl::StrCat("[", absl::StrJoin(*dims, ",", [](std::string* out, int64_t d) {
-                               absl::StrAppend(out, d < 0 ? "?" : absl::StrCat(d));
-                             }), "]");
+    dims_text = absl::StrCat("[",
+                             absl::StrJoin(*dims, ",",
+                                           [](std::string* out, int64_t d) {
+                                             absl::StrAppend(out, d < 0 ? "?" : absl::StrCat(d));
+                                           }),
+                             "]");
   }
   switch (kind) {
-    case ValueKind::kTensor: return absl::StrCat(DataTypeName(dtype), dims_text);
-    case ValueKind::kSequence: return absl::StrCat("seq(", DataTypeName(dtype), ")");
-    case ValueKind::kOptional: return absl::StrCat("optional(", DataTypeName(dtype), ")");
-    case ValueKind::kUnknown: return "unknown";
+    case ValueKind::kTensor:
+      return absl::StrCat(DataTypeName(dtype), dims_text);
+    case ValueKind::kSequence:
+      return absl::StrCat("seq(", DataTypeName(dtype), ")");
+    case ValueKind::kOptional:
+      return absl::StrCat("optional(", DataTypeName(dtype), ")");
+    case ValueKind::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -112,8 +119,8 @@ absl::Status SortTopologically(Graph& graph) {
     for (ValueId v : graph.nodes[n].outputs) {
       if (v == kNoValue) continue;
       if (available[v] || producer[v] != -1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            graph.nodes[n].Label(), ": value '", graph.values[v].name, "' is defined twice"));
+        return absl::InvalidArgumentError(absl::StrCat(graph.nodes[n].Label(), ": value '",
+                                                       graph.values[v].name, "' is defined twice"));
       }
       producer[v] = static_cast<int>(n);
     }
@@ -166,8 +173,8 @@ absl::Status SortTopologically(Graph& graph) {
   graph.nodes = std::move(sorted);
   for (ValueId v : graph.outputs) {
     if (v != kNoValue && !available[v] && producer[v] == -1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "graph '", graph.name, "': output '", graph.values[v].name, "' is never produced"));
+      return absl::InvalidArgumentError(absl::StrCat("graph '", graph.name, "': output '",
+                                                     graph.values[v].name, "' is never produced"));
     }
   }
   return absl::OkStatus();

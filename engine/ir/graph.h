@@ -32,6 +32,11 @@ struct ValueType {
   // For kOptional: what the optional holds (kTensor or kSequence).
   ValueKind optional_of = ValueKind::kTensor;
 
+  static ValueType Unknown() {
+    ValueType t;
+    t.kind = ValueKind::kUnknown;
+    return t;
+  }
   std::string ToString() const;
 };
 
@@ -45,7 +50,15 @@ class Graph;
 // A node attribute. Exactly the member matching `type` is meaningful.
 struct Attribute {
   enum class Type : uint8_t {
-    kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor, kGraph, kGraphs
+    kInt,
+    kFloat,
+    kString,
+    kInts,
+    kFloats,
+    kStrings,
+    kTensor,
+    kGraph,
+    kGraphs
   };
   Type type = Type::kInt;
   int64_t i = 0;
@@ -60,10 +73,10 @@ struct Attribute {
 };
 
 struct Node {
-  std::string name;     // may be empty in the source; importers fill in "<op>_<index>"
-  std::string op_type;  // ONNX op names where the semantics match
-  std::string domain;   // "" for the default ONNX domain
-  int opset = 0;        // opset version of `domain` the node was written against
+  std::string name;              // may be empty in the source; importers fill in "<op>_<index>"
+  std::string op_type;           // ONNX op names where the semantics match
+  std::string domain;            // "" for the default ONNX domain
+  int opset = 0;                 // opset version of `domain` the node was written against
   std::vector<ValueId> inputs;   // kNoValue for an omitted optional input
   std::vector<ValueId> outputs;  // kNoValue for an omitted optional output
   absl::flat_hash_map<std::string, Attribute> attributes;
@@ -95,13 +108,13 @@ struct Capture {
 class Graph {
  public:
   std::string name;
-  std::vector<ValueInfo> values;     // indexed by ValueId
-  std::vector<Node> nodes;           // in topological order after import
-  std::vector<ValueId> inputs;       // graph (or body) parameters, in order
-  std::vector<ValueId> outputs;      // graph (or body) results, in order
+  std::vector<ValueInfo> values;  // indexed by ValueId
+  std::vector<Node> nodes;        // in topological order after import
+  std::vector<ValueId> inputs;    // graph (or body) parameters, in order
+  std::vector<ValueId> outputs;   // graph (or body) results, in order
   // Constant values (initializers, Constant nodes), owned by the graph.
   std::vector<std::pair<ValueId, std::shared_ptr<const Tensor>>> constants;
-  std::vector<Capture> captures;     // only for subgraphs
+  std::vector<Capture> captures;  // only for subgraphs
 
   ValueId AddValue(std::string value_name, ValueType type = {});
   const std::string& ValueName(ValueId id) const { return values[id].name; }

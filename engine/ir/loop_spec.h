@@ -30,11 +30,11 @@ struct LoopSpec {
   struct InputPort {
     enum class Kind : uint8_t { kInvariant, kCarried, kSliced };
     Kind kind = Kind::kInvariant;
-    int node_input = -1;   // index into the Loop node's inputs
-    int body_param = -1;   // index into body.inputs
-    int back_edge = -1;    // kCarried: index into body.outputs feeding body_param next iteration
-    int64_t axis = 0;      // kSliced: axis along which the input is cut into parts of size 1
-    int64_t stride = 1;    // kSliced: +1 from the start, -1 from the end
+    int node_input = -1;  // index into the Loop node's inputs
+    int body_param = -1;  // index into body.inputs
+    int back_edge = -1;   // kCarried: index into body.outputs feeding body_param next iteration
+    int64_t axis = 0;     // kSliced: axis along which the input is cut into parts of size 1
+    int64_t stride = 1;   // kSliced: +1 from the start, -1 from the end
   };
 
   struct OutputPort {

@@ -12,13 +12,20 @@ const dnnl::engine& CpuEngine() {
 dnnl::memory::data_type ToDnnl(DataType type) {
   using dt = dnnl::memory::data_type;
   switch (type) {
-    case DataType::kFloat32: return dt::f32;
-    case DataType::kInt32: return dt::s32;
-    case DataType::kInt8: return dt::s8;
-    case DataType::kUint8: return dt::u8;
-    case DataType::kFloat16: return dt::f16;
-    case DataType::kBFloat16: return dt::bf16;
-    default: return dt::undef;
+    case DataType::kFloat32:
+      return dt::f32;
+    case DataType::kInt32:
+      return dt::s32;
+    case DataType::kInt8:
+      return dt::s8;
+    case DataType::kUint8:
+      return dt::u8;
+    case DataType::kFloat16:
+      return dt::f16;
+    case DataType::kBFloat16:
+      return dt::bf16;
+    default:
+      return dt::undef;
   }
 }
 

@@ -31,10 +31,10 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
     const KernelFactory* factory = context.registry().Find(node.op_type, node.opset);
     if (!node.domain.empty() && node.domain != "ai.onnx") factory = nullptr;
     if (factory == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(
-          node.Label(), ": op type '", node.op_type, "' ",
-          node.domain.empty() ? "" : absl::StrCat("of domain '", node.domain, "' "), "at opset ",
-          node.opset, " is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(node.Label(), ": op type '", node.op_type, "' ",
+                       node.domain.empty() ? "" : absl::StrCat("of domain '", node.domain, "' "),
+                       "at opset ", node.opset, " is not supported"));
     }
     KernelInit init(node, *graph, context);
     absl::StatusOr<std::unique_ptr<Kernel>> kernel = (*factory)(init);

@@ -15,10 +15,10 @@ namespace loopserve::engine {
 // One node of a plan, ready to run: its kernel and the frame slots it reads and writes.
 struct Step {
   const Kernel* kernel = nullptr;
-  const Node* node = nullptr;                    // owned by Plan::graph()
-  absl::InlinedVector<int32_t, 4> inputs;        // slot per input; -1 for an omitted input
-  absl::InlinedVector<int32_t, 2> outputs;       // slot per output (scratch slot when omitted)
-  std::string label;                             // "node 'x' (Op): " prefix for errors
+  const Node* node = nullptr;               // owned by Plan::graph()
+  absl::InlinedVector<int32_t, 4> inputs;   // slot per input; -1 for an omitted input
+  absl::InlinedVector<int32_t, 2> outputs;  // slot per output (scratch slot when omitted)
+  std::string label;                        // "node 'x' (Op): " prefix for errors
 };
 
 // State shared while compiling one model: registry, the Loop table, the nesting depth.

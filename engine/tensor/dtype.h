@@ -40,17 +40,50 @@ bool IsInteger(DataType type);        // signed or unsigned integers (not bool)
 // Maps a C++ element type to its DataType.
 template <typename T>
 struct DataTypeOf;
-template <> struct DataTypeOf<float> { static constexpr DataType value = DataType::kFloat32; };
-template <> struct DataTypeOf<double> { static constexpr DataType value = DataType::kFloat64; };
-template <> struct DataTypeOf<int8_t> { static constexpr DataType value = DataType::kInt8; };
-template <> struct DataTypeOf<uint8_t> { static constexpr DataType value = DataType::kUint8; };
-template <> struct DataTypeOf<int16_t> { static constexpr DataType value = DataType::kInt16; };
-template <> struct DataTypeOf<uint16_t> { static constexpr DataType value = DataType::kUint16; };
-template <> struct DataTypeOf<int32_t> { static constexpr DataType value = DataType::kInt32; };
-template <> struct DataTypeOf<uint32_t> { static constexpr DataType value = DataType::kUint32; };
-template <> struct DataTypeOf<int64_t> { static constexpr DataType value = DataType::kInt64; };
-template <> struct DataTypeOf<uint64_t> { static constexpr DataType value = DataType::kUint64; };
-template <> struct DataTypeOf<bool> { static constexpr DataType value = DataType::kBool; };
+template <>
+struct DataTypeOf<float> {
+  static constexpr DataType value = DataType::kFloat32;
+};
+template <>
+struct DataTypeOf<double> {
+  static constexpr DataType value = DataType::kFloat64;
+};
+template <>
+struct DataTypeOf<int8_t> {
+  static constexpr DataType value = DataType::kInt8;
+};
+template <>
+struct DataTypeOf<uint8_t> {
+  static constexpr DataType value = DataType::kUint8;
+};
+template <>
+struct DataTypeOf<int16_t> {
+  static constexpr DataType value = DataType::kInt16;
+};
+template <>
+struct DataTypeOf<uint16_t> {
+  static constexpr DataType value = DataType::kUint16;
+};
+template <>
+struct DataTypeOf<int32_t> {
+  static constexpr DataType value = DataType::kInt32;
+};
+template <>
+struct DataTypeOf<uint32_t> {
+  static constexpr DataType value = DataType::kUint32;
+};
+template <>
+struct DataTypeOf<int64_t> {
+  static constexpr DataType value = DataType::kInt64;
+};
+template <>
+struct DataTypeOf<uint64_t> {
+  static constexpr DataType value = DataType::kUint64;
+};
+template <>
+struct DataTypeOf<bool> {
+  static constexpr DataType value = DataType::kBool;
+};
 
 template <typename T>
 struct TypeTag {
@@ -63,17 +96,38 @@ struct TypeTag {
 template <typename Fn>
 bool DispatchNumeric(DataType type, Fn&& fn) {
   switch (type) {
-    case DataType::kFloat32: fn(TypeTag<float>{}); return true;
-    case DataType::kFloat64: fn(TypeTag<double>{}); return true;
-    case DataType::kInt8: fn(TypeTag<int8_t>{}); return true;
-    case DataType::kUint8: fn(TypeTag<uint8_t>{}); return true;
-    case DataType::kInt16: fn(TypeTag<int16_t>{}); return true;
-    case DataType::kUint16: fn(TypeTag<uint16_t>{}); return true;
-    case DataType::kInt32: fn(TypeTag<int32_t>{}); return true;
-    case DataType::kUint32: fn(TypeTag<uint32_t>{}); return true;
-    case DataType::kInt64: fn(TypeTag<int64_t>{}); return true;
-    case DataType::kUint64: fn(TypeTag<uint64_t>{}); return true;
-    default: return false;
+    case DataType::kFloat32:
+      fn(TypeTag<float>{});
+      return true;
+    case DataType::kFloat64:
+      fn(TypeTag<double>{});
+      return true;
+    case DataType::kInt8:
+      fn(TypeTag<int8_t>{});
+      return true;
+    case DataType::kUint8:
+      fn(TypeTag<uint8_t>{});
+      return true;
+    case DataType::kInt16:
+      fn(TypeTag<int16_t>{});
+      return true;
+    case DataType::kUint16:
+      fn(TypeTag<uint16_t>{});
+      return true;
+    case DataType::kInt32:
+      fn(TypeTag<int32_t>{});
+      return true;
+    case DataType::kUint32:
+      fn(TypeTag<uint32_t>{});
+      return true;
+    case DataType::kInt64:
+      fn(TypeTag<int64_t>{});
+      return true;
+    case DataType::kUint64:
+      fn(TypeTag<uint64_t>{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -92,11 +146,20 @@ bool DispatchNumericOrBool(DataType type, Fn&& fn) {
 template <typename Fn>
 bool DispatchBySize(DataType type, Fn&& fn) {
   switch (DataTypeSize(type)) {
-    case 1: fn(TypeTag<uint8_t>{}); return true;
-    case 2: fn(TypeTag<uint16_t>{}); return true;
-    case 4: fn(TypeTag<uint32_t>{}); return true;
-    case 8: fn(TypeTag<uint64_t>{}); return true;
-    default: return false;
+    case 1:
+      fn(TypeTag<uint8_t>{});
+      return true;
+    case 2:
+      fn(TypeTag<uint16_t>{});
+      return true;
+    case 4:
+      fn(TypeTag<uint32_t>{});
+      return true;
+    case 8:
+      fn(TypeTag<uint64_t>{});
+      return true;
+    default:
+      return false;
   }
 }
 

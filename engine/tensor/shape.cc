@@ -48,8 +48,8 @@ absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     } else if (da == 1) {
       out[i] = db;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("shapes ", a.ToString(), " and ",
-                                                     b.ToString(), " cannot be broadcast"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", a.ToString(), " and ", b.ToString(), " cannot be broadcast"));
     }
   }
   return Shape(std::move(out));

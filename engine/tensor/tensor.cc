@@ -1,5 +1,6 @@
 #include "engine/tensor/tensor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -82,6 +83,23 @@ void Tensor::Resize(DataType dtype, const Shape& shape) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
+  const size_t old_bytes = ByteSize();
+  shape_ = shape;
+  const size_t need = std::max(ByteSize(), reserve_bytes);
+  if (owned_ && need <= capacity_) return;
+  const size_t rounded = std::max(kAlignment, (need + kAlignment - 1) / kAlignment * kAlignment);
+  void* data = std::aligned_alloc(kAlignment, rounded);
+  if (data == nullptr) throw std::bad_alloc();
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t keep = std::min(old_bytes, ByteSize());
+  if (keep > 0) std::memcpy(data, data_, keep);
+  Release();
+  data_ = data;
+  capacity_ = rounded;
+  owned_ = true;
+}
+
 void Tensor::CopyFrom(const Tensor& other) {
   if (this == &other) return;
   Resize(other.dtype_, other.shape_);
@@ -90,18 +108,30 @@ void Tensor::CopyFrom(const Tensor& other) {
 
 int64_t Tensor::ScalarAsInt64() const {
   switch (dtype_) {
-    case DataType::kBool: return data<bool>()[0] ? 1 : 0;
-    case DataType::kInt8: return data<int8_t>()[0];
-    case DataType::kUint8: return data<uint8_t>()[0];
-    case DataType::kInt16: return data<int16_t>()[0];
-    case DataType::kUint16: return data<uint16_t>()[0];
-    case DataType::kInt32: return data<int32_t>()[0];
-    case DataType::kUint32: return data<uint32_t>()[0];
-    case DataType::kInt64: return data<int64_t>()[0];
-    case DataType::kUint64: return static_cast<int64_t>(data<uint64_t>()[0]);
-    case DataType::kFloat32: return static_cast<int64_t>(data<float>()[0]);
-    case DataType::kFloat64: return static_cast<int64_t>(data<double>()[0]);
-    default: return 0;
+    case DataType::kBool:
+      return data<bool>()[0] ? 1 : 0;
+    case DataType::kInt8:
+      return data<int8_t>()[0];
+    case DataType::kUint8:
+      return data<uint8_t>()[0];
+    case DataType::kInt16:
+      return data<int16_t>()[0];
+    case DataType::kUint16:
+      return data<uint16_t>()[0];
+    case DataType::kInt32:
+      return data<int32_t>()[0];
+    case DataType::kUint32:
+      return data<uint32_t>()[0];
+    case DataType::kInt64:
+      return data<int64_t>()[0];
+    case DataType::kUint64:
+      return static_cast<int64_t>(data<uint64_t>()[0]);
+    case DataType::kFloat32:
+      return static_cast<int64_t>(data<float>()[0]);
+    case DataType::kFloat64:
+      return static_cast<int64_t>(data<double>()[0]);
+    default:
+      return 0;
   }
 }
 

@@ -66,6 +66,11 @@ class Tensor {
   // owned one otherwise (also when the tensor was a view). Contents are unspecified afterwards.
   void Resize(DataType dtype, const Shape& shape);
 
+  // Sets the shape (same dtype), keeping the first min(old, new) bytes of data and making sure the
+  // owned capacity is at least max(new size, reserve_bytes). For buffers that grow by appending
+  // (Loop concatenation outputs): callers pass a geometric reserve so appends are amortised O(1).
+  void ResizeKeepingData(const Shape& shape, size_t reserve_bytes);
+
   // Changes the shape without touching the data; the element count must not change.
   void Reshape(const Shape& shape) { shape_ = shape; }
 

@@ -1,0 +1,27 @@
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/tensor.h"
+
+namespace onnx {
+class TensorProto;
+}
+
+namespace loopserve::engine {
+
+// Our element type for an ONNX TensorProto.DataType value; Unimplemented for types the engine does
+// not hold (string, complex, float8).
+absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type);
+// The ONNX TensorProto.DataType value for `type`.
+int DataTypeToOnnx(DataType type);
+
+// Decodes a TensorProto (raw_data or the typed fields; little-endian) into an owned tensor,
+// validating dims and byte counts. `what` names the tensor in messages. External data is
+// Unimplemented.
+absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::string_view what);
+
+// Encodes `tensor` as a TensorProto with raw_data.
+void TensorToOnnx(const Tensor& tensor, onnx::TensorProto* proto);
+
+}  // namespace loopserve::engine

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <memory>
+
+#include "engine/runtime/execution_frame.h"
+#include "engine/runtime/kernel.h"
+
+namespace loopserve::engine {
+
+// Helpers shared by the control-flow kernels (Loop, If).
+
+// A subgraph's frame, kept in the owning kernel's per-frame state so that it (and every buffer
+// its slots own) is reused across iterations and across executions within one request.
+struct SubgraphFrame {
+  std::unique_ptr<ExecutionFrame> frame;
+
+  ExecutionFrame& Get(const Plan& plan, RunContext& context) {
+    if (frame == nullptr) frame = std::make_unique<ExecutionFrame>(plan, context);
+    return *frame;
+  }
+};
+
+// Binds the subgraph's captures to the parent frame's values: tensors as views (no copy; the
+// parent's values do not change while the subgraph runs), sequences by copy.
+void BindCaptures(const Plan& plan, ExecutionFrame& parent, ExecutionFrame& child);
+
+// Moves (or, for views and values the body did not produce, copies) `from` into `to`. The body
+// slot keeps `to`'s old buffer for reuse.
+void MoveOut(const Plan& plan, int slot, Value& from, Value& to);
+
+}  // namespace loopserve::engine

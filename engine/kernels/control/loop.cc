@@ -1,0 +1,495 @@
+// The Loop kernel: runs a compiled body under a LoopSpec (engine/ir/loop_spec.h), for ONNX Loop
+// and OpenVINO Loop-5 / TensorIterator alike.
+//
+// Hot path (per iteration): an interrupt check, the iteration counter written in place, sliced
+// inputs copied into reused buffers, the body's steps, a scalar condition read, each concatenated
+// output appended with one memcpy into a geometrically grown buffer, and back edges handed on by
+// swapping buffers. Nothing is allocated and no primitive is created once shapes repeat.
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/control/control_flow.h"
+#include "engine/kernels/control/register_control.h"
+#include "engine/runtime/execution_frame.h"
+#include "engine/runtime/plan.h"
+#include "engine/runtime/run_context.h"
+
+namespace loopserve::engine {
+namespace {
+
+using InputKind = LoopSpec::InputPort::Kind;
+using OutputKind = LoopSpec::OutputPort::Kind;
+
+// A carried port resolved to body slots. `swap` when the result is a buffer the body produces and
+// no other port reads it, so the hand-over is a buffer swap; otherwise it is staged by copy.
+struct CarriedPort {
+  int node_input;
+  int param_slot;
+  int result_slot;
+  bool swap;
+  DataType default_dtype;  // for an absent initial condition: bool true
+  bool default_rank1;
+};
+
+struct SlicedPort {
+  int node_input;
+  int param_slot;
+  int64_t axis;
+  int64_t stride;
+};
+
+struct OutputPortInfo {
+  OutputKind kind = OutputKind::kLastValue;
+  int node_output = -1;
+  int result_slot = -1;
+  int carried_param_slot = -1;  // kLastValue of a back-edge result: the value is in this param
+  int64_t axis = 0;
+  int64_t stride = 1;
+  ValueType declared;  // the body result's declared type, for zero-iteration shapes
+};
+
+class LoopState : public KernelState {
+ public:
+  SubgraphFrame body;
+  std::vector<Value> staged;        // one per carried port that is copied rather than swapped
+  std::vector<Shape> slice_shapes;  // per output port: the shape of one iteration's result
+};
+
+class LoopKernel : public Kernel {
+ public:
+  LoopKernel(std::shared_ptr<const Plan> body, std::shared_ptr<const LoopSpec> spec, int loop_index)
+      : body_(std::move(body)), spec_(std::move(spec)), loop_index_(loop_index) {}
+
+  absl::Status Init(const Node& node) {
+    const Graph& g = body_->graph();
+    const int num_params = static_cast<int>(g.inputs.size());
+    const int num_results = static_cast<int>(g.outputs.size());
+    auto check_param = [&](int p) -> absl::Status {
+      if (p < 0 || p >= num_params) {
+        return absl::InvalidArgumentError(absl::StrCat("body parameter index ", p,
+                                                       " is out of range (the body has ",
+                                                       num_params, " parameters)"));
+      }
+      return absl::OkStatus();
+    };
+    auto check_result = [&](int r) -> absl::Status {
+      if (r < 0 || r >= num_results) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "body result index ", r, " is out of range (the body has ", num_results, " results)"));
+      }
+      return absl::OkStatus();
+    };
+    auto check_input = [&](int i) -> absl::Status {
+      if (i < 0 || i >= static_cast<int>(node.inputs.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("Loop input index ", i, " is out of range"));
+      }
+      return absl::OkStatus();
+    };
+    if (spec_->current_iteration_param >= 0) {
+      LS_RETURN_IF_ERROR(check_param(spec_->current_iteration_param));
+      iteration_slot_ = g.inputs[spec_->current_iteration_param];
+      const ValueType& t = g.values[iteration_slot_].type;
+      iteration_dtype_ = t.dtype == DataType::kInt32 ? DataType::kInt32 : DataType::kInt64;
+      iteration_rank1_ = t.dims.has_value() && t.dims->size() == 1;
+    }
+    if (spec_->condition_result >= 0) {
+      LS_RETURN_IF_ERROR(check_result(spec_->condition_result));
+      condition_slot_ = g.outputs[spec_->condition_result];
+    }
+    std::vector<int> result_uses(g.values.size(), 0);
+    for (const LoopSpec::InputPort& port : spec_->inputs) {
+      LS_RETURN_IF_ERROR(check_param(port.body_param));
+      LS_RETURN_IF_ERROR(check_input(port.node_input));
+      const int param_slot = g.inputs[port.body_param];
+      switch (port.kind) {
+        case InputKind::kInvariant:
+          invariant_.push_back({port.node_input, param_slot});
+          break;
+        case InputKind::kSliced:
+          if (port.stride != 1 && port.stride != -1) {
+            return absl::UnimplementedError(
+                absl::StrCat("sliced input stride ", port.stride, " (only 1 and -1)"));
+          }
+          sliced_.push_back({port.node_input, param_slot, port.axis, port.stride});
+          break;
+        case InputKind::kCarried: {
+          LS_RETURN_IF_ERROR(check_result(port.back_edge));
+          const int result_slot = g.outputs[port.back_edge];
+          const ValueType& t = g.values[param_slot].type;
+          CarriedPort c;
+          c.node_input = port.node_input;
+          c.param_slot = param_slot;
+          c.result_slot = result_slot;
+          c.swap = body_->is_produced(result_slot) && result_uses[result_slot]++ == 0;
+          c.default_dtype = DataType::kBool;
+          c.default_rank1 = t.dims.has_value() && t.dims->size() == 1;
+          carried_.push_back(c);
+          break;
+        }
+      }
+    }
+    // A result swapped away by a back edge cannot also be read by an output afterwards; outputs
+    // of a carried result read the parameter it was handed to. Results read by outputs that are
+    // not back edges must not be swapped by any back edge either: stage those instead.
+    for (const LoopSpec::OutputPort& port : spec_->outputs) {
+      LS_RETURN_IF_ERROR(check_result(port.body_result));
+      if (port.node_output < 0 || port.node_output >= static_cast<int>(node.outputs.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Loop output index ", port.node_output, " is out of range"));
+      }
+      OutputPortInfo out{};
+      out.kind = port.kind;
+      out.node_output = port.node_output;
+      out.result_slot = g.outputs[port.body_result];
+      out.carried_param_slot = -1;
+      for (const CarriedPort& c : carried_) {
+        if (c.result_slot == out.result_slot) {
+          out.carried_param_slot = c.param_slot;
+          break;
+        }
+      }
+      out.axis = port.axis;
+      out.stride = port.stride;
+      out.declared = g.values[out.result_slot].type;
+      if (out.kind == OutputKind::kConcat && out.stride != 1 && out.stride != -1) {
+        return absl::UnimplementedError(
+            absl::StrCat("concatenated output stride ", out.stride, " (only 1 and -1)"));
+      }
+      outputs_.push_back(out);
+    }
+    int staged = 0;
+    for (CarriedPort& c : carried_) {
+      staged_index_.push_back(c.swap ? -1 : staged++);
+    }
+    num_staged_ = staged;
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<KernelState> CreateState() const override {
+    auto state = std::make_unique<LoopState>();
+    state->staged.resize(num_staged_);
+    state->slice_shapes.resize(outputs_.size());
+    return state;
+  }
+
+  bool AcceptsNonTensorInputs() const override { return true; }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    RunContext& run = ctx.run_context();
+    const absl::Time start = absl::Now();
+    int64_t iterations = 0;
+    absl::Status status = Execute(ctx, iterations);
+    run.stats().loop_executions += 1;
+    run.stats().loop_iterations += iterations;
+    if (LoopObserver* observer = run.options().loop_observer; observer != nullptr) {
+      observer->OnLoopFinished(loop_index_, iterations, absl::Now() - start);
+    }
+    return status;
+  }
+
+ private:
+  absl::Status ReadTripCount(KernelContext& ctx, int64_t& max_trip) const {
+    max_trip = std::numeric_limits<int64_t>::max();
+    if (!ctx.has_input(0)) return absl::OkStatus();
+    const Value& v = ctx.input_value(0);
+    if (!v.is_tensor() || v.tensor().NumElements() != 1 || !(IsInteger(v.tensor().dtype()))) {
+      return absl::InvalidArgumentError(
+          "the trip count must be a single integer (a scalar or a 1-element tensor)");
+    }
+    const int64_t m = v.tensor().ScalarAsInt64();
+    if (m >= 0) {
+      max_trip = m;
+    } else if (spec_->negative_trip_count == LoopSpec::NegativeTripCount::kZeroIterations) {
+      max_trip = 0;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Execute(KernelContext& ctx, int64_t& iterations) const {
+    LoopState& state = *ctx.state<LoopState>();
+    RunContext& run = ctx.run_context();
+    ExecutionFrame& outer = ctx.frame();
+    ExecutionFrame& body = state.body.Get(*body_, run);
+
+    int64_t max_trip;
+    LS_RETURN_IF_ERROR(ReadTripCount(ctx, max_trip));
+    bool cond = true;
+    if (ctx.has_input(1)) {
+      const Value& v = ctx.input_value(1);
+      if (!v.is_tensor() || v.tensor().NumElements() != 1) {
+        return absl::InvalidArgumentError(
+            "the initial condition must be a single value (a scalar or a 1-element tensor)");
+      }
+      cond = v.tensor().ScalarAsBool();
+    }
+
+    // Bind what stays fixed for this execution.
+    BindCaptures(*body_, outer, body);
+    for (const auto& [node_input, param_slot] : invariant_) {
+      const Value& v = ctx.input_value(node_input);
+      if (v.is_tensor()) {
+        body.slot(param_slot).mutable_tensor() = Tensor::ViewOf(v.tensor());
+      } else {
+        body.slot(param_slot).CopyFrom(v);
+      }
+    }
+    for (const CarriedPort& c : carried_) {
+      if (ctx.has_input(c.node_input)) {
+        // One copy per execution (not per iteration), into a buffer the frame already owns.
+        body.slot(c.param_slot).CopyFrom(ctx.input_value(c.node_input));
+      } else {
+        Tensor* t = &body.slot(c.param_slot).mutable_tensor();
+        t->Resize(c.default_dtype, c.default_rank1 ? Shape{1} : Shape{});
+        t->mutable_data<bool>()[0] = true;
+      }
+    }
+    for (const SlicedPort& s : sliced_) {
+      const Value& v = ctx.input_value(s.node_input);
+      if (!v.is_tensor()) return absl::InvalidArgumentError("a sliced input must be a tensor");
+      absl::StatusOr<int> axis = NormalizeAxis(s.axis, v.tensor().rank());
+      if (!axis.ok()) return Annotate(axis.status(), "sliced input: ");
+      max_trip = std::min<int64_t>(max_trip, v.tensor().dim(*axis));
+    }
+    const int64_t cap = run.options().max_loop_iterations;
+
+    int64_t i = 0;
+    for (; i < max_trip && cond; ++i) {
+      LS_RETURN_IF_ERROR(run.CheckInterrupted());
+      if (cap > 0 && i >= cap) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the loop reached the iteration cap of ", cap,
+                         " (max_loop_iterations) before finishing"));
+      }
+      if (iteration_slot_ >= 0) {
+        Tensor* t = &body.slot(iteration_slot_).mutable_tensor();
+        t->Resize(iteration_dtype_, iteration_rank1_ ? Shape{1} : Shape{});
+        if (iteration_dtype_ == DataType::kInt32) {
+          t->mutable_data<int32_t>()[0] = static_cast<int32_t>(i);
+        } else {
+          t->mutable_data<int64_t>()[0] = i;
+        }
+      }
+      for (const SlicedPort& s : sliced_) {
+        const Tensor& full = ctx.input_value(s.node_input).tensor();
+        CopySlice(
+            full, static_cast<int>(s.axis < 0 ? s.axis + full.rank() : s.axis),
+            s.stride > 0
+                ? i
+                : full.dim(static_cast<int>(s.axis < 0 ? s.axis + full.rank() : s.axis)) - 1 - i,
+            body.slot(s.param_slot).mutable_tensor());
+      }
+
+      LS_RETURN_IF_ERROR(body.Run());
+
+      if (condition_slot_ >= 0) {
+        const Value& c = body.slot(condition_slot_);
+        if (!c.is_tensor() || c.tensor().NumElements() != 1) {
+          return absl::InvalidArgumentError(
+              "the body's condition output must be a single value (a scalar or a 1-element "
+              "tensor)");
+        }
+        cond = c.tensor().ScalarAsBool();
+      }
+      for (size_t k = 0; k < outputs_.size(); ++k) {
+        const OutputPortInfo& out = outputs_[k];
+        if (out.kind == OutputKind::kLastValue) continue;
+        LS_RETURN_IF_ERROR(Append(out, i, body.slot(out.result_slot), state.slice_shapes[k],
+                                  ctx.output_value(out.node_output).mutable_tensor(), max_trip));
+      }
+      // Back edges: first stage every copied value (sources may alias), then hand over.
+      for (size_t k = 0; k < carried_.size(); ++k) {
+        if (!carried_[k].swap)
+          state.staged[staged_index_[k]].CopyFrom(body.slot(carried_[k].result_slot));
+      }
+      for (size_t k = 0; k < carried_.size(); ++k) {
+        const CarriedPort& c = carried_[k];
+        Value& param = body.slot(c.param_slot);
+        swap(param, c.swap ? body.slot(c.result_slot) : state.staged[staged_index_[k]]);
+      }
+    }
+    iterations = i;
+
+    for (size_t k = 0; k < outputs_.size(); ++k) {
+      const OutputPortInfo& out = outputs_[k];
+      Value& dst = ctx.output_value(out.node_output);
+      if (out.kind == OutputKind::kLastValue) {
+        const int slot = out.carried_param_slot >= 0 ? out.carried_param_slot : out.result_slot;
+        if (out.carried_param_slot < 0 && iterations == 0) {
+          LS_RETURN_IF_ERROR(EmptyLike(out, dst.mutable_tensor(), /*stacked=*/false));
+          continue;
+        }
+        // Carried parameters own their buffers after CopyFrom/swap, so they are swapped out;
+        // the body slot keeps the output's old buffer to reuse next execution.
+        bool first_use = true;
+        for (size_t j = 0; j < k; ++j) {
+          if (outputs_[j].kind == OutputKind::kLastValue &&
+              (outputs_[j].carried_param_slot >= 0 ? outputs_[j].carried_param_slot
+                                                   : outputs_[j].result_slot) == slot) {
+            dst.CopyFrom(ctx.output_value(outputs_[j].node_output));
+            first_use = false;
+            break;
+          }
+        }
+        if (!first_use) continue;
+        Value& src = body.slot(slot);
+        if (out.carried_param_slot >= 0 && !(src.is_tensor() && src.tensor().is_view())) {
+          swap(src, dst);
+        } else {
+          MoveOut(*body_, slot, src, dst);
+        }
+      } else if (iterations == 0) {
+        LS_RETURN_IF_ERROR(EmptyLike(out, dst.mutable_tensor(), out.kind == OutputKind::kStack));
+      } else {
+        LS_RETURN_IF_ERROR(
+            FinishConcat(out, state.slice_shapes[k], iterations, dst.mutable_tensor()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Copies index `index` along `axis` of `full` into `part` (dim `axis` becomes 1).
+  static void CopySlice(const Tensor& full, int axis, int64_t index, Tensor& part) {
+    Shape shape = full.shape();
+    const int64_t d = shape[axis];
+    shape[axis] = 1;
+    part.Resize(full.dtype(), shape);
+    const size_t elem = DataTypeSize(full.dtype());
+    const int64_t outer = full.shape().NumElements(0, axis);
+    const size_t inner =
+        static_cast<size_t>(full.shape().NumElements(axis + 1, full.rank())) * elem;
+    const char* src = static_cast<const char*>(full.raw_data());
+    char* dst = static_cast<char*>(part.mutable_raw_data());
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(dst + o * inner, src + (o * d + index) * inner, inner);
+    }
+  }
+
+  // Appends iteration `i`'s result to the output buffer, laid out as [iterations, slice...].
+  static absl::Status Append(const OutputPortInfo& out, int64_t i, const Value& result,
+                             Shape& slice_shape, Tensor& buffer, int64_t max_trip) {
+    if (!result.is_tensor()) {
+      return absl::UnimplementedError("a scan/concatenated output must be a tensor");
+    }
+    const Tensor& r = result.tensor();
+    if (i == 0) {
+      slice_shape = r.shape();
+      // Reserve for the known trip count when it is small; otherwise grow geometrically.
+      const size_t slice_bytes = r.ByteSize();
+      constexpr size_t kMaxUpfrontBytes = size_t{64} << 20;
+      size_t reserve = slice_bytes * 4;
+      if (max_trip != std::numeric_limits<int64_t>::max() && slice_bytes > 0 &&
+          static_cast<size_t>(max_trip) <= kMaxUpfrontBytes / slice_bytes) {
+        reserve = slice_bytes * static_cast<size_t>(max_trip);
+      }
+      Shape::Dims dims{1};
+      dims.insert(dims.end(), slice_shape.dims().begin(), slice_shape.dims().end());
+      buffer.Resize(r.dtype(), Shape(dims));
+      buffer.ResizeKeepingData(Shape(dims), reserve);
+    } else if (r.shape() != slice_shape || r.dtype() != buffer.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scan output changed from ", DataTypeName(buffer.dtype()), slice_shape.ToString(), " to ",
+          DataTypeName(r.dtype()), r.shape().ToString(), " at iteration ", i,
+          "; scan outputs must keep their shape"));
+    } else {
+      Shape shape = buffer.shape();
+      shape[0] = i + 1;
+      const size_t need = static_cast<size_t>(i + 1) * r.ByteSize();
+      buffer.ResizeKeepingData(shape, need > buffer.capacity() ? need * 2 : 0);
+    }
+    const size_t bytes = r.ByteSize();
+    if (bytes > 0) {
+      std::memcpy(static_cast<char*>(buffer.mutable_raw_data()) + static_cast<size_t>(i) * bytes,
+                  r.raw_data(), bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  // Turns the stacked [n, slice...] buffer into the output's final layout.
+  static absl::Status FinishConcat(const OutputPortInfo& out, const Shape& slice_shape, int64_t n,
+                                   Tensor& buffer) {
+    if (out.kind == OutputKind::kStack) return absl::OkStatus();  // already [n, slice...]
+    // kConcat: join along `axis` of the slice (a rank-0 result counts as [1]).
+    Shape slice = slice_shape.rank() == 0 ? Shape{1} : slice_shape;
+    LS_ASSIGN_OR_RETURN(int axis, NormalizeAxis(out.axis, slice.rank()));
+    Shape final_shape = slice;
+    final_shape[axis] = slice[axis] * n;
+    if (axis == 0 && out.stride > 0) {
+      buffer.Reshape(final_shape);
+      return absl::OkStatus();
+    }
+    Tensor joined(buffer.dtype(), final_shape);
+    const size_t elem = DataTypeSize(buffer.dtype());
+    const int64_t outer = slice.NumElements(0, axis);
+    const size_t chunk = static_cast<size_t>(slice.NumElements(axis, slice.rank())) * elem;
+    const size_t slice_bytes = static_cast<size_t>(slice.NumElements()) * elem;
+    const char* src = static_cast<const char*>(buffer.raw_data());
+    char* dst = static_cast<char*>(joined.mutable_raw_data());
+    for (int64_t it = 0; it < n; ++it) {
+      const int64_t pos = out.stride > 0 ? it : n - 1 - it;
+      for (int64_t o = 0; o < outer; ++o) {
+        std::memcpy(dst + (o * n + pos) * chunk, src + it * slice_bytes + o * chunk, chunk);
+      }
+    }
+    buffer = std::move(joined);
+    return absl::OkStatus();
+  }
+
+  // The output of a loop that ran zero times: declared dims with unknown ones as 0, and for a
+  // stacked output a leading 0.
+  static absl::Status EmptyLike(const OutputPortInfo& out, Tensor& t, bool stacked) {
+    Shape::Dims dims;
+    if (stacked) dims.push_back(0);
+    if (out.declared.dims.has_value()) {
+      for (int64_t d : *out.declared.dims) dims.push_back(d < 0 ? 0 : d);
+    }
+    if (!stacked && out.kind == OutputKind::kConcat) {
+      if (dims.empty()) dims.push_back(0);
+      absl::StatusOr<int> axis = NormalizeAxis(out.axis, static_cast<int>(dims.size()));
+      dims[axis.ok() ? *axis : 0] = 0;
+    }
+    const DataType dtype =
+        out.declared.dtype == DataType::kUndefined ? DataType::kFloat32 : out.declared.dtype;
+    t.Resize(dtype, Shape(dims));
+    if (t.ByteSize() > 0) std::memset(t.mutable_raw_data(), 0, t.ByteSize());
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const Plan> body_;
+  std::shared_ptr<const LoopSpec> spec_;
+  int loop_index_;
+  int iteration_slot_ = -1;
+  DataType iteration_dtype_ = DataType::kInt64;
+  bool iteration_rank1_ = false;
+  int condition_slot_ = -1;
+  std::vector<std::pair<int, int>> invariant_;  // (node input, param slot)
+  std::vector<SlicedPort> sliced_;
+  std::vector<CarriedPort> carried_;
+  std::vector<int> staged_index_;
+  int num_staged_ = 0;
+  std::vector<OutputPortInfo> outputs_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
+  const Node& node = init.node();
+  if (node.loop == nullptr) {
+    return absl::InvalidArgumentError("Loop node has no port map (importer bug)");
+  }
+  std::shared_ptr<const Graph> body = node.GetGraph("body");
+  if (body == nullptr) return absl::InvalidArgumentError("attribute 'body' is missing");
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, init.CompileSubgraph(body));
+  const int loop_index = init.RegisterLoop(node.name);
+  auto kernel = std::make_unique<LoopKernel>(std::move(plan), node.loop, loop_index);
+  LS_RETURN_IF_ERROR(kernel->Init(node));
+  return kernel;
+}
+
+}  // namespace
+
+void RegisterLoopKernel(KernelRegistry& registry) { registry.Register("Loop", CreateLoop); }
+
+}  // namespace loopserve::engine

@@ -1,0 +1,348 @@
+#!/usr/bin/python3
+"""Writes Loop test cases in the ONNX backend-test layout:
+
+    OUT/<case>/model.onnx
+    OUT/<case>/test_data_set_0/{input_<k>.pb, output_<k>.pb}
+
+Every expected output is computed here by a plain numpy transcription of the ONNX Loop pseudo-code
+(onnx/defs/controlflow/defs.cc), never by loopserve. Run with Debian's /usr/bin/python3:
+
+    /usr/bin/python3 make_loop_cases.py OUT_DIR
+"""
+import os
+import sys
+
+import numpy as np
+
+# onnx 1.12 still uses the numpy aliases removed in numpy 1.24.
+np.float, np.int, np.bool, np.object = float, int, bool, object  # noqa: E702
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def const(name, array):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(array), name))
+
+
+def model(graph, opset=13):
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                          producer_name="loopserve-tests")
+    m.ir_version = 8 if opset >= 13 else 7
+    return m
+
+
+def loop_semantics(m, cond, state, body):
+    """The ONNX Loop pseudo-code. body(i, cond, *state) -> (cond_out, state..., scans...)."""
+    scans = None
+    i = 0
+    n_state = len(state)
+    while (m is None or i < m) and (cond is None or cond):
+        outs = body(i, True if cond is None else cond, *state)
+        cond = bool(outs[0])
+        state = list(outs[1:1 + n_state])
+        step_scans = outs[1 + n_state:]
+        if scans is None:
+            scans = [[] for _ in step_scans]
+        for k, s in enumerate(step_scans):
+            scans[k].append(np.asarray(s))
+        i += 1
+    return state, scans, i
+
+
+def write_case(out_dir, name, onnx_model, inputs, outputs):
+    onnx.checker.check_model(onnx_model)
+    case = os.path.join(out_dir, name)
+    data = os.path.join(case, "test_data_set_0")
+    os.makedirs(data, exist_ok=True)
+    onnx.save(onnx_model, os.path.join(case, "model.onnx"))
+    graph = onnx_model.graph
+    for k, value in enumerate(inputs):
+        t = numpy_helper.from_array(np.asarray(value), graph.input[k].name)
+        with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+    for k, value in enumerate(outputs):
+        t = numpy_helper.from_array(np.asarray(value), graph.output[k].name)
+        with open(os.path.join(data, f"output_{k}.pb"), "wb") as f:
+            f.write(t.SerializeToString())
+
+
+def counter_body(opset):
+    """x_out = x + 1, scan = x + 1, cond_out = cond_in."""
+    return helper.make_graph(
+        [const("one", np.array(1, np.int64)),
+         helper.make_node("Add", ["x_in", "one"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["x_out"], ["scan"])],
+        "counter_body",
+        [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", I64, [])],
+        [vi("cond_out", B, []), vi("x_out", I64, []), vi("scan", I64, [])])
+
+
+def counter_np(m, cond, x):
+    def body(i, c, x):
+        return c, x + 1, x + 1
+    (x_final,), scans, _ = loop_semantics(m, cond, [x], body)
+    scan = np.array(scans[0] if scans else [], np.int64)
+    return x_final, scan
+
+
+def cases_mode(out_dir):
+    """The (M, cond) modes, opsets 1/11/13/16, and M/cond of rank 0 and [1]. Without M the body
+    stops itself (cond_out = x_out < 13); with neither M nor cond the spec calls the loop
+    infinite, and ONNX Runtime, like loopserve, still ends it when the body's cond_out is false."""
+    for opset in (1, 11, 13, 16):
+        for m_given, c_given in ((True, False), (False, True), (True, True), (False, False)):
+            name = f"loop{opset}_counter_m{'M' if m_given else 'x'}_c{'C' if c_given else 'x'}"
+            inputs, graph_inputs, vals = ["", ""], [], []
+            if m_given:
+                inputs[0] = "M"
+                graph_inputs.append(vi("M", I64, []))
+                vals.append(np.array(5, np.int64))
+            if c_given:
+                inputs[1] = "cond"
+                graph_inputs.append(vi("cond", B, []))
+                vals.append(np.array(True))
+            graph_inputs.append(vi("x0", I64, []))
+            vals.append(np.array(10, np.int64))
+            body = counter_body(opset)
+            if not m_given:
+                # A while loop: the body stops itself at x == 13 (cond_out = x_out < 13).
+                body = helper.make_graph(
+                    [const("one", np.array(1, np.int64)), const("lim", np.array(13, np.int64)),
+                     helper.make_node("Add", ["x_in", "one"], ["x_out"]),
+                     helper.make_node("Less", ["x_out", "lim"], ["cond_out"]),
+                     helper.make_node("Identity", ["x_out"], ["scan"])],
+                    "while_body",
+                    [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", I64, [])],
+                    [vi("cond_out", B, []), vi("x_out", I64, []), vi("scan", I64, [])])
+            loop = helper.make_node("Loop", inputs + ["x0"], ["x_final", "scan_out"], body=body)
+            g = helper.make_graph([loop], name, graph_inputs,
+                                  [vi("x_final", I64, []), vi("scan_out", I64, [None])])
+            if m_given:
+                expected = counter_np(5, True, np.int64(10))
+            else:
+                def body_np(i, c, x):
+                    return x + 1 < 13, x + 1, x + 1
+                (xf,), scans, _ = loop_semantics(None, True, [np.int64(10)], body_np)
+                expected = (xf, np.array(scans[0], np.int64))
+            write_case(out_dir, name, model(g, opset), vals,
+                       [np.array(expected[0], np.int64), expected[1]])
+
+    # M given as a [1] tensor and cond as [1]; M negative (0 iterations); cond false at entry.
+    for name, m_val, c_val in (("loop_m_rank1", np.array([4], np.int64), np.array([True])),
+                               ("loop_m_negative", np.array(-3, np.int64), np.array(True)),
+                               ("loop_cond_false", np.array(5, np.int64), np.array(False))):
+        body = counter_body(13)
+        loop = helper.make_node("Loop", ["M", "cond", "x0"], ["x_final", "scan_out"], body=body)
+        g = helper.make_graph([loop], name,
+                              [vi("M", I64, list(m_val.shape)), vi("cond", B, list(c_val.shape)),
+                               vi("x0", I64, [])],
+                              [vi("x_final", I64, []), vi("scan_out", I64, [None])])
+        m = int(m_val.reshape(-1)[0])
+        xf, scan = counter_np(max(m, 0), bool(c_val.reshape(-1)[0]), np.int64(7))
+        write_case(out_dir, name, model(g), [m_val, c_val, np.array(7, np.int64)],
+                   [np.array(xf, np.int64), scan.reshape(0) if scan.size == 0 else scan])
+
+
+def case_iteration_and_outer_scope(out_dir):
+    """Scan of i * w where w is a main-graph input read from inside the body; cond stops at i==3."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["i_f"], to=F),
+         helper.make_node("Mul", ["i_f", "w"], ["scan"]),
+         helper.make_node("Add", ["acc_in", "scan"], ["acc_out"]),
+         const("three", np.array(3, np.int64)),
+         helper.make_node("Less", ["i", "three"], ["cond_out"])],
+        "body", [vi("i", I64, []), vi("cond_in", B, []), vi("acc_in", F, [2])],
+        [vi("cond_out", B, []), vi("acc_out", F, [2]), vi("scan", F, [2])])
+    loop = helper.make_node("Loop", ["M", "", "acc0"], ["acc", "scans"], body=body)
+    g = helper.make_graph([loop], "outer_scope",
+                          [vi("M", I64, []), vi("acc0", F, [2]), vi("w", F, [2])],
+                          [vi("acc", F, [2]), vi("scans", F, [None, 2])])
+    w = np.array([0.5, -2.0], np.float32)
+
+    def body_np(i, c, acc):
+        s = np.float32(i) * w
+        return i < 3, acc + s, s
+    acc0 = np.array([1.0, 1.0], np.float32)
+    (acc,), scans, _ = loop_semantics(10, True, [acc0], body_np)
+    write_case(out_dir, "loop_iteration_outer_scope", model(g),
+               [np.array(10, np.int64), acc0, w], [acc, np.stack(scans[0])])
+
+
+def case_growing_carried(out_dir):
+    """A carried value that grows every iteration: y = Concat(y, [i])."""
+    body = helper.make_graph(
+        [const("axes", np.array([0], np.int64)),
+         helper.make_node("Unsqueeze", ["i", "axes"], ["i1"]),
+         helper.make_node("Concat", ["y_in", "i1"], ["y_out"], axis=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "grow", [vi("i", I64, []), vi("cond_in", B, []), vi("y_in", I64, [None])],
+        [vi("cond_out", B, []), vi("y_out", I64, [None])])
+    loop = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body)
+    g = helper.make_graph([loop], "grow", [vi("M", I64, []), vi("y0", I64, [None])],
+                          [vi("y", I64, [None])])
+    y0 = np.array([100], np.int64)
+    (y,), _, _ = loop_semantics(6, None, [y0],
+                                lambda i, c, y: (True, np.concatenate([y, [i]])))
+    write_case(out_dir, "loop_growing_carried", model(g), [np.array(6, np.int64), y0], [y])
+
+
+def case_nested(out_dir):
+    """Nested loops: the inner body reads the main graph's `step` (two scopes up) and the outer
+    body's iteration number; both loops have scan outputs."""
+    inner = helper.make_graph(
+        [helper.make_node("Cast", ["oi"], ["oi_f"], to=F),
+         helper.make_node("Mul", ["oi_f", "step"], ["d"]),
+         helper.make_node("Add", ["s_in", "d"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["inner_scan"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "inner", [vi("j", I64, []), vi("c_in", B, []), vi("s_in", F, [])],
+        [vi("c_out", B, []), vi("s_out", F, []), vi("inner_scan", F, [])])
+    outer = helper.make_graph(
+        [helper.make_node("Loop", ["N", "", "s_in"], ["s_mid", "inner_scans"], body=inner),
+         helper.make_node("Identity", ["s_mid"], ["s_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("ReduceSum", ["inner_scans"], ["row_sum"], keepdims=0)],
+        "outer", [vi("oi", I64, []), vi("c_in", B, []), vi("s_in", F, [])],
+        [vi("c_out", B, []), vi("s_out", F, []), vi("row_sum", F, [])])
+    loop = helper.make_node("Loop", ["M", "", "s0"], ["s", "sums"], body=outer)
+    g = helper.make_graph([loop], "nested",
+                          [vi("M", I64, []), vi("N", I64, []), vi("s0", F, []), vi("step", F, [])],
+                          [vi("s", F, []), vi("sums", F, [None])])
+    step = np.float32(0.25)
+
+    def outer_np(oi, c, s):
+        def inner_np(j, c2, s2):
+            s2 = np.float32(s2 + np.float32(oi) * step)
+            return c2, s2, s2
+        (s_mid,), scans, _ = loop_semantics(4, None, [s], inner_np)
+        return c, s_mid, np.float32(np.sum(np.array(scans[0], np.float32)))
+    (s,), scans, _ = loop_semantics(3, None, [np.float32(1.0)], outer_np)
+    write_case(out_dir, "loop_nested", model(g),
+               [np.array(3, np.int64), np.array(4, np.int64), np.array(1.0, np.float32),
+                np.array(step, np.float32)],
+               [np.array(s, np.float32), np.array(scans[0], np.float32)])
+
+
+def case_if_inside_loop(out_dir):
+    """An If inside the body picks x*2 on even iterations and x-1 on odd ones."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x_in", "two"], ["r"])], "then", [],
+                               [vi("r", F, [2])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["x_in", "onef"], ["r2"])], "else", [],
+                               [vi("r2", F, [2])])
+    body = helper.make_graph(
+        [const("two_i", np.array(2, np.int64)), const("zero_i", np.array(0, np.int64)),
+         const("two", np.array(2.0, np.float32)), const("onef", np.array(1.0, np.float32)),
+         helper.make_node("Mod", ["i", "two_i"], ["m"]),
+         helper.make_node("Equal", ["m", "zero_i"], ["even"]),
+         helper.make_node("If", ["even"], ["x_out"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["x_out"], ["scan"])],
+        "body", [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", F, [2])],
+        [vi("cond_out", B, []), vi("x_out", F, [2]), vi("scan", F, [2])])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x", "xs"], body=body)
+    g = helper.make_graph([loop], "if_in_loop", [vi("M", I64, []), vi("x0", F, [2])],
+                          [vi("x", F, [2]), vi("xs", F, [None, 2])])
+
+    def body_np(i, c, x):
+        r = x * np.float32(2) if i % 2 == 0 else x - np.float32(1)
+        return True, r, r
+    x0 = np.array([1.0, 3.0], np.float32)
+    (x,), scans, _ = loop_semantics(5, None, [x0], body_np)
+    write_case(out_dir, "loop_if_inside", model(g), [np.array(5, np.int64), x0],
+               [x, np.stack(scans[0])])
+
+
+def case_rnn(out_dir):
+    """h = Tanh(MatMul(h, W) + b), scan of h: the RNN-cell body."""
+    rng = np.random.default_rng(7)
+    hidden = 8
+    W = (rng.standard_normal((hidden, hidden)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
+         helper.make_node("Add", ["mm", "b"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"])],
+        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("hs", F, [1, hidden])])
+    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
+    g = helper.make_graph([loop], "rnn", [vi("M", I64, []), vi("h0", F, [1, hidden])],
+                          [vi("h", F, [1, hidden]), vi("hs_all", F, [None, 1, hidden])],
+                          initializer=[numpy_helper.from_array(W, "W"), numpy_helper.from_array(b, "b")])
+    h0 = (rng.standard_normal((1, hidden))).astype(np.float32)
+
+    def body_np(i, c, h):
+        h = np.tanh(h @ W + b).astype(np.float32)
+        return True, h, h
+    (h,), scans, _ = loop_semantics(6, None, [h0], body_np)
+    write_case(out_dir, "loop_rnn", model(g), [np.array(6, np.int64), h0], [h, np.stack(scans[0])])
+
+
+def case_scan_only(out_dir):
+    """No loop-carried values: only a scan output of i*i."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["i", "i"], ["sq"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "sq", [vi("i", I64, []), vi("cond_in", B, [])], [vi("cond_out", B, []), vi("sq", I64, [])])
+    loop = helper.make_node("Loop", ["M", ""], ["squares"], body=body)
+    g = helper.make_graph([loop], "scan_only", [vi("M", I64, [])], [vi("squares", I64, [None])])
+    write_case(out_dir, "loop_scan_only", model(g), [np.array(5, np.int64)],
+               [np.array([i * i for i in range(5)], np.int64)])
+
+
+def special_models(models_dir):
+    """Models the C++ tests drive directly (no expected-output data set)."""
+    os.makedirs(models_dir, exist_ok=True)
+    # endless: no trip count, the body hands its condition straight back: never ends by itself.
+    body = helper.make_graph(
+        [const("one", np.array(1, np.int64)),
+         helper.make_node("Add", ["x_in", "one"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "endless_body", [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", I64, [])],
+        [vi("cond_out", B, []), vi("x_out", I64, [])])
+    loop = helper.make_node("Loop", ["", "cond", "x0"], ["x"], body=body)
+    g = helper.make_graph([loop], "endless", [vi("cond", B, []), vi("x0", I64, [])],
+                          [vi("x", I64, [])])
+    onnx.save(model(g), os.path.join(models_dir, "endless.onnx"))
+    # Malformed: the body declares 2 inputs but the Loop passes 2 carried values (needs 4).
+    loop = helper.make_node("Loop", ["M", "", "a", "b"], ["a_out", "b_out"], body=body)
+    g = helper.make_graph([loop], "bad_arity",
+                          [vi("M", I64, []), vi("a", I64, []), vi("b", I64, [])],
+                          [vi("a_out", I64, []), vi("b_out", I64, [])])
+    onnx.save(model(g), os.path.join(models_dir, "bad_body_arity.onnx"))
+    # A scan output whose shape changes between iterations (Range(0, i) grows).
+    body = helper.make_graph(
+        [const("zero", np.array(0, np.int64)), const("one", np.array(1, np.int64)),
+         helper.make_node("Range", ["zero", "i", "one"], ["r"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "grow_scan", [vi("i", I64, []), vi("cond_in", B, [])],
+        [vi("cond_out", B, []), vi("r", I64, [None])])
+    loop = helper.make_node("Loop", ["M", ""], ["rs"], body=body)
+    g = helper.make_graph([loop], "bad_scan", [vi("M", I64, [])], [vi("rs", I64, [None, None])])
+    onnx.save(model(g), os.path.join(models_dir, "changing_scan.onnx"))
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    if len(sys.argv) > 2:
+        special_models(sys.argv[2])
+    cases_mode(out_dir)
+    case_iteration_and_outer_scope(out_dir)
+    case_growing_carried(out_dir)
+    case_nested(out_dir)
+    case_if_inside_loop(out_dir)
+    case_rnn(out_dir)
+    case_scan_only(out_dir)
+
+
+if __name__ == "__main__":
+    main()

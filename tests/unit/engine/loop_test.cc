@@ -1,0 +1,243 @@
+// Loop behaviour that the conformance-style cases (loop_cases/, run by looprun) cannot show:
+// interruption, the iteration cap, observers, malformed loops, and allocation-free iterations.
+// Values are checked against the numpy-computed cases in the "loop_cases" CTest.
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "engine/model.h"
+#include "gtest/gtest.h"
+#include "tests/unit/engine/test_paths.h"
+
+// Counts every heap allocation in this test binary, so a test can prove a code path allocates
+// nothing at all (not only no tensor buffers).
+namespace {
+std::atomic<int64_t> g_heap_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace loopserve::engine {
+namespace {
+
+std::shared_ptr<const Model> LoadOrDie(const std::string& path) {
+  auto model = Model::Load(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+std::string CasePath(const std::string& name) {
+  return std::string(LOOPSERVE_LOOP_CASES_DIR) + "/" + name + "/model.onnx";
+}
+std::string ModelPath(const std::string& name) {
+  return std::string(LOOPSERVE_LOOP_MODELS_DIR) + "/" + name + ".onnx";
+}
+
+Value Scalar(int64_t v) {
+  Tensor t(DataType::kInt64, Shape{});
+  t.mutable_data<int64_t>()[0] = v;
+  return Value(std::move(t));
+}
+Value Bool(bool v) {
+  Tensor t(DataType::kBool, Shape{});
+  t.mutable_data<bool>()[0] = v;
+  return Value(std::move(t));
+}
+
+std::vector<Value> EndlessInputs() {
+  std::vector<Value> in;
+  in.push_back(Bool(true));
+  in.push_back(Scalar(0));
+  return in;
+}
+
+TEST(LoopTest, DeadlineStopsAnEndlessLoop) {
+  auto model = LoadOrDie(ModelPath("endless"));
+  ASSERT_NE(model, nullptr);
+  RunOptions options;
+  options.deadline = absl::Now() + absl::Milliseconds(200);
+  const absl::Time start = absl::Now();
+  auto result = model->Run(EndlessInputs(), options);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+  EXPECT_LT(took, absl::Milliseconds(700));
+}
+
+TEST(LoopTest, CancellationStopsAnEndlessLoop) {
+  auto model = LoadOrDie(ModelPath("endless"));
+  ASSERT_NE(model, nullptr);
+  std::atomic<bool> cancelled{false};
+  RunOptions options;
+  options.cancelled = &cancelled;
+  // The observer-free way to know the loop is running: cancel from another thread after the run
+  // has started; the run cannot finish by itself, so ordering does not matter.
+  absl::Notification started;
+  std::thread canceller([&] {
+    started.WaitForNotification();
+    cancelled.store(true);
+  });
+  started.Notify();
+  auto result = model->Run(EndlessInputs(), options);
+  canceller.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+}
+
+TEST(LoopTest, IterationCapGivesResourceExhausted) {
+  auto model = LoadOrDie(ModelPath("endless"));
+  ASSERT_NE(model, nullptr);
+  RunOptions options;
+  options.max_loop_iterations = 1000;
+  RunStats stats;
+  auto result = model->Run(EndlessInputs(), options, &stats);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
+  EXPECT_NE(result.status().message().find("1000"), std::string::npos) << result.status();
+  EXPECT_EQ(stats.loop_iterations, 0);  // stats are only returned on success
+}
+
+TEST(LoopTest, CapAboveTheTripCountDoesNotTrigger) {
+  auto model = LoadOrDie(CasePath("loop13_counter_mM_cx"));
+  ASSERT_NE(model, nullptr);
+  RunOptions options;
+  options.max_loop_iterations = 5;  // the loop runs exactly 5 times
+  std::vector<Value> in;
+  in.push_back(Scalar(5));
+  in.push_back(Scalar(10));
+  auto result = model->Run(std::move(in), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // x_final = x0 + M by the Loop spec (the body adds 1 per iteration).
+  EXPECT_EQ((*result)[0].tensor().data<int64_t>()[0], 15);
+}
+
+class RecordingObserver : public LoopObserver {
+ public:
+  void OnLoopFinished(int loop_index, int64_t iterations, absl::Duration) override {
+    calls.emplace_back(loop_index, iterations);
+  }
+  std::vector<std::pair<int, int64_t>> calls;
+};
+
+TEST(LoopTest, ObserverSeesEveryExecutionOfNestedLoops) {
+  auto model = LoadOrDie(CasePath("loop_nested"));
+  ASSERT_NE(model, nullptr);
+  ASSERT_EQ(model->loop_names().size(), 2u);
+  RecordingObserver observer;
+  RunOptions options;
+  options.loop_observer = &observer;
+  std::vector<Value> in;
+  in.push_back(Scalar(3));  // outer trip count
+  in.push_back(Scalar(4));  // inner trip count
+  Tensor s0(DataType::kFloat32, Shape{});
+  s0.mutable_data<float>()[0] = 1;
+  in.push_back(Value(std::move(s0)));
+  Tensor step(DataType::kFloat32, Shape{});
+  step.mutable_data<float>()[0] = 0.25f;
+  in.push_back(Value(std::move(step)));
+  RunStats stats;
+  auto result = model->Run(std::move(in), options, &stats);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // 3 inner executions of 4 iterations, then 1 outer execution of 3.
+  ASSERT_EQ(observer.calls.size(), 4u);
+  int outer = -1;
+  for (size_t i = 0; i < model->loop_names().size(); ++i) {
+    if (observer.calls.back().first == static_cast<int>(i)) outer = static_cast<int>(i);
+  }
+  ASSERT_GE(outer, 0);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_NE(observer.calls[k].first, outer);
+    EXPECT_EQ(observer.calls[k].second, 4);
+  }
+  EXPECT_EQ(observer.calls[3].second, 3);
+  EXPECT_EQ(stats.loop_executions, 4);
+  EXPECT_EQ(stats.loop_iterations, 15);
+}
+
+TEST(LoopTest, BodyArityMismatchIsRejectedAtLoad) {
+  auto model = Model::Load(ModelPath("bad_body_arity"));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("(Loop)"), std::string::npos) << model.status();
+  EXPECT_NE(model.status().message().find("inputs, expected 4"), std::string::npos)
+      << model.status();
+}
+
+TEST(LoopTest, ScanOutputThatChangesShapeIsAnError) {
+  auto model = LoadOrDie(ModelPath("changing_scan"));
+  ASSERT_NE(model, nullptr);
+  std::vector<Value> in;
+  in.push_back(Scalar(3));
+  auto result = model->Run(std::move(in), RunOptions());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_NE(result.status().message().find("scan output"), std::string::npos) << result.status();
+}
+
+TEST(LoopTest, TripCountAndConditionOfShapeOneWork) {
+  auto model = LoadOrDie(CasePath("loop_m_rank1"));
+  ASSERT_NE(model, nullptr);
+  std::vector<Value> in;
+  Tensor m(DataType::kInt64, Shape{1});
+  m.mutable_data<int64_t>()[0] = 2;
+  in.push_back(Value(std::move(m)));
+  Tensor cond(DataType::kBool, Shape{1});
+  cond.mutable_data<bool>()[0] = true;
+  in.push_back(Value(std::move(cond)));
+  in.push_back(Scalar(0));
+  ASSERT_TRUE(model->Run(std::move(in), RunOptions()).ok());
+}
+
+// Runs `model` with trip count `m` and returns how many heap allocations the run made.
+int64_t AllocationsForTripCount(const Model& model, int64_t m,
+                                std::vector<Value> (*inputs)(int64_t)) {
+  std::vector<Value> in = inputs(m);
+  const int64_t before = g_heap_allocations.load();
+  auto result = model.Run(std::move(in), RunOptions());
+  const int64_t after = g_heap_allocations.load();
+  EXPECT_TRUE(result.ok()) << result.status();
+  return after - before;
+}
+
+std::vector<Value> CounterInputs(int64_t m) {
+  std::vector<Value> in;
+  in.push_back(Scalar(m));
+  in.push_back(Scalar(0));
+  return in;
+}
+
+std::vector<Value> RnnInputs(int64_t m) {
+  std::vector<Value> in;
+  in.push_back(Scalar(m));
+  Tensor h(DataType::kFloat32, Shape{1, 8});
+  for (int i = 0; i < 8; ++i) h.mutable_data<float>()[i] = 0.1f * static_cast<float>(i);
+  in.push_back(Value(std::move(h)));
+  return in;
+}
+
+// The number of allocations of a run must not depend on how many iterations it makes: steady
+// state iterations allocate nothing (no tensors, no primitives, no containers).
+TEST(LoopTest, SteadyStateIterationsDoNotAllocate) {
+  auto counter = LoadOrDie(CasePath("loop13_counter_mM_cx"));
+  ASSERT_NE(counter, nullptr);
+  AllocationsForTripCount(*counter, 3, CounterInputs);  // warm caches (primitives, etc.)
+  const int64_t few = AllocationsForTripCount(*counter, 10, CounterInputs);
+  const int64_t many = AllocationsForTripCount(*counter, 5000, CounterInputs);
+  EXPECT_EQ(few, many);
+
+  auto rnn = LoadOrDie(CasePath("loop_rnn"));
+  ASSERT_NE(rnn, nullptr);
+  AllocationsForTripCount(*rnn, 3, RnnInputs);
+  const int64_t rnn_few = AllocationsForTripCount(*rnn, 10, RnnInputs);
+  const int64_t rnn_many = AllocationsForTripCount(*rnn, 2000, RnnInputs);
+  EXPECT_EQ(rnn_few, rnn_many);
+}
+
+}  // namespace
+}  // namespace loopserve::engine

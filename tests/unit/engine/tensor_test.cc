@@ -1,0 +1,79 @@
+#include "engine/tensor/tensor.h"
+
+#include "engine/tensor/shape.h"
+#include "engine/tensor/value.h"
+#include "gtest/gtest.h"
+
+namespace loopserve::engine {
+namespace {
+
+TEST(ShapeTest, ValidateDimsRejectsNegativeAndOverflow) {
+  EXPECT_TRUE(ValidateDims({2, 3}, "t").ok());
+  EXPECT_TRUE(ValidateDims({0, 1 << 30}, "t").ok());
+  EXPECT_EQ(ValidateDims({2, -1}, "t").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateDims({int64_t{1} << 32, int64_t{1} << 32}, "t").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShapeTest, BroadcastFollowsNumpy) {
+  auto s = BroadcastShapes(Shape{2, 1, 3}, Shape{4, 1});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (Shape{2, 4, 3}));
+  EXPECT_FALSE(BroadcastShapes(Shape{2, 3}, Shape{4}).ok());
+  EXPECT_EQ(*BroadcastShapes(Shape{}, Shape{5}), Shape{5});
+}
+
+TEST(ShapeTest, NormalizeAxis) {
+  EXPECT_EQ(*NormalizeAxis(-1, 3), 2);
+  EXPECT_EQ(*NormalizeAxis(0, 3), 0);
+  EXPECT_FALSE(NormalizeAxis(3, 3).ok());
+  EXPECT_FALSE(NormalizeAxis(-4, 3).ok());
+}
+
+TEST(TensorTest, ResizeReusesCapacity) {
+  Tensor t(DataType::kFloat32, Shape{16});
+  const void* data = t.raw_data();
+  const int64_t allocations = TensorAllocationCount();
+  t.Resize(DataType::kInt32, Shape{4, 2});
+  EXPECT_EQ(t.raw_data(), data);
+  t.Resize(DataType::kFloat32, Shape{16});
+  EXPECT_EQ(TensorAllocationCount(), allocations);
+  t.Resize(DataType::kFloat64, Shape{1000});
+  EXPECT_EQ(TensorAllocationCount(), allocations + 1);
+}
+
+TEST(TensorTest, ViewIsReplacedByOwnedBufferOnResize) {
+  const float source[2] = {1, 2};
+  Tensor v = Tensor::View(DataType::kFloat32, Shape{2}, source);
+  EXPECT_TRUE(v.is_view());
+  EXPECT_EQ(v.capacity(), 0u);
+  v.Resize(DataType::kFloat32, Shape{2});
+  EXPECT_FALSE(v.is_view());
+  EXPECT_NE(v.raw_data(), static_cast<const void*>(source));
+}
+
+TEST(TensorTest, ResizeKeepingDataPreservesPrefix) {
+  Tensor t(DataType::kInt64, Shape{2});
+  t.mutable_data<int64_t>()[0] = 7;
+  t.mutable_data<int64_t>()[1] = 9;
+  t.ResizeKeepingData(Shape{100}, 0);
+  EXPECT_EQ(t.data<int64_t>()[0], 7);
+  EXPECT_EQ(t.data<int64_t>()[1], 9);
+  EXPECT_GE(t.capacity(), 800u);
+}
+
+TEST(TensorTest, CopyFromAndSwapValues) {
+  Tensor a(DataType::kInt32, Shape{3});
+  for (int i = 0; i < 3; ++i) a.mutable_data<int32_t>()[i] = i + 1;
+  Value va(std::move(a));
+  Value vb;
+  vb.CopyFrom(va);
+  EXPECT_EQ(vb.tensor().data<int32_t>()[2], 3);
+  EXPECT_NE(vb.tensor().raw_data(), va.tensor().raw_data());
+  const void* pa = va.tensor().raw_data();
+  swap(va, vb);
+  EXPECT_EQ(vb.tensor().raw_data(), pa);
+}
+
+}  // namespace
+}  // namespace loopserve::engine
