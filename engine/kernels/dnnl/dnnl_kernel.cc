@@ -1,0 +1,254 @@
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/reference/broadcast.h"
+#include "engine/runtime/dnnl_util.h"
+#include "engine/runtime/run_context.h"
+
+namespace loopserve::engine {
+namespace {
+
+std::atomic<int64_t> g_creations{0};
+
+}  // namespace
+
+int64_t DnnlPrimitiveCreationCount() { return g_creations.load(std::memory_order_relaxed); }
+
+// The signature a frame ran last, with its op bound to memory objects and an argument table.
+class DnnlKernel::State : public KernelState {
+ public:
+  bool Matches(DataType type, const Tensor* const* inputs, int num_inputs) const {
+    if (op == nullptr || type != dtype) return false;
+    for (int i = 0; i < num_inputs; ++i) {
+      if ((inputs[i] != nullptr) != present[i]) return false;
+      if (inputs[i] != nullptr && inputs[i]->shape() != shapes[i]) return false;
+    }
+    return true;
+  }
+
+  DataType dtype = DataType::kUndefined;
+  bool present[kMaxInputs] = {};
+  Shape shapes[kMaxInputs];
+  std::shared_ptr<const PreparedOp> op;
+  std::vector<dnnl::memory> memories;  // one per op->bindings entry
+  std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
+  Tensor aux;                          // op->expand_input's broadcast copy
+};
+
+DnnlKernel::DnnlKernel(int num_inputs, int required_inputs)
+    : num_inputs_(num_inputs), required_inputs_(required_inputs) {}
+
+std::unique_ptr<KernelState> DnnlKernel::CreateState() const { return std::make_unique<State>(); }
+
+bool DnnlKernel::UsesDnnl(DataType type) const {
+  return type == DataType::kFloat32 || type == DataType::kFloat16 || type == DataType::kBFloat16;
+}
+
+dnnl::memory::desc DnnlKernel::Desc(absl::Span<const int64_t> dims, DataType type) {
+  return PlainDesc(Shape(dims), ToDnnl(type));
+}
+
+dnnl::primitive_attr DnnlKernel::UserScratchpadAttr() {
+  dnnl::primitive_attr attr;
+  // A user scratchpad (the run's) lets one const primitive run on any thread concurrently.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void DnnlKernel::AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& op) {
+  const dnnl::memory::desc scratchpad = pd.scratchpad_desc();
+  op.scratchpad_bytes = scratchpad.get_size();
+  if (op.scratchpad_bytes > 0) {
+    op.bindings.push_back({DNNL_ARG_SCRATCHPAD, BufferSource::kScratchpad, scratchpad});
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(
+    DataType type, const Shape* const* shapes) const {
+  Key key;
+  key.push_back(static_cast<int64_t>(type));
+  for (int i = 0; i < num_inputs_; ++i) {
+    if (shapes[i] == nullptr) {
+      key.push_back(-1);
+      continue;
+    }
+    key.push_back(shapes[i]->rank());
+    key.insert(key.end(), shapes[i]->dims().begin(), shapes[i]->dims().end());
+  }
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
+  // Prepared outside the lock: creation takes 20-300 us and other signatures need not wait.
+  std::shared_ptr<PreparedOp> op;
+  try {
+    absl::StatusOr<std::unique_ptr<PreparedOp>> prepared =
+        Prepare(type, absl::MakeConstSpan(shapes, num_inputs_));
+    if (!prepared.ok()) return prepared.status();
+    op = std::move(*prepared);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) return FromDnnlError(e);
+    op = std::make_shared<PreparedOp>();
+    op->mode = PreparedOp::Mode::kReference;
+  }
+  if (op->mode == PreparedOp::Mode::kExecute) g_creations.fetch_add(1, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  if (cache_.size() >= kMaxCachedSignatures) return std::shared_ptr<const PreparedOp>(op);
+  // A racing frame may have inserted the same signature; keep the first.
+  return cache_.emplace(std::move(key), std::move(op)).first->second;
+}
+
+absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, State& state) const {
+  state.op = nullptr;
+  const Shape* shapes[kMaxInputs] = {};
+  for (int i = 0; i < num_inputs_; ++i) {
+    if (inputs[i] != nullptr) shapes[i] = &inputs[i]->shape();
+  }
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedOp> op, Lookup(type, shapes));
+  state.memories.clear();
+  state.args.clear();
+  if (op->mode == PreparedOp::Mode::kExecute) {
+    state.memories.reserve(op->bindings.size());
+    state.args.reserve(op->bindings.size());
+    for (const ArgBinding& binding : op->bindings) {
+      state.memories.emplace_back(binding.desc, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
+      state.args.push_back({binding.arg, state.memories.back().get()});
+    }
+    if (op->expand_input >= 0) state.aux.Resize(type, op->aux_shape);
+  }
+  state.dtype = type;
+  for (int i = 0; i < num_inputs_; ++i) {
+    state.present[i] = inputs[i] != nullptr;
+    if (inputs[i] != nullptr) state.shapes[i] = inputs[i]->shape();
+  }
+  state.op = std::move(op);
+  return absl::OkStatus();
+}
+
+absl::Status DnnlKernel::Run(KernelContext& ctx) const {
+  const Tensor* inputs[kMaxInputs] = {};
+  DataType type = DataType::kUndefined;
+  for (int i = 0; i < num_inputs_; ++i) {
+    if (!ctx.has_input(i)) {
+      if (i < required_inputs_) {
+        return absl::InvalidArgumentError(absl::StrCat("input ", i, " is required"));
+      }
+      continue;
+    }
+    inputs[i] = &ctx.input(i);
+    if (type == DataType::kUndefined) {
+      type = inputs[i]->dtype();
+    } else if (inputs[i]->dtype() != type) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs have element types ",
+                                                     DataTypeName(type), " and ",
+                                                     DataTypeName(inputs[i]->dtype())));
+    }
+  }
+  if (!UsesDnnl(type)) return RunReference(ctx);
+
+  State& state = *ctx.state<State>();
+  if (!state.Matches(type, inputs, num_inputs_)) {
+    try {
+      LS_RETURN_IF_ERROR(Bind(type, inputs, state));
+    } catch (const dnnl::error& e) {
+      return FromDnnlError(e);
+    }
+  }
+  const PreparedOp& op = *state.op;
+  switch (op.mode) {
+    case PreparedOp::Mode::kReference:
+      return RunReference(ctx);
+    case PreparedOp::Mode::kEmpty:
+      ctx.output(0, type, op.output_shape);
+      return absl::OkStatus();
+    case PreparedOp::Mode::kZeroFill: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      std::memset(out->mutable_raw_data(), 0, out->ByteSize());
+      return absl::OkStatus();
+    }
+    case PreparedOp::Mode::kExecute:
+      break;
+  }
+
+  Tensor* out = ctx.output(0, type, op.output_shape);
+  RunContext& run = ctx.run_context();
+  const size_t element_size = DataTypeSize(type);
+  if (op.expand_input >= 0) {
+    const Tensor& in = *inputs[op.expand_input];
+    reference::BroadcastCopy(in.raw_data(), in.shape(), state.aux.mutable_raw_data(), op.aux_shape,
+                             element_size);
+  }
+  if (op.prefill_input >= 0) {
+    const Tensor& in = *inputs[op.prefill_input];
+    reference::BroadcastCopy(in.raw_data(), in.shape(), out->mutable_raw_data(), out->shape(),
+                             element_size);
+  }
+  try {
+    for (size_t i = 0; i < op.bindings.size(); ++i) {
+      void* handle = nullptr;
+      switch (op.bindings[i].source) {
+        case BufferSource::kInput0:
+        case BufferSource::kInput1:
+        case BufferSource::kInput2: {
+          const int input =
+              static_cast<int>(op.bindings[i].source) - static_cast<int>(BufferSource::kInput0);
+          handle = const_cast<void*>(inputs[input]->raw_data());
+          break;
+        }
+        case BufferSource::kOutput:
+          handle = out->mutable_raw_data();
+          break;
+        case BufferSource::kScratchpad:
+          handle = run.Scratchpad(op.scratchpad_bytes);
+          break;
+        case BufferSource::kAux:
+          handle = state.aux.mutable_raw_data();
+          break;
+      }
+      state.memories[i].set_data_handle(handle);
+    }
+  } catch (const dnnl::error& e) {
+    return FromDnnlError(e);
+  }
+  // The C entry point takes the pre-built argument table; the C++ one would build a vector from
+  // an unordered_map on every call.
+  const dnnl_status_t status =
+      dnnl_primitive_execute(op.primitive.get(), run.stream().get(),
+                             static_cast<int>(state.args.size()), state.args.data());
+  if (status != dnnl_success) {
+    return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void DnnlKernel::WarmUp(const KernelInit& init) const {
+  Shape shapes[kMaxInputs];
+  const Shape* present[kMaxInputs] = {};
+  DataType type = DataType::kUndefined;
+  for (int i = 0; i < num_inputs_ && i < init.num_inputs(); ++i) {
+    if (!init.has_input(i)) continue;
+    const ValueType& declared = init.input_type(i);
+    if (declared.kind != ValueKind::kTensor || !declared.dims.has_value()) return;
+    if (type != DataType::kUndefined && declared.dtype != type) return;
+    type = declared.dtype;
+    for (int64_t d : *declared.dims) {
+      if (d < 0) return;
+    }
+    absl::StatusOr<Shape> shape = ValidateDims(*declared.dims, "declared input");
+    if (!shape.ok()) return;
+    shapes[i] = *std::move(shape);
+    present[i] = &shapes[i];
+  }
+  if (type == DataType::kUndefined || !UsesDnnl(type)) return;
+  try {
+    (void)Lookup(type, present);
+  } catch (const dnnl::error&) {
+    // As for any other error: the run reports it.
+  }
+}
+
+}  // namespace loopserve::engine

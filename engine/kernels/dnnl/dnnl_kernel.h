@@ -1,0 +1,120 @@
+#pragma once
+
+// The machinery every oneDNN kernel shares: a per-kernel cache of primitives keyed by the input
+// signature (element type and shapes), and a per-frame state that keeps the primitive of the last
+// signature bound to pre-built dnnl::memory objects and an argument table. On a run whose
+// signature matches the previous one in the same frame (every Loop iteration after the first) a
+// kernel takes no lock, creates no primitive and allocates nothing: it swaps data handles in
+// (memory::set_data_handle, ~4 ns each) and executes.
+
+#include <atomic>
+#include <cstdint>
+#include <dnnl.hpp>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "engine/runtime/kernel.h"
+#include "engine/tensor/shape.h"
+
+namespace loopserve::engine {
+
+// Primitives the oneDNN kernels of this process have created (signature-cache misses, including
+// those at load). Tests use it to prove that steady-state runs create none. Thread-safe.
+int64_t DnnlPrimitiveCreationCount();
+
+// Where a primitive argument's buffer comes from on each run.
+enum class BufferSource : uint8_t { kInput0, kInput1, kInput2, kOutput, kScratchpad, kAux };
+
+struct ArgBinding {
+  int arg = 0;  // DNNL_ARG_*
+  BufferSource source = BufferSource::kOutput;
+  dnnl::memory::desc desc;
+};
+
+// What a kernel does for one input signature. Built by DnnlKernel::Prepare, then immutable and
+// shared by every frame (and thread) that runs the signature.
+struct PreparedOp {
+  enum class Mode : uint8_t {
+    kExecute,    // run `primitive`
+    kEmpty,      // the output has no elements: only size it (oneDNN takes no zero dims)
+    kZeroFill,   // the output is all zeros (a MatMul whose inner dim is 0)
+    kReference,  // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
+  };
+  Mode mode = Mode::kExecute;
+  Shape output_shape;
+  dnnl::primitive primitive;
+  std::vector<ArgBinding> bindings;
+  size_t scratchpad_bytes = 0;
+  // Before executing: when >= 0, input `expand_input` is broadcast-copied into the frame's aux
+  // buffer of shape `aux_shape` (oneDNN binary broadcasts only its second source).
+  int expand_input = -1;
+  Shape aux_shape;
+  // Before executing: when >= 0, input `prefill_input` is broadcast-copied into the output (Gemm's
+  // C, which a sum post-op then scales by beta).
+  int prefill_input = -1;
+};
+
+// Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their
+// fallback for element types oneDNN lacks (RunReference); this class caches, binds and executes.
+//
+// Thread-safe: Run may be called concurrently from many frames. The signature cache is guarded by
+// a mutex that is only taken when a frame sees a signature different from its previous one. The
+// cache holds at most kMaxCachedSignatures entries; past that, new signatures are prepared for
+// the frame that needs them and not cached (a shape that changes every iteration would otherwise
+// grow it without bound).
+class DnnlKernel : public Kernel {
+ public:
+  static constexpr int kMaxInputs = 3;
+  static constexpr size_t kMaxCachedSignatures = 64;
+
+  // The first `required_inputs` of `num_inputs` (<= kMaxInputs) inputs must be present.
+  DnnlKernel(int num_inputs, int required_inputs);
+
+  absl::Status Run(KernelContext& ctx) const final;
+  std::unique_ptr<KernelState> CreateState() const final;
+
+  // Prepares (and caches) the signature of the declared input types when they are fully known and
+  // oneDNN computes the type, so the first request does not pay for primitive creation. Errors are
+  // ignored here: the same inputs fail again, with the message, when they really arrive.
+  void WarmUp(const KernelInit& init) const;
+
+ protected:
+  // Whether oneDNN computes element type `type` for this op; others go to RunReference.
+  virtual bool UsesDnnl(DataType type) const;
+
+  // Describes the op for `type` and input shapes (`shapes[i]` null for an absent input). May
+  // throw dnnl::error; a dnnl "unimplemented" makes the signature use the reference kernel.
+  // InvalidArgument for shapes the op rejects.
+  virtual absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const = 0;
+
+  // Computes output 0 with the reference kernel.
+  virtual absl::Status RunReference(KernelContext& ctx) const = 0;
+
+  // Helpers for Prepare: the plain row-major descriptor of `dims`, and a finished kExecute op
+  // (scratchpad binding added from `pd`).
+  static dnnl::memory::desc Desc(absl::Span<const int64_t> dims, DataType type);
+  static dnnl::primitive_attr UserScratchpadAttr();
+  static void AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& op);
+
+ private:
+  class State;
+  using Key = absl::InlinedVector<int64_t, 16>;
+
+  absl::Status Bind(DataType type, const Tensor* const* inputs, State& state) const;
+  absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,
+                                                           const Shape* const* shapes) const;
+
+  const int num_inputs_;
+  const int required_inputs_;
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<Key, std::shared_ptr<const PreparedOp>> cache_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace loopserve::engine

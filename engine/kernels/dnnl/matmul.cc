@@ -1,0 +1,162 @@
+// oneDNN MatMul (numpy semantics) and Gemm, both on the matmul primitive.
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/dnnl/kernels.h"
+#include "engine/runtime/dnnl_util.h"
+
+namespace loopserve::engine {
+namespace {
+
+dnnl::memory::dims Concat(absl::Span<const int64_t> batch, int64_t rows, int64_t cols) {
+  dnnl::memory::dims dims(batch.begin(), batch.end());
+  dims.push_back(rows);
+  dims.push_back(cols);
+  return dims;
+}
+
+class MatMulKernel final : public DnnlKernel {
+ public:
+  MatMulKernel() : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2) {}
+
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    LS_ASSIGN_OR_RETURN(const reference::MatMulDims dims,
+                        reference::MatMulShapes(*shapes[0], *shapes[1]));
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = dims.output;
+    if (dims.output.NumElements() == 0) {
+      prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    if (dims.k == 0) {
+      prepared->mode = PreparedOp::Mode::kZeroFill;
+      return prepared;
+    }
+    if (dims.batch.rank() + 2 > DNNL_MAX_NDIMS) {
+      prepared->mode = PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    // A 1-D operand is already laid out as the promoted [1, k] or [k, 1] matrix, and the result
+    // as the [..., m, n] one.
+    const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
+    const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
+    const dnnl::memory::desc dst = Desc(Concat(dims.batch.dims(), dims.m, dims.n), type);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst),
+                                          UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::matmul(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
+                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::MatMul(ctx.input(0), ctx.input(1), ctx.output_value(0).mutable_tensor());
+  }
+};
+
+class GemmKernel final : public DnnlKernel {
+ public:
+  GemmKernel(const reference::GemmAttrs& attrs, int required_inputs)
+      : DnnlKernel(/*num_inputs=*/3, required_inputs), attrs_(attrs) {}
+
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    LS_ASSIGN_OR_RETURN(const reference::GemmDims dims,
+                        reference::GemmShapes(*shapes[0], *shapes[1], shapes[2], attrs_));
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = Shape{dims.m, dims.n};
+    if (dims.m == 0 || dims.n == 0) {
+      prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    if (dims.k == 0) {  // the result is beta * C (or zeros): nothing for oneDNN to do
+      prepared->mode = PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    const dnnl::memory::desc src = MatrixDesc(dims.m, dims.k, attrs_.trans_a, type);
+    const dnnl::memory::desc weights = MatrixDesc(dims.k, dims.n, attrs_.trans_b, type);
+    const dnnl::memory::desc dst = Desc({dims.m, dims.n}, type);
+    dnnl::primitive_attr attr = UserScratchpadAttr();
+    if (attrs_.alpha != 1.0f) attr.set_output_scales(0, {attrs_.alpha});
+    if (shapes[2] != nullptr && attrs_.beta != 0.0f) {
+      // dst is pre-filled with C broadcast to [M, N]; the sum post-op adds beta times it to
+      // alpha * A * B.
+      prepared->prefill_input = 2;
+      dnnl::post_ops post_ops;
+      post_ops.append_sum(attrs_.beta);
+      attr.set_post_ops(post_ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, CpuEngine());
+    prepared->primitive = dnnl::matmul(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
+                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+    return reference::Gemm(ctx.input(0), ctx.input(1), c, attrs_,
+                           ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  // A row-major [rows, cols] matrix, or the transpose of a stored [cols, rows] one.
+  static dnnl::memory::desc MatrixDesc(int64_t rows, int64_t cols, bool transposed, DataType type) {
+    // With a dim of 1 the transpose has the same layout as the plain matrix.
+    if (!transposed || rows == 1 || cols == 1) return Desc({rows, cols}, type);
+    return dnnl::memory::desc({rows, cols}, ToDnnl(type), {1, rows});
+  }
+
+  const reference::GemmAttrs attrs_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlMatMulKernel(const KernelInit& init) {
+  if (init.num_inputs() != 2 || init.node().outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 2 inputs and 1 output, got ",
+                                                   init.num_inputs(), " and ",
+                                                   init.node().outputs.size()));
+  }
+  auto kernel = std::make_unique<MatMulKernel>();
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGemmKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  // C is optional from opset 11 on.
+  const int required_inputs = node.opset >= 11 ? 2 : 3;
+  if (init.num_inputs() < required_inputs || init.num_inputs() > 3 || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", required_inputs == 2 ? "2 or 3" : "3", " inputs and 1 output, got ",
+        init.num_inputs(), " and ", node.outputs.size()));
+  }
+  if (required_inputs == 3 && !init.has_input(2)) {
+    return absl::InvalidArgumentError("input C is required before opset 11");
+  }
+  reference::GemmAttrs attrs;
+  LS_ASSIGN_OR_RETURN(attrs.alpha, node.GetFloat("alpha", 1.0f));
+  LS_ASSIGN_OR_RETURN(attrs.beta, node.GetFloat("beta", 1.0f));
+  LS_ASSIGN_OR_RETURN(const int64_t trans_a, node.GetInt("transA", 0));
+  LS_ASSIGN_OR_RETURN(const int64_t trans_b, node.GetInt("transB", 0));
+  attrs.trans_a = trans_a != 0;
+  attrs.trans_b = trans_b != 0;
+  if (node.opset < 7) {
+    LS_ASSIGN_OR_RETURN(const int64_t broadcast, node.GetInt("broadcast", 0));
+    attrs.c_exact_shape = broadcast == 0;
+  }
+  auto kernel = std::make_unique<GemmKernel>(attrs, required_inputs);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+}  // namespace loopserve::engine

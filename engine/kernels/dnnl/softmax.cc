@@ -1,0 +1,69 @@
+// oneDNN Softmax.
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/dnnl/kernels.h"
+#include "engine/runtime/dnnl_util.h"
+
+namespace loopserve::engine {
+namespace {
+
+class SoftmaxKernel final : public DnnlKernel {
+ public:
+  SoftmaxKernel(int64_t axis, bool coerce_2d)
+      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1), axis_(axis), coerce_2d_(coerce_2d) {}
+
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    LS_ASSIGN_OR_RETURN(const reference::SoftmaxDims dims,
+                        reference::SoftmaxShapes(*shapes[0], axis_, coerce_2d_));
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = *shapes[0];
+    if (shapes[0]->NumElements() == 0) {
+      prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    // Any input is [outer, axis_dim, inner] normalised along dim 1; drop inner when it is 1.
+    const dnnl::memory::desc desc = dims.inner == 1
+                                        ? Desc({dims.outer, dims.axis_dim}, type)
+                                        : Desc({dims.outer, dims.axis_dim, dims.inner}, type);
+    const dnnl::softmax_forward::primitive_desc pd(
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, desc, /*axis=*/1),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::softmax_forward(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, desc},
+                          {DNNL_ARG_DST, BufferSource::kOutput, desc}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::Softmax(ctx.input(0), axis_, coerce_2d_,
+                              ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  const int64_t axis_;
+  const bool coerce_2d_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlSoftmaxKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  if (init.num_inputs() != 1 || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected 1 input and 1 output, got ", init.num_inputs(), " and ", node.outputs.size()));
+  }
+  // Opset 13 changed Softmax from "flatten to 2-D at axis (default 1)" to "along axis (default
+  // -1)".
+  const bool coerce_2d = node.opset < 13;
+  LS_ASSIGN_OR_RETURN(const int64_t axis, node.GetInt("axis", coerce_2d ? 1 : -1));
+  auto kernel = std::make_unique<SoftmaxKernel>(axis, coerce_2d);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+}  // namespace loopserve::engine

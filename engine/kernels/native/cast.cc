@@ -1,0 +1,268 @@
+// Identity and Cast.
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/native/common.h"
+#include "engine/kernels/native/register_families.h"
+#include "engine/tensor/value.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+// Identity: a copy (never an alias: a view would dangle once a Loop swaps the source's buffer).
+// From opset 14 the input may be a sequence.
+class IdentityKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    return std::unique_ptr<Kernel>(new IdentityKernel());
+  }
+  bool AcceptsNonTensorInputs() const override { return true; }
+  absl::Status Run(KernelContext& ctx) const override {
+    const Value& in = ctx.input_value(0);
+    if (in.is_sequence()) {
+      ctx.output_value(0).CopyFrom(in);
+      return absl::OkStatus();
+    }
+    const Tensor& x = in.tensor();
+    CopyBytes(x, ctx.output(0, x.dtype(), x.shape()));
+    return absl::OkStatus();
+  }
+};
+
+// 16-bit float storage types, converted through float.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat {
+  uint16_t bits;
+};
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: normalise.
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs >= 0x7f800000u) {  // inf or NaN
+    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
+  }
+  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
+  if (abs < 0x38800000u) {                       // below the smallest normal half: subnormal
+    if (abs < 0x33000000u) return sign;          // rounds to zero
+    const uint32_t e = abs >> 23;
+    const uint32_t mant = (abs & 0x7fffff) | 0x800000;
+    const uint32_t shift = 126 - e;  // 14..24
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  // Normal: rebias and round to nearest even on the 13 dropped bits.
+  uint32_t h = ((abs >> 13) - (112u << 10));
+  const uint32_t rem = abs & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+float BFloatToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint16_t FloatToBFloat(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  if ((x & 0x7fffffff) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Reads any storage type as a C++ arithmetic value.
+template <typename T>
+auto Load(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return HalfToFloat(v.bits);
+  } else if constexpr (std::is_same_v<T, BFloat>) {
+    return BFloatToFloat(v.bits);
+  } else {
+    return v;
+  }
+}
+
+// Float to integer: truncation toward zero, saturating at the type's limits (NaN gives 0) so
+// out-of-range values are defined instead of undefined behaviour.
+template <typename To, typename From>
+To FloatToInt(From v) {
+  if (std::isnan(v)) return 0;
+  constexpr From lo = static_cast<From>(std::numeric_limits<To>::lowest());
+  constexpr From hi = static_cast<From>(std::numeric_limits<To>::max());
+  if (v <= lo) return std::numeric_limits<To>::lowest();
+  if (v >= hi) return std::numeric_limits<To>::max();
+  return static_cast<To>(v);
+}
+
+template <typename To, typename From>
+To Convert(From raw) {
+  const auto v = Load(raw);
+  using V = decltype(v);
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != 0;
+  } else if constexpr (std::is_same_v<To, Half>) {
+    return Half{FloatToHalf(static_cast<float>(v))};
+  } else if constexpr (std::is_same_v<To, BFloat>) {
+    return BFloat{FloatToBFloat(static_cast<float>(v))};
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<V>) {
+    return FloatToInt<To>(v);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Every engine dtype, with 16-bit floats as Half/BFloat.
+template <typename Fn>
+bool DispatchAll(DataType type, Fn&& fn) {
+  if (type == DataType::kFloat16) {
+    fn(TypeTag<Half>{});
+    return true;
+  }
+  if (type == DataType::kBFloat16) {
+    fn(TypeTag<BFloat>{});
+    return true;
+  }
+  return DispatchNumericOrBool(type, std::forward<Fn>(fn));
+}
+
+// ONNX TensorProto.DataType numbers and (opset 1) names.
+absl::StatusOr<DataType> OnnxType(int64_t code) {
+  switch (code) {
+    case 1:
+      return DataType::kFloat32;
+    case 2:
+      return DataType::kUint8;
+    case 3:
+      return DataType::kInt8;
+    case 4:
+      return DataType::kUint16;
+    case 5:
+      return DataType::kInt16;
+    case 6:
+      return DataType::kInt32;
+    case 7:
+      return DataType::kInt64;
+    case 9:
+      return DataType::kBool;
+    case 10:
+      return DataType::kFloat16;
+    case 11:
+      return DataType::kFloat64;
+    case 12:
+      return DataType::kUint32;
+    case 13:
+      return DataType::kUint64;
+    case 16:
+      return DataType::kBFloat16;
+    default:
+      break;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("cast to ONNX data type ", code, " is not supported"));
+}
+
+absl::StatusOr<DataType> OnnxTypeByName(const std::string& name) {
+  static constexpr struct {
+    const char* name;
+    int code;
+  } kNames[] = {{"FLOAT", 1},   {"UINT8", 2},   {"INT8", 3},     {"UINT16", 4},   {"INT16", 5},
+                {"INT32", 6},   {"INT64", 7},   {"BOOL", 9},     {"FLOAT16", 10}, {"DOUBLE", 11},
+                {"UINT32", 12}, {"UINT64", 13}, {"BFLOAT16", 16}};
+  for (const auto& n : kNames) {
+    if (name == n.name) return OnnxType(n.code);
+  }
+  return absl::UnimplementedError(absl::StrCat("cast to '", name, "' is not supported"));
+}
+
+class CastKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    const Attribute* to = init.node().FindAttribute("to");
+    if (to == nullptr) return absl::InvalidArgumentError("attribute 'to' is required");
+    DataType type;
+    if (to->type == Attribute::Type::kString) {
+      LS_ASSIGN_OR_RETURN(type, OnnxTypeByName(to->s));
+    } else if (to->type == Attribute::Type::kInt) {
+      LS_ASSIGN_OR_RETURN(type, OnnxType(to->i));
+    } else {
+      return absl::InvalidArgumentError("attribute 'to' must be an int (or a string at opset 1)");
+    }
+    return std::unique_ptr<Kernel>(new CastKernel(type));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const DataType from = x.dtype();
+    Tensor* y = ctx.output(0, to_, x.shape());
+    const int64_t n = x.NumElements();
+    if (from == to_) {
+      CopyBytes(x, y);
+      return absl::OkStatus();
+    }
+    const bool ok = DispatchAll(from, [&](auto from_tag) {
+      using F = typename decltype(from_tag)::type;
+      DispatchAll(to_, [&](auto to_tag) {
+        using T = typename decltype(to_tag)::type;
+        const F* in = static_cast<const F*>(x.raw_data());
+        T* out = static_cast<T*>(y->mutable_raw_data());
+        for (int64_t i = 0; i < n; ++i) out[i] = Convert<T>(in[i]);
+      });
+    });
+    if (!ok) return UnsupportedType("input", from);
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit CastKernel(DataType to) : to_(to) {}
+  DataType to_;
+};
+
+}  // namespace
+
+void RegisterCastKernels(KernelRegistry& registry) {
+  registry.Register("Identity", FactoryOf<IdentityKernel>());
+  registry.Register("Cast", FactoryOf<CastKernel>());
+}
+
+}  // namespace loopserve::engine::native

@@ -1,0 +1,86 @@
+// Concat: joins tensors of any element type along an axis.
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/native/common.h"
+#include "engine/kernels/native/register_families.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+class ConcatKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1 << 20));
+    for (int i = 0; i < init.num_inputs(); ++i) {
+      if (!init.has_input(i)) {
+        return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+      }
+    }
+    const Node& node = init.node();
+    // Opsets 1-3 default the axis to 1; from opset 4 it is required.
+    if (node.opset >= 4 && node.FindAttribute("axis") == nullptr) {
+      return absl::InvalidArgumentError("attribute 'axis' is required");
+    }
+    LS_ASSIGN_OR_RETURN(int64_t axis, node.GetInt("axis", 1));
+    return std::unique_ptr<Kernel>(new ConcatKernel(axis));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const int n = ctx.num_inputs();
+    const Tensor& first = ctx.input(0);
+    const int rank = first.rank();
+    if (rank == 0) return absl::InvalidArgumentError("cannot concatenate scalars");
+    LS_ASSIGN_OR_RETURN(const int axis, NormalizeAxis(axis_, rank));
+    Shape out_shape = first.shape();
+    int64_t axis_total = 0;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& t = ctx.input(i);
+      if (t.dtype() != first.dtype()) {
+        return TypeMismatch(absl::StrCat("input ", i), t.dtype(), "input 0", first.dtype());
+      }
+      bool match = t.rank() == rank;
+      for (int d = 0; match && d < rank; ++d) {
+        if (d != axis && t.dim(d) != first.dim(d)) match = false;
+      }
+      if (!match) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input ", i, " has shape ", t.shape().ToString(), ", which does not match input 0's ",
+            first.shape().ToString(), " outside axis ", axis));
+      }
+      axis_total += t.dim(axis);
+    }
+    out_shape[axis] = axis_total;
+    LS_RETURN_IF_ERROR(ValidateDims(out_shape.dims(), "output").status());
+    Tensor* y = ctx.output(0, first.dtype(), out_shape);
+    const size_t elem = DataTypeSize(first.dtype());
+    const int64_t outer = out_shape.NumElements(0, axis);
+    const size_t inner_bytes = static_cast<size_t>(out_shape.NumElements(axis + 1, rank)) * elem;
+    const size_t out_row = static_cast<size_t>(axis_total) * inner_bytes;
+    char* out = static_cast<char*>(y->mutable_raw_data());
+    size_t offset = 0;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& t = ctx.input(i);
+      const size_t row = static_cast<size_t>(t.dim(axis)) * inner_bytes;
+      if (row == 0) continue;
+      const char* in = static_cast<const char*>(t.raw_data());
+      for (int64_t o = 0; o < outer; ++o) {
+        std::memcpy(out + o * out_row + offset, in + o * row, row);
+      }
+      offset += row;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit ConcatKernel(int64_t axis) : axis_(axis) {}
+  int64_t axis_;
+};
+
+}  // namespace
+
+void RegisterConcatKernels(KernelRegistry& registry) {
+  registry.Register("Concat", FactoryOf<ConcatKernel>());
+}
+
+}  // namespace loopserve::engine::native

@@ -1,0 +1,360 @@
+// Elementwise math: Ceil, Floor, Sign, Reciprocal, Pow, Mod, Max, Min, Where.
+
+#include "engine/kernels/native/elementwise.h"
+
+#include <cmath>
+#include <limits>
+
+#include "engine/kernels/native/register_families.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+struct CeilOp {
+  template <typename T>
+  static constexpr bool Accepts() {
+    return kIsFloat<T>;
+  }
+  template <typename T>
+  static T Apply(T x) {
+    return std::ceil(x);
+  }
+};
+struct FloorOp {
+  template <typename T>
+  static constexpr bool Accepts() {
+    return kIsFloat<T>;
+  }
+  template <typename T>
+  static T Apply(T x) {
+    return std::floor(x);
+  }
+};
+struct ReciprocalOp {
+  template <typename T>
+  static constexpr bool Accepts() {
+    return kIsFloat<T>;
+  }
+  template <typename T>
+  static T Apply(T x) {
+    return T{1} / x;
+  }
+};
+// Sign: -1, 0 or 1; NaN stays NaN.
+struct SignOp {
+  template <typename T>
+  static constexpr bool Accepts() {
+    return !kIsBool<T>;
+  }
+  template <typename T>
+  static T Apply(T x) {
+    if constexpr (std::is_unsigned_v<T>) {
+      return x > 0 ? T{1} : T{0};
+    } else {
+      return x > 0 ? T{1} : (x < 0 ? T{-1} : x);
+    }
+  }
+};
+
+// A float-to-integer conversion that saturates instead of being undefined out of range.
+template <typename To>
+To SaturatingCast(double v) {
+  if (std::isnan(v)) return 0;
+  if (v <= static_cast<double>(std::numeric_limits<To>::lowest())) {
+    return std::numeric_limits<To>::lowest();
+  }
+  if (v >= static_cast<double>(std::numeric_limits<To>::max())) {
+    return std::numeric_limits<To>::max();
+  }
+  return static_cast<To>(v);
+}
+
+// Integer power by squaring; wraps on overflow like the integer types do (computed unsigned to
+// keep it defined). A negative exponent gives the truncated result: 0 unless |base| is 1.
+template <typename T, typename E>
+T IntPow(T base, E exp) {
+  if constexpr (std::is_signed_v<E>) {
+    if (exp < 0) {
+      if (base == 1) return 1;
+      if constexpr (std::is_signed_v<T>) {
+        if (base == -1) return (exp % 2 == 0) ? 1 : -1;
+      }
+      return 0;
+    }
+  }
+  using U = std::make_unsigned_t<T>;
+  U result = 1;
+  U b = static_cast<U>(base);
+  auto e = static_cast<std::make_unsigned_t<E>>(exp);
+  while (e != 0) {
+    if (e & 1) result = static_cast<U>(result * b);
+    b = static_cast<U>(b * b);
+    e >>= 1;
+  }
+  return static_cast<T>(result);
+}
+
+template <typename T, typename E>
+T PowValue(T base, E exp) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(std::pow(base, static_cast<T>(exp)));
+  } else if constexpr (std::is_floating_point_v<E>) {
+    return SaturatingCast<T>(std::pow(static_cast<double>(base), static_cast<double>(exp)));
+  } else {
+    return IntPow(base, exp);
+  }
+}
+
+// Pow: base X of type T, exponent Y of any numeric type T1 (one type before opset 12), output T.
+class PowKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init, bool legacy) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
+    LS_ASSIGN_OR_RETURN(LegacyBroadcast l, ReadLegacyBroadcast(init, legacy));
+    return std::unique_ptr<Kernel>(new PowKernel(l));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& e = ctx.input(1);
+    Shape e_shape = e.shape();
+    LS_RETURN_IF_ERROR(ApplyLegacyBroadcast(legacy_, x.shape(), &e_shape));
+    Broadcast<2> bc;
+    LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&x.shape(), &e_shape}, &bc));
+    bool exp_ok = true;
+    const bool base_ok = DispatchNumeric(x.dtype(), [&](auto base_tag) {
+      using T = typename decltype(base_tag)::type;
+      exp_ok = DispatchNumeric(e.dtype(), [&](auto exp_tag) {
+        using E = typename decltype(exp_tag)::type;
+        Tensor* y = ctx.output(0, x.dtype(), bc.out_shape);
+        const T* px = x.data<T>();
+        const E* pe = e.data<E>();
+        T* out = y->mutable_data<T>();
+        ForEachBroadcast<2>(bc, [&](int64_t o, const std::array<int64_t, 2>& in) {
+          out[o] = PowValue(px[in[0]], pe[in[1]]);
+        });
+      });
+    });
+    if (!base_ok) return UnsupportedType("input X", x.dtype());
+    if (!exp_ok) return UnsupportedType("input Y", e.dtype());
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit PowKernel(LegacyBroadcast legacy) : legacy_(legacy) {}
+  LegacyBroadcast legacy_;
+};
+
+// Mod: integer mod (sign of the divisor) by default; fmod=1 gives C fmod (sign of the dividend),
+// which floating-point inputs require.
+class ModKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
+    LS_ASSIGN_OR_RETURN(int64_t fmod, init.node().GetInt("fmod", 0));
+    if (fmod != 0 && fmod != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute fmod must be 0 or 1, got ", fmod));
+    }
+    return std::unique_ptr<Kernel>(new ModKernel(fmod == 1));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.dtype() != b.dtype()) return TypeMismatch("input A", a.dtype(), "input B", b.dtype());
+    if (IsFloatingPoint(a.dtype()) && !fmod_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute fmod must be 1 for ", DataTypeName(a.dtype()), " inputs"));
+    }
+    Broadcast<2> bc;
+    LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&a.shape(), &b.shape()}, &bc));
+    bool divided_by_zero = false;
+    const bool ok = DispatchNumeric(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, a.dtype(), bc.out_shape);
+      const T* pa = a.data<T>();
+      const T* pb = b.data<T>();
+      T* out = y->mutable_data<T>();
+      const bool fmod = fmod_;
+      ForEachBroadcast<2>(bc, [&](int64_t o, const std::array<int64_t, 2>& in) {
+        const T x = pa[in[0]];
+        const T d = pb[in[1]];
+        if constexpr (std::is_floating_point_v<T>) {
+          out[o] = std::fmod(x, d);
+        } else {
+          if (d == 0) {
+            divided_by_zero = true;
+            out[o] = 0;
+            return;
+          }
+          if constexpr (std::is_signed_v<T>) {
+            // x % -1 traps for the most negative x; it is always 0.
+            if (d == -1) {
+              out[o] = 0;
+              return;
+            }
+            T r = static_cast<T>(x % d);
+            if (!fmod && r != 0 && ((r < 0) != (d < 0))) r = static_cast<T>(r + d);
+            out[o] = r;
+          } else {
+            out[o] = static_cast<T>(x % d);
+          }
+        }
+      });
+    });
+    if (!ok) return UnsupportedType("input A", a.dtype());
+    if (divided_by_zero) return absl::InvalidArgumentError("integer modulo by zero");
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit ModKernel(bool fmod) : fmod_(fmod) {}
+  bool fmod_;
+};
+
+// Max / Min of any number of inputs, broadcast together. NaN wins (as in numpy).
+template <bool kMax>
+class MinMaxKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1 << 20));
+    for (int i = 0; i < init.num_inputs(); ++i) {
+      if (!init.has_input(i)) {
+        return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+      }
+    }
+    return std::unique_ptr<Kernel>(new MinMaxKernel());
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const int n = ctx.num_inputs();
+    const Tensor& first = ctx.input(0);
+    if (n == 2) {
+      const Tensor& second = ctx.input(1);
+      if (second.dtype() != first.dtype()) {
+        return TypeMismatch("input 1", second.dtype(), "input 0", first.dtype());
+      }
+      return RunBinary(ctx, first, second);
+    }
+    Shape out_shape = first.shape();
+    for (int i = 1; i < n; ++i) {
+      const Tensor& t = ctx.input(i);
+      if (t.dtype() != first.dtype()) {
+        return TypeMismatch(absl::StrCat("input ", i), t.dtype(), "input 0", first.dtype());
+      }
+      Broadcast<2> bc;
+      LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&out_shape, &t.shape()}, &bc));
+      out_shape = bc.out_shape;
+    }
+    absl::Status status;
+    const bool ok = DispatchNumeric(first.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, first.dtype(), out_shape);
+      T* out = y->mutable_data<T>();
+      // out = first broadcast to out_shape, then out = op(out, input i) in place.
+      Broadcast<2> bc;
+      status = PrepareBroadcast<2>({&out_shape, &first.shape()}, &bc);
+      if (!status.ok()) return;
+      const T* p0 = first.data<T>();
+      ForEachBroadcast<2>(bc,
+                          [&](int64_t o, const std::array<int64_t, 2>& in) { out[o] = p0[in[1]]; });
+      for (int i = 1; i < n; ++i) {
+        const Tensor& t = ctx.input(i);
+        status = PrepareBroadcast<2>({&out_shape, &t.shape()}, &bc);
+        if (!status.ok()) return;
+        const T* p = t.data<T>();
+        ForEachBroadcast<2>(bc, [&](int64_t o, const std::array<int64_t, 2>& in) {
+          out[o] = Pick(out[o], p[in[1]]);
+        });
+      }
+    });
+    if (!ok) return UnsupportedType("input 0", first.dtype());
+    return status;
+  }
+
+ private:
+  MinMaxKernel() = default;
+
+  // The common two-input case in one broadcast pass.
+  absl::Status RunBinary(KernelContext& ctx, const Tensor& a, const Tensor& b) const {
+    Broadcast<2> bc;
+    LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&a.shape(), &b.shape()}, &bc));
+    const bool ok = DispatchNumeric(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, a.dtype(), bc.out_shape);
+      const T* pa = a.data<T>();
+      const T* pb = b.data<T>();
+      T* out = y->mutable_data<T>();
+      ForEachBroadcast<2>(bc, [&](int64_t o, const std::array<int64_t, 2>& in) {
+        out[o] = Pick(pa[in[0]], pb[in[1]]);
+      });
+    });
+    if (!ok) return UnsupportedType("input 0", a.dtype());
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  static T Pick(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a)) return a;
+      if (std::isnan(b)) return b;
+    }
+    if constexpr (kMax) {
+      return a < b ? b : a;
+    } else {
+      return b < a ? b : a;
+    }
+  }
+};
+
+// Where(condition, X, Y) with three-way broadcasting; X and Y of any (equal) element type.
+class WhereKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 3, 3));
+    return std::unique_ptr<Kernel>(new WhereKernel());
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& c = ctx.input(0);
+    const Tensor& x = ctx.input(1);
+    const Tensor& y = ctx.input(2);
+    if (c.dtype() != DataType::kBool) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("condition must be bool, got ", DataTypeName(c.dtype())));
+    }
+    if (x.dtype() != y.dtype()) return TypeMismatch("input X", x.dtype(), "input Y", y.dtype());
+    Broadcast<3> bc;
+    LS_RETURN_IF_ERROR(PrepareBroadcast<3>({&c.shape(), &x.shape(), &y.shape()}, &bc));
+    Tensor* out = ctx.output(0, x.dtype(), bc.out_shape);
+    const bool ok = DispatchBySize(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const bool* pc = c.data<bool>();
+      const T* px = x.data<T>();
+      const T* py = y.data<T>();
+      T* po = out->mutable_data<T>();
+      ForEachBroadcast<3>(bc, [&](int64_t o, const std::array<int64_t, 3>& in) {
+        po[o] = pc[in[0]] ? px[in[1]] : py[in[2]];
+      });
+    });
+    if (!ok) return UnsupportedType("input X", x.dtype());
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+void RegisterElementwiseKernels(KernelRegistry& registry) {
+  registry.Register("Ceil", FactoryOf<UnaryKernel<CeilOp>>());
+  registry.Register("Floor", FactoryOf<UnaryKernel<FloorOp>>());
+  registry.Register("Reciprocal", FactoryOf<UnaryKernel<ReciprocalOp>>());
+  registry.Register("Sign", FactoryOf<UnaryKernel<SignOp>>());
+  registry.Register("Pow", FactoryOf<PowKernel>(true), 1, 6);
+  registry.Register("Pow", FactoryOf<PowKernel>(false), 7);
+  registry.Register("Mod", FactoryOf<ModKernel>());
+  registry.Register("Max", FactoryOf<MinMaxKernel<true>>());
+  registry.Register("Min", FactoryOf<MinMaxKernel<false>>());
+  registry.Register("Where", FactoryOf<WhereKernel>());
+}
+
+}  // namespace loopserve::engine::native

@@ -1,0 +1,280 @@
+// ReduceSum/Mean/Max/Min/Prod and ArgMax/ArgMin.
+//
+// Reductions walk the input once in row-major order, accumulating into the output element each
+// input element maps to (output stride 0 along reduced axes); that keeps them allocation-free and
+// cache-friendly for any set of axes.
+
+#include <cmath>
+#include <limits>
+
+#include "engine/kernels/native/elementwise.h"
+#include "engine/kernels/native/register_families.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd };
+
+template <typename T>
+T Initial(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd:
+      return T{1};
+    case ReduceOp::kMax:
+      if constexpr (std::numeric_limits<T>::has_infinity) {
+        return -std::numeric_limits<T>::infinity();
+      } else {
+        return std::numeric_limits<T>::lowest();
+      }
+    case ReduceOp::kMin:
+      if constexpr (std::numeric_limits<T>::has_infinity) {
+        return std::numeric_limits<T>::infinity();
+      } else {
+        return std::numeric_limits<T>::max();
+      }
+    default:
+      return T{0};
+  }
+}
+
+template <typename T>
+bool IsNan(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::isnan(v);
+  } else {
+    return false;
+  }
+}
+
+template <ReduceOp kOp, typename T>
+void Accumulate(T* out, const T* in, const Broadcast<2>& walk) {
+  ForEachBroadcast<2>(walk, [&](int64_t i, const std::array<int64_t, 2>& off) {
+    T& acc = out[off[1]];
+    const T v = in[i];
+    if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kMean) {
+      acc = static_cast<T>(acc + v);
+    } else if constexpr (kOp == ReduceOp::kProd) {
+      acc = static_cast<T>(acc * v);
+    } else if constexpr (kOp == ReduceOp::kMax) {
+      if (IsNan(v) || acc < v) acc = v;
+    } else {
+      if (IsNan(v) || v < acc) acc = v;
+    }
+  });
+}
+
+// Axes come from the "axes" attribute (ReduceSum before 13, the others before 18) or from the
+// optional input 1 (with noop_with_empty_axes).
+class ReduceKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init, ReduceOp op,
+                                                        ListFrom from) {
+    auto kernel = std::unique_ptr<ReduceKernel>(new ReduceKernel());
+    kernel->op_ = op;
+    kernel->from_ = from;
+    const Node& node = init.node();
+    LS_ASSIGN_OR_RETURN(int64_t keepdims, node.GetInt("keepdims", 1));
+    kernel->keepdims_ = keepdims != 0;
+    if (from == ListFrom::kAttribute) {
+      LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+      LS_ASSIGN_OR_RETURN(kernel->attr_axes_, OptionalIntsAttribute(node, "axes"));
+    } else {
+      LS_RETURN_IF_ERROR(CheckArity(init, 1, 2));
+      LS_ASSIGN_OR_RETURN(int64_t noop, node.GetInt("noop_with_empty_axes", 0));
+      kernel->noop_with_empty_axes_ = noop != 0;
+    }
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const int rank = x.rank();
+    DimVector axes;
+    if (from_ == ListFrom::kAttribute) {
+      if (attr_axes_.has_value()) axes = *attr_axes_;
+    } else if (ctx.has_input(1)) {
+      if (ctx.input(1).dtype() != DataType::kInt64) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input 'axes' must be int64, got ", DataTypeName(ctx.input(1).dtype())));
+      }
+      LS_RETURN_IF_ERROR(ReadIndexList(ctx.input(1), "input 'axes'", &axes));
+    }
+    if (axes.empty() && noop_with_empty_axes_) {
+      CopyBytes(x, ctx.output(0, x.dtype(), x.shape()));
+      return absl::OkStatus();
+    }
+    LS_RETURN_IF_ERROR(NormalizeAxes(axes, rank, "axes"));
+    absl::InlinedVector<bool, 8> reduced(rank, axes.empty());
+    for (int64_t a : axes) reduced[a] = true;
+
+    // Output shape and, per input dim, the output stride (0 along reduced dims).
+    Shape out_shape;
+    Shape::Dims& out_dims = out_shape.mutable_dims();
+    Broadcast<2> walk;
+    walk.strides[1].resize(rank);
+    int64_t count = 1;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (reduced[d]) {
+        count *= x.dim(d);
+        walk.strides[1][d] = 0;
+      } else {
+        walk.strides[1][d] = stride;
+        stride *= x.dim(d);
+      }
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (!reduced[d]) {
+        out_dims.push_back(x.dim(d));
+      } else if (keepdims_) {
+        out_dims.push_back(1);
+      }
+    }
+    walk.dims.assign(x.shape().dims().begin(), x.shape().dims().end());
+    RowMajorStrides(x.shape(), &walk.strides[0]);
+    walk.num_elements = x.NumElements();
+
+    const bool ok = DispatchNumeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, x.dtype(), out_shape);
+      T* out = y->mutable_data<T>();
+      const int64_t n_out = out_shape.NumElements();
+      std::fill(out, out + n_out, Initial<T>(op_));
+      const T* in = x.data<T>();
+      switch (op_) {
+        case ReduceOp::kSum:
+          Accumulate<ReduceOp::kSum>(out, in, walk);
+          break;
+        case ReduceOp::kMean:
+          Accumulate<ReduceOp::kMean>(out, in, walk);
+          break;
+        case ReduceOp::kMax:
+          Accumulate<ReduceOp::kMax>(out, in, walk);
+          break;
+        case ReduceOp::kMin:
+          Accumulate<ReduceOp::kMin>(out, in, walk);
+          break;
+        case ReduceOp::kProd:
+          Accumulate<ReduceOp::kProd>(out, in, walk);
+          break;
+      }
+      if (op_ == ReduceOp::kMean) {
+        for (int64_t i = 0; i < n_out; ++i) {
+          if (count != 0) {
+            out[i] = static_cast<T>(out[i] / static_cast<T>(count));
+          } else if constexpr (std::is_floating_point_v<T>) {
+            out[i] = std::numeric_limits<T>::quiet_NaN();  // mean of nothing
+          }
+        }
+      }
+    });
+    if (!ok) return UnsupportedType("input", x.dtype());
+    return absl::OkStatus();
+  }
+
+ private:
+  ReduceKernel() = default;
+  ReduceOp op_ = ReduceOp::kSum;
+  ListFrom from_ = ListFrom::kAttribute;
+  bool keepdims_ = true;
+  bool noop_with_empty_axes_ = false;
+  std::optional<DimVector> attr_axes_;
+};
+
+// ArgMax / ArgMin along one axis; the first extreme index unless select_last_index (opset 12+).
+// NaN counts as the extreme value, as in numpy.
+template <bool kMax>
+class ArgKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    const Node& node = init.node();
+    LS_ASSIGN_OR_RETURN(int64_t axis, node.GetInt("axis", 0));
+    LS_ASSIGN_OR_RETURN(int64_t keepdims, node.GetInt("keepdims", 1));
+    LS_ASSIGN_OR_RETURN(int64_t last, node.GetInt("select_last_index", 0));
+    return std::unique_ptr<Kernel>(new ArgKernel(axis, keepdims != 0, last != 0));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const int rank = x.rank();
+    const int rank_for_axis = std::max(rank, 1);
+    LS_ASSIGN_OR_RETURN(const int axis, NormalizeAxis(axis_, rank_for_axis));
+    const int64_t n = rank == 0 ? 1 : x.dim(axis);
+    if (n == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot take the arg", kMax ? "max" : "min",
+                                                     " of an empty axis ", axis, " (shape ",
+                                                     x.shape().ToString(), ")"));
+    }
+    Shape out_shape;
+    Shape::Dims& dims = out_shape.mutable_dims();
+    for (int d = 0; d < rank; ++d) {
+      if (d != axis) {
+        dims.push_back(x.dim(d));
+      } else if (keepdims_) {
+        dims.push_back(1);
+      }
+    }
+    const int64_t outer = rank == 0 ? 1 : x.shape().NumElements(0, axis);
+    const int64_t inner = rank == 0 ? 1 : x.shape().NumElements(axis + 1, rank);
+    const bool ok = DispatchNumeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, DataType::kInt64, out_shape);
+      int64_t* out = y->mutable_data<int64_t>();
+      const T* in = x.data<T>();
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t i = 0; i < inner; ++i) {
+          const T* p = in + o * n * inner + i;
+          T best = p[0];
+          int64_t best_k = 0;
+          for (int64_t k = 1; k < n; ++k) {
+            const T v = p[k * inner];
+            if (Better(v, best)) {
+              best = v;
+              best_k = k;
+            }
+          }
+          out[o * inner + i] = best_k;
+        }
+      }
+    });
+    if (!ok) return UnsupportedType("input", x.dtype());
+    return absl::OkStatus();
+  }
+
+ private:
+  ArgKernel(int64_t axis, bool keepdims, bool last)
+      : axis_(axis), keepdims_(keepdims), select_last_(last) {}
+
+  // Whether v replaces the current best.
+  template <typename T>
+  bool Better(T v, T best) const {
+    if (IsNan(best)) return select_last_ && IsNan(v);
+    if (IsNan(v)) return true;
+    if (select_last_) return kMax ? !(v < best) : !(best < v);
+    return kMax ? best < v : v < best;
+  }
+
+  int64_t axis_;
+  bool keepdims_;
+  bool select_last_;
+};
+
+void RegisterReduce(KernelRegistry& registry, const char* name, ReduceOp op, int input_since) {
+  registry.Register(name, FactoryOf<ReduceKernel>(op, ListFrom::kAttribute), 1, input_since - 1);
+  registry.Register(name, FactoryOf<ReduceKernel>(op, ListFrom::kInput), input_since);
+}
+
+}  // namespace
+
+void RegisterReduceKernels(KernelRegistry& registry) {
+  RegisterReduce(registry, "ReduceSum", ReduceOp::kSum, 13);
+  RegisterReduce(registry, "ReduceMean", ReduceOp::kMean, 18);
+  RegisterReduce(registry, "ReduceMax", ReduceOp::kMax, 18);
+  RegisterReduce(registry, "ReduceMin", ReduceOp::kMin, 18);
+  RegisterReduce(registry, "ReduceProd", ReduceOp::kProd, 18);
+  registry.Register("ArgMax", FactoryOf<ArgKernel<true>>());
+  registry.Register("ArgMin", FactoryOf<ArgKernel<false>>());
+}
+
+}  // namespace loopserve::engine::native

@@ -1,1 +1,0 @@
-// Naive reference kernels; see reference.h.

@@ -1,0 +1,151 @@
+// Ceil, Floor, Sign, Reciprocal, Pow, Mod, Max, Min, Where.
+
+#include <cmath>
+#include <limits>
+
+#include "tests/unit/engine/kernels/native/test_util.h"
+
+namespace loopserve::engine::native_test {
+namespace {
+
+const float kNan = std::numeric_limits<float>::quiet_NaN();
+
+TEST(UnaryTest, CeilFloor) {
+  // Spec examples: ceil([-1.5, 1.2]) = [-1, 2], floor([-1.5, 1.2, 2]) = [-2, 1, 2].
+  ExpectTensor<float>(RunOk(OpCase("Ceil", 13).In(Make<float>({2}, {-1.5f, 1.2f}))), {2}, {-1, 2});
+  ExpectTensor<double>(RunOk(OpCase("Floor", 13).In(Make<double>({3}, {-1.5, 1.2, 2}))), {3},
+                       {-2, 1, 2});
+  ExpectError(OpCase("Ceil", 13).In(I64({1})), absl::StatusCode::kInvalidArgument, "int64");
+}
+
+TEST(UnaryTest, SignReciprocal) {
+  ExpectTensor<float>(RunOk(OpCase("Sign", 13).In(Make<float>({4}, {-3.5f, 0, 2, kNan}))), {4},
+                      {-1, 0, 1, kNan});
+  ExpectTensor<int64_t>(RunOk(OpCase("Sign", 13).In(I64({-7, 0, 9}))), {3}, {-1, 0, 1});
+  ExpectTensor<uint8_t>(RunOk(OpCase("Sign", 13).In(Make<uint8_t>({2}, {0, 200}))), {2}, {0, 1});
+  // Spec example: reciprocal([-4, 2]) = [-0.25, 0.5].
+  ExpectTensor<float>(RunOk(OpCase("Reciprocal", 13).In(Make<float>({2}, {-4, 2}))), {2},
+                      {-0.25f, 0.5f});
+  ExpectError(OpCase("Reciprocal", 13).In(I64({2})), absl::StatusCode::kInvalidArgument, "int64");
+}
+
+TEST(PowTest, SpecExamples) {
+  // pow([1,2,3], [4,5,6]) = [1, 32, 729]; pow([1,2,3], 2) = [1,4,9].
+  ExpectTensor<float>(
+      RunOk(OpCase("Pow", 15).In(Make<float>({3}, {1, 2, 3})).In(Make<float>({3}, {4, 5, 6}))), {3},
+      {1, 32, 729});
+  ExpectTensor<float>(RunOk(OpCase("Pow", 15).In(Make<float>({3}, {1, 2, 3})).In(Scalar<float>(2))),
+                      {3}, {1, 4, 9});
+  // test_pow_bcast_array: x [2,3], y [3] = [1,2,3].
+  ExpectTensor<int32_t>(RunOk(OpCase("Pow", 15)
+                                  .In(Make<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                  .In(Make<int32_t>({3}, {1, 2, 3}))),
+                        {2, 3}, {1, 4, 27, 4, 25, 216});
+}
+
+TEST(PowTest, MixedTypes) {
+  // test_pow_types_int64_float32: [1,2,3] ^ [4,5,6] = [1,32,729] as int64.
+  ExpectTensor<int64_t>(RunOk(OpCase("Pow", 15).In(I64({1, 2, 3})).In(Make<float>({3}, {4, 5, 6}))),
+                        {3}, {1, 32, 729});
+  ExpectTensor<float>(RunOk(OpCase("Pow", 15).In(Make<float>({2}, {2, 4})).In(I64({-1, 3}))), {2},
+                      {0.5f, 64});
+  // Integer exponents: negative ones truncate to 0 unless |base| is 1.
+  ExpectTensor<int64_t>(RunOk(OpCase("Pow", 15).In(I64({2, -1, 1, -3})).In(I64({-1, -3, -5, 3}))),
+                        {4}, {0, -1, 1, -27});
+  ExpectError(OpCase("Pow", 15).In(Make<bool>({1}, {true})).In(I64({1})),
+              absl::StatusCode::kInvalidArgument, "input X has element type bool");
+}
+
+TEST(ModTest, IntegerModFollowsDivisorSign) {
+  // test_mod_mixed_sign_int64: [-4,7,5,4,-7,8] mod [2,-3,8,-2,3,5] = [0,-2,5,0,2,3].
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("Mod", 13).In(I64({-4, 7, 5, 4, -7, 8})).In(I64({2, -3, 8, -2, 3, 5}))), {6},
+      {0, -2, 5, 0, 2, 3});
+  // test_mod_int64_fmod: fmod=1 follows the dividend: [0,1,5,0,-1,3].
+  ExpectTensor<int64_t>(RunOk(OpCase("Mod", 13)
+                                  .In(I64({-4, 7, 5, 4, -7, 8}))
+                                  .In(I64({2, -3, 8, -2, 3, 5}))
+                                  .Attr("fmod", IntAttr(1))),
+                        {6}, {0, 1, 5, 0, -1, 3});
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("Mod", 13).In(I64({std::numeric_limits<int64_t>::min(), 5})).In(I64({-1, -1}))),
+      {2}, {0, 0});
+}
+
+TEST(ModTest, FloatFmodAndBroadcast) {
+  // test_mod_mixed_sign_float32 with fmod=1: [-4.3,7.2,5,4.3,-7.2,8] fmod [2.1,-3.4,8,-2.1,3.4,5].
+  ExpectTensor<float>(RunOk(OpCase("Mod", 13)
+                                .In(Make<float>({6}, {-4.3f, 7.2f, 5.0f, 4.3f, -7.2f, 8.0f}))
+                                .In(Make<float>({6}, {2.1f, -3.4f, 8.0f, -2.1f, 3.4f, 5.0f}))
+                                .Attr("fmod", IntAttr(1))),
+                      {6},
+                      {std::fmod(-4.3f, 2.1f), std::fmod(7.2f, -3.4f), 5.0f, std::fmod(4.3f, -2.1f),
+                       std::fmod(-7.2f, 3.4f), 3.0f});
+  ExpectTensor<int32_t>(
+      RunOk(OpCase("Mod", 13).In(Make<int32_t>({2, 2}, {5, 6, 7, 8})).In(Scalar<int32_t>(3))),
+      {2, 2}, {2, 0, 1, 2});
+}
+
+TEST(ModTest, Errors) {
+  ExpectError(OpCase("Mod", 13).In(I64({5})).In(I64({0})), absl::StatusCode::kInvalidArgument,
+              "modulo by zero");
+  ExpectError(OpCase("Mod", 13).In(Make<float>({1}, {1})).In(Make<float>({1}, {1})),
+              absl::StatusCode::kInvalidArgument, "fmod must be 1");
+  ExpectError(OpCase("Mod", 13).In(I64({5})).In(Make<int32_t>({1}, {1})),
+              absl::StatusCode::kInvalidArgument, "element type");
+}
+
+TEST(MinMaxTest, VariadicBroadcast) {
+  // Spec example: max([3,2,1], [1,4,4], [2,5,3]) = [3,5,4]; min = [1,2,1].
+  ExpectTensor<float>(RunOk(OpCase("Max", 13)
+                                .In(Make<float>({3}, {3, 2, 1}))
+                                .In(Make<float>({3}, {1, 4, 4}))
+                                .In(Make<float>({3}, {2, 5, 3}))),
+                      {3}, {3, 5, 4});
+  ExpectTensor<float>(RunOk(OpCase("Min", 13)
+                                .In(Make<float>({3}, {3, 2, 1}))
+                                .In(Make<float>({3}, {1, 4, 4}))
+                                .In(Make<float>({3}, {2, 5, 3}))),
+                      {3}, {1, 2, 1});
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("Max", 13).In(Make<int64_t>({2, 1}, {1, 5})).In(I64({2, 3, 4}))), {2, 3},
+      {2, 3, 4, 5, 5, 5});
+  ExpectTensor<int64_t>(RunOk(OpCase("Min", 13).In(I64({4, -2}))), {2}, {4, -2});
+  ExpectTensor<float>(
+      RunOk(OpCase("Max", 13).In(Make<float>({2}, {kNan, 1})).In(Make<float>({2}, {1, kNan}))), {2},
+      {kNan, kNan});
+  ExpectError(OpCase("Max", 13).In(I64({1, 2})).In(I64({1, 2, 3})),
+              absl::StatusCode::kInvalidArgument, "cannot be broadcast");
+  ExpectError(OpCase("Max", 13).In(Make<bool>({1}, {true})), absl::StatusCode::kInvalidArgument,
+              "bool");
+}
+
+TEST(WhereTest, Broadcast3Way) {
+  // Spec example: cond [[1,0],[1,1]], x [[1,2],[3,4]], y [[9,8],[7,6]] -> [[1,8],[3,4]].
+  ExpectTensor<float>(RunOk(OpCase("Where", 16)
+                                .In(Make<bool>({2, 2}, {true, false, true, true}))
+                                .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                                .In(Make<float>({2, 2}, {9, 8, 7, 6}))),
+                      {2, 2}, {1, 8, 3, 4});
+  // test_where_long_example-like: cond [3], x scalar, y [2,1].
+  ExpectTensor<int64_t>(RunOk(OpCase("Where", 16)
+                                  .In(Make<bool>({3}, {true, false, true}))
+                                  .In(Scalar<int64_t>(0))
+                                  .In(Make<int64_t>({2, 1}, {7, 8}))),
+                        {2, 3}, {0, 7, 0, 0, 8, 0});
+  ExpectTensor<bool>(RunOk(OpCase("Where", 9)
+                               .In(Make<bool>({2}, {true, false}))
+                               .In(Make<bool>({2}, {false, false}))
+                               .In(Make<bool>({2}, {true, true}))),
+                     {2}, {false, true});
+  ExpectError(OpCase("Where", 16).In(I64({1})).In(I64({1})).In(I64({1})),
+              absl::StatusCode::kInvalidArgument, "condition must be bool");
+  ExpectError(
+      OpCase("Where", 16).In(Make<bool>({1}, {true})).In(I64({1})).In(Make<int32_t>({1}, {1})),
+      absl::StatusCode::kInvalidArgument, "input X has element type int64");
+  ExpectError(OpCase("Where", 16).In(Make<bool>({2}, {true, true})).In(I64({1, 2, 3})).In(I64({1})),
+              absl::StatusCode::kInvalidArgument, "cannot be broadcast");
+}
+
+}  // namespace
+}  // namespace loopserve::engine::native_test

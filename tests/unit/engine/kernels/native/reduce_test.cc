@@ -1,0 +1,156 @@
+// ReduceSum/Mean/Max/Min/Prod, ArgMax/ArgMin.
+
+#include <limits>
+
+#include "tests/unit/engine/kernels/native/test_util.h"
+
+namespace loopserve::engine::native_test {
+namespace {
+
+// The ONNX reduce examples' data: shape [3,2,2], values 1..12 as
+// [[[5,1],[20,2]],[[30,1],[40,2]],[[55,1],[60,2]]].
+Tensor ReduceData() { return Make<float>({3, 2, 2}, {5, 1, 20, 2, 30, 1, 40, 2, 55, 1, 60, 2}); }
+
+TEST(ReduceSumTest, AxesInput) {
+  // test_reduce_sum_keepdims_example: axes [1], keepdims 1 on [[[1,2],[3,4]],...] (1..12).
+  Tensor x = Make<float>({3, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  ExpectTensor<float>(RunOk(OpCase("ReduceSum", 13).In(std::move(x)).In(I64({1}))), {3, 1, 2},
+                      {4, 6, 12, 14, 20, 22});
+  // Negative axes, no keepdims.
+  ExpectTensor<float>(RunOk(OpCase("ReduceSum", 13)
+                                .In(Make<float>({3, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}))
+                                .In(I64({-2}))
+                                .Attr("keepdims", IntAttr(0))),
+                      {3, 2}, {4, 6, 12, 14, 20, 22});
+  // Default axes: everything.
+  ExpectTensor<int64_t>(RunOk(OpCase("ReduceSum", 13).In(Make<int64_t>({2, 2}, {1, 2, 3, 4}))),
+                        {1, 1}, {10});
+  // Empty axes with noop_with_empty_axes: identity.
+  ExpectTensor<int64_t>(RunOk(OpCase("ReduceSum", 13)
+                                  .In(Make<int64_t>({2, 2}, {1, 2, 3, 4}))
+                                  .In(Tensor(DataType::kInt64, {0}))
+                                  .Attr("noop_with_empty_axes", IntAttr(1))),
+                        {2, 2}, {1, 2, 3, 4});
+  // Empty axes without it: reduce all.
+  ExpectTensor<int64_t>(RunOk(OpCase("ReduceSum", 13)
+                                  .In(Make<int64_t>({2, 2}, {1, 2, 3, 4}))
+                                  .In(Tensor(DataType::kInt64, {0}))
+                                  .Attr("keepdims", IntAttr(0))),
+                        {}, {10});
+}
+
+TEST(ReduceSumTest, AxesAttributeBeforeOpset13) {
+  ExpectTensor<int32_t>(RunOk(OpCase("ReduceSum", 11)
+                                  .In(Make<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                  .Attr("axes", IntsAttr({0}))
+                                  .Attr("keepdims", IntAttr(0))),
+                        {3}, {5, 7, 9});
+  ExpectTensor<int32_t>(RunOk(OpCase("ReduceSum", 1)
+                                  .In(Make<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                  .Attr("axes", IntsAttr({-1}))),
+                        {2, 1}, {6, 15});
+}
+
+TEST(ReduceSumTest, EmptyInput) {
+  // Sum over an empty axis is 0; product is 1.
+  ExpectTensor<float>(RunOk(OpCase("ReduceSum", 13)
+                                .In(Tensor(DataType::kFloat32, {2, 0}))
+                                .In(I64({1}))
+                                .Attr("keepdims", IntAttr(0))),
+                      {2}, {0, 0});
+  ExpectTensor<int64_t>(RunOk(OpCase("ReduceProd", 13)
+                                  .In(Tensor(DataType::kInt64, {0, 2}))
+                                  .Attr("axes", IntsAttr({0}))),
+                        {1, 2}, {1, 1});
+}
+
+TEST(ReduceOtherTest, MeanMaxMinProd) {
+  // test_reduce_mean_keepdims_example: axes [1] -> [[[12.5,1.5]],[[35,1.5]],[[57.5,1.5]]].
+  ExpectTensor<float>(RunOk(OpCase("ReduceMean", 13).In(ReduceData()).Attr("axes", IntsAttr({1}))),
+                      {3, 1, 2}, {12.5f, 1.5f, 35, 1.5f, 57.5f, 1.5f});
+  // test_reduce_max_keepdims_example: [[[20,2]],[[40,2]],[[60,2]]].
+  ExpectTensor<float>(RunOk(OpCase("ReduceMax", 13).In(ReduceData()).Attr("axes", IntsAttr({1}))),
+                      {3, 1, 2}, {20, 2, 40, 2, 60, 2});
+  // test_reduce_min_keepdims_example: [[[5,1]],[[30,1]],[[55,1]]].
+  ExpectTensor<float>(RunOk(OpCase("ReduceMin", 13).In(ReduceData()).Attr("axes", IntsAttr({1}))),
+                      {3, 1, 2}, {5, 1, 30, 1, 55, 1});
+  // test_reduce_prod_keepdims_example on 1..12: [[[3,8]],[[35,48]],[[99,120]]].
+  ExpectTensor<float>(RunOk(OpCase("ReduceProd", 13)
+                                .In(Make<float>({3, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}))
+                                .Attr("axes", IntsAttr({1}))),
+                      {3, 1, 2}, {3, 8, 35, 48, 99, 120});
+  // Several axes, int64, no keepdims.
+  ExpectTensor<int64_t>(RunOk(OpCase("ReduceMax", 13)
+                                  .In(Make<int64_t>({2, 2, 2}, {1, 8, 3, 4, 5, 6, 7, 2}))
+                                  .Attr("axes", IntsAttr({0, 2}))
+                                  .Attr("keepdims", IntAttr(0))),
+                        {2}, {8, 7});
+  // Opset 18 takes the axes as an input.
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("ReduceMin", 18).In(Make<int64_t>({2, 2}, {4, 1, 3, 2})).In(I64({0}))), {1, 2},
+      {3, 1});
+}
+
+TEST(ReduceTest, Errors) {
+  ExpectError(OpCase("ReduceSum", 13).In(Make<int64_t>({2}, {1, 2})).In(I64({1})),
+              absl::StatusCode::kInvalidArgument, "axis 1 is out of range for rank 1");
+  ExpectError(OpCase("ReduceSum", 13).In(Make<bool>({1}, {true})),
+              absl::StatusCode::kInvalidArgument, "bool");
+  ExpectError(
+      OpCase("ReduceMean", 13).In(Make<int64_t>({2}, {1, 2})).Attr("axes", IntsAttr({0, -1})),
+      absl::StatusCode::kInvalidArgument, "repeated");
+  ExpectError(OpCase("ReduceSum", 13).In(Make<int64_t>({2}, {1, 2})).In(Make<int32_t>({1}, {0})),
+              absl::StatusCode::kInvalidArgument, "must be int64");
+}
+
+TEST(ArgMaxTest, SpecExamples) {
+  // test_argmax_keepdims_example: [[2,1],[3,10]], axis 1 -> [[0],[1]].
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("ArgMax", 13).In(Make<float>({2, 2}, {2, 1, 3, 10})).Attr("axis", IntAttr(1))),
+      {2, 1}, {0, 1});
+  // test_argmax_default_axis_example: axis 0 -> [[1,1]].
+  ExpectTensor<int64_t>(RunOk(OpCase("ArgMax", 13).In(Make<float>({2, 2}, {2, 1, 3, 10}))), {1, 2},
+                        {1, 1});
+  // test_argmax_no_keepdims_example: axis 1, keepdims 0 -> [0, 1].
+  ExpectTensor<int64_t>(RunOk(OpCase("ArgMax", 13)
+                                  .In(Make<float>({2, 2}, {2, 1, 3, 10}))
+                                  .Attr("axis", IntAttr(1))
+                                  .Attr("keepdims", IntAttr(0))),
+                        {2}, {0, 1});
+  // test_argmax_negative_axis_keepdims_example: axis -1 -> [[0],[1]].
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("ArgMax", 13).In(Make<float>({2, 2}, {2, 1, 3, 10})).Attr("axis", IntAttr(-1))),
+      {2, 1}, {0, 1});
+}
+
+TEST(ArgMaxTest, SelectLastIndex) {
+  // test_argmax_keepdims_example_select_last_index: [[2,2],[3,10]], axis 1 -> [[1],[1]].
+  ExpectTensor<int64_t>(RunOk(OpCase("ArgMax", 12)
+                                  .In(Make<float>({2, 2}, {2, 2, 3, 10}))
+                                  .Attr("axis", IntAttr(1))
+                                  .Attr("select_last_index", IntAttr(1))),
+                        {2, 1}, {1, 1});
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("ArgMax", 12).In(Make<float>({2, 2}, {2, 2, 3, 10})).Attr("axis", IntAttr(1))),
+      {2, 1}, {0, 1});
+  // test_argmin_keepdims_example_select_last_index: [[2,2],[3,10]], axis 1 -> [[1],[0]].
+  ExpectTensor<int64_t>(RunOk(OpCase("ArgMin", 12)
+                                  .In(Make<int64_t>({2, 2}, {2, 2, 3, 10}))
+                                  .Attr("axis", IntAttr(1))
+                                  .Attr("select_last_index", IntAttr(1))),
+                        {2, 1}, {1, 0});
+}
+
+TEST(ArgMinTest, Basics) {
+  // test_argmin_keepdims_example: [[2,1],[3,10]], axis 1 -> [[1],[0]].
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("ArgMin", 13).In(Make<int32_t>({2, 2}, {2, 1, 3, 10})).Attr("axis", IntAttr(1))),
+      {2, 1}, {1, 0});
+  ExpectError(OpCase("ArgMin", 13).In(Tensor(DataType::kFloat32, {0, 2})),
+              absl::StatusCode::kInvalidArgument, "empty axis 0");
+  ExpectError(OpCase("ArgMin", 13).In(Make<float>({2}, {1, 2})).Attr("axis", IntAttr(2)),
+              absl::StatusCode::kInvalidArgument, "axis 2 is out of range");
+}
+
+}  // namespace
+}  // namespace loopserve::engine::native_test

@@ -1,0 +1,126 @@
+// The hot-path contract: once a frame has run a node with given shapes, running it again with
+// the same shapes allocates nothing (no Tensor buffers, no operator new). Loop bodies rely on it.
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/execution_frame.h"
+#include "engine/runtime/kernel_registry.h"
+#include "engine/runtime/plan.h"
+#include "tests/unit/engine/kernels/native/test_util.h"
+
+// Defined in operator_new_counter.cc (kept apart so no call site sees the replacement inline).
+int64_t OperatorNewCount();
+
+namespace loopserve::engine::native_test {
+namespace {
+
+// Compiles a one-node plan and keeps a frame to run it repeatedly.
+class SteadyState {
+ public:
+  explicit SteadyState(const OpCase& c) : context_(RunOptions()) {
+    auto graph = std::make_shared<Graph>();
+    Node node;
+    node.name = "n";
+    node.op_type = c.op;
+    node.opset = c.opset;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      const ValueId v = graph->AddValue(absl::StrCat("in", i));
+      graph->inputs.push_back(v);
+      node.inputs.push_back(v);
+    }
+    const ValueId out = graph->AddValue("out");
+    graph->outputs.push_back(out);
+    node.outputs.push_back(out);
+    for (const auto& [name, attr] : c.attributes) node.attributes[name] = attr;
+    graph->nodes.push_back(std::move(node));
+    CompileContext compile(KernelRegistry::Builtin());
+    auto plan = Plan::Compile(graph, compile);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    plan_ = *std::move(plan);
+    frame_ = std::make_unique<ExecutionFrame>(*plan_, context_);
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      frame_->slot(graph->inputs[i]).mutable_tensor() = Tensor::ViewOf(*c.inputs[i]);
+    }
+  }
+
+  absl::Status Run() { return frame_->Run(); }
+
+ private:
+  RunContext context_;
+  std::shared_ptr<const Plan> plan_;
+  std::unique_ptr<ExecutionFrame> frame_;
+};
+
+void ExpectNoSteadyStateAllocation(const OpCase& c) {
+  SteadyState s(c);
+  ASSERT_TRUE(s.Run().ok()) << c.op;
+  const int64_t tensors = TensorAllocationCount();
+  const int64_t news = OperatorNewCount();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(s.Run().ok());
+  EXPECT_EQ(TensorAllocationCount(), tensors) << c.op << " allocates tensor buffers";
+  EXPECT_EQ(OperatorNewCount(), news) << c.op << " calls operator new";
+}
+
+TEST(SteadyStateTest, NoAllocationPerRun) {
+  ExpectNoSteadyStateAllocation(OpCase("Gather", 13).In(I64({1, 2, 3})).In(Scalar<int64_t>(-1)));
+  ExpectNoSteadyStateAllocation(OpCase("Less", 13).In(Scalar<int64_t>(1)).In(Scalar<int64_t>(2)));
+  ExpectNoSteadyStateAllocation(OpCase("Where", 16)
+                                    .In(Make<bool>({2}, {true, false}))
+                                    .In(I64({1, 2}))
+                                    .In(Scalar<int64_t>(0)));
+  ExpectNoSteadyStateAllocation(OpCase("Slice", 13)
+                                    .In(Make<float>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                    .In(I64({-1}))
+                                    .In(I64({std::numeric_limits<int64_t>::min()}))
+                                    .In(I64({1}))
+                                    .In(I64({-1})));
+  ExpectNoSteadyStateAllocation(
+      OpCase("Concat", 13).In(I64({1})).In(I64({2, 3})).Attr("axis", IntAttr(0)));
+  ExpectNoSteadyStateAllocation(OpCase("Unsqueeze", 13).In(Scalar<int64_t>(3)).In(I64({0})));
+  ExpectNoSteadyStateAllocation(OpCase("Squeeze", 13).In(I64({3})).In(I64({0})));
+  ExpectNoSteadyStateAllocation(OpCase("Reshape", 14).In(I64({1, 2, 3, 4})).In(I64({2, -1})));
+  ExpectNoSteadyStateAllocation(OpCase("Shape", 15).In(I64({1, 2})));
+  ExpectNoSteadyStateAllocation(OpCase("Cast", 13).In(I64({1, 0})).Attr("to", IntAttr(9)));
+  ExpectNoSteadyStateAllocation(
+      OpCase("ReduceSum", 13).In(Make<int64_t>({2, 2}, {1, 2, 3, 4})).In(I64({1})));
+  ExpectNoSteadyStateAllocation(OpCase("ArgMax", 13).In(Make<float>({2, 2}, {1, 2, 4, 3})));
+  ExpectNoSteadyStateAllocation(
+      OpCase("Range", 11).In(Scalar<int64_t>(0)).In(Scalar<int64_t>(5)).In(Scalar<int64_t>(1)));
+  ExpectNoSteadyStateAllocation(OpCase("Transpose", 13).In(Make<float>({2, 2}, {1, 2, 3, 4})));
+  ExpectNoSteadyStateAllocation(OpCase("Expand", 13).In(Scalar<int64_t>(1)).In(I64({2, 2})));
+  ExpectNoSteadyStateAllocation(OpCase("Tile", 13).In(I64({1, 2})).In(I64({3})));
+  ExpectNoSteadyStateAllocation(
+      OpCase("Max", 13).In(I64({1, 5})).In(Scalar<int64_t>(3)).In(I64({4, 4})));
+  ExpectNoSteadyStateAllocation(OpCase("Mod", 13).In(I64({7})).In(Scalar<int64_t>(3)));
+  ExpectNoSteadyStateAllocation(OpCase("ConstantOfShape", 9).In(I64({2, 3})));
+  ExpectNoSteadyStateAllocation(OpCase("Identity", 16).In(I64({2, 3})));
+}
+
+// Reports (does not assert: the machine is shared) the cost of int64 scalar ops.
+TEST(SteadyStateTest, ScalarOpLatency) {
+  for (const char* op : {"Identity", "Less", "Equal", "Mod", "Max", "Gather"}) {
+    OpCase c(op, 13);
+    c.In(Scalar<int64_t>(7));
+    if (std::string(op) == "Gather") {
+      c.inputs[0] = I64({1, 2, 3});
+      c.In(Scalar<int64_t>(1));
+    } else if (std::string(op) != "Identity") {
+      c.In(Scalar<int64_t>(3));
+    }
+    SteadyState s(c);
+    ASSERT_TRUE(s.Run().ok());
+    constexpr int kRuns = 200000;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRuns; ++i) (void)s.Run();
+    const double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
+        kRuns;
+    std::printf("%s int64 scalar: %.1f ns per frame run\n", op, ns);
+  }
+}
+
+}  // namespace
+}  // namespace loopserve::engine::native_test
