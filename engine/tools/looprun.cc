@@ -1,1 +1,269 @@
+#include "engine/tools/looprun.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/status_macros.h"
+#include "engine/tools/compare.h"
+#include "engine/tools/onnx_tensor_io.h"
+
+namespace loopserve::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using engine::Model;
+using engine::Tensor;
+using engine::Value;
+using engine::ValueKind;
+
+std::string InputPath(const std::string& dir, size_t k) {
+  return (fs::path(dir) / absl::StrCat("input_", k, ".pb")).string();
+}
+
+std::string OutputPath(const std::string& dir, size_t k) {
+  return (fs::path(dir) / absl::StrCat("output_", k, ".pb")).string();
+}
+
+bool FileExists(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Median, 90th percentile (nearest rank) and minimum of `us`, which must not be empty.
+struct Percentiles {
+  double median = 0;
+  double p90 = 0;
+  double min = 0;
+};
+
+Percentiles Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  Percentiles p;
+  p.min = us.front();
+  p.median = n % 2 == 1 ? us[n / 2] : (us[n / 2 - 1] + us[n / 2]) / 2;
+  const size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n)));
+  p.p90 = us[std::max<size_t>(rank, 1) - 1];
+  return p;
+}
+
+// Runs the whole --model command; errors come back as a status and become exit status 2.
+absl::StatusOr<int> RunModel(const RunModelOptions& options) {
+  if (options.repeat < 1) return absl::InvalidArgumentError("--repeat must be at least 1");
+  if (options.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
+
+  auto loaded = Model::Load(options.model);
+  if (!loaded.ok()) {
+    return Annotate(loaded.status(), absl::StrCat("loading '", options.model, "': "));
+  }
+  const Model& model = **loaded;
+
+  std::vector<Value> inputs;
+  if (options.data.empty()) {
+    LS_ASSIGN_OR_RETURN(inputs, SynthesizeInputs(model));
+  } else {
+    LS_ASSIGN_OR_RETURN(inputs, ReadInputs(model, options.data));
+  }
+
+  std::vector<double> times_us;
+  times_us.reserve(static_cast<size_t>(options.repeat));
+  std::vector<Value> outputs;
+  engine::RunStats stats;
+  for (int i = 0; i < options.warmup + options.repeat; ++i) {
+    std::vector<Value> feed = ViewInputs(inputs);
+    const auto start = std::chrono::steady_clock::now();
+    auto result = model.Run(std::move(feed), engine::RunOptions(), &stats);
+    const auto end = std::chrono::steady_clock::now();
+    if (!result.ok()) {
+      return Annotate(result.status(), absl::StrCat("running '", options.model, "': "));
+    }
+    outputs = std::move(result).value();
+    if (i >= options.warmup) {
+      times_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    }
+  }
+
+  if (!options.output_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(options.output_dir, ec);
+    if (ec) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot create '", options.output_dir, "': ", ec.message()));
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const engine::TensorSpec& spec = model.outputs()[k];
+      LS_RETURN_IF_ERROR(
+          WriteValueFile(OutputPath(options.output_dir, k), spec.name, outputs[k], spec.type));
+    }
+  }
+
+  const Percentiles p = Summarize(times_us);
+  std::cout << absl::StrFormat(
+                   "{\"model\":%s,\"repeat\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,"
+                   "\"min_us\":%.1f,\"loop_iterations\":%d,\"loop_executions\":%d}",
+                   JsonString(options.model), options.repeat, p.median, p.p90, p.min,
+                   stats.loop_iterations, stats.loop_executions)
+            << std::endl;
+
+  if (options.data.empty()) return kExitOk;
+  LS_ASSIGN_OR_RETURN(std::optional<std::string> mismatch,
+                      CompareWithReference(model, outputs, options.data, /*require_all=*/false));
+  if (mismatch.has_value()) {
+    std::cerr << "looprun: '" << options.model << "': " << *mismatch << std::endl;
+    return kExitMismatch;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void SetIntraOpThreads(int threads) {
+  omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
+}
+
+absl::StatusOr<std::vector<Value>> ReadInputs(const Model& model, const std::string& dir) {
+  std::vector<Value> inputs;
+  inputs.reserve(model.inputs().size());
+  for (size_t k = 0; k < model.inputs().size(); ++k) {
+    const engine::TensorSpec& spec = model.inputs()[k];
+    const std::string path = InputPath(dir, k);
+    if (spec.type.kind == ValueKind::kOptional && !FileExists(path)) {
+      inputs.emplace_back();
+      continue;
+    }
+    if (!FileExists(path)) {
+      return absl::NotFoundError(
+          absl::StrCat("'", path, "' not found (model input ", k, " '", spec.name, "')"));
+    }
+    LS_ASSIGN_OR_RETURN(Value value, ReadValueFile(path, spec.type));
+    inputs.push_back(std::move(value));
+  }
+  return inputs;
+}
+
+absl::StatusOr<std::vector<Value>> SynthesizeInputs(const Model& model) {
+  std::vector<Value> inputs;
+  for (const engine::TensorSpec& spec : model.inputs()) {
+    const engine::ValueType& type = spec.type;
+    if (type.kind == ValueKind::kOptional) {
+      inputs.emplace_back();
+      continue;
+    }
+    if (type.kind == ValueKind::kSequence) {
+      Value v;
+      v.mutable_sequence();
+      inputs.push_back(std::move(v));
+      continue;
+    }
+    if (type.dtype == engine::DataType::kUndefined || !type.dims.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", spec.name,
+                                                     "' has no declared element type or rank (",
+                                                     type.ToString(), "): pass --data"));
+    }
+    engine::Shape::Dims dims;
+    for (int64_t d : *type.dims) dims.push_back(d < 0 ? 1 : d);
+    LS_ASSIGN_OR_RETURN(engine::Shape shape,
+                        engine::ValidateDims(dims, absl::StrCat("input '", spec.name, "'")));
+    Tensor t(type.dtype, shape);
+    if (t.ByteSize() > 0) std::memset(t.mutable_raw_data(), 0, t.ByteSize());
+    inputs.emplace_back(std::move(t));
+  }
+  return inputs;
+}
+
+std::vector<Value> ViewInputs(const std::vector<Value>& inputs) {
+  std::vector<Value> views(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].is_tensor()) {
+      views[i] = Value(Tensor::ViewOf(inputs[i].tensor()));
+    } else if (inputs[i].is_sequence()) {
+      std::vector<Tensor>& elements = views[i].mutable_sequence();
+      for (const Tensor& t : inputs[i].sequence()) elements.push_back(Tensor::ViewOf(t));
+    }
+  }
+  return views;
+}
+
+absl::StatusOr<std::optional<std::string>> CompareWithReference(const Model& model,
+                                                                const std::vector<Value>& outputs,
+                                                                const std::string& dir,
+                                                                bool require_all) {
+  if (require_all && FileExists(OutputPath(dir, outputs.size()))) {
+    size_t files = outputs.size();
+    while (FileExists(OutputPath(dir, files))) ++files;
+    return std::optional<std::string>(
+        absl::StrCat("the model has ", outputs.size(), " outputs, the reference has ", files));
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const engine::TensorSpec& spec = model.outputs()[k];
+    const std::string path = OutputPath(dir, k);
+    if (!FileExists(path)) {
+      if (!require_all) continue;
+      return absl::NotFoundError(
+          absl::StrCat("'", path, "' not found (model output ", k, " '", spec.name, "')"));
+    }
+    engine::ValueType file_type = spec.type;
+    if (file_type.kind == ValueKind::kUnknown) {
+      file_type.kind = outputs[k].is_sequence() ? ValueKind::kSequence : ValueKind::kTensor;
+    }
+    LS_ASSIGN_OR_RETURN(Value expected, ReadValueFile(path, file_type));
+    if (std::optional<std::string> diff = CompareValues(expected, outputs[k])) {
+      return std::optional<std::string>(absl::StrCat("output ", k, " '", spec.name, "': ", *diff));
+    }
+  }
+  return std::optional<std::string>();
+}
+
+int RunModelMain(const RunModelOptions& options) {
+  try {
+    absl::StatusOr<int> exit_status = RunModel(options);
+    if (exit_status.ok()) return *exit_status;
+    std::cerr << "looprun: " << exit_status.status().ToString() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "looprun: '" << options.model << "': exception: " << e.what() << std::endl;
+  }
+  return kExitError;
+}
+
+}  // namespace loopserve::tools

@@ -1,1 +1,68 @@
-int main() { return 0; }
+// looprun: runs a model in-process (benchmark / check against reference outputs) or a folder of
+// ONNX backend-test cases. See engine/tools/looprun.h and engine/tools/conformance.h.
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "engine/tools/conformance.h"
+#include "engine/tools/looprun.h"
+
+ABSL_FLAG(std::string, model, "",
+          "Model to run: model.onnx, or model.xml with its .bin beside it.");
+ABSL_FLAG(std::string, data, "",
+          "Folder with input_<k>.pb (TensorProto / SequenceProto / OptionalProto, k in model input "
+          "order) and optionally output_<k>.pb to compare against. Without it, inputs are zeros of "
+          "the declared shapes (variable dims = 1).");
+ABSL_FLAG(std::string, output_dir, "", "Where to write output_<k>.pb (created if missing).");
+ABSL_FLAG(int, repeat, 1, "Timed runs.");
+ABSL_FLAG(int, warmup, 0, "Untimed runs before the timed ones.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads (OpenMP); 0 = all cores.");
+ABSL_FLAG(std::string, conformance, "",
+          "Run every test-case folder (model.onnx + test_data_set_*/, or EXPECT_ERROR / NO_DATA) "
+          "under this folder, each in a forked child; prints PASS/FAIL per case and "
+          "'N passed, M failed'.");
+ABSL_FLAG(std::string, list_file, "",
+          "With --conformance: write 'name<TAB>pass|fail<TAB>reason' per case to this file.");
+ABSL_FLAG(std::string, filter, "", "With --conformance: only cases whose name matches this regex.");
+ABSL_FLAG(int, jobs, 1, "With --conformance: cases run at the same time.");
+ABSL_FLAG(absl::Duration, case_timeout, absl::Seconds(20),
+          "With --conformance: a case still running after this long fails as timed out.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
+      "[--threads=N]\n  looprun --conformance=DIR [--list_file=PATH] [--filter=REGEX] "
+      "[--jobs=N] [--case_timeout=20s] [--threads=N]");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::cerr << "looprun: unexpected argument '" << positional[1] << "' (see --help)" << std::endl;
+    return loopserve::tools::kExitError;
+  }
+  loopserve::tools::SetIntraOpThreads(absl::GetFlag(FLAGS_threads));
+
+  if (!absl::GetFlag(FLAGS_conformance).empty()) {
+    loopserve::tools::ConformanceOptions options;
+    options.dir = absl::GetFlag(FLAGS_conformance);
+    options.list_file = absl::GetFlag(FLAGS_list_file);
+    options.filter = absl::GetFlag(FLAGS_filter);
+    options.jobs = absl::GetFlag(FLAGS_jobs);
+    options.case_timeout = absl::GetFlag(FLAGS_case_timeout);
+    return loopserve::tools::RunConformanceMain(options);
+  }
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    std::cerr << "looprun: pass --model=FILE or --conformance=DIR (see --help)" << std::endl;
+    return loopserve::tools::kExitError;
+  }
+  loopserve::tools::RunModelOptions options;
+  options.model = absl::GetFlag(FLAGS_model);
+  options.data = absl::GetFlag(FLAGS_data);
+  options.output_dir = absl::GetFlag(FLAGS_output_dir);
+  options.repeat = absl::GetFlag(FLAGS_repeat);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  return loopserve::tools::RunModelMain(options);
+}

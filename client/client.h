@@ -1,0 +1,126 @@
+#pragma once
+
+// A small C++ client for the Open Inference Protocol (KServe v2) gRPC service that loopserve,
+// Triton and OpenVINO Model Server speak, plus grpc.health.v1.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/tensor.h"
+#include "proto/grpc_service.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
+
+namespace loopserve::client {
+
+// Converts a gRPC status to an absl::Status with the same code and message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Cancels one call from another thread (gRPC's ClientContext::TryCancel underneath).
+//
+// Pass it in InferOptions; call Cancel() from any thread at any time. A token cancelled before its
+// call starts makes the call return CANCELLED without sending anything. One token serves one call
+// at a time; it may be reused for later calls only if never cancelled. Thread-safe. Must outlive
+// the call it is passed to.
+class CancelToken {
+ public:
+  CancelToken() = default;
+  CancelToken(const CancelToken&) = delete;
+  CancelToken& operator=(const CancelToken&) = delete;
+
+  void Cancel();
+  bool cancelled() const;
+  // Blocks until a call using this token has been started (its request handed to gRPC) or
+  // `timeout` passes; true if started. Lets a test cancel a call that is really in flight.
+  bool WaitForStart(absl::Duration timeout) const;
+
+ private:
+  friend class Client;
+  // Called by Client around the call; Attach returns false if already cancelled.
+  bool Attach(grpc::ClientContext* context);
+  void Detach();
+
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Notification started_;
+};
+
+// Per-call options.
+struct InferOptions {
+  // Relative timeout and absolute deadline; the earlier of the two is sent to the server as the
+  // gRPC deadline. Both infinite (the default) = no deadline.
+  absl::Duration timeout = absl::InfiniteDuration();
+  absl::Time deadline = absl::InfiniteFuture();
+  std::string model_version;  // empty: the server's choice (latest)
+  std::string request_id;     // echoed back in InferResult::id
+  ContentsMode contents = ContentsMode::kRaw;
+  CancelToken* cancel = nullptr;  // optional; not owned
+};
+
+// What ModelInfer returned, decoded.
+struct InferResult {
+  std::string model_name;
+  std::string model_version;
+  std::string id;
+  std::vector<Tensor> outputs;
+
+  // The output named `name`, or nullptr.
+  const Tensor* Find(absl::string_view name) const;
+};
+
+// A connection to one server. Create() does not connect: the first call does, and fails with
+// UNAVAILABLE when nothing listens. Calls other than Infer/InferRaw have a 30 s deadline. Every
+// method is thread-safe (one gRPC channel, shared stubs) and blocks until the server answers or the
+// call's deadline/cancellation ends it; errors carry the server's gRPC code and message unchanged.
+class Client {
+ public:
+  // `address` is host:port (e.g. "127.0.0.1:8001"), plaintext.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(absl::string_view address);
+
+  absl::StatusOr<bool> ServerLive();
+  absl::StatusOr<bool> ServerReady();
+  absl::StatusOr<bool> ModelReady(absl::string_view model, absl::string_view version = "");
+  absl::StatusOr<inference::ServerMetadataResponse> ServerMetadata();
+  absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(absl::string_view model,
+                                                                 absl::string_view version = "");
+  // grpc.health.v1.Health/Check for `service` ("" = the whole server).
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> HealthCheck(
+      absl::string_view service = "");
+
+  // Runs `model` on `inputs`. `outputs` names the outputs wanted (empty = all the model has).
+  absl::StatusOr<InferResult> Infer(absl::string_view model, const std::vector<Tensor>& inputs,
+                                    const std::vector<std::string>& outputs = {},
+                                    const InferOptions& options = {});
+  // Sends `request` as is (for callers that build requests themselves, e.g. malformed ones in
+  // tests). Only timeout, deadline and cancel of `options` apply.
+  absl::StatusOr<inference::ModelInferResponse> InferRaw(
+      const inference::ModelInferRequest& request, const InferOptions& options = {});
+
+  // Polls ServerReady until it answers true or `timeout` passes (then UNAVAILABLE or
+  // DEADLINE_EXCEEDED with the last error).
+  absl::Status WaitForReady(absl::Duration timeout);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel);
+
+  // Runs one unary call (`call(context)`) with the timeout and cancel token of `options`.
+  template <typename Call>
+  static absl::Status RunCall(const InferOptions& options, Call&& call);
+
+  const std::string address_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  const std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
+};
+
+}  // namespace loopserve::client

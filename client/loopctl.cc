@@ -1,0 +1,574 @@
+#include "client/loopctl.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <ostream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "client/onnx_tensor.h"
+
+namespace loopserve::client {
+namespace {
+
+constexpr char kDefaultAddress[] = "127.0.0.1:8001";
+
+// Parsed command line: --flag=value options (repeatable ones keep every value) and positionals.
+struct CommandLine {
+  std::map<std::string, std::vector<std::string>> flags;
+  std::vector<std::string> positional;
+
+  bool Has(const std::string& name) const { return flags.count(name) > 0; }
+  // The last value of a flag, or `fallback`.
+  std::string Get(const std::string& name, const std::string& fallback = "") const {
+    auto it = flags.find(name);
+    return it == flags.end() ? fallback : it->second.back();
+  }
+  std::vector<std::string> All(const std::string& name) const {
+    auto it = flags.find(name);
+    return it == flags.end() ? std::vector<std::string>{} : it->second;
+  }
+};
+
+const char* const kKnownFlags[] = {
+    "addr",  "input",       "output",   "timeout_ms", "model_version", "data_dir", "max_elements",
+    "shape", "concurrency", "requests", "warmup",     "typed",         "help"};
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "-h") {
+      cl.flags["help"].push_back("true");
+      continue;
+    }
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+      cl.positional.push_back(arg);
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    std::string value = eq == std::string::npos ? "true" : arg.substr(eq + 1);
+    if (std::find(std::begin(kKnownFlags), std::end(kKnownFlags), name) == std::end(kKnownFlags)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    cl.flags[name].push_back(std::move(value));
+  }
+  return cl;
+}
+
+absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& text) {
+  int64_t v;
+  if (!absl::SimpleAtoi(text, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, " is not an integer"));
+  }
+  return v;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseDims(absl::string_view text) {
+  std::vector<int64_t> dims;
+  if (absl::StripAsciiWhitespace(text).empty()) return dims;  // scalar
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t d;
+    if (!absl::SimpleAtoi(part, &d)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad dim '", part, "' in shape '", text, "'"));
+    }
+    dims.push_back(d);
+  }
+  return dims;
+}
+
+template <typename T>
+absl::Status AppendInt(absl::string_view text, std::string* bytes) {
+  T v;
+  if constexpr (std::is_signed_v<T>) {
+    int64_t wide;
+    if (!absl::SimpleAtoi(text, &wide) || wide < std::numeric_limits<T>::min() ||
+        wide > std::numeric_limits<T>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", text, "' is not a valid ", DataTypeOf<T>::kName, " value"));
+    }
+    v = static_cast<T>(wide);
+  } else {
+    uint64_t wide;
+    if (!absl::SimpleAtoi(text, &wide) || wide > std::numeric_limits<T>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", text, "' is not a valid ", DataTypeOf<T>::kName, " value"));
+    }
+    v = static_cast<T>(wide);
+  }
+  bytes->append(reinterpret_cast<const char*>(&v), sizeof(T));
+  return absl::OkStatus();
+}
+
+absl::Status AppendValue(absl::string_view datatype, absl::string_view text, std::string* bytes) {
+  text = absl::StripAsciiWhitespace(text);
+  if (datatype == "FP32") {
+    float v;
+    if (!absl::SimpleAtof(text, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid FP32 value"));
+    }
+    bytes->append(reinterpret_cast<const char*>(&v), sizeof(v));
+    return absl::OkStatus();
+  }
+  if (datatype == "FP64") {
+    double v;
+    if (!absl::SimpleAtod(text, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid FP64 value"));
+    }
+    bytes->append(reinterpret_cast<const char*>(&v), sizeof(v));
+    return absl::OkStatus();
+  }
+  if (datatype == "BOOL") {
+    bool v;
+    if (!absl::SimpleAtob(text, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid BOOL value"));
+    }
+    bytes->push_back(v ? 1 : 0);
+    return absl::OkStatus();
+  }
+  if (datatype == "INT8") return AppendInt<int8_t>(text, bytes);
+  if (datatype == "INT16") return AppendInt<int16_t>(text, bytes);
+  if (datatype == "INT32") return AppendInt<int32_t>(text, bytes);
+  if (datatype == "INT64") return AppendInt<int64_t>(text, bytes);
+  if (datatype == "UINT8") return AppendInt<uint8_t>(text, bytes);
+  if (datatype == "UINT16") return AppendInt<uint16_t>(text, bytes);
+  if (datatype == "UINT32") return AppendInt<uint32_t>(text, bytes);
+  if (datatype == "UINT64") return AppendInt<uint64_t>(text, bytes);
+  return absl::InvalidArgumentError(absl::StrCat("datatype ", datatype, " cannot be given inline"));
+}
+
+// Random contents for `datatype`/`shape`: floats uniform in [-1, 1), integers in [0, 8), bools
+// fair coin flips. Small non-negative integers keep trip counts and token ids meaningful.
+absl::StatusOr<Tensor> RandomTensor(const std::string& name, const std::string& datatype,
+                                    const std::vector<int64_t>& shape, std::mt19937_64* rng) {
+  absl::StatusOr<int64_t> n = ElementCount(shape);
+  if (!n.ok()) return n.status();
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<int> small(0, 7);
+  std::string text;
+  for (int64_t i = 0; i < *n; ++i) {
+    if (i > 0) text += ",";
+    if (datatype == "FP32" || datatype == "FP64") {
+      absl::StrAppend(&text, real(*rng));
+    } else if (datatype == "BOOL") {
+      text += small(*rng) % 2 ? "true" : "false";
+    } else {
+      absl::StrAppend(&text, small(*rng));
+    }
+  }
+  return ParseTensorText(name, datatype, shape, text);
+}
+
+void PrintError(const absl::Status& status, std::ostream& err) {
+  err << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message() << "\n";
+}
+
+std::string FormatShape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+int CmdBool(const absl::StatusOr<bool>& answer, const char* yes, const char* no, std::ostream& out,
+            std::ostream& err) {
+  if (!answer.ok()) {
+    PrintError(answer.status(), err);
+    return 1;
+  }
+  out << (*answer ? yes : no) << "\n";
+  return *answer ? 0 : 1;
+}
+
+int CmdMetadata(Client& client, const std::string& model, const CommandLine& cl, std::ostream& out,
+                std::ostream& err) {
+  auto md = client.ModelMetadata(model, cl.Get("model_version"));
+  if (!md.ok()) {
+    PrintError(md.status(), err);
+    return 1;
+  }
+  out << "model: " << md->name() << "\n"
+      << "versions: " << absl::StrJoin(md->versions(), ",") << "\n"
+      << "platform: " << md->platform() << "\n"
+      << "inputs:\n";
+  for (const auto& t : md->inputs()) {
+    out << "  " << t.name() << " " << t.datatype() << " " << FormatShape(t.shape()) << "\n";
+  }
+  out << "outputs:\n";
+  for (const auto& t : md->outputs()) {
+    out << "  " << t.name() << " " << t.datatype() << " " << FormatShape(t.shape()) << "\n";
+  }
+  return 0;
+}
+
+// Collects the inputs given by --data_dir and --input (the latter override same-named ones).
+absl::StatusOr<std::vector<Tensor>> CollectInputs(const CommandLine& cl) {
+  std::vector<Tensor> inputs;
+  if (cl.Has("data_dir")) {
+    auto from_dir = ReadOnnxTensorDir(cl.Get("data_dir"), "input");
+    if (!from_dir.ok()) return from_dir.status();
+    inputs = *std::move(from_dir);
+  }
+  for (const std::string& spec : cl.All("input")) {
+    auto tensor = ParseInputSpec(spec);
+    if (!tensor.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input=", spec, ": ", tensor.status().message()));
+    }
+    auto same = std::find_if(inputs.begin(), inputs.end(),
+                             [&](const Tensor& t) { return t.name == tensor->name; });
+    if (same != inputs.end()) {
+      *same = *std::move(tensor);
+    } else {
+      inputs.push_back(*std::move(tensor));
+    }
+  }
+  return inputs;
+}
+
+absl::StatusOr<InferOptions> CommonOptions(const CommandLine& cl) {
+  InferOptions options;
+  options.model_version = cl.Get("model_version");
+  if (cl.Has("timeout_ms")) {
+    auto ms = ParseInt("timeout_ms", cl.Get("timeout_ms"));
+    if (!ms.ok()) return ms.status();
+    options.timeout = absl::Milliseconds(*ms);
+  }
+  if (cl.Has("typed")) {
+    bool typed;
+    if (!absl::SimpleAtob(cl.Get("typed"), &typed)) {
+      return absl::InvalidArgumentError("--typed takes true or false");
+    }
+    options.contents = typed ? ContentsMode::kTyped : ContentsMode::kRaw;
+  }
+  return options;
+}
+
+int CmdInfer(Client& client, const std::string& model, const CommandLine& cl, std::ostream& out,
+             std::ostream& err) {
+  auto options = CommonOptions(cl);
+  if (!options.ok()) {
+    PrintError(options.status(), err);
+    return 2;
+  }
+  auto inputs = CollectInputs(cl);
+  if (!inputs.ok()) {
+    PrintError(inputs.status(), err);
+    return 2;
+  }
+  int64_t max_elements = 32;
+  if (cl.Has("max_elements")) {
+    auto v = ParseInt("max_elements", cl.Get("max_elements"));
+    if (!v.ok()) {
+      PrintError(v.status(), err);
+      return 2;
+    }
+    max_elements = *v;
+  }
+  const absl::Time start = absl::Now();
+  auto result = client.Infer(model, *inputs, cl.All("output"), *options);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!result.ok()) {
+    PrintError(result.status(), err);
+    return 1;
+  }
+  out << "model: " << result->model_name << " version " << result->model_version << " ("
+      << absl::StrFormat("%.3f", absl::ToDoubleMilliseconds(elapsed)) << " ms)\n";
+  for (const Tensor& t : result->outputs) out << FormatTensor(t, max_elements) << "\n";
+  return 0;
+}
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std::ostream& out,
+            std::ostream& err) {
+  auto options = CommonOptions(cl);
+  if (!options.ok()) {
+    PrintError(options.status(), err);
+    return 2;
+  }
+  auto given = CollectInputs(cl);
+  if (!given.ok()) {
+    PrintError(given.status(), err);
+    return 2;
+  }
+  int64_t concurrency = 1, requests = 100, warmup = 10;
+  for (auto [flag, target] : {std::pair<const char*, int64_t*>{"concurrency", &concurrency},
+                              {"requests", &requests},
+                              {"warmup", &warmup}}) {
+    if (!cl.Has(flag)) continue;
+    auto v = ParseInt(flag, cl.Get(flag));
+    if (!v.ok() || *v < (std::string(flag) == "warmup" ? 0 : 1)) {
+      PrintError(
+          absl::InvalidArgumentError(absl::StrCat("--", flag, " must be a positive integer")), err);
+      return 2;
+    }
+    *target = *v;
+  }
+  // --shape=NAME:d0,d1,... fixes the variable dims of an input.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& spec : cl.All("shape")) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 1));
+    auto dims = parts.size() == 2 ? ParseDims(parts[1])
+                                  : absl::StatusOr<std::vector<int64_t>>(
+                                        absl::InvalidArgumentError("expected NAME:d0,d1,..."));
+    if (!dims.ok()) {
+      PrintError(
+          absl::InvalidArgumentError(absl::StrCat("--shape=", spec, ": ", dims.status().message())),
+          err);
+      return 2;
+    }
+    shapes[parts[0]] = *dims;
+  }
+
+  auto md = client.ModelMetadata(model, options->model_version);
+  if (!md.ok()) {
+    PrintError(md.status(), err);
+    return 1;
+  }
+  std::mt19937_64 rng(42);
+  std::vector<Tensor> inputs;
+  for (const auto& spec : md->inputs()) {
+    auto fixed = std::find_if(given->begin(), given->end(),
+                              [&](const Tensor& t) { return t.name == spec.name(); });
+    if (fixed != given->end()) {
+      inputs.push_back(*fixed);
+      continue;
+    }
+    std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+    if (auto it = shapes.find(spec.name()); it != shapes.end()) {
+      if (it->second.size() != shape.size()) {
+        PrintError(absl::InvalidArgumentError(
+                       absl::StrCat("--shape for '", spec.name(), "' has ", it->second.size(),
+                                    " dims; the model declares ", FormatShape(spec.shape()))),
+                   err);
+        return 2;
+      }
+      shape = it->second;
+    }
+    for (int64_t& d : shape) {
+      if (d < 0) {
+        err << "note: input '" << spec.name() << "' " << FormatShape(spec.shape())
+            << ": variable dim set to 1 (use --shape=" << spec.name() << ":...)\n";
+        d = 1;
+      }
+    }
+    auto tensor = RandomTensor(spec.name(), spec.datatype(), shape, &rng);
+    if (!tensor.ok()) {
+      PrintError(tensor.status(), err);
+      return 2;
+    }
+    inputs.push_back(*std::move(tensor));
+  }
+
+  for (int64_t i = 0; i < warmup; ++i) {
+    auto r = client.Infer(model, inputs, {}, *options);
+    if (!r.ok()) {
+      PrintError(r.status(), err);
+      return 1;
+    }
+  }
+
+  std::atomic<int64_t> next{0};
+  absl::Mutex mu;
+  absl::Status first_error;
+  std::vector<std::vector<double>> latencies(concurrency);
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int64_t w = 0; w < concurrency; ++w) {
+    threads.emplace_back([&, w] {
+      while (next.fetch_add(1) < requests) {
+        const absl::Time t0 = absl::Now();
+        auto r = client.Infer(model, inputs, {}, *options);
+        if (!r.ok()) {
+          absl::MutexLock lock(&mu);
+          if (first_error.ok()) first_error = r.status();
+          next.store(requests);
+          return;
+        }
+        latencies[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!first_error.ok()) {
+    PrintError(first_error, err);
+    return 1;
+  }
+  std::vector<double> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  double sum = 0;
+  for (double v : all) sum += v;
+  const double throughput = all.size() / seconds;
+  out << absl::StrFormat("model %s: %d requests, concurrency %d, %.3f s\n", model, all.size(),
+                         concurrency, seconds)
+      << absl::StrFormat("throughput: %.1f infer/s\n", throughput)
+      << absl::StrFormat("latency us: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f\n",
+                         Percentile(all, 50), Percentile(all, 90), Percentile(all, 99), all.back(),
+                         sum / all.size())
+      << absl::StrFormat(
+             "{\"model\":\"%s\",\"requests\":%d,\"concurrency\":%d,\"throughput\":%.3f,"
+             "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f}\n",
+             model, all.size(), concurrency, throughput, Percentile(all, 50), Percentile(all, 90),
+             Percentile(all, 99));
+  return 0;
+}
+
+}  // namespace
+
+std::string LoopctlUsage() {
+  return R"(loopctl: command-line client for loopserve (Open Inference Protocol / KServe v2 gRPC).
+
+Usage: loopctl [--addr=HOST:PORT] COMMAND [ARGS] [FLAGS]
+
+Commands:
+  live                 is the server live?    (exit 0 yes, 1 no)
+  ready                is the server ready?   (exit 0 yes, 1 no)
+  metadata MODEL       model name, versions, platform, input/output names, datatypes, shapes
+  infer MODEL          run one request and print every output
+  perf MODEL           load test with random inputs; prints throughput and p50/p90/p99 latency
+
+Flags (always --flag=value):
+  --addr=HOST:PORT     server gRPC address (default 127.0.0.1:8001)
+  --model_version=N    model version (default: the server's choice, the latest)
+  --timeout_ms=MS      deadline for each request (default: none)
+  --input=SPEC         an input tensor (repeat for each input):
+                         NAME:DTYPE:SHAPE:VALUES  inline. DTYPE is an OIP datatype (FP32, FP64,
+                           INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL);
+                           SHAPE is comma-separated dims, empty for a scalar; VALUES are
+                           comma-separated, row-major, or a single value that fills the tensor.
+                           BOOL values: true/false/1/0.
+                         NAME:FILE.pb             an ONNX TensorProto file (empty NAME: the name
+                           stored in the file)
+  --data_dir=DIR       read inputs from DIR/input_0.pb, input_1.pb, ... (ONNX TensorProtos named
+                       after the model inputs); --input overrides single ones
+  --output=NAME        infer: request only this output (repeat; default: all)
+  --max_elements=N     infer: print at most N values per output (default 32)
+  --typed=true         send typed contents instead of raw_input_contents
+  --shape=NAME:d0,...  perf: dims for an input with variable dims (default: each -1 becomes 1)
+  --concurrency=N      perf: concurrent clients (default 1)
+  --requests=R         perf: measured requests in total (default 100)
+  --warmup=W           perf: unmeasured requests first (default 10)
+perf fills every input not given by --input/--data_dir with random values: floats uniform in
+[-1, 1), integers in [0, 8) (so trip counts and token ids stay small), random bools.
+
+Errors go to stderr as "error: <GRPC_CODE>: <message>"; exit status 1 when the server answered
+with an error, 2 for bad usage.
+
+Examples:
+  loopctl --addr=127.0.0.1:8001 metadata rnn
+  loopctl infer counter --input=M:INT64::5 --input=start:INT64:1:10
+  loopctl infer rnn --input=M:INT64::6 --input=h0:FP32:2,4:0.5 --output=h_final
+  loopctl infer rnn --data_dir=deploy/models/rnn/expected
+  loopctl infer endless --input=x:INT64:1:0 --timeout_ms=1000
+  loopctl perf rnn --input=M:INT64::16 --shape=h0:8,4 --concurrency=4 --requests=1000
+)";
+}
+
+absl::StatusOr<Tensor> ParseTensorText(absl::string_view name, absl::string_view datatype,
+                                       const std::vector<int64_t>& shape,
+                                       absl::string_view values) {
+  auto n = ElementCount(shape);
+  if (!n.ok()) return n.status();
+  std::vector<absl::string_view> parts;
+  if (!absl::StripAsciiWhitespace(values).empty()) parts = absl::StrSplit(values, ',');
+  if (parts.size() != static_cast<size_t>(*n) && parts.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("shape [", absl::StrJoin(shape, ","), "] needs ",
+                                                   *n, " values (or one to fill), got ",
+                                                   parts.size()));
+  }
+  Tensor t;
+  t.name = std::string(name);
+  t.datatype = std::string(datatype);
+  t.shape = shape;
+  if (DataTypeSize(datatype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown datatype '", datatype, "'"));
+  }
+  for (int64_t i = 0; i < *n; ++i) {
+    absl::Status s = AppendValue(datatype, parts.size() == 1 ? parts[0] : parts[i], &t.bytes);
+    if (!s.ok()) return s;
+  }
+  return t;
+}
+
+absl::StatusOr<Tensor> ParseInputSpec(absl::string_view spec) {
+  std::vector<absl::string_view> parts = absl::StrSplit(spec, absl::MaxSplits(':', 3));
+  if (parts.size() < 2) {
+    return absl::InvalidArgumentError("expected NAME:DTYPE:SHAPE:VALUES or NAME:FILE.pb");
+  }
+  const std::string datatype = absl::AsciiStrToUpper(parts[1]);
+  if (parts.size() == 4 && DataTypeSize(datatype) > 0) {
+    auto dims = ParseDims(parts[2]);
+    if (!dims.ok()) return dims.status();
+    return ParseTensorText(parts[0], datatype, *dims, parts[3]);
+  }
+  // NAME:PATH (the path may itself contain ':').
+  const size_t colon = spec.find(':');
+  auto tensor = ReadOnnxTensorFile(std::string(spec.substr(colon + 1)));
+  if (!tensor.ok() && parts.size() == 4 && absl::IsNotFound(tensor.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", parts[1], "' is not a datatype (FP32, INT64, ", "BOOL, ...) and '",
+                     spec.substr(colon + 1), "' is not a file"));
+  }
+  if (!tensor.ok()) return tensor.status();
+  if (colon > 0) tensor->name = std::string(spec.substr(0, colon));
+  return tensor;
+}
+
+int RunLoopctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto cl = ParseCommandLine(args);
+  if (!cl.ok()) {
+    PrintError(cl.status(), err);
+    return 2;
+  }
+  if (cl->Has("help")) {
+    out << LoopctlUsage();
+    return 0;
+  }
+  if (cl->positional.empty()) {
+    err << LoopctlUsage();
+    return 2;
+  }
+  const std::string& command = cl->positional[0];
+  const bool needs_model = command == "metadata" || command == "infer" || command == "perf";
+  const bool known = needs_model || command == "live" || command == "ready";
+  if (!known || cl->positional.size() != (needs_model ? 2u : 1u)) {
+    PrintError(absl::InvalidArgumentError(
+                   known ? absl::StrCat("'", command, "' takes ", needs_model ? "one MODEL" : "no",
+                                        " argument", needs_model ? "" : "s")
+                         : absl::StrCat("unknown command '", command, "' (see --help)")),
+               err);
+    return 2;
+  }
+  auto client = Client::Create(cl->Get("addr", kDefaultAddress));
+  if (!client.ok()) {
+    PrintError(client.status(), err);
+    return 2;
+  }
+  Client& c = **client;
+  if (command == "live") return CmdBool(c.ServerLive(), "live", "not live", out, err);
+  if (command == "ready") return CmdBool(c.ServerReady(), "ready", "not ready", out, err);
+  const std::string& model = cl->positional[1];
+  if (command == "metadata") return CmdMetadata(c, model, *cl, out, err);
+  if (command == "infer") return CmdInfer(c, model, *cl, out, err);
+  return CmdPerf(c, model, *cl, out, err);
+}
+
+}  // namespace loopserve::client

@@ -1,0 +1,145 @@
+#pragma once
+
+// Host tensors as the Open Inference Protocol carries them, and their conversion to and from the
+// OIP messages (raw or typed contents).
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "proto/grpc_service.pb.h"
+
+namespace loopserve::client {
+
+// Size in bytes of one element of an OIP datatype ("FP32", "INT64", "BOOL", ...); 0 for BYTES and
+// for names that are not OIP datatypes.
+int64_t DataTypeSize(absl::string_view datatype);
+
+// Number of elements of `shape` (1 for a scalar). InvalidArgument for a negative dim or overflow.
+absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape);
+
+// A named tensor in host memory: OIP datatype, shape and the flattened, row-major, little-endian
+// bytes (BOOL: one byte per element, 0 or 1). A plain value type; not synchronised.
+struct Tensor {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+
+  // OK when the datatype is known and `bytes` holds exactly shape × element size bytes.
+  absl::Status Validate() const;
+};
+
+// Maps a C++ element type to its OIP datatype name.
+template <typename T>
+struct DataTypeOf;
+template <>
+struct DataTypeOf<float> {
+  static constexpr const char* kName = "FP32";
+};
+template <>
+struct DataTypeOf<double> {
+  static constexpr const char* kName = "FP64";
+};
+template <>
+struct DataTypeOf<int8_t> {
+  static constexpr const char* kName = "INT8";
+};
+template <>
+struct DataTypeOf<int16_t> {
+  static constexpr const char* kName = "INT16";
+};
+template <>
+struct DataTypeOf<int32_t> {
+  static constexpr const char* kName = "INT32";
+};
+template <>
+struct DataTypeOf<int64_t> {
+  static constexpr const char* kName = "INT64";
+};
+template <>
+struct DataTypeOf<uint8_t> {
+  static constexpr const char* kName = "UINT8";
+};
+template <>
+struct DataTypeOf<uint16_t> {
+  static constexpr const char* kName = "UINT16";
+};
+template <>
+struct DataTypeOf<uint32_t> {
+  static constexpr const char* kName = "UINT32";
+};
+template <>
+struct DataTypeOf<uint64_t> {
+  static constexpr const char* kName = "UINT64";
+};
+template <>
+struct DataTypeOf<bool> {
+  static constexpr const char* kName = "BOOL";
+};
+
+// Builds a tensor from typed values. The caller makes shape and value count agree (Validate()
+// checks it; the server rejects a mismatch with InvalidArgument).
+template <typename T>
+Tensor MakeTensor(std::string name, std::vector<int64_t> shape, const std::vector<T>& values) {
+  Tensor t;
+  t.name = std::move(name);
+  t.datatype = DataTypeOf<T>::kName;
+  t.shape = std::move(shape);
+  t.bytes.resize(values.size() * sizeof(T));
+  for (size_t i = 0; i < values.size(); ++i) {
+    T v = values[i];  // std::vector<bool> has no data()
+    std::memcpy(&t.bytes[i * sizeof(T)], &v, sizeof(T));
+  }
+  return t;
+}
+
+// Reads the values of `t`. InvalidArgument when the datatype is not T's or the byte count does
+// not match the shape.
+template <typename T>
+absl::StatusOr<std::vector<T>> TensorValues(const Tensor& t) {
+  if (t.datatype != DataTypeOf<T>::kName) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has datatype ",
+                                                   t.datatype, ", not ", DataTypeOf<T>::kName));
+  }
+  absl::Status valid = t.Validate();
+  if (!valid.ok()) return valid;
+  std::vector<T> values(t.bytes.size() / sizeof(T));
+  for (size_t i = 0; i < values.size(); ++i) {
+    T v;
+    std::memcpy(&v, &t.bytes[i * sizeof(T)], sizeof(T));
+    values[i] = v;
+  }
+  return values;
+}
+
+// How Infer puts input tensors on the wire.
+enum class ContentsMode {
+  kRaw,    // raw_input_contents (what loopserve and Triton prefer)
+  kTyped,  // InferTensorContents fields (FP16/BF16/BYTES cannot go this way)
+};
+
+// Appends `tensor` to `request` as an input. With kRaw, the request must not hold typed contents
+// and gets one raw_input_contents entry per input. InvalidArgument when the tensor is not
+// Validate()-clean or its datatype has no typed field.
+absl::Status AddInput(const Tensor& tensor, ContentsMode mode,
+                      inference::ModelInferRequest* request);
+
+// The outputs of `response` as tensors, from raw_output_contents or the typed contents.
+// InvalidArgument when the response is inconsistent (counts, byte sizes).
+absl::StatusOr<std::vector<Tensor>> DecodeOutputs(const inference::ModelInferResponse& response);
+
+// One line per tensor: `name DATATYPE [d0,d1] = [v0, v1, ...]`, at most `max_elements` values
+// (then `... (N more)`). Floats with enough digits to round-trip.
+std::string FormatTensor(const Tensor& tensor, int64_t max_elements = 32);
+
+// The element at flat index `i` formatted as text ("1.5", "-3", "true").
+std::string FormatElement(const Tensor& tensor, int64_t i);
+
+}  // namespace loopserve::client

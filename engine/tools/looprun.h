@@ -1,0 +1,61 @@
+#pragma once
+
+// looprun: an in-process runner, benchmark and conformance tool over the engine (like
+// onnxruntime_perf_test / benchmark_app). looprun_main.cc parses the flags and calls RunModelMain
+// or RunConformanceMain (conformance.h); the helpers below are shared by both modes.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/tensor/value.h"
+
+namespace loopserve::tools {
+
+// Exit statuses of looprun.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitMismatch = 1;  // an output differs from the reference (or a case failed)
+inline constexpr int kExitError = 2;     // bad flags, load/run failure, missing or malformed files
+
+struct RunModelOptions {
+  std::string model;       // model.onnx or model.xml
+  std::string data;        // folder with input_<k>.pb (and output_<k>.pb); empty: synthesize
+  std::string output_dir;  // where output_<k>.pb are written; empty: not written
+  int repeat = 1;          // timed runs
+  int warmup = 0;          // untimed runs before them
+};
+
+// `looprun --model=...`: loads the model, feeds the inputs, runs warmup + repeat times, writes and
+// compares the outputs of the last run, prints one JSON line of timings on stdout and any mismatch
+// or error on stderr. Returns kExitOk, kExitMismatch or kExitError.
+int RunModelMain(const RunModelOptions& options);
+
+// Sets the intra-op thread count (OpenMP, which oneDNN uses here); 0 means all cores. Call before
+// loading models.
+void SetIntraOpThreads(int threads);
+
+// Reads `dir`/input_<k>.pb for each model input k, in the encoding the input's declared kind calls
+// for. A missing file for an optional input feeds the empty optional; otherwise a missing file is
+// NotFound naming it.
+absl::StatusOr<std::vector<engine::Value>> ReadInputs(const engine::Model& model,
+                                                      const std::string& dir);
+
+// Zero-filled inputs built from the declared types (variable dims taken as 1; sequences empty;
+// optionals empty). InvalidArgument when an input's element type or rank is unknown.
+absl::StatusOr<std::vector<engine::Value>> SynthesizeInputs(const engine::Model& model);
+
+// Views of `inputs` (no copy) for one Model::Run; `inputs` must outlive the run.
+std::vector<engine::Value> ViewInputs(const std::vector<engine::Value>& inputs);
+
+// Compares `outputs` with `dir`/output_<k>.pb. With `require_all`, every model output needs its
+// file and no extra output_<k>.pb may exist (conformance); otherwise outputs without a file are
+// skipped. Returns nullopt when everything compared matches, else a one-line description naming the
+// output ("output 1 'y': shape [2], expected [3]"); an error status for unreadable files.
+absl::StatusOr<std::optional<std::string>> CompareWithReference(
+    const engine::Model& model, const std::vector<engine::Value>& outputs, const std::string& dir,
+    bool require_all);
+
+}  // namespace loopserve::tools

@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""Python smoke test: a stock grpcio client (what tritonclient/KServe users run) talks to loopserve.
+
+Usage: /usr/bin/python3 python_smoke_test.py --loopserve=BIN --models=DIR --repo_root=DIR --work=DIR
+       [--protoc=PROTOC]
+
+Generates Python stubs for proto/grpc_service.proto and proto/health.proto with protoc and
+/usr/bin/grpc_python_plugin into --work, starts loopserve on 127.0.0.1 with kernel-picked ports,
+checks ServerLive, grpc.health.v1 Check, ModelInfer of `counter` and `rnn` against the numpy
+expected outputs (raw contents), an endless-loop deadline, then SIGTERM -> exit code 0.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+np.float = float  # onnx 1.12 vs numpy 1.24
+np.int = int
+np.bool = bool
+np.object = object
+
+import grpc  # noqa: E402
+import onnx  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
+          "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}
+OIP = {v: k for k, v in DTYPES.items()}
+
+
+def make_stubs(protoc, repo_root, work):
+    subprocess.run([protoc, "-I", repo_root, "--python_out=" + work, "--grpc_python_out=" + work,
+                    "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+                    os.path.join(repo_root, "proto/grpc_service.proto"),
+                    os.path.join(repo_root, "proto/health.proto")], check=True)
+    sys.path.insert(0, work)
+
+
+def read_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return t.name, numpy_helper.to_array(t)
+
+
+def read_case(model_dir):
+    inputs, outputs, k = [], [], 0
+    while os.path.exists(os.path.join(model_dir, "input_%d.pb" % k)):
+        inputs.append(read_pb(os.path.join(model_dir, "input_%d.pb" % k)))
+        k += 1
+    k = 0
+    while os.path.exists(os.path.join(model_dir, "output_%d.pb" % k)):
+        outputs.append(read_pb(os.path.join(model_dir, "output_%d.pb" % k)))
+        k += 1
+    return inputs, outputs
+
+
+def start_server(binary, models):
+    proc = subprocess.Popen([binary, "--model_repository=" + models, "--address=127.0.0.1",
+                             "--grpc_port=0", "--metrics_port=0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ports = {}
+    timer = threading.Timer(60, proc.kill)  # bounded wait for the port lines
+    timer.start()
+    for line in proc.stdout:
+        for kind in ("grpc", "metrics"):
+            prefix = "loopserve: %s listening on " % kind
+            if line.startswith(prefix):
+                ports[kind] = int(line.strip().rsplit(":", 1)[1])
+        if len(ports) == 2:
+            break
+    timer.cancel()
+    if "grpc" not in ports:
+        proc.kill()
+        raise RuntimeError("loopserve did not report its ports")
+    return proc, ports["grpc"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loopserve", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--repo_root", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--protoc", default="protoc")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    make_stubs(args.protoc, args.repo_root, args.work)
+    from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+    from proto import health_pb2, health_pb2_grpc  # noqa: E402
+
+    proc, port = start_server(args.loopserve, args.models)
+    try:
+        channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+        grpc.channel_ready_future(channel).result(timeout=30)
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerLive(pb.ServerLiveRequest(), timeout=10).live
+        health = health_pb2_grpc.HealthStub(channel)
+        status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
+        assert status == health_pb2.HealthCheckResponse.SERVING, status
+
+        for model in ("counter", "rnn", "greedy_decoder", "nested"):
+            inputs, expected = read_case(os.path.join(args.models, model, "expected"))
+            request = pb.ModelInferRequest(model_name=model)
+            for name, array in inputs:
+                request.inputs.add(name=name, datatype=OIP[array.dtype.type], shape=array.shape)
+                request.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
+            response = stub.ModelInfer(request, timeout=30)
+            got = {o.name: np.frombuffer(raw, DTYPES[o.datatype]).reshape(tuple(o.shape))
+                   for o, raw in zip(response.outputs, response.raw_output_contents)}
+            for name, want in expected:
+                assert got[name].shape == want.shape, (model, name, got[name].shape, want.shape)
+                if want.dtype.kind == "f":
+                    np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
+                else:
+                    np.testing.assert_array_equal(got[name], want)
+            print("ok: %s" % model)
+
+        request = pb.ModelInferRequest(model_name="endless")
+        request.inputs.add(name="x", datatype="INT64", shape=[1])
+        request.raw_input_contents.append(np.zeros(1, np.int64).tobytes())
+        start = time.monotonic()
+        try:
+            stub.ModelInfer(request, timeout=1.0)
+            raise AssertionError("endless returned")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e
+        assert time.monotonic() - start < 1.5
+        print("ok: endless deadline")
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, "loopserve exited with %d" % code
+    print("ok: SIGTERM -> exit 0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

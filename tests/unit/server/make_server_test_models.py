@@ -1,0 +1,65 @@
+"""Writes the tiny ONNX models server_unit_test runs through the real engine.
+
+  counter.onnx: inputs M (int64 scalar trip count) and x (float32 [2]); a Loop (opset 13) adds 1 to
+                x M times and returns it as y. M = 2^63-1 makes it run until a deadline,
+                cancellation or iteration cap stops it.
+
+Usage: /usr/bin/python3 make_server_test_models.py OUT_DIR
+"""
+import os
+import sys
+
+import numpy as np
+
+# onnx 1.12 still refers to these removed numpy aliases.
+np.float = float
+np.int = int
+np.bool = bool
+np.object = object
+
+import onnx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+
+def counter_model():
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["x_in", "one"], ["x_out"]),
+        ],
+        "counter_body",
+        [
+            helper.make_tensor_value_info("iter", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [2]),
+        ],
+        [one],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "x"], ["y"], name="count_loop", body=body)],
+        "counter",
+        [
+            helper.make_tensor_value_info("M", TensorProto.INT64, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    onnx.save(counter_model(), os.path.join(out_dir, "counter.onnx"))
+
+
+if __name__ == "__main__":
+    main()

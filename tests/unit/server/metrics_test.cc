@@ -1,0 +1,109 @@
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loopserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// GET http://127.0.0.1:<port><path> with a plain socket; returns the whole HTTP response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      ssize_t n;
+      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  return response;
+}
+
+TEST(MetricsTest, ExpositionHasEveryName) {
+  Metrics metrics;
+  std::shared_ptr<ModelVersionMetrics> version =
+      metrics.ForModelVersion("rnn", 3, {"loop_outer", "loop_inner"});
+  version->RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(3));
+  version->RecordRequest(absl::StatusCode::kInvalidArgument, absl::Microseconds(20));
+  version->RecordQueue(absl::Microseconds(5));
+  version->RecordCompute(absl::Milliseconds(2));
+  version->OnLoopFinished(0, 12, absl::Microseconds(120));
+  version->OnLoopFinished(1, 0, absl::ZeroDuration());
+  version->OnLoopFinished(7, 1, absl::ZeroDuration());  // out of range: ignored
+  metrics.RecordLoopLimitHit(absl::StatusCode::kResourceExhausted);
+  metrics.RecordLoopLimitHit(absl::StatusCode::kInvalidArgument);  // not a limit: ignored
+  metrics.SetModelReady("rnn", 3, true);
+  metrics.inflight_requests().Increment();
+  metrics.queue_depth().Set(0);
+
+  const std::string text = metrics.Serialize();
+  for (const char* name :
+       {"loopserve_requests_total", "loopserve_request_duration_seconds_bucket",
+        "loopserve_queue_duration_seconds_count", "loopserve_compute_duration_seconds_sum",
+        "loopserve_loop_iterations_bucket", "loopserve_loop_iteration_duration_seconds_bucket",
+        "loopserve_loop_limit_hits_total", "loopserve_inflight_requests", "loopserve_queue_depth",
+        "loopserve_model_ready"}) {
+    EXPECT_THAT(text, HasSubstr(name)) << name;
+  }
+  EXPECT_THAT(
+      text,
+      HasSubstr("loopserve_requests_total{model=\"rnn\",outcome=\"success\",version=\"3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"invalid_argument\",version=\"3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",version=\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_iterations_count{loop=\"loop_outer\",model=\"rnn\","
+                              "version=\"3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_iterations_sum{loop=\"loop_outer\",model=\"rnn\","
+                              "version=\"3\"} 12"));
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"iteration_cap\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"deadline\"} 0"));
+  EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"rnn\",version=\"3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_inflight_requests 1"));
+}
+
+TEST(MetricsTest, BucketsSpanMicrosecondsToMinutesAndOneToAMillionIterations) {
+  const auto durations = Metrics::DurationBuckets();
+  EXPECT_DOUBLE_EQ(durations.front(), 1e-6);
+  EXPECT_GE(durations.back(), 60.0);
+  const auto iterations = Metrics::IterationBuckets();
+  EXPECT_DOUBLE_EQ(iterations[0], 1);
+  EXPECT_DOUBLE_EQ(iterations[1], 2);
+  EXPECT_DOUBLE_EQ(iterations[2], 5);
+  EXPECT_DOUBLE_EQ(iterations[3], 10);
+  EXPECT_DOUBLE_EQ(iterations.back(), 1e6);
+}
+
+TEST(MetricsExposerTest, ServesMetricsAndReportsABusyPort) {
+  Metrics metrics;
+  metrics.SetModelReady("m", 1, true);
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+      MetricsExposer::Start("127.0.0.1", 0, metrics.registry());
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  const int port = (*exposer)->port();
+  ASSERT_GT(port, 0);
+  const std::string response = HttpGet(port, "/metrics");
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_THAT(response, HasSubstr("loopserve_model_ready{model=\"m\",version=\"1\"} 1"));
+
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> second =
+      MetricsExposer::Start("127.0.0.1", port, metrics.registry());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace loopserve::server

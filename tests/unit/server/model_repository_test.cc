@@ -1,0 +1,174 @@
+#include "server/model_repository.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/model_config.h"
+#include "tests/unit/server/test_util.h"
+
+namespace loopserve::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+TEST(ModelNameTest, NamesCannotEscapeTheRoot) {
+  EXPECT_TRUE(IsValidModelName("rnn"));
+  EXPECT_TRUE(IsValidModelName("rnn-v2_large.1"));
+  for (const char* bad :
+       {"", ".", "..", "../etc", "a/b", "/abs", "a\\b", ".hidden", "a b", "a\nb"}) {
+    EXPECT_FALSE(IsValidModelName(bad)) << bad;
+  }
+  EXPECT_FALSE(IsValidModelName(std::string("a\0b", 3)));
+  EXPECT_FALSE(IsValidModelName(std::string(256, 'a')));
+}
+
+TEST(VersionTest, OnlyPositiveCanonicalIntegers) {
+  EXPECT_EQ(ParseVersion("1"), 1);
+  EXPECT_EQ(ParseVersion("42"), 42);
+  EXPECT_EQ(ParseVersion("9223372036854775807"), INT64_MAX);
+  for (const char* bad : {"", "0", "01", "-1", "+1", "v1", "1.0", "1a", " 1", "9223372036854775808",
+                          "99999999999999999999"}) {
+    EXPECT_FALSE(ParseVersion(bad).has_value()) << bad;
+  }
+}
+
+TEST(RepositoryScanTest, FindsModelsAndVersionsIgnoringJunk) {
+  TempDir root;
+  root.WriteFile("a/1/model.onnx");
+  root.WriteFile("a/3/model.onnx");
+  root.MakeDir("a/0");
+  root.MakeDir("a/01");
+  root.MakeDir("a/latest");
+  root.MakeDir("a/-2");
+  root.WriteFile("a/7");  // a file, not a folder
+  root.WriteFile("b/2/model.xml");
+  root.MakeDir(".git");
+  root.MakeDir("bad name");
+  root.WriteFile("README.md");
+
+  absl::StatusOr<std::vector<std::string>> names = ScanModelNames(root.path());
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_THAT(*names, ElementsAre("a", "b"));
+  EXPECT_THAT(ScanVersions(root.path() + "/a"), ElementsAre(1, 3));
+  EXPECT_THAT(*FindModelFile(root.path() + "/b/2"), HasSubstr("model.xml"));
+  EXPECT_EQ(FindModelFile(root.path() + "/a/0").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RepositoryScanTest, MissingRootIsNotFound) {
+  EXPECT_EQ(ScanModelNames("/nonexistent/loopserve/repo").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(VersionPolicyTest, LatestAllSpecific) {
+  const std::vector<int64_t> available = {1, 2, 5, 9};
+  loopserve::ModelVersionPolicy policy;
+  EXPECT_THAT(SelectVersions(available, policy), ElementsAre(9));  // default: latest 1
+  policy.mutable_latest()->set_num_versions(2);
+  EXPECT_THAT(SelectVersions(available, policy), ElementsAre(5, 9));
+  policy.mutable_latest()->set_num_versions(10);
+  EXPECT_THAT(SelectVersions(available, policy), ElementsAre(1, 2, 5, 9));
+  policy.mutable_all();
+  EXPECT_THAT(SelectVersions(available, policy), ElementsAre(1, 2, 5, 9));
+  policy.mutable_specific()->add_versions(2);
+  policy.mutable_specific()->add_versions(7);  // absent: ignored
+  EXPECT_THAT(SelectVersions(available, policy), ElementsAre(2));
+  EXPECT_TRUE(SelectVersions({}, loopserve::ModelVersionPolicy()).empty());
+}
+
+TEST(ModelConfigTest, ParsesTextFormat) {
+  absl::StatusOr<loopserve::ModelConfig> config = ParseModelConfig(
+      "name: \"rnn\"\nversion_policy { specific { versions: [1, 3] } }\n"
+      "max_loop_iterations: 1000\ninstance_count: 2\n",
+      "rnn");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->version_policy().specific().versions(), ElementsAre(1, 3));
+  EXPECT_EQ(config->max_loop_iterations(), 1000);
+  EXPECT_EQ(config->instance_count(), 2u);
+}
+
+TEST(ModelConfigTest, RejectsBadConfigs) {
+  EXPECT_THAT(std::string(ParseModelConfig("bogus_field: 1", "m").status().message()),
+              HasSubstr("config.pbtxt: 1:"));
+  EXPECT_EQ(ParseModelConfig("name: \"other\"", "m").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseModelConfig("max_loop_iterations: -1", "m").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseModelConfig("version_policy { specific { versions: 0 } }", "m").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A loader that serves the passthrough model for any path except those containing "broken".
+absl::StatusOr<std::shared_ptr<const engine::Model>> FakeLoader(const std::string& path,
+                                                                const engine::LoadOptions&) {
+  if (absl::StrContains(path, "broken")) return absl::UnimplementedError("op 'Foo' unsupported");
+  return testing::PassthroughModel();
+}
+
+TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
+  TempDir root;
+  root.WriteFile("good/1/model.onnx");
+  root.WriteFile("good/2/model.onnx");
+  root.WriteFile("broken/1/model.onnx");
+  root.WriteFile("empty/1/README");
+  root.WriteFile("badcfg/config.pbtxt", "this is not text format");
+  root.WriteFile("badcfg/1/model.onnx");
+  root.WriteFile("capped/config.pbtxt", "max_loop_iterations: 7\nversion_policy { all {} }");
+  root.WriteFile("capped/1/model.onnx");
+  root.WriteFile("capped/2/model.xml");
+
+  Metrics metrics;
+  ModelRegistry registry({root.path(), /*max_loop_iterations=*/100, FakeLoader, &metrics});
+  ASSERT_TRUE(registry.LoadAll().ok());
+
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> good = registry.Get("good", "");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ((*good)->version, 2);  // latest 1
+  EXPECT_EQ((*good)->platform, "onnx");
+  EXPECT_EQ((*good)->max_loop_iterations, 100);
+  EXPECT_EQ(registry.Get("good", "1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Get("good", "2").ok());
+  EXPECT_EQ(registry.Get("good", "abc").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Get("nope", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Get("../good", "").status().code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> broken = registry.Get("broken", "1");
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("op 'Foo' unsupported"));
+  EXPECT_EQ(registry.Get("empty", "").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(registry.Get("badcfg", "").status().message()),
+              HasSubstr("config.pbtxt"));
+
+  EXPECT_THAT(*registry.ReadyVersions("capped"), ElementsAre(1, 2));
+  EXPECT_EQ((*registry.Get("capped", "1"))->max_loop_iterations, 7);
+  EXPECT_EQ((*registry.Get("capped", "2"))->platform, "openvino");
+
+  const std::vector<ModelRegistry::ModelState> index = registry.Index();
+  ASSERT_EQ(index.size(), 5u);
+  EXPECT_EQ(index[0].name, "badcfg");
+  EXPECT_EQ(index[1].name, "broken");
+  ASSERT_EQ(index[1].versions.size(), 1u);
+  EXPECT_FALSE(index[1].versions[0].ready);
+
+  const std::string text = metrics.Serialize();
+  EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"good\",version=\"2\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"broken\",version=\"1\"} 0"));
+}
+
+TEST(ModelRegistryTest, PinnedModelOutlivesTheRegistry) {
+  TempDir root;
+  root.WriteFile("good/1/model.onnx");
+  std::shared_ptr<const LoadedModel> pinned;
+  {
+    ModelRegistry registry({root.path(), 0, FakeLoader, nullptr});
+    ASSERT_TRUE(registry.LoadAll().ok());
+    pinned = *registry.Get("good", "1");
+  }
+  EXPECT_EQ(pinned->model->inputs().size(), 3u);
+}
+
+}  // namespace
+}  // namespace loopserve::server

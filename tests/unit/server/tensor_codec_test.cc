@@ -1,0 +1,260 @@
+#include "server/tensor_codec.h"
+
+#include <cstring>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/server/test_util.h"
+
+namespace loopserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+using Request = inference::ModelInferRequest;
+
+template <typename T>
+std::string Bytes(std::initializer_list<T> values) {
+  std::string bytes(values.size() * sizeof(T), '\0');
+  std::memcpy(bytes.data(), values.begin(), bytes.size());
+  return bytes;
+}
+
+class TensorCodecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = testing::PassthroughModel();
+    ASSERT_NE(model_, nullptr);
+  }
+
+  // A valid raw request: x [2,2] FP32, y [3] INT64, b [] BOOL.
+  static Request RawRequest() {
+    Request request;
+    request.set_model_name("m");
+    auto* x = request.add_inputs();
+    x->set_name("x");
+    x->set_datatype("FP32");
+    x->add_shape(2);
+    x->add_shape(2);
+    auto* y = request.add_inputs();
+    y->set_name("y");
+    y->set_datatype("INT64");
+    y->add_shape(3);
+    auto* b = request.add_inputs();
+    b->set_name("b");
+    b->set_datatype("BOOL");
+    request.add_raw_input_contents(Bytes<float>({1, 2, 3, 4}));
+    request.add_raw_input_contents(Bytes<int64_t>({5, 6, 7}));
+    request.add_raw_input_contents(std::string(1, '\1'));
+    return request;
+  }
+
+  // The same request with typed contents.
+  static Request TypedRequest() {
+    Request request = RawRequest();
+    request.clear_raw_input_contents();
+    for (float v : {1.f, 2.f, 3.f, 4.f})
+      request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(v);
+    for (int64_t v : {5, 6, 7})
+      request.mutable_inputs(1)->mutable_contents()->add_int64_contents(v);
+    request.mutable_inputs(2)->mutable_contents()->add_bool_contents(true);
+    return request;
+  }
+
+  void ExpectInvalid(const Request& request, const std::string& substring) {
+    absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model_);
+    ASSERT_FALSE(decoded.ok()) << "expected an error containing: " << substring;
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << decoded.status();
+    EXPECT_THAT(std::string(decoded.status().message()), HasSubstr(substring));
+  }
+
+  std::shared_ptr<const engine::Model> model_;
+};
+
+TEST_F(TensorCodecTest, DecodesRawInputsInModelOrder) {
+  Request request = RawRequest();
+  // Send them out of model order: the decoder reorders by name.
+  request.mutable_inputs()->SwapElements(0, 2);
+  request.mutable_raw_input_contents()->SwapElements(0, 2);
+  absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->inputs.size(), 3u);
+  const engine::Tensor& x = decoded->inputs[0].tensor();
+  EXPECT_EQ(x.dtype(), engine::DataType::kFloat32);
+  EXPECT_EQ(x.shape(), engine::Shape({2, 2}));
+  EXPECT_EQ(x.data<float>()[3], 4.f);
+  EXPECT_EQ(decoded->inputs[1].tensor().data<int64_t>()[2], 7);
+  EXPECT_TRUE(decoded->inputs[2].tensor().data<bool>()[0]);
+  EXPECT_EQ(decoded->outputs, (std::vector<int>{0, 1, 2}));
+}
+
+TEST_F(TensorCodecTest, AlignedRawInputIsAZeroCopyView) {
+  Request request = RawRequest();
+  absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const engine::Tensor& x = decoded->inputs[0].tensor();
+  if (reinterpret_cast<uintptr_t>(request.raw_input_contents(0).data()) % sizeof(float) == 0) {
+    EXPECT_TRUE(x.is_view());
+    EXPECT_EQ(x.raw_data(), request.raw_input_contents(0).data());
+  }
+}
+
+TEST_F(TensorCodecTest, DecodesTypedInputs) {
+  absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(TypedRequest(), *model_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->inputs[0].tensor().data<float>()[1], 2.f);
+  EXPECT_EQ(decoded->inputs[1].tensor().data<int64_t>()[0], 5);
+  EXPECT_TRUE(decoded->inputs[2].tensor().data<bool>()[0]);
+}
+
+TEST_F(TensorCodecTest, DecodesEmptyTensors) {
+  Request request = RawRequest();
+  request.mutable_inputs(0)->set_shape(0, 0);
+  request.set_raw_input_contents(0, "");
+  absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->inputs[0].tensor().NumElements(), 0);
+}
+
+TEST_F(TensorCodecTest, HonoursRequestedOutputs) {
+  Request request = RawRequest();
+  request.add_outputs()->set_name("b");
+  request.add_outputs()->set_name("x");
+  absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model_);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->outputs, (std::vector<int>{2, 0}));
+}
+
+TEST_F(TensorCodecTest, RejectsMissingInput) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs()->RemoveLast();
+    if (request.raw_input_contents_size() > 0) request.mutable_raw_input_contents()->RemoveLast();
+    ExpectInvalid(request, "input 'b': missing");
+  }
+}
+
+TEST_F(TensorCodecTest, RejectsUnknownInput) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs(1)->set_name("nope");
+    ExpectInvalid(request, "input 'nope': the model has no such input");
+  }
+}
+
+TEST_F(TensorCodecTest, RejectsRepeatedInput) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs(1)->set_name("x");
+    ExpectInvalid(request, "input 'x': given more than once");
+  }
+}
+
+TEST_F(TensorCodecTest, RejectsWrongDatatype) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs(0)->set_datatype("FP64");
+    ExpectInvalid(request, "input 'x': datatype FP64 does not match the model's FP32");
+  }
+}
+
+TEST_F(TensorCodecTest, RejectsUnknownDatatype) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs(0)->set_datatype("FLOAT32");
+    ExpectInvalid(request, "input 'x': unknown datatype 'FLOAT32'");
+  }
+  Request request = RawRequest();
+  request.mutable_inputs(0)->set_datatype("BYTES");
+  ExpectInvalid(request, "input 'x': datatype BYTES is not supported");
+}
+
+TEST_F(TensorCodecTest, RejectsNegativeDims) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs(0)->set_shape(0, -2);
+    ExpectInvalid(request, "input 'x'");
+  }
+}
+
+TEST_F(TensorCodecTest, RejectsOverflowingDims) {
+  for (Request request : {RawRequest(), TypedRequest()}) {
+    request.mutable_inputs(0)->set_shape(0, int64_t{1} << 40);
+    request.mutable_inputs(0)->set_shape(1, int64_t{1} << 40);
+    ExpectInvalid(request, "input 'x'");
+  }
+}
+
+TEST_F(TensorCodecTest, RejectsRawByteCountMismatch) {
+  Request request = RawRequest();
+  request.set_raw_input_contents(0, Bytes<float>({1, 2, 3}));
+  ExpectInvalid(request,
+                "input 'x': shape [2,2] of float32 needs 16 bytes, raw_input_contents has 12");
+  request = RawRequest();
+  request.set_raw_input_contents(2, "");
+  ExpectInvalid(request, "input 'b'");
+}
+
+TEST_F(TensorCodecTest, RejectsTypedElementCountMismatch) {
+  Request request = TypedRequest();
+  request.mutable_inputs(1)->mutable_contents()->add_int64_contents(8);
+  ExpectInvalid(request, "input 'y': shape [3] needs 3 elements, got 4 in int64_contents");
+}
+
+TEST_F(TensorCodecTest, RejectsTypedContentsInTheWrongField) {
+  Request request = TypedRequest();
+  request.mutable_inputs(0)->mutable_contents()->clear_fp32_contents();
+  for (double v : {1.0, 2.0, 3.0, 4.0})
+    request.mutable_inputs(0)->mutable_contents()->add_fp64_contents(v);
+  ExpectInvalid(request, "input 'x': datatype FP32 expects fp32_contents, got fp64_contents");
+}
+
+TEST_F(TensorCodecTest, RejectsMixingRawAndTyped) {
+  Request request = RawRequest();
+  request.mutable_inputs(1)->mutable_contents()->add_int64_contents(1);
+  ExpectInvalid(request, "input 'y': has typed contents although raw_input_contents is used");
+}
+
+TEST_F(TensorCodecTest, RejectsRawEntryCountMismatch) {
+  Request request = RawRequest();
+  request.mutable_raw_input_contents()->RemoveLast();
+  ExpectInvalid(request, "raw_input_contents has 2 entries but the request has 3 inputs");
+}
+
+TEST_F(TensorCodecTest, RejectsUnknownOrRepeatedOutput) {
+  Request request = RawRequest();
+  request.add_outputs()->set_name("z");
+  ExpectInvalid(request, "output 'z': the model has no such output");
+  request = RawRequest();
+  request.add_outputs()->set_name("x");
+  request.add_outputs()->set_name("x");
+  ExpectInvalid(request, "output 'x': requested more than once");
+}
+
+TEST_F(TensorCodecTest, EncodesSelectedOutputsRaw) {
+  std::vector<engine::Value> values(3);
+  engine::Tensor x(engine::DataType::kFloat32, engine::Shape({1, 2}));
+  x.mutable_data<float>()[0] = 1.5f;
+  x.mutable_data<float>()[1] = -2.f;
+  values[0] = engine::Value(std::move(x));
+  engine::Tensor b(engine::DataType::kBool, engine::Shape({}));
+  b.mutable_data<bool>()[0] = true;
+  values[2] = engine::Value(std::move(b));
+
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(EncodeInferOutputs(*model_, {2, 0}, values, &response).ok());
+  ASSERT_EQ(response.outputs_size(), 2);
+  EXPECT_EQ(response.outputs(0).name(), "b");
+  EXPECT_EQ(response.outputs(0).datatype(), "BOOL");
+  EXPECT_EQ(response.outputs(0).shape_size(), 0);
+  EXPECT_EQ(response.raw_output_contents(0), std::string(1, '\1'));
+  EXPECT_EQ(response.outputs(1).name(), "x");
+  EXPECT_EQ(response.outputs(1).datatype(), "FP32");
+  EXPECT_THAT(response.outputs(1).shape(), ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(response.raw_output_contents(1), Bytes<float>({1.5f, -2.f}));
+}
+
+TEST_F(TensorCodecTest, SequenceOutputsAreUnimplemented) {
+  std::vector<engine::Value> values(3);
+  values[0].mutable_sequence();
+  inference::ModelInferResponse response;
+  EXPECT_EQ(EncodeInferOutputs(*model_, {0}, values, &response).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace loopserve::server

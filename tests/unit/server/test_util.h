@@ -1,0 +1,64 @@
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/ir/graph.h"
+#include "engine/model.h"
+#include "gtest/gtest.h"
+
+namespace loopserve::server::testing {
+
+// A graph with no nodes whose outputs are its inputs: the engine returns copies of what it is fed.
+// Inputs (and outputs, same names): x float32 [-1,2], y int64 [3], b bool [] (scalar).
+inline std::shared_ptr<const engine::Model> PassthroughModel() {
+  auto graph = std::make_shared<engine::Graph>();
+  auto add = [&](const char* name, engine::DataType dtype, std::vector<int64_t> dims) {
+    engine::ValueType type;
+    type.kind = engine::ValueKind::kTensor;
+    type.dtype = dtype;
+    type.dims = std::move(dims);
+    return graph->AddValue(name, type);
+  };
+  const engine::ValueId x = add("x", engine::DataType::kFloat32, {-1, 2});
+  const engine::ValueId y = add("y", engine::DataType::kInt64, {3});
+  const engine::ValueId b = add("b", engine::DataType::kBool, {});
+  graph->inputs = {x, y, b};
+  graph->outputs = {x, y, b};
+  auto model = engine::Model::FromGraph(graph);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+// A fresh directory under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "loopserve_test_XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+  // Creates `relative` (and its parents) as a file with `contents`.
+  void WriteFile(const std::string& relative, const std::string& contents = "") const {
+    const std::filesystem::path file = std::filesystem::path(path_) / relative;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << contents;
+  }
+  void MakeDir(const std::string& relative) const {
+    std::filesystem::create_directories(std::filesystem::path(path_) / relative);
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace loopserve::server::testing
