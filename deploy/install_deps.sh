@@ -10,7 +10,7 @@ BUILD_PACKAGES=(
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-onnx python3-numpy python3-grpcio
-  libonnx-testdata
+  libonnx-testdata curl
 )
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libdnnl2 ocl-icd-libopencl1 libprometheus-cpp-core1.0

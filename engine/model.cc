@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/import/onnx_importer.h"
+#include "engine/import/openvino_importer.h"
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/kernel_registry.h"
 #include "engine/runtime/plan.h"
@@ -65,8 +66,20 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path
     LS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
     return LoadOnnx(bytes, options);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("'", path, "': unknown model format (expected a .onnx file)"));
+  if (absl::EndsWith(path, ".xml")) {
+    // The weights are the .bin beside the .xml. A model without constants needs none, so a
+    // missing .bin is an error only once a Const layer reads from it.
+    LS_ASSIGN_OR_RETURN(std::string xml, ReadFile(path));
+    const std::string bin_path = path.substr(0, path.size() - 4) + ".bin";
+    absl::StatusOr<std::string> weights = ReadFile(bin_path);
+    if (!weights.ok() && !absl::IsNotFound(weights.status())) return weights.status();
+    absl::StatusOr<std::shared_ptr<Graph>> graph =
+        ImportOpenVinoModel(xml, weights.ok() ? *weights : std::string());
+    if (!graph.ok()) return Annotate(graph.status(), absl::StrCat("'", path, "': "));
+    return FromGraph(*std::move(graph), options);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", path, "': unknown model format (expected a .onnx file, or a .xml with its .bin)"));
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::LoadOnnx(absl::string_view bytes,

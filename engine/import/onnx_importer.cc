@@ -1,5 +1,6 @@
 #include "engine/import/onnx_importer.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -340,7 +341,12 @@ class OnnxImporter {
         node.outputs.push_back(out.empty() ? kNoValue : scope.Lookup(out));
       }
       for (const onnx::AttributeProto& a : proto_node.attribute()) {
+        // A TypeProto attribute (Optional's `type`) only declares a static type; nothing at run
+        // time depends on it, so it is dropped.
+        if (a.type() == onnx::AttributeProto::TYPE_PROTO) continue;
         LS_ASSIGN_OR_RETURN(Attribute attr, ConvertAttribute(a, scope, node.Label()));
+        if (attr.graph != nullptr) AddImplicitInputs(*attr.graph, node);
+        for (const auto& g : attr.graphs) AddImplicitInputs(*g, node);
         node.attributes[a.name()] = std::move(attr);
       }
       if (node.op_type == "Loop" && node.domain.empty()) {
@@ -359,6 +365,15 @@ class OnnxImporter {
       graph.outputs.push_back(id);
     }
     return SortTopologically(graph);
+  }
+
+  static void AddImplicitInputs(const Graph& subgraph, Node& node) {
+    for (const Capture& c : subgraph.captures) {
+      if (std::find(node.implicit_inputs.begin(), node.implicit_inputs.end(), c.outer) ==
+          node.implicit_inputs.end()) {
+        node.implicit_inputs.push_back(c.outer);
+      }
+    }
   }
 
   static std::string NodeLabel(const onnx::NodeProto& node, int index) {

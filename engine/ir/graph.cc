@@ -130,7 +130,10 @@ absl::Status SortTopologically(Graph& graph) {
   std::vector<int> missing(graph.nodes.size(), 0);
   std::vector<std::vector<int>> consumers(num_values);
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    for (ValueId v : graph.nodes[n].inputs) {
+    std::vector<ValueId> dependencies = graph.nodes[n].inputs;
+    dependencies.insert(dependencies.end(), graph.nodes[n].implicit_inputs.begin(),
+                        graph.nodes[n].implicit_inputs.end());
+    for (ValueId v : dependencies) {
       if (v == kNoValue || available[v]) continue;
       if (producer[v] == -1) {
         return absl::InvalidArgumentError(absl::StrCat(graph.nodes[n].Label(), ": input '",

@@ -79,6 +79,9 @@ struct Node {
   int opset = 0;                 // opset version of `domain` the node was written against
   std::vector<ValueId> inputs;   // kNoValue for an omitted optional input
   std::vector<ValueId> outputs;  // kNoValue for an omitted optional output
+  // Values of this graph that the node's subgraphs read (their Captures' `outer`): not operands,
+  // but the node must run after their producers.
+  std::vector<ValueId> implicit_inputs;
   absl::flat_hash_map<std::string, Attribute> attributes;
   // Set for op_type "Loop": the port map; the body is attributes["body"].graph.
   std::shared_ptr<const LoopSpec> loop;

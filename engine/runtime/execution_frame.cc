@@ -36,8 +36,8 @@ absl::Status CheckInputs(const Step& step, const ExecutionFrame& frame) {
     const int slot = step.inputs[i];
     if (slot < 0) continue;
     const Value& v = frame.slot(slot);
-    if (v.is_tensor()) continue;
-    if (step.kernel->AcceptsNonTensorInputs() && !v.is_none()) continue;
+    // Kernels that accept sequences and optionals also receive empty optionals (kNone).
+    if (v.is_tensor() || step.kernel->AcceptsNonTensorInputs()) continue;
     const std::string& name = frame.plan().graph().ValueName(slot);
     if (v.is_none()) {
       return absl::InvalidArgumentError(

@@ -35,13 +35,17 @@ class DnnlKernel::State : public KernelState {
   std::shared_ptr<const PreparedOp> op;
   std::vector<dnnl::memory> memories;  // one per op->bindings entry
   std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
-  Tensor aux;                          // op->expand_input's broadcast copy
+  Tensor aux[kMaxAux];                 // op->expansions' broadcast copies
 };
 
 DnnlKernel::DnnlKernel(int num_inputs, int required_inputs)
     : num_inputs_(num_inputs), required_inputs_(required_inputs) {}
 
 std::unique_ptr<KernelState> DnnlKernel::CreateState() const { return std::make_unique<State>(); }
+
+absl::Status DnnlKernel::Finish(const PreparedOp& /*op*/, KernelContext& /*ctx*/) const {
+  return absl::OkStatus();
+}
 
 bool DnnlKernel::UsesDnnl(DataType type) const {
   return type == DataType::kFloat32 || type == DataType::kFloat16 || type == DataType::kBFloat16;
@@ -118,7 +122,9 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, State&
       state.memories.emplace_back(binding.desc, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.args.push_back({binding.arg, state.memories.back().get()});
     }
-    if (op->expand_input >= 0) state.aux.Resize(type, op->aux_shape);
+    for (size_t k = 0; k < op->expansions.size(); ++k) {
+      state.aux[k].Resize(type, op->expansions[k].shape);
+    }
   }
   state.dtype = type;
   for (int i = 0; i < num_inputs_; ++i) {
@@ -164,6 +170,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       return RunReference(ctx);
     case PreparedOp::Mode::kEmpty:
       ctx.output(0, type, op.output_shape);
+      for (size_t k = 0; k < op.extra_outputs.size(); ++k) {
+        ctx.output(static_cast<int>(k) + 1, op.extra_outputs[k].first, op.extra_outputs[k].second);
+      }
       return absl::OkStatus();
     case PreparedOp::Mode::kZeroFill: {
       Tensor* out = ctx.output(0, type, op.output_shape);
@@ -175,12 +184,17 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   }
 
   Tensor* out = ctx.output(0, type, op.output_shape);
+  Tensor* extra[2] = {};
+  for (size_t k = 0; k < op.extra_outputs.size() && k < 2; ++k) {
+    extra[k] =
+        ctx.output(static_cast<int>(k) + 1, op.extra_outputs[k].first, op.extra_outputs[k].second);
+  }
   RunContext& run = ctx.run_context();
   const size_t element_size = DataTypeSize(type);
-  if (op.expand_input >= 0) {
-    const Tensor& in = *inputs[op.expand_input];
-    reference::BroadcastCopy(in.raw_data(), in.shape(), state.aux.mutable_raw_data(), op.aux_shape,
-                             element_size);
+  for (size_t k = 0; k < op.expansions.size(); ++k) {
+    const Tensor& in = *inputs[op.expansions[k].input];
+    reference::BroadcastCopy(in.raw_data(), in.shape(), state.aux[k].mutable_raw_data(),
+                             op.expansions[k].shape, element_size);
   }
   if (op.prefill_input >= 0) {
     const Tensor& in = *inputs[op.prefill_input];
@@ -193,7 +207,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       switch (op.bindings[i].source) {
         case BufferSource::kInput0:
         case BufferSource::kInput1:
-        case BufferSource::kInput2: {
+        case BufferSource::kInput2:
+        case BufferSource::kInput3:
+        case BufferSource::kInput4: {
           const int input =
               static_cast<int>(op.bindings[i].source) - static_cast<int>(BufferSource::kInput0);
           handle = const_cast<void*>(inputs[input]->raw_data());
@@ -202,11 +218,21 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
         case BufferSource::kOutput:
           handle = out->mutable_raw_data();
           break;
+        case BufferSource::kOutput1:
+        case BufferSource::kOutput2:
+          handle = extra[static_cast<int>(op.bindings[i].source) -
+                         static_cast<int>(BufferSource::kOutput1)]
+                       ->mutable_raw_data();
+          break;
         case BufferSource::kScratchpad:
           handle = run.Scratchpad(op.scratchpad_bytes);
           break;
-        case BufferSource::kAux:
-          handle = state.aux.mutable_raw_data();
+        case BufferSource::kAux0:
+        case BufferSource::kAux1:
+          handle = state
+                       .aux[static_cast<int>(op.bindings[i].source) -
+                            static_cast<int>(BufferSource::kAux0)]
+                       .mutable_raw_data();
           break;
       }
       state.memories[i].set_data_handle(handle);
@@ -222,7 +248,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   if (status != dnnl_success) {
     return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
   }
-  return absl::OkStatus();
+  return Finish(op, ctx);
 }
 
 void DnnlKernel::WarmUp(const KernelInit& init) const {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <dnnl.hpp>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,7 +30,21 @@ namespace loopserve::engine {
 int64_t DnnlPrimitiveCreationCount();
 
 // Where a primitive argument's buffer comes from on each run.
-enum class BufferSource : uint8_t { kInput0, kInput1, kInput2, kOutput, kScratchpad, kAux };
+// kOutput is output 0; kOutput1/kOutput2 are PreparedOp::extra_outputs; kAux0/kAux1 are the frame's
+// copies of PreparedOp::expansions.
+enum class BufferSource : uint8_t {
+  kInput0,
+  kInput1,
+  kInput2,
+  kInput3,
+  kInput4,
+  kOutput,
+  kOutput1,
+  kOutput2,
+  kScratchpad,
+  kAux0,
+  kAux1,
+};
 
 struct ArgBinding {
   int arg = 0;  // DNNL_ARG_*
@@ -51,13 +66,20 @@ struct PreparedOp {
   dnnl::primitive primitive;
   std::vector<ArgBinding> bindings;
   size_t scratchpad_bytes = 0;
-  // Before executing: when >= 0, input `expand_input` is broadcast-copied into the frame's aux
-  // buffer of shape `aux_shape` (oneDNN binary broadcasts only its second source).
-  int expand_input = -1;
-  Shape aux_shape;
+  // Before executing: input `input` is broadcast-copied into the frame's aux buffer k (bound as
+  // BufferSource::kAux0 + k) of shape `shape` (oneDNN binary broadcasts only its second source;
+  // InstanceNormalization tiles its scale over the batch).
+  struct Expansion {
+    int input = -1;
+    Shape shape;
+  };
+  absl::InlinedVector<Expansion, 2> expansions;
   // Before executing: when >= 0, input `prefill_input` is broadcast-copied into the output (Gemm's
   // C, which a sum post-op then scales by beta).
   int prefill_input = -1;
+  // Outputs 1, 2, ... (bound as kOutput1, kOutput2), sized to these types and shapes on every run
+  // in kExecute and kEmpty modes. Only as many as the node has; Finish post-processes them.
+  absl::InlinedVector<std::pair<DataType, Shape>, 2> extra_outputs;
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their
@@ -70,7 +92,8 @@ struct PreparedOp {
 // grow it without bound).
 class DnnlKernel : public Kernel {
  public:
-  static constexpr int kMaxInputs = 3;
+  static constexpr int kMaxInputs = 5;
+  static constexpr int kMaxAux = 2;
   static constexpr size_t kMaxCachedSignatures = 64;
 
   // The first `required_inputs` of `num_inputs` (<= kMaxInputs) inputs must be present.
@@ -94,8 +117,12 @@ class DnnlKernel : public Kernel {
   virtual absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const = 0;
 
-  // Computes output 0 with the reference kernel.
+  // Computes every output with the reference kernel.
   virtual absl::Status RunReference(KernelContext& ctx) const = 0;
+
+  // Called after a kExecute op has run, to finish the outputs in place (turn a variance into an
+  // inverse standard deviation, ...). Must not allocate in steady state.
+  virtual absl::Status Finish(const PreparedOp& op, KernelContext& ctx) const;
 
   // Helpers for Prepare: the plain row-major descriptor of `dims`, and a finished kExecute op
   // (scratchpad binding added from `pd`).

@@ -74,9 +74,8 @@ class BinaryKernel final : public DnnlKernel {
         negate = op_ == BinaryOp::kSub;
       } else {
         // Both sides broadcast (or a Div by a full-size b): expand a first.
-        prepared->expand_input = 0;
-        prepared->aux_shape = out;
-        src0 = {DNNL_ARG_SRC_0, BufferSource::kAux, out_desc};
+        prepared->expansions.push_back({/*input=*/0, out});
+        src0 = {DNNL_ARG_SRC_0, BufferSource::kAux0, out_desc};
       }
     }
     dnnl::primitive_attr attr = UserScratchpadAttr();

@@ -23,6 +23,30 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlUnaryKernel(reference::UnaryOp
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlMatMulKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGemmKernel(const KernelInit& init);
-absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlSoftmaxKernel(const KernelInit& init);
+// Softmax, or LogSoftmax with `log`.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlSoftmaxKernel(const KernelInit& init, bool log);
+
+// LeakyRelu, Elu, HardSwish, Softplus on oneDNN; Selu, HardSigmoid, Softsign, Celu on the
+// reference (oneDNN 2.6 has no such eltwise).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlActivationKernel(reference::ActivationOp op,
+                                                                   const KernelInit& init);
+// PRelu; the slope broadcasts onto X (opset >= 7) or has X's trailing shape (older opsets).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPReluKernel(const KernelInit& init);
+
+// Conv: 1-D to 3-D on oneDNN (more spatial dims on the reference).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init);
+// MaxPool (Indices on the reference), AveragePool, LpPool (reference only).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPoolKernel(reference::PoolKind kind,
+                                                             const KernelInit& init);
+// GlobalMaxPool, GlobalAveragePool.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGlobalPoolKernel(reference::PoolKind kind,
+                                                                   const KernelInit& init);
+
+// BatchNormalization (inference only: training mode is Unimplemented), InstanceNormalization,
+// LayerNormalization (opset 17, with the Mean and InvStdDev outputs), LRN.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBatchNormKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlInstanceNormKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLayerNormKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLrnKernel(const KernelInit& init);
 
 }  // namespace loopserve::engine

@@ -24,7 +24,42 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   }
   registry.Register("MatMul", CreateDnnlMatMulKernel);
   registry.Register("Gemm", CreateDnnlGemmKernel);
-  registry.Register("Softmax", CreateDnnlSoftmaxKernel);
+  registry.Register("Softmax",
+                    [](const KernelInit& init) { return CreateDnnlSoftmaxKernel(init, false); });
+  registry.Register("LogSoftmax",
+                    [](const KernelInit& init) { return CreateDnnlSoftmaxKernel(init, true); });
+
+  using reference::ActivationOp;
+  const std::pair<const char*, ActivationOp> activations[] = {
+      {"LeakyRelu", ActivationOp::kLeakyRelu}, {"Elu", ActivationOp::kElu},
+      {"Selu", ActivationOp::kSelu},           {"HardSigmoid", ActivationOp::kHardSigmoid},
+      {"HardSwish", ActivationOp::kHardSwish}, {"Softplus", ActivationOp::kSoftplus},
+      {"Softsign", ActivationOp::kSoftsign},   {"Celu", ActivationOp::kCelu}};
+  for (const auto& [name, op] : activations) {
+    registry.Register(
+        name, [op = op](const KernelInit& init) { return CreateDnnlActivationKernel(op, init); });
+  }
+  registry.Register("PRelu", CreateDnnlPReluKernel);
+
+  using reference::PoolKind;
+  registry.Register("Conv", CreateDnnlConvKernel);
+  const std::pair<const char*, PoolKind> pools[] = {
+      {"MaxPool", PoolKind::kMax}, {"AveragePool", PoolKind::kAverage}, {"LpPool", PoolKind::kLp}};
+  for (const auto& [name, kind] : pools) {
+    registry.Register(
+        name, [kind = kind](const KernelInit& init) { return CreateDnnlPoolKernel(kind, init); });
+  }
+  registry.Register("GlobalMaxPool", [](const KernelInit& init) {
+    return CreateDnnlGlobalPoolKernel(PoolKind::kMax, init);
+  });
+  registry.Register("GlobalAveragePool", [](const KernelInit& init) {
+    return CreateDnnlGlobalPoolKernel(PoolKind::kAverage, init);
+  });
+
+  registry.Register("BatchNormalization", CreateDnnlBatchNormKernel);
+  registry.Register("InstanceNormalization", CreateDnnlInstanceNormKernel);
+  registry.Register("LayerNormalization", CreateDnnlLayerNormKernel, /*min_opset=*/17);
+  registry.Register("LRN", CreateDnnlLrnKernel);
 }
 
 }  // namespace loopserve::engine

@@ -1,4 +1,4 @@
-// oneDNN Softmax.
+// oneDNN Softmax and LogSoftmax.
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -11,8 +11,11 @@ namespace {
 
 class SoftmaxKernel final : public DnnlKernel {
  public:
-  SoftmaxKernel(int64_t axis, bool coerce_2d)
-      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1), axis_(axis), coerce_2d_(coerce_2d) {}
+  SoftmaxKernel(int64_t axis, bool coerce_2d, bool log)
+      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1),
+        axis_(axis),
+        coerce_2d_(coerce_2d),
+        log_(log) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -29,39 +32,49 @@ class SoftmaxKernel final : public DnnlKernel {
     const dnnl::memory::desc desc = dims.inner == 1
                                         ? Desc({dims.outer, dims.axis_dim}, type)
                                         : Desc({dims.outer, dims.axis_dim, dims.inner}, type);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, desc},
+                          {DNNL_ARG_DST, BufferSource::kOutput, desc}};
+    if (log_) {
+      const dnnl::logsoftmax_forward::primitive_desc pd(
+          dnnl::logsoftmax_forward::desc(dnnl::prop_kind::forward_inference, desc, /*axis=*/1),
+          UserScratchpadAttr(), CpuEngine());
+      prepared->primitive = dnnl::logsoftmax_forward(pd);
+      AddScratchpad(pd, *prepared);
+      return prepared;
+    }
     const dnnl::softmax_forward::primitive_desc pd(
         dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, desc, /*axis=*/1),
         UserScratchpadAttr(), CpuEngine());
     prepared->primitive = dnnl::softmax_forward(pd);
-    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, desc},
-                          {DNNL_ARG_DST, BufferSource::kOutput, desc}};
     AddScratchpad(pd, *prepared);
     return prepared;
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
-    return reference::Softmax(ctx.input(0), axis_, coerce_2d_,
-                              ctx.output_value(0).mutable_tensor());
+    Tensor& out = ctx.output_value(0).mutable_tensor();
+    return log_ ? reference::LogSoftmax(ctx.input(0), axis_, coerce_2d_, out)
+                : reference::Softmax(ctx.input(0), axis_, coerce_2d_, out);
   }
 
  private:
   const int64_t axis_;
   const bool coerce_2d_;
+  const bool log_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlSoftmaxKernel(const KernelInit& init) {
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlSoftmaxKernel(const KernelInit& init, bool log) {
   const Node& node = init.node();
   if (init.num_inputs() != 1 || node.outputs.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected 1 input and 1 output, got ", init.num_inputs(), " and ", node.outputs.size()));
   }
-  // Opset 13 changed Softmax from "flatten to 2-D at axis (default 1)" to "along axis (default
-  // -1)".
+  // Opset 13 changed Softmax and LogSoftmax from "flatten to 2-D at axis (default 1)" to "along
+  // axis (default -1)".
   const bool coerce_2d = node.opset < 13;
   LS_ASSIGN_OR_RETURN(const int64_t axis, node.GetInt("axis", coerce_2d ? 1 : -1));
-  auto kernel = std::make_unique<SoftmaxKernel>(axis, coerce_2d);
+  auto kernel = std::make_unique<SoftmaxKernel>(axis, coerce_2d, log);
   kernel->WarmUp(init);
   return kernel;
 }

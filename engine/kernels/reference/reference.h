@@ -4,8 +4,8 @@
 // 64-bit integers; not bool or the 16-bit float storage types), written for clarity. They are the
 // fallback of the oneDNN kernels for element types oneDNN lacks (int64, float64, integer math that
 // must wrap rather than saturate) and the oracle of the differential tests. They also hold the
-// shape rules (numpy MatMul, Gemm, Softmax) that the oneDNN kernels share, so both paths accept
-// and reject exactly the same inputs.
+// shape rules (numpy MatMul, Gemm, Softmax, Conv/pool windows, LayerNormalization) that the oneDNN
+// kernels share, so both paths accept and reject exactly the same inputs.
 //
 // Every function is a pure function of its arguments: thread-safe. Outputs are resized (reusing
 // their buffers) and must not alias an input. Errors are InvalidArgument with a message naming
@@ -16,6 +16,7 @@
 // Float results are computed in double and rounded once, to serve as an oracle.
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -75,6 +76,90 @@ struct SoftmaxDims {
 };
 absl::StatusOr<SoftmaxDims> SoftmaxShapes(const Shape& x, int64_t axis, bool coerce_2d);
 
+// Convolution and pooling windows over x = [N, C, spatial...].
+enum class AutoPad : uint8_t { kNotSet, kValid, kSameUpper, kSameLower };
+
+// The window attributes as the node gives them. Empty vectors take the defaults: the kernel from W
+// (Conv), strides and dilations 1, pads 0. `pads` is [begin..., end...]; ignored unless auto_pad is
+// kNotSet.
+struct WindowAttrs {
+  AutoPad auto_pad = AutoPad::kNotSet;
+  std::vector<int64_t> kernel_shape;
+  std::vector<int64_t> strides;
+  std::vector<int64_t> dilations;
+  std::vector<int64_t> pads;
+  bool ceil_mode = false;
+};
+
+// Largest kernel dim, stride, dilation or pad accepted (so window arithmetic cannot overflow).
+inline constexpr int64_t kMaxWindowAttr = int64_t{1} << 31;
+
+// Checks what does not depend on the input shape: kernel dims, strides and dilations in
+// [1, kMaxWindowAttr], pads in [0, kMaxWindowAttr], pads of even length, strides/dilations/kernel
+// of the same length. `op` names the op in messages.
+absl::Status ValidateWindowAttrs(const WindowAttrs& attrs, absl::string_view op);
+
+// A window resolved against one input shape: per spatial axis, the input size, kernel, stride,
+// dilation, the explicit (or auto_pad) pads and the output size.
+struct Window {
+  int rank = 0;
+  Shape::Dims input, kernel, strides, dilations, pads_begin, pads_end, output;
+  // The span one window covers on axis i: (kernel - 1) * dilation + 1.
+  int64_t extent(int i) const { return (kernel[i] - 1) * dilations[i] + 1; }
+};
+
+// Resolves `attrs` for x = [N, C, spatial...] and the spatial `kernel`. InvalidArgument when x has
+// rank < 3, attribute lengths differ from the spatial rank, or a window does not fit the padded
+// input. Pools (`pool`) also require each pad to be smaller than the window extent; Conv rejects a
+// pad larger than both the extent and the input.
+absl::StatusOr<Window> ResolveWindow(const Shape& x, absl::Span<const int64_t> kernel,
+                                     const WindowAttrs& attrs, bool pool, absl::string_view op);
+
+// Conv: x [N, C, s...], w [M, C / group, k...], optional b [M]. Checks every shape against the
+// others and returns the output shape [N, M, o...] with the resolved window.
+absl::StatusOr<Shape> ConvShapes(const Shape& x, const Shape& w, const Shape* b,
+                                 const WindowAttrs& attrs, int64_t group, Window* window);
+
+enum class PoolKind : uint8_t { kMax, kAverage, kLp };
+struct PoolAttrs {
+  PoolKind kind = PoolKind::kMax;
+  WindowAttrs window;
+  bool count_include_pad = false;  // AveragePool
+  int64_t storage_order = 0;       // MaxPool Indices: 0 row-major, 1 column-major
+  float p = 2.0f;                  // LpPool
+};
+
+// Global pools: [N, C, s...] -> [N, C, 1...]. InvalidArgument for rank < 3 or an empty spatial
+// extent with a non-empty output.
+absl::StatusOr<Shape> GlobalPoolShape(const Shape& x, absl::string_view op);
+
+// LayerNormalization views x as [outer, inner] split at `axis`; Mean and InvStdDev have x's shape
+// with the dims from `axis` on set to 1.
+struct LayerNormDims {
+  int axis = 0;
+  int64_t outer = 0;
+  int64_t inner = 0;
+  Shape stats;
+};
+absl::StatusOr<LayerNormDims> LayerNormShapes(const Shape& x, int64_t axis);
+
+enum class ActivationOp : uint8_t {
+  kLeakyRelu,    // x >= 0 ? x : alpha * x
+  kElu,          // x >= 0 ? x : alpha * (exp(x) - 1)
+  kSelu,         // gamma * (x > 0 ? x : alpha * (exp(x) - 1))
+  kHardSigmoid,  // max(0, min(1, alpha * x + beta))
+  kHardSwish,    // x * max(0, min(1, x / 6 + 1 / 2))
+  kSoftplus,     // log(1 + exp(x))
+  kSoftsign,     // x / (1 + |x|)
+  kCelu,         // max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+};
+struct ActivationParams {
+  float alpha = 0.0f;
+  float beta = 0.0f;
+  float gamma = 0.0f;
+};
+absl::string_view ActivationOpName(ActivationOp op);
+
 // --- Kernels -----------------------------------------------------------------------------------
 
 // out = a <op> b with numpy multidirectional broadcasting. a and b must have the same type.
@@ -95,5 +180,48 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, const Tensor* c, const GemmA
 
 // Softmax of floating-point `x`; see SoftmaxShapes for `axis` and `coerce_2d`.
 absl::Status Softmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& out);
+
+// LogSoftmax, with the same axis rules as Softmax.
+absl::Status LogSoftmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& out);
+
+// Floating-point Conv; see ConvShapes.
+absl::Status Conv(const Tensor& x, const Tensor& w, const Tensor* b, const WindowAttrs& attrs,
+                  int64_t group, Tensor& out);
+
+// MaxPool (any numeric type), AveragePool and LpPool (floating point). `indices` (may be null)
+// receives MaxPool's int64 argmax indices into the flattened input. A max over a window that lies
+// wholly in padding is the type's lowest value; an average over no element is 0.
+absl::Status Pool(const Tensor& x, const PoolAttrs& attrs, Tensor& out, Tensor* indices);
+
+// GlobalMaxPool (any numeric type) and GlobalAveragePool (floating point).
+absl::Status GlobalPool(PoolKind kind, const Tensor& x, Tensor& out);
+
+// BatchNormalization in inference mode: y = scale * (x - mean) / sqrt(var + epsilon) + bias per
+// channel of x = [N, C, ...]. The four vectors have C elements, or C * prod(spatial) for the
+// opset < 9 `spatial = 0` form.
+absl::Status BatchNorm(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean,
+                       const Tensor& var, float epsilon, Tensor& out);
+
+// InstanceNormalization: per (n, c), normalised over the spatial dims; scale and bias have C
+// elements.
+absl::Status InstanceNorm(const Tensor& x, const Tensor& scale, const Tensor& bias, float epsilon,
+                          Tensor& out);
+
+// LayerNormalization (opset 17); scale and bias (may be null) broadcast onto x's dims from `axis`
+// on. `mean` and `inv_std_dev` (may be null) get the statistics in `stats_type`.
+absl::Status LayerNorm(const Tensor& x, const Tensor& scale, const Tensor* bias, int64_t axis,
+                       float epsilon, DataType stats_type, Tensor& out, Tensor* mean,
+                       Tensor* inv_std_dev);
+
+// LRN across channels: y = x / (bias + alpha / size * sum(x^2 over the window))^beta, the window
+// spanning channels [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)].
+absl::Status Lrn(const Tensor& x, int64_t size, float alpha, float beta, float bias, Tensor& out);
+
+// The floating-point activations of ActivationOp.
+absl::Status Activation(ActivationOp op, const ActivationParams& params, const Tensor& x,
+                        Tensor& out);
+
+// PRelu: x < 0 ? slope * x : x, `slope` broadcast onto x (unidirectionally).
+absl::Status PRelu(const Tensor& x, const Tensor& slope, Tensor& out);
 
 }  // namespace loopserve::engine::reference

@@ -9,11 +9,13 @@
 #include "engine/tensor/dtype.h"
 
 namespace loopserve::engine::reference {
+namespace {
 
-absl::Status Softmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& out) {
+absl::Status SoftmaxImpl(const Tensor& x, int64_t axis, bool coerce_2d, bool log, Tensor& out) {
   if (!IsFloatingPoint(x.dtype())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Softmax does not support element type ", DataTypeName(x.dtype())));
+    return absl::InvalidArgumentError(absl::StrCat(log ? "LogSoftmax" : "Softmax",
+                                                   " does not support element type ",
+                                                   DataTypeName(x.dtype())));
   }
   LS_ASSIGN_OR_RETURN(const SoftmaxDims dims, SoftmaxShapes(x.shape(), axis, coerce_2d));
   DispatchNumeric(x.dtype(), [&](auto tag) {
@@ -32,14 +34,26 @@ absl::Status Softmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& out)
             max = std::max(max, static_cast<double>(in[base + j * inner]));
           double sum = 0;
           for (int64_t j = 0; j < n; ++j) sum += std::exp(in[base + j * inner] - max);
+          const double log_sum = std::log(sum);
           for (int64_t j = 0; j < n; ++j) {
-            o[base + j * inner] = static_cast<T>(std::exp(in[base + j * inner] - max) / sum);
+            const double shifted = in[base + j * inner] - max;
+            o[base + j * inner] = static_cast<T>(log ? shifted - log_sum : std::exp(shifted) / sum);
           }
         }
       }
     }
   });
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Softmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& out) {
+  return SoftmaxImpl(x, axis, coerce_2d, /*log=*/false, out);
+}
+
+absl::Status LogSoftmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& out) {
+  return SoftmaxImpl(x, axis, coerce_2d, /*log=*/true, out);
 }
 
 }  // namespace loopserve::engine::reference

@@ -34,6 +34,28 @@ std::vector<Case> Cases() {
       {"Div", 14, {Shape{4, 1}, Shape{1, 16}}, {}},  // expanded src0
       {"Tanh", 13, {Shape{4, 16}}, {}},
       {"Softmax", 13, {Shape{2, 3, 4}}, {{"axis", IntAttr(1)}}},
+      {"LogSoftmax", 13, {Shape{2, 3, 4}}, {{"axis", IntAttr(1)}}},
+      {"Conv",
+       11,
+       {Shape{2, 4, 7, 6}, Shape{6, 2, 3, 3}, Shape{6}},
+       {{"group", IntAttr(2)}, {"pads", IntsAttr({1, 0, 1, 2})}, {"strides", IntsAttr({2, 1})}}},
+      {"MaxPool",
+       12,
+       {Shape{2, 3, 7, 7}},
+       {{"kernel_shape", IntsAttr({3, 3})},
+        {"strides", IntsAttr({2, 2})},
+        {"ceil_mode", IntAttr(1)}}},
+      {"AveragePool", 11, {Shape{2, 3, 7, 7}}, {{"kernel_shape", IntsAttr({2, 2})}}},
+      {"GlobalAveragePool", 1, {Shape{2, 3, 4, 5}}, {}},
+      {"BatchNormalization", 15, {Shape{2, 3, 4}, Shape{3}, Shape{3}, Shape{3}, Shape{3}}, {}},
+      {"InstanceNormalization", 6, {Shape{2, 3, 4}, Shape{3}, Shape{3}}, {}},  // tiled scale
+      {"LayerNormalization",
+       17,
+       {Shape{2, 3, 4}, Shape{1, 4}, Shape{3, 4}},
+       {{"axis", IntAttr(1)}}},
+      {"LRN", 13, {Shape{2, 5, 3}}, {{"size", IntAttr(3)}}},
+      {"LeakyRelu", 6, {Shape{4, 16}}, {{"alpha", FloatAttr(0.2f)}}},
+      {"PRelu", 16, {Shape{2, 3, 4}, Shape{3, 1}}, {}},
   };
 }
 

@@ -35,10 +35,24 @@ Attribute FloatAttr(float v) {
   return a;
 }
 
+Attribute IntsAttr(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = Attribute::Type::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+Attribute StringAttr(std::string v) {
+  Attribute a;
+  a.type = Attribute::Type::kString;
+  a.s = std::move(v);
+  return a;
+}
+
 absl::StatusOr<std::unique_ptr<NodeRunner>> NodeRunner::Create(
     const std::string& op_type, int opset, int num_inputs,
     absl::flat_hash_map<std::string, Attribute> attributes, std::vector<int> omitted,
-    std::vector<ValueType> declared) {
+    std::vector<ValueType> declared, int num_outputs) {
   auto graph = std::make_shared<Graph>();
   graph->name = "test";
   std::unique_ptr<NodeRunner> runner(new NodeRunner());
@@ -60,9 +74,12 @@ absl::StatusOr<std::unique_ptr<NodeRunner>> NodeRunner::Create(
     node.inputs.push_back(id);
     runner->inputs_.push_back(id);
   }
-  runner->output_ = graph->AddValue("y");
-  node.outputs.push_back(runner->output_);
-  graph->outputs.push_back(runner->output_);
+  for (int i = 0; i < num_outputs; ++i) {
+    const ValueId id = graph->AddValue(absl::StrCat("y", i));
+    runner->outputs_.push_back(id);
+    node.outputs.push_back(id);
+    graph->outputs.push_back(id);
+  }
   graph->nodes.push_back(std::move(node));
   CompileContext compile(DnnlRegistry());
   LS_ASSIGN_OR_RETURN(runner->plan_, Plan::Compile(std::move(graph), compile));
@@ -80,17 +97,35 @@ absl::StatusOr<const Tensor*> NodeRunner::Run(const std::vector<const Tensor*>& 
     frame_->slot(inputs_[i]).mutable_tensor() = Tensor::ViewOf(*inputs[i]);
   }
   LS_RETURN_IF_ERROR(frame_->Run());
-  return &frame_->slot(output_).tensor();
+  return &frame_->slot(outputs_[0]).tensor();
 }
+
+const Tensor& NodeRunner::output(int i) const { return frame_->slot(outputs_[i]).tensor(); }
 
 std::unique_ptr<NodeRunner> NodeRunner::NewFrame() const {
   std::unique_ptr<NodeRunner> runner(new NodeRunner());
   runner->plan_ = plan_;
   runner->inputs_ = inputs_;
-  runner->output_ = output_;
+  runner->outputs_ = outputs_;
   runner->context_ = std::make_unique<RunContext>(RunOptions{});
   runner->frame_ = std::make_unique<ExecutionFrame>(*runner->plan_, *runner->context_);
   return runner;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunOnceOutputs(
+    const std::string& op_type, int opset, const std::vector<const Tensor*>& inputs,
+    absl::flat_hash_map<std::string, Attribute> attributes, int num_outputs) {
+  std::vector<int> omitted;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == nullptr) omitted.push_back(static_cast<int>(i));
+  }
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<NodeRunner> runner,
+                      NodeRunner::Create(op_type, opset, static_cast<int>(inputs.size()),
+                                         std::move(attributes), omitted, {}, num_outputs));
+  LS_RETURN_IF_ERROR(runner->Run(inputs).status());
+  std::vector<Tensor> outputs(num_outputs);
+  for (int i = 0; i < num_outputs; ++i) outputs[i].CopyFrom(runner->output(i));
+  return outputs;
 }
 
 absl::StatusOr<Tensor> RunOnce(const std::string& op_type, int opset,

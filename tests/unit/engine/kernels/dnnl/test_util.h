@@ -21,6 +21,8 @@ namespace loopserve::engine::testing {
 
 Attribute IntAttr(int64_t v);
 Attribute FloatAttr(float v);
+Attribute IntsAttr(std::vector<int64_t> v);
+Attribute StringAttr(std::string v);
 
 // One node of `op_type` at `opset`, compiled with a registry holding only the oneDNN kernels, and
 // one frame to run it in (reused across Run calls, as a Loop body's frame is). Inputs are bound as
@@ -32,11 +34,13 @@ class NodeRunner {
   static absl::StatusOr<std::unique_ptr<NodeRunner>> Create(
       const std::string& op_type, int opset, int num_inputs,
       absl::flat_hash_map<std::string, Attribute> attributes = {}, std::vector<int> omitted = {},
-      std::vector<ValueType> declared = {});
+      std::vector<ValueType> declared = {}, int num_outputs = 1);
 
   // Runs the node on `inputs` (nullptr for an omitted one) and returns its output (owned by the
   // frame; valid until the next Run).
   absl::StatusOr<const Tensor*> Run(const std::vector<const Tensor*>& inputs);
+  // Output i of the last Run.
+  const Tensor& output(int i) const;
 
   // Another runner with its own frame (and RunContext) over the same plan and kernel.
   std::unique_ptr<NodeRunner> NewFrame() const;
@@ -47,8 +51,13 @@ class NodeRunner {
   std::unique_ptr<RunContext> context_;
   std::unique_ptr<ExecutionFrame> frame_;
   std::vector<ValueId> inputs_;
-  ValueId output_ = kNoValue;
+  std::vector<ValueId> outputs_;
 };
+
+// Runs a fresh one-node graph with `num_outputs` outputs once; returns copies of them.
+absl::StatusOr<std::vector<Tensor>> RunOnceOutputs(
+    const std::string& op_type, int opset, const std::vector<const Tensor*>& inputs,
+    absl::flat_hash_map<std::string, Attribute> attributes, int num_outputs);
 
 // Runs a fresh one-node graph once; returns a copy of the output.
 absl::StatusOr<Tensor> RunOnce(const std::string& op_type, int opset,

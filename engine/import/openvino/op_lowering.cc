@@ -1,0 +1,499 @@
+#include "engine/import/openvino/op_lowering.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/import/onnx_tensor.h"
+
+namespace loopserve::engine::openvino {
+namespace {
+
+Attribute IntAttribute(int64_t v) {
+  Attribute a;
+  a.type = Attribute::Type::kInt;
+  a.i = v;
+  return a;
+}
+
+Attribute IntsAttribute(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = Attribute::Type::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+// Lowers one layer; see LowerLayer.
+class Lowerer {
+ public:
+  Lowerer(const IrLayer& layer, const LayerValues& values, const ConstantMap& constants,
+          Graph& graph)
+      : layer_(layer), values_(values), constants_(constants), graph_(graph) {}
+
+  absl::Status Lower() {
+    const std::string& t = layer_.type;
+    if (const char* onnx = BinaryOp(t)) return Binary(onnx);
+    if (const char* onnx = UnaryOp(t)) return Unary(onnx);
+    if (t == "NotEqual") return NotEqual();
+    if (t == "MatMul") return MatMul();
+    if (t == "Convert") return Convert();
+    if (t == "ConvertLike") return ConvertLike();
+    if (t == "Reshape") return Reshape();
+    if (t == "Unsqueeze") return SqueezeOrUnsqueeze("Unsqueeze", 2);
+    if (t == "Squeeze") return SqueezeOrUnsqueeze("Squeeze", 1);
+    if (t == "Concat") return Concat();
+    if (t == "Split") return Split(/*variadic=*/false);
+    if (t == "VariadicSplit") return Split(/*variadic=*/true);
+    if (t == "StridedSlice") return StridedSlice();
+    if (t == "Slice") return Slice();
+    if (t == "Gather") return Gather();
+    if (t == "ShapeOf") return ShapeOf();
+    if (t == "Broadcast") return Broadcast();
+    if (t == "Softmax") return Softmax();
+    if (t == "ReduceSum" || t == "ReduceMean" || t == "ReduceMax" || t == "ReduceMin" ||
+        t == "ReduceProd") {
+      return Reduce();
+    }
+    if (t == "Select") return Select();
+    if (t == "Range") return Range();
+    if (t == "Transpose") return Transpose();
+    return layer_.Error(
+        absl::StatusCode::kUnimplemented,
+        absl::StrCat("layer type '", t, "' (",
+                     layer_.version.empty() ? "no version" : layer_.version, ") is not supported"));
+  }
+
+ private:
+  static const char* BinaryOp(const std::string& t) {
+    static const std::pair<const char*, const char*> kOps[] = {{"Add", "Add"},
+                                                               {"Subtract", "Sub"},
+                                                               {"Multiply", "Mul"},
+                                                               {"Divide", "Div"},
+                                                               {"Power", "Pow"},
+                                                               {"Maximum", "Max"},
+                                                               {"Minimum", "Min"},
+                                                               {"Less", "Less"},
+                                                               {"Greater", "Greater"},
+                                                               {"Equal", "Equal"},
+                                                               {"LessEqual", "LessOrEqual"},
+                                                               {"GreaterEqual", "GreaterOrEqual"},
+                                                               {"LogicalAnd", "And"},
+                                                               {"LogicalOr", "Or"},
+                                                               {"LogicalXor", "Xor"}};
+    for (const auto& [ov, onnx] : kOps) {
+      if (t == ov) return onnx;
+    }
+    return nullptr;
+  }
+
+  static const char* UnaryOp(const std::string& t) {
+    static const std::pair<const char*, const char*> kOps[] = {
+        {"Negative", "Neg"}, {"Tanh", "Tanh"},    {"Sigmoid", "Sigmoid"}, {"Relu", "Relu"},
+        {"Exp", "Exp"},      {"Sqrt", "Sqrt"},    {"Log", "Log"},         {"Abs", "Abs"},
+        {"Floor", "Floor"},  {"Ceiling", "Ceil"}, {"Sign", "Sign"},       {"LogicalNot", "Not"}};
+    for (const auto& [ov, onnx] : kOps) {
+      if (t == ov) return onnx;
+    }
+    return nullptr;
+  }
+
+  // Checks the port counts and that the first `min_inputs` inputs are connected.
+  absl::Status Ports(int min_inputs, int max_inputs, int outputs) {
+    const int n = static_cast<int>(layer_.inputs.size());
+    if (n < min_inputs || n > max_inputs) {
+      return layer_.Invalid(absl::StrCat("has ", n, " input ports, expected ",
+                                         min_inputs == max_inputs
+                                             ? absl::StrCat(min_inputs)
+                                             : absl::StrCat(min_inputs, " to ", max_inputs)));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (values_.inputs[i] == kNoValue && i < min_inputs) {
+        return layer_.Invalid(
+            absl::StrCat("input port ", layer_.inputs[i].id, " is not connected"));
+      }
+    }
+    const int m = static_cast<int>(layer_.outputs.size());
+    if (outputs >= 0 ? m != outputs : m < 1) {
+      return layer_.Invalid(absl::StrCat("has ", m, " output ports, expected ",
+                                         outputs >= 0 ? absl::StrCat(outputs) : "at least 1"));
+    }
+    return absl::OkStatus();
+  }
+
+  ValueId In(int i) const {
+    return i < static_cast<int>(values_.inputs.size()) ? values_.inputs[i] : kNoValue;
+  }
+  ValueId Out(int i) const { return values_.outputs[i]; }
+
+  DataType InType(int i) const {
+    if (layer_.inputs[i].dtype != DataType::kUndefined) return layer_.inputs[i].dtype;
+    return In(i) == kNoValue ? DataType::kUndefined : graph_.values[In(i)].type.dtype;
+  }
+  int InRank(int i) const { return static_cast<int>(layer_.inputs[i].dims.size()); }
+
+  Node& Emit(const std::string& op, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
+    Node node;
+    node.name = emitted_ == 0 ? layer_.name : absl::StrCat(layer_.name, "/", op, "_", emitted_);
+    if (node.name.empty()) node.name = absl::StrCat(layer_.type, "_", layer_.id);
+    ++emitted_;
+    node.op_type = op;
+    node.opset = kOnnxOpset;
+    node.inputs = std::move(inputs);
+    node.outputs = std::move(outputs);
+    graph_.nodes.push_back(std::move(node));
+    return graph_.nodes.back();
+  }
+
+  ValueId Temp(DataType dtype, std::optional<std::vector<int64_t>> dims) {
+    ValueType type;
+    type.dtype = dtype;
+    type.dims = std::move(dims);
+    return graph_.AddValue(absl::StrCat(layer_.name, "/tmp_", temps_++), std::move(type));
+  }
+
+  ValueId CastTo(ValueId v, DataType to, std::optional<std::vector<int64_t>> dims) {
+    const ValueId out = Temp(to, std::move(dims));
+    Emit("Cast", {v}, {out}).attributes["to"] = IntAttribute(DataTypeToOnnx(to));
+    return out;
+  }
+
+  // Input i as int64 (index lists are int64 in the ONNX ops); absent stays absent.
+  ValueId AsInt64(int i) {
+    if (In(i) == kNoValue || InType(i) == DataType::kInt64) return In(i);
+    return CastTo(In(i), DataType::kInt64, layer_.inputs[i].dims);
+  }
+
+  absl::StatusOr<std::vector<int64_t>> ConstInts(int i, const char* what) {
+    auto it = constants_.find(In(i));
+    if (In(i) == kNoValue || it == constants_.end()) {
+      return layer_.Error(absl::StatusCode::kUnimplemented,
+                          absl::StrCat("input '", what, "' must be a constant"));
+    }
+    const Tensor& t = *it->second;
+    std::vector<int64_t> v;
+    if (t.rank() > 1 || !(t.dtype() == DataType::kInt32 || t.dtype() == DataType::kInt64)) {
+      return layer_.Invalid(
+          absl::StrCat("input '", what, "' must be an int32/int64 scalar or 1-D"));
+    }
+    for (int64_t k = 0; k < t.NumElements(); ++k) {
+      v.push_back(t.dtype() == DataType::kInt64 ? t.data<int64_t>()[k] : t.data<int32_t>()[k]);
+    }
+    return v;
+  }
+
+  // auto_broadcast: "numpy" (the ONNX rule) or "none" (shapes must match: checked here when
+  // both port shapes are static).
+  absl::Status CheckAutoBroadcast(int a, int b) {
+    LS_ASSIGN_OR_RETURN(std::string mode, layer_.StrAttr("auto_broadcast", "numpy"));
+    if (mode == "numpy") return absl::OkStatus();
+    if (mode == "none" || mode == "explicit") {
+      const auto& da = layer_.inputs[a].dims;
+      const auto& db = layer_.inputs[b].dims;
+      const bool known = std::none_of(da.begin(), da.end(), [](int64_t d) { return d < 0; }) &&
+                         std::none_of(db.begin(), db.end(), [](int64_t d) { return d < 0; });
+      if (known && da != db) {
+        return layer_.Invalid("auto_broadcast is 'none' but the input shapes differ");
+      }
+      return absl::OkStatus();
+    }
+    return layer_.Error(absl::StatusCode::kUnimplemented,
+                        absl::StrCat("auto_broadcast '", mode, "' is not supported"));
+  }
+
+  absl::Status Binary(const char* onnx) {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    LS_RETURN_IF_ERROR(CheckAutoBroadcast(0, 1));
+    if (layer_.type == "Divide" && IsInteger(InType(0))) {
+      // Integer Divide floors when m_pythondiv (the default); ONNX Div truncates. With the
+      // Python remainder r = Mod(a, b), (a - r) / b is exact, so truncation gives the floor.
+      LS_ASSIGN_OR_RETURN(bool python_div, layer_.BoolAttr("m_pythondiv", true));
+      if (python_div) {
+        const auto& dims = layer_.outputs[0].dims;
+        const ValueId r = Temp(InType(0), dims);
+        Emit("Mod", {In(0), In(1)}, {r}).attributes["fmod"] = IntAttribute(0);
+        const ValueId a = Temp(InType(0), dims);
+        Emit("Sub", {In(0), r}, {a});
+        Emit("Div", {a, In(1)}, {Out(0)});
+        return absl::OkStatus();
+      }
+    }
+    Emit(onnx, {In(0), In(1)}, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Unary(const char* onnx) {
+    LS_RETURN_IF_ERROR(Ports(1, 1, 1));
+    Emit(onnx, {In(0)}, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status NotEqual() {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    LS_RETURN_IF_ERROR(CheckAutoBroadcast(0, 1));
+    const ValueId eq = Temp(DataType::kBool, layer_.outputs[0].dims);
+    Emit("Equal", {In(0), In(1)}, {eq});
+    Emit("Not", {eq}, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status MatMul() {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    LS_ASSIGN_OR_RETURN(bool ta, layer_.BoolAttr("transpose_a", false));
+    LS_ASSIGN_OR_RETURN(bool tb, layer_.BoolAttr("transpose_b", false));
+    std::vector<ValueId> operands = {In(0), In(1)};
+    const bool transpose[2] = {ta, tb};
+    // transpose_a/b swap the last two dims; they are ignored for 1-D operands.
+    for (int i = 0; i < 2; ++i) {
+      const int rank = InRank(i);
+      if (!transpose[i] || rank < 2) continue;
+      std::vector<int64_t> perm(rank);
+      for (int d = 0; d < rank; ++d) perm[d] = d;
+      std::swap(perm[rank - 1], perm[rank - 2]);
+      std::vector<int64_t> dims = layer_.inputs[i].dims;
+      std::swap(dims[rank - 1], dims[rank - 2]);
+      const ValueId t = Temp(InType(i), dims);
+      Emit("Transpose", {operands[i]}, {t}).attributes["perm"] = IntsAttribute(perm);
+      operands[i] = t;
+    }
+    // Emitted last so the MatMul node carries the layer's name when no Transpose precedes it.
+    Emit("MatMul", operands, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Convert() {
+    LS_RETURN_IF_ERROR(Ports(1, 1, 1));
+    LS_ASSIGN_OR_RETURN(std::string to, layer_.StrAttr("destination_type", std::nullopt));
+    absl::StatusOr<DataType> dtype = ParseElementType(to);
+    if (!dtype.ok()) return layer_.Error(dtype.status().code(), dtype.status().message());
+    if (*dtype == DataType::kUndefined) {
+      return layer_.Invalid("destination_type must be a concrete element type");
+    }
+    Emit("Cast", {In(0)}, {Out(0)}).attributes["to"] = IntAttribute(DataTypeToOnnx(*dtype));
+    return absl::OkStatus();
+  }
+
+  absl::Status ConvertLike() {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    Emit("CastLike", {In(0), In(1)}, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Reshape() {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    LS_ASSIGN_OR_RETURN(bool special_zero, layer_.BoolAttr("special_zero", std::nullopt));
+    const ValueId shape = AsInt64(1);
+    // special_zero: a 0 copies the input dim (ONNX's default); otherwise 0 is a real 0.
+    Emit("Reshape", {In(0), shape}, {Out(0)}).attributes["allowzero"] =
+        IntAttribute(special_zero ? 0 : 1);
+    return absl::OkStatus();
+  }
+
+  absl::Status SqueezeOrUnsqueeze(const char* op, int min_inputs) {
+    LS_RETURN_IF_ERROR(Ports(min_inputs, 2, 1));
+    std::vector<ValueId> inputs = {In(0)};
+    if (In(1) != kNoValue) inputs.push_back(AsInt64(1));
+    Emit(op, inputs, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Concat() {
+    LS_RETURN_IF_ERROR(Ports(1, 1 << 20, 1));
+    LS_ASSIGN_OR_RETURN(int64_t axis, layer_.IntAttr("axis", 0));
+    Emit("Concat", values_.inputs, {Out(0)}).attributes["axis"] = IntAttribute(axis);
+    return absl::OkStatus();
+  }
+
+  absl::Status Split(bool variadic) {
+    LS_RETURN_IF_ERROR(Ports(variadic ? 3 : 2, variadic ? 3 : 2, -1));
+    Node& node = Emit("ov:Split", values_.inputs, values_.outputs);
+    if (!variadic) {
+      LS_ASSIGN_OR_RETURN(int64_t n, layer_.IntAttr("num_splits", std::nullopt));
+      if (n != static_cast<int64_t>(layer_.outputs.size())) {
+        return layer_.Invalid(absl::StrCat("num_splits is ", n, " but the layer has ",
+                                           layer_.outputs.size(), " output ports"));
+      }
+      node.attributes["num_splits"] = IntAttribute(n);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status StridedSlice() {
+    LS_RETURN_IF_ERROR(Ports(3, 4, 1));
+    std::vector<std::pair<const char*, std::vector<int64_t>>> masks;
+    for (const char* mask :
+         {"begin_mask", "end_mask", "new_axis_mask", "shrink_axis_mask", "ellipsis_mask"}) {
+      const bool required = std::string(mask) == "begin_mask" || std::string(mask) == "end_mask";
+      LS_ASSIGN_OR_RETURN(std::vector<int64_t> bits,
+                          layer_.IntsAttr(mask, required ? std::nullopt
+                                                         : std::optional<std::vector<int64_t>>(
+                                                               std::vector<int64_t>{})));
+      masks.emplace_back(mask, std::move(bits));
+    }
+    Node& n = Emit("ov:StridedSlice", values_.inputs, {Out(0)});
+    for (auto& [name, bits] : masks) n.attributes[name] = IntsAttribute(std::move(bits));
+    return absl::OkStatus();
+  }
+
+  absl::Status Slice() {
+    LS_RETURN_IF_ERROR(Ports(4, 5, 1));
+    // OpenVINO Slice-8 (data, start, stop, step[, axes]) is ONNX Slice (data, starts, ends,
+    // axes, steps).
+    std::vector<ValueId> inputs = {In(0), AsInt64(1), AsInt64(2), AsInt64(4), AsInt64(3)};
+    Emit("Slice", inputs, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Gather() {
+    LS_RETURN_IF_ERROR(Ports(3, 3, 1));
+    LS_ASSIGN_OR_RETURN(int64_t batch_dims, layer_.IntAttr("batch_dims", 0));
+    auto axis = constants_.find(In(2));
+    if (batch_dims == 0 && axis != constants_.end() && axis->second->NumElements() == 1 &&
+        IsInteger(axis->second->dtype())) {
+      Emit("Gather", {In(0), In(1)}, {Out(0)}).attributes["axis"] =
+          IntAttribute(axis->second->ScalarAsInt64());
+      return absl::OkStatus();
+    }
+    Emit("ov:Gather", values_.inputs, {Out(0)}).attributes["batch_dims"] = IntAttribute(batch_dims);
+    return absl::OkStatus();
+  }
+
+  absl::Status ShapeOf() {
+    LS_RETURN_IF_ERROR(Ports(1, 1, 1));
+    LS_ASSIGN_OR_RETURN(std::string type, layer_.StrAttr("output_type", "i64"));
+    absl::StatusOr<DataType> dtype = ParseElementType(type);
+    if (!dtype.ok() || !(*dtype == DataType::kInt64 || *dtype == DataType::kInt32)) {
+      return layer_.Invalid(absl::StrCat("output_type '", type, "' must be i32 or i64"));
+    }
+    if (*dtype == DataType::kInt64) {
+      Emit("Shape", {In(0)}, {Out(0)});
+      return absl::OkStatus();
+    }
+    const ValueId shape = Temp(DataType::kInt64, layer_.outputs[0].dims);
+    Emit("Shape", {In(0)}, {shape});
+    Emit("Cast", {shape}, {Out(0)}).attributes["to"] = IntAttribute(DataTypeToOnnx(*dtype));
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast() {
+    LS_RETURN_IF_ERROR(Ports(2, 3, 1));
+    LS_ASSIGN_OR_RETURN(std::string mode, layer_.StrAttr("mode", "numpy"));
+    const ValueId target = AsInt64(1);
+    if (mode == "numpy" || mode == "bidirectional") {
+      // For shapes numpy mode accepts, ONNX Expand (bidirectional) gives the same result.
+      Emit("Expand", {In(0), target}, {Out(0)});
+      return absl::OkStatus();
+    }
+    if (mode != "explicit") {
+      return layer_.Error(absl::StatusCode::kUnimplemented,
+                          absl::StrCat("mode '", mode, "' is not supported"));
+    }
+    // explicit: data dim k goes to output axis axes_mapping[k]; the other output axes are new.
+    // That is Unsqueeze(data, other axes) followed by Expand.
+    if (In(2) == kNoValue) return layer_.Invalid("mode 'explicit' needs the axes_mapping input");
+    LS_ASSIGN_OR_RETURN(std::vector<int64_t> mapping, ConstInts(2, "axes_mapping"));
+    if (layer_.inputs[1].dims.size() != 1 || layer_.inputs[1].dims[0] < 0) {
+      return layer_.Error(absl::StatusCode::kUnimplemented,
+                          "mode 'explicit' needs a target_shape of static length");
+    }
+    const int64_t rank = layer_.inputs[1].dims[0];
+    if (static_cast<int>(mapping.size()) != InRank(0) ||
+        !std::is_sorted(mapping.begin(), mapping.end()) ||
+        std::adjacent_find(mapping.begin(), mapping.end()) != mapping.end() ||
+        (!mapping.empty() && (mapping.front() < 0 || mapping.back() >= rank))) {
+      return layer_.Invalid("axes_mapping must list one increasing output axis per data dim");
+    }
+    std::vector<int64_t> new_axes;
+    for (int64_t a = 0; a < rank; ++a) {
+      if (!std::binary_search(mapping.begin(), mapping.end(), a)) new_axes.push_back(a);
+    }
+    ValueId data = In(0);
+    if (!new_axes.empty()) {
+      Tensor axes(DataType::kInt64, Shape{static_cast<int64_t>(new_axes.size())});
+      std::copy(new_axes.begin(), new_axes.end(), axes.mutable_data<int64_t>());
+      const ValueId axes_value = Temp(DataType::kInt64, std::vector<int64_t>{axes.dim(0)});
+      graph_.constants.emplace_back(axes_value, std::make_shared<const Tensor>(std::move(axes)));
+      const ValueId unsqueezed = Temp(InType(0), std::nullopt);
+      Emit("Unsqueeze", {data, axes_value}, {unsqueezed});
+      data = unsqueezed;
+    }
+    Emit("Expand", {data, target}, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Softmax() {
+    LS_RETURN_IF_ERROR(Ports(1, 1, 1));
+    LS_ASSIGN_OR_RETURN(int64_t axis, layer_.IntAttr("axis", 1));
+    Emit("Softmax", {In(0)}, {Out(0)}).attributes["axis"] = IntAttribute(axis);
+    return absl::OkStatus();
+  }
+
+  absl::Status Reduce() {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    LS_ASSIGN_OR_RETURN(bool keep_dims, layer_.BoolAttr("keep_dims", false));
+    Node& node = Emit(layer_.type, {In(0), AsInt64(1)}, {Out(0)});
+    node.attributes["keepdims"] = IntAttribute(keep_dims ? 1 : 0);
+    // An empty axes list reduces nothing in OpenVINO.
+    node.attributes["noop_with_empty_axes"] = IntAttribute(1);
+    return absl::OkStatus();
+  }
+
+  absl::Status Select() {
+    LS_RETURN_IF_ERROR(Ports(3, 3, 1));
+    LS_ASSIGN_OR_RETURN(std::string mode, layer_.StrAttr("auto_broadcast", "numpy"));
+    if (mode == "none") {
+      LS_RETURN_IF_ERROR(CheckAutoBroadcast(1, 2));
+      LS_RETURN_IF_ERROR(CheckAutoBroadcast(0, 1));
+    } else if (mode != "numpy") {
+      return layer_.Error(absl::StatusCode::kUnimplemented,
+                          absl::StrCat("auto_broadcast '", mode, "' is not supported"));
+    }
+    Emit("Where", {In(0), In(1), In(2)}, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Range() {
+    LS_RETURN_IF_ERROR(Ports(3, 3, 1));
+    std::vector<ValueId> inputs = {In(0), In(1), In(2)};
+    // Range-4 casts its operands to output_type; Range-0 requires one type already.
+    if (layer_.data.attribute("output_type")) {
+      LS_ASSIGN_OR_RETURN(std::string type, layer_.StrAttr("output_type", std::nullopt));
+      absl::StatusOr<DataType> dtype = ParseElementType(type);
+      if (!dtype.ok() || *dtype == DataType::kUndefined) {
+        return layer_.Invalid(absl::StrCat("output_type '", type, "' is not supported"));
+      }
+      for (int i = 0; i < 3; ++i) {
+        if (InType(i) != *dtype) inputs[i] = CastTo(inputs[i], *dtype, layer_.inputs[i].dims);
+      }
+    }
+    Emit("Range", inputs, {Out(0)});
+    return absl::OkStatus();
+  }
+
+  absl::Status Transpose() {
+    LS_RETURN_IF_ERROR(Ports(2, 2, 1));
+    LS_ASSIGN_OR_RETURN(std::vector<int64_t> order, ConstInts(1, "input_order"));
+    Node& node = Emit("Transpose", {In(0)}, {Out(0)});
+    // An empty order reverses the dims, as ONNX does without perm.
+    if (!order.empty()) node.attributes["perm"] = IntsAttribute(std::move(order));
+    return absl::OkStatus();
+  }
+
+  const IrLayer& layer_;
+  const LayerValues& values_;
+  const ConstantMap& constants_;
+  Graph& graph_;
+  int emitted_ = 0;
+  int temps_ = 0;
+};
+
+}  // namespace
+
+absl::Status LowerLayer(const IrLayer& layer, const LayerValues& values,
+                        const ConstantMap& constants, Graph& graph) {
+  Lowerer lowerer(layer, values, constants, graph);
+  return lowerer.Lower();
+}
+
+}  // namespace loopserve::engine::openvino

@@ -1,0 +1,544 @@
+#include "engine/import/openvino_importer.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/import/openvino/ir_document.h"
+#include "engine/import/openvino/op_lowering.h"
+#include "pugixml.hpp"
+
+namespace loopserve::engine {
+namespace {
+
+using openvino::ConstantMap;
+using openvino::IrLayer;
+using openvino::IrNetwork;
+using openvino::IrPort;
+using openvino::LayerValues;
+using openvino::ParseIntAttr;
+
+// Nesting limit for Loop bodies: deep enough for real models, shallow enough for the stack.
+constexpr int kMaxBodyDepth = 16;
+
+ValueType PortType(const IrPort& port) {
+  ValueType type;
+  type.dtype = port.dtype;
+  type.dims = port.dims;
+  return type;
+}
+
+bool KnownRankAtMost1(const ValueType& type) {
+  return !type.dims.has_value() || type.dims->size() <= 1;
+}
+
+// Where the Parameters and Results of one network landed in its Graph.
+struct NetworkIo {
+  absl::flat_hash_map<int64_t, int> params;   // layer id -> index into graph.inputs
+  absl::flat_hash_map<int64_t, int> results;  // layer id -> index into graph.outputs
+  std::vector<std::string> param_labels;      // per graph input: the Parameter's Label()
+  std::vector<std::string> result_labels;     // per graph output: the Result's Label()
+};
+
+class OpenVinoImporter {
+ public:
+  explicit OpenVinoImporter(absl::string_view weights) : weights_(weights) {}
+
+  absl::Status ImportNetwork(const pugi::xml_node& xml, int depth, Graph& graph, NetworkIo& io) {
+    LS_ASSIGN_OR_RETURN(IrNetwork net, openvino::ParseNetwork(xml));
+    // Every output port is a value, defined up front so layers may come in any order.
+    std::vector<std::vector<ValueId>> produced(net.layers.size());
+    for (size_t i = 0; i < net.layers.size(); ++i) {
+      const IrLayer& layer = net.layers[i];
+      for (size_t k = 0; k < layer.outputs.size(); ++k) {
+        const IrPort& port = layer.outputs[k];
+        std::string name = openvino::TensorName(port);
+        if (name.empty()) {
+          name = layer.outputs.size() == 1 ? layer.name : absl::StrCat(layer.name, ".", port.id);
+        }
+        ValueType type = PortType(port);
+        if (layer.type == "Parameter") {
+          LS_ASSIGN_OR_RETURN(type, ParameterType(layer, type));
+        }
+        produced[i].push_back(graph.AddValue(std::move(name), std::move(type)));
+      }
+    }
+    ConstantMap constants;
+    for (size_t i = 0; i < net.layers.size(); ++i) {
+      const IrLayer& layer = net.layers[i];
+      LayerValues values;
+      for (const openvino::IrSource& source : net.sources[i]) {
+        values.inputs.push_back(source.layer < 0 ? kNoValue : produced[source.layer][source.port]);
+      }
+      values.outputs = produced[i];
+      if (layer.type == "Parameter") {
+        LS_RETURN_IF_ERROR(CheckPorts(layer, values, 0, 1));
+        io.params[layer.id] = static_cast<int>(graph.inputs.size());
+        io.param_labels.push_back(layer.Label());
+        graph.inputs.push_back(values.outputs[0]);
+      } else if (layer.type == "Const") {
+        LS_RETURN_IF_ERROR(CheckPorts(layer, values, 0, 1));
+        LS_ASSIGN_OR_RETURN(std::shared_ptr<const Tensor> tensor, ReadConst(layer));
+        graph.constants.emplace_back(values.outputs[0], tensor);
+        constants[values.outputs[0]] = std::move(tensor);
+      } else if (layer.type == "Result") {
+        LS_RETURN_IF_ERROR(CheckPorts(layer, values, 1, 0));
+        io.results[layer.id] = static_cast<int>(graph.outputs.size());
+        io.result_labels.push_back(layer.Label());
+        graph.outputs.push_back(values.inputs[0]);
+      } else if (layer.type == "Loop" || layer.type == "TensorIterator") {
+        LS_RETURN_IF_ERROR(LowerLoop(layer, values, depth, graph));
+      } else {
+        LS_RETURN_IF_ERROR(openvino::LowerLayer(layer, values, constants, graph));
+      }
+    }
+    return SortTopologically(graph);
+  }
+
+ private:
+  static absl::Status CheckPorts(const IrLayer& layer, const LayerValues& values, int inputs,
+                                 int outputs) {
+    if (static_cast<int>(layer.inputs.size()) != inputs ||
+        static_cast<int>(layer.outputs.size()) != outputs) {
+      return layer.Invalid(absl::StrCat("has ", layer.inputs.size(), " input and ",
+                                        layer.outputs.size(), " output ports, expected ", inputs,
+                                        " and ", outputs));
+    }
+    for (int i = 0; i < inputs; ++i) {
+      if (values.inputs[i] == kNoValue) {
+        return layer.Invalid(absl::StrCat("input port ", layer.inputs[i].id, " is not connected"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A Parameter's declared type: element_type and shape, checked against its output port.
+  static absl::StatusOr<ValueType> ParameterType(const IrLayer& layer, ValueType port_type) {
+    ValueType type = port_type;
+    LS_ASSIGN_OR_RETURN(std::string element_type, layer.StrAttr("element_type", ""));
+    if (!element_type.empty()) {
+      absl::StatusOr<DataType> dtype = openvino::ParseElementType(element_type);
+      if (!dtype.ok()) return layer.Error(dtype.status().code(), dtype.status().message());
+      if (*dtype != DataType::kUndefined && port_type.dtype != DataType::kUndefined &&
+          *dtype != port_type.dtype) {
+        return layer.Invalid(absl::StrCat("element_type ", element_type,
+                                          " does not match the output port's precision ",
+                                          DataTypeName(port_type.dtype)));
+      }
+      if (*dtype != DataType::kUndefined) type.dtype = *dtype;
+    }
+    if (layer.data.attribute("shape")) {
+      absl::StatusOr<std::optional<std::vector<int64_t>>> shape =
+          openvino::ParseShape(layer.data.attribute("shape").value());
+      if (!shape.ok()) return layer.Invalid(shape.status().message());
+      if (shape->has_value() && port_type.dims.has_value() &&
+          (*shape)->size() != port_type.dims->size()) {
+        return layer.Invalid(absl::StrCat("shape has rank ", (*shape)->size(),
+                                          " but the output port has ", port_type.dims->size(),
+                                          " dims"));
+      }
+      type.dims = *shape;
+    }
+    return type;
+  }
+
+  absl::StatusOr<std::shared_ptr<const Tensor>> ReadConst(const IrLayer& layer) const {
+    LS_ASSIGN_OR_RETURN(std::string element_type, layer.StrAttr("element_type", std::nullopt));
+    absl::StatusOr<DataType> dtype = openvino::ParseElementType(element_type);
+    if (!dtype.ok()) return layer.Error(dtype.status().code(), dtype.status().message());
+    if (*dtype == DataType::kUndefined) {
+      return layer.Invalid(absl::StrCat("element_type '", element_type, "' is not concrete"));
+    }
+    const IrPort& port = layer.outputs[0];
+    if (port.dtype != DataType::kUndefined && port.dtype != *dtype) {
+      return layer.Invalid(absl::StrCat("element_type ", element_type,
+                                        " does not match the output port's precision ",
+                                        DataTypeName(port.dtype)));
+    }
+    LS_ASSIGN_OR_RETURN(std::string shape_text, layer.StrAttr("shape", std::nullopt));
+    absl::StatusOr<std::optional<std::vector<int64_t>>> dims = openvino::ParseShape(shape_text);
+    if (!dims.ok()) return layer.Invalid(dims.status().message());
+    if (!dims->has_value()) return layer.Invalid("a constant needs a static shape");
+    for (int64_t d : **dims) {
+      if (d < 0) return layer.Invalid("a constant needs a static shape");
+    }
+    if (**dims != port.dims) {
+      return layer.Invalid(
+          absl::StrCat("shape '", shape_text, "' does not match the output port's dims"));
+    }
+    absl::StatusOr<Shape> shape = ValidateDims(**dims, "shape");
+    if (!shape.ok()) return layer.Invalid(shape.status().message());
+    LS_ASSIGN_OR_RETURN(int64_t offset, layer.IntAttr("offset", std::nullopt));
+    LS_ASSIGN_OR_RETURN(int64_t size, layer.IntAttr("size", std::nullopt));
+    if (offset < 0 || size < 0) return layer.Invalid("offset and size must not be negative");
+    const uint64_t bytes = static_cast<uint64_t>(shape->NumElements()) * DataTypeSize(*dtype);
+    if (static_cast<uint64_t>(size) != bytes) {
+      return layer.Invalid(absl::StrCat("size is ", size, " bytes but ", DataTypeName(*dtype),
+                                        shape->ToString(), " needs ", bytes));
+    }
+    if (static_cast<uint64_t>(offset) > weights_.size() ||
+        static_cast<uint64_t>(size) > weights_.size() - static_cast<uint64_t>(offset)) {
+      return layer.Invalid(absl::StrCat("bytes [", offset, ", ", offset, " + ", size,
+                                        ") are outside the .bin file (", weights_.size(),
+                                        " bytes)"));
+    }
+    auto tensor = std::make_shared<Tensor>(*dtype, *shape);
+    if (bytes > 0) std::memcpy(tensor->mutable_raw_data(), weights_.data() + offset, bytes);
+    if (*dtype == DataType::kBool) {
+      bool* b = tensor->mutable_data<bool>();
+      const uint8_t* raw = reinterpret_cast<const uint8_t*>(weights_.data() + offset);
+      for (uint64_t k = 0; k < bytes; ++k) b[k] = raw[k] != 0;
+    }
+    return std::shared_ptr<const Tensor>(std::move(tensor));
+  }
+
+  // Checks a sliced input's or concatenated output's start/end/part_size/stride (TensorIterator
+  // writes them; Loop-5 uses the defaults) and returns the stride: +1 for the whole axis from the
+  // start, -1 for the whole axis from the end.
+  static absl::StatusOr<int64_t> SliceStride(const IrLayer& layer, const pugi::xml_node& entry) {
+    const std::string what = absl::StrCat("port_map ", entry.name(), " (external_port_id ",
+                                          entry.attribute("external_port_id").value(), ")");
+    absl::StatusOr<int64_t> stride = ParseIntAttr(entry, "stride", 1);
+    absl::StatusOr<int64_t> part_size = ParseIntAttr(entry, "part_size", 1);
+    absl::StatusOr<int64_t> start = ParseIntAttr(entry, "start", std::nullopt);
+    absl::StatusOr<int64_t> end = ParseIntAttr(entry, "end", std::nullopt);
+    for (const absl::Status& s : {stride.status(), part_size.status()}) {
+      if (!s.ok()) return layer.Invalid(absl::StrCat(what, ": ", s.message()));
+    }
+    if (*part_size != 1) {
+      return layer.Error(absl::StatusCode::kUnimplemented,
+                         absl::StrCat(what, ": part_size ", *part_size, " (only 1)"));
+    }
+    if (*stride != 1 && *stride != -1) {
+      return layer.Error(absl::StatusCode::kUnimplemented,
+                         absl::StrCat(what, ": stride ", *stride, " (only 1 and -1)"));
+    }
+    // The whole axis: start 0 / end -1 going forward, start -1 / end 0 going backward (either
+    // spelling is accepted for the backward direction).
+    const int64_t s = start.ok() ? *start : (*stride > 0 ? 0 : -1);
+    const int64_t e = end.ok() ? *end : (*stride > 0 ? -1 : 0);
+    const bool whole =
+        *stride > 0 ? (s == 0 && e == -1) : ((s == -1 && e == 0) || (s == 0 && e == -1));
+    if (!whole) {
+      return layer.Error(
+          absl::StatusCode::kUnimplemented,
+          absl::StrCat(what, ": start ", s, " / end ", e, " (only the whole axis is supported)"));
+    }
+    return *stride;
+  }
+
+  // Loop-5 and TensorIterator-1 -> a "Loop" node with a LoopSpec.
+  absl::Status LowerLoop(const IrLayer& layer, const LayerValues& values, int depth, Graph& graph) {
+    const bool is_loop = layer.type == "Loop";
+    if (depth >= kMaxBodyDepth) {
+      return layer.Invalid(
+          absl::StrCat("Loop bodies are nested more than ", kMaxBodyDepth, " deep"));
+    }
+    const pugi::xml_node body_xml = layer.node.child("body");
+    if (!body_xml) return layer.Invalid("has no <body>");
+    const pugi::xml_node port_map = layer.node.child("port_map");
+    if (!port_map) return layer.Invalid("has no <port_map>");
+
+    auto body = std::make_shared<Graph>();
+    body->name = absl::StrCat(layer.name, "/body");
+    NetworkIo bio;
+    absl::Status status = ImportNetwork(body_xml, depth + 1, *body, bio);
+    if (!status.ok()) return Annotate(status, absl::StrCat(layer.Label(), ": body: "));
+
+    Node node;
+    node.name = layer.name.empty() ? absl::StrCat(layer.type, "_", layer.id) : layer.name;
+    node.op_type = "Loop";
+    node.opset = openvino::kOnnxOpset;
+    node.outputs = values.outputs;
+    auto spec = std::make_shared<LoopSpec>();
+    spec->negative_trip_count = LoopSpec::NegativeTripCount::kInfinite;
+
+    // Node inputs: [0] trip count (input port 0 of a Loop), [1] execution condition (port 1),
+    // then the other input ports in file order. An unconnected trip count is infinite; an
+    // unconnected condition is true.
+    absl::flat_hash_map<int64_t, int> input_of_port;
+    node.inputs = {kNoValue, kNoValue};
+    for (size_t k = 0; k < layer.inputs.size(); ++k) {
+      const int64_t id = layer.inputs[k].id;
+      if (is_loop && (id == 0 || id == 1)) {
+        node.inputs[id] = values.inputs[k];
+        input_of_port[id] = static_cast<int>(id);
+        const DataType t = layer.inputs[k].dtype;
+        if (id == 0 && t != DataType::kUndefined && t != DataType::kInt32 &&
+            t != DataType::kInt64) {
+          return layer.Invalid(absl::StrCat("the trip count (input port 0) has precision ",
+                                            DataTypeName(t), "; it must be int32 or int64"));
+        }
+        if (id == 1 && t != DataType::kUndefined && t != DataType::kBool) {
+          return layer.Invalid(absl::StrCat("the execution condition (input port 1) has precision ",
+                                            DataTypeName(t), "; it must be boolean"));
+        }
+        continue;
+      }
+      input_of_port[id] = static_cast<int>(node.inputs.size());
+      node.inputs.push_back(values.inputs[k]);
+    }
+
+    // Back edges: body Result -> body Parameter.
+    absl::flat_hash_map<int64_t, int64_t> back_edge;  // Parameter id -> Result id
+    for (pugi::xml_node e = layer.node.child("back_edges").child("edge"); e;
+         e = e.next_sibling("edge")) {
+      absl::StatusOr<int64_t> from = ParseIntAttr(e, "from-layer", std::nullopt);
+      absl::StatusOr<int64_t> to = ParseIntAttr(e, "to-layer", std::nullopt);
+      if (!from.ok() || !to.ok()) {
+        return layer.Invalid(
+            absl::StrCat("back edge: ", (from.ok() ? to.status() : from.status()).message()));
+      }
+      if (!bio.results.contains(*from)) {
+        return layer.Invalid(absl::StrCat("back edge from layer ", *from, " to layer ", *to,
+                                          ": layer ", *from, " is not a Result of the body"));
+      }
+      if (!bio.params.contains(*to)) {
+        return layer.Invalid(absl::StrCat("back edge from layer ", *from, " to layer ", *to,
+                                          ": layer ", *to, " is not a Parameter of the body"));
+      }
+      if (back_edge.contains(*to)) {
+        return layer.Invalid(absl::StrCat("body Parameter ", *to, " has more than one back edge"));
+      }
+      const ValueType& rt = body->values[body->outputs[bio.results[*from]]].type;
+      const ValueType& pt = body->values[body->inputs[bio.params[*to]]].type;
+      if (rt.dtype != DataType::kUndefined && pt.dtype != DataType::kUndefined &&
+          rt.dtype != pt.dtype) {
+        return layer.Invalid(absl::StrCat("back edge from layer ", *from, " to layer ", *to,
+                                          ": element types differ (", DataTypeName(rt.dtype),
+                                          " vs ", DataTypeName(pt.dtype), ")"));
+      }
+      back_edge[*to] = *from;
+    }
+
+    // Port map inputs.
+    std::vector<bool> param_mapped(body->inputs.size(), false);
+    for (pugi::xml_node in = port_map.child("input"); in; in = in.next_sibling("input")) {
+      absl::StatusOr<int64_t> ext = ParseIntAttr(in, "external_port_id", std::nullopt);
+      absl::StatusOr<int64_t> internal = ParseIntAttr(in, "internal_layer_id", std::nullopt);
+      if (!ext.ok() || !internal.ok()) {
+        return layer.Invalid(
+            absl::StrCat("port_map: ", (ext.ok() ? internal.status() : ext.status()).message()));
+      }
+      const std::string what = absl::StrCat("port_map input (external_port_id ", *ext,
+                                            ", internal_layer_id ", *internal, ")");
+      auto param = bio.params.find(*internal);
+      if (param == bio.params.end()) {
+        return layer.Invalid(
+            absl::StrCat(what, ": layer ", *internal, " is not a Parameter of the body"));
+      }
+      const int p = param->second;
+      if (param_mapped[p]) {
+        return layer.Invalid(absl::StrCat(what, ": the Parameter is mapped twice"));
+      }
+      param_mapped[p] = true;
+      const ValueType& ptype = body->values[body->inputs[p]].type;
+      const std::string purpose = in.attribute("purpose").value();
+      if (purpose == "current_iteration" && is_loop) {
+        if ((ptype.dtype != DataType::kUndefined && ptype.dtype != DataType::kInt32 &&
+             ptype.dtype != DataType::kInt64) ||
+            !KnownRankAtMost1(ptype)) {
+          return layer.Invalid(absl::StrCat(what,
+                                            ": the current iteration must be an int32 or "
+                                            "int64 scalar or [1], the Parameter is ",
+                                            ptype.ToString()));
+        }
+        spec->current_iteration_param = p;
+        continue;
+      }
+      if (!purpose.empty()) {
+        return layer.Invalid(absl::StrCat(what, ": purpose '", purpose, "' is not valid here"));
+      }
+      if (*ext < 0) {
+        return layer.Invalid(absl::StrCat(what, ": the Parameter is not connected to an input"));
+      }
+      auto port = input_of_port.find(*ext);
+      if (port == input_of_port.end()) {
+        return layer.Invalid(absl::StrCat(what, ": the layer has no input port ", *ext));
+      }
+      if (node.inputs[port->second] == kNoValue) {
+        return layer.Invalid(absl::StrCat(what, ": input port ", *ext, " is not connected"));
+      }
+      LoopSpec::InputPort ip;
+      ip.node_input = port->second;
+      ip.body_param = p;
+      if (in.attribute("axis")) {
+        if (back_edge.contains(*internal)) {
+          return layer.Invalid(absl::StrCat(what, ": a sliced input cannot have a back edge"));
+        }
+        absl::StatusOr<int64_t> axis = ParseIntAttr(in, "axis", std::nullopt);
+        if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
+        LS_ASSIGN_OR_RETURN(ip.stride, SliceStride(layer, in));
+        ip.kind = LoopSpec::InputPort::Kind::kSliced;
+        ip.axis = *axis;
+      } else if (auto edge = back_edge.find(*internal); edge != back_edge.end()) {
+        ip.kind = LoopSpec::InputPort::Kind::kCarried;
+        ip.back_edge = bio.results[edge->second];
+      } else {
+        ip.kind = LoopSpec::InputPort::Kind::kInvariant;
+      }
+      spec->inputs.push_back(ip);
+    }
+    for (size_t p = 0; p < param_mapped.size(); ++p) {
+      if (param_mapped[p]) continue;
+      // The older Loop-5 spec leaves the current-iteration Parameter out of the port map.
+      const ValueType& ptype = body->values[body->inputs[p]].type;
+      if (is_loop && spec->current_iteration_param < 0 &&
+          (ptype.dtype == DataType::kInt32 || ptype.dtype == DataType::kInt64) &&
+          KnownRankAtMost1(ptype)) {
+        bool has_edge = false;
+        for (const auto& [param_id, result_id] : back_edge) {
+          has_edge = has_edge || bio.params[param_id] == static_cast<int>(p);
+        }
+        if (!has_edge) {
+          spec->current_iteration_param = static_cast<int>(p);
+          continue;
+        }
+      }
+      return layer.Invalid(
+          absl::StrCat("body ", bio.param_labels[p], " gets no value: it is not in the port map"));
+    }
+
+    // Port map outputs.
+    std::vector<bool> output_mapped(node.outputs.size(), false);
+    for (pugi::xml_node out = port_map.child("output"); out; out = out.next_sibling("output")) {
+      absl::StatusOr<int64_t> ext = ParseIntAttr(out, "external_port_id", std::nullopt);
+      absl::StatusOr<int64_t> internal = ParseIntAttr(out, "internal_layer_id", std::nullopt);
+      if (!ext.ok() || !internal.ok()) {
+        return layer.Invalid(
+            absl::StrCat("port_map: ", (ext.ok() ? internal.status() : ext.status()).message()));
+      }
+      const std::string what = absl::StrCat("port_map output (external_port_id ", *ext,
+                                            ", internal_layer_id ", *internal, ")");
+      auto result = bio.results.find(*internal);
+      if (result == bio.results.end()) {
+        return layer.Invalid(
+            absl::StrCat(what, ": layer ", *internal, " is not a Result of the body"));
+      }
+      const int r = result->second;
+      const std::string purpose = out.attribute("purpose").value();
+      if (purpose == "execution_condition" && is_loop) {
+        const ValueType& rtype = body->values[body->outputs[r]].type;
+        if ((rtype.dtype != DataType::kUndefined && rtype.dtype != DataType::kBool) ||
+            !KnownRankAtMost1(rtype)) {
+          return layer.Invalid(absl::StrCat(what,
+                                            ": the execution condition must be a boolean "
+                                            "scalar or [1], the Result's input is ",
+                                            rtype.ToString()));
+        }
+        spec->condition_result = r;
+      } else if (!purpose.empty()) {
+        return layer.Invalid(absl::StrCat(what, ": purpose '", purpose, "' is not valid here"));
+      }
+      if (*ext < 0) continue;  // not connected to an output of the layer
+      const int k = layer.OutputIndex(*ext);
+      if (k < 0) return layer.Invalid(absl::StrCat(what, ": the layer has no output port ", *ext));
+      if (output_mapped[k]) {
+        return layer.Invalid(absl::StrCat(what, ": output port ", *ext, " is mapped twice"));
+      }
+      output_mapped[k] = true;
+      LoopSpec::OutputPort op;
+      op.node_output = k;
+      op.body_result = r;
+      if (out.attribute("axis")) {
+        absl::StatusOr<int64_t> axis = ParseIntAttr(out, "axis", std::nullopt);
+        if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
+        LS_ASSIGN_OR_RETURN(op.stride, SliceStride(layer, out));
+        op.kind = LoopSpec::OutputPort::Kind::kConcat;
+        op.axis = *axis;
+      } else {
+        op.kind = LoopSpec::OutputPort::Kind::kLastValue;
+      }
+      spec->outputs.push_back(op);
+    }
+    for (size_t k = 0; k < output_mapped.size(); ++k) {
+      if (!output_mapped[k]) {
+        return layer.Invalid(
+            absl::StrCat("output port ", layer.outputs[k].id, " is not in the port map"));
+      }
+    }
+    for (const auto& [param_id, result_id] : back_edge) {
+      bool initialised = false;
+      for (const LoopSpec::InputPort& ip : spec->inputs) {
+        initialised = initialised || ip.body_param == bio.params[param_id];
+      }
+      if (!initialised) {
+        return layer.Invalid(absl::StrCat("body Parameter ", param_id,
+                                          " has a back edge but no initial value in the port map"));
+      }
+    }
+    if (!is_loop) {
+      bool sliced = false;
+      for (const LoopSpec::InputPort& ip : spec->inputs) {
+        sliced = sliced || ip.kind == LoopSpec::InputPort::Kind::kSliced;
+      }
+      if (!sliced) {
+        return layer.Error(absl::StatusCode::kUnimplemented,
+                           "a TensorIterator without sliced inputs has no iteration count");
+      }
+    }
+    Attribute attr;
+    attr.type = Attribute::Type::kGraph;
+    attr.graph = std::move(body);
+    node.attributes["body"] = std::move(attr);
+    node.loop = std::move(spec);
+    graph.nodes.push_back(std::move(node));
+    return absl::OkStatus();
+  }
+
+  absl::string_view weights_;
+};
+
+// Clients address tensors by name: two inputs (or two outputs) may not share one.
+absl::Status CheckUniqueNames(const Graph& graph, const std::vector<ValueId>& ids,
+                              const std::vector<std::string>& labels, absl::string_view what) {
+  absl::flat_hash_map<std::string, size_t> seen;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string& name = graph.values[ids[i]].name;
+    auto [it, inserted] = seen.emplace(name, i);
+    if (!inserted && ids[it->second] != ids[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(labels[i], ": ", what, " name '", name,
+                                                     "' is also used by ", labels[it->second]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Graph>> ImportOpenVinoModel(absl::string_view xml,
+                                                           absl::string_view weights) {
+  pugi::xml_document doc;
+  const pugi::xml_parse_result parsed = doc.load_buffer(xml.data(), xml.size());
+  if (!parsed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the .xml is not valid XML: ", parsed.description(), " at byte ", parsed.offset));
+  }
+  const pugi::xml_node net = doc.child("net");
+  if (!net) return absl::InvalidArgumentError("the .xml has no <net> root element");
+  int64_t version = 0;
+  if (!absl::SimpleAtoi(net.attribute("version").value(), &version)) {
+    return absl::InvalidArgumentError("<net> has no valid 'version' attribute");
+  }
+  if (version != 10 && version != 11) {
+    return absl::UnimplementedError(
+        absl::StrCat("OpenVINO IR version ", version, " is not supported (10 and 11 are)"));
+  }
+  auto graph = std::make_shared<Graph>();
+  graph->name = net.attribute("name").value();
+  OpenVinoImporter importer(weights);
+  NetworkIo io;
+  LS_RETURN_IF_ERROR(importer.ImportNetwork(net, 0, *graph, io));
+  LS_RETURN_IF_ERROR(CheckUniqueNames(*graph, graph->inputs, io.param_labels, "input"));
+  LS_RETURN_IF_ERROR(CheckUniqueNames(*graph, graph->outputs, io.result_labels, "output"));
+  return graph;
+}
+
+}  // namespace loopserve::engine

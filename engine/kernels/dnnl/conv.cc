@@ -1,0 +1,95 @@
+// oneDNN Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad, optional bias).
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/dnnl/window_attrs.h"
+#include "engine/runtime/dnnl_util.h"
+
+namespace loopserve::engine {
+namespace {
+
+class ConvKernel final : public DnnlKernel {
+ public:
+  ConvKernel(reference::WindowAttrs attrs, int64_t group)
+      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
+        attrs_(std::move(attrs)),
+        group_(group) {}
+
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    const Shape& w = *shapes[1];
+    reference::Window window;
+    LS_ASSIGN_OR_RETURN(Shape out, reference::ConvShapes(x, w, shapes[2], attrs_, group_, &window));
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = out;
+    if (out.NumElements() == 0) {
+      prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    // No input channels (the output is the bias) or more than 3 spatial dims: not for oneDNN.
+    if (x.NumElements() == 0 || w.NumElements() == 0 || window.rank > 3) {
+      prepared->mode = PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    const dnnl::memory::desc src = Desc(x.dims(), type);
+    const dnnl::memory::desc dst = Desc(out.dims(), type);
+    // ONNX's [M, C / group, k...] is, byte for byte, oneDNN's plain [group, M / group, C / group,
+    // k...].
+    Shape::Dims w_dims(w.dims().begin(), w.dims().end());
+    if (group_ > 1) {
+      w_dims[0] /= group_;
+      w_dims.insert(w_dims.begin(), group_);
+    }
+    const dnnl::memory::desc weights = Desc(w_dims, type);
+    const DnnlWindow win = ToDnnlWindow(window);
+    const bool has_bias = shapes[2] != nullptr;
+    const dnnl::memory::desc bias = has_bias ? Desc({w[0]}, type) : dnnl::memory::desc();
+    const dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, weights,
+            bias, dst, win.strides, win.dilations, win.padding_l, win.padding_r),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::convolution_forward(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
+                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+    if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::Conv(ctx.input(0), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
+                           attrs_, group_, ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  const reference::WindowAttrs attrs_;
+  const int64_t group_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  if (init.num_inputs() < 2 || init.num_inputs() > 3 || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 2 or 3 inputs and 1 output, got ",
+                                                   init.num_inputs(), " and ",
+                                                   node.outputs.size()));
+  }
+  LS_ASSIGN_OR_RETURN(reference::WindowAttrs attrs,
+                      ParseWindowAttrs(node, /*require_kernel_shape=*/false));
+  LS_ASSIGN_OR_RETURN(const int64_t group, node.GetInt("group", 1));
+  if (group < 1 || group > reference::kMaxWindowAttr) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
+  }
+  auto kernel = std::make_unique<ConvKernel>(std::move(attrs), group);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,372 @@
+// oneDNN BatchNormalization (inference), InstanceNormalization, LayerNormalization and LRN.
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/dnnl/kernels.h"
+#include "engine/runtime/dnnl_util.h"
+
+namespace loopserve::engine {
+namespace {
+
+// The statistics and scale/shift of oneDNN's normalizations are f32 whatever the data type, so
+// these kernels use oneDNN for f32 only.
+bool IsFloat32(DataType type) { return type == DataType::kFloat32; }
+
+std::unique_ptr<PreparedOp> Mode(PreparedOp::Mode mode, const Shape& out) {
+  auto prepared = std::make_unique<PreparedOp>();
+  prepared->mode = mode;
+  prepared->output_shape = out;
+  return prepared;
+}
+
+class BatchNormKernel final : public DnnlKernel {
+ public:
+  explicit BatchNormKernel(float epsilon)
+      : DnnlKernel(/*num_inputs=*/5, /*required_inputs=*/5), epsilon_(epsilon) {}
+
+ protected:
+  bool UsesDnnl(DataType type) const override { return IsFloat32(type); }
+
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    if (x.rank() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchNormalization: input of shape ",
+                                                     x.ToString(), " must have rank >= 2"));
+    }
+    const int64_t channels = x[1];
+    const int64_t spatial = x.NumElements(2, x.rank());
+    const int64_t stats = shapes[1]->NumElements();
+    for (int i = 1; i < 5; ++i) {
+      if (shapes[i]->NumElements() != stats || (stats != channels && stats != channels * spatial)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("BatchNormalization: scale, B, mean and var must have ", channels,
+                         " elements (the input's channels), got ", shapes[i]->ToString()));
+      }
+    }
+    if (x.NumElements() == 0) return Mode(PreparedOp::Mode::kEmpty, x);
+    // The opset < 9 spatial = 0 form (per-element statistics) is the reference's.
+    if (stats != channels) return Mode(PreparedOp::Mode::kReference, x);
+    auto prepared = Mode(PreparedOp::Mode::kExecute, x);
+    // Normalised per channel: any rank is [N, C, spatial] to oneDNN.
+    const dnnl::memory::desc data = Desc({x[0], channels, spatial}, type);
+    const dnnl::memory::desc vec = Desc({channels}, type);
+    const dnnl::batch_normalization_forward::primitive_desc pd(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, data, epsilon_,
+                                                dnnl::normalization_flags::use_global_stats |
+                                                    dnnl::normalization_flags::use_scale |
+                                                    dnnl::normalization_flags::use_shift),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::batch_normalization_forward(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, data},
+                          {DNNL_ARG_SCALE, BufferSource::kInput1, vec},
+                          {DNNL_ARG_SHIFT, BufferSource::kInput2, vec},
+                          {DNNL_ARG_MEAN, BufferSource::kInput3, vec},
+                          {DNNL_ARG_VARIANCE, BufferSource::kInput4, vec},
+                          {DNNL_ARG_DST, BufferSource::kOutput, data}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::BatchNorm(ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3),
+                                ctx.input(4), epsilon_, ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  const float epsilon_;
+};
+
+class InstanceNormKernel final : public DnnlKernel {
+ public:
+  explicit InstanceNormKernel(float epsilon)
+      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/3), epsilon_(epsilon) {}
+
+ protected:
+  bool UsesDnnl(DataType type) const override { return IsFloat32(type); }
+
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    if (x.rank() < 3) {
+      return absl::InvalidArgumentError(absl::StrCat("InstanceNormalization: input of shape ",
+                                                     x.ToString(), " must have rank >= 3"));
+    }
+    const int64_t channels = x[1];
+    if (shapes[1]->rank() != 1 || (*shapes[1])[0] != channels || *shapes[2] != *shapes[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InstanceNormalization: scale ", shapes[1]->ToString(), " and B ",
+                       shapes[2]->ToString(), " must both be [", channels, "]"));
+    }
+    if (x.NumElements() == 0) return Mode(PreparedOp::Mode::kEmpty, x);
+    auto prepared = Mode(PreparedOp::Mode::kExecute, x);
+    // Instance norm is batch norm over N * C channels of a batch of one, with batch statistics.
+    const int64_t planes = x[0] * channels;
+    const dnnl::memory::desc data = Desc({1, planes, x.NumElements(2, x.rank())}, type);
+    const dnnl::memory::desc vec = Desc({planes}, type);
+    BufferSource scale = BufferSource::kInput1;
+    BufferSource shift = BufferSource::kInput2;
+    if (x[0] > 1) {
+      // Scale and B repeat for every n.
+      prepared->expansions.push_back({/*input=*/1, Shape{x[0], channels}});
+      prepared->expansions.push_back({/*input=*/2, Shape{x[0], channels}});
+      scale = BufferSource::kAux0;
+      shift = BufferSource::kAux1;
+    }
+    const dnnl::batch_normalization_forward::primitive_desc pd(
+        dnnl::batch_normalization_forward::desc(
+            dnnl::prop_kind::forward_inference, data, epsilon_,
+            dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::batch_normalization_forward(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, data},
+                          {DNNL_ARG_SCALE, scale, vec},
+                          {DNNL_ARG_SHIFT, shift, vec},
+                          {DNNL_ARG_DST, BufferSource::kOutput, data}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::InstanceNorm(ctx.input(0), ctx.input(1), ctx.input(2), epsilon_,
+                                   ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  const float epsilon_;
+};
+
+class LayerNormKernel final : public DnnlKernel {
+ public:
+  LayerNormKernel(int64_t axis, float epsilon, int num_stats)
+      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
+        axis_(axis),
+        epsilon_(epsilon),
+        num_stats_(num_stats) {}
+
+ protected:
+  // With Mean alone, oneDNN's variance would have nowhere to go.
+  bool UsesDnnl(DataType type) const override { return IsFloat32(type) && num_stats_ != 1; }
+
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    LS_ASSIGN_OR_RETURN(const reference::LayerNormDims dims, reference::LayerNormShapes(x, axis_));
+    const Shape normalized(x.dims().subspan(dims.axis));
+    for (int i = 1; i < 3; ++i) {
+      if (shapes[i] == nullptr) continue;
+      absl::StatusOr<Shape> b = BroadcastShapes(normalized, *shapes[i]);
+      if (!b.ok() || *b != normalized) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LayerNormalization: ", i == 1 ? "scale" : "B", " of shape ", shapes[i]->ToString(),
+            " does not broadcast onto the normalized dims ", normalized.ToString()));
+      }
+    }
+    auto prepared = Mode(PreparedOp::Mode::kExecute, x);
+    for (int k = 0; k < num_stats_; ++k) {
+      prepared->extra_outputs.push_back({DataType::kFloat32, dims.stats});
+    }
+    if (x.NumElements() == 0) {
+      // Statistics of empty rows are NaN, not nothing.
+      prepared->mode = dims.outer == 0 ? PreparedOp::Mode::kEmpty : PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    const dnnl::memory::desc data = Desc({dims.outer, dims.inner}, type);
+    const dnnl::memory::desc vec = Desc({dims.inner}, type);
+    const dnnl::memory::desc stat = Desc({dims.outer}, DataType::kFloat32);
+    dnnl::normalization_flags flags = dnnl::normalization_flags::use_scale;
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, data},
+                          {DNNL_ARG_DST, BufferSource::kOutput, data}};
+    for (int i = 1; i < 3; ++i) {
+      if (shapes[i] == nullptr) continue;
+      BufferSource source = i == 1 ? BufferSource::kInput1 : BufferSource::kInput2;
+      if (shapes[i]->NumElements() != dims.inner) {
+        // Broadcast along some normalised dims: expand to the full normalised shape first.
+        source = prepared->expansions.empty() ? BufferSource::kAux0 : BufferSource::kAux1;
+        prepared->expansions.push_back({i, normalized});
+      }
+      prepared->bindings.push_back({i == 1 ? DNNL_ARG_SCALE : DNNL_ARG_SHIFT, source, vec});
+    }
+    if (shapes[2] != nullptr) flags = flags | dnnl::normalization_flags::use_shift;
+    // Training mode is what makes oneDNN write the mean and variance; Finish turns the variance
+    // into 1 / sqrt(variance + epsilon).
+    const bool stats = num_stats_ > 0;
+    if (stats) {
+      prepared->bindings.push_back({DNNL_ARG_MEAN, BufferSource::kOutput1, stat});
+      prepared->bindings.push_back({DNNL_ARG_VARIANCE, BufferSource::kOutput2, stat});
+    }
+    const dnnl::layer_normalization_forward::primitive_desc pd(
+        dnnl::layer_normalization_forward::desc(
+            stats ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, data,
+            stat, epsilon_, flags),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::layer_normalization_forward(pd);
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status Finish(const PreparedOp& /*op*/, KernelContext& ctx) const override {
+    if (num_stats_ < 2) return absl::OkStatus();
+    Tensor& var = ctx.output_value(2).mutable_tensor();
+    float* v = var.mutable_data<float>();
+    for (int64_t i = 0; i < var.NumElements(); ++i) v[i] = 1.0f / std::sqrt(v[i] + epsilon_);
+    return absl::OkStatus();
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::LayerNorm(ctx.input(0), ctx.input(1),
+                                ctx.has_input(2) ? &ctx.input(2) : nullptr, axis_, epsilon_,
+                                DataType::kFloat32, ctx.output_value(0).mutable_tensor(),
+                                num_stats_ > 0 ? &ctx.output_value(1).mutable_tensor() : nullptr,
+                                num_stats_ > 1 ? &ctx.output_value(2).mutable_tensor() : nullptr);
+  }
+
+ private:
+  const int64_t axis_;
+  const float epsilon_;
+  // The statistics outputs written: 0, 1 (Mean) or 2 (Mean and InvStdDev, either may be omitted).
+  const int num_stats_;
+};
+
+class LrnKernel final : public DnnlKernel {
+ public:
+  LrnKernel(int64_t size, float alpha, float beta, float bias)
+      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1),
+        size_(size),
+        alpha_(alpha),
+        beta_(beta),
+        bias_(bias) {}
+
+ protected:
+  bool UsesDnnl(DataType type) const override { return IsFloat32(type); }
+
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    if (x.rank() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LRN: input of shape ", x.ToString(), " must have rank >= 2"));
+    }
+    if (x.NumElements() == 0) return Mode(PreparedOp::Mode::kEmpty, x);
+    // oneDNN's window is symmetric: an even size is the reference's.
+    if (size_ % 2 == 0) return Mode(PreparedOp::Mode::kReference, x);
+    auto prepared = Mode(PreparedOp::Mode::kExecute, x);
+    const dnnl::memory::desc data = Desc({x[0], x[1], x.NumElements(2, x.rank()), 1}, type);
+    const dnnl::lrn_forward::primitive_desc pd(
+        dnnl::lrn_forward::desc(dnnl::prop_kind::forward_inference,
+                                dnnl::algorithm::lrn_across_channels, data, size_, alpha_, beta_,
+                                bias_),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::lrn_forward(pd);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, data},
+                          {DNNL_ARG_DST, BufferSource::kOutput, data}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::Lrn(ctx.input(0), size_, alpha_, beta_, bias_,
+                          ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  const int64_t size_;
+  const float alpha_;
+  const float beta_;
+  const float bias_;
+};
+
+absl::Status CheckEpsilon(float epsilon) {
+  if (!(epsilon >= 0) || std::isinf(epsilon)) {
+    return absl::InvalidArgumentError(absl::StrCat("epsilon ", epsilon, " must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBatchNormKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  if (init.num_inputs() != 5) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected 5 inputs (X, scale, B, mean, var), got ", init.num_inputs()));
+  }
+  LS_ASSIGN_OR_RETURN(const int64_t training_mode, node.GetInt("training_mode", 0));
+  bool training = training_mode != 0;
+  for (size_t i = 1; i < node.outputs.size(); ++i) training |= node.outputs[i] != kNoValue;
+  if (node.opset < 7) {
+    LS_ASSIGN_OR_RETURN(const int64_t is_test, node.GetInt("is_test", 0));
+    training |= is_test == 0 && node.outputs.size() > 1;
+  }
+  if (training) {
+    return absl::UnimplementedError(
+        "BatchNormalization in training mode (training_mode=1 or the running/saved statistics "
+        "outputs) is not supported; only inference");
+  }
+  LS_ASSIGN_OR_RETURN(const float epsilon, node.GetFloat("epsilon", 1e-5f));
+  LS_RETURN_IF_ERROR(CheckEpsilon(epsilon));
+  auto kernel = std::make_unique<BatchNormKernel>(epsilon);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlInstanceNormKernel(const KernelInit& init) {
+  if (init.num_inputs() != 3 || init.node().outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 3 inputs and 1 output, got ",
+                                                   init.num_inputs(), " and ",
+                                                   init.node().outputs.size()));
+  }
+  LS_ASSIGN_OR_RETURN(const float epsilon, init.node().GetFloat("epsilon", 1e-5f));
+  LS_RETURN_IF_ERROR(CheckEpsilon(epsilon));
+  auto kernel = std::make_unique<InstanceNormKernel>(epsilon);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLayerNormKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  if (init.num_inputs() < 2 || init.num_inputs() > 3 || node.outputs.empty() ||
+      node.outputs.size() > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected 2 or 3 inputs and 1 to 3 outputs, got ", init.num_inputs(), " and ",
+                     node.outputs.size()));
+  }
+  LS_ASSIGN_OR_RETURN(const int64_t axis, node.GetInt("axis", -1));
+  LS_ASSIGN_OR_RETURN(const float epsilon, node.GetFloat("epsilon", 1e-5f));
+  LS_RETURN_IF_ERROR(CheckEpsilon(epsilon));
+  LS_ASSIGN_OR_RETURN(const int64_t stash_type, node.GetInt("stash_type", 1));
+  if (stash_type != 1) {
+    return absl::UnimplementedError(
+        absl::StrCat("LayerNormalization stash_type ", stash_type, " (only 1, float)"));
+  }
+  int num_stats = 0;
+  for (size_t i = 1; i < node.outputs.size(); ++i) {
+    if (node.outputs[i] != kNoValue) num_stats = static_cast<int>(node.outputs.size()) - 1;
+  }
+  auto kernel = std::make_unique<LayerNormKernel>(axis, epsilon, num_stats);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLrnKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  if (init.num_inputs() != 1 || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected 1 input and 1 output, got ", init.num_inputs(), " and ", node.outputs.size()));
+  }
+  LS_ASSIGN_OR_RETURN(const int64_t size, node.GetInt("size", std::nullopt));
+  if (size < 1 || size > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("size ", size, " must be in [1, 2^20]"));
+  }
+  LS_ASSIGN_OR_RETURN(const float alpha, node.GetFloat("alpha", 1e-4f));
+  LS_ASSIGN_OR_RETURN(const float beta, node.GetFloat("beta", 0.75f));
+  LS_ASSIGN_OR_RETURN(const float bias, node.GetFloat("bias", 1.0f));
+  auto kernel = std::make_unique<LrnKernel>(size, alpha, beta, bias);
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,19 @@
+#include "engine/runtime/threading.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace loopserve::engine {
+
+void SetIntraOpThreads(int threads) {
+  omp_set_num_threads(threads > 0 ? threads : AvailableCores());
+}
+
+int AvailableCores() {
+  const int cores = omp_get_num_procs();
+  return cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace loopserve::engine

@@ -1,0 +1,363 @@
+// BatchNormalization, InstanceNormalization, LayerNormalization, LRN, LogSoftmax, the parametric
+// activations and PRelu against the reference and the spec.
+
+#include <cmath>
+#include <random>
+
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/reference/reference.h"
+#include "gtest/gtest.h"
+#include "tests/unit/engine/kernels/dnnl/test_util.h"
+
+namespace loopserve::engine::testing {
+namespace {
+
+using Attributes = absl::flat_hash_map<std::string, Attribute>;
+
+// Runs `fn` and checks whether it created a oneDNN primitive (so the oneDNN path ran).
+template <typename Fn>
+bool CreatesPrimitive(Fn&& fn) {
+  const int64_t before = DnnlPrimitiveCreationCount();
+  fn();
+  return DnnlPrimitiveCreationCount() > before;
+}
+
+class NormTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(NormTest, BatchNormMatchesReference) {
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Shape shape = RandomShape(rng, 2, 5, 5);
+    const Shape vec{shape[1]};
+    const Tensor x = RandomTensor(GetParam(), shape, rng);
+    const Tensor scale = RandomTensor(GetParam(), vec, rng);
+    const Tensor bias = RandomTensor(GetParam(), vec, rng);
+    const Tensor mean = RandomTensor(GetParam(), vec, rng);
+    const Tensor var = RandomTensor(GetParam(), vec, rng, Range::kPositive);
+    SCOPED_TRACE(shape.ToString());
+    const int opset = trial % 2 ? 15 : 9;
+    absl::StatusOr<Tensor> actual =
+        RunOnce("BatchNormalization", opset, {&x, &scale, &bias, &mean, &var},
+                {{"epsilon", FloatAttr(1e-3f)}});
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor expected;
+    ASSERT_TRUE(reference::BatchNorm(x, scale, bias, mean, var, 1e-3f, expected).ok());
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-4, 1e-4));
+  }
+}
+
+TEST_P(NormTest, InstanceNormMatchesReference) {
+  std::mt19937 rng(32);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Shape shape = RandomShape(rng, 3, 5, 5);
+    const Shape vec{shape[1]};
+    const Tensor x = RandomTensor(GetParam(), shape, rng);
+    const Tensor scale = RandomTensor(GetParam(), vec, rng);
+    const Tensor bias = RandomTensor(GetParam(), vec, rng);
+    SCOPED_TRACE(shape.ToString());
+    absl::StatusOr<Tensor> actual =
+        RunOnce("InstanceNormalization", 6, {&x, &scale, &bias}, {{"epsilon", FloatAttr(1e-2f)}});
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor expected;
+    ASSERT_TRUE(reference::InstanceNorm(x, scale, bias, 1e-2f, expected).ok());
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-4, 1e-4));
+  }
+}
+
+TEST_P(NormTest, LayerNormMatchesReference) {
+  std::mt19937 rng(33);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Shape shape = RandomShape(rng, 1, 4, 6);
+    const int64_t axis = static_cast<int64_t>(rng() % (2 * shape.rank())) - shape.rank();
+    const int a = axis < 0 ? axis + shape.rank() : static_cast<int>(axis);
+    Shape::Dims normalized(shape.dims().begin() + a, shape.dims().end());
+    // Sometimes a scale that broadcasts along the leading normalised dims.
+    Shape::Dims scale_dims = normalized;
+    if (trial % 3 == 0 && !scale_dims.empty()) scale_dims[0] = 1;
+    const Tensor x = RandomTensor(GetParam(), shape, rng);
+    const Tensor scale = RandomTensor(GetParam(), Shape(scale_dims), rng);
+    const Tensor bias = RandomTensor(GetParam(), Shape(normalized), rng);
+    const Tensor* b = trial % 2 ? &bias : nullptr;
+    const int outputs = 1 + trial % 3;
+    SCOPED_TRACE(::testing::Message()
+                 << shape.ToString() << " axis " << axis << " outputs " << outputs);
+    absl::StatusOr<std::vector<Tensor>> actual =
+        RunOnceOutputs("LayerNormalization", 17, {&x, &scale, b},
+                       {{"axis", IntAttr(axis)}, {"epsilon", FloatAttr(1e-3f)}}, outputs);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor y, mean, inv;
+    ASSERT_TRUE(
+        reference::LayerNorm(x, scale, b, axis, 1e-3f, DataType::kFloat32, y, &mean, &inv).ok());
+    EXPECT_TRUE(TensorsNear((*actual)[0], y, 1e-4, 1e-4));
+    if (outputs > 1) {
+      EXPECT_TRUE(TensorsNear((*actual)[1], mean, 1e-5, 1e-5));
+    }
+    if (outputs > 2) {
+      EXPECT_TRUE(TensorsNear((*actual)[2], inv, 1e-4, 1e-4));
+    }
+  }
+}
+
+TEST_P(NormTest, LrnMatchesReference) {
+  std::mt19937 rng(34);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Shape shape = RandomShape(rng, 2, 5, 6);
+    const int64_t size = 1 + static_cast<int64_t>(rng() % 5);
+    const Tensor x = RandomTensor(GetParam(), shape, rng);
+    SCOPED_TRACE(::testing::Message() << shape.ToString() << " size " << size);
+    absl::StatusOr<Tensor> actual = RunOnce("LRN", 13, {&x},
+                                            {{"size", IntAttr(size)},
+                                             {"alpha", FloatAttr(0.02f)},
+                                             {"beta", FloatAttr(0.6f)},
+                                             {"bias", FloatAttr(1.5f)}});
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor expected;
+    ASSERT_TRUE(reference::Lrn(x, size, 0.02f, 0.6f, 1.5f, expected).ok());
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-4, 1e-5));
+  }
+}
+
+TEST_P(NormTest, LogSoftmaxMatchesReference) {
+  std::mt19937 rng(35);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Shape shape = RandomShape(rng, 1, 4, 6);
+    const int opset = trial % 2 ? 13 : 11;
+    const int64_t axis = static_cast<int64_t>(rng() % (2 * shape.rank())) - shape.rank();
+    const Tensor x = RandomTensor(GetParam(), shape, rng);
+    SCOPED_TRACE(::testing::Message()
+                 << shape.ToString() << " axis " << axis << " opset " << opset);
+    absl::StatusOr<Tensor> actual = RunOnce("LogSoftmax", opset, {&x}, {{"axis", IntAttr(axis)}});
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor expected;
+    ASSERT_TRUE(reference::LogSoftmax(x, axis, opset < 13, expected).ok());
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-5, 1e-5));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, NormTest, ::testing::Values(DataType::kFloat32, DataType::kFloat64),
+                         [](const auto& info) { return std::string(DataTypeName(info.param)); });
+
+TEST(NormTest, OneDnnRunsFloat32) {
+  std::mt19937 rng(36);
+  const Tensor x = RandomTensor(DataType::kFloat32, Shape{2, 3, 4, 5}, rng);
+  const Tensor v = RandomTensor(DataType::kFloat32, Shape{3}, rng, Range::kPositive);
+  const Tensor row = RandomTensor(DataType::kFloat32, Shape{5}, rng);
+  EXPECT_TRUE(CreatesPrimitive([&] {
+    ASSERT_TRUE(RunOnce("BatchNormalization", 15, {&x, &v, &v, &v, &v}).ok());
+  }));
+  EXPECT_TRUE(CreatesPrimitive([&] {
+    ASSERT_TRUE(RunOnce("InstanceNormalization", 6, {&x, &v, &v}).ok());
+  }));
+  EXPECT_TRUE(CreatesPrimitive([&] {
+    ASSERT_TRUE(RunOnceOutputs("LayerNormalization", 17, {&x, &row, &row}, {}, 3).ok());
+  }));
+  EXPECT_TRUE(CreatesPrimitive([&] {
+    ASSERT_TRUE(RunOnce("LRN", 13, {&x}, {{"size", IntAttr(3)}}).ok());
+  }));
+  EXPECT_TRUE(CreatesPrimitive([&] { ASSERT_TRUE(RunOnce("LogSoftmax", 13, {&x}).ok()); }));
+}
+
+TEST(NormSpecTest, ValuesByHand) {
+  // BatchNormalization, epsilon 0: channel 0 mean 1.5 sd 0.5; channel 1 scale 2, bias 1.
+  const Tensor x = MakeTensor<float>({1, 2, 1, 2}, {1, 2, 3, 4});
+  const Tensor scale = MakeTensor<float>({2}, {1, 2});
+  const Tensor bias = MakeTensor<float>({2}, {0, 1});
+  const Tensor mean = MakeTensor<float>({2}, {1.5f, 3.5f});
+  const Tensor var = MakeTensor<float>({2}, {0.25f, 0.25f});
+  for (int opset : {6, 7, 9, 14, 15}) {
+    absl::StatusOr<Tensor> bn = RunOnce(
+        "BatchNormalization", opset, {&x, &scale, &bias, &mean, &var}, {{"epsilon", FloatAttr(0)}});
+    ASSERT_TRUE(bn.ok()) << bn.status();
+    EXPECT_TRUE(TensorsNear(*bn, MakeTensor<float>({1, 2, 1, 2}, {-1, 1, -1, 3})));
+  }
+  // InstanceNormalization: [1, 3] has mean 2 and variance 1.
+  const Tensor xi = MakeTensor<float>({1, 1, 1, 2}, {1, 3});
+  const Tensor s = MakeTensor<float>({1}, {2});
+  const Tensor b = MakeTensor<float>({1}, {1});
+  absl::StatusOr<Tensor> in =
+      RunOnce("InstanceNormalization", 6, {&xi, &s, &b}, {{"epsilon", FloatAttr(0)}});
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_TRUE(TensorsNear(*in, MakeTensor<float>({1, 1, 1, 2}, {-1, 3})));
+  // LayerNormalization over the last axis: rows [1, 3] and [0, 4].
+  const Tensor xl = MakeTensor<float>({2, 2}, {1, 3, 0, 4});
+  const Tensor ones = MakeTensor<float>({2}, {1, 1});
+  absl::StatusOr<std::vector<Tensor>> ln =
+      RunOnceOutputs("LayerNormalization", 17, {&xl, &ones}, {{"epsilon", FloatAttr(0)}}, 3);
+  ASSERT_TRUE(ln.ok()) << ln.status();
+  EXPECT_TRUE(TensorsNear((*ln)[0], MakeTensor<float>({2, 2}, {-1, 1, -1, 1})));
+  EXPECT_TRUE(TensorsNear((*ln)[1], MakeTensor<float>({2, 1}, {2, 2})));
+  EXPECT_TRUE(TensorsNear((*ln)[2], MakeTensor<float>({2, 1}, {1, 0.5f})));
+  // LRN size 3, alpha 3 (so alpha / size = 1), beta 1, bias 1.
+  const Tensor xr = MakeTensor<float>({1, 3, 1, 1}, {1, 2, 3});
+  absl::StatusOr<Tensor> lrn = RunOnce(
+      "LRN", 13, {&xr}, {{"size", IntAttr(3)}, {"alpha", FloatAttr(3)}, {"beta", FloatAttr(1)}});
+  ASSERT_TRUE(lrn.ok()) << lrn.status();
+  EXPECT_TRUE(TensorsNear(*lrn, MakeTensor<float>({1, 3, 1, 1}, {1.0f / 6, 2.0f / 15, 3.0f / 14})));
+  // LogSoftmax of [1, 2, 3].
+  const Tensor xs = MakeTensor<float>({1, 3}, {1, 2, 3});
+  absl::StatusOr<Tensor> ls = RunOnce("LogSoftmax", 13, {&xs});
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_TRUE(
+      TensorsNear(*ls, MakeTensor<float>({1, 3}, {-2.40760596f, -1.40760596f, -0.40760596f})));
+}
+
+TEST(NormSpecTest, EmptyAndInvalid) {
+  const Tensor v = MakeTensor<float>({2}, {1, 1});
+  const Tensor empty(DataType::kFloat32, Shape{0, 2, 3});
+  absl::StatusOr<Tensor> bn = RunOnce("BatchNormalization", 15, {&empty, &v, &v, &v, &v});
+  ASSERT_TRUE(bn.ok()) << bn.status();
+  EXPECT_EQ(bn->shape(), (Shape{0, 2, 3}));
+  absl::StatusOr<Tensor> in = RunOnce("InstanceNormalization", 6, {&empty, &v, &v});
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->shape(), (Shape{0, 2, 3}));
+  const Tensor no_rows(DataType::kFloat32, Shape{0, 2});
+  absl::StatusOr<std::vector<Tensor>> ln =
+      RunOnceOutputs("LayerNormalization", 17, {&no_rows, &v}, {}, 3);
+  ASSERT_TRUE(ln.ok()) << ln.status();
+  EXPECT_EQ((*ln)[2].shape(), (Shape{0, 1}));
+
+  const Tensor x = MakeTensor<float>({1, 3, 2}, {1, 2, 3, 4, 5, 6});
+  // Statistics that do not match the channels.
+  EXPECT_EQ(RunOnce("BatchNormalization", 15, {&x, &v, &v, &v, &v}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunOnce("InstanceNormalization", 6, {&x, &v, &v}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const Tensor wrong = MakeTensor<float>({3}, {1, 1, 1});
+  EXPECT_EQ(RunOnce("LayerNormalization", 17, {&x, &wrong}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunOnce("LayerNormalization", 17, {&x, &v}, {{"axis", IntAttr(3)}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunOnce("LRN", 13, {&x}, {{"size", IntAttr(0)}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Training mode is not supported.
+  const Tensor s3 = MakeTensor<float>({3}, {1, 1, 1});
+  absl::StatusOr<Tensor> training =
+      RunOnce("BatchNormalization", 15, {&x, &s3, &s3, &s3, &s3}, {{"training_mode", IntAttr(1)}});
+  EXPECT_EQ(training.status().code(), absl::StatusCode::kUnimplemented) << training.status();
+  absl::StatusOr<std::vector<Tensor>> stats =
+      RunOnceOutputs("BatchNormalization", 9, {&x, &s3, &s3, &s3, &s3}, {}, 3);
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnimplemented) << stats.status();
+}
+
+struct ActivationCase {
+  const char* name;
+  reference::ActivationOp op;
+  reference::ActivationParams params;
+  Attributes attrs;
+  bool dnnl;  // runs on oneDNN for float32
+};
+
+std::vector<ActivationCase> ActivationCases() {
+  using reference::ActivationOp;
+  return {
+      {"LeakyRelu", ActivationOp::kLeakyRelu, {0.1f}, {{"alpha", FloatAttr(0.1f)}}, true},
+      {"LeakyRelu", ActivationOp::kLeakyRelu, {0.01f}, {}, true},
+      {"Elu", ActivationOp::kElu, {2.0f}, {{"alpha", FloatAttr(2)}}, true},
+      {"Selu",
+       ActivationOp::kSelu,
+       {1.5f, 0, 2.0f},
+       {{"alpha", FloatAttr(1.5f)}, {"gamma", FloatAttr(2)}},
+       false},
+      {"HardSigmoid",
+       ActivationOp::kHardSigmoid,
+       {0.3f, 0.4f},
+       {{"alpha", FloatAttr(0.3f)}, {"beta", FloatAttr(0.4f)}},
+       false},
+      {"HardSwish", ActivationOp::kHardSwish, {}, {}, true},
+      {"Softplus", ActivationOp::kSoftplus, {}, {}, true},
+      {"Softsign", ActivationOp::kSoftsign, {}, {}, false},
+      {"Celu", ActivationOp::kCelu, {0.5f}, {{"alpha", FloatAttr(0.5f)}}, false},
+  };
+}
+
+class ActivationTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(ActivationTest, RandomShapesMatchReference) {
+  std::mt19937 rng(41);
+  for (const ActivationCase& c : ActivationCases()) {
+    for (int trial = 0; trial < 8; ++trial) {
+      const Shape shape = trial == 0 ? Shape{} : RandomShape(rng, 0, 4, 7);
+      const Tensor x = RandomTensor(GetParam(), shape, rng);
+      SCOPED_TRACE(::testing::Message() << c.name << " " << shape.ToString());
+      absl::StatusOr<Tensor> actual;
+      const bool created = CreatesPrimitive([&] { actual = RunOnce(c.name, 16, {&x}, c.attrs); });
+      ASSERT_TRUE(actual.ok()) << actual.status();
+      if (GetParam() == DataType::kFloat32 && x.NumElements() > 0) {
+        EXPECT_EQ(created, c.dnnl);
+      }
+      Tensor expected;
+      ASSERT_TRUE(reference::Activation(c.op, c.params, x, expected).ok());
+      EXPECT_TRUE(TensorsNear(*actual, expected, 1e-5, 1e-5));
+    }
+  }
+}
+
+TEST_P(ActivationTest, PReluBroadcastsTheSlope) {
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Shape shape = RandomShape(rng, 1, 5, 5);
+    const Shape slope_shape = RandomBroadcastable(shape, rng);
+    const Tensor x = RandomTensor(GetParam(), shape, rng);
+    const Tensor slope = RandomTensor(GetParam(), slope_shape, rng);
+    SCOPED_TRACE(::testing::Message() << shape.ToString() << " slope " << slope_shape.ToString());
+    absl::StatusOr<Tensor> actual = RunOnce("PRelu", 16, {&x, &slope});
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor expected;
+    ASSERT_TRUE(reference::PRelu(x, slope, expected).ok());
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-6, 1e-6));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ActivationTest,
+                         ::testing::Values(DataType::kFloat32, DataType::kFloat64),
+                         [](const auto& info) { return std::string(DataTypeName(info.param)); });
+
+TEST(ActivationSpecTest, ValuesByHand) {
+  const Tensor x = MakeTensor<float>({4}, {-4, -1, 0, 2});
+  const std::vector<std::tuple<const char*, Attributes, std::vector<float>>> cases = {
+      {"LeakyRelu", {{"alpha", FloatAttr(0.1f)}}, {-0.4f, -0.1f, 0, 2}},
+      {"Elu", {{"alpha", FloatAttr(2)}}, {-1.96337213f, -1.26424112f, 0, 2}},
+      {"Selu", {}, {-1.7258986f, -1.11133074f, 0, 2.10140204f}},
+      {"HardSigmoid", {}, {0, 0.3f, 0.5f, 0.9f}},
+      {"HardSwish", {}, {0, -0.33333333f, 0, 1.66666667f}},
+      {"Softplus", {}, {0.01814993f, 0.31326169f, 0.69314718f, 2.12692801f}},
+      {"Softsign", {}, {-0.8f, -0.5f, 0, 0.66666667f}},
+      {"Celu", {{"alpha", FloatAttr(2)}}, {-1.72932943f, -0.78693868f, 0, 2}},
+  };
+  for (const auto& [op, attrs, values] : cases) {
+    SCOPED_TRACE(op);
+    absl::StatusOr<Tensor> y = RunOnce(op, 16, {&x}, attrs);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(TensorsNear(*y, MakeTensor<float>({4}, values), 1e-5, 1e-6));
+  }
+  // PRelu with a per-channel slope [3, 1, 1] on [1, 3, 1, 2].
+  const Tensor xp = MakeTensor<float>({1, 3, 1, 2}, {-1, 1, -2, 2, -3, 3});
+  const Tensor slope = MakeTensor<float>({3, 1, 1}, {0.5f, 0, 2});
+  absl::StatusOr<Tensor> prelu = RunOnce("PRelu", 9, {&xp, &slope});
+  ASSERT_TRUE(prelu.ok()) << prelu.status();
+  EXPECT_TRUE(TensorsNear(*prelu, MakeTensor<float>({1, 3, 1, 2}, {-0.5f, 1, 0, 2, -6, 3})));
+}
+
+TEST(ActivationSpecTest, EmptyAndInvalid) {
+  const Tensor empty(DataType::kFloat32, Shape{0, 3});
+  for (const ActivationCase& c : ActivationCases()) {
+    absl::StatusOr<Tensor> y = RunOnce(c.name, 16, {&empty}, c.attrs);
+    ASSERT_TRUE(y.ok()) << c.name << ": " << y.status();
+    EXPECT_EQ(y->shape(), (Shape{0, 3}));
+  }
+  const Tensor ints = MakeTensor<int32_t>({2}, {1, -1});
+  EXPECT_EQ(RunOnce("Elu", 6, {&ints}).status().code(), absl::StatusCode::kInvalidArgument);
+  const Tensor x = MakeTensor<float>({2}, {1, -1});
+  EXPECT_EQ(RunOnce("Celu", 12, {&x}, {{"alpha", FloatAttr(0)}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The slope must broadcast onto X, not the other way round.
+  const Tensor slope = MakeTensor<float>({2, 2}, {1, 1, 1, 1});
+  EXPECT_EQ(RunOnce("PRelu", 16, {&x, &slope}).status().code(), absl::StatusCode::kInvalidArgument);
+  const Tensor e_slope(DataType::kFloat32, Shape{3});
+  absl::StatusOr<Tensor> prelu = RunOnce("PRelu", 16, {&empty, &e_slope});
+  ASSERT_TRUE(prelu.ok()) << prelu.status();
+  EXPECT_EQ(prelu->shape(), (Shape{0, 3}));
+}
+
+}  // namespace
+}  // namespace loopserve::engine::testing
