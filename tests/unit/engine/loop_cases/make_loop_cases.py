@@ -72,23 +72,23 @@ def write_case(out_dir, name, onnx_model, inputs, outputs):
             f.write(t.SerializeToString())
 
 
-def counter_body(opset):
+def counter_body(elem, np_type):
     """x_out = x + 1, scan = x + 1, cond_out = cond_in."""
     return helper.make_graph(
-        [const("one", np.array(1, np.int64)),
+        [const("one", np.array(1, np_type)),
          helper.make_node("Add", ["x_in", "one"], ["x_out"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"]),
          helper.make_node("Identity", ["x_out"], ["scan"])],
         "counter_body",
-        [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", I64, [])],
-        [vi("cond_out", B, []), vi("x_out", I64, []), vi("scan", I64, [])])
+        [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", elem, [])],
+        [vi("cond_out", B, []), vi("x_out", elem, []), vi("scan", elem, [])])
 
 
-def counter_np(m, cond, x):
+def counter_np(m, cond, x, np_type=np.int64):
     def body(i, c, x):
-        return c, x + 1, x + 1
+        return c, np_type(x + 1), np_type(x + 1)
     (x_final,), scans, _ = loop_semantics(m, cond, [x], body)
-    scan = np.array(scans[0] if scans else [], np.int64)
+    scan = np.array(scans[0] if scans else [], np_type)
     return x_final, scan
 
 
@@ -97,6 +97,8 @@ def cases_mode(out_dir):
     stops itself (cond_out = x_out < 13); with neither M nor cond the spec calls the loop
     infinite, and ONNX Runtime, like loopserve, still ends it when the body's cond_out is false."""
     for opset in (1, 11, 13, 16):
+        # Add-1 and Less-1 only take floating-point tensors.
+        elem, np_type = (F, np.float32) if opset == 1 else (I64, np.int64)
         for m_given, c_given in ((True, False), (False, True), (True, True), (False, False)):
             name = f"loop{opset}_counter_m{'M' if m_given else 'x'}_c{'C' if c_given else 'x'}"
             inputs, graph_inputs, vals = ["", ""], [], []
@@ -108,37 +110,37 @@ def cases_mode(out_dir):
                 inputs[1] = "cond"
                 graph_inputs.append(vi("cond", B, []))
                 vals.append(np.array(True))
-            graph_inputs.append(vi("x0", I64, []))
-            vals.append(np.array(10, np.int64))
-            body = counter_body(opset)
+            graph_inputs.append(vi("x0", elem, []))
+            vals.append(np.array(10, np_type))
+            body = counter_body(elem, np_type)
             if not m_given:
                 # A while loop: the body stops itself at x == 13 (cond_out = x_out < 13).
                 body = helper.make_graph(
-                    [const("one", np.array(1, np.int64)), const("lim", np.array(13, np.int64)),
+                    [const("one", np.array(1, np_type)), const("lim", np.array(13, np_type)),
                      helper.make_node("Add", ["x_in", "one"], ["x_out"]),
                      helper.make_node("Less", ["x_out", "lim"], ["cond_out"]),
                      helper.make_node("Identity", ["x_out"], ["scan"])],
                     "while_body",
-                    [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", I64, [])],
-                    [vi("cond_out", B, []), vi("x_out", I64, []), vi("scan", I64, [])])
+                    [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", elem, [])],
+                    [vi("cond_out", B, []), vi("x_out", elem, []), vi("scan", elem, [])])
             loop = helper.make_node("Loop", inputs + ["x0"], ["x_final", "scan_out"], body=body)
             g = helper.make_graph([loop], name, graph_inputs,
-                                  [vi("x_final", I64, []), vi("scan_out", I64, [None])])
+                                  [vi("x_final", elem, []), vi("scan_out", elem, [None])])
             if m_given:
-                expected = counter_np(5, True, np.int64(10))
+                expected = counter_np(5, True, np_type(10), np_type)
             else:
                 def body_np(i, c, x):
-                    return x + 1 < 13, x + 1, x + 1
-                (xf,), scans, _ = loop_semantics(None, True, [np.int64(10)], body_np)
-                expected = (xf, np.array(scans[0], np.int64))
+                    return x + 1 < 13, np_type(x + 1), np_type(x + 1)
+                (xf,), scans, _ = loop_semantics(None, True, [np_type(10)], body_np)
+                expected = (xf, np.array(scans[0], np_type))
             write_case(out_dir, name, model(g, opset), vals,
-                       [np.array(expected[0], np.int64), expected[1]])
+                       [np.array(expected[0], np_type), expected[1]])
 
     # M given as a [1] tensor and cond as [1]; M negative (0 iterations); cond false at entry.
     for name, m_val, c_val in (("loop_m_rank1", np.array([4], np.int64), np.array([True])),
                                ("loop_m_negative", np.array(-3, np.int64), np.array(True)),
                                ("loop_cond_false", np.array(5, np.int64), np.array(False))):
-        body = counter_body(13)
+        body = counter_body(I64, np.int64)
         loop = helper.make_node("Loop", ["M", "cond", "x0"], ["x_final", "scan_out"], body=body)
         g = helper.make_graph([loop], name,
                               [vi("M", I64, list(m_val.shape)), vi("cond", B, list(c_val.shape)),
