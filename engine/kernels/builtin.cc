@@ -6,6 +6,8 @@ void RegisterBuiltinKernels(KernelRegistry& registry) {
   RegisterDnnlKernels(registry);
   RegisterNativeKernels(registry);
   RegisterControlFlowKernels(registry);
+  RegisterOpenVinoKernels(registry);
+  RegisterSequenceKernels(registry);
 }
 
 }  // namespace loopserve::engine

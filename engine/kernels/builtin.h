@@ -11,5 +11,7 @@ namespace loopserve::engine {
 void RegisterDnnlKernels(KernelRegistry& registry);       // kernels/dnnl
 void RegisterNativeKernels(KernelRegistry& registry);     // kernels/native
 void RegisterControlFlowKernels(KernelRegistry& registry);  // kernels/control: Loop, If
+void RegisterOpenVinoKernels(KernelRegistry& registry);  // kernels/openvino: "ov:" ops
+void RegisterSequenceKernels(KernelRegistry& registry);  // kernels/sequence: sequences, optionals
 
 }  // namespace loopserve::engine

@@ -1,5 +1,6 @@
-// Identity and Cast.
+// Identity, Cast, CastLike and (inference) Dropout.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,7 +16,7 @@ namespace loopserve::engine::native {
 namespace {
 
 // Identity: a copy (never an alias: a view would dangle once a Loop swaps the source's buffer).
-// From opset 14 the input may be a sequence.
+// From opset 14 the input may be a sequence, from 16 an optional (possibly empty).
 class IdentityKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -25,7 +26,7 @@ class IdentityKernel final : public Kernel {
   bool AcceptsNonTensorInputs() const override { return true; }
   absl::Status Run(KernelContext& ctx) const override {
     const Value& in = ctx.input_value(0);
-    if (in.is_sequence()) {
+    if (!in.is_tensor()) {
       ctx.output_value(0).CopyFrom(in);
       return absl::OkStatus();
     }
@@ -231,18 +232,26 @@ class CastKernel final : public Kernel {
     return std::unique_ptr<Kernel>(new CastKernel(type));
   }
 
+  // CastLike(input, target_type): Cast to target_type's element type.
+  static absl::StatusOr<std::unique_ptr<Kernel>> CreateLike(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
+    return std::unique_ptr<Kernel>(new CastKernel(DataType::kUndefined));
+  }
+
   absl::Status Run(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     const DataType from = x.dtype();
-    Tensor* y = ctx.output(0, to_, x.shape());
+    const DataType to = to_ == DataType::kUndefined ? ctx.input(1).dtype() : to_;
+    if (to == DataType::kUndefined) return UnsupportedType("target_type", to);
+    Tensor* y = ctx.output(0, to, x.shape());
     const int64_t n = x.NumElements();
-    if (from == to_) {
+    if (from == to) {
       CopyBytes(x, y);
       return absl::OkStatus();
     }
     const bool ok = DispatchAll(from, [&](auto from_tag) {
       using F = typename decltype(from_tag)::type;
-      DispatchAll(to_, [&](auto to_tag) {
+      DispatchAll(to, [&](auto to_tag) {
         using T = typename decltype(to_tag)::type;
         const F* in = static_cast<const F*>(x.raw_data());
         T* out = static_cast<T*>(y->mutable_raw_data());
@@ -255,7 +264,62 @@ class CastKernel final : public Kernel {
 
  private:
   explicit CastKernel(DataType to) : to_(to) {}
-  DataType to_;
+  DataType to_;  // kUndefined for CastLike: the type of input 1
+};
+
+// Dropout at inference: output = data; the optional mask output is all true. A training_mode input
+// that is true is rejected (training is not supported).
+class DropoutKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 3, 2));
+    LS_ASSIGN_OR_RETURN(int64_t is_test, init.node().GetInt("is_test", 0));
+    // Opsets before 7 have is_test; without it they train (scale the kept values).
+    if (init.node().opset < 7 && is_test == 0) {
+      return absl::UnimplementedError("training mode (is_test=0) is not supported");
+    }
+    return std::unique_ptr<Kernel>(new DropoutKernel(init.node().opset < 10));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    if (ctx.has_input(2)) {
+      const Tensor& training = ctx.input(2);
+      if (training.NumElements() != 1) {
+        return absl::InvalidArgumentError("training_mode must be a scalar");
+      }
+      // Training with ratio 0 keeps everything, which is the inference result; other ratios
+      // would need random masks.
+      const bool zero_ratio =
+          ctx.has_input(1) && ctx.input(1).NumElements() == 1 &&
+          IsFloatingPoint(ctx.input(1).dtype()) &&
+          (ctx.input(1).dtype() == DataType::kFloat32 ? ctx.input(1).data<float>()[0] == 0
+                                                      : ctx.input(1).data<double>()[0] == 0);
+      if (training.ScalarAsBool() && !zero_ratio) {
+        return absl::UnimplementedError("training mode is not supported");
+      }
+    }
+    const Tensor& x = ctx.input(0);
+    CopyBytes(x, ctx.output(0, x.dtype(), x.shape()));
+    if (ctx.num_outputs() > 1) {
+      // The mask is bool from opset 10; before, it has the data's type.
+      if (mask_like_data_) {
+        Tensor* mask = ctx.output(1, x.dtype(), x.shape());
+        const bool ok = DispatchNumeric(x.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          std::fill_n(mask->mutable_data<T>(), mask->NumElements(), T{1});
+        });
+        if (!ok) return UnsupportedType("data", x.dtype());
+      } else {
+        Tensor* mask = ctx.output(1, DataType::kBool, x.shape());
+        if (mask->ByteSize() > 0) std::memset(mask->mutable_raw_data(), 1, mask->ByteSize());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit DropoutKernel(bool mask_like_data) : mask_like_data_(mask_like_data) {}
+  bool mask_like_data_;
 };
 
 }  // namespace
@@ -263,6 +327,9 @@ class CastKernel final : public Kernel {
 void RegisterCastKernels(KernelRegistry& registry) {
   registry.Register("Identity", FactoryOf<IdentityKernel>());
   registry.Register("Cast", FactoryOf<CastKernel>());
+  registry.Register(
+      "CastLike", [](const KernelInit& init) { return CastKernel::CreateLike(init); }, 15);
+  registry.Register("Dropout", FactoryOf<DropoutKernel>());
 }
 
 }  // namespace loopserve::engine::native

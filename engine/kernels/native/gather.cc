@@ -1,8 +1,10 @@
-// Gather: picks slices along an axis by int32/int64 indices (negative ones count from the end).
+// Gather, GatherElements, GatherND: pick elements or slices by int32/int64 indices (negative ones
+// count from the end).
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
+#include "engine/kernels/native/index_util.h"
 #include "engine/kernels/native/register_families.h"
 
 namespace loopserve::engine::native {
@@ -75,10 +77,154 @@ class GatherKernel final : public Kernel {
   int64_t axis_;
 };
 
+// GatherElements(data, indices; axis): out[i] = data[i with coordinate `axis` replaced by
+// indices[i]]; indices has data's rank and gives the output shape.
+class GatherElementsKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
+    LS_ASSIGN_OR_RETURN(int64_t axis, init.node().GetInt("axis", 0));
+    return std::unique_ptr<Kernel>(new GatherElementsKernel(axis));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    LS_RETURN_IF_ERROR(CheckIndexType(indices, "indices"));
+    const int rank = data.rank();
+    if (rank == 0 || indices.rank() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat("indices ", indices.shape().ToString(),
+                                                     " must have the rank of data ",
+                                                     data.shape().ToString(), " (at least 1)"));
+    }
+    LS_ASSIGN_OR_RETURN(const int axis, NormalizeAxis(axis_, rank));
+    for (int d = 0; d < rank; ++d) {
+      if (d != axis && indices.dim(d) > data.dim(d)) {
+        return absl::InvalidArgumentError(absl::StrCat("indices ", indices.shape().ToString(),
+                                                       " exceed data ", data.shape().ToString(),
+                                                       " along axis ", d));
+      }
+    }
+    DimVector strides;
+    RowMajorStrides(data.shape(), &strides);
+    const int64_t n = indices.NumElements();
+    const int64_t axis_dim = data.dim(axis);
+    Tensor* y = ctx.output(0, data.dtype(), indices.shape());
+    DimVector coord(rank, 0);
+    absl::Status status;
+    DispatchBySize(data.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* in = data.data<T>();
+      T* out = y->mutable_data<T>();
+      int64_t base = 0;  // offset of coord in data, without the axis term
+      for (int64_t j = 0; j < n; ++j) {
+        absl::StatusOr<int64_t> k = NormalizeIndex(IndexAt(indices, j), axis_dim, "index");
+        if (!k.ok()) {
+          status = k.status();
+          return;
+        }
+        out[j] = in[base + *k * strides[axis]];
+        for (int d = rank - 1; d >= 0; --d) {
+          if (++coord[d] < indices.dim(d)) {
+            if (d != axis) base += strides[d];
+            break;
+          }
+          if (d != axis) base -= strides[d] * (coord[d] - 1);
+          coord[d] = 0;
+        }
+      }
+    });
+    return status;
+  }
+
+ private:
+  explicit GatherElementsKernel(int64_t axis) : axis_(axis) {}
+  int64_t axis_;
+};
+
+// GatherND(data, indices; batch_dims): each index tuple (indices' last dim, k long) picks a slice
+// data[b..., i_0, ..., i_k-1, ...]; output shape indices.shape[:-1] + data.shape[b+k:].
+class GatherNDKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
+    LS_ASSIGN_OR_RETURN(int64_t batch_dims, init.node().GetInt("batch_dims", 0));
+    if (batch_dims < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch_dims must be non-negative, got ", batch_dims));
+    }
+    return std::unique_ptr<Kernel>(new GatherNDKernel(batch_dims));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    LS_RETURN_IF_ERROR(CheckIndexType(indices, "indices"));
+    const int r = data.rank();
+    const int q = indices.rank();
+    const int b = static_cast<int>(batch_dims_);
+    if (q < 1 || r < 1 || b >= std::min(q, r)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch_dims ", b, " must be less than the ranks of data ",
+                       data.shape().ToString(), " and indices ", indices.shape().ToString()));
+    }
+    const int64_t k = indices.dim(q - 1);
+    if (k < 1 || k > r - b) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the last dim of indices ", indices.shape().ToString(), " must be in [1, ",
+                       r - b, "] for data ", data.shape().ToString(), " and batch_dims ", b));
+    }
+    for (int d = 0; d < b; ++d) {
+      if (data.dim(d) != indices.dim(d)) {
+        return absl::InvalidArgumentError(absl::StrCat("batch dim ", d, " differs: data ",
+                                                       data.shape().ToString(), ", indices ",
+                                                       indices.shape().ToString()));
+      }
+    }
+    Shape out_shape;
+    Shape::Dims& dims = out_shape.mutable_dims();
+    for (int d = 0; d < q - 1; ++d) dims.push_back(indices.dim(d));
+    for (int d = b + static_cast<int>(k); d < r; ++d) dims.push_back(data.dim(d));
+    DimVector strides;
+    RowMajorStrides(data.shape(), &strides);
+    const int64_t batches = data.shape().NumElements(0, b);
+    const int64_t batch_stride = b == 0 ? data.NumElements() : strides[b - 1];
+    const int64_t tuples_per_batch = indices.shape().NumElements(b, q - 1);
+    const int64_t slice = data.shape().NumElements(b + static_cast<int>(k), r);
+    const size_t elem = DataTypeSize(data.dtype());
+    Tensor* y = ctx.output(0, data.dtype(), out_shape);
+    const char* in = static_cast<const char*>(data.raw_data());
+    char* out = static_cast<char*>(y->mutable_raw_data());
+    int64_t t = 0;
+    for (int64_t batch = 0; batch < batches; ++batch) {
+      for (int64_t j = 0; j < tuples_per_batch; ++j, ++t) {
+        int64_t offset = batch * batch_stride;
+        for (int64_t c = 0; c < k; ++c) {
+          const int d = b + static_cast<int>(c);
+          LS_ASSIGN_OR_RETURN(int64_t i,
+                              NormalizeIndex(IndexAt(indices, t * k + c), data.dim(d), "index"));
+          offset += i * strides[d];
+        }
+        if (slice > 0) {
+          std::memcpy(out + static_cast<size_t>(t * slice) * elem,
+                      in + static_cast<size_t>(offset) * elem, static_cast<size_t>(slice) * elem);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit GatherNDKernel(int64_t batch_dims) : batch_dims_(batch_dims) {}
+  int64_t batch_dims_;
+};
+
 }  // namespace
 
 void RegisterGatherKernels(KernelRegistry& registry) {
   registry.Register("Gather", FactoryOf<GatherKernel>());
+  registry.Register("GatherElements", FactoryOf<GatherElementsKernel>());
+  registry.Register("GatherND", FactoryOf<GatherNDKernel>());
 }
 
 }  // namespace loopserve::engine::native

@@ -1,4 +1,4 @@
-// ReduceSum/Mean/Max/Min/Prod and ArgMax/ArgMin.
+// ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare and ArgMax/ArgMin.
 //
 // Reductions walk the input once in row-major order, accumulating into the output element each
 // input element maps to (output stride 0 along reduced axes); that keeps them allocation-free and
@@ -13,7 +13,18 @@
 namespace loopserve::engine::native {
 namespace {
 
-enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd };
+enum class ReduceOp : uint8_t {
+  kSum,
+  kMean,
+  kMax,
+  kMin,
+  kProd,
+  kL1,         // sum |x|
+  kL2,         // sqrt(sum x^2)
+  kLogSum,     // log(sum x)
+  kLogSumExp,  // log(sum exp(x))
+  kSumSquare,  // sum x^2
+};
 
 template <typename T>
 T Initial(ReduceOp op) {
@@ -51,8 +62,18 @@ void Accumulate(T* out, const T* in, const Broadcast<2>& walk) {
   ForEachBroadcast<2>(walk, [&](int64_t i, const std::array<int64_t, 2>& off) {
     T& acc = out[off[1]];
     const T v = in[i];
-    if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kMean) {
+    if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kMean || kOp == ReduceOp::kLogSum) {
       acc = static_cast<T>(acc + v);
+    } else if constexpr (kOp == ReduceOp::kL1) {
+      if constexpr (std::is_signed_v<T>) {
+        acc = static_cast<T>(acc + (v < 0 ? -v : v));
+      } else {
+        acc = static_cast<T>(acc + v);
+      }
+    } else if constexpr (kOp == ReduceOp::kL2 || kOp == ReduceOp::kSumSquare) {
+      acc = static_cast<T>(acc + v * v);
+    } else if constexpr (kOp == ReduceOp::kLogSumExp) {
+      acc = static_cast<T>(acc + std::exp(v));
     } else if constexpr (kOp == ReduceOp::kProd) {
       acc = static_cast<T>(acc * v);
     } else if constexpr (kOp == ReduceOp::kMax) {
@@ -156,6 +177,30 @@ class ReduceKernel final : public Kernel {
           break;
         case ReduceOp::kProd:
           Accumulate<ReduceOp::kProd>(out, in, walk);
+          break;
+        case ReduceOp::kL1:
+          Accumulate<ReduceOp::kL1>(out, in, walk);
+          break;
+        case ReduceOp::kL2:
+          Accumulate<ReduceOp::kL2>(out, in, walk);
+          for (int64_t i = 0; i < n_out; ++i) {
+            out[i] = static_cast<T>(std::sqrt(static_cast<double>(out[i])));
+          }
+          break;
+        case ReduceOp::kLogSum:
+          Accumulate<ReduceOp::kLogSum>(out, in, walk);
+          for (int64_t i = 0; i < n_out; ++i) {
+            out[i] = static_cast<T>(std::log(static_cast<double>(out[i])));
+          }
+          break;
+        case ReduceOp::kLogSumExp:
+          Accumulate<ReduceOp::kLogSumExp>(out, in, walk);
+          for (int64_t i = 0; i < n_out; ++i) {
+            out[i] = static_cast<T>(std::log(static_cast<double>(out[i])));
+          }
+          break;
+        case ReduceOp::kSumSquare:
+          Accumulate<ReduceOp::kSumSquare>(out, in, walk);
           break;
       }
       if (op_ == ReduceOp::kMean) {
@@ -273,6 +318,11 @@ void RegisterReduceKernels(KernelRegistry& registry) {
   RegisterReduce(registry, "ReduceMax", ReduceOp::kMax, 18);
   RegisterReduce(registry, "ReduceMin", ReduceOp::kMin, 18);
   RegisterReduce(registry, "ReduceProd", ReduceOp::kProd, 18);
+  RegisterReduce(registry, "ReduceL1", ReduceOp::kL1, 18);
+  RegisterReduce(registry, "ReduceL2", ReduceOp::kL2, 18);
+  RegisterReduce(registry, "ReduceLogSum", ReduceOp::kLogSum, 18);
+  RegisterReduce(registry, "ReduceLogSumExp", ReduceOp::kLogSumExp, 18);
+  RegisterReduce(registry, "ReduceSumSquare", ReduceOp::kSumSquare, 18);
   registry.Register("ArgMax", FactoryOf<ArgKernel<true>>());
   registry.Register("ArgMin", FactoryOf<ArgKernel<false>>());
 }

@@ -14,6 +14,22 @@ void RegisterNativeKernels(KernelRegistry& registry) {
   native::RegisterElementwiseKernels(registry);
   native::RegisterReduceKernels(registry);
   native::RegisterGeneratorKernels(registry);
+  native::RegisterMathKernels(registry);
+  native::RegisterScatterKernels(registry);
+  native::RegisterSplitKernels(registry);
+  native::RegisterAxisKernels(registry);
+  native::RegisterMatrixKernels(registry);
+  native::RegisterIndexKernels(registry);
+  native::RegisterPadKernels(registry);
+  native::RegisterEinsumKernels(registry);
+  native::RegisterNmsKernels(registry);
+  native::RegisterLossKernels(registry);
+  native::RegisterRearrangeKernels(registry);
+  native::RegisterWindowKernels(registry);
+  native::RegisterResizeKernels(registry);
+  native::RegisterQuantizeKernels(registry);
+  native::RegisterUniqueKernels(registry);
+  native::RegisterIntMatMulKernels(registry);
 }
 
 }  // namespace loopserve::engine

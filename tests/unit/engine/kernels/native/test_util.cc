@@ -28,6 +28,13 @@ Attribute StringAttr(std::string v) {
   return a;
 }
 
+Attribute FloatAttr(float v) {
+  Attribute a;
+  a.type = Attribute::Type::kFloat;
+  a.f = v;
+  return a;
+}
+
 Attribute TensorAttr(Tensor t) {
   Attribute a;
   a.type = Attribute::Type::kTensor;
@@ -56,8 +63,7 @@ absl::StatusOr<std::vector<Value>> RunOp(const OpCase& c) {
     copy.CopyFrom(*c.inputs[i]);
     feeds.emplace_back(std::move(copy));
   }
-  {
-    const int i = 0;
+  for (int i = 0; i < c.num_outputs; ++i) {
     const ValueId v = graph->AddValue(absl::StrCat("out", i));
     graph->outputs.push_back(v);
     node.outputs.push_back(v);

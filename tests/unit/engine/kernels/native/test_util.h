@@ -41,6 +41,7 @@ inline Tensor I64(std::initializer_list<int64_t> v) {
 Attribute IntAttr(int64_t v);
 Attribute IntsAttr(std::vector<int64_t> v);
 Attribute StringAttr(std::string v);
+Attribute FloatAttr(float v);
 Attribute TensorAttr(Tensor t);
 
 // A node to run, built fluently: OpCase("Gather", 13).In(data).In(indices).Attr("axis", ...).
@@ -55,6 +56,10 @@ struct OpCase {
     inputs.emplace_back(std::nullopt);
     return *this;
   }
+  OpCase& Outputs(int n) {  // number of node outputs (default 1)
+    num_outputs = n;
+    return *this;
+  }
   OpCase& Attr(const std::string& name, Attribute a) {
     attributes[name] = std::move(a);
     return *this;
@@ -64,6 +69,7 @@ struct OpCase {
   int opset;
   std::vector<std::optional<Tensor>> inputs;
   std::map<std::string, Attribute> attributes;
+  int num_outputs = 1;
 };
 
 // Builds graph + model and runs it. Load errors and run errors both come back as the status.

@@ -1,0 +1,226 @@
+// Einsum: a general (not fast) implementation. Every label of the equation becomes one loop
+// dimension; the kernel walks all label combinations once, multiplying the input elements and
+// accumulating into the output element (contracted labels have output stride 0). Repeated labels
+// in one operand take diagonals; "..." broadcasts like numpy.
+
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/native/common.h"
+#include "engine/kernels/native/register_families.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+// Label ids: 0-51 for a-zA-Z, kEllipsis for "...".
+constexpr int kEllipsis = -1;
+using Labels = absl::InlinedVector<int, 8>;
+
+int LabelId(char c) { return std::islower(c) ? c - 'a' : c - 'A' + 26; }
+
+absl::StatusOr<Labels> ParseTerm(absl::string_view term) {
+  Labels labels;
+  for (size_t i = 0; i < term.size(); ++i) {
+    const char c = term[i];
+    if (c == ' ') continue;
+    if (c == '.') {
+      if (term.substr(i, 3) != "...") return absl::InvalidArgumentError("malformed ellipsis");
+      for (int l : labels) {
+        if (l == kEllipsis) return absl::InvalidArgumentError("more than one ellipsis in a term");
+      }
+      labels.push_back(kEllipsis);
+      i += 2;
+      continue;
+    }
+    if (!std::isalpha(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid label '", std::string(1, c), "'"));
+    }
+    labels.push_back(LabelId(c));
+  }
+  return labels;
+}
+
+class EinsumKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1 << 20));
+    LS_ASSIGN_OR_RETURN(std::string equation, init.node().GetString("equation", std::nullopt));
+    auto kernel = std::unique_ptr<EinsumKernel>(new EinsumKernel());
+    std::string lhs = equation;
+    const size_t arrow = equation.find("->");
+    if (arrow != std::string::npos) {
+      lhs = equation.substr(0, arrow);
+      LS_ASSIGN_OR_RETURN(kernel->output_, ParseTerm(equation.substr(arrow + 2)));
+      kernel->explicit_output_ = true;
+    }
+    for (absl::string_view term : absl::StrSplit(lhs, ',')) {
+      LS_ASSIGN_OR_RETURN(Labels labels, ParseTerm(term));
+      kernel->inputs_.push_back(labels);
+    }
+    if (static_cast<int>(kernel->inputs_.size()) != init.num_inputs()) {
+      return absl::InvalidArgumentError(absl::StrCat("equation '", equation, "' has ",
+                                                     kernel->inputs_.size(), " operands, the node ",
+                                                     init.num_inputs(), " inputs"));
+    }
+    if (!kernel->explicit_output_) {
+      // Implicit output: the ellipsis dims, then the labels used exactly once, alphabetically.
+      int count[52] = {};
+      bool ellipsis = false;
+      for (const Labels& t : kernel->inputs_) {
+        for (int l : t) {
+          if (l == kEllipsis) {
+            ellipsis = true;
+          } else {
+            ++count[l];
+          }
+        }
+      }
+      if (ellipsis) kernel->output_.push_back(kEllipsis);
+      for (int l = 0; l < 52; ++l) {
+        if (count[l] == 1) kernel->output_.push_back(l);
+      }
+    }
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const int n = ctx.num_inputs();
+    const DataType dtype = ctx.input(0).dtype();
+    // Loop dims: 52 letters + up to 8 ellipsis dims (ids 52..59).
+    constexpr int kMaxDims = 60;
+    int64_t size[kMaxDims];
+    bool used[kMaxDims] = {};
+    std::fill_n(size, kMaxDims, int64_t{1});
+    int ellipsis_rank = 0;
+    for (int k = 0; k < n; ++k) {
+      const Tensor& t = ctx.input(k);
+      if (t.dtype() != dtype)
+        return TypeMismatch(absl::StrCat("input ", k), t.dtype(), "input 0", dtype);
+      const Labels& labels = inputs_[k];
+      const bool has_ellipsis = std::find(labels.begin(), labels.end(), kEllipsis) != labels.end();
+      const int explicit_dims = static_cast<int>(labels.size()) - (has_ellipsis ? 1 : 0);
+      const int er = t.rank() - explicit_dims;
+      if (er < 0 || (!has_ellipsis && er != 0) || er > 8) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input ", k, " has shape ", t.shape().ToString(), ", which does not match its term"));
+      }
+      ellipsis_rank = std::max(ellipsis_rank, er);
+    }
+    // Per input: stride of each loop dim.
+    absl::InlinedVector<std::array<int64_t, kMaxDims>, 4> strides(n);
+    for (int k = 0; k < n; ++k) {
+      const Tensor& t = ctx.input(k);
+      strides[k].fill(0);
+      DimVector st;
+      RowMajorStrides(t.shape(), &st);
+      const Labels& labels = inputs_[k];
+      const bool has_ellipsis = std::find(labels.begin(), labels.end(), kEllipsis) != labels.end();
+      const int er = t.rank() - (static_cast<int>(labels.size()) - (has_ellipsis ? 1 : 0));
+      int d = 0;
+      for (int l : labels) {
+        if (l == kEllipsis) {
+          for (int e = 0; e < er; ++e, ++d) {
+            const int id = 52 + (ellipsis_rank - er) + e;
+            LS_RETURN_IF_ERROR(Bind(id, t.dim(d), st[d], size, used, strides[k], true));
+          }
+          continue;
+        }
+        LS_RETURN_IF_ERROR(Bind(l, t.dim(d), st[d], size, used, strides[k], false));
+        ++d;
+      }
+    }
+    // Output dims and strides.
+    Labels out_ids;
+    for (int l : output_) {
+      if (l == kEllipsis) {
+        for (int e = 0; e < ellipsis_rank; ++e) out_ids.push_back(52 + e);
+      } else {
+        if (!used[l]) {
+          return absl::InvalidArgumentError("an output label does not appear in the inputs");
+        }
+        out_ids.push_back(l);
+      }
+    }
+    Shape out_shape;
+    for (int id : out_ids) out_shape.mutable_dims().push_back(size[id]);
+    std::array<int64_t, kMaxDims> out_stride;
+    out_stride.fill(0);
+    {
+      int64_t s = 1;
+      for (int i = static_cast<int>(out_ids.size()) - 1; i >= 0; --i) {
+        out_stride[out_ids[i]] = s;
+        s *= size[out_ids[i]];
+      }
+    }
+    // The loop: used dims only.
+    Labels loop;
+    for (int id = 0; id < kMaxDims; ++id) {
+      if (used[id] || size[id] != 1) loop.push_back(id);
+    }
+    int64_t total = 1;
+    for (int id : loop) total *= size[id];
+    const bool ok = DispatchNumeric(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, dtype, out_shape);
+      T* out = y->mutable_data<T>();
+      std::fill_n(out, out_shape.NumElements(), T{0});
+      absl::InlinedVector<const T*, 4> in(n);
+      for (int k = 0; k < n; ++k) in[k] = ctx.input(k).template data<T>();
+      absl::InlinedVector<int64_t, 4> off(n, 0);
+      int64_t o = 0;
+      absl::InlinedVector<int64_t, 16> coord(loop.size(), 0);
+      for (int64_t it = 0; it < total; ++it) {
+        T p = in[0][off[0]];
+        for (int k = 1; k < n; ++k) p = static_cast<T>(p * in[k][off[k]]);
+        out[o] = static_cast<T>(out[o] + p);
+        for (int j = static_cast<int>(loop.size()) - 1; j >= 0; --j) {
+          const int id = loop[j];
+          if (++coord[j] < size[id]) {
+            for (int k = 0; k < n; ++k) off[k] += strides[k][id];
+            o += out_stride[id];
+            break;
+          }
+          for (int k = 0; k < n; ++k) off[k] -= strides[k][id] * (size[id] - 1);
+          o -= out_stride[id] * (size[id] - 1);
+          coord[j] = 0;
+        }
+      }
+    });
+    if (!ok) return UnsupportedType("input 0", dtype);
+    return absl::OkStatus();
+  }
+
+ private:
+  EinsumKernel() = default;
+
+  // Records that loop dim `id` has extent `dim` with element stride `stride` in one input. A
+  // broadcast (ellipsis) dim of extent 1 adapts to the others.
+  static absl::Status Bind(int id, int64_t dim, int64_t stride, int64_t* size, bool* used,
+                           std::array<int64_t, 60>& in_strides, bool broadcast) {
+    if (broadcast && dim == 1) {
+      used[id] = true;
+      return absl::OkStatus();
+    }
+    if (used[id] && size[id] != dim && !(broadcast && size[id] == 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("a label has sizes ", size[id], " and ", dim));
+    }
+    used[id] = true;
+    size[id] = dim;
+    in_strides[id] += stride;  // a repeated label walks the diagonal
+    return absl::OkStatus();
+  }
+
+  std::vector<Labels> inputs_;
+  Labels output_;
+  bool explicit_output_ = false;
+};
+
+}  // namespace
+
+void RegisterEinsumKernels(KernelRegistry& registry) {
+  registry.Register("Einsum", FactoryOf<EinsumKernel>(), 12);
+}
+
+}  // namespace loopserve::engine::native

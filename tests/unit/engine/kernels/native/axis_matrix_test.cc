@@ -1,0 +1,205 @@
+// Split, TopK, CumSum, Hardmax, Trilu, Det, Pad, Einsum, NonMaxSuppression and the Reduce ops
+// added with them (L1, L2, LogSum, LogSumExp, SumSquare).
+
+#include <cmath>
+
+#include "tests/unit/engine/kernels/native/test_util.h"
+
+namespace loopserve::engine::native_test {
+namespace {
+
+TEST(SplitTest, EqualGivenAndUneven) {
+  absl::StatusOr<std::vector<Value>> out =
+      RunOp(OpCase("Split", 13).In(Make<float>({6}, {1, 2, 3, 4, 5, 6})).Outputs(3));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<float>((*out)[2].tensor(), {2}, {5, 6});
+  out = RunOp(
+      OpCase("Split", 13).In(Make<float>({6}, {1, 2, 3, 4, 5, 6})).In(I64({2, 4})).Outputs(2));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<float>((*out)[1].tensor(), {4}, {3, 4, 5, 6});
+  out = RunOp(OpCase("Split", 11)
+                  .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                  .Attr("axis", IntAttr(1))
+                  .Attr("split", IntsAttr({1, 1}))
+                  .Outputs(2));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<float>((*out)[1].tensor(), {2, 1}, {2, 4});
+  out = RunOp(OpCase("Split", 18)
+                  .In(Make<float>({7}, {1, 2, 3, 4, 5, 6, 7}))
+                  .Attr("num_outputs", IntAttr(4))
+                  .Outputs(4));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<float>((*out)[0].tensor(), {2}, {1, 2});
+  ExpectTensor<float>((*out)[3].tensor(), {1}, {7});
+  ExpectError(OpCase("Split", 13).In(Make<float>({5}, {1, 2, 3, 4, 5})).Outputs(2),
+              absl::StatusCode::kInvalidArgument, "evenly");
+  ExpectError(OpCase("Split", 13).In(Make<float>({5}, {1, 2, 3, 4, 5})).In(I64({1, 1})).Outputs(2),
+              absl::StatusCode::kInvalidArgument, "sum to 2");
+}
+
+TEST(TopKTest, LargestSmallestAndTies) {
+  auto x = [] { return Make<float>({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}); };
+  absl::StatusOr<std::vector<Value>> out =
+      RunOp(OpCase("TopK", 11).In(x()).In(I64({3})).Outputs(2));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<float>((*out)[0].tensor(), {3, 3}, {3, 2, 1, 7, 6, 5, 11, 10, 9});
+  ExpectTensor<int64_t>((*out)[1].tensor(), {3, 3}, {3, 2, 1, 3, 2, 1, 3, 2, 1});
+  out = RunOp(OpCase("TopK", 11)
+                  .In(x())
+                  .In(I64({2}))
+                  .Attr("largest", IntAttr(0))
+                  .Attr("axis", IntAttr(0))
+                  .Outputs(2));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<float>((*out)[0].tensor(), {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  out = RunOp(
+      OpCase("TopK", 1).In(Make<int32_t>({4}, {5, 7, 5, 7})).Attr("k", IntAttr(3)).Outputs(2));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectTensor<int64_t>((*out)[1].tensor(), {3}, {1, 3, 0});
+  ExpectError(OpCase("TopK", 11).In(x()).In(I64({5})).Outputs(2),
+              absl::StatusCode::kInvalidArgument, "out of range");
+}
+
+TEST(CumSumTest, SpecExamples) {
+  auto x = [] { return Make<double>({5}, {1, 2, 3, 4, 5}); };
+  ExpectTensor<double>(RunOk(OpCase("CumSum", 14).In(x()).In(Scalar<int32_t>(0))), {5},
+                       {1, 3, 6, 10, 15});
+  ExpectTensor<double>(
+      RunOk(OpCase("CumSum", 14).In(x()).In(Scalar<int32_t>(0)).Attr("exclusive", IntAttr(1))), {5},
+      {0, 1, 3, 6, 10});
+  ExpectTensor<double>(
+      RunOk(OpCase("CumSum", 14).In(x()).In(Scalar<int64_t>(0)).Attr("reverse", IntAttr(1))), {5},
+      {15, 14, 12, 9, 5});
+  ExpectTensor<int32_t>(RunOk(OpCase("CumSum", 14)
+                                  .In(Make<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                  .In(Scalar<int64_t>(1))),
+                        {2, 3}, {1, 3, 6, 4, 9, 15});
+}
+
+TEST(HardmaxTest, AxisAndLegacyCoercion) {
+  ExpectTensor<float>(
+      RunOk(OpCase("Hardmax", 13).In(Make<float>({2, 4}, {3, 0, 1, 2, 2, 5, 5, 0}))), {2, 4},
+      {1, 0, 0, 0, 0, 1, 0, 0});
+  // Opset 11, axis 0: the whole tensor is one row.
+  ExpectTensor<float>(
+      RunOk(OpCase("Hardmax", 11).In(Make<float>({2, 2}, {1, 2, 4, 3})).Attr("axis", IntAttr(0))),
+      {2, 2}, {0, 0, 1, 0});
+}
+
+TEST(TriluTest, SpecStyleExamples) {
+  auto x = [] { return Make<int64_t>({2, 3}, {1, 2, 3, 4, 5, 6}); };
+  ExpectTensor<int64_t>(RunOk(OpCase("Trilu", 14).In(x())), {2, 3}, {1, 2, 3, 0, 5, 6});
+  ExpectTensor<int64_t>(RunOk(OpCase("Trilu", 14).In(x()).Attr("upper", IntAttr(0))), {2, 3},
+                        {1, 0, 0, 4, 5, 0});
+  ExpectTensor<int64_t>(RunOk(OpCase("Trilu", 14).In(x()).In(Scalar<int64_t>(1))), {2, 3},
+                        {0, 2, 3, 0, 0, 6});
+  ExpectTensor<int64_t>(
+      RunOk(OpCase("Trilu", 14).In(x()).In(Scalar<int64_t>(-1)).Attr("upper", IntAttr(0))), {2, 3},
+      {0, 0, 0, 4, 0, 0});
+  ExpectError(OpCase("Trilu", 14).In(Make<int64_t>({2}, {1, 2})),
+              absl::StatusCode::kInvalidArgument, "rank >= 2");
+}
+
+TEST(DetTest, TwoByTwoAndBatch) {
+  ExpectTensor<float>(RunOk(OpCase("Det", 11).In(Make<float>({2, 2}, {1, 2, 3, 4}))), {}, {-2});
+  ExpectTensor<double>(
+      RunOk(OpCase("Det", 11).In(Make<double>({2, 2, 2}, {2, 0, 0, 3, 1, 2, 2, 4}))), {2}, {6, 0});
+}
+
+TEST(PadTest, Modes) {
+  auto x = [] { return Make<float>({3, 2}, {1, 1.2f, 2.3f, 3.4f, 4.5f, 5.7f}); };
+  ExpectTensor<float>(RunOk(OpCase("Pad", 13).In(x()).In(I64({0, 2, 0, 0}))), {3, 4},
+                      {0, 0, 1, 1.2f, 0, 0, 2.3f, 3.4f, 0, 0, 4.5f, 5.7f});
+  ExpectTensor<float>(
+      RunOk(OpCase("Pad", 13).In(x()).In(I64({0, 2, 0, 0})).Attr("mode", StringAttr("reflect"))),
+      {3, 4}, {1, 1.2f, 1, 1.2f, 2.3f, 3.4f, 2.3f, 3.4f, 4.5f, 5.7f, 4.5f, 5.7f});
+  ExpectTensor<float>(
+      RunOk(OpCase("Pad", 13).In(x()).In(I64({0, 2, 0, 0})).Attr("mode", StringAttr("edge"))),
+      {3, 4}, {1, 1, 1, 1.2f, 2.3f, 2.3f, 2.3f, 3.4f, 4.5f, 4.5f, 4.5f, 5.7f});
+  ExpectTensor<int32_t>(RunOk(OpCase("Pad", 13)
+                                  .In(Make<int32_t>({3}, {1, 2, 3}))
+                                  .In(I64({-1, 1}))
+                                  .In(Scalar<int32_t>(9))),
+                        {3}, {2, 3, 9});
+  ExpectTensor<float>(RunOk(OpCase("Pad", 2)
+                                .In(Make<float>({2}, {1, 2}))
+                                .Attr("pads", IntsAttr({1, 0}))
+                                .Attr("value", FloatAttr(7))),
+                      {3}, {7, 1, 2});
+  ExpectError(OpCase("Pad", 13).In(Make<float>({2}, {1, 2})).In(I64({-3, 0})),
+              absl::StatusCode::kInvalidArgument, "below zero");
+}
+
+TEST(EinsumTest, MatmulTransposeDiagonalAndEllipsis) {
+  ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
+                                .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                                .In(Make<float>({2, 2}, {5, 6, 7, 8}))
+                                .Attr("equation", StringAttr("ij,jk->ik"))),
+                      {2, 2}, {19, 22, 43, 50});
+  ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
+                                .In(Make<float>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                .Attr("equation", StringAttr("ij->ji"))),
+                      {3, 2}, {1, 4, 2, 5, 3, 6});
+  ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
+                                .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                                .Attr("equation", StringAttr("ii->i"))),
+                      {2}, {1, 4});
+  ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
+                                .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                                .Attr("equation", StringAttr("ii"))),
+                      {}, {5});
+  // Implicit output "ik"; batch matmul through an ellipsis.
+  ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
+                                .In(Make<float>({1, 2}, {1, 2}))
+                                .In(Make<float>({2, 1}, {3, 4}))
+                                .Attr("equation", StringAttr("ij,jk"))),
+                      {1, 1}, {11});
+  ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
+                                .In(Make<float>({2, 1, 2}, {1, 2, 3, 4}))
+                                .In(Make<float>({2, 2, 1}, {1, 1, 2, 2}))
+                                .Attr("equation", StringAttr("...ij,...jk->...ik"))),
+                      {2, 1, 1}, {3, 14});
+  ExpectError(OpCase("Einsum", 12)
+                  .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                  .In(Make<float>({3}, {1, 2, 3}))
+                  .Attr("equation", StringAttr("ij,j->i")),
+              absl::StatusCode::kInvalidArgument, "sizes");
+}
+
+TEST(NonMaxSuppressionTest, SuppressByIou) {
+  Tensor boxes = Make<float>({1, 6, 4}, {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                         0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101});
+  Tensor scores = Make<float>({1, 1, 6}, {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f});
+  ExpectTensor<int64_t>(RunOk(OpCase("NonMaxSuppression", 11)
+                                  .In(std::move(boxes))
+                                  .In(std::move(scores))
+                                  .In(I64({3}))
+                                  .In(Make<float>({1}, {0.5f}))
+                                  .In(Make<float>({1}, {0}))),
+                        {3, 3}, {0, 0, 3, 0, 0, 0, 0, 0, 5});
+  // Without max_output_boxes_per_class nothing is selected.
+  ExpectTensor<int64_t>(RunOk(OpCase("NonMaxSuppression", 11)
+                                  .In(Make<float>({1, 1, 4}, {0, 0, 1, 1}))
+                                  .In(Make<float>({1, 1, 1}, {0.5f}))),
+                        {0, 3}, {});
+}
+
+TEST(ReduceMoreTest, NormsAndLogs) {
+  auto x = [] { return Make<float>({2, 2}, {1, -2, 3, -4}); };
+  ExpectTensor<float>(
+      RunOk(
+          OpCase("ReduceL1", 13).In(x()).Attr("axes", IntsAttr({1})).Attr("keepdims", IntAttr(0))),
+      {2}, {3, 7});
+  ExpectTensor<float>(
+      RunOk(OpCase("ReduceL2", 18).In(x()).In(I64({1})).Attr("keepdims", IntAttr(0))), {2},
+      {std::sqrt(5.0f), 5});
+  ExpectTensor<float>(RunOk(OpCase("ReduceSumSquare", 13).In(x())), {1, 1}, {30});
+  ExpectTensor<float>(RunOk(OpCase("ReduceLogSumExp", 13).In(Make<float>({2}, {0, 0}))), {1},
+                      {std::log(2.0f)});
+  ExpectTensor<float>(RunOk(OpCase("ReduceLogSum", 13).In(Make<float>({2}, {1, 2}))), {1},
+                      {std::log(3.0f)});
+  ExpectTensor<int32_t>(RunOk(OpCase("ReduceL1", 13).In(Make<int32_t>({2}, {-3, 4}))), {1}, {7});
+}
+
+}  // namespace
+}  // namespace loopserve::engine::native_test

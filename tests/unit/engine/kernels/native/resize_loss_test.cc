@@ -1,0 +1,147 @@
+// Resize, Upsample, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, DepthToSpace,
+// SpaceToDepth, Compress, ReverseSequence, EyeLike and the window generators.
+
+#include <cmath>
+
+#include "tests/unit/engine/kernels/native/test_util.h"
+
+namespace loopserve::engine::native_test {
+namespace {
+
+Tensor F32(std::initializer_list<float> v) {
+  return Make<float>(Shape{static_cast<int64_t>(v.size())}, v);
+}
+
+TEST(ResizeTest, NearestUpsampleSpecExample) {
+  // [[1,2],[3,4]] scaled by [1,1,2,3] with asymmetric nearest (Upsample semantics).
+  ExpectTensor<float>(RunOk(OpCase("Resize", 13)
+                                .In(Make<float>({1, 1, 2, 2}, {1, 2, 3, 4}))
+                                .Omitted()
+                                .In(F32({1, 1, 2, 3}))
+                                .Attr("coordinate_transformation_mode", StringAttr("asymmetric"))
+                                .Attr("nearest_mode", StringAttr("floor"))),
+                      {1, 1, 4, 6},
+                      {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4});
+  ExpectTensor<float>(RunOk(OpCase("Upsample", 9).In(Make<float>({1, 2}, {1, 2})).In(F32({1, 2}))),
+                      {1, 4}, {1, 1, 2, 2});
+}
+
+TEST(ResizeTest, LinearHalfPixelAndAlignCorners) {
+  // half_pixel upsample of [1, 2] by 2: x_orig = -0.25, 0.25, 0.75, 1.25 -> clamped edges.
+  ExpectTensor<float>(RunOk(OpCase("Resize", 13)
+                                .In(Make<float>({2}, {1, 2}))
+                                .Omitted()
+                                .In(F32({2}))
+                                .Attr("mode", StringAttr("linear"))),
+                      {4}, {1, 1.25f, 1.75f, 2});
+  ExpectTensor<float>(
+      RunOk(OpCase("Resize", 13)
+                .In(Make<float>({2}, {1, 2}))
+                .Omitted()
+                .Omitted()
+                .In(I64({3}))
+                .Attr("mode", StringAttr("linear"))
+                .Attr("coordinate_transformation_mode", StringAttr("align_corners"))),
+      {3}, {1, 1.5f, 2});
+}
+
+TEST(ResizeTest, CubicKeepsSamplePoints) {
+  // Asymmetric cubic at integer source positions reproduces the samples.
+  Tensor out = RunOk(OpCase("Resize", 13)
+                         .In(Make<float>({4}, {1, 2, 4, 8}))
+                         .Omitted()
+                         .In(F32({2}))
+                         .Attr("mode", StringAttr("cubic"))
+                         .Attr("coordinate_transformation_mode", StringAttr("asymmetric")));
+  ASSERT_EQ(out.shape(), Shape({8}));
+  EXPECT_FLOAT_EQ(out.data<float>()[0], 1);
+  EXPECT_FLOAT_EQ(out.data<float>()[2], 2);
+  EXPECT_FLOAT_EQ(out.data<float>()[4], 4);
+  ExpectError(OpCase("Resize", 13).In(Make<float>({2}, {1, 2})).Omitted().In(F32({-1})),
+              absl::StatusCode::kInvalidArgument, "not positive");
+}
+
+TEST(LossTest, NllAndSoftmaxCrossEntropy) {
+  // input log-probs [[-1,-2],[-3,-4]], targets [1, 0] -> losses 2 and 3.
+  auto input = [] { return Make<float>({2, 2}, {-1, -2, -3, -4}); };
+  ExpectTensor<float>(RunOk(OpCase("NegativeLogLikelihoodLoss", 13)
+                                .In(input())
+                                .In(I64({1, 0}))
+                                .Attr("reduction", StringAttr("none"))),
+                      {2}, {2, 3});
+  ExpectTensor<float>(RunOk(OpCase("NegativeLogLikelihoodLoss", 13).In(input()).In(I64({1, 0}))),
+                      {}, {2.5f});
+  // Weights [1, 3]: (2*3 + 3*1) / (3 + 1).
+  ExpectTensor<float>(
+      RunOk(OpCase("NegativeLogLikelihoodLoss", 13).In(input()).In(I64({1, 0})).In(F32({1, 3}))),
+      {}, {9.0f / 4});
+  ExpectTensor<float>(RunOk(OpCase("NegativeLogLikelihoodLoss", 13)
+                                .In(input())
+                                .In(I64({1, 0}))
+                                .Attr("ignore_index", IntAttr(0))
+                                .Attr("reduction", StringAttr("sum"))),
+                      {}, {2});
+  // Equal scores: log-softmax is log(1/2) everywhere.
+  ExpectTensor<float>(
+      RunOk(OpCase("SoftmaxCrossEntropyLoss", 13).In(Make<float>({1, 2}, {5, 5})).In(I64({0}))), {},
+      {std::log(2.0f)});
+  ExpectError(OpCase("NegativeLogLikelihoodLoss", 13).In(input()).In(I64({2, 0})),
+              absl::StatusCode::kInvalidArgument, "out of range");
+}
+
+TEST(RearrangeTest, DepthSpaceRoundTrip) {
+  // DCR example from the spec, reduced: [1, 4, 1, 1] -> [1, 1, 2, 2].
+  ExpectTensor<float>(RunOk(OpCase("DepthToSpace", 13)
+                                .In(Make<float>({1, 4, 1, 1}, {1, 2, 3, 4}))
+                                .Attr("blocksize", IntAttr(2))),
+                      {1, 1, 2, 2}, {1, 2, 3, 4});
+  // CRD on [1, 8, 1, 1]: channel c*4 + i*2 + j goes to (c, i, j).
+  ExpectTensor<float>(RunOk(OpCase("DepthToSpace", 13)
+                                .In(Make<float>({1, 8, 1, 1}, {0, 1, 2, 3, 4, 5, 6, 7}))
+                                .Attr("blocksize", IntAttr(2))
+                                .Attr("mode", StringAttr("CRD"))),
+                      {1, 2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  ExpectTensor<float>(RunOk(OpCase("SpaceToDepth", 13)
+                                .In(Make<float>({1, 1, 2, 2}, {1, 2, 3, 4}))
+                                .Attr("blocksize", IntAttr(2))),
+                      {1, 4, 1, 1}, {1, 2, 3, 4});
+  ExpectError(OpCase("SpaceToDepth", 13)
+                  .In(Make<float>({1, 1, 3, 2}, {1, 2, 3, 4, 5, 6}))
+                  .Attr("blocksize", IntAttr(2)),
+              absl::StatusCode::kInvalidArgument, "multiples");
+}
+
+TEST(RearrangeTest, CompressAndReverseSequence) {
+  ExpectTensor<int32_t>(RunOk(OpCase("Compress", 11)
+                                  .In(Make<int32_t>({3, 2}, {1, 2, 3, 4, 5, 6}))
+                                  .In(Make<bool>({3}, {false, true, true}))
+                                  .Attr("axis", IntAttr(0))),
+                        {2, 2}, {3, 4, 5, 6});
+  ExpectTensor<int32_t>(RunOk(OpCase("Compress", 11)
+                                  .In(Make<int32_t>({3, 2}, {1, 2, 3, 4, 5, 6}))
+                                  .In(Make<bool>({2}, {false, true}))),
+                        {1}, {2});
+  // time_axis 0, batch_axis 1: [[0,4],[1,5],[2,6],[3,7]] with lens [4, 2].
+  ExpectTensor<int32_t>(RunOk(OpCase("ReverseSequence", 10)
+                                  .In(Make<int32_t>({4, 2}, {0, 4, 1, 5, 2, 6, 3, 7}))
+                                  .In(I64({4, 2}))),
+                        {4, 2}, {3, 5, 2, 4, 1, 6, 0, 7});
+}
+
+TEST(WindowTest, EyeLikeAndWindows) {
+  ExpectTensor<int32_t>(
+      RunOk(
+          OpCase("EyeLike", 9).In(Make<int32_t>({2, 3}, {7, 7, 7, 7, 7, 7})).Attr("k", IntAttr(1))),
+      {2, 3}, {0, 1, 0, 0, 0, 1});
+  ExpectTensor<float>(RunOk(OpCase("HannWindow", 17).In(Scalar<int64_t>(4))), {4},
+                      {0, 0.5f, 1, 0.5f});
+  ExpectTensor<float>(
+      RunOk(OpCase("HannWindow", 17).In(Scalar<int64_t>(3)).Attr("periodic", IntAttr(0))), {3},
+      {0, 1, 0});
+  Tensor b = RunOk(OpCase("BlackmanWindow", 17).In(Scalar<int32_t>(2)));
+  ASSERT_EQ(b.NumElements(), 2);
+  EXPECT_NEAR(b.data<float>()[1], 0.42 + 0.5 + 0.08, 1e-6);
+}
+
+}  // namespace
+}  // namespace loopserve::engine::native_test
