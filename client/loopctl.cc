@@ -1,5 +1,7 @@
 #include "client/loopctl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/onnx_tensor.h"
@@ -44,8 +47,10 @@ struct CommandLine {
 };
 
 const char* const kKnownFlags[] = {
-    "addr",  "input",       "output",   "timeout_ms", "model_version", "data_dir", "max_elements",
-    "shape", "concurrency", "requests", "warmup",     "typed",         "help"};
+    "addr",     "input",        "output", "timeout_ms",  "model_version",
+    "data_dir", "max_elements", "shape",  "concurrency", "requests",
+    "warmup",   "typed",        "help",   "duration",    "concurrency_range",
+    "progress"};
 
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
@@ -295,6 +300,125 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
 }
 
+// What `loopctl perf` measures at one concurrency level.
+struct PerfLevel {
+  int64_t concurrency = 1;
+  int64_t requests = 0;           // measured requests (the stop condition without duration)
+  absl::Duration duration;        // > 0: run for this long instead
+  absl::Duration progress_every;  // > 0: redraw a progress line on `err` this often
+};
+
+struct PerfResult {
+  std::vector<double> latencies_us;  // sorted
+  double seconds = 0;
+  double Throughput() const { return seconds > 0 ? latencies_us.size() / seconds : 0; }
+};
+
+// Runs `level.concurrency` closed-loop clients (each sends its next request when the previous
+// one is answered, like perf_analyzer's concurrency mode) until `requests` are done or
+// `duration` has passed. Stops at the first error and returns it.
+absl::StatusOr<PerfResult> RunPerfLevel(Client& client, const std::string& model,
+                                        const std::vector<Tensor>& inputs,
+                                        const InferOptions& options, const PerfLevel& level,
+                                        std::ostream& err) {
+  const bool timed = level.duration > absl::ZeroDuration();
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> stop{false};
+  absl::Mutex mu;
+  absl::Status first_error;
+  std::vector<std::vector<double>> latencies(level.concurrency);
+  const absl::Time start = absl::Now();
+  const absl::Time end = timed ? start + level.duration : absl::InfiniteFuture();
+  std::vector<std::thread> threads;
+  for (int64_t w = 0; w < level.concurrency; ++w) {
+    threads.emplace_back([&, w] {
+      while (!stop.load() && (timed ? absl::Now() < end : next.fetch_add(1) < level.requests)) {
+        const absl::Time t0 = absl::Now();
+        auto r = client.Infer(model, inputs, {}, options);
+        if (!r.ok()) {
+          absl::MutexLock lock(&mu);
+          if (first_error.ok()) first_error = r.status();
+          stop.store(true);
+          return;
+        }
+        latencies[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+        done.fetch_add(1);
+      }
+    });
+  }
+  // The progress line: only for runs long enough to need one, redrawn in place with '\r'.
+  absl::Notification finished;
+  std::thread progress;
+  if (level.progress_every > absl::ZeroDuration()) {
+    progress = std::thread([&] {
+      bool drawn = false;
+      while (!finished.WaitForNotificationWithTimeout(level.progress_every)) {
+        const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+        const int64_t n = done.load();
+        std::string goal = timed ? absl::StrFormat("%.0f s", absl::ToDoubleSeconds(level.duration))
+                                 : absl::StrCat(level.requests, " requests");
+        err << absl::StrFormat(
+                   "\r\033[Kperf: concurrency %d  %d requests  %.1f s of %s  %.1f infer/s",
+                   level.concurrency, n, elapsed, goal, elapsed > 0 ? n / elapsed : 0)
+            << std::flush;
+        drawn = true;
+      }
+      if (drawn) err << "\r\033[K" << std::flush;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  PerfResult result;
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  finished.Notify();
+  if (progress.joinable()) progress.join();
+  if (!first_error.ok()) return first_error;
+  for (const auto& l : latencies) {
+    result.latencies_us.insert(result.latencies_us.end(), l.begin(), l.end());
+  }
+  std::sort(result.latencies_us.begin(), result.latencies_us.end());
+  if (result.latencies_us.empty()) {
+    return absl::DeadlineExceededError("no request finished within --duration");
+  }
+  return result;
+}
+
+void PrintPerfResult(const std::string& model, int64_t concurrency, const PerfResult& r,
+                     std::ostream& out) {
+  const std::vector<double>& all = r.latencies_us;
+  double sum = 0;
+  for (double v : all) sum += v;
+  out << absl::StrFormat("model %s: %d requests, concurrency %d, %.3f s\n", model, all.size(),
+                         concurrency, r.seconds)
+      << absl::StrFormat("throughput: %.1f infer/s\n", r.Throughput())
+      << absl::StrFormat("latency us: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f\n",
+                         Percentile(all, 50), Percentile(all, 90), Percentile(all, 99), all.back(),
+                         sum / all.size())
+      << absl::StrFormat(
+             "{\"model\":\"%s\",\"requests\":%d,\"concurrency\":%d,\"seconds\":%.3f,"
+             "\"throughput\":%.3f,\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,"
+             "\"max_us\":%.1f,\"mean_us\":%.1f}\n",
+             model, all.size(), concurrency, r.seconds, r.Throughput(), Percentile(all, 50),
+             Percentile(all, 90), Percentile(all, 99), all.back(), sum / all.size());
+}
+
+// Parses --concurrency_range=START:END[:STEP] (perf_analyzer's --concurrency-range).
+absl::StatusOr<std::vector<int64_t>> ParseConcurrencyRange(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int64_t start = 0, end = 0, step = 1;
+  if ((parts.size() != 2 && parts.size() != 3) || !absl::SimpleAtoi(parts[0], &start) ||
+      !absl::SimpleAtoi(parts[1], &end) ||
+      (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &step)) || start < 1 || end < start ||
+      step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--concurrency_range=", text,
+                     ": expected START:END[:STEP] with 1 <= START <= END, STEP >= 1"));
+  }
+  std::vector<int64_t> levels;
+  for (int64_t c = start; c <= end && levels.size() < 256; c += step) levels.push_back(c);
+  return levels;
+}
+
 int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std::ostream& out,
             std::ostream& err) {
   auto options = CommonOptions(cl);
@@ -319,6 +443,43 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
       return 2;
     }
     *target = *v;
+  }
+  PerfLevel level;
+  level.requests = requests;
+  if (cl.Has("duration")) {
+    double seconds = 0;
+    if (cl.Has("requests") || !absl::SimpleAtod(cl.Get("duration"), &seconds) || !(seconds > 0)) {
+      PrintError(absl::InvalidArgumentError(
+                     cl.Has("requests") ? "--duration and --requests exclude each other"
+                                        : "--duration must be a positive number of seconds"),
+                 err);
+      return 2;
+    }
+    level.duration = absl::Seconds(seconds);
+  }
+  std::vector<int64_t> levels = {concurrency};
+  if (cl.Has("concurrency_range")) {
+    if (cl.Has("concurrency")) {
+      PrintError(
+          absl::InvalidArgumentError("--concurrency and --concurrency_range exclude each other"),
+          err);
+      return 2;
+    }
+    auto range = ParseConcurrencyRange(cl.Get("concurrency_range"));
+    if (!range.ok()) {
+      PrintError(range.status(), err);
+      return 2;
+    }
+    levels = *std::move(range);
+  }
+  // Progress on a terminal only (never into pipes, files or tests), by default after 1 s.
+  std::string progress = cl.Get("progress", "auto");
+  if (progress != "auto" && progress != "true" && progress != "false") {
+    PrintError(absl::InvalidArgumentError("--progress takes auto, true or false"), err);
+    return 2;
+  }
+  if (progress == "true" || (progress == "auto" && isatty(STDERR_FILENO))) {
+    level.progress_every = absl::Seconds(1);
   }
   // --shape=NAME:d0,d1,... fixes the variable dims of an input.
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -384,50 +545,25 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
     }
   }
 
-  std::atomic<int64_t> next{0};
-  absl::Mutex mu;
-  absl::Status first_error;
-  std::vector<std::vector<double>> latencies(concurrency);
-  const absl::Time start = absl::Now();
-  std::vector<std::thread> threads;
-  for (int64_t w = 0; w < concurrency; ++w) {
-    threads.emplace_back([&, w] {
-      while (next.fetch_add(1) < requests) {
-        const absl::Time t0 = absl::Now();
-        auto r = client.Infer(model, inputs, {}, *options);
-        if (!r.ok()) {
-          absl::MutexLock lock(&mu);
-          if (first_error.ok()) first_error = r.status();
-          next.store(requests);
-          return;
-        }
-        latencies[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
-      }
-    });
+  std::vector<std::pair<int64_t, PerfResult>> results;
+  for (int64_t c : levels) {
+    level.concurrency = c;
+    auto result = RunPerfLevel(client, model, inputs, *options, level, err);
+    if (!result.ok()) {
+      PrintError(result.status(), err);
+      return 1;
+    }
+    PrintPerfResult(model, c, *result, out);
+    results.emplace_back(c, *std::move(result));
   }
-  for (std::thread& t : threads) t.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (!first_error.ok()) {
-    PrintError(first_error, err);
-    return 1;
+  if (levels.size() > 1) {
+    out << "\nconcurrency   infer/s    p50 us    p90 us    p99 us\n";
+    for (const auto& [c, r] : results) {
+      out << absl::StrFormat("%11d %9.1f %9.1f %9.1f %9.1f\n", c, r.Throughput(),
+                             Percentile(r.latencies_us, 50), Percentile(r.latencies_us, 90),
+                             Percentile(r.latencies_us, 99));
+    }
   }
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  double sum = 0;
-  for (double v : all) sum += v;
-  const double throughput = all.size() / seconds;
-  out << absl::StrFormat("model %s: %d requests, concurrency %d, %.3f s\n", model, all.size(),
-                         concurrency, seconds)
-      << absl::StrFormat("throughput: %.1f infer/s\n", throughput)
-      << absl::StrFormat("latency us: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f\n",
-                         Percentile(all, 50), Percentile(all, 90), Percentile(all, 99), all.back(),
-                         sum / all.size())
-      << absl::StrFormat(
-             "{\"model\":\"%s\",\"requests\":%d,\"concurrency\":%d,\"throughput\":%.3f,"
-             "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f}\n",
-             model, all.size(), concurrency, throughput, Percentile(all, 50), Percentile(all, 90),
-             Percentile(all, 99));
   return 0;
 }
 
@@ -464,8 +600,14 @@ Flags (always --flag=value):
   --typed=true         send typed contents instead of raw_input_contents
   --shape=NAME:d0,...  perf: dims for an input with variable dims (default: each -1 becomes 1)
   --concurrency=N      perf: concurrent clients (default 1)
-  --requests=R         perf: measured requests in total (default 100)
+  --requests=R         perf: measured requests in total, per concurrency level (default 100)
+  --duration=S         perf: measure for S seconds per level instead of --requests
+  --concurrency_range=START:END[:STEP]
+                       perf: sweep concurrency START, START+STEP, ... END (like perf_analyzer's
+                       --concurrency-range); one result per level, then a summary table
   --warmup=W           perf: unmeasured requests first (default 10)
+  --progress=auto      perf: progress line on stderr every second: auto (when stderr is a
+                       terminal), true, false
 perf fills every input not given by --input/--data_dir with random values: floats uniform in
 [-1, 1), integers in [0, 8) (so trip counts and token ids stay small), random bools.
 
@@ -479,6 +621,7 @@ Examples:
   loopctl infer rnn --data_dir=deploy/models/rnn/expected
   loopctl infer endless --input=x:INT64:1:0 --timeout_ms=1000
   loopctl perf rnn --input=M:INT64::16 --shape=h0:8,4 --concurrency=4 --requests=1000
+  loopctl perf rnn --input=M:INT64::16 --shape=h0:8,4 --concurrency_range=1:4 --duration=5
 )";
 }
 

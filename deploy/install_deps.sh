@@ -10,11 +10,13 @@ BUILD_PACKAGES=(
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-onnx python3-numpy python3-grpcio
-  libonnx-testdata curl
+  libonnx-testdata curl openssl
+  prometheus python3-yaml
 )
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libdnnl2 ocl-icd-libopencl1 libprometheus-cpp-core1.0
   libprometheus-cpp-pull1.0 libpugixml1v5 libonnx1 libgomp1
+  libabsl20220623 libc-ares2 libcivetweb1 libre2-9 libssl3
 )
 
 packages=("${BUILD_PACKAGES[@]}")
