@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/status_util.h"
 
 namespace loopserve::server {
 namespace {
@@ -26,7 +27,7 @@ absl::StatusOr<DataType> DataTypeFromKserve(absl::string_view datatype) {
   if (datatype == "BYTES") {
     return absl::InvalidArgumentError("datatype BYTES is not supported by loopserve");
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown datatype '", datatype, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown datatype ", QuoteUntrusted(datatype)));
 }
 
 absl::string_view KserveDataType(DataType dtype) {

@@ -1,10 +1,13 @@
 #include "server/inference_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -72,7 +75,9 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
         request_(request),
         response_(response),
         received_(absl::Now()),
-        deadline_(CallDeadline(*context)) {}
+        deadline_(CallDeadline(*context)) {
+    service_->CallStarted();
+  }
 
   // On the gRPC thread: validate, then queue or answer.
   void Start() {
@@ -88,7 +93,11 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override { cancelled_.store(true, std::memory_order_relaxed); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    InferenceService* service = service_;
+    delete this;
+    service->CallFinished();
+  }
 
  private:
   // OK when the run was handed to a worker (which will answer); otherwise the error to answer.
@@ -98,7 +107,10 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     }
     LS_ASSIGN_OR_RETURN(
         model_, service_->registry_->Get(request_->model_name(), request_->model_version()));
+    LS_RETURN_IF_ERROR(ApplyTimeoutParameter());
+    const absl::Time decode_start = absl::Now();
     absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(*request_, *model_->model);
+    model_->metrics->RecordComputeInput(absl::Now() - decode_start);
     if (!decoded.ok()) return Annotate(decoded.status(), Label());
     decoded_ = *std::move(decoded);
 
@@ -108,9 +120,30 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
       metrics->queue_depth().Increment();
     }
     admitted_ = true;
-    absl::Status scheduled = service_->pool_->TrySchedule([this] { Run(); });
+    absl::Status scheduled = service_->pool_->TrySchedule([this] { Run(); }, model_->instances);
     if (!scheduled.ok() && metrics != nullptr) metrics->queue_depth().Decrement();
     return scheduled;
+  }
+
+  // Triton's per-request `timeout` parameter (microseconds; 0 = none): the earlier of it and the
+  // gRPC deadline applies.
+  absl::Status ApplyTimeoutParameter() {
+    auto it = request_->parameters().find("timeout");
+    if (it == request_->parameters().end()) return absl::OkStatus();
+    const inference::InferParameter& p = it->second;
+    int64_t micros = -1;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+      micros = p.int64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      micros = static_cast<int64_t>(
+          std::min<uint64_t>(p.uint64_param(), std::numeric_limits<int64_t>::max()));
+    }
+    if (micros < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Label(), "parameter 'timeout' must be a non-negative int64 (microseconds)"));
+    }
+    if (micros > 0) deadline_ = std::min(deadline_, received_ + absl::Microseconds(micros));
+    return absl::OkStatus();
   }
 
   // On a worker thread.
@@ -145,6 +178,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     options.deadline = deadline_;
     options.cancelled = &cancelled_;
     options.max_loop_iterations = model_->max_loop_iterations;
+    options.max_output_bytes = model_->max_output_bytes;
     if (!model_->model->loop_names().empty()) options.loop_observer = model_->metrics.get();
     engine::RunStats stats;
     absl::StatusOr<std::vector<engine::Value>> outputs =
@@ -159,16 +193,41 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
             absl::DeadlineExceededError(absl::StrCat("deadline exceeded (", status.message(), ")"));
       }
       if (metrics != nullptr && !model_->model->loop_names().empty()) {
-        metrics->RecordLoopLimitHit(status.code());
+        if (absl::IsResourceExhausted(status) &&
+            absl::StrContains(status.message(), "max_output_bytes")) {
+          metrics->RecordLimitHit(LimitReason::kOutputBytes);
+        } else {
+          metrics->RecordLoopLimitHit(status.code());
+        }
       }
       return Annotate(status, Label());
     }
-    LS_RETURN_IF_ERROR(Annotate(
-        EncodeInferOutputs(*model_->model, decoded_.outputs, *outputs, response_), Label()));
+    LS_RETURN_IF_ERROR(CheckOutputBytes(*outputs));
+    const absl::Time encode_start = absl::Now();
+    absl::Status encoded =
+        EncodeInferOutputs(*model_->model, decoded_.outputs, *outputs, response_);
+    model_->metrics->RecordComputeOutput(absl::Now() - encode_start);
+    LS_RETURN_IF_ERROR(Annotate(encoded, Label()));
     response_->set_model_name(model_->name);
     response_->set_model_version(model_->version_string);
     response_->set_id(request_->id());
     return absl::OkStatus();
+  }
+
+  // The output-bytes cap on the final outputs (the engine caps Loop scan outputs as they grow).
+  absl::Status CheckOutputBytes(const std::vector<engine::Value>& outputs) const {
+    const int64_t cap = model_->max_output_bytes;
+    if (cap <= 0) return absl::OkStatus();
+    uint64_t total = 0;
+    for (const engine::Value& value : outputs) {
+      if (value.is_tensor()) total += value.tensor().ByteSize();
+    }
+    if (total <= static_cast<uint64_t>(cap)) return absl::OkStatus();
+    if (service_->metrics_ != nullptr)
+      service_->metrics_->RecordLimitHit(LimitReason::kOutputBytes);
+    return absl::ResourceExhaustedError(absl::StrCat(Label(), "the outputs hold ", total,
+                                                     " bytes, more than the cap of ", cap,
+                                                     " bytes (max_output_bytes)"));
   }
 
   // Records the outcome and finishes the call; `this` may be deleted as soon as Finish is called.
@@ -196,16 +255,39 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   const inference::ModelInferRequest* const request_;
   inference::ModelInferResponse* const response_;
   const absl::Time received_;
-  const absl::Time deadline_;
+  absl::Time deadline_;  // the gRPC deadline, or the `timeout` parameter when earlier
   std::shared_ptr<const LoadedModel> model_;  // pinned until OnDone
   DecodedRequest decoded_;
   bool admitted_ = false;  // counted in loopserve_inflight_requests
   std::atomic<bool> cancelled_{false};
 };
 
-InferenceService::InferenceService(const ModelRegistry* registry, WorkerPool* pool,
-                                   Metrics* metrics)
-    : registry_(registry), pool_(pool), metrics_(metrics) {}
+InferenceService::InferenceService(ModelRegistry* registry, WorkerPool* pool, Metrics* metrics,
+                                   Options options)
+    : registry_(registry),
+      pool_(pool),
+      metrics_(metrics),
+      options_(options),
+      loader_(/*num_workers=*/1, /*max_queue_size=*/16) {}
+
+InferenceService::~InferenceService() { loader_.Shutdown(); }
+
+void InferenceService::CallStarted() {
+  absl::MutexLock lock(&calls_mutex_);
+  ++calls_in_flight_;
+}
+
+void InferenceService::CallFinished() {
+  absl::MutexLock lock(&calls_mutex_);
+  --calls_in_flight_;
+}
+
+bool InferenceService::WaitForIdle(absl::Time deadline) {
+  absl::MutexLock lock(&calls_mutex_);
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mutex_) { return calls_in_flight_ == 0; };
+  return calls_mutex_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest* request,
@@ -243,8 +325,9 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
   return Answer(context, "ServerMetadata", [&] {
     response->set_name(kServerName);
     response->set_version(kServerVersion);
-    // Only Triton extensions served in full are advertised; RepositoryIndex alone is not the
-    // "model_repository" extension (load/unload come with hot reload).
+    // The Triton extensions served in full.
+    response->add_extensions("model_repository");
+    response->add_extensions("statistics");
     return absl::OkStatus();
   });
 }
@@ -294,6 +377,112 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
         entry->set_version(absl::StrCat(version.version));
         entry->set_state(version.ready ? "READY" : "UNAVAILABLE");
         entry->set_reason(version.reason);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::RunRepositoryChange(
+    grpc::CallbackServerContext* context, absl::string_view rpc, const std::string& repository_name,
+    std::function<absl::Status()> change) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status;
+  if (!options_.model_control) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        rpc, " needs explicit model control (--model_control_mode=explicit); this server ",
+        "picks up repository changes by itself or not at all"));
+  } else if (!repository_name.empty()) {
+    status =
+        absl::InvalidArgumentError("loopserve has one repository: leave repository_name empty");
+  } else {
+    // Loads take seconds: they run on the loader thread, which finishes the call.
+    status = loader_.TrySchedule([reactor, rpc = std::string(rpc), change = std::move(change)] {
+      absl::Status result;
+      try {
+        result = change();
+      } catch (const std::exception& e) {
+        result = absl::InternalError(absl::StrCat(rpc, ": ", e.what()));
+      }
+      if (!result.ok()) LogDebug(absl::StrCat(rpc, " failed: ", result.ToString()));
+      reactor->Finish(ToGrpcStatus(result));
+    });
+    if (status.ok()) return reactor;
+  }
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse* response) {
+  if (!request->parameters().empty()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+        "RepositoryModelLoad: parameters (config or file overrides) are not supported; edit "
+        "config.pbtxt and the version folders in the repository")));
+    return reactor;
+  }
+  const std::string name = request->model_name();
+  return RunRepositoryChange(context, "RepositoryModelLoad", request->repository_name(),
+                             [this, name] { return registry_->Load(name); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse* response) {
+  const std::string name = request->model_name();
+  return RunRepositoryChange(context, "RepositoryModelUnload", request->repository_name(),
+                             [this, name] { return registry_->Unload(name); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  return Answer(context, "ModelStatistics", [&]() -> absl::Status {
+    std::vector<std::shared_ptr<const LoadedModel>> models;
+    if (request->name().empty()) {
+      if (!request->version().empty()) {
+        return absl::InvalidArgumentError("ModelStatistics: a version needs a model name");
+      }
+      models = registry_->ReadyModels();
+    } else if (request->version().empty()) {
+      LS_ASSIGN_OR_RETURN(std::vector<int64_t> versions, registry_->ReadyVersions(request->name()));
+      for (int64_t v : versions) {
+        absl::StatusOr<std::shared_ptr<const LoadedModel>> model =
+            registry_->Get(request->name(), absl::StrCat(v));
+        if (model.ok()) models.push_back(*std::move(model));  // unloaded meanwhile: skipped
+      }
+    } else {
+      LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
+                          registry_->Get(request->name(), request->version()));
+      models.push_back(std::move(model));
+    }
+    auto fill = [](const ModelVersionStatistics::Duration& d, inference::StatisticDuration* out) {
+      out->set_count(d.count);
+      out->set_ns(d.ns);
+    };
+    for (const std::shared_ptr<const LoadedModel>& model : models) {
+      const ModelVersionStatistics stats = model->metrics->Statistics();
+      inference::ModelStatistics* out = response->add_model_stats();
+      out->set_name(model->name);
+      out->set_version(model->version_string);
+      out->set_last_inference(stats.last_inference_ms);
+      out->set_inference_count(stats.inference_count);
+      out->set_execution_count(stats.inference_count);  // no batching: one execution per request
+      inference::InferStatistics* infer = out->mutable_inference_stats();
+      fill(stats.success, infer->mutable_success());
+      fill(stats.fail, infer->mutable_fail());
+      fill(stats.queue, infer->mutable_queue());
+      fill(stats.compute_input, infer->mutable_compute_input());
+      fill(stats.compute_infer, infer->mutable_compute_infer());
+      fill(stats.compute_output, infer->mutable_compute_output());
+      for (const ModelVersionStatistics::Loop& loop : stats.loops) {
+        inference::LoopStatistics* l = out->add_loop_stats();
+        l->set_name(loop.name);
+        fill(loop.execution, l->mutable_execution());
+        l->set_iteration_count(loop.iterations);
+        l->set_ns_per_iteration(loop.iterations > 0 ? loop.execution.ns / loop.iterations : 0);
       }
     }
     return absl::OkStatus();

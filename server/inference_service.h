@@ -1,7 +1,12 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/model_repository.h"
@@ -17,20 +22,33 @@ namespace loopserve::server {
 // block. The worker answers DEADLINE_EXCEEDED / CANCELLED without running when the request expired
 // or was cancelled while queued; otherwise it runs the engine with the call's deadline and a
 // cancellation flag that the reactor's OnCancel sets (checked by the engine every Loop iteration).
-// Exceptions stop at the handler boundary (INTERNAL). (OnCancel is delivered by gRPC 1.51 for client
-// cancellation and expired deadlines; server_test checks both paths.)
+// Exceptions stop at the handler boundary (INTERNAL). (OnCancel is delivered by gRPC 1.51 for
+// client cancellation and expired deadlines; server_test checks both paths.)
 //
-// Not implemented (gRPC answers UNIMPLEMENTED): ModelStreamInfer, ModelStatistics,
-// RepositoryModelLoad/Unload.
+// Limits per request: Triton's `timeout` request parameter (int64 microseconds; 0 = none) and the
+// gRPC deadline, whichever comes first; the model's iteration cap and output-bytes cap (each Loop
+// scan output while it grows, and the sum of the final outputs), both RESOURCE_EXHAUSTED.
+//
+// RepositoryModelLoad/Unload run on a loader thread of their own (never a gRPC or worker thread)
+// and only when `Options::model_control` is set (explicit model control); otherwise they answer
+// FAILED_PRECONDITION. ModelStatistics reports Triton's statistics plus loopserve's per-Loop ones.
+// Not implemented (gRPC answers UNIMPLEMENTED): ModelStreamInfer.
 //
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive the grpc::Server that
 // serves this service (including its Shutdown). `metrics` may be null.
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  InferenceService(const ModelRegistry* registry, WorkerPool* pool, Metrics* metrics);
+  struct Options {
+    bool model_control = false;  // RepositoryModelLoad/Unload allowed (explicit mode)
+  };
+  InferenceService(ModelRegistry* registry, WorkerPool* pool, Metrics* metrics, Options options);
+  ~InferenceService() override;
 
-  // After this, ServerReady answers false and new ModelInfer calls get UNAVAILABLE.
+  // After this, ServerReady and ModelReady answer false and new ModelInfer calls get UNAVAILABLE.
   void StartDraining() { draining_.store(true); }
+
+  // Waits until no ModelInfer call is in flight or `deadline` passes; true when idle.
+  bool WaitForIdle(absl::Time deadline);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -53,14 +71,35 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
 
  private:
   class InferCall;
 
-  const ModelRegistry* registry_;
+  void CallStarted();
+  void CallFinished();
+  // Runs `change` on the loader thread and finishes the call with its status.
+  grpc::ServerUnaryReactor* RunRepositoryChange(grpc::CallbackServerContext* context,
+                                                absl::string_view rpc,
+                                                const std::string& repository_name,
+                                                std::function<absl::Status()> change);
+
+  ModelRegistry* registry_;
   WorkerPool* pool_;
   Metrics* metrics_;
+  const Options options_;
   std::atomic<bool> draining_{false};
+  absl::Mutex calls_mutex_;
+  int calls_in_flight_ ABSL_GUARDED_BY(calls_mutex_) = 0;
+  WorkerPool loader_;  // one thread for repository loads/unloads; joined by the destructor
 };
 
 }  // namespace loopserve::server

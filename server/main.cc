@@ -7,8 +7,9 @@
 //   loopserve: grpc listening on <address>:<port>
 //   loopserve: metrics listening on <address>:<port>
 // or, with --metrics_port=-1, "loopserve: metrics disabled" instead of the second line. Logs go to
-// stderr. It serves until SIGTERM or SIGINT, then reports NOT_SERVING, drains calls in flight (up
-// to --exit_timeout_seconds) and exits 0. Startup errors exit 1.
+// stderr, one line per event. It serves until SIGTERM or SIGINT, then reports NOT_SERVING, answers
+// new requests UNAVAILABLE, lets requests in flight finish (up to --exit_timeout_seconds) and
+// exits 0. Startup errors exit 1.
 
 #include <signal.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -33,13 +35,33 @@ ABSL_FLAG(std::string, address, "0.0.0.0", "Address to bind the gRPC and metrics
 ABSL_FLAG(int, grpc_port, 8001, "gRPC port; 0 picks a free port");
 ABSL_FLAG(int, metrics_port, 8002, "Prometheus /metrics port; 0 picks a free port, -1 disables");
 ABSL_FLAG(int, workers, 2, "Worker threads running inference");
+ABSL_FLAG(int, intra_op_threads, 0,
+          "oneDNN threads each worker may use; 0 = cores / workers (workers x threads <= cores)");
 ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_loop_iterations, 0,
           "Cap on the iterations of any single Loop execution (0 = unlimited); a model's "
           "config.pbtxt may set its own");
+ABSL_FLAG(int64_t, max_output_bytes, 0,
+          "Cap on the output bytes of one request: each Loop scan output as it grows and the sum "
+          "of the final outputs (RESOURCE_EXHAUSTED beyond it); 0 = --max_message_bytes; a "
+          "model's config.pbtxt may set its own");
+ABSL_FLAG(int, max_message_bytes, 1 << 30, "Largest gRPC message received or sent, in bytes");
 ABSL_FLAG(int, exit_timeout_seconds, 30,
           "On SIGTERM/SIGINT, how long to wait for calls in flight before cancelling them");
+ABSL_FLAG(std::string, model_control_mode, "poll",
+          "none (load the repository once), poll (also rescan it every "
+          "--repository_poll_seconds) or explicit (RepositoryModelLoad/Unload RPCs; --load_model "
+          "at startup)");
+ABSL_FLAG(int, repository_poll_seconds, 2,
+          "Poll mode: seconds between repository rescans (new, changed and removed models and "
+          "versions); 0 disables polling");
+ABSL_FLAG(std::vector<std::string>, load_model, {},
+          "Explicit mode: models to load at startup (comma-separated; '*' = all)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); enables TLS on gRPC");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 
 namespace {
@@ -103,9 +125,24 @@ int main(int argc, char** argv) {
   options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.workers = absl::GetFlag(FLAGS_workers);
+  options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
   options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
+  options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
+  absl::StatusOr<loopserve::server::ModelControlMode> mode =
+      loopserve::server::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));
+  if (!mode.ok()) {
+    LogError(absl::StrCat("--model_control_mode: ", mode.status().message()));
+    return 1;
+  }
+  options.model_control_mode = *mode;
+  options.repository_poll_interval = absl::Seconds(absl::GetFlag(FLAGS_repository_poll_seconds));
+  options.load_models = absl::GetFlag(FLAGS_load_model);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
 
   absl::StatusOr<std::unique_ptr<loopserve::server::Server>> server =
       loopserve::server::Server::Start(options);
@@ -127,7 +164,8 @@ int main(int argc, char** argv) {
   unsigned char signal_number = 0;
   while (read(g_signal_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
   }
-  LogInfo(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"));
+  LogInfo(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+                       ": shutting down"));
   (*server)->Shutdown();
   LogInfo("loopserve stopped");
   return 0;

@@ -1,10 +1,18 @@
 #include "server/metrics.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <exception>
+#include <fstream>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "server/status_util.h"
 
@@ -31,9 +39,108 @@ constexpr absl::StatusCode kAllCodes[] = {
     absl::StatusCode::kUnauthenticated,
 };
 
+// Process metrics in the Prometheus client conventions (process_*), read from /proc/self when
+// scraped. Absent fields (a non-Linux /proc) are left out rather than reported as 0.
+std::vector<prometheus::MetricFamily> ProcessMetricFamilies() {
+  std::vector<prometheus::MetricFamily> families;
+  auto add = [&](const char* name, const char* help, prometheus::MetricType type, double value) {
+    prometheus::MetricFamily family;
+    family.name = name;
+    family.help = help;
+    family.type = type;
+    prometheus::ClientMetric metric;
+    if (type == prometheus::MetricType::Counter) {
+      metric.counter.value = value;
+    } else {
+      metric.gauge.value = value;
+    }
+    family.metric.push_back(std::move(metric));
+    families.push_back(std::move(family));
+  };
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Fields after the command name "(...)", which may itself contain spaces: state is field 3.
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+    // f[0] is field 3 (state): field N is f[N - 3].
+    double utime = 0, stime = 0, threads = 0, start_ticks = 0, vsize = 0, rss_pages = 0;
+    if (f.size() > 21 && absl::SimpleAtod(f[11], &utime) && absl::SimpleAtod(f[12], &stime) &&
+        absl::SimpleAtod(f[17], &threads) && absl::SimpleAtod(f[19], &start_ticks) &&
+        absl::SimpleAtod(f[20], &vsize) && absl::SimpleAtod(f[21], &rss_pages)) {
+      const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+      const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+      add("process_cpu_seconds_total", "User and system CPU time spent, in seconds",
+          prometheus::MetricType::Counter, (utime + stime) / ticks);
+      add("process_resident_memory_bytes", "Resident memory size in bytes",
+          prometheus::MetricType::Gauge, rss_pages * page);
+      add("process_virtual_memory_bytes", "Virtual memory size in bytes",
+          prometheus::MetricType::Gauge, vsize);
+      add("process_threads", "Number of OS threads", prometheus::MetricType::Gauge, threads);
+      std::ifstream proc_stat("/proc/stat");
+      std::string line;
+      while (std::getline(proc_stat, line)) {
+        double boot = 0;
+        if (line.rfind("btime ", 0) == 0 && absl::SimpleAtod(line.substr(6), &boot)) {
+          add("process_start_time_seconds", "Start time of the process since the epoch, seconds",
+              prometheus::MetricType::Gauge, boot + start_ticks / ticks);
+          break;
+        }
+      }
+    }
+  }
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    int fds = 0;
+    while (const dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] != '.') ++fds;
+    }
+    closedir(dir);
+    add("process_open_fds", "Number of open file descriptors", prometheus::MetricType::Gauge,
+        fds - 1);  // minus the one listing the directory
+  }
+  return families;
+}
+
+// What /metrics serves: the registry, then the process metrics.
+class ServerCollectable final : public prometheus::Collectable {
+ public:
+  explicit ServerCollectable(std::shared_ptr<prometheus::Registry> registry)
+      : registry_(std::move(registry)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    for (prometheus::MetricFamily& family : ProcessMetricFamilies()) {
+      families.push_back(std::move(family));
+    }
+    return families;
+  }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+};
+
 }  // namespace
 
+ModelVersionMetrics::ModelVersionMetrics(const std::vector<std::string>& loop_names) {
+  for (const std::string& name : loop_names) {
+    loops_.push_back(std::make_unique<LoopStat>());
+    loops_.back()->name = name;
+  }
+}
+
+std::shared_ptr<ModelVersionMetrics> ModelVersionMetrics::StatisticsOnly(
+    const std::vector<std::string>& loop_names) {
+  return std::shared_ptr<ModelVersionMetrics>(new ModelVersionMetrics(loop_names));
+}
+
 void ModelVersionMetrics::RecordRequest(absl::StatusCode code, absl::Duration total) {
+  if (code == absl::StatusCode::kOk) {
+    success_.Add(total);
+    last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())),
+                             std::memory_order_relaxed);
+  } else {
+    fail_.Add(total);
+  }
+  if (!has_handles_) return;
   const int index = static_cast<int>(code);
   prometheus::Counter* counter =
       index >= 0 && index < static_cast<int>(requests_.size()) ? requests_[index] : nullptr;
@@ -43,16 +150,31 @@ void ModelVersionMetrics::RecordRequest(absl::StatusCode code, absl::Duration to
 }
 
 void ModelVersionMetrics::RecordQueue(absl::Duration waited) {
-  queue_duration_->Observe(absl::ToDoubleSeconds(waited));
+  queue_.Add(waited);
+  if (has_handles_) queue_duration_->Observe(absl::ToDoubleSeconds(waited));
+}
+
+void ModelVersionMetrics::RecordComputeInput(absl::Duration decoding) {
+  compute_input_.Add(decoding);
 }
 
 void ModelVersionMetrics::RecordCompute(absl::Duration computed) {
-  compute_duration_->Observe(absl::ToDoubleSeconds(computed));
+  compute_infer_.Add(computed);
+  if (has_handles_) compute_duration_->Observe(absl::ToDoubleSeconds(computed));
+}
+
+void ModelVersionMetrics::RecordComputeOutput(absl::Duration encoding) {
+  compute_output_.Add(encoding);
 }
 
 void ModelVersionMetrics::OnLoopFinished(int loop_index, int64_t iterations,
                                          absl::Duration elapsed) {
-  if (loop_index < 0 || loop_index >= static_cast<int>(loop_iterations_.size())) return;
+  if (loop_index < 0 || loop_index >= static_cast<int>(loops_.size())) return;
+  LoopStat& loop = *loops_[loop_index];
+  loop.execution.Add(elapsed);
+  loop.iterations.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, iterations)),
+                            std::memory_order_relaxed);
+  if (!has_handles_) return;
   loop_iterations_[loop_index]->Observe(static_cast<double>(iterations));
   if (iterations > 0) {
     loop_iteration_duration_[loop_index]->Observe(absl::ToDoubleSeconds(elapsed) /
@@ -60,7 +182,30 @@ void ModelVersionMetrics::OnLoopFinished(int loop_index, int64_t iterations,
   }
 }
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+ModelVersionStatistics ModelVersionMetrics::Statistics() const {
+  auto copy = [](const DurationStat& d) {
+    return ModelVersionStatistics::Duration{d.count.load(std::memory_order_relaxed),
+                                            d.ns.load(std::memory_order_relaxed)};
+  };
+  ModelVersionStatistics stats;
+  stats.last_inference_ms = last_inference_ms_.load(std::memory_order_relaxed);
+  stats.success = copy(success_);
+  stats.inference_count = stats.success.count;
+  stats.fail = copy(fail_);
+  stats.queue = copy(queue_);
+  stats.compute_input = copy(compute_input_);
+  stats.compute_infer = copy(compute_infer_);
+  stats.compute_output = copy(compute_output_);
+  for (const std::unique_ptr<LoopStat>& loop : loops_) {
+    stats.loops.push_back(ModelVersionStatistics::Loop{
+        loop->name, copy(loop->execution), loop->iterations.load(std::memory_order_relaxed)});
+  }
+  return stats;
+}
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      collectable_(std::make_shared<ServerCollectable>(registry_)) {
   requests_ = &prometheus::BuildCounter()
                    .Name("loopserve_requests_total")
                    .Help("ModelInfer requests answered, by model version and outcome")
@@ -90,6 +235,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("loopserve_model_ready")
                       .Help("1 when the model version is loaded and serving, 0 when it failed")
                       .Register(*registry_);
+  model_load_duration_ = &prometheus::BuildGauge()
+                              .Name("loopserve_model_load_duration_seconds")
+                              .Help("How long the last successful load of the model version took")
+                              .Register(*registry_);
+  auto& loads = prometheus::BuildCounter()
+                    .Name("loopserve_model_loads_total")
+                    .Help("Model version loads attempted, by outcome")
+                    .Register(*registry_);
+  loads_success_ = &loads.Add({{"outcome", "success"}});
+  loads_failure_ = &loads.Add({{"outcome", "failure"}});
   auto& limit_hits = prometheus::BuildCounter()
                          .Name("loopserve_loop_limit_hits_total")
                          .Help("Runs stopped inside the engine by a limit, by reason")
@@ -97,6 +252,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   limit_iteration_cap_ = &limit_hits.Add({{"reason", "iteration_cap"}});
   limit_deadline_ = &limit_hits.Add({{"reason", "deadline"}});
   limit_cancelled_ = &limit_hits.Add({{"reason", "cancelled"}});
+  limit_output_bytes_ = &limit_hits.Add({{"reason", "output_bytes"}});
   inflight_ = &prometheus::BuildGauge()
                    .Name("loopserve_inflight_requests")
                    .Help("ModelInfer requests admitted and not yet answered")
@@ -129,7 +285,8 @@ prometheus::Histogram::BucketBoundaries Metrics::IterationBuckets() {
 
 std::shared_ptr<ModelVersionMetrics> Metrics::ForModelVersion(
     const std::string& model, int64_t version, const std::vector<std::string>& loop_names) {
-  std::shared_ptr<ModelVersionMetrics> metrics(new ModelVersionMetrics());
+  std::shared_ptr<ModelVersionMetrics> metrics(new ModelVersionMetrics(loop_names));
+  metrics->has_handles_ = true;
   const prometheus::Labels labels = {{"model", model}, {"version", absl::StrCat(version)}};
   for (absl::StatusCode code : kAllCodes) {
     prometheus::Labels with_outcome = labels;
@@ -153,30 +310,56 @@ void Metrics::SetModelReady(const std::string& model, int64_t version, bool read
   model_ready_->Add({{"model", model}, {"version", absl::StrCat(version)}}).Set(ready ? 1 : 0);
 }
 
+void Metrics::RecordModelLoad(const std::string& model, int64_t version, bool ok,
+                              absl::Duration took) {
+  (ok ? loads_success_ : loads_failure_)->Increment();
+  if (ok) {
+    model_load_duration_->Add({{"model", model}, {"version", absl::StrCat(version)}})
+        .Set(absl::ToDoubleSeconds(took));
+  }
+}
+
 void Metrics::RecordLoopLimitHit(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kResourceExhausted:
-      limit_iteration_cap_->Increment();
+      RecordLimitHit(LimitReason::kIterationCap);
       break;
     case absl::StatusCode::kDeadlineExceeded:
-      limit_deadline_->Increment();
+      RecordLimitHit(LimitReason::kDeadline);
       break;
     case absl::StatusCode::kCancelled:
-      limit_cancelled_->Increment();
+      RecordLimitHit(LimitReason::kCancelled);
       break;
     default:
       break;
   }
 }
 
+void Metrics::RecordLimitHit(LimitReason reason) {
+  switch (reason) {
+    case LimitReason::kIterationCap:
+      limit_iteration_cap_->Increment();
+      break;
+    case LimitReason::kDeadline:
+      limit_deadline_->Increment();
+      break;
+    case LimitReason::kCancelled:
+      limit_cancelled_->Increment();
+      break;
+    case LimitReason::kOutputBytes:
+      limit_output_bytes_->Increment();
+      break;
+  }
+}
+
 std::string Metrics::Serialize() const {
   std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  prometheus::TextSerializer().Serialize(out, collectable_->Collect());
   return out.str();
 }
 
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
-    const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry) {
+    const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable) {
   // civetweb wants "[::1]:port" for IPv6 literals.
   const std::string host = address.find(':') != std::string::npos && address.front() != '['
                                ? "[" + address + "]"
@@ -188,7 +371,7 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
   }
-  exposer->RegisterCollectable(registry, "/metrics");
+  exposer->RegisterCollectable(collectable, "/metrics");
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/runtime/run_context.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -21,25 +24,77 @@ namespace loopserve::server {
 
 class Metrics;
 
-// Metric handles of one model version, resolved once when the version loads so the request path
-// never calls Family::Add. Also the engine's LoopObserver for that version's runs.
+// A cumulative count and duration (Triton's StatisticDuration). Thread-safe (relaxed atomics).
+struct DurationStat {
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> ns{0};
+  void Add(absl::Duration d) {
+    count.fetch_add(1, std::memory_order_relaxed);
+    ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d))),
+                 std::memory_order_relaxed);
+  }
+};
+
+// A plain copy of one model version's statistics (the ModelStatistics RPC's content).
+struct ModelVersionStatistics {
+  struct Duration {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+  };
+  struct Loop {
+    std::string name;
+    Duration execution;  // count = executions
+    uint64_t iterations = 0;
+  };
+  uint64_t last_inference_ms = 0;  // since the epoch; 0 = never
+  uint64_t inference_count = 0;    // successful requests
+  Duration success, fail, queue, compute_input, compute_infer, compute_output;
+  std::vector<Loop> loops;
+};
+
+// Statistics and metric handles of one model version. The handles are resolved once when the
+// version loads, so the request path never calls Family::Add; the statistics (Triton's
+// ModelStatistics: success/fail/queue/compute durations, Loop executions and iterations) are
+// atomics. Also the engine's LoopObserver for that version's runs.
 //
-// Created by Metrics::ForModelVersion; the Metrics object must outlive it. Thread-safe (prometheus
-// metrics are atomic); shared by every request pinned to the version.
+// Created by Metrics::ForModelVersion (statistics + Prometheus; the Metrics object must outlive
+// it) or StatisticsOnly (no Prometheus, for registries without Metrics). Thread-safe; shared by
+// every request pinned to the version and kept across reloads of the same version.
 class ModelVersionMetrics : public engine::LoopObserver {
  public:
-  // Records one finished request: loopserve_requests_total{outcome} and its total duration.
+  static std::shared_ptr<ModelVersionMetrics> StatisticsOnly(
+      const std::vector<std::string>& loop_names);
+
+  // Records one finished request: loopserve_requests_total{outcome}, its total duration, and the
+  // success/fail statistics.
   void RecordRequest(absl::StatusCode code, absl::Duration total);
   void RecordQueue(absl::Duration waited);
-  void RecordCompute(absl::Duration computed);
+  void RecordComputeInput(absl::Duration decoding);   // request decoding and validation
+  void RecordCompute(absl::Duration computed);        // Model::Run
+  void RecordComputeOutput(absl::Duration encoding);  // response encoding
 
-  // engine::LoopObserver: loopserve_loop_iterations / _loop_iteration_duration_seconds.
+  // engine::LoopObserver: loopserve_loop_iterations / _loop_iteration_duration_seconds and the
+  // per-loop statistics.
   void OnLoopFinished(int loop_index, int64_t iterations, absl::Duration elapsed) override;
+
+  ModelVersionStatistics Statistics() const;
 
  private:
   friend class Metrics;
-  ModelVersionMetrics() = default;
+  explicit ModelVersionMetrics(const std::vector<std::string>& loop_names);
 
+  struct LoopStat {
+    std::string name;
+    DurationStat execution;
+    std::atomic<uint64_t> iterations{0};
+  };
+  std::atomic<uint64_t> last_inference_ms_{0};
+  DurationStat success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
+  std::vector<std::unique_ptr<LoopStat>> loops_;  // by loop index
+
+  // Prometheus handles; null for StatisticsOnly.
+
+  bool has_handles_ = false;
   std::array<prometheus::Counter*, 17> requests_{};  // indexed by absl::StatusCode (0..16)
   prometheus::Histogram* request_duration_ = nullptr;
   prometheus::Histogram* queue_duration_ = nullptr;
@@ -47,6 +102,9 @@ class ModelVersionMetrics : public engine::LoopObserver {
   std::vector<prometheus::Histogram*> loop_iterations_;          // by loop index
   std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
 };
+
+// Why a run was stopped by a limit (loopserve_loop_limit_hits_total{reason}).
+enum class LimitReason { kIterationCap, kDeadline, kCancelled, kOutputBytes };
 
 // The server's Prometheus registry and metric families:
 //   loopserve_requests_total{model,version,outcome}            counter
@@ -56,11 +114,16 @@ class ModelVersionMetrics : public engine::LoopObserver {
 //   loopserve_loop_iterations{model,version,loop}              histogram, once per Loop execution
 //   loopserve_loop_iteration_duration_seconds{model,version,loop} histogram, mean per execution
 //   loopserve_loop_limit_hits_total{reason}                    counter; reason = iteration_cap |
-//                                                              deadline | cancelled
+//                                                              deadline | cancelled | output_bytes
 //   loopserve_inflight_requests                                gauge (admitted, not yet answered)
 //   loopserve_queue_depth                                      gauge (waiting for a worker)
-//   loopserve_model_ready{model,version}                       gauge (1 ready, 0 failed to load)
-// `outcome` is "success" or the lower-case gRPC code name ("invalid_argument", ...).
+//   loopserve_model_ready{model,version}                       gauge (1 ready, 0 failed/unloaded)
+//   loopserve_model_load_duration_seconds{model,version}       gauge (last load of the version)
+//   loopserve_model_loads_total{outcome}                       counter; success | failure
+//   process_resident_memory_bytes, process_virtual_memory_bytes, process_cpu_seconds_total,
+//   process_open_fds, process_threads, process_start_time_seconds  (from /proc/self, at scrape)
+// `outcome` is "success" or the lower-case gRPC code name ("invalid_argument", ...). Durations
+// are histograms in seconds with buckets from 1 µs to 5 min.
 //
 // Thread-safe. Owns the registry (shared with the exposer); outlives every ModelVersionMetrics.
 class Metrics {
@@ -72,15 +135,20 @@ class Metrics {
                                                        const std::vector<std::string>& loop_names);
   // Sets loopserve_model_ready{model,version}. Not for the request path (resolves the gauge).
   void SetModelReady(const std::string& model, int64_t version, bool ready);
+  // Records one load attempt: its duration (successful loads) and loopserve_model_loads_total.
+  void RecordModelLoad(const std::string& model, int64_t version, bool ok, absl::Duration took);
 
   // Counts a Loop limit hit for a run that ended with `code` (ResourceExhausted: iteration cap,
   // DeadlineExceeded, Cancelled); other codes are ignored.
   void RecordLoopLimitHit(absl::StatusCode code);
+  void RecordLimitHit(LimitReason reason);
 
   prometheus::Gauge& inflight_requests() { return *inflight_; }
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
 
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+  // The registry's metrics plus the process metrics: what /metrics serves.
+  const std::shared_ptr<prometheus::Collectable>& collectable() const { return collectable_; }
   // The text exposition format, as /metrics serves it.
   std::string Serialize() const;
 
@@ -91,6 +159,7 @@ class Metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<prometheus::Collectable> collectable_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* request_duration_;
   prometheus::Family<prometheus::Histogram>* queue_duration_;
@@ -98,21 +167,26 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* loop_iterations_;
   prometheus::Family<prometheus::Histogram>* loop_iteration_duration_;
   prometheus::Family<prometheus::Gauge>* model_ready_;
+  prometheus::Family<prometheus::Gauge>* model_load_duration_;
+  prometheus::Counter* loads_success_;
+  prometheus::Counter* loads_failure_;
   prometheus::Counter* limit_iteration_cap_;
   prometheus::Counter* limit_deadline_;
   prometheus::Counter* limit_cancelled_;
+  prometheus::Counter* limit_output_bytes_;
   prometheus::Gauge* inflight_;
   prometheus::Gauge* queue_depth_;
 };
 
-// Serves a registry at http://<address>:<port>/metrics (civetweb, 2 threads). Owns the HTTP server;
-// the registry is held weakly by the exposer, so keep it alive. Thread-safe.
+// Serves a collectable (a registry, or Metrics::collectable()) at http://<address>:<port>/metrics
+// (civetweb, 2 threads). Owns the HTTP server; the collectable is held weakly by the exposer, so
+// keep it alive. Thread-safe.
 class MetricsExposer {
  public:
   // Binds `address`:`port` (port 0 picks a free port). Unavailable with a clean message when the
   // port is taken or the address is invalid (civetweb throws; the exception stops here).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
-      const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry);
+      const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable);
 
   int port() const { return port_; }
 

@@ -1,21 +1,48 @@
 #include "server/server.h"
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "engine/base/status_macros.h"
+#include "engine/runtime/threading.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/logging.h"
+#include "server/version.h"
 
 namespace loopserve::server {
 namespace {
 
-// Requests carry whole tensors: allow messages up to 1 GiB (gRPC's default is 4 MiB).
-constexpr int kMaxMessageBytes = 1 << 30;
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", path, "' is not a PEM file"));
+  }
+  return text.str();
+}
+
+absl::string_view ModeName(ModelControlMode mode) {
+  switch (mode) {
+    case ModelControlMode::kNone:
+      return "none";
+    case ModelControlMode::kPoll:
+      return "poll";
+    case ModelControlMode::kExplicit:
+      return "explicit";
+  }
+  return "?";
+}
 
 std::string HostPort(const std::string& address, int port) {
   const bool ipv6 = address.find(':') != std::string::npos && address.front() != '[';
@@ -23,6 +50,15 @@ std::string HostPort(const std::string& address, int port) {
 }
 
 }  // namespace
+
+absl::StatusOr<ModelControlMode> ParseModelControlMode(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "none") return ModelControlMode::kNone;
+  if (lower == "poll") return ModelControlMode::kPoll;
+  if (lower == "explicit") return ModelControlMode::kExplicit;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model control mode '", name, "' (expected none, poll or explicit)"));
+}
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {}
 
@@ -41,6 +77,9 @@ absl::Status Server::Init() {
     return absl::InvalidArgumentError("--model_repository is required");
   }
   if (options_.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
+  if (options_.intra_op_threads < 0) {
+    return absl::InvalidArgumentError("--intra_op_threads must be >= 0");
+  }
   if (options_.max_queue_size < 1) {
     return absl::InvalidArgumentError("--max_queue_size must be >= 1");
   }
@@ -53,23 +92,73 @@ absl::Status Server::Init() {
   if (options_.metrics_port < -1 || options_.metrics_port > 65535) {
     return absl::InvalidArgumentError("--metrics_port must be -1 (off) or in [0, 65535]");
   }
+  if (options_.max_output_bytes < 0) {
+    return absl::InvalidArgumentError("--max_output_bytes must be >= 0");
+  }
+  if (options_.max_message_bytes < 1024) {
+    return absl::InvalidArgumentError("--max_message_bytes must be >= 1024");
+  }
+  if (options_.tls_cert.empty() != options_.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!options_.tls_client_ca.empty() && options_.tls_cert.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  std::string transport = "plaintext";
+  if (!options_.tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    LS_ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile(options_.tls_cert, "--tls_cert"));
+    LS_ASSIGN_OR_RETURN(pair.private_key, ReadPemFile(options_.tls_key, "--tls_key"));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    transport = "TLS";
+    if (!options_.tls_client_ca.empty()) {
+      LS_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                          ReadPemFile(options_.tls_client_ca, "--tls_client_ca"));
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      transport = "mutual TLS";
+    }
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  // workers x intra-op threads <= cores: oversubscribed OpenMP teams spin against each other.
+  const int intra_op_threads = options_.intra_op_threads > 0
+                                   ? options_.intra_op_threads
+                                   : std::max(1, engine::AvailableCores() / options_.workers);
+  const int64_t max_output_bytes =
+      options_.max_output_bytes > 0 ? options_.max_output_bytes : options_.max_message_bytes;
+  LogInfo(absl::StrCat(
+      "loopserve ", kServerVersion, " starting: repository '", options_.model_repository,
+      "', model control ", ModeName(options_.model_control_mode),
+      options_.model_control_mode == ModelControlMode::kPoll
+          ? absl::StrCat(" every ", absl::FormatDuration(options_.repository_poll_interval))
+          : "",
+      ", ", options_.workers, " workers x ", intra_op_threads, " intra-op threads, queue ",
+      options_.max_queue_size, ", max_loop_iterations ", options_.max_loop_iterations,
+      ", max_output_bytes ", max_output_bytes, ", max_message_bytes ", options_.max_message_bytes));
 
   metrics_ = std::make_unique<Metrics>();
   registry_ = std::make_unique<ModelRegistry>(
       ModelRegistry::Options{options_.model_repository, options_.max_loop_iterations,
-                             options_.model_loader, metrics_.get()});
-  if (absl::Status status = registry_->LoadAll(); !status.ok()) return status;
+                             options_.model_loader, metrics_.get(), max_output_bytes});
+  LS_RETURN_IF_ERROR(LoadInitialModels());
 
-  pool_ = std::make_unique<WorkerPool>(options_.workers, options_.max_queue_size);
-  service_ = std::make_unique<InferenceService>(registry_.get(), pool_.get(), metrics_.get());
+  pool_ = std::make_unique<WorkerPool>(
+      options_.workers, options_.max_queue_size,
+      [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); });
+  InferenceService::Options service_options;
+  service_options.model_control = options_.model_control_mode == ModelControlMode::kExplicit;
+  service_ = std::make_unique<InferenceService>(registry_.get(), pool_.get(), metrics_.get(),
+                                                service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string grpc_address = HostPort(options_.address, options_.grpc_port);
-  builder.AddListeningPort(grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddListeningPort(grpc_address, credentials, &grpc_port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a busy port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
@@ -79,32 +168,71 @@ absl::Status Server::Init() {
         absl::StrCat("cannot listen for gRPC on ", grpc_address, " (address in use or invalid)"));
   }
   grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+  LogInfo(absl::StrCat("gRPC listening on ", HostPort(options_.address, grpc_port_), " (",
+                       transport, ")"));
 
   if (options_.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
-        MetricsExposer::Start(options_.address, options_.metrics_port, metrics_->registry());
+        MetricsExposer::Start(options_.address, options_.metrics_port, metrics_->collectable());
     if (!exposer.ok()) return exposer.status();
     exposer_ = *std::move(exposer);
     metrics_port_ = exposer_->port();
+    LogInfo(absl::StrCat("metrics listening on ", HostPort(options_.address, metrics_port_),
+                         "/metrics"));
+  }
+  if (options_.model_control_mode == ModelControlMode::kPoll &&
+      options_.repository_poll_interval > absl::ZeroDuration()) {
+    poller_ = std::thread([this] { PollRepository(); });
   }
   return absl::OkStatus();
+}
+
+absl::Status Server::LoadInitialModels() {
+  if (options_.model_control_mode != ModelControlMode::kExplicit) return registry_->LoadAll();
+  for (const std::string& name : options_.load_models) {
+    if (name == "*") {
+      LS_RETURN_IF_ERROR(registry_->LoadAll());
+      continue;
+    }
+    // A model that fails to load is reported (not ready) like in the other modes.
+    absl::Status status = registry_->Load(name);
+    if (absl::IsInvalidArgument(status) || absl::IsNotFound(status)) {
+      return absl::InvalidArgumentError(absl::StrCat("--load_model: ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Server::PollRepository() {
+  // Loads run here, never on a gRPC or worker thread; requests keep using the versions they find.
+  while (!stop_polling_.WaitForNotificationWithTimeout(options_.repository_poll_interval)) {
+    absl::Status status = registry_->Poll();
+    if (!status.ok()) LogWarning(absl::StrCat("repository poll failed: ", status.message()));
+  }
 }
 
 void Server::Shutdown() {
   absl::MutexLock lock(&shutdown_mutex_);
   if (shut_down_) return;
   shut_down_ = true;
+  const absl::Time deadline = absl::Now() + options_.exit_timeout;
   if (service_ != nullptr) service_->StartDraining();
+  stop_polling_.Notify();
+  if (poller_.joinable()) poller_.join();
   if (grpc_server_ != nullptr) {
     grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
     if (health != nullptr) health->SetServingStatus(false);
-    LogInfo(absl::StrCat("shutting down: draining calls in flight (up to ",
+    LogInfo(absl::StrCat("shutting down: NOT_SERVING, waiting for requests in flight (up to ",
                          absl::FormatDuration(options_.exit_timeout), ")"));
-    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.exit_timeout));
+    // Still answering (health NOT_SERVING, new requests UNAVAILABLE) while the in-flight finish.
+    const bool idle = service_->WaitForIdle(deadline);
+    if (!idle) LogWarning("exit timeout reached: cancelling the requests still running");
+    grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
   }
   if (pool_ != nullptr) pool_->Shutdown();
   exposer_.reset();
+  LogInfo("shutdown complete");
 }
 
 Server::~Server() { Shutdown(); }

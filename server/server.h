@@ -3,10 +3,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/inference_service.h"
@@ -16,30 +19,55 @@
 
 namespace loopserve::server {
 
+// How the set of served models changes after startup (Triton's --model-control-mode).
+enum class ModelControlMode {
+  kNone,      // load the repository once at startup
+  kPoll,      // also rescan it every repository_poll_interval
+  kExplicit,  // load only `load_models` at startup; then RepositoryModelLoad/Unload
+};
+
+// Parses "none", "poll" or "explicit".
+absl::StatusOr<ModelControlMode> ParseModelControlMode(absl::string_view name);
+
 struct ServerOptions {
   std::string model_repository;     // root folder; required
   std::string address = "0.0.0.0";  // for both gRPC and metrics
   int grpc_port = 8001;             // 0 = pick a free port
   int metrics_port = 8002;          // 0 = pick a free port; -1 = no metrics endpoint
   int workers = 2;                  // worker threads running the engine
+  int intra_op_threads = 0;         // oneDNN threads per worker; 0 = cores / workers (at least 1)
   int max_queue_size = 64;          // requests waiting for a worker; more -> RESOURCE_EXHAUSTED
   int64_t max_loop_iterations = 0;  // per Loop execution; 0 = unlimited
+  // Cap on the output bytes of one request (each growing Loop scan output, and the final outputs);
+  // 0 = max_message_bytes (a bigger answer could not be sent anyway).
+  int64_t max_output_bytes = 0;
+  int max_message_bytes = 1 << 30;                  // largest gRPC message received or sent
   absl::Duration exit_timeout = absl::Seconds(30);  // drain limit in Shutdown
+  ModelControlMode model_control_mode = ModelControlMode::kPoll;
+  absl::Duration repository_poll_interval = absl::Seconds(2);  // kPoll; <= 0 disables polling
+  std::vector<std::string> load_models;  // kExplicit: models loaded at startup ("*" = all)
+  // TLS for the gRPC port: PEM files. Both cert and key, or neither (plaintext). With client_ca,
+  // clients must present a certificate signed by it (mutual TLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
   ModelLoader model_loader;  // default engine::Model::Load (tests inject their own)
 };
 
 // The whole loopserve server, usable in-process (tests start it on 127.0.0.1:0).
 //
 // Start loads the repository (models that fail are reported not ready; the others are served),
-// starts the worker pool, the gRPC server (OIP service + grpc.health.v1 + reflection) and the
-// metrics endpoint, then returns. It prints nothing: the caller reports the bound ports; the
-// loopserve binary prints exactly these lines to stdout (flushed), which integration tests parse:
+// starts the worker pool, the gRPC server (OIP service + grpc.health.v1 + reflection; TLS when
+// configured), the metrics endpoint and, in poll mode, the repository poller, then returns. It
+// logs one line per event but prints nothing on stdout: the loopserve binary prints exactly these
+// lines to stdout (flushed), which integration tests parse:
 //   loopserve: grpc listening on <address>:<port>
 //   loopserve: metrics listening on <address>:<port>       (or "loopserve: metrics disabled")
 //
-// Shutdown: health -> NOT_SERVING and ServerReady -> false, gRPC stops accepting calls and waits up
-// to exit_timeout for calls in flight (after which it cancels them; a running Loop stops at its
-// next iteration), the worker pool drains and joins, the metrics endpoint closes. Idempotent; the
+// Shutdown: health -> NOT_SERVING, ServerReady/ModelReady -> false and new ModelInfer calls get
+// UNAVAILABLE while the server still answers; the poller stops; ModelInfer calls in flight finish
+// (up to exit_timeout); then gRPC stops (cancelling what is still running: a Loop stops at its next
+// iteration), the worker pool drains and joins, the metrics endpoint closes. Idempotent; the
 // destructor calls it.
 //
 // Thread-safe. Owns everything it starts. Destruction order (members below) keeps the service,
@@ -65,6 +93,8 @@ class Server {
  private:
   explicit Server(ServerOptions options);
   absl::Status Init();
+  absl::Status LoadInitialModels();
+  void PollRepository();
 
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
@@ -75,6 +105,8 @@ class Server {
   std::unique_ptr<MetricsExposer> exposer_;
   int grpc_port_ = 0;
   int metrics_port_ = -1;
+  absl::Notification stop_polling_;
+  std::thread poller_;
   absl::Mutex shutdown_mutex_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mutex_) = false;
 };

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
 namespace loopserve::server {
@@ -14,5 +15,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // The `outcome` label of loopserve_requests_total: "success" for OK, otherwise the canonical code
 // name in lower case ("invalid_argument", "deadline_exceeded", ...).
 std::string OutcomeLabel(absl::StatusCode code);
+
+// `text` from a client (a model name, a version) made safe to put into an error message or a log
+// line: single-quoted, C-escaped (so it never breaks a log line) and cut to 64 bytes.
+std::string QuoteUntrusted(absl::string_view text);
 
 }  // namespace loopserve::server

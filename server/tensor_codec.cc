@@ -10,6 +10,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
 #include "server/datatype.h"
+#include "server/status_util.h"
 
 namespace loopserve::server {
 namespace {
@@ -169,7 +170,7 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferReq
   std::vector<bool> seen(specs.size(), false);
   for (int i = 0; i < request.inputs_size(); ++i) {
     const InputTensor& input = request.inputs(i);
-    const std::string what = absl::StrCat("input '", input.name(), "'");
+    const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name()));
     const int index = model.FindInput(input.name());
     if (index < 0) return Invalid(what, "the model has no such input");
     if (seen[index]) return Invalid(what, "given more than once");
@@ -213,7 +214,7 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferReq
   } else {
     std::vector<bool> requested(model.outputs().size(), false);
     for (const auto& output : request.outputs()) {
-      const std::string what = absl::StrCat("output '", output.name(), "'");
+      const std::string what = absl::StrCat("output ", QuoteUntrusted(output.name()));
       const int index = model.FindOutput(output.name());
       if (index < 0) return Invalid(what, "the model has no such output");
       if (requested[index]) return Invalid(what, "requested more than once");

@@ -76,6 +76,44 @@ TEST(MetricsTest, ExpositionHasEveryName) {
   EXPECT_THAT(text, HasSubstr("loopserve_inflight_requests 1"));
 }
 
+TEST(MetricsTest, ProcessLoadAndLimitMetricsAndStatistics) {
+  Metrics metrics;
+  std::shared_ptr<ModelVersionMetrics> version = metrics.ForModelVersion("rnn", 1, {"loop"});
+  metrics.RecordModelLoad("rnn", 1, /*ok=*/true, absl::Milliseconds(250));
+  metrics.RecordModelLoad("rnn", 2, /*ok=*/false, absl::Milliseconds(1));
+  metrics.RecordLimitHit(LimitReason::kOutputBytes);
+  version->RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(4));
+  version->RecordQueue(absl::Microseconds(10));
+  version->RecordComputeInput(absl::Microseconds(1));
+  version->RecordCompute(absl::Milliseconds(3));
+  version->RecordComputeOutput(absl::Microseconds(2));
+  version->OnLoopFinished(0, 100, absl::Microseconds(500));
+  version->OnLoopFinished(0, 50, absl::Microseconds(250));
+
+  const std::string text = metrics.Serialize();
+  EXPECT_THAT(text,
+              HasSubstr("loopserve_model_load_duration_seconds{model=\"rnn\",version=\"1\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("loopserve_model_loads_total{outcome=\"failure\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"output_bytes\"} 1"));
+  for (const char* name : {"process_resident_memory_bytes", "process_cpu_seconds_total",
+                           "process_open_fds", "process_start_time_seconds"}) {
+    EXPECT_THAT(text, HasSubstr(std::string("\n") + name + " ")) << name;
+  }
+
+  const ModelVersionStatistics stats = version->Statistics();
+  EXPECT_EQ(stats.inference_count, 1u);
+  EXPECT_EQ(stats.success.ns, 4000000u);
+  EXPECT_EQ(stats.queue.count, 1u);
+  EXPECT_EQ(stats.compute_input.ns, 1000u);
+  EXPECT_EQ(stats.compute_infer.ns, 3000000u);
+  EXPECT_EQ(stats.compute_output.ns, 2000u);
+  ASSERT_EQ(stats.loops.size(), 1u);
+  EXPECT_EQ(stats.loops[0].name, "loop");
+  EXPECT_EQ(stats.loops[0].execution.count, 2u);
+  EXPECT_EQ(stats.loops[0].execution.ns, 750000u);
+  EXPECT_EQ(stats.loops[0].iterations, 150u);
+}
+
 TEST(MetricsTest, BucketsSpanMicrosecondsToMinutesAndOneToAMillionIterations) {
   const auto durations = Metrics::DurationBuckets();
   EXPECT_DOUBLE_EQ(durations.front(), 1e-6);

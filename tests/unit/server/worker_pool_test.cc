@@ -1,6 +1,7 @@
 #include "server/worker_pool.h"
 
 #include <atomic>
+#include <memory>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -76,6 +77,36 @@ TEST(WorkerPoolTest, RunsTasksConcurrentlyOnEveryWorker) {
   }
   for (auto& n : started) n.WaitForNotification();  // all three block at once
   release.Notify();
+}
+
+TEST(WorkerPoolTest, TaskGroupCapsConcurrencyWithoutBlockingOtherTasks) {
+  WorkerPool pool(3, 10);
+  auto group = std::make_shared<TaskGroup>(1);
+  absl::Notification first_started, release_first, second_started, other_ran;
+  std::atomic<int> running{0}, max_running{0};
+  auto grouped = [&](absl::Notification* started, absl::Notification* release) {
+    return [&, started, release] {
+      const int now = ++running;
+      int seen = max_running.load();
+      while (now > seen && !max_running.compare_exchange_weak(seen, now)) {
+      }
+      started->Notify();
+      if (release != nullptr) release->WaitForNotification();
+      --running;
+    };
+  };
+  ASSERT_TRUE(pool.TrySchedule(grouped(&first_started, &release_first), group).ok());
+  first_started.WaitForNotification();
+  ASSERT_TRUE(pool.TrySchedule(grouped(&second_started, nullptr), group).ok());
+  // A free worker skips the capped group's task and runs the next one.
+  ASSERT_TRUE(pool.TrySchedule([&] { other_ran.Notify(); }).ok());
+  other_ran.WaitForNotification();
+  EXPECT_FALSE(second_started.HasBeenNotified());
+  EXPECT_EQ(pool.queue_size(), 1);
+  release_first.Notify();
+  second_started.WaitForNotification();
+  pool.Shutdown();
+  EXPECT_EQ(max_running.load(), 1);
 }
 
 }  // namespace
