@@ -8,10 +8,10 @@ namespace loopserve::engine {
 // them all, in this order (a later registration of the same op wins). kernels/reference holds the
 // naive reference implementations: oneDNN kernels fall back to them for element types oneDNN
 // lacks (int64, f64, ...), and the differential tests compare against them.
-void RegisterDnnlKernels(KernelRegistry& registry);       // kernels/dnnl
-void RegisterNativeKernels(KernelRegistry& registry);     // kernels/native
+void RegisterDnnlKernels(KernelRegistry& registry);         // kernels/dnnl
+void RegisterNativeKernels(KernelRegistry& registry);       // kernels/native
 void RegisterControlFlowKernels(KernelRegistry& registry);  // kernels/control: Loop, If
-void RegisterOpenVinoKernels(KernelRegistry& registry);  // kernels/openvino: "ov:" ops
+void RegisterOpenVinoKernels(KernelRegistry& registry);     // kernels/openvino: "ov:" ops
 void RegisterSequenceKernels(KernelRegistry& registry);  // kernels/sequence: sequences, optionals
 
 }  // namespace loopserve::engine

@@ -9,35 +9,32 @@
 namespace loopserve::engine {
 
 ExecutionFrame::ExecutionFrame(const Plan& plan, RunContext& context)
-    : plan_(plan),
-      context_(context),
-      slots_(plan.num_slots()),
-      states_(plan.steps().size()),
-      state_created_(plan.steps().size(), false) {
+    : plan_(plan), context_(context), slots_(plan.num_slots()), states_(plan.steps().size()) {
   for (const auto& [id, tensor] : plan.graph().constants) {
     slots_[id].mutable_tensor() = Tensor::ViewOf(*tensor);
   }
+  for (size_t s = 0; s < states_.size(); ++s) states_[s] = plan.steps()[s].kernel->CreateState();
 }
 
 ExecutionFrame::~ExecutionFrame() = default;
 
-KernelState* ExecutionFrame::state(int step_index) {
-  if (!state_created_[step_index]) {
-    states_[step_index] = plan_.steps()[step_index].kernel->CreateState();
-    state_created_[step_index] = true;
-  }
-  return states_[step_index].get();
-}
-
 namespace {
 
-absl::Status CheckInputs(const Step& step, const ExecutionFrame& frame) {
+// Kernels that accept sequences and optionals (also empty optionals, kNone) are not checked.
+inline bool InputsAreTensors(const Step& step, const ExecutionFrame& frame) {
+  if (!step.tensor_inputs_only) return true;
+  for (const int32_t slot : step.inputs) {
+    if (slot >= 0 && !frame.slot(slot).is_tensor()) return false;
+  }
+  return true;
+}
+
+absl::Status InputError(const Step& step, const ExecutionFrame& frame) {
   for (size_t i = 0; i < step.inputs.size(); ++i) {
     const int slot = step.inputs[i];
     if (slot < 0) continue;
     const Value& v = frame.slot(slot);
-    // Kernels that accept sequences and optionals also receive empty optionals (kNone).
-    if (v.is_tensor() || step.kernel->AcceptsNonTensorInputs()) continue;
+    if (v.is_tensor()) continue;
     const std::string& name = frame.plan().graph().ValueName(slot);
     if (v.is_none()) {
       return absl::InvalidArgumentError(
@@ -56,9 +53,11 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
   for (size_t s = 0; s < steps.size(); ++s) {
     const Step& step = steps[s];
     if (check_interrupts) LS_RETURN_IF_ERROR(context_.CheckInterrupted());
-    absl::Status status = CheckInputs(step, *this);
-    if (status.ok()) {
-      KernelContext ctx(*this, step, state(static_cast<int>(s)));
+    absl::Status status;
+    if (!InputsAreTensors(step, *this)) {
+      status = InputError(step, *this);
+    } else {
+      KernelContext ctx(*this, step, states_[s].get(), slots_.data());
       try {
         status = step.kernel->Run(ctx);
       } catch (const dnnl::error& e) {

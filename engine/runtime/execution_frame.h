@@ -33,14 +33,14 @@ class ExecutionFrame {
   // run's cancellation flag and deadline are checked before each step.
   absl::Status Run(bool check_interrupts = false);
 
-  KernelState* state(int step_index);
+  KernelState* state(int step_index) { return states_[step_index].get(); }
 
  private:
   const Plan& plan_;
   RunContext& context_;
   std::vector<Value> slots_;
+  // Created with the frame (not on first use), so a step's state is one load on the hot path.
   std::vector<std::unique_ptr<KernelState>> states_;
-  std::vector<bool> state_created_;
 };
 
 }  // namespace loopserve::engine

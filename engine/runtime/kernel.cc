@@ -5,32 +5,31 @@
 
 namespace loopserve::engine {
 
-int KernelContext::num_inputs() const { return static_cast<int>(step_.inputs.size()); }
-int KernelContext::num_outputs() const { return static_cast<int>(step_.outputs.size()); }
-
-bool KernelContext::has_input(int i) const {
-  return i >= 0 && i < num_inputs() && step_.inputs[i] >= 0;
-}
-
-const Value& KernelContext::input_value(int i) const { return frame_.slot(step_.inputs[i]); }
+KernelContext::KernelContext(ExecutionFrame& frame, const Step& step, KernelState* state,
+                             Value* slots)
+    : frame_(frame),
+      step_(step),
+      state_(state),
+      slots_(slots),
+      inputs_(step.inputs.data()),
+      outputs_(step.outputs.data()),
+      num_inputs_(static_cast<int>(step.inputs.size())),
+      num_outputs_(static_cast<int>(step.outputs.size())) {}
 
 Tensor* KernelContext::output(int i, DataType dtype, const Shape& shape) {
-  Tensor* t = &frame_.slot(step_.outputs[i]).mutable_tensor();
+  Tensor* t = &slots_[outputs_[i]].mutable_tensor();
+  // Steady state in a loop body: the slot already owns a buffer of this type and shape, so even
+  // the shape copy in Resize is skipped.
+  if (t->capacity() > 0 && t->dtype() == dtype && t->shape() == shape) return t;
   t->Resize(dtype, shape);
   return t;
 }
-
-Value& KernelContext::output_value(int i) { return frame_.slot(step_.outputs[i]); }
 
 RunContext& KernelContext::run_context() { return frame_.context(); }
 
 const Tensor* KernelInit::constant_input(int i) const {
   if (!has_input(i)) return nullptr;
-  const ValueId v = node_.inputs[i];
-  for (const auto& [id, tensor] : graph_.constants) {
-    if (id == v) return tensor.get();
-  }
-  return nullptr;
+  return context_.FindConstant(node_.inputs[i]);
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> KernelInit::CompileSubgraph(

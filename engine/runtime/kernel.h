@@ -29,22 +29,23 @@ class KernelState {
 // What a kernel sees while it runs: its node's input values and output slots in the frame.
 class KernelContext {
  public:
-  KernelContext(ExecutionFrame& frame, const Step& step, KernelState* state)
-      : frame_(frame), step_(step), state_(state) {}
+  // `slots` is the frame's slot array (ExecutionFrame::slot(0)); the accessors below index it
+  // directly, inline, since they run several times per step of every loop iteration.
+  KernelContext(ExecutionFrame& frame, const Step& step, KernelState* state, Value* slots);
 
-  int num_inputs() const;
-  int num_outputs() const;
+  int num_inputs() const { return num_inputs_; }
+  int num_outputs() const { return num_outputs_; }
   // False for an omitted optional input (and for i >= num_inputs()).
-  bool has_input(int i) const;
+  bool has_input(int i) const { return i >= 0 && i < num_inputs_ && inputs_[i] >= 0; }
   // The executor has checked that every present input holds a tensor unless the kernel accepts
   // other values (Kernel::AcceptsNonTensorInputs).
   const Tensor& input(int i) const { return input_value(i).tensor(); }
-  const Value& input_value(int i) const;
+  const Value& input_value(int i) const { return slots_[inputs_[i]]; }
 
   // The i-th output resized to `dtype`/`shape` (buffer reused when large enough). Omitted outputs
   // get a scratch slot, so the pointer is always valid.
   Tensor* output(int i, DataType dtype, const Shape& shape);
-  Value& output_value(int i);
+  Value& output_value(int i) { return slots_[outputs_[i]]; }
 
   ExecutionFrame& frame() { return frame_; }
   RunContext& run_context();
@@ -57,6 +58,11 @@ class KernelContext {
   ExecutionFrame& frame_;
   const Step& step_;
   KernelState* state_;
+  Value* slots_;
+  const int32_t* inputs_;
+  const int32_t* outputs_;
+  int num_inputs_;
+  int num_outputs_;
 };
 
 // One prepared op of a plan. Created once at model load; immutable afterwards and shared by every
@@ -86,7 +92,8 @@ class KernelInit {
   bool has_input(int i) const { return i < num_inputs() && node_.inputs[i] != kNoValue; }
   // The declared type of input i (kind/dtype/dims may be unknown).
   const ValueType& input_type(int i) const { return graph_.values[node_.inputs[i]].type; }
-  // The value of input i when it is a constant of this graph (initializer / Constant), else null.
+  // The value of input i when it is a constant (initializer / Constant) of this graph or, through
+  // a capture, of an enclosing one; else null. Owned by a graph that outlives the kernel.
   const Tensor* constant_input(int i) const;
 
   // Compiles a subgraph (Loop body, If branch) of this node with the same registry and options.

@@ -12,6 +12,16 @@
 
 namespace loopserve::engine {
 
+// The op type of the node the compiler's fusion pass makes of a MatMul -> Add -> [activation]
+// chain: inputs (A, B, bias), attribute "activation" ("", "Tanh", "Relu" or "Sigmoid"). Registered
+// by the oneDNN kernels (one matmul primitive with a bias and an eltwise post-op); a registry
+// without it disables the pass. The leading underscore keeps it out of the ONNX namespace.
+inline constexpr char kFusedMatMulOp[] = "_FusedMatMul";
+// The same for an elementwise chain Add|Sub|Mul|Div -> [Add|Sub|Mul|Div with a third operand]
+// -> [Tanh|Relu|Sigmoid]: inputs (a, b[, c]), attributes "op" and "op2" (op2 "" when absent) and
+// "activation". One oneDNN binary primitive with binary and eltwise post-ops.
+inline constexpr char kFusedBinaryOp[] = "_FusedBinary";
+
 // One node of a plan, ready to run: its kernel and the frame slots it reads and writes.
 struct Step {
   const Kernel* kernel = nullptr;
@@ -19,6 +29,9 @@ struct Step {
   absl::InlinedVector<int32_t, 4> inputs;   // slot per input; -1 for an omitted input
   absl::InlinedVector<int32_t, 2> outputs;  // slot per output (scratch slot when omitted)
   std::string label;                        // "node 'x' (Op): " prefix for errors
+  // !kernel->AcceptsNonTensorInputs(), resolved at compile time so the executor's per-step input
+  // check is a few loads instead of a virtual call per input.
+  bool tensor_inputs_only = true;
 };
 
 // State shared while compiling one model: registry, the Loop table, the nesting depth.
@@ -34,10 +47,19 @@ class CompileContext {
   int depth() const { return depth_; }
   void set_depth(int depth) const { depth_ = depth; }
 
+  // The graphs being compiled, outermost first (Plan::Compile pushes and pops its own).
+  void PushScope(const Graph* graph) const { scopes_.push_back(graph); }
+  void PopScope() const { scopes_.pop_back(); }
+  // The constant value `id` of the innermost graph stands for: one of its constants, or, through
+  // its captures, a constant of an enclosing graph (a Loop body reading the model's weights).
+  // Null when the value is computed at run time.
+  const Tensor* FindConstant(ValueId id) const;
+
  private:
   const KernelRegistry& registry_;
   mutable std::vector<std::string> loop_names_;
   mutable int depth_ = 0;
+  mutable std::vector<const Graph*> scopes_;
 };
 
 // The immutable, compiled form of a Graph: steps in execution order, one slot per graph value

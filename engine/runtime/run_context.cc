@@ -8,7 +8,19 @@
 namespace loopserve::engine {
 
 RunContext::RunContext(const RunOptions& options)
-    : options_(options), has_deadline_(options.deadline != absl::InfiniteFuture()) {}
+    : options_(options), has_deadline_(options.deadline != absl::InfiniteFuture()) {
+  if (has_deadline_) {
+    // Converted once, so the per-iteration check compares integers. Far-future deadlines
+    // saturate instead of overflowing.
+    const absl::Duration left = options.deadline - absl::Now();
+    constexpr int64_t kMaxNanos = int64_t{1} << 62;
+    const int64_t left_ns = left >= absl::Nanoseconds(kMaxNanos) ? kMaxNanos
+                            : left <= absl::Nanoseconds(-kMaxNanos)
+                                ? -kMaxNanos
+                                : absl::ToInt64Nanoseconds(left);
+    deadline_ns_ = CoarseMonotonicNanos() + left_ns;
+  }
+}
 
 RunContext::~RunContext() { std::free(scratchpad_); }
 

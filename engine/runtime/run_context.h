@@ -1,5 +1,7 @@
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -32,6 +34,9 @@ struct RunOptions {
   // Largest number of iterations any single Loop execution may run; 0 means no limit. A loop that
   // would run more fails with ResourceExhausted.
   int64_t max_loop_iterations = 0;
+  // Largest size in bytes a Loop's concatenated (scan) output may reach; 0 means no limit. A loop
+  // whose output would grow past it fails with ResourceExhausted before the buffer grows.
+  int64_t max_output_bytes = 0;
   LoopObserver* loop_observer = nullptr;  // not owned; may be null
 };
 
@@ -55,13 +60,22 @@ class RunContext {
   RunStats& stats() { return stats_; }
 
   // Cancelled or DeadlineExceeded when the run must stop; OK otherwise. Cheap enough to call on
-  // every loop iteration (an atomic load and a clock read).
+  // every loop iteration: an atomic load and, with a deadline, a read of the coarse monotonic
+  // clock (~5 ns through the vDSO, against ~20 ns for absl::Now()). The coarse clock ticks every
+  // few milliseconds, so a deadline is noticed at most one tick late.
   absl::Status CheckInterrupted() const {
     if (options_.cancelled != nullptr && options_.cancelled->load(std::memory_order_relaxed)) {
       return CancelledError();
     }
-    if (has_deadline_ && absl::Now() >= options_.deadline) return DeadlineError();
+    if (has_deadline_ && CoarseMonotonicNanos() >= deadline_ns_) return DeadlineError();
     return absl::OkStatus();
+  }
+
+  // CLOCK_MONOTONIC_COARSE in nanoseconds.
+  static int64_t CoarseMonotonicNanos() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
 
   // The oneDNN CPU stream of this run, created on first use.
@@ -77,6 +91,7 @@ class RunContext {
 
   RunOptions options_;
   bool has_deadline_;
+  int64_t deadline_ns_ = 0;  // options_.deadline on the CoarseMonotonicNanos() clock
   RunStats stats_;
   std::unique_ptr<dnnl::stream> stream_;
   void* scratchpad_ = nullptr;

@@ -32,6 +32,9 @@ struct CarriedPort {
   int param_slot;
   int result_slot;
   bool swap;
+  // The body hands the parameter straight back (ElideIdentities turned `Identity(param)` into
+  // the parameter itself): the value never changes, so there is nothing to hand over.
+  bool unchanged;
   DataType default_dtype;  // for an absent initial condition: bool true
   bool default_rank1;
 };
@@ -51,6 +54,7 @@ struct OutputPortInfo {
   int64_t axis = 0;
   int64_t stride = 1;
   ValueType declared;  // the body result's declared type, for zero-iteration shapes
+  std::string name;    // the Loop output's value name, for error messages
 };
 
 class LoopState : public KernelState {
@@ -65,7 +69,7 @@ class LoopKernel : public Kernel {
   LoopKernel(std::shared_ptr<const Plan> body, std::shared_ptr<const LoopSpec> spec, int loop_index)
       : body_(std::move(body)), spec_(std::move(spec)), loop_index_(loop_index) {}
 
-  absl::Status Init(const Node& node) {
+  absl::Status Init(const Node& node, const Graph& outer) {
     const Graph& g = body_->graph();
     const int num_params = static_cast<int>(g.inputs.size());
     const int num_results = static_cast<int>(g.outputs.size());
@@ -126,6 +130,7 @@ class LoopKernel : public Kernel {
           c.param_slot = param_slot;
           c.result_slot = result_slot;
           c.swap = body_->is_produced(result_slot) && result_uses[result_slot]++ == 0;
+          c.unchanged = result_slot == param_slot;
           c.default_dtype = DataType::kBool;
           c.default_rank1 = t.dims.has_value() && t.dims->size() == 1;
           carried_.push_back(c);
@@ -156,6 +161,8 @@ class LoopKernel : public Kernel {
       out.axis = port.axis;
       out.stride = port.stride;
       out.declared = g.values[out.result_slot].type;
+      const ValueId output_id = node.outputs[port.node_output];
+      if (output_id != kNoValue) out.name = outer.values[output_id].name;
       if (out.kind == OutputKind::kConcat && out.stride != 1 && out.stride != -1) {
         return absl::UnimplementedError(
             absl::StrCat("concatenated output stride ", out.stride, " (only 1 and -1)"));
@@ -164,7 +171,7 @@ class LoopKernel : public Kernel {
     }
     int staged = 0;
     for (CarriedPort& c : carried_) {
-      staged_index_.push_back(c.swap ? -1 : staged++);
+      staged_index_.push_back(c.swap || c.unchanged ? -1 : staged++);
     }
     num_staged_ = staged;
     return absl::OkStatus();
@@ -256,6 +263,14 @@ class LoopKernel : public Kernel {
       max_trip = std::min<int64_t>(max_trip, v.tensor().dim(*axis));
     }
     const int64_t cap = run.options().max_loop_iterations;
+    // The counter is sized once per execution and then written in place: nothing in the body
+    // writes a parameter slot, so its buffer stays put across iterations.
+    void* iteration_counter = nullptr;
+    if (iteration_slot_ >= 0) {
+      Tensor* t = &body.slot(iteration_slot_).mutable_tensor();
+      t->Resize(iteration_dtype_, iteration_rank1_ ? Shape{1} : Shape{});
+      iteration_counter = t->mutable_raw_data();
+    }
 
     int64_t i = 0;
     for (; i < max_trip && cond; ++i) {
@@ -265,13 +280,11 @@ class LoopKernel : public Kernel {
             absl::StrCat("the loop reached the iteration cap of ", cap,
                          " (max_loop_iterations) before finishing"));
       }
-      if (iteration_slot_ >= 0) {
-        Tensor* t = &body.slot(iteration_slot_).mutable_tensor();
-        t->Resize(iteration_dtype_, iteration_rank1_ ? Shape{1} : Shape{});
+      if (iteration_counter != nullptr) {
         if (iteration_dtype_ == DataType::kInt32) {
-          t->mutable_data<int32_t>()[0] = static_cast<int32_t>(i);
+          static_cast<int32_t*>(iteration_counter)[0] = static_cast<int32_t>(i);
         } else {
-          t->mutable_data<int64_t>()[0] = i;
+          static_cast<int64_t*>(iteration_counter)[0] = i;
         }
       }
       for (const SlicedPort& s : sliced_) {
@@ -299,15 +312,17 @@ class LoopKernel : public Kernel {
         const OutputPortInfo& out = outputs_[k];
         if (out.kind == OutputKind::kLastValue) continue;
         LS_RETURN_IF_ERROR(Append(out, i, body.slot(out.result_slot), state.slice_shapes[k],
-                                  ctx.output_value(out.node_output).mutable_tensor(), max_trip));
+                                  ctx.output_value(out.node_output).mutable_tensor(), max_trip,
+                                  run.options().max_output_bytes));
       }
       // Back edges: first stage every copied value (sources may alias), then hand over.
       for (size_t k = 0; k < carried_.size(); ++k) {
-        if (!carried_[k].swap)
+        if (!carried_[k].swap && !carried_[k].unchanged)
           state.staged[staged_index_[k]].CopyFrom(body.slot(carried_[k].result_slot));
       }
       for (size_t k = 0; k < carried_.size(); ++k) {
         const CarriedPort& c = carried_[k];
+        if (c.unchanged) continue;
         Value& param = body.slot(c.param_slot);
         swap(param, c.swap ? body.slot(c.result_slot) : state.staged[staged_index_[k]]);
       }
@@ -345,6 +360,7 @@ class LoopKernel : public Kernel {
       } else if (iterations == 0) {
         LS_RETURN_IF_ERROR(EmptyLike(out, dst.mutable_tensor(), out.kind == OutputKind::kStack));
       } else {
+        SetStackedRows(dst.mutable_tensor(), iterations);
         LS_RETURN_IF_ERROR(
             FinishConcat(out, state.slice_shapes[k], iterations, dst.mutable_tensor()));
       }
@@ -370,12 +386,21 @@ class LoopKernel : public Kernel {
   }
 
   // Appends iteration `i`'s result to the output buffer, laid out as [iterations, slice...].
+  // `max_bytes` (> 0) caps the concatenation's size: checked before the buffer grows.
   static absl::Status Append(const OutputPortInfo& out, int64_t i, const Value& result,
-                             Shape& slice_shape, Tensor& buffer, int64_t max_trip) {
+                             Shape& slice_shape, Tensor& buffer, int64_t max_trip,
+                             int64_t max_bytes) {
     if (!result.is_tensor()) {
       return absl::UnimplementedError("a scan/concatenated output must be a tensor");
     }
     const Tensor& r = result.tensor();
+    const size_t bytes = r.ByteSize();
+    if (max_bytes > 0 && bytes > 0 &&
+        static_cast<uint64_t>(i) + 1 > static_cast<uint64_t>(max_bytes) / bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("concatenated output '", out.name, "' would exceed ", max_bytes,
+                       " bytes (max_output_bytes) at iteration ", i));
+    }
     if (i == 0) {
       slice_shape = r.shape();
       // Reserve for the known trip count when it is small; otherwise grow geometrically.
@@ -395,18 +420,28 @@ class LoopKernel : public Kernel {
           "scan output changed from ", DataTypeName(buffer.dtype()), slice_shape.ToString(), " to ",
           DataTypeName(r.dtype()), r.shape().ToString(), " at iteration ", i,
           "; scan outputs must keep their shape"));
-    } else {
+    } else if (static_cast<size_t>(i + 1) * bytes > buffer.capacity()) {
+      // Growth (rare: doubling). In steady state the buffer's recorded shape is not touched; rows
+      // land in its spare capacity and SetStackedRows records them. Record the i rows written so
+      // far first, so the regrowth keeps them all.
+      SetStackedRows(buffer, i);
       Shape shape = buffer.shape();
       shape[0] = i + 1;
-      const size_t need = static_cast<size_t>(i + 1) * r.ByteSize();
-      buffer.ResizeKeepingData(shape, need > buffer.capacity() ? need * 2 : 0);
+      buffer.ResizeKeepingData(shape, static_cast<size_t>(i + 1) * bytes * 2);
     }
-    const size_t bytes = r.ByteSize();
     if (bytes > 0) {
       std::memcpy(static_cast<char*>(buffer.mutable_raw_data()) + static_cast<size_t>(i) * bytes,
                   r.raw_data(), bytes);
     }
     return absl::OkStatus();
+  }
+
+  // Records `rows` stacked slices in `buffer`'s shape; they must fit its capacity (no copy).
+  static void SetStackedRows(Tensor& buffer, int64_t rows) {
+    if (buffer.dim(0) == rows) return;
+    Shape shape = buffer.shape();
+    shape[0] = rows;
+    buffer.ResizeKeepingData(shape, 0);
   }
 
   // Turns the stacked [n, slice...] buffer into the output's final layout.
@@ -474,6 +509,79 @@ class LoopKernel : public Kernel {
   std::vector<OutputPortInfo> outputs_;
 };
 
+// Two rewrites of a Loop body before it is compiled. (1) A carried result `Identity(param)` of its
+// own parameter becomes the parameter (see CarriedPort::unchanged). (2) A scan output whose body
+// result is `Identity(x)`, read by nothing else, is rewritten to read x
+// and the Identity node is dropped: the Loop copies each scan slice out of the body before it
+// hands back edges on, so x still holds the iteration's value, and the copy (16 KB per iteration
+// for a large slice) and the dispatch are saved. Returns `body` itself when nothing applies.
+std::shared_ptr<const Graph> ElideIdentities(std::shared_ptr<const Graph> body,
+                                             const LoopSpec& spec) {
+  const Graph& g = *body;
+  const int num_results = static_cast<int>(g.outputs.size());
+  std::vector<int> port_refs(num_results, 0);
+  auto ref = [&](int r) {
+    if (r >= 0 && r < num_results) ++port_refs[r];
+  };
+  ref(spec.condition_result);
+  for (const LoopSpec::InputPort& in : spec.inputs) {
+    if (in.kind == InputKind::kCarried) ref(in.back_edge);
+  }
+  for (const LoopSpec::OutputPort& out : spec.outputs) ref(out.body_result);
+  std::vector<int> value_uses(g.values.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (ValueId v : n.inputs) {
+      if (v != kNoValue) ++value_uses[v];
+    }
+    for (ValueId v : n.implicit_inputs) ++value_uses[v];
+  }
+  for (ValueId v : g.outputs) ++value_uses[v];
+
+  std::vector<bool> dropped(g.nodes.size(), false);
+  std::vector<ValueId> outputs = g.outputs;
+  bool changed = false;
+  // Drops the Identity node that makes result `r` and has the result read `source` instead.
+  auto elide = [&](int r, ValueId source) {
+    const ValueId y = g.outputs[r];
+    if (value_uses[y] != 1) return;
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      const Node& node = g.nodes[n];
+      if (!dropped[n] && node.op_type == "Identity" && node.domain.empty() &&
+          node.inputs.size() == 1 && node.outputs.size() == 1 && node.outputs[0] == y &&
+          node.inputs[0] != kNoValue && (source == kNoValue || node.inputs[0] == source)) {
+        outputs[r] = node.inputs[0];
+        dropped[n] = true;
+        changed = true;
+        return;
+      }
+    }
+  };
+  // A carried value passed through unchanged (the ONNX condition `cond_out = Identity(cond_in)`):
+  // the result becomes the parameter and the Loop skips its hand-over.
+  for (const LoopSpec::InputPort& in : spec.inputs) {
+    if (in.kind != InputKind::kCarried || in.back_edge < 0 || in.back_edge >= num_results ||
+        in.body_param < 0 || in.body_param >= static_cast<int>(g.inputs.size())) {
+      continue;
+    }
+    elide(in.back_edge, g.inputs[in.body_param]);
+  }
+  for (const LoopSpec::OutputPort& out : spec.outputs) {
+    const int r = out.body_result;
+    if (out.kind == OutputKind::kLastValue || r < 0 || r >= num_results || port_refs[r] != 1) {
+      continue;
+    }
+    elide(r, kNoValue);
+  }
+  if (!changed) return body;
+  auto rewritten = std::make_shared<Graph>(g);
+  rewritten->outputs = std::move(outputs);
+  rewritten->nodes.clear();
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (!dropped[n]) rewritten->nodes.push_back(g.nodes[n]);
+  }
+  return rewritten;
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
   const Node& node = init.node();
   if (node.loop == nullptr) {
@@ -481,10 +589,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
   }
   std::shared_ptr<const Graph> body = node.GetGraph("body");
   if (body == nullptr) return absl::InvalidArgumentError("attribute 'body' is missing");
+  body = ElideIdentities(std::move(body), *node.loop);
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, init.CompileSubgraph(body));
   const int loop_index = init.RegisterLoop(node.name);
   auto kernel = std::make_unique<LoopKernel>(std::move(plan), node.loop, loop_index);
-  LS_RETURN_IF_ERROR(kernel->Init(node));
+  LS_RETURN_IF_ERROR(kernel->Init(node, init.graph()));
   return kernel;
 }
 

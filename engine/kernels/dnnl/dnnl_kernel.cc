@@ -1,5 +1,8 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -12,10 +15,16 @@ namespace loopserve::engine {
 namespace {
 
 std::atomic<int64_t> g_creations{0};
+std::atomic<int64_t> g_small_tensor_limit{kDefaultDnnlSmallTensorLimit};
 
 }  // namespace
 
 int64_t DnnlPrimitiveCreationCount() { return g_creations.load(std::memory_order_relaxed); }
+
+void SetDnnlSmallTensorLimit(int64_t elements) {
+  g_small_tensor_limit.store(elements, std::memory_order_relaxed);
+}
+int64_t DnnlSmallTensorLimit() { return g_small_tensor_limit.load(std::memory_order_relaxed); }
 
 // The signature a frame ran last, with its op bound to memory objects and an argument table.
 class DnnlKernel::State : public KernelState {
@@ -70,6 +79,45 @@ void DnnlKernel::AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& 
   }
 }
 
+void DnnlKernel::PackConstant(const Tensor& constant, const dnnl::memory::desc& plain,
+                              const dnnl::memory::desc& packed, PreparedOp& op) {
+  op.packed.Resize(DataType::kUint8, Shape{static_cast<int64_t>(packed.get_size())});
+  dnnl::memory src(plain, CpuEngine(), const_cast<void*>(constant.raw_data()));
+  dnnl::memory dst(packed, CpuEngine(), op.packed.mutable_raw_data());
+  dnnl::stream stream(CpuEngine());
+  dnnl::reorder(src, dst).execute(stream, src, dst);
+  stream.wait();
+}
+
+int64_t DnnlKernel::Work(absl::Span<const Shape* const> shapes) const {
+  int64_t work = 0;
+  for (const Shape* shape : shapes) {
+    if (shape != nullptr) work = std::max(work, shape->NumElements());
+  }
+  return work;
+}
+
+namespace {
+
+// Runs the enclosing scope with one OpenMP thread on this thread (a per-thread setting), so that
+// a primitive created in it plans for one thread and one executed in it forks no team.
+class ScopedSingleThread {
+ public:
+  explicit ScopedSingleThread(bool enable) : saved_(enable ? omp_get_max_threads() : 1) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~ScopedSingleThread() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  ScopedSingleThread(const ScopedSingleThread&) = delete;
+  ScopedSingleThread& operator=(const ScopedSingleThread&) = delete;
+
+ private:
+  const int saved_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(
     DataType type, const Shape* const* shapes) const {
   Key key;
@@ -90,10 +138,13 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(
   // Prepared outside the lock: creation takes 20-300 us and other signatures need not wait.
   std::shared_ptr<PreparedOp> op;
   try {
+    const bool single_threaded = Work(absl::MakeConstSpan(shapes, num_inputs_)) < kParallelWork;
+    ScopedSingleThread scope(single_threaded);
     absl::StatusOr<std::unique_ptr<PreparedOp>> prepared =
         Prepare(type, absl::MakeConstSpan(shapes, num_inputs_));
     if (!prepared.ok()) return prepared.status();
     op = std::move(*prepared);
+    op->single_threaded = single_threaded;
   } catch (const dnnl::error& e) {
     if (e.status != dnnl_unimplemented) return FromDnnlError(e);
     op = std::make_shared<PreparedOp>();
@@ -234,6 +285,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                             static_cast<int>(BufferSource::kAux0)]
                        .mutable_raw_data();
           break;
+        case BufferSource::kPacked:
+          handle = const_cast<void*>(op.packed.raw_data());  // oneDNN only reads weights
+          break;
       }
       state.memories[i].set_data_handle(handle);
     }
@@ -242,9 +296,10 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   }
   // The C entry point takes the pre-built argument table; the C++ one would build a vector from
   // an unordered_map on every call.
-  const dnnl_status_t status =
-      dnnl_primitive_execute(op.primitive.get(), run.stream().get(),
-                             static_cast<int>(state.args.size()), state.args.data());
+  dnnl_stream_t stream = run.stream().get();
+  ScopedSingleThread scope(op.single_threaded);
+  const dnnl_status_t status = dnnl_primitive_execute(
+      op.primitive.get(), stream, static_cast<int>(state.args.size()), state.args.data());
   if (status != dnnl_success) {
     return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
   }

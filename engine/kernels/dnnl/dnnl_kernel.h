@@ -22,12 +22,24 @@
 #include "absl/types/span.h"
 #include "engine/runtime/kernel.h"
 #include "engine/tensor/shape.h"
+#include "engine/tensor/tensor.h"
 
 namespace loopserve::engine {
 
 // Primitives the oneDNN kernels of this process have created (signature-cache misses, including
 // those at load). Tests use it to prove that steady-state runs create none. Thread-safe.
 int64_t DnnlPrimitiveCreationCount();
+
+// Elementwise ops (Add/Sub/Mul/Div, cheap unary ops; transcendental ones up to 16 elements) whose
+// output has at most this many elements run on the reference loops instead of a oneDNN primitive:
+// a primitive execute has a floor of ~0.2-0.6 us, allocates on the heap inside oneDNN 2.6 and,
+// with more than one thread, forks an OpenMP team, while a plain loop adds 1024 floats in ~0.3 us
+// (bench/engine_bench.cc, BM_DnnlAdd against BM_NativeAdd: the loop wins up to ~4096). Default
+// kDefaultDnnlSmallTensorLimit; process-wide. The oneDNN kernel tests set 0 to exercise oneDNN on
+// every shape.
+inline constexpr int64_t kDefaultDnnlSmallTensorLimit = 1024;
+void SetDnnlSmallTensorLimit(int64_t elements);
+int64_t DnnlSmallTensorLimit();
 
 // Where a primitive argument's buffer comes from on each run.
 // kOutput is output 0; kOutput1/kOutput2 are PreparedOp::extra_outputs; kAux0/kAux1 are the frame's
@@ -44,6 +56,7 @@ enum class BufferSource : uint8_t {
   kScratchpad,
   kAux0,
   kAux1,
+  kPacked,  // PreparedOp::packed: a constant input reordered once into oneDNN's preferred layout
 };
 
 struct ArgBinding {
@@ -80,6 +93,12 @@ struct PreparedOp {
   // Outputs 1, 2, ... (bound as kOutput1, kOutput2), sized to these types and shapes on every run
   // in kExecute and kEmpty modes. Only as many as the node has; Finish post-processes them.
   absl::InlinedVector<std::pair<DataType, Shape>, 2> extra_outputs;
+  // Created and executed with one OpenMP thread (DnnlKernel::Work below kParallelWork): an OpenMP
+  // fork/join costs ~1 us on this class of machine, more than a small primitive's whole run.
+  bool single_threaded = false;
+  // A constant operand (MatMul weights) already in the primitive's preferred layout, made when the
+  // signature is prepared (at load when shapes are declared) and bound as BufferSource::kPacked.
+  Tensor packed;
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their
@@ -95,6 +114,8 @@ class DnnlKernel : public Kernel {
   static constexpr int kMaxInputs = 5;
   static constexpr int kMaxAux = 2;
   static constexpr size_t kMaxCachedSignatures = 64;
+  // Signatures whose Work is below this run single-threaded.
+  static constexpr int64_t kParallelWork = int64_t{1} << 18;
 
   // The first `required_inputs` of `num_inputs` (<= kMaxInputs) inputs must be present.
   DnnlKernel(int num_inputs, int required_inputs);
@@ -107,6 +128,10 @@ class DnnlKernel : public Kernel {
   // ignored here: the same inputs fail again, with the message, when they really arrive.
   void WarmUp(const KernelInit& init) const;
 
+  // Reorders the plain `constant` (described by `plain`) into `op.packed` laid out as `packed`.
+  static void PackConstant(const Tensor& constant, const dnnl::memory::desc& plain,
+                           const dnnl::memory::desc& packed, PreparedOp& op);
+
  protected:
   // Whether oneDNN computes element type `type` for this op; others go to RunReference.
   virtual bool UsesDnnl(DataType type) const;
@@ -116,6 +141,10 @@ class DnnlKernel : public Kernel {
   // InvalidArgument for shapes the op rejects.
   virtual absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const = 0;
+
+  // A rough operation count for the signature (default: the largest input's element count);
+  // decides single- or multi-threaded execution.
+  virtual int64_t Work(absl::Span<const Shape* const> shapes) const;
 
   // Computes every output with the reference kernel.
   virtual absl::Status RunReference(KernelContext& ctx) const = 0;

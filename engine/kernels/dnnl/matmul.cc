@@ -1,5 +1,8 @@
 // oneDNN MatMul (numpy semantics) and Gemm, both on the matmul primitive.
 
+#include <optional>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
@@ -16,9 +19,35 @@ dnnl::memory::dims Concat(absl::Span<const int64_t> batch, int64_t rows, int64_t
   return dims;
 }
 
+// The weights constant when this signature's weights are it (same type and shape), else null.
+const Tensor* ConstantWeights(const Tensor* constant, DataType type, const Shape& shape) {
+  if (constant == nullptr || constant->dtype() != type || constant->shape() != shape)
+    return nullptr;
+  return constant;
+}
+
+// `desc`'s dims and type with the layout left to the primitive.
+dnnl::memory::desc AnyLayout(const dnnl::memory::desc& desc) {
+  return dnnl::memory::desc(desc.dims(), desc.data_type(), dnnl::memory::format_tag::any);
+}
+
+// Weights in oneDNN's preferred layout for `pd` when `constant` (non-null) is the weights input:
+// binds them as BufferSource::kPacked (reordered once, here) and returns true. A plain-layout
+// weights matrix makes the brgemm matmul repack it on every execute (for a 1x256 * 256x1024
+// product that doubled the time: it reads and writes the whole matrix again).
+bool BindPackedWeights(const Tensor* constant, const dnnl::memory::desc& plain,
+                       const dnnl::matmul::primitive_desc& pd, PreparedOp& op) {
+  if (constant == nullptr) return false;
+  const dnnl::memory::desc packed = pd.weights_desc();
+  if (packed == plain) return false;
+  DnnlKernel::PackConstant(*constant, plain, packed, op);
+  return true;
+}
+
 class MatMulKernel final : public DnnlKernel {
  public:
-  MatMulKernel() : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2) {}
+  explicit MatMulKernel(const Tensor* constant_weights)
+      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2), constant_weights_(constant_weights) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -44,19 +73,135 @@ class MatMulKernel final : public DnnlKernel {
     const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
     const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
     const dnnl::memory::desc dst = Desc(Concat(dims.batch.dims(), dims.m, dims.n), type);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst),
-                                          UserScratchpadAttr(), CpuEngine());
+    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, dst),
+        UserScratchpadAttr(), CpuEngine());
     prepared->primitive = dnnl::matmul(pd);
+    const bool packed = BindPackedWeights(constant, weights, pd, *prepared);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
+                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
+                           packed ? pd.weights_desc() : weights},
                           {DNNL_ARG_DST, BufferSource::kOutput, dst}};
     AddScratchpad(pd, *prepared);
     return prepared;
   }
 
+  // Multiply-adds of the product.
+  int64_t Work(absl::Span<const Shape* const> shapes) const override {
+    absl::StatusOr<reference::MatMulDims> dims = reference::MatMulShapes(*shapes[0], *shapes[1]);
+    if (!dims.ok()) return 0;
+    return dims->batch.NumElements() * dims->m * dims->n * dims->k;
+  }
+
   absl::Status RunReference(KernelContext& ctx) const override {
     return reference::MatMul(ctx.input(0), ctx.input(1), ctx.output_value(0).mutable_tensor());
   }
+
+ private:
+  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
+};
+
+// MatMul + Add(bias) [+ Tanh | Relu | Sigmoid] as one matmul primitive: the bias is the
+// primitive's bias argument (broadcast over rows) and the activation an eltwise post-op. Made by
+// the compiler's fusion pass (kFusedMatMulOp). A bias that would change the output shape, 1-D
+// operands, or a combination oneDNN does not implement run the three ops on the reference
+// kernels, so results never depend on whether fusion applied.
+class FusedMatMulKernel final : public DnnlKernel {
+ public:
+  FusedMatMulKernel(std::optional<reference::UnaryOp> activation, const Tensor* constant_weights)
+      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/3),
+        activation_(activation),
+        constant_weights_(constant_weights) {}
+
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    LS_ASSIGN_OR_RETURN(const reference::MatMulDims dims,
+                        reference::MatMulShapes(*shapes[0], *shapes[1]));
+    const Shape& bias = *shapes[2];
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = dims.output;
+    const int rank = dims.batch.rank() + 2;
+    // The bias must be one row added to every row of the product ([n], [1, n], ...): other
+    // broadcasts would either grow the result or make oneDNN pick its slow reference matmul.
+    bool bias_fits = shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2 && bias.rank() >= 1 &&
+                     bias.rank() <= rank && rank <= DNNL_MAX_NDIMS && dims.k > 0 &&
+                     dims.output.NumElements() > 0 && bias[bias.rank() - 1] == dims.n &&
+                     bias.NumElements() == dims.n;
+    dnnl::memory::dims bias_dims(rank, 1);
+    bias_dims[rank - 1] = dims.n;
+    if (!bias_fits) {
+      prepared->mode = PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
+    const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
+    const dnnl::memory::desc bias_desc = Desc(bias_dims, type);
+    const dnnl::memory::desc dst = Desc(Concat(dims.batch.dims(), dims.m, dims.n), type);
+    dnnl::primitive_attr attr = UserScratchpadAttr();
+    if (activation_.has_value()) {
+      dnnl::post_ops post_ops;
+      post_ops.append_eltwise(1.0f, EltwiseAlgorithm(*activation_), 0.0f, 0.0f);
+      attr.set_post_ops(post_ops);
+    }
+    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, bias_desc, dst),
+        attr, CpuEngine());
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+      prepared->mode = PreparedOp::Mode::kReference;  // no faster than the reference kernels
+      return prepared;
+    }
+    prepared->primitive = dnnl::matmul(pd);
+    const bool packed = BindPackedWeights(constant, weights, pd, *prepared);
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
+                           packed ? pd.weights_desc() : weights},
+                          {DNNL_ARG_BIAS, BufferSource::kInput2, bias_desc},
+                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  int64_t Work(absl::Span<const Shape* const> shapes) const override {
+    absl::StatusOr<reference::MatMulDims> dims = reference::MatMulShapes(*shapes[0], *shapes[1]);
+    if (!dims.ok()) return 0;
+    return dims->batch.NumElements() * dims->m * dims->n * dims->k;
+  }
+
+  // The unfused chain on the reference kernels: MatMul into the output, then Add and the
+  // activation in place when the bias does not grow the result (no temporaries).
+  absl::Status RunReference(KernelContext& ctx) const override {
+    Tensor& out = ctx.output_value(0).mutable_tensor();
+    LS_RETURN_IF_ERROR(reference::MatMul(ctx.input(0), ctx.input(1), out));
+    const Tensor& bias = ctx.input(2);
+    LS_ASSIGN_OR_RETURN(const Shape shape, BroadcastShapes(out.shape(), bias.shape()));
+    if (shape == out.shape()) {
+      LS_RETURN_IF_ERROR(reference::Binary(reference::BinaryOp::kAdd, out, bias, out));
+    } else {
+      Tensor product;
+      product.CopyFrom(out);
+      LS_RETURN_IF_ERROR(reference::Binary(reference::BinaryOp::kAdd, product, bias, out));
+    }
+    if (activation_.has_value()) LS_RETURN_IF_ERROR(reference::Unary(*activation_, out, out));
+    return absl::OkStatus();
+  }
+
+ private:
+  static dnnl::algorithm EltwiseAlgorithm(reference::UnaryOp op) {
+    switch (op) {
+      case reference::UnaryOp::kRelu:
+        return dnnl::algorithm::eltwise_relu;
+      case reference::UnaryOp::kSigmoid:
+        return dnnl::algorithm::eltwise_logistic;
+      default:
+        return dnnl::algorithm::eltwise_tanh;
+    }
+  }
+
+  const std::optional<reference::UnaryOp> activation_;
+  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
 };
 
 class GemmKernel final : public DnnlKernel {
@@ -126,7 +271,27 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlMatMulKernel(const KernelInit&
                                                    init.num_inputs(), " and ",
                                                    init.node().outputs.size()));
   }
-  auto kernel = std::make_unique<MatMulKernel>();
+  auto kernel = std::make_unique<MatMulKernel>(init.constant_input(1));
+  kernel->WarmUp(init);
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlFusedMatMulKernel(const KernelInit& init) {
+  if (init.num_inputs() != 3 || init.node().outputs.size() != 1) {
+    return absl::InvalidArgumentError("a fused MatMul takes 3 inputs and has 1 output");
+  }
+  LS_ASSIGN_OR_RETURN(const std::string activation, init.node().GetString("activation", ""));
+  std::optional<reference::UnaryOp> op;
+  if (activation == "Tanh") {
+    op = reference::UnaryOp::kTanh;
+  } else if (activation == "Relu") {
+    op = reference::UnaryOp::kRelu;
+  } else if (activation == "Sigmoid") {
+    op = reference::UnaryOp::kSigmoid;
+  } else if (!activation.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown fused activation '", activation, "'"));
+  }
+  auto kernel = std::make_unique<FusedMatMulKernel>(op, init.constant_input(1));
   kernel->WarmUp(init);
   return kernel;
 }

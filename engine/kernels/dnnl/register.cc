@@ -1,5 +1,6 @@
 #include "engine/kernels/builtin.h"
 #include "engine/kernels/dnnl/kernels.h"
+#include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
 
@@ -24,6 +25,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   }
   registry.Register("MatMul", CreateDnnlMatMulKernel);
   registry.Register("Gemm", CreateDnnlGemmKernel);
+  registry.Register(kFusedMatMulOp, CreateDnnlFusedMatMulKernel);
+  registry.Register(kFusedBinaryOp, CreateDnnlFusedBinaryKernel);
   registry.Register("Softmax",
                     [](const KernelInit& init) { return CreateDnnlSoftmaxKernel(init, false); });
   registry.Register("LogSoftmax",

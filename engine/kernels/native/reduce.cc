@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
@@ -267,6 +268,18 @@ class ArgKernel final : public Kernel {
       Tensor* y = ctx.output(0, DataType::kInt64, out_shape);
       int64_t* out = y->mutable_data<int64_t>();
       const T* in = x.data<T>();
+      if constexpr (std::is_floating_point_v<T>) {
+        if (inner == 1 && !select_last_) {
+          // Contiguous rows (the logits of a decoder): the branch-free two-pass form below is
+          // several times faster than Better() per element; a row with a NaN takes the general
+          // path.
+          bool all_fast = true;
+          for (int64_t o = 0; o < outer && all_fast; ++o) {
+            all_fast = FirstExtremum(in + o * n, n, out + o);
+          }
+          if (all_fast) return;
+        }
+      }
       for (int64_t o = 0; o < outer; ++o) {
         for (int64_t i = 0; i < inner; ++i) {
           const T* p = in + o * n * inner + i;
@@ -290,6 +303,30 @@ class ArgKernel final : public Kernel {
  private:
   ArgKernel(int64_t axis, bool keepdims, bool last)
       : axis_(axis), keepdims_(keepdims), select_last_(last) {}
+
+  // The first index of the row's maximum (minimum); false when the row holds a NaN.
+  template <typename T>
+  static bool FirstExtremum(const T* p, int64_t n, int64_t* index) {
+    T best = p[0];
+    int nan = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const T v = p[k];
+      nan |= v != v;
+      if constexpr (kMax) {
+        best = v > best ? v : best;
+      } else {
+        best = v < best ? v : best;
+      }
+    }
+    if (nan != 0) return false;
+    for (int64_t k = 0; k < n; ++k) {
+      if (p[k] == best) {
+        *index = k;
+        return true;
+      }
+    }
+    return false;
+  }
 
   // Whether v replaces the current best.
   template <typename T>

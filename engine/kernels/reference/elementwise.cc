@@ -61,11 +61,30 @@ absl::Status BinaryTyped(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
       }
     }
   }
-  const Shape* inputs[] = {&a.shape(), &b.shape()};
-  const BroadcastLayout layout = MakeBroadcastLayout(out.shape(), inputs);
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* po = out.mutable_data<T>();
+  // Fast paths for the shapes loop bodies use most (same shape, or one side a single element):
+  // building a BroadcastLayout costs more than the arithmetic on a counter or a small vector.
+  const int64_t n = out.NumElements();
+  const bool a_full = a.shape() == out.shape();
+  const bool b_full = b.shape() == out.shape();
+  if (a_full && b_full) {
+    for (int64_t j = 0; j < n; ++j) po[j] = Apply<T>(op, pa[j], pb[j]);
+    return absl::OkStatus();
+  }
+  if (a_full && b.NumElements() == 1) {
+    const T vb = pb[0];
+    for (int64_t j = 0; j < n; ++j) po[j] = Apply<T>(op, pa[j], vb);
+    return absl::OkStatus();
+  }
+  if (b_full && a.NumElements() == 1) {
+    const T va = pa[0];
+    for (int64_t j = 0; j < n; ++j) po[j] = Apply<T>(op, va, pb[j]);
+    return absl::OkStatus();
+  }
+  const Shape* inputs[] = {&a.shape(), &b.shape()};
+  const BroadcastLayout layout = MakeBroadcastLayout(out.shape(), inputs);
   const int64_t row = layout.dims.back();
   const int64_t sa = layout.strides[0].back();
   const int64_t sb = layout.strides[1].back();
@@ -136,7 +155,13 @@ absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) 
     return absl::InvalidArgumentError(absl::StrCat(
         "inputs have element types ", DataTypeName(a.dtype()), " and ", DataTypeName(b.dtype())));
   }
-  LS_ASSIGN_OR_RETURN(Shape out_shape, BroadcastShapes(a.shape(), b.shape()));
+  // Equal shapes (the common case in loop bodies) need no broadcast computation.
+  const bool same = a.shape() == b.shape();
+  Shape broadcast_shape;
+  if (!same) {
+    LS_ASSIGN_OR_RETURN(broadcast_shape, BroadcastShapes(a.shape(), b.shape()));
+  }
+  const Shape& out_shape = same ? a.shape() : broadcast_shape;
   absl::Status status;
   const bool supported = DispatchNumeric(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

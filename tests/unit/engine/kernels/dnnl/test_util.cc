@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/builtin.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/runtime/kernel_registry.h"
 
 namespace loopserve::engine::testing {
@@ -53,6 +54,8 @@ absl::StatusOr<std::unique_ptr<NodeRunner>> NodeRunner::Create(
     const std::string& op_type, int opset, int num_inputs,
     absl::flat_hash_map<std::string, Attribute> attributes, std::vector<int> omitted,
     std::vector<ValueType> declared, int num_outputs) {
+  // These tests compare oneDNN with the reference kernels: keep small tensors on oneDNN too.
+  SetDnnlSmallTensorLimit(0);
   auto graph = std::make_shared<Graph>();
   graph->name = "test";
   std::unique_ptr<NodeRunner> runner(new NodeRunner());

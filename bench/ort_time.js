@@ -1,0 +1,46 @@
+// Times one model through ONNX Runtime (onnxruntime-node), the counterpart of
+// `looprun --repeat --warmup --threads`. Inputs come from a JSON file written by compare_ort.py
+// ({name: {dtype, dims, data}}), so both engines see the same values. Prints one JSON line with
+// median_us / p90_us / min_us, timed around session.run only.
+//
+//   NODE_PATH=<node_modules> node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS
+'use strict';
+const fs = require('fs');
+const ort = require('onnxruntime-node');
+
+const TYPED = {
+  float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array,
+};
+
+async function main() {
+  const [model, inputsJson, repeat, warmup, threads] = process.argv.slice(2);
+  const session = await ort.InferenceSession.create(model, {
+    intraOpNumThreads: Number(threads),
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+    graphOptimizationLevel: 'all',
+  });
+  const spec = JSON.parse(fs.readFileSync(inputsJson, 'utf8'));
+  const feeds = {};
+  for (const [name, t] of Object.entries(spec)) {
+    const data = t.dtype === 'int64' ? BigInt64Array.from(t.data.map(BigInt))
+                                     : TYPED[t.dtype].from(t.data);
+    feeds[name] = new ort.Tensor(t.dtype, data, t.dims);
+  }
+  const times = [];
+  for (let i = 0; i < Number(warmup) + Number(repeat); ++i) {
+    const start = process.hrtime.bigint();
+    await session.run(feeds);
+    const us = Number(process.hrtime.bigint() - start) / 1000;
+    if (i >= Number(warmup)) times.push(us);
+  }
+  times.sort((a, b) => a - b);
+  const n = times.length;
+  const median = n % 2 ? times[(n - 1) / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  console.log(JSON.stringify({
+    model, repeat: n, median_us: median, p90_us: times[Math.min(n - 1, Math.floor(n * 0.9))],
+    min_us: times[0],
+  }));
+}
+
+main().catch((e) => { console.error(e); process.exit(2); });
