@@ -10,12 +10,6 @@ class TensorProto;
 
 namespace loopserve::engine {
 
-// Our element type for an ONNX TensorProto.DataType value; Unimplemented for types the engine does
-// not hold (string, complex, float8).
-absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type);
-// The ONNX TensorProto.DataType value for `type`.
-int DataTypeToOnnx(DataType type);
-
 // Decodes a TensorProto (raw_data or the typed fields; little-endian) into an owned tensor,
 // validating dims and byte counts. `what` names the tensor in messages. External data is
 // Unimplemented.

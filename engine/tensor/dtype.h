@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace loopserve::engine {
@@ -33,6 +34,14 @@ size_t DataTypeSize(DataType type);
 
 // Lower-case name used in messages: "float32", "int64", "bool", ...
 absl::string_view DataTypeName(DataType type);
+
+// ONNX TensorProto.DataType codes (numbers fixed by the ONNX spec). Importers read them from
+// tensors and value types, kernels from attributes such as Cast's `to`. Unimplemented, naming the
+// type, for codes the engine does not hold (STRING, COMPLEX64, ...).
+absl::StatusOr<DataType> DataTypeFromOnnx(int64_t onnx_type);
+int DataTypeToOnnx(DataType type);  // 0 (UNDEFINED) for kUndefined
+// The same by the code's name ("FLOAT", "INT64", ...), as opset-1 Cast writes it.
+absl::StatusOr<DataType> DataTypeFromOnnxName(absl::string_view name);
 
 bool IsFloatingPoint(DataType type);  // kFloat32, kFloat64 (not the 16-bit storage types)
 bool IsInteger(DataType type);        // signed or unsigned integers (not bool)

@@ -166,55 +166,6 @@ bool DispatchAll(DataType type, Fn&& fn) {
   return DispatchNumericOrBool(type, std::forward<Fn>(fn));
 }
 
-// ONNX TensorProto.DataType numbers and (opset 1) names.
-absl::StatusOr<DataType> OnnxType(int64_t code) {
-  switch (code) {
-    case 1:
-      return DataType::kFloat32;
-    case 2:
-      return DataType::kUint8;
-    case 3:
-      return DataType::kInt8;
-    case 4:
-      return DataType::kUint16;
-    case 5:
-      return DataType::kInt16;
-    case 6:
-      return DataType::kInt32;
-    case 7:
-      return DataType::kInt64;
-    case 9:
-      return DataType::kBool;
-    case 10:
-      return DataType::kFloat16;
-    case 11:
-      return DataType::kFloat64;
-    case 12:
-      return DataType::kUint32;
-    case 13:
-      return DataType::kUint64;
-    case 16:
-      return DataType::kBFloat16;
-    default:
-      break;
-  }
-  return absl::UnimplementedError(
-      absl::StrCat("cast to ONNX data type ", code, " is not supported"));
-}
-
-absl::StatusOr<DataType> OnnxTypeByName(const std::string& name) {
-  static constexpr struct {
-    const char* name;
-    int code;
-  } kNames[] = {{"FLOAT", 1},   {"UINT8", 2},   {"INT8", 3},     {"UINT16", 4},   {"INT16", 5},
-                {"INT32", 6},   {"INT64", 7},   {"BOOL", 9},     {"FLOAT16", 10}, {"DOUBLE", 11},
-                {"UINT32", 12}, {"UINT64", 13}, {"BFLOAT16", 16}};
-  for (const auto& n : kNames) {
-    if (name == n.name) return OnnxType(n.code);
-  }
-  return absl::UnimplementedError(absl::StrCat("cast to '", name, "' is not supported"));
-}
-
 class CastKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -223,9 +174,9 @@ class CastKernel final : public Kernel {
     if (to == nullptr) return absl::InvalidArgumentError("attribute 'to' is required");
     DataType type;
     if (to->type == Attribute::Type::kString) {
-      LS_ASSIGN_OR_RETURN(type, OnnxTypeByName(to->s));
+      LS_ASSIGN_OR_RETURN(type, DataTypeFromOnnxName(to->s));
     } else if (to->type == Attribute::Type::kInt) {
-      LS_ASSIGN_OR_RETURN(type, OnnxType(to->i));
+      LS_ASSIGN_OR_RETURN(type, DataTypeFromOnnx(to->i));
     } else {
       return absl::InvalidArgumentError("attribute 'to' must be an int (or a string at opset 1)");
     }

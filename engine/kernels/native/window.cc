@@ -10,35 +10,15 @@
 namespace loopserve::engine::native {
 namespace {
 
-// The ONNX TensorProto.DataType codes of the numeric types (and bool).
+// The element type an attribute names by ONNX code: numeric types and bool (the 16-bit float
+// storage types are not computed on).
 absl::StatusOr<DataType> NumericType(int64_t code) {
-  switch (code) {
-    case 1:
-      return DataType::kFloat32;
-    case 2:
-      return DataType::kUint8;
-    case 3:
-      return DataType::kInt8;
-    case 4:
-      return DataType::kUint16;
-    case 5:
-      return DataType::kInt16;
-    case 6:
-      return DataType::kInt32;
-    case 7:
-      return DataType::kInt64;
-    case 9:
-      return DataType::kBool;
-    case 11:
-      return DataType::kFloat64;
-    case 12:
-      return DataType::kUint32;
-    case 13:
-      return DataType::kUint64;
-    default:
-      break;
+  LS_ASSIGN_OR_RETURN(DataType type, DataTypeFromOnnx(code));
+  if (type == DataType::kFloat16 || type == DataType::kBFloat16) {
+    return absl::UnimplementedError(
+        absl::StrCat("element type ", DataTypeName(type), " is not supported here"));
   }
-  return absl::UnimplementedError(absl::StrCat("data type ", code, " is not supported"));
+  return type;
 }
 
 // EyeLike(input; dtype, k): a matrix of input's 2-D shape with ones on diagonal k.
