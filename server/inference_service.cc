@@ -193,11 +193,17 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
             absl::DeadlineExceededError(absl::StrCat("deadline exceeded (", status.message(), ")"));
       }
       if (metrics != nullptr && !model_->model->loop_names().empty()) {
-        if (absl::IsResourceExhausted(status) &&
-            absl::StrContains(status.message(), "max_output_bytes")) {
-          metrics->RecordLimitHit(LimitReason::kOutputBytes);
-        } else {
-          metrics->RecordLoopLimitHit(status.code());
+        // The engine tags the limit it enforced; deadline and cancellation are their own codes.
+        switch (engine::GetLimitReason(status)) {
+          case engine::LimitReason::kIterationCap:
+            metrics->RecordLimitHit(LimitReason::kIterationCap);
+            break;
+          case engine::LimitReason::kOutputBytes:
+            metrics->RecordLimitHit(LimitReason::kOutputBytes);
+            break;
+          case engine::LimitReason::kNone:
+            metrics->RecordLoopLimitHit(status.code());
+            break;
         }
       }
       return Annotate(status, Label());

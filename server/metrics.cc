@@ -321,9 +321,6 @@ void Metrics::RecordModelLoad(const std::string& model, int64_t version, bool ok
 
 void Metrics::RecordLoopLimitHit(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kResourceExhausted:
-      RecordLimitHit(LimitReason::kIterationCap);
-      break;
     case absl::StatusCode::kDeadlineExceeded:
       RecordLimitHit(LimitReason::kDeadline);
       break;

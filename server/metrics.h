@@ -138,8 +138,9 @@ class Metrics {
   // Records one load attempt: its duration (successful loads) and loopserve_model_loads_total.
   void RecordModelLoad(const std::string& model, int64_t version, bool ok, absl::Duration took);
 
-  // Counts a Loop limit hit for a run that ended with `code` (ResourceExhausted: iteration cap,
-  // DeadlineExceeded, Cancelled); other codes are ignored.
+  // Counts a Loop limit hit for a run that ended with `code` (DeadlineExceeded or Cancelled);
+  // other codes are ignored. Engine limits (iteration cap, output bytes) are told apart by
+  // engine::GetLimitReason and recorded with RecordLimitHit.
   void RecordLoopLimitHit(absl::StatusCode code);
   void RecordLimitHit(LimitReason reason);
 

@@ -6,7 +6,11 @@ namespace loopserve {
 
 absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+  absl::Status annotated(status.code(), absl::StrCat(prefix, status.message()));
+  status.ForEachPayload([&annotated](absl::string_view url, const absl::Cord& payload) {
+    annotated.SetPayload(url, payload);
+  });
+  return annotated;
 }
 
 }  // namespace loopserve

@@ -3,9 +3,30 @@
 #include <cstdlib>
 #include <new>
 
+#include "absl/strings/cord.h"
+#include "absl/types/optional.h"
 #include "engine/runtime/dnnl_util.h"
 
 namespace loopserve::engine {
+
+namespace {
+constexpr char kLimitPayloadUrl[] = "type.loopserve.dev/engine.LimitReason";
+}  // namespace
+
+absl::Status LimitExceededError(LimitReason reason, absl::string_view message) {
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(kLimitPayloadUrl, absl::Cord(std::string(1, static_cast<char>(reason))));
+  return status;
+}
+
+LimitReason GetLimitReason(const absl::Status& status) {
+  const absl::optional<absl::Cord> payload = status.GetPayload(kLimitPayloadUrl);
+  if (!payload.has_value() || payload->size() != 1) return LimitReason::kNone;
+  const auto reason = static_cast<LimitReason>((*payload)[0]);
+  return reason == LimitReason::kIterationCap || reason == LimitReason::kOutputBytes
+             ? reason
+             : LimitReason::kNone;
+}
 
 RunContext::RunContext(const RunOptions& options)
     : options_(options), has_deadline_(options.deadline != absl::InfiniteFuture()) {

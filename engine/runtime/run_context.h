@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace dnnl {
@@ -39,6 +40,13 @@ struct RunOptions {
   int64_t max_output_bytes = 0;
   LoopObserver* loop_observer = nullptr;  // not owned; may be null
 };
+
+// Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
+// survives Annotate), so callers can tell limits apart without parsing messages, and an
+// out-of-memory ResourceExhausted is not mistaken for either.
+enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes };
+absl::Status LimitExceededError(LimitReason reason, absl::string_view message);
+LimitReason GetLimitReason(const absl::Status& status);
 
 // Statistics one run collects; returned by Model::Run.
 struct RunStats {

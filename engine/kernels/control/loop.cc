@@ -276,9 +276,9 @@ class LoopKernel : public Kernel {
     for (; i < max_trip && cond; ++i) {
       LS_RETURN_IF_ERROR(run.CheckInterrupted());
       if (cap > 0 && i >= cap) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("the loop reached the iteration cap of ", cap,
-                         " (max_loop_iterations) before finishing"));
+        return LimitExceededError(LimitReason::kIterationCap,
+                                  absl::StrCat("the loop reached the iteration cap of ", cap,
+                                               " (max_loop_iterations) before finishing"));
       }
       if (iteration_counter != nullptr) {
         if (iteration_dtype_ == DataType::kInt32) {
@@ -288,13 +288,11 @@ class LoopKernel : public Kernel {
         }
       }
       for (const SlicedPort& s : sliced_) {
+        // The axis was validated against this input's rank when the execution started.
         const Tensor& full = ctx.input_value(s.node_input).tensor();
-        CopySlice(
-            full, static_cast<int>(s.axis < 0 ? s.axis + full.rank() : s.axis),
-            s.stride > 0
-                ? i
-                : full.dim(static_cast<int>(s.axis < 0 ? s.axis + full.rank() : s.axis)) - 1 - i,
-            body.slot(s.param_slot).mutable_tensor());
+        const int axis = static_cast<int>(s.axis < 0 ? s.axis + full.rank() : s.axis);
+        CopySlice(full, axis, s.stride > 0 ? i : full.dim(axis) - 1 - i,
+                  body.slot(s.param_slot).mutable_tensor());
       }
 
       LS_RETURN_IF_ERROR(body.Run());
@@ -397,7 +395,8 @@ class LoopKernel : public Kernel {
     const size_t bytes = r.ByteSize();
     if (max_bytes > 0 && bytes > 0 &&
         static_cast<uint64_t>(i) + 1 > static_cast<uint64_t>(max_bytes) / bytes) {
-      return absl::ResourceExhaustedError(
+      return LimitExceededError(
+          LimitReason::kOutputBytes,
           absl::StrCat("concatenated output '", out.name, "' would exceed ", max_bytes,
                        " bytes (max_output_bytes) at iteration ", i));
     }

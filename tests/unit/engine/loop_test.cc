@@ -102,6 +102,9 @@ TEST(LoopTest, IterationCapGivesResourceExhausted) {
   auto result = model->Run(EndlessInputs(), options, &stats);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
   EXPECT_NE(result.status().message().find("1000"), std::string::npos) << result.status();
+  // The reason travels as a payload through every annotation layer, so callers need not parse it.
+  EXPECT_EQ(GetLimitReason(result.status()), LimitReason::kIterationCap);
+  EXPECT_EQ(GetLimitReason(absl::ResourceExhaustedError("out of memory")), LimitReason::kNone);
   EXPECT_EQ(stats.loop_iterations, 0);  // stats are only returned on success
 }
 

@@ -46,8 +46,11 @@ TEST(MetricsTest, ExpositionHasEveryName) {
   version->OnLoopFinished(0, 12, absl::Microseconds(120));
   version->OnLoopFinished(1, 0, absl::ZeroDuration());
   version->OnLoopFinished(7, 1, absl::ZeroDuration());  // out of range: ignored
+  metrics.RecordLimitHit(LimitReason::kIterationCap);
+  // Engine limits are recognised by their payload, not their code: a bare ResourceExhausted (an
+  // out-of-memory, say) is not counted, nor is an error that is no limit at all.
   metrics.RecordLoopLimitHit(absl::StatusCode::kResourceExhausted);
-  metrics.RecordLoopLimitHit(absl::StatusCode::kInvalidArgument);  // not a limit: ignored
+  metrics.RecordLoopLimitHit(absl::StatusCode::kInvalidArgument);
   metrics.SetModelReady("rnn", 3, true);
   metrics.inflight_requests().Increment();
   metrics.queue_depth().Set(0);
