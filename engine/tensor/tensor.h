@@ -101,4 +101,12 @@ class Tensor {
 // state loop iterations do not allocate.
 int64_t TensorAllocationCount();
 
+// Freed tensor buffers of 1 MB or more are kept for reuse, up to this many bytes in all (default
+// kDefaultTensorBufferCacheBytes), so a request that fills a large output does not fault in fresh
+// pages from the kernel every time. 0 turns the cache off (and frees what it holds). Thread-safe.
+inline constexpr size_t kDefaultTensorBufferCacheBytes = size_t{64} << 20;
+void SetTensorBufferCacheBytes(size_t bytes);
+// Bytes the cache holds now.
+size_t TensorBufferCachedBytes();
+
 }  // namespace loopserve::engine

@@ -7,7 +7,12 @@
 // swapping buffers. Nothing is allocated and no primitive is created once shapes repeat.
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <limits>
 
 #include "absl/status/status.h"
@@ -429,10 +434,38 @@ class LoopKernel : public Kernel {
       buffer.ResizeKeepingData(shape, static_cast<size_t>(i + 1) * bytes * 2);
     }
     if (bytes > 0) {
-      std::memcpy(static_cast<char*>(buffer.mutable_raw_data()) + static_cast<size_t>(i) * bytes,
-                  r.raw_data(), bytes);
+      AppendCopy(static_cast<char*>(buffer.mutable_raw_data()) + static_cast<size_t>(i) * bytes,
+                 r.raw_data(), bytes);
     }
     return absl::OkStatus();
+  }
+
+  // Copies one slice into the stacked buffer. Slices of kStreamingBytes or more bypass the cache
+  // (non-temporal stores): the buffer is written once and not read again by the loop, and
+  // streaming it keeps the body's weights and carried values in L2 instead of evicting them with
+  // output lines (which an ordinary store also reads before writing).
+  static void AppendCopy(char* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+    constexpr size_t kStreamingBytes = 4096;
+    if (bytes >= kStreamingBytes && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+      const auto* in = static_cast<const char*>(src);
+      size_t done = 0;
+      for (; done + 64 <= bytes; done += 64) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + done));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + done + 16));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + done + 32));
+        const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + done + 48));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + done), a);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + done + 16), b);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + done + 32), c);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + done + 48), d);
+      }
+      _mm_sfence();
+      if (done < bytes) std::memcpy(dst + done, in + done, bytes - done);
+      return;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
   }
 
   // Records `rows` stacked slices in `buffer`'s shape; they must fit its capacity (no copy).

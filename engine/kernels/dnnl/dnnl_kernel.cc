@@ -230,6 +230,13 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       std::memset(out->mutable_raw_data(), 0, out->ByteSize());
       return absl::OkStatus();
     }
+    case PreparedOp::Mode::kPackedGemv: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      const float* bias =
+          op.gemv_bias_input >= 0 ? inputs[op.gemv_bias_input]->data<float>() : nullptr;
+      op.gemv->Run(inputs[0]->data<float>(), bias, out->mutable_data<float>());
+      return absl::OkStatus();
+    }
     case PreparedOp::Mode::kExecute:
       break;
   }

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/kernels/native/packed_gemv.h"
 #include "engine/runtime/kernel.h"
 #include "engine/tensor/shape.h"
 #include "engine/tensor/tensor.h"
@@ -69,10 +70,11 @@ struct ArgBinding {
 // shared by every frame (and thread) that runs the signature.
 struct PreparedOp {
   enum class Mode : uint8_t {
-    kExecute,    // run `primitive`
-    kEmpty,      // the output has no elements: only size it (oneDNN takes no zero dims)
-    kZeroFill,   // the output is all zeros (a MatMul whose inner dim is 0)
-    kReference,  // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
+    kExecute,     // run `primitive`
+    kEmpty,       // the output has no elements: only size it (oneDNN takes no zero dims)
+    kZeroFill,    // the output is all zeros (a MatMul whose inner dim is 0)
+    kReference,   // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
+    kPackedGemv,  // a one-row float matmul with constant weights: run `gemv` (no primitive)
   };
   Mode mode = Mode::kExecute;
   Shape output_shape;
@@ -99,6 +101,10 @@ struct PreparedOp {
   // A constant operand (MatMul weights) already in the primitive's preferred layout, made when the
   // signature is prepared (at load when shapes are declared) and bound as BufferSource::kPacked.
   Tensor packed;
+  // kPackedGemv: the packed weights and fused epilogue; computes output 0 from input 0 and, when
+  // gemv_bias_input >= 0, that input as the bias.
+  std::shared_ptr<const native::PackedGemv> gemv;
+  int gemv_bias_input = -1;
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their

@@ -44,6 +44,19 @@ bool BindPackedWeights(const Tensor* constant, const dnnl::memory::desc& plain,
   return true;
 }
 
+// The packed one-row kernel for a float32 product of one row by constant 2-D weights, when the CPU
+// has it and the weights are small enough to be worth no more threads; else null.
+std::shared_ptr<const native::PackedGemv> MaybePackedGemv(
+    DataType type, const reference::MatMulDims& dims, const Tensor* constant,
+    native::PackedGemv::Activation activation) {
+  if (type != DataType::kFloat32 || constant == nullptr || constant->rank() != 2 ||
+      dims.batch.NumElements() * dims.m != 1 || dims.k == 0 ||
+      dims.k * dims.n > native::PackedGemv::kMaxElements || !native::PackedGemv::Available()) {
+    return nullptr;
+  }
+  return std::make_shared<const native::PackedGemv>(*constant, activation);
+}
+
 class MatMulKernel final : public DnnlKernel {
  public:
   explicit MatMulKernel(const Tensor* constant_weights)
@@ -66,6 +79,13 @@ class MatMulKernel final : public DnnlKernel {
     }
     if (dims.batch.rank() + 2 > DNNL_MAX_NDIMS) {
       prepared->mode = PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    if (auto gemv =
+            MaybePackedGemv(type, dims, ConstantWeights(constant_weights_, type, *shapes[1]),
+                            native::PackedGemv::Activation::kNone)) {
+      prepared->mode = PreparedOp::Mode::kPackedGemv;
+      prepared->gemv = std::move(gemv);
       return prepared;
     }
     // A 1-D operand is already laid out as the promoted [1, k] or [k, 1] matrix, and the result
@@ -135,6 +155,14 @@ class FusedMatMulKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
+    if (auto gemv =
+            MaybePackedGemv(type, dims, ConstantWeights(constant_weights_, type, *shapes[1]),
+                            GemvActivation(activation_))) {
+      prepared->mode = PreparedOp::Mode::kPackedGemv;
+      prepared->gemv = std::move(gemv);
+      prepared->gemv_bias_input = 2;
+      return prepared;
+    }
     const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
     const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
     const dnnl::memory::desc bias_desc = Desc(bias_dims, type);
@@ -189,6 +217,18 @@ class FusedMatMulKernel final : public DnnlKernel {
   }
 
  private:
+  static native::PackedGemv::Activation GemvActivation(std::optional<reference::UnaryOp> op) {
+    if (!op.has_value()) return native::PackedGemv::Activation::kNone;
+    switch (*op) {
+      case reference::UnaryOp::kRelu:
+        return native::PackedGemv::Activation::kRelu;
+      case reference::UnaryOp::kSigmoid:
+        return native::PackedGemv::Activation::kSigmoid;
+      default:
+        return native::PackedGemv::Activation::kTanh;
+    }
+  }
+
   static dnnl::algorithm EltwiseAlgorithm(reference::UnaryOp op) {
     switch (op) {
       case reference::UnaryOp::kRelu:

@@ -42,6 +42,34 @@ TEST(TensorTest, ResizeReusesCapacity) {
   EXPECT_EQ(TensorAllocationCount(), allocations + 1);
 }
 
+// A freed buffer of 1 MB or more is kept and handed to the next tensor of about its size (no new
+// pages from the kernel); one more than twice as large is not handed to a small request; the limit
+// bounds what is kept and 0 frees it all.
+TEST(TensorTest, LargeBuffersAreReused) {
+  SetTensorBufferCacheBytes(0);
+  SetTensorBufferCacheBytes(kDefaultTensorBufferCacheBytes);
+  const void* first = nullptr;
+  {
+    Tensor big(DataType::kFloat32, Shape{1 << 20});  // 4 MB
+    first = big.raw_data();
+  }
+  EXPECT_GE(TensorBufferCachedBytes(), size_t{4} << 20);
+  {
+    Tensor small(DataType::kFloat32, Shape{3 << 17});  // 1.5 MB: the 4 MB block would waste >half
+    EXPECT_NE(small.raw_data(), first);
+    Tensor again(DataType::kFloat32, Shape{(1 << 20) - 16});
+    EXPECT_EQ(again.raw_data(), first);
+    again.mutable_data<float>()[(1 << 20) - 17] = 1.0f;  // the whole buffer is usable
+  }
+  SetTensorBufferCacheBytes(size_t{5} << 20);
+  EXPECT_LE(TensorBufferCachedBytes(), size_t{5} << 20);
+  SetTensorBufferCacheBytes(0);
+  EXPECT_EQ(TensorBufferCachedBytes(), 0u);
+  { Tensor big(DataType::kFloat32, Shape{1 << 20}); }
+  EXPECT_EQ(TensorBufferCachedBytes(), 0u);
+  SetTensorBufferCacheBytes(kDefaultTensorBufferCacheBytes);
+}
+
 TEST(TensorTest, ViewIsReplacedByOwnedBufferOnResize) {
   const float source[2] = {1, 2};
   Tensor v = Tensor::View(DataType::kFloat32, Shape{2}, source);

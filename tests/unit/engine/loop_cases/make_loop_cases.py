@@ -288,6 +288,60 @@ def case_rnn(out_dir):
     write_case(out_dir, "loop_rnn", model(g), [np.array(6, np.int64), h0], [h, np.stack(scans[0])])
 
 
+def case_rnn_wide(out_dir):
+    """The RNN cell at batch 1 with 300 hidden units: the packed one-row matmul's column tail
+    (300 = 2 x 128 + 44) inside a Loop body, weights an initializer."""
+    rng = np.random.default_rng(8)
+    hidden = 300
+    W = (rng.standard_normal((hidden, hidden)) * 0.05).astype(np.float32)
+    b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
+         helper.make_node("Add", ["mm", "b"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"])],
+        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("hs", F, [1, hidden])])
+    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
+    g = helper.make_graph([loop], "rnn_wide", [vi("M", I64, []), vi("h0", F, [1, hidden])],
+                          [vi("h", F, [1, hidden]), vi("hs_all", F, [None, 1, hidden])],
+                          initializer=[numpy_helper.from_array(W, "W"), numpy_helper.from_array(b, "b")])
+    h0 = (rng.standard_normal((1, hidden))).astype(np.float32)
+
+    def body_np(i, c, h):
+        h = np.tanh(h.astype(np.float64) @ W + b).astype(np.float32)
+        return True, h, h
+    (h,), scans, _ = loop_semantics(9, None, [h0], body_np)
+    write_case(out_dir, "loop_rnn_wide", model(g), [np.array(9, np.int64), h0],
+               [h, np.stack(scans[0])])
+
+
+def case_scan_wide_slices(out_dir):
+    """x = x * 0.5 + 1 on 1030 floats with a scan of x: 4120-byte slices, past the size at which
+    scan appends stream to memory (and not a multiple of the 64-byte copy step)."""
+    rng = np.random.default_rng(9)
+    body = helper.make_graph(
+        [const("half", np.array(0.5, np.float32)), const("one", np.array(1.0, np.float32)),
+         helper.make_node("Mul", ["x_in", "half"], ["scaled"]),
+         helper.make_node("Add", ["scaled", "one"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["x_out"], ["xs"])],
+        "wide_body", [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", F, [1030])],
+        [vi("cond_out", B, []), vi("x_out", F, [1030]), vi("xs", F, [1030])])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x", "xs_all"], body=body)
+    g = helper.make_graph([loop], "scan_wide", [vi("M", I64, []), vi("x0", F, [1030])],
+                          [vi("x", F, [1030]), vi("xs_all", F, [None, 1030])])
+    x0 = rng.standard_normal((1030,)).astype(np.float32)
+
+    def body_np(i, c, x):
+        x = (x * np.float32(0.5) + np.float32(1.0)).astype(np.float32)
+        return True, x, x
+    (x,), scans, _ = loop_semantics(7, None, [x0], body_np)
+    write_case(out_dir, "loop_scan_wide_slices", model(g), [np.array(7, np.int64), x0],
+               [x, np.stack(scans[0])])
+
+
 def case_scan_only(out_dir):
     """No loop-carried values: only a scan output of i*i."""
     body = helper.make_graph(
@@ -343,6 +397,8 @@ def main():
     case_nested(out_dir)
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
+    case_rnn_wide(out_dir)
+    case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
 
 
