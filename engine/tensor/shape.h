@@ -39,6 +39,8 @@ class Shape {
   bool operator==(const Shape& other) const { return dims_ == other.dims_; }
   bool operator!=(const Shape& other) const { return dims_ != other.dims_; }
 
+  friend void swap(Shape& a, Shape& b) noexcept { a.dims_.swap(b.dims_); }
+
  private:
   Dims dims_;
 };

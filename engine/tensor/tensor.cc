@@ -170,7 +170,7 @@ void Tensor::Release() {
 
 void Tensor::Resize(DataType dtype, const Shape& shape) {
   dtype_ = dtype;
-  shape_ = shape;
+  if (shape_ != shape) shape_ = shape;  // kernels mostly refill a tensor with its own shape
   const size_t bytes = ByteSize();
   if (owned_ && bytes <= capacity_) return;
   Release();

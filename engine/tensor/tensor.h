@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -30,6 +31,17 @@ class Tensor {
   Tensor& operator=(Tensor&& other) noexcept;
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
+
+  // Exchanges type, shape and buffer (a Loop's carried values change hands every iteration: this
+  // is three moves' work without their releases).
+  friend void swap(Tensor& a, Tensor& b) noexcept {
+    using std::swap;
+    swap(a.dtype_, b.dtype_);
+    swap(a.shape_, b.shape_);
+    swap(a.data_, b.data_);
+    swap(a.capacity_, b.capacity_);
+    swap(a.owned_, b.owned_);
+  }
 
   // A view of `data` (not owned; must outlive the tensor and every tensor viewing it).
   static Tensor View(DataType dtype, Shape shape, const void* data);

@@ -41,9 +41,10 @@ class Value {
   void CopyFrom(const Value& other);
 
   friend void swap(Value& a, Value& b) noexcept {
-    std::swap(a.kind_, b.kind_);
-    std::swap(a.tensor_, b.tensor_);
-    std::swap(a.sequence_, b.sequence_);
+    using std::swap;
+    swap(a.kind_, b.kind_);
+    swap(a.tensor_, b.tensor_);
+    swap(a.sequence_, b.sequence_);
   }
 
  private:

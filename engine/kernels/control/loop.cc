@@ -67,6 +67,7 @@ class LoopState : public KernelState {
   SubgraphFrame body;
   std::vector<Value> staged;        // one per carried port that is copied rather than swapped
   std::vector<Shape> slice_shapes;  // per output port: the shape of one iteration's result
+  std::vector<int64_t> max_rows;    // per output port: iterations that fit max_output_bytes
 };
 
 class LoopKernel : public Kernel {
@@ -186,6 +187,7 @@ class LoopKernel : public Kernel {
     auto state = std::make_unique<LoopState>();
     state->staged.resize(num_staged_);
     state->slice_shapes.resize(outputs_.size());
+    state->max_rows.resize(outputs_.size());
     return state;
   }
 
@@ -315,6 +317,7 @@ class LoopKernel : public Kernel {
         const OutputPortInfo& out = outputs_[k];
         if (out.kind == OutputKind::kLastValue) continue;
         LS_RETURN_IF_ERROR(Append(out, i, body.slot(out.result_slot), state.slice_shapes[k],
+                                  state.max_rows[k],
                                   ctx.output_value(out.node_output).mutable_tensor(), max_trip,
                                   run.options().max_output_bytes));
       }
@@ -391,15 +394,27 @@ class LoopKernel : public Kernel {
   // Appends iteration `i`'s result to the output buffer, laid out as [iterations, slice...].
   // `max_bytes` (> 0) caps the concatenation's size: checked before the buffer grows.
   static absl::Status Append(const OutputPortInfo& out, int64_t i, const Value& result,
-                             Shape& slice_shape, Tensor& buffer, int64_t max_trip,
-                             int64_t max_bytes) {
+                             Shape& slice_shape, int64_t& max_rows, Tensor& buffer,
+                             int64_t max_trip, int64_t max_bytes) {
     if (!result.is_tensor()) {
       return absl::UnimplementedError("a scan/concatenated output must be a tensor");
     }
     const Tensor& r = result.tensor();
     const size_t bytes = r.ByteSize();
-    if (max_bytes > 0 && bytes > 0 &&
-        static_cast<uint64_t>(i) + 1 > static_cast<uint64_t>(max_bytes) / bytes) {
+    if (i > 0 && (r.shape() != slice_shape || r.dtype() != buffer.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scan output changed from ", DataTypeName(buffer.dtype()), slice_shape.ToString(), " to ",
+          DataTypeName(r.dtype()), r.shape().ToString(), " at iteration ", i,
+          "; scan outputs must keep their shape"));
+    }
+    // Rows that fit under `max_bytes`, worked out once per execution (a division per iteration
+    // costs more than the rest of a trivial body's append).
+    if (i == 0) {
+      max_rows = max_bytes > 0 && bytes > 0
+                     ? static_cast<int64_t>(static_cast<uint64_t>(max_bytes) / bytes)
+                     : std::numeric_limits<int64_t>::max();
+    }
+    if (i >= max_rows) {
       return LimitExceededError(
           LimitReason::kOutputBytes,
           absl::StrCat("concatenated output '", out.name, "' would exceed ", max_bytes,
@@ -419,11 +434,6 @@ class LoopKernel : public Kernel {
       dims.insert(dims.end(), slice_shape.dims().begin(), slice_shape.dims().end());
       buffer.Resize(r.dtype(), Shape(dims));
       buffer.ResizeKeepingData(Shape(dims), reserve);
-    } else if (r.shape() != slice_shape || r.dtype() != buffer.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "scan output changed from ", DataTypeName(buffer.dtype()), slice_shape.ToString(), " to ",
-          DataTypeName(r.dtype()), r.shape().ToString(), " at iteration ", i,
-          "; scan outputs must keep their shape"));
     } else if (static_cast<size_t>(i + 1) * bytes > buffer.capacity()) {
       // Growth (rare: doubling). In steady state the buffer's recorded shape is not touched; rows
       // land in its spare capacity and SetStackedRows records them. Record the i rows written so
