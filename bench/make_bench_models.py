@@ -95,6 +95,65 @@ def rnn(out_dir, batch, trips=2000, hidden=256, name=None):
           [("M", np.array(trips, np.int64)), ("cond", np.array(True)), ("h0", h0)])
 
 
+def lstm(out_dir, trips=2000, hidden=128):
+    """LSTM cell from primitive ops at batch 1: z = h W + b, four gates by Split, Sigmoid/Tanh,
+    c = f * c + i * g, h = o * Tanh(c); h stacked as a scan output."""
+    w = (RNG.standard_normal((hidden, 4 * hidden)) / np.sqrt(hidden)).astype(np.float32)
+    b = (RNG.standard_normal(4 * hidden) * 0.1).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+         helper.make_node("Add", ["hw", "b"], ["z"]),
+         helper.make_node("Split", ["z"], ["zi", "zf", "zg", "zo"], axis=1),
+         helper.make_node("Sigmoid", ["zi"], ["gi"]),
+         helper.make_node("Sigmoid", ["zf"], ["gf"]),
+         helper.make_node("Tanh", ["zg"], ["gg"]),
+         helper.make_node("Sigmoid", ["zo"], ["go"]),
+         helper.make_node("Mul", ["gf", "c_in"], ["fc"]),
+         helper.make_node("Mul", ["gi", "gg"], ["ig"]),
+         helper.make_node("Add", ["fc", "ig"], ["c_out"]),
+         helper.make_node("Tanh", ["c_out"], ["tc"]),
+         helper.make_node("Mul", ["go", "tc"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["h_scan"])],
+        "lstm_body",
+        [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden]),
+         vi("c_in", F, [1, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("c_out", F, [1, hidden]),
+         vi("h_scan", F, [1, hidden])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "cond", "h0", "c0"], ["h", "c", "hs"], body=body)],
+        "lstm", loop_inputs([vi("h0", F, [1, hidden]), vi("c0", F, [1, hidden])]),
+        [vi("h", F, [1, hidden]), vi("c", F, [1, hidden]), vi("hs", F, [trips, 1, hidden])],
+        [init("W", w), init("b", b)])
+    h0 = RNG.standard_normal((1, hidden)).astype(np.float32)
+    c0 = RNG.standard_normal((1, hidden)).astype(np.float32)
+    write(out_dir, "lstm_b1", model(g), [("M", np.array(trips, np.int64)),
+                                          ("cond", np.array(True)), ("h0", h0), ("c0", c0)])
+
+
+def gemm_rnn(out_dir, trips=2000, hidden=256):
+    """The RNN cell as PyTorch exports nn.Linear on a 2-D input: Gemm(h, W^T, b, transB=1), then
+    Tanh."""
+    wt = (RNG.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    b = (RNG.standard_normal(hidden) * 0.1).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Gemm", ["h_in", "Wt", "b"], ["hb"], transB=1),
+         helper.make_node("Tanh", ["hb"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["h_scan"])],
+        "gemm_rnn_body",
+        [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("h_scan", F, [1, hidden])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "cond", "h0"], ["h", "hs"], body=body)],
+        "gemm_rnn", loop_inputs([vi("h0", F, [1, hidden])]),
+        [vi("h", F, [1, hidden]), vi("hs", F, [trips, 1, hidden])],
+        [init("Wt", wt), init("b", b)])
+    h0 = RNG.standard_normal((1, hidden)).astype(np.float32)
+    write(out_dir, "gemm_rnn", model(g),
+          [("M", np.array(trips, np.int64)), ("cond", np.array(True)), ("h0", h0)])
+
+
 def greedy(out_dir, trips=1000, hidden=256, vocab=1024):
     """Greedy decoder: h = Tanh(MatMul(h, Wh) + E[tok]); tok = ArgMax(MatMul(h, Wo)); stops
     when tok == eos (data-dependent); tokens stacked as a scan output. eos is -1 here, which is
@@ -185,6 +244,8 @@ def main():
     greedy(out_dir)
     large_scan(out_dir)
     nested(out_dir)
+    lstm(out_dir)
+    gemm_rnn(out_dir)
     # The small request bench/serving_bench.cc sends: 10 iterations of a 64-wide RNN cell.
     rnn(out_dir, 1, trips=10, hidden=64, name="serve_rnn")
 

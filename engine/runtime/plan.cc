@@ -85,6 +85,32 @@ std::shared_ptr<const Graph> FuseMatMulChains(std::shared_ptr<const Graph> graph
     replacement[last] = std::move(fused);
     changed = true;
   }
+  // Gemm -> Tanh | Relu | Sigmoid: the activation rides on the Gemm as a post-op.
+  for (int n = 0; n < num_nodes; ++n) {
+    const Node& gemm = g.nodes[n];
+    if (removed[n] || gemm.op_type != "Gemm" || !gemm.domain.empty() || gemm.outputs.size() != 1 ||
+        gemm.outputs[0] == kNoValue || gemm.attributes.count(kFusedActivationAttribute) > 0 ||
+        uses[gemm.outputs[0]] != 1) {
+      continue;
+    }
+    const int act_index = consumer[gemm.outputs[0]];
+    const Node& act = g.nodes[act_index];
+    if (removed[act_index] ||
+        !(act.op_type == "Tanh" || act.op_type == "Relu" || act.op_type == "Sigmoid") ||
+        !IsOnnxOp(act, act.op_type.c_str(), 1, 1) || act.outputs[0] == kNoValue) {
+      continue;
+    }
+    Node fused = gemm;
+    fused.outputs = {act.outputs[0]};
+    Attribute attr;
+    attr.type = Attribute::Type::kString;
+    attr.s = act.op_type;
+    fused.attributes[kFusedActivationAttribute] = std::move(attr);
+    removed[n] = true;
+    removed[act_index] = true;
+    replacement[act_index] = std::move(fused);
+    changed = true;
+  }
   // Elementwise chains: binary -> [binary] -> [activation], at least two ops.
   auto is_binary = [](const Node& node) {
     return (node.op_type == "Add" || node.op_type == "Sub" || node.op_type == "Mul" ||

@@ -17,6 +17,9 @@ namespace loopserve::engine {
 // by the oneDNN kernels (one matmul primitive with a bias and an eltwise post-op); a registry
 // without it disables the pass. The leading underscore keeps it out of the ONNX namespace.
 inline constexpr char kFusedMatMulOp[] = "_FusedMatMul";
+// A Gemm node whose single reader was a Tanh, Relu or Sigmoid carries that activation in this
+// string attribute (set by the compiler's fusion pass; the name cannot clash with ONNX's).
+inline constexpr char kFusedActivationAttribute[] = "_activation";
 // The same for an elementwise chain Add|Sub|Mul|Div -> [Add|Sub|Mul|Div with a third operand]
 // -> [Tanh|Relu|Sigmoid]: inputs (a, b[, c]), attributes "op" and "op2" (op2 "" when absent) and
 // "activation". One oneDNN binary primitive with binary and eltwise post-ops.

@@ -8,6 +8,7 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/runtime/dnnl_util.h"
+#include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
 namespace {
@@ -42,6 +43,38 @@ bool BindPackedWeights(const Tensor* constant, const dnnl::memory::desc& plain,
   if (packed == plain) return false;
   DnnlKernel::PackConstant(*constant, plain, packed, op);
   return true;
+}
+
+// The activation a fusion pass attached ("Tanh", "Relu", "Sigmoid" or empty for none).
+absl::StatusOr<std::optional<reference::UnaryOp>> ParseActivation(const std::string& name) {
+  if (name.empty()) return std::optional<reference::UnaryOp>();
+  if (name == "Tanh") return std::optional<reference::UnaryOp>(reference::UnaryOp::kTanh);
+  if (name == "Relu") return std::optional<reference::UnaryOp>(reference::UnaryOp::kRelu);
+  if (name == "Sigmoid") return std::optional<reference::UnaryOp>(reference::UnaryOp::kSigmoid);
+  return absl::InvalidArgumentError(absl::StrCat("unknown fused activation '", name, "'"));
+}
+
+dnnl::algorithm FusedEltwiseAlgorithm(reference::UnaryOp op) {
+  switch (op) {
+    case reference::UnaryOp::kRelu:
+      return dnnl::algorithm::eltwise_relu;
+    case reference::UnaryOp::kSigmoid:
+      return dnnl::algorithm::eltwise_logistic;
+    default:
+      return dnnl::algorithm::eltwise_tanh;
+  }
+}
+
+native::PackedGemv::Activation GemvActivation(std::optional<reference::UnaryOp> op) {
+  if (!op.has_value()) return native::PackedGemv::Activation::kNone;
+  switch (*op) {
+    case reference::UnaryOp::kRelu:
+      return native::PackedGemv::Activation::kRelu;
+    case reference::UnaryOp::kSigmoid:
+      return native::PackedGemv::Activation::kSigmoid;
+    default:
+      return native::PackedGemv::Activation::kTanh;
+  }
 }
 
 // The packed one-row kernel for a float32 product of one row by constant 2-D weights, when the CPU
@@ -170,7 +203,7 @@ class FusedMatMulKernel final : public DnnlKernel {
     dnnl::primitive_attr attr = UserScratchpadAttr();
     if (activation_.has_value()) {
       dnnl::post_ops post_ops;
-      post_ops.append_eltwise(1.0f, EltwiseAlgorithm(*activation_), 0.0f, 0.0f);
+      post_ops.append_eltwise(1.0f, FusedEltwiseAlgorithm(*activation_), 0.0f, 0.0f);
       attr.set_post_ops(post_ops);
     }
     const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
@@ -217,37 +250,20 @@ class FusedMatMulKernel final : public DnnlKernel {
   }
 
  private:
-  static native::PackedGemv::Activation GemvActivation(std::optional<reference::UnaryOp> op) {
-    if (!op.has_value()) return native::PackedGemv::Activation::kNone;
-    switch (*op) {
-      case reference::UnaryOp::kRelu:
-        return native::PackedGemv::Activation::kRelu;
-      case reference::UnaryOp::kSigmoid:
-        return native::PackedGemv::Activation::kSigmoid;
-      default:
-        return native::PackedGemv::Activation::kTanh;
-    }
-  }
-
-  static dnnl::algorithm EltwiseAlgorithm(reference::UnaryOp op) {
-    switch (op) {
-      case reference::UnaryOp::kRelu:
-        return dnnl::algorithm::eltwise_relu;
-      case reference::UnaryOp::kSigmoid:
-        return dnnl::algorithm::eltwise_logistic;
-      default:
-        return dnnl::algorithm::eltwise_tanh;
-    }
-  }
-
   const std::optional<reference::UnaryOp> activation_;
   const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
 };
 
+// Gemm: Y = alpha * op(A) op(B) + beta * C [then Tanh | Relu | Sigmoid when the compiler fused
+// the activation that reads Y: the internal attribute "_activation"].
 class GemmKernel final : public DnnlKernel {
  public:
-  GemmKernel(const reference::GemmAttrs& attrs, int required_inputs)
-      : DnnlKernel(/*num_inputs=*/3, required_inputs), attrs_(attrs) {}
+  GemmKernel(const reference::GemmAttrs& attrs, int required_inputs,
+             std::optional<reference::UnaryOp> activation, const Tensor* constant_b)
+      : DnnlKernel(/*num_inputs=*/3, required_inputs),
+        attrs_(attrs),
+        activation_(activation),
+        constant_b_(constant_b) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -264,35 +280,87 @@ class GemmKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
+    const Tensor* constant = ConstantWeights(constant_b_, type, *shapes[1]);
+    if (std::shared_ptr<const native::PackedGemv> gemv = MaybeGemv(type, dims, shapes, constant)) {
+      prepared->mode = PreparedOp::Mode::kPackedGemv;
+      prepared->gemv = std::move(gemv);
+      prepared->gemv_bias_input = shapes[2] != nullptr && attrs_.beta != 0.0f ? 2 : -1;
+      return prepared;
+    }
     const dnnl::memory::desc src = MatrixDesc(dims.m, dims.k, attrs_.trans_a, type);
     const dnnl::memory::desc weights = MatrixDesc(dims.k, dims.n, attrs_.trans_b, type);
     const dnnl::memory::desc dst = Desc({dims.m, dims.n}, type);
     dnnl::primitive_attr attr = UserScratchpadAttr();
     if (attrs_.alpha != 1.0f) attr.set_output_scales(0, {attrs_.alpha});
+    dnnl::post_ops post_ops;
     if (shapes[2] != nullptr && attrs_.beta != 0.0f) {
       // dst is pre-filled with C broadcast to [M, N]; the sum post-op adds beta times it to
       // alpha * A * B.
       prepared->prefill_input = 2;
-      dnnl::post_ops post_ops;
       post_ops.append_sum(attrs_.beta);
-      attr.set_post_ops(post_ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, CpuEngine());
+    if (activation_.has_value()) {
+      post_ops.append_eltwise(1.0f, FusedEltwiseAlgorithm(*activation_), 0.0f, 0.0f);
+    }
+    attr.set_post_ops(post_ops);
+    // Constant weights (an initializer, as exporters write nn.Linear) are reordered once into
+    // the layout the primitive prefers: a transposed B otherwise sends oneDNN to a kernel that
+    // repacks it on every execute (5x slower for a 1x256 * 256x256 product).
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, dst), attr,
+        CpuEngine());
     prepared->primitive = dnnl::matmul(pd);
+    const bool packed = BindPackedWeights(constant, weights, pd, *prepared);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
+                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
+                           packed ? pd.weights_desc() : weights},
                           {DNNL_ARG_DST, BufferSource::kOutput, dst}};
     AddScratchpad(pd, *prepared);
     return prepared;
   }
 
+  int64_t Work(absl::Span<const Shape* const> shapes) const override {
+    absl::StatusOr<reference::GemmDims> dims =
+        reference::GemmShapes(*shapes[0], *shapes[1], shapes[2], attrs_);
+    if (!dims.ok()) return 0;
+    return dims->m * dims->n * dims->k;
+  }
+
   absl::Status RunReference(KernelContext& ctx) const override {
     const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    return reference::Gemm(ctx.input(0), ctx.input(1), c, attrs_,
-                           ctx.output_value(0).mutable_tensor());
+    Tensor& out = ctx.output_value(0).mutable_tensor();
+    LS_RETURN_IF_ERROR(reference::Gemm(ctx.input(0), ctx.input(1), c, attrs_, out));
+    if (activation_.has_value()) LS_RETURN_IF_ERROR(reference::Unary(*activation_, out, out));
+    return absl::OkStatus();
   }
 
  private:
+  // The packed one-row kernel when the product is one row (op(A) is then k contiguous values
+  // either way), B is a float constant, and C is absent, ignored (beta 0) or one row of n values
+  // added as is (beta 1). alpha and the transpose of B are folded into the packed weights.
+  std::shared_ptr<const native::PackedGemv> MaybeGemv(DataType type,
+                                                      const reference::GemmDims& dims,
+                                                      absl::Span<const Shape* const> shapes,
+                                                      const Tensor* constant) const {
+    const bool bias_ok = shapes[2] == nullptr || attrs_.beta == 0.0f ||
+                         (attrs_.beta == 1.0f && shapes[2]->NumElements() == dims.n &&
+                          (shapes[2]->rank() < 2 || (*shapes[2])[shapes[2]->rank() - 1] == dims.n));
+    if (type != DataType::kFloat32 || constant == nullptr || dims.m != 1 || !bias_ok ||
+        dims.k * dims.n > native::PackedGemv::kMaxElements || !native::PackedGemv::Available()) {
+      return nullptr;
+    }
+    Tensor w(DataType::kFloat32, Shape{dims.k, dims.n});
+    const float* b = constant->data<float>();
+    float* dst = w.mutable_data<float>();
+    for (int64_t i = 0; i < dims.k; ++i) {
+      for (int64_t j = 0; j < dims.n; ++j) {
+        dst[i * dims.n + j] =
+            attrs_.alpha * (attrs_.trans_b ? b[j * dims.k + i] : b[i * dims.n + j]);
+      }
+    }
+    return std::make_shared<const native::PackedGemv>(w, GemvActivation(activation_));
+  }
+
   // A row-major [rows, cols] matrix, or the transpose of a stored [cols, rows] one.
   static dnnl::memory::desc MatrixDesc(int64_t rows, int64_t cols, bool transposed, DataType type) {
     // With a dim of 1 the transpose has the same layout as the plain matrix.
@@ -301,6 +369,8 @@ class GemmKernel final : public DnnlKernel {
   }
 
   const reference::GemmAttrs attrs_;
+  const std::optional<reference::UnaryOp> activation_;
+  const Tensor* const constant_b_;  // owned by the model's graphs; may be null
 };
 
 }  // namespace
@@ -321,16 +391,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlFusedMatMulKernel(const Kernel
     return absl::InvalidArgumentError("a fused MatMul takes 3 inputs and has 1 output");
   }
   LS_ASSIGN_OR_RETURN(const std::string activation, init.node().GetString("activation", ""));
-  std::optional<reference::UnaryOp> op;
-  if (activation == "Tanh") {
-    op = reference::UnaryOp::kTanh;
-  } else if (activation == "Relu") {
-    op = reference::UnaryOp::kRelu;
-  } else if (activation == "Sigmoid") {
-    op = reference::UnaryOp::kSigmoid;
-  } else if (!activation.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown fused activation '", activation, "'"));
-  }
+  LS_ASSIGN_OR_RETURN(const std::optional<reference::UnaryOp> op, ParseActivation(activation));
   auto kernel = std::make_unique<FusedMatMulKernel>(op, init.constant_input(1));
   kernel->WarmUp(init);
   return kernel;
@@ -359,7 +420,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGemmKernel(const KernelInit& i
     LS_ASSIGN_OR_RETURN(const int64_t broadcast, node.GetInt("broadcast", 0));
     attrs.c_exact_shape = broadcast == 0;
   }
-  auto kernel = std::make_unique<GemmKernel>(attrs, required_inputs);
+  LS_ASSIGN_OR_RETURN(const std::string activation, node.GetString(kFusedActivationAttribute, ""));
+  LS_ASSIGN_OR_RETURN(const std::optional<reference::UnaryOp> op, ParseActivation(activation));
+  auto kernel = std::make_unique<GemmKernel>(attrs, required_inputs, op, init.constant_input(1));
   kernel->WarmUp(init);
   return kernel;
 }

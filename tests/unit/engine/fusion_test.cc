@@ -255,3 +255,90 @@ TEST(FusionTest, ElementwiseChainsMatchTheSeparateOps) {
 
 }  // namespace
 }  // namespace loopserve::engine
+
+namespace loopserve::engine {
+namespace {
+
+// Gemm -> activation (nn.Linear as exporters write it, then Tanh/Relu/Sigmoid): the compiler folds
+// the activation into the Gemm; with a constant B the weights are packed once, and a one-row
+// product with beta 0 or 1 runs on the packed one-row kernel. Every combination of transposes,
+// alpha, beta, C shape and row count must give the reference Gemm followed by the activation.
+TEST(FusionTest, GemmWithActivationMatchesTheReference) {
+  std::mt19937 rng(17);
+  const int64_t k = 40, n = 136;  // n: one full 128-column panel and a tail
+  int checked = 0;
+  for (const bool trans_a : {false, true}) {
+    for (const bool trans_b : {false, true}) {
+      for (const float alpha : {1.0f, 0.5f}) {
+        for (const float beta : {1.0f, 0.7f, 0.0f}) {
+          for (const int c_rank : {0, 1, 2}) {  // 0: no C
+            for (const std::string act : {"Tanh", "Relu", "Sigmoid"}) {
+              SCOPED_TRACE(::testing::Message()
+                           << "transA=" << trans_a << " transB=" << trans_b << " alpha=" << alpha
+                           << " beta=" << beta << " c_rank=" << c_rank << " " << act);
+              const Tensor b = Random(trans_b ? Shape{n, k} : Shape{k, n}, rng);
+              const Tensor c = Random(c_rank == 2 ? Shape{1, n} : Shape{n}, rng);
+              auto g = std::make_shared<Graph>();
+              const ValueId a = g->AddValue("a", FloatType(2));
+              const ValueId bid = g->AddValue("b");
+              const ValueId cid = g->AddValue("c");
+              const ValueId y = g->AddValue("y");
+              const ValueId z = g->AddValue("z");
+              g->constants.emplace_back(bid, std::make_shared<Tensor>(Tensor::ViewOf(b)));
+              g->constants.emplace_back(cid, std::make_shared<Tensor>(Tensor::ViewOf(c)));
+              Node gemm = MakeNode("Gemm", {a, bid}, {y});
+              if (c_rank > 0) gemm.inputs.push_back(cid);
+              Attribute f;
+              f.type = Attribute::Type::kFloat;
+              f.f = alpha;
+              gemm.attributes["alpha"] = f;
+              f.f = beta;
+              gemm.attributes["beta"] = f;
+              Attribute i;
+              i.type = Attribute::Type::kInt;
+              i.i = trans_a ? 1 : 0;
+              gemm.attributes["transA"] = i;
+              i.i = trans_b ? 1 : 0;
+              gemm.attributes["transB"] = i;
+              g->nodes.push_back(gemm);
+              g->nodes.push_back(MakeNode(act, {y}, {z}));
+              g->inputs = {a};
+              g->outputs = {z};
+              auto model = Model::FromGraph(g);
+              ASSERT_TRUE(model.ok()) << model.status();
+              for (const int64_t rows : {1, 3}) {
+                const Tensor in = Random(trans_a ? Shape{k, rows} : Shape{rows, k}, rng);
+                std::vector<Value> feed;
+                feed.push_back(Value(Tensor::ViewOf(in)));
+                const int64_t primitives = DnnlPrimitiveCreationCount();
+                auto out = (*model)->Run(std::move(feed), RunOptions());
+                ASSERT_TRUE(out.ok()) << out.status();
+                if (rows == 1 && (beta == 0.0f || beta == 1.0f || c_rank == 0) &&
+                    native::PackedGemv::Available()) {
+                  EXPECT_EQ(DnnlPrimitiveCreationCount(), primitives) << "not the packed kernel";
+                }
+                reference::GemmAttrs attrs;
+                attrs.alpha = alpha;
+                attrs.beta = beta;
+                attrs.trans_a = trans_a;
+                attrs.trans_b = trans_b;
+                Tensor product, want;
+                ASSERT_TRUE(reference::Gemm(in, b, c_rank > 0 ? &c : nullptr, attrs, product).ok());
+                const reference::UnaryOp op = act == "Tanh"   ? reference::UnaryOp::kTanh
+                                              : act == "Relu" ? reference::UnaryOp::kRelu
+                                                              : reference::UnaryOp::kSigmoid;
+                ASSERT_TRUE(reference::Unary(op, product, want).ok());
+                ExpectNear((*out)[0].tensor(), want);
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 3 * 3 * 2);
+}
+
+}  // namespace
+}  // namespace loopserve::engine
