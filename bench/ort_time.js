@@ -1,9 +1,14 @@
 // Times one model through ONNX Runtime (onnxruntime-node), the counterpart of
-// `looprun --repeat --warmup --threads`. Inputs come from a JSON file written by compare_ort.py
-// ({name: {dtype, dims, data}}), so both engines see the same values. Prints one JSON line with
-// median_us / p90_us / min_us, timed around session.run only.
+// `looprun --repeat --warmup --threads [--output_dir]`. Inputs come from a JSON file written by
+// compare_ort.py ({name: {dtype, dims, data}}), so both engines see the same values. Prints one
+// JSON line with median_us / p90_us / min_us, timed around session.run only.
 //
-//   NODE_PATH=<node_modules> node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS
+//   NODE_PATH=<node_modules> node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS [OUT_JSON]
+//
+// With OUT_JSON, the outputs of the last run are written there (after all timing) as
+// {name: {dims, dtype, data}} in model output order. Numeric `data` is the tensor's raw
+// little-endian bytes in base64 (exact for int64 and NaN, and a 32 MB float output stays 43 MB
+// rather than 160 MB of decimal text); string tensors are a JSON array of strings.
 'use strict';
 const fs = require('fs');
 const ort = require('onnxruntime-node');
@@ -12,8 +17,20 @@ const TYPED = {
   float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array,
 };
 
+function encodeOutputs(session, results) {
+  const out = {};
+  for (const name of session.outputNames) {
+    const t = results[name];
+    const data = t.type === 'string'
+      ? Array.from(t.data)
+      : Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength).toString('base64');
+    out[name] = {dims: Array.from(t.dims), dtype: t.type, data};
+  }
+  return out;
+}
+
 async function main() {
-  const [model, inputsJson, repeat, warmup, threads] = process.argv.slice(2);
+  const [model, inputsJson, repeat, warmup, threads, outputsJson] = process.argv.slice(2);
   const session = await ort.InferenceSession.create(model, {
     intraOpNumThreads: Number(threads),
     interOpNumThreads: 1,
@@ -28,12 +45,14 @@ async function main() {
     feeds[name] = new ort.Tensor(t.dtype, data, t.dims);
   }
   const times = [];
+  let results = null;
   for (let i = 0; i < Number(warmup) + Number(repeat); ++i) {
     const start = process.hrtime.bigint();
-    await session.run(feeds);
+    results = await session.run(feeds);
     const us = Number(process.hrtime.bigint() - start) / 1000;
     if (i >= Number(warmup)) times.push(us);
   }
+  if (outputsJson) fs.writeFileSync(outputsJson, JSON.stringify(encodeOutputs(session, results)));
   times.sort((a, b) => a - b);
   const n = times.length;
   const median = n % 2 ? times[(n - 1) / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;

@@ -304,22 +304,55 @@ class ArgKernel final : public Kernel {
   ArgKernel(int64_t axis, bool keepdims, bool last)
       : axis_(axis), keepdims_(keepdims), select_last_(last) {}
 
-  // The first index of the row's maximum (minimum); false when the row holds a NaN.
+  // The first index of the row's maximum (minimum); false when the row holds a NaN or an
+  // infinity (the general path handles those). The first pass keeps kLanes independent running
+  // extremes, which the compiler turns into vector max/min instructions (one running value would
+  // be a chain of dependent compares: 1024 logits took ~2 us); `poison` becomes NaN when any
+  // element is NaN or infinite (v * 0).
   template <typename T>
   static bool FirstExtremum(const T* p, int64_t n, int64_t* index) {
+    constexpr int kLanes = 16;
     T best = p[0];
-    int nan = 0;
-    for (int64_t k = 0; k < n; ++k) {
+    T poison = 0;
+    int64_t k = 0;
+    if (n >= kLanes) {
+      T lane[kLanes];
+      T lane_poison[kLanes];
+      for (int j = 0; j < kLanes; ++j) {
+        lane[j] = p[j];
+        lane_poison[j] = 0;
+      }
+      for (; k + kLanes <= n; k += kLanes) {
+        for (int j = 0; j < kLanes; ++j) {
+          const T v = p[k + j];
+          lane_poison[j] += v * T(0);
+          if constexpr (kMax) {
+            lane[j] = v > lane[j] ? v : lane[j];
+          } else {
+            lane[j] = v < lane[j] ? v : lane[j];
+          }
+        }
+      }
+      for (int j = 0; j < kLanes; ++j) {
+        poison += lane_poison[j];
+        if constexpr (kMax) {
+          best = lane[j] > best ? lane[j] : best;
+        } else {
+          best = lane[j] < best ? lane[j] : best;
+        }
+      }
+    }
+    for (; k < n; ++k) {
       const T v = p[k];
-      nan |= v != v;
+      poison += v * T(0);
       if constexpr (kMax) {
         best = v > best ? v : best;
       } else {
         best = v < best ? v : best;
       }
     }
-    if (nan != 0) return false;
-    for (int64_t k = 0; k < n; ++k) {
+    if (poison != 0 || poison != poison) return false;
+    for (k = 0; k < n; ++k) {
       if (p[k] == best) {
         *index = k;
         return true;

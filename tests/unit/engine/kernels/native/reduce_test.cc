@@ -1,6 +1,10 @@
 // ReduceSum/Mean/Max/Min/Prod, ArgMax/ArgMin.
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -121,6 +125,43 @@ TEST(ArgMaxTest, SpecExamples) {
   ExpectTensor<int64_t>(
       RunOk(OpCase("ArgMax", 13).In(Make<float>({2, 2}, {2, 1, 3, 10})).Attr("axis", IntAttr(-1))),
       {2, 1}, {0, 1});
+}
+
+// Rows long and short (the contiguous fast path takes 16 lanes at a time, then a tail), with
+// ties, NaNs and infinities, against the definition: the first index of the extreme value, a NaN
+// counting as the extreme (numpy's argmax/argmin).
+TEST(ArgMaxTest, RandomRowsMatchTheDefinition) {
+  std::mt19937 rng(23);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t rows = 1 + rng() % 3, n = 1 + rng() % 70;
+    std::vector<float> data(rows * n);
+    for (float& v : data) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);  // many ties
+    const int special = trial % 4;  // 0: none, 1: a NaN, 2: an infinity, 3: both
+    if (special & 1) data[rng() % data.size()] = std::nanf("");
+    if (special & 2) data[rng() % data.size()] = rng() % 2 ? inf : -inf;
+    for (const bool max : {true, false}) {
+      std::vector<int64_t> want(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* p = data.data() + r * n;
+        int64_t best = 0;
+        for (int64_t k = 1; k < n; ++k) {
+          if (std::isnan(p[best])) break;
+          if (std::isnan(p[k]) || (max ? p[k] > p[best] : p[k] < p[best])) best = k;
+        }
+        want[r] = best;
+      }
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << (max ? " ArgMax" : " ArgMin"));
+      Tensor x(DataType::kFloat32, Shape{rows, n});
+      std::copy(data.begin(), data.end(), x.mutable_data<float>());
+      const Tensor got = RunOk(OpCase(max ? "ArgMax" : "ArgMin", 13)
+                                   .In(std::move(x))
+                                   .Attr("axis", IntAttr(1))
+                                   .Attr("keepdims", IntAttr(0)));
+      ASSERT_EQ(got.shape(), Shape{rows});
+      for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(got.data<int64_t>()[r], want[r]) << "row " << r;
+    }
+  }
 }
 
 TEST(ArgMaxTest, SelectLastIndex) {
