@@ -34,7 +34,9 @@ import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_MODELS = ["counter", "rnn_b1", "rnn_b16", "greedy", "large_scan", "nested"]
+DEFAULT_MODELS = [
+    "counter", "rnn_b1", "rnn_b16", "greedy", "large_scan", "nested", "lstm_b1", "gemm_rnn",
+]
 RTOL, ATOL = 1e-4, 1e-5
 ORT_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
               "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "float16": np.float16}
