@@ -261,11 +261,12 @@ def case_if_inside_loop(out_dir):
                [x, np.stack(scans[0])])
 
 
-def case_rnn(out_dir):
-    """h = Tanh(MatMul(h, W) + b), scan of h: the RNN-cell body."""
-    rng = np.random.default_rng(7)
-    hidden = 8
-    W = (rng.standard_normal((hidden, hidden)) * 0.3).astype(np.float32)
+def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3):
+    """h = Tanh(MatMul(h, W) + b), scan of h: the RNN-cell body. As loop_rnn_wide, 300 hidden
+    units at batch 1: the packed one-row matmul's column tail (300 = 2 x 128 + 44) inside a Loop
+    body, weights an initializer."""
+    rng = np.random.default_rng(seed)
+    W = (rng.standard_normal((hidden, hidden)) * scale).astype(np.float32)
     b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
     body = helper.make_graph(
         [helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
@@ -282,39 +283,10 @@ def case_rnn(out_dir):
     h0 = (rng.standard_normal((1, hidden))).astype(np.float32)
 
     def body_np(i, c, h):
-        h = np.tanh(h @ W + b).astype(np.float32)
-        return True, h, h
-    (h,), scans, _ = loop_semantics(6, None, [h0], body_np)
-    write_case(out_dir, "loop_rnn", model(g), [np.array(6, np.int64), h0], [h, np.stack(scans[0])])
-
-
-def case_rnn_wide(out_dir):
-    """The RNN cell at batch 1 with 300 hidden units: the packed one-row matmul's column tail
-    (300 = 2 x 128 + 44) inside a Loop body, weights an initializer."""
-    rng = np.random.default_rng(8)
-    hidden = 300
-    W = (rng.standard_normal((hidden, hidden)) * 0.05).astype(np.float32)
-    b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
-    body = helper.make_graph(
-        [helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
-         helper.make_node("Add", ["mm", "b"], ["pre"]),
-         helper.make_node("Tanh", ["pre"], ["h_out"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Identity", ["h_out"], ["hs"])],
-        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden])],
-        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("hs", F, [1, hidden])])
-    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
-    g = helper.make_graph([loop], "rnn_wide", [vi("M", I64, []), vi("h0", F, [1, hidden])],
-                          [vi("h", F, [1, hidden]), vi("hs_all", F, [None, 1, hidden])],
-                          initializer=[numpy_helper.from_array(W, "W"), numpy_helper.from_array(b, "b")])
-    h0 = (rng.standard_normal((1, hidden))).astype(np.float32)
-
-    def body_np(i, c, h):
         h = np.tanh(h.astype(np.float64) @ W + b).astype(np.float32)
         return True, h, h
-    (h,), scans, _ = loop_semantics(9, None, [h0], body_np)
-    write_case(out_dir, "loop_rnn_wide", model(g), [np.array(9, np.int64), h0],
-               [h, np.stack(scans[0])])
+    (h,), scans, _ = loop_semantics(trips, None, [h0], body_np)
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), h0], [h, np.stack(scans[0])])
 
 
 def case_scan_wide_slices(out_dir):
@@ -397,7 +369,7 @@ def main():
     case_nested(out_dir)
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
-    case_rnn_wide(out_dir)
+    case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
 
