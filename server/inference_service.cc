@@ -40,6 +40,9 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, absl::str
   return reactor;
 }
 
+// How early gRPC may cancel a call for its deadline, by our clock (see Execute).
+constexpr absl::Duration kDeadlineClockSlack = absl::Milliseconds(20);
+
 // The call's deadline as absl::Time; InfiniteFuture when the client set none (gRPC reports
 // gpr_inf_future as a time_point centuries ahead).
 absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
@@ -62,10 +65,14 @@ void FillTensorMetadata(const engine::TensorSpec& spec,
 
 }  // namespace
 
-// One ModelInfer call. Created by ModelInfer, deletes itself in OnDone (which gRPC calls after
+// One ModelInfer call. Created by ModelInfer. A call answered inside the handler (an error, or a
+// run on the gRPC thread) answers through the context's default reactor, whose completion gRPC
+// handles without a thread hop, and is deleted by Start; a queued call is its own reactor, so
+// that OnCancel reaches the running engine, and deletes itself in OnDone (which gRPC calls after
 // Finish). Between Start and Finish exactly one thread at a time works on it: the gRPC thread in
-// Start, then the worker in Run. OnCancel may run concurrently on a gRPC thread and only sets
-// `cancelled_`. Nothing touches `this` after Finish.
+// Start, then the worker in Run (or the gRPC thread runs it too, inside Start). OnCancel may run
+// concurrently on a gRPC thread and only sets `cancelled_`. Nothing touches a queued call after
+// Finish.
 class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
  public:
   InferCall(InferenceService* service, grpc::CallbackServerContext* context,
@@ -79,8 +86,9 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     service_->CallStarted();
   }
 
-  // On the gRPC thread: validate, then queue or answer.
-  void Start() {
+  // On the gRPC thread: validate, then run here, queue or answer an error. Returns the reactor
+  // for gRPC: `this` when queued; otherwise the default reactor, and `this` is deleted.
+  grpc::ServerUnaryReactor* Start() {
     absl::Status status;
     try {
       status = Admit();
@@ -89,7 +97,16 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     } catch (...) {
       status = absl::InternalError("ModelInfer: unknown exception");
     }
-    if (!status.ok()) Complete(status);
+    if (status.ok() && !answer_here_) return this;  // a worker answers
+    if (!status.ok()) {
+      answer_here_ = true;
+      Complete(status);
+    }
+    grpc::ServerUnaryReactor* reactor = default_reactor_;
+    InferenceService* service = service_;
+    delete this;
+    service->CallFinished();
+    return reactor;
   }
 
   void OnCancel() override { cancelled_.store(true, std::memory_order_relaxed); }
@@ -100,7 +117,8 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   }
 
  private:
-  // OK when the run was handed to a worker (which will answer); otherwise the error to answer.
+  // OK when the call was run here (answered) or handed to a worker (which will answer);
+  // otherwise the error to answer.
   absl::Status Admit() {
     if (service_->draining_.load()) {
       return absl::UnavailableError("the server is shutting down");
@@ -115,13 +133,28 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     decoded_ = *std::move(decoded);
 
     Metrics* metrics = service_->metrics_;
-    if (metrics != nullptr) {
-      metrics->inflight_requests().Increment();
-      metrics->queue_depth().Increment();
-    }
     admitted_ = true;
+    if (model_->metrics->RecentCompute() < service_->options_.inline_run_limit &&
+        service_->pool_->TryRunHere(
+            [this, metrics] {
+              answer_here_ = true;
+              if (metrics != nullptr) metrics->inflight_requests().Increment();
+              Run();
+            },
+            model_->instances)) {
+      return absl::OkStatus();
+    }
+    // Queued before in flight: a request seen in flight and not queued is running.
+    queued_ = true;
+    if (metrics != nullptr) {
+      metrics->queue_depth().Increment();
+      metrics->inflight_requests().Increment();
+    }
     absl::Status scheduled = service_->pool_->TrySchedule([this] { Run(); }, model_->instances);
-    if (!scheduled.ok() && metrics != nullptr) metrics->queue_depth().Decrement();
+    if (!scheduled.ok()) {
+      queued_ = false;
+      if (metrics != nullptr) metrics->queue_depth().Decrement();
+    }
     return scheduled;
   }
 
@@ -146,7 +179,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     return absl::OkStatus();
   }
 
-  // On a worker thread.
+  // On a worker thread, or on the gRPC thread in Start (see TryRunHere).
   void Run() {
     absl::Status status;
     try {
@@ -161,7 +194,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
 
   absl::Status Execute() {
     Metrics* metrics = service_->metrics_;
-    if (metrics != nullptr) metrics->queue_depth().Decrement();
+    if (metrics != nullptr && queued_) metrics->queue_depth().Decrement();
     const absl::Time started = absl::Now();
     if (model_->metrics != nullptr) model_->metrics->RecordQueue(started - received_);
     // gRPC also cancels a call whose deadline passed, so the deadline is checked first.
@@ -187,8 +220,9 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     if (!outputs.ok()) {
       absl::Status status = outputs.status();
       // An expired deadline reaches the engine as gRPC's cancellation (OnCancel) as often as
-      // through its own clock check; report what really happened.
-      if (absl::IsCancelled(status) && absl::Now() >= deadline_) {
+      // through its own clock check; report what really happened. gRPC times the deadline on its
+      // own millisecond clock, which its cancellation showed up to ~10 ms ahead of absl::Now().
+      if (absl::IsCancelled(status) && absl::Now() + kDeadlineClockSlack >= deadline_) {
         status =
             absl::DeadlineExceededError(absl::StrCat("deadline exceeded (", status.message(), ")"));
       }
@@ -236,7 +270,8 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
                                                      " bytes (max_output_bytes)"));
   }
 
-  // Records the outcome and finishes the call; `this` may be deleted as soon as Finish is called.
+  // Records the outcome and finishes the call; a queued call may be deleted as soon as Finish is
+  // called.
   void Complete(const absl::Status& status) {
     if (model_ != nullptr && model_->metrics != nullptr) {
       model_->metrics->RecordRequest(status.code(), absl::Now() - received_);
@@ -248,7 +283,12 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
       LogDebug(absl::StrCat("ModelInfer '", request_->model_name(), "' id '", request_->id(),
                             "': ", status.ToString()));
     }
-    Finish(ToGrpcStatus(status));
+    if (answer_here_) {
+      default_reactor_ = context_->DefaultReactor();
+      default_reactor_->Finish(ToGrpcStatus(status));
+    } else {
+      Finish(ToGrpcStatus(status));  // `this` may be deleted from here on
+    }
   }
 
   std::string Label() const {
@@ -264,7 +304,10 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   absl::Time deadline_;  // the gRPC deadline, or the `timeout` parameter when earlier
   std::shared_ptr<const LoadedModel> model_;  // pinned until OnDone
   DecodedRequest decoded_;
-  bool admitted_ = false;  // counted in loopserve_inflight_requests
+  bool admitted_ = false;     // counted in loopserve_inflight_requests
+  bool queued_ = false;       // counted in loopserve_queue_depth until a worker takes it
+  bool answer_here_ = false;  // answered inside Start, through the default reactor
+  grpc::ServerUnaryReactor* default_reactor_ = nullptr;  // set when answered here
   std::atomic<bool> cancelled_{false};
 };
 
@@ -360,9 +403,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  auto* call = new InferCall(this, context, request, response);
-  call->Start();
-  return call;
+  return (new InferCall(this, context, request, response))->Start();
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(

@@ -25,6 +25,16 @@ namespace loopserve::server {
 // Exceptions stop at the handler boundary (INTERNAL). (OnCancel is delivered by gRPC 1.51 for
 // client cancellation and expired deadlines; server_test checks both paths.)
 //
+// Short runs skip the hand-off: when the version's recent runs averaged under
+// `Options::inline_run_limit` and the pool would start the run at once (WorkerPool::TryRunHere:
+// a free slot of the pool's bound and of the version's instance cap, nothing runnable queued, and
+// fewer than the pool's cap of such runs in progress),
+// the gRPC thread runs it inside the handler and answers through the context's default reactor,
+// saving the wake-up of a worker and the executor hop gRPC makes to complete a call with a
+// reactor of ours. Such a run counts in every limit, metric and statistic like a queued one and
+// keeps its deadline, but gRPC delivers OnCancel only after the handler returns, so a client's
+// cancel is not seen during it; versions whose runs are long always go to the workers.
+//
 // Limits per request: Triton's `timeout` request parameter (int64 microseconds; 0 = none) and the
 // gRPC deadline, whichever comes first; the model's iteration cap and output-bytes cap (each Loop
 // scan output while it grows, and the sum of the final outputs), both RESOURCE_EXHAUSTED.
@@ -40,6 +50,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  public:
   struct Options {
     bool model_control = false;  // RepositoryModelLoad/Unload allowed (explicit mode)
+    // Runs of versions whose recent runs took less on average may run on the gRPC thread;
+    // zero: never.
+    absl::Duration inline_run_limit = absl::ZeroDuration();
   };
   InferenceService(ModelRegistry* registry, WorkerPool* pool, Metrics* metrics, Options options);
   ~InferenceService() override;

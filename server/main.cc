@@ -46,6 +46,10 @@ ABSL_FLAG(int64_t, max_output_bytes, 0,
           "Cap on the output bytes of one request: each Loop scan output as it grows and the sum "
           "of the final outputs (RESOURCE_EXHAUSTED beyond it); 0 = --max_message_bytes; a "
           "model's config.pbtxt may set its own");
+ABSL_FLAG(int, inline_run_limit_us, 1000,
+          "Requests to a model version whose recent runs averaged under this many microseconds "
+          "run on the gRPC thread when a worker slot is free (saves two thread hand-offs); 0 "
+          "disables");
 ABSL_FLAG(int, max_message_bytes, 1 << 30, "Largest gRPC message received or sent, in bytes");
 ABSL_FLAG(int, exit_timeout_seconds, 30,
           "On SIGTERM/SIGINT, how long to wait for calls in flight before cancelling them");
@@ -130,6 +134,7 @@ int main(int argc, char** argv) {
   options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.inline_run_limit = absl::Microseconds(absl::GetFlag(FLAGS_inline_run_limit_us));
   options.exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
   absl::StatusOr<loopserve::server::ModelControlMode> mode =
       loopserve::server::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));

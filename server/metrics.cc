@@ -160,7 +160,16 @@ void ModelVersionMetrics::RecordComputeInput(absl::Duration decoding) {
 
 void ModelVersionMetrics::RecordCompute(absl::Duration computed) {
   compute_infer_.Add(computed);
+  // Concurrent runs may lose an update to each other: an estimate, not a statistic.
+  const int64_t ns = std::max<int64_t>(0, absl::ToInt64Nanoseconds(computed));
+  const int64_t recent = recent_compute_ns_.load(std::memory_order_relaxed);
+  recent_compute_ns_.store(recent < 0 ? ns : recent + (ns - recent) / 8, std::memory_order_relaxed);
   if (has_handles_) compute_duration_->Observe(absl::ToDoubleSeconds(computed));
+}
+
+absl::Duration ModelVersionMetrics::RecentCompute() const {
+  const int64_t recent = recent_compute_ns_.load(std::memory_order_relaxed);
+  return recent < 0 ? absl::InfiniteDuration() : absl::Nanoseconds(recent);
 }
 
 void ModelVersionMetrics::RecordComputeOutput(absl::Duration encoding) {

@@ -72,6 +72,9 @@ class ModelVersionMetrics : public engine::LoopObserver {
   void RecordComputeInput(absl::Duration decoding);   // request decoding and validation
   void RecordCompute(absl::Duration computed);        // Model::Run
   void RecordComputeOutput(absl::Duration encoding);  // response encoding
+  // A moving average of the recent Model::Run times (each new run weighs 1/8); InfiniteDuration
+  // before the first run.
+  absl::Duration RecentCompute() const;
 
   // engine::LoopObserver: loopserve_loop_iterations / _loop_iteration_duration_seconds and the
   // per-loop statistics.
@@ -90,6 +93,7 @@ class ModelVersionMetrics : public engine::LoopObserver {
   };
   std::atomic<uint64_t> last_inference_ms_{0};
   DurationStat success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
+  std::atomic<int64_t> recent_compute_ns_{-1};    // RecentCompute; -1 before the first run
   std::vector<std::unique_ptr<LoopStat>> loops_;  // by loop index
 
   // Prometheus handles; null for StatisticsOnly.

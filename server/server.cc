@@ -92,6 +92,12 @@ absl::Status Server::Init() {
   if (options_.metrics_port < -1 || options_.metrics_port > 65535) {
     return absl::InvalidArgumentError("--metrics_port must be -1 (off) or in [0, 65535]");
   }
+  if (options_.inline_run_limit < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--inline_run_limit_us must be >= 0");
+  }
+  if (options_.max_inline_runs < 0) {
+    return absl::InvalidArgumentError("max_inline_runs must be >= 0");
+  }
   if (options_.max_output_bytes < 0) {
     return absl::InvalidArgumentError("--max_output_bytes must be >= 0");
   }
@@ -136,7 +142,8 @@ absl::Status Server::Init() {
           : "",
       ", ", options_.workers, " workers x ", intra_op_threads, " intra-op threads, queue ",
       options_.max_queue_size, ", max_loop_iterations ", options_.max_loop_iterations,
-      ", max_output_bytes ", max_output_bytes, ", max_message_bytes ", options_.max_message_bytes));
+      ", max_output_bytes ", max_output_bytes, ", max_message_bytes ", options_.max_message_bytes,
+      ", inline runs under ", absl::FormatDuration(options_.inline_run_limit)));
 
   metrics_ = std::make_unique<Metrics>();
   registry_ = std::make_unique<ModelRegistry>(
@@ -144,11 +151,18 @@ absl::Status Server::Init() {
                              options_.model_loader, metrics_.get(), max_output_bytes});
   LS_RETURN_IF_ERROR(LoadInitialModels());
 
+  // gRPC 1.51 runs callbacks on cores / 2 threads (at least 2): runs on them (see
+  // InferenceService) are capped at half of those, so the others keep receiving requests for the
+  // workers.
+  const int max_inline_runs = options_.max_inline_runs > 0
+                                  ? options_.max_inline_runs
+                                  : std::max(1, engine::AvailableCores() / 4);
   pool_ = std::make_unique<WorkerPool>(
       options_.workers, options_.max_queue_size,
-      [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); });
+      [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); }, max_inline_runs);
   InferenceService::Options service_options;
   service_options.model_control = options_.model_control_mode == ModelControlMode::kExplicit;
+  service_options.inline_run_limit = options_.inline_run_limit;
   service_ = std::make_unique<InferenceService>(registry_.get(), pool_.get(), metrics_.get(),
                                                 service_options);
 

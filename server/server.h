@@ -52,6 +52,12 @@ struct ServerOptions {
   std::string tls_key;
   std::string tls_client_ca;
   ModelLoader model_loader;  // default engine::Model::Load (tests inject their own)
+  // Requests to a version whose recent runs averaged under this run on the gRPC thread when a
+  // worker slot is free (InferenceService); zero: every run goes through the worker queue.
+  absl::Duration inline_run_limit = absl::Milliseconds(1);
+  // How many such runs at once, at most (and never more than `workers`); 0 = cores / 4, at least
+  // 1, which leaves most of gRPC's callback threads free to receive requests.
+  int max_inline_runs = 0;
 };
 
 // The whole loopserve server, usable in-process (tests start it on 127.0.0.1:0).

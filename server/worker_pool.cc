@@ -1,18 +1,35 @@
 #include "server/worker_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace loopserve::server {
+namespace {
 
-WorkerPool::WorkerPool(int num_workers, int max_queue_size, std::function<void()> on_thread_start)
-    : num_workers_(std::max(1, num_workers)), max_queue_size_(std::max(1, max_queue_size)) {
+// Identifies pools for TryRunHere's once-per-thread `on_thread_start` (an address could be reused
+// by a later pool).
+std::atomic<uint64_t> next_pool_id{1};
+thread_local uint64_t thread_started_for_pool = 0;
+
+}  // namespace
+
+WorkerPool::WorkerPool(int num_workers, int max_queue_size, std::function<void()> on_thread_start,
+                       int max_running_here)
+    : num_workers_(std::max(1, num_workers)),
+      max_queue_size_(std::max(1, max_queue_size)),
+      max_running_here_(max_running_here > 0 ? std::min(max_running_here, num_workers_)
+                                             : num_workers_),
+      on_thread_start_(std::move(on_thread_start)),
+      id_(next_pool_id.fetch_add(1, std::memory_order_relaxed)) {
   threads_.reserve(num_workers_);
   for (int i = 0; i < num_workers_; ++i) {
-    threads_.emplace_back([this, on_thread_start] {
-      if (on_thread_start) on_thread_start();
+    threads_.emplace_back([this] {
+      thread_started_for_pool = id_;
+      if (on_thread_start_) on_thread_start_();
       WorkerLoop();
     });
   }
@@ -32,6 +49,42 @@ absl::Status WorkerPool::TrySchedule(std::function<void()> task, std::shared_ptr
   return absl::OkStatus();
 }
 
+bool WorkerPool::TryRunHere(absl::FunctionRef<void()> task, std::shared_ptr<TaskGroup> group) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (stopping_ || running_ >= num_workers_ || running_here_ >= max_running_here_) return false;
+    if (group != nullptr && group->running_ >= group->max_running_) return false;
+    // A task a worker could start now was queued first: it goes first.
+    if (NextRunnable() != queue_.end()) return false;
+    ++running_;
+    ++running_here_;
+    ++ran_here_;
+    if (group != nullptr) ++group->running_;
+  }
+  // The slots are given back even if `task` throws.
+  struct SlotRelease {
+    WorkerPool* pool;
+    TaskGroup* group;
+    ~SlotRelease() { pool->Release(group, /*on_worker=*/false); }
+  } release{this, group.get()};
+  if (thread_started_for_pool != id_) {
+    thread_started_for_pool = id_;
+    if (on_thread_start_) on_thread_start_();
+  }
+  task();
+  return true;
+}
+
+void WorkerPool::Release(TaskGroup* group, bool on_worker) {
+  absl::MutexLock lock(&mutex_);
+  --running_;
+  if (!on_worker) --running_here_;
+  if (group != nullptr) --group->running_;
+  // A worker may be waiting for the slot (a worker that releases its own takes the next task
+  // itself) or for the group's.
+  if (!queue_.empty() && (group != nullptr || !on_worker)) work_available_.SignalAll();
+}
+
 void WorkerPool::Shutdown() {
   absl::MutexLock shutdown_lock(&shutdown_mutex_);
   {
@@ -49,6 +102,16 @@ int WorkerPool::queue_size() const {
   return static_cast<int>(queue_.size());
 }
 
+int WorkerPool::running() const {
+  absl::MutexLock lock(&mutex_);
+  return running_;
+}
+
+int64_t WorkerPool::ran_here() const {
+  absl::MutexLock lock(&mutex_);
+  return ran_here_;
+}
+
 std::deque<WorkerPool::Task>::iterator WorkerPool::NextRunnable() {
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->group == nullptr || it->group->running_ < it->group->max_running_) return it;
@@ -61,26 +124,23 @@ void WorkerPool::WorkerLoop() {
     Task task;
     {
       absl::MutexLock lock(&mutex_);
-      auto next = NextRunnable();
       // Queued tasks whose groups are all busy wait for a running task of theirs to finish (which
-      // signals); drain before exiting: queued requests are answered, not dropped.
+      // signals), and every task waits while tasks run on callers' threads take the bound; drain
+      // before exiting: queued requests are answered, not dropped.
+      auto next = running_ < num_workers_ ? NextRunnable() : queue_.end();
       while (next == queue_.end()) {
         if (queue_.empty() && stopping_) return;
         work_available_.Wait(&mutex_);
-        next = NextRunnable();
+        next = running_ < num_workers_ ? NextRunnable() : queue_.end();
       }
       task = std::move(*next);
       queue_.erase(next);
+      ++running_;
       if (task.group != nullptr) ++task.group->running_;
     }
     task.run();
-    task.run = nullptr;  // destroy what the task captured before the group slot is released
-    if (task.group != nullptr) {
-      absl::MutexLock lock(&mutex_);
-      --task.group->running_;
-      // Another worker may be waiting for this group's slot.
-      if (!queue_.empty()) work_available_.SignalAll();
-    }
+    task.run = nullptr;  // destroy what the task captured before the slots are released
+    Release(task.group.get(), /*on_worker=*/true);
   }
 }
 

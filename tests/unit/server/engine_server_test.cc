@@ -1,5 +1,6 @@
 // The server over the real engine: a Loop model loaded from ONNX, iteration caps, deadlines and
-// cancellation inside a running Loop, and the loop metrics.
+// cancellation inside a running Loop, the loop metrics, and runs on the gRPC thread (limits,
+// metrics and statistics hold for them too).
 
 #include <cstring>
 #include <filesystem>
@@ -174,6 +175,169 @@ TEST_F(UncappedEngineServerTest, CancellationStopsARunningLoop) {
   const std::string text = server_->metrics().Serialize();
   EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"cancelled\"} 1"));
   EXPECT_THAT(text, HasSubstr("outcome=\"cancelled\",version=\"1\"} 1"));
+}
+
+// Runs on the gRPC thread (InferenceService's inline path): every run qualifies once the version
+// has one timed run, so long runs can hold a slot while the test checks the limits around them.
+// Two workers; `single` has instance_count 1; a queue of 1.
+class InlineEngineServerTest : public EngineServerTest {
+ protected:
+  void SetUp() override {
+    EngineServerTest::SetUp();
+    if (IsSkipped()) return;
+    repository_.WriteFile("single/config.pbtxt", "instance_count: 1");
+    repository_.MakeDir("single/1");
+    std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
+                               repository_.path() + "/single/1/model.onnx");
+    server_.reset();
+    ServerOptions options;
+    options.model_repository = repository_.path();
+    options.address = "127.0.0.1";
+    options.grpc_port = 0;
+    options.metrics_port = -1;
+    options.workers = 2;
+    options.max_queue_size = 1;
+    options.inline_run_limit = absl::Hours(1);
+    options.max_inline_runs = 2;
+    absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  }
+
+  // Sends `request` without waiting; `done` is notified with `status` set when it is answered.
+  struct Pending {
+    grpc::ClientContext context;
+    inference::ModelInferRequest request;
+    inference::ModelInferResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  std::unique_ptr<Pending> Send(inference::ModelInferRequest request, absl::Duration timeout) {
+    auto pending = std::make_unique<Pending>();
+    pending->request = std::move(request);
+    pending->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    Pending* p = pending.get();
+    stub_->async()->ModelInfer(&p->context, &p->request, &p->response, [p](grpc::Status s) {
+      p->status = std::move(s);
+      p->done.Notify();
+    });
+    return pending;
+  }
+
+  // Waits (bounded) until `pred()` holds; polls state the server exposes only as values.
+  template <typename Pred>
+  static bool WaitUntil(Pred pred) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!pred() && absl::Now() < give_up) std::this_thread::yield();
+    return pred();
+  }
+};
+
+TEST_F(InlineEngineServerTest, ShortRunsRunInlineAndAreCountedLikeQueuedOnes) {
+  inference::ModelInferResponse response;
+  WorkerPool& pool = server_->worker_pool();
+  // The first run of a version has no timing yet: it goes through the queue.
+  ASSERT_TRUE(Infer(Request("counter", 3), &response, absl::Seconds(30)).ok());
+  EXPECT_EQ(pool.ran_here(), 0);
+  for (int i = 0; i < 5; ++i) {
+    response.Clear();
+    ASSERT_TRUE(Infer(Request("counter", 3), &response, absl::Seconds(30)).ok());
+    ASSERT_EQ(response.raw_output_contents_size(), 1);
+    float y[2];
+    std::memcpy(y, response.raw_output_contents(0).data(), sizeof(y));
+    EXPECT_EQ(y[1], 13.f);
+  }
+  EXPECT_EQ(pool.ran_here(), 5);
+  EXPECT_EQ(pool.running(), 0);
+  const std::string text = server_->metrics().Serialize();
+  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"counter\",outcome=\"success\","
+                              "version=\"1\"} 6"));
+  EXPECT_THAT(text, HasSubstr("loopserve_queue_duration_seconds_count{model=\"counter\","
+                              "version=\"1\"} 6"));
+  EXPECT_THAT(text, HasSubstr("loopserve_compute_duration_seconds_count{model=\"counter\","
+                              "version=\"1\"} 6"));
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_iterations_sum{loop=\"count_loop\",model=\"counter\","
+                              "version=\"1\"} 18"));
+  EXPECT_THAT(text, HasSubstr("loopserve_inflight_requests 0"));
+  EXPECT_THAT(text, HasSubstr("loopserve_queue_depth 0"));
+  const ModelVersionStatistics stats =
+      (*server_->registry().Get("counter", ""))->metrics->Statistics();
+  EXPECT_EQ(stats.inference_count, 6u);
+  EXPECT_EQ(stats.success.count, 6u);
+  EXPECT_EQ(stats.queue.count, 6u);
+  EXPECT_EQ(stats.compute_infer.count, 6u);
+  EXPECT_EQ(stats.compute_output.count, 6u);
+  ASSERT_EQ(stats.loops.size(), 1u);
+  EXPECT_EQ(stats.loops[0].execution.count, 6u);
+  EXPECT_EQ(stats.loops[0].iterations, 18u);
+}
+
+TEST_F(InlineEngineServerTest, InlineRunKeepsTheInstanceCapAndItsDeadline) {
+  inference::ModelInferResponse response;
+  WorkerPool& pool = server_->worker_pool();
+  // Both versions timed once.
+  ASSERT_TRUE(Infer(Request("single", 1), &response, absl::Seconds(30)).ok());
+  ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  // An endless run of `single` takes its only instance on a gRPC thread until its deadline.
+  std::unique_ptr<Pending> endless =
+      Send(Request("single", std::numeric_limits<int64_t>::max()), absl::Seconds(2));
+  ASSERT_TRUE(WaitUntil([&] { return pool.running() == 1; }));
+  EXPECT_EQ(pool.ran_here(), 1);
+  // A second `single` request waits in the queue although a worker is idle ...
+  std::unique_ptr<Pending> second = Send(Request("single", 1), absl::Seconds(30));
+  ASSERT_TRUE(WaitUntil([&] { return pool.queue_size() == 1; }));
+  // ... while another model still runs on the free slot (the queued task cannot run yet, so it
+  // is not overtaken), and the full queue rejects at once.
+  response.Clear();
+  ASSERT_TRUE(Infer(Request("counter", 2), &response, absl::Seconds(30)).ok());
+  EXPECT_EQ(pool.ran_here(), 2);
+  grpc::Status full = Infer(Request("single", 1), &response, absl::Seconds(30));
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
+  EXPECT_FALSE(second->done.HasBeenNotified());
+  EXPECT_EQ(pool.running(), 1);
+  // The inline run stops at its deadline inside the loop; then the queued request runs.
+  endless->done.WaitForNotification();
+  EXPECT_EQ(endless->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  second->done.WaitForNotification();
+  EXPECT_TRUE(second->status.ok()) << second->status.error_message();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return server_->metrics().inflight_requests().Value() == 0 && pool.running() == 0; }));
+  const std::string text = server_->metrics().Serialize();
+  EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"deadline\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"single\",outcome=\"success\","
+                              "version=\"1\"} 2"));
+  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"single\","
+                              "outcome=\"deadline_exceeded\",version=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"single\","
+                              "outcome=\"resource_exhausted\",version=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_queue_depth 0"));
+}
+
+TEST_F(InlineEngineServerTest, TimeoutParameterAppliesToAnInlineRun) {
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  inference::ModelInferRequest request = Request("counter", std::numeric_limits<int64_t>::max());
+  (*request.mutable_parameters())["timeout"].set_int64_param(300000);  // 300 ms
+  const absl::Time sent = absl::Now();
+  grpc::Status status = Infer(request, &response, absl::Seconds(30));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(10));
+  EXPECT_EQ(server_->worker_pool().ran_here(), 1);
+}
+
+TEST_F(UncappedEngineServerTest, VersionsWithLongRunsGoThroughTheQueue) {
+  // The default limit (1 ms): after a 50 ms run every request of the version is queued.
+  inference::ModelInferResponse response;
+  inference::ModelInferRequest slow = Request("counter", std::numeric_limits<int64_t>::max());
+  (*slow.mutable_parameters())["timeout"].set_int64_param(50000);  // 50 ms
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(Infer(slow, &response, absl::Seconds(30)).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  ASSERT_TRUE(Infer(Request("counter", 3), &response, absl::Seconds(30)).ok());
+  EXPECT_EQ(server_->worker_pool().ran_here(), 0);
 }
 
 }  // namespace

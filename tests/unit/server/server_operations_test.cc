@@ -298,6 +298,15 @@ TEST(OperationsStartTest, BadOperationsOptionsFail) {
   EXPECT_EQ(Server::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseModelControlMode("POLL").value(), ModelControlMode::kPoll);
   EXPECT_FALSE(ParseModelControlMode("sometimes").ok());
+  options.model_control_mode = ModelControlMode::kNone;
+  options.load_models.clear();
+  options.inline_run_limit = absl::Microseconds(-1);
+  absl::Status negative = Server::Start(options).status();
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_THAT(std::string(negative.message()), HasSubstr("inline_run_limit_us"));
+  options.inline_run_limit = absl::Milliseconds(1);
+  options.max_inline_runs = -1;
+  EXPECT_EQ(Server::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

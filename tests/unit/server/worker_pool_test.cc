@@ -2,9 +2,12 @@
 
 #include <atomic>
 #include <memory>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::server {
@@ -107,6 +110,132 @@ TEST(WorkerPoolTest, TaskGroupCapsConcurrencyWithoutBlockingOtherTasks) {
   second_started.WaitForNotification();
   pool.Shutdown();
   EXPECT_EQ(max_running.load(), 1);
+}
+
+TEST(WorkerPoolTest, TryRunHereRunsOnTheCallerWhenASlotIsFree) {
+  std::atomic<int> thread_starts{0};
+  WorkerPool pool(1, 4, [&] { ++thread_starts; });
+  std::thread::id ran_on;
+  EXPECT_TRUE(pool.TryRunHere([&] {
+    ran_on = std::this_thread::get_id();
+    EXPECT_EQ(pool.running(), 1);
+  }));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(pool.TryRunHere([] {}));
+  EXPECT_EQ(pool.running(), 0);
+  // A task that throws gives its slot back.
+  EXPECT_THROW(pool.TryRunHere([] { throw std::runtime_error("task failed"); }),
+               std::runtime_error);
+  EXPECT_EQ(pool.running(), 0);
+  pool.Shutdown();
+  // The worker and this thread, each once.
+  EXPECT_EQ(thread_starts.load(), 2);
+  EXPECT_FALSE(pool.TryRunHere([] { ADD_FAILURE() << "ran after Shutdown"; }));
+}
+
+TEST(WorkerPoolTest, TryRunHereNeverExceedsTheBoundOrOvertakesTheQueue) {
+  WorkerPool pool(1, 4);
+  absl::Notification started, release;
+  ASSERT_TRUE(pool.TrySchedule([&] {
+                    started.Notify();
+                    release.WaitForNotification();
+                  })
+                  .ok());
+  started.WaitForNotification();
+  // The only slot is taken by the worker.
+  EXPECT_FALSE(pool.TryRunHere([] { ADD_FAILURE() << "ran beyond the bound"; }));
+  // A queued task goes first, even once the slot is free again.
+  absl::Notification queued_ran;
+  absl::Notification hold_queued;
+  ASSERT_TRUE(pool.TrySchedule([&] {
+                    queued_ran.Notify();
+                    hold_queued.WaitForNotification();
+                  })
+                  .ok());
+  EXPECT_FALSE(pool.TryRunHere([] { ADD_FAILURE() << "overtook a queued task"; }));
+  release.Notify();
+  queued_ran.WaitForNotification();
+  EXPECT_FALSE(pool.TryRunHere([] { ADD_FAILURE() << "ran beyond the bound"; }));
+  hold_queued.Notify();
+  pool.Shutdown();
+}
+
+TEST(WorkerPoolTest, WorkersWaitWhileACallerHoldsTheSlot) {
+  WorkerPool pool(1, 4);
+  absl::Notification inline_started, release_inline;
+  std::atomic<bool> inline_running{false};
+  std::thread caller([&] {
+    EXPECT_TRUE(pool.TryRunHere([&] {
+      inline_running = true;
+      inline_started.Notify();
+      release_inline.WaitForNotification();
+      inline_running = false;
+    }));
+  });
+  inline_started.WaitForNotification();
+  absl::Notification queued_ran;
+  bool overlapped = true;
+  ASSERT_TRUE(pool.TrySchedule([&] {
+                    overlapped = inline_running.load();
+                    queued_ran.Notify();
+                  })
+                  .ok());
+  // The idle worker must leave the task queued while the caller's task holds the only slot.
+  EXPECT_FALSE(queued_ran.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  EXPECT_EQ(pool.queue_size(), 1);
+  release_inline.Notify();
+  caller.join();
+  queued_ran.WaitForNotification();  // released: the worker is woken for it
+  EXPECT_FALSE(overlapped);
+  pool.Shutdown();
+}
+
+TEST(WorkerPoolTest, TryRunHereKeepsTheGroupCap) {
+  WorkerPool pool(2, 4);
+  auto group = std::make_shared<TaskGroup>(1);
+  absl::Notification first_started, release_first;
+  ASSERT_TRUE(pool.TrySchedule(
+                      [&] {
+                        first_started.Notify();
+                        release_first.WaitForNotification();
+                      },
+                      group)
+                  .ok());
+  first_started.WaitForNotification();
+  // A pool slot is free, but the group runs its one instance.
+  EXPECT_FALSE(pool.TryRunHere([] { ADD_FAILURE() << "ran beyond the group cap"; }, group));
+  // Another group's (or an ungrouped) task may use the free slot.
+  EXPECT_TRUE(pool.TryRunHere([] {}));
+  release_first.Notify();
+  pool.Shutdown();
+  WorkerPool idle(1, 4);
+  // The group's slot is released when the caller's task ends, and the group is kept alive by
+  // the call even if the task drops the last other reference.
+  auto owned = std::make_shared<TaskGroup>(1);
+  std::weak_ptr<TaskGroup> weak = owned;
+  EXPECT_TRUE(idle.TryRunHere([&] { owned.reset(); }, owned));
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(WorkerPoolTest, TryRunHereKeepsItsOwnCap) {
+  WorkerPool pool(3, 4, nullptr, /*max_running_here=*/1);
+  absl::Notification started, release;
+  std::thread caller([&] {
+    EXPECT_TRUE(pool.TryRunHere([&] {
+      started.Notify();
+      release.WaitForNotification();
+    }));
+  });
+  started.WaitForNotification();
+  // Two worker slots are free, but callers may hold only one; workers may still take them.
+  EXPECT_FALSE(pool.TryRunHere([] { ADD_FAILURE() << "ran beyond max_running_here"; }));
+  absl::Notification worker_ran;
+  ASSERT_TRUE(pool.TrySchedule([&] { worker_ran.Notify(); }).ok());
+  worker_ran.WaitForNotification();
+  release.Notify();
+  caller.join();
+  EXPECT_TRUE(pool.TryRunHere([] {}));
+  EXPECT_EQ(pool.ran_here(), 2);
 }
 
 }  // namespace
