@@ -196,7 +196,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     Metrics* metrics = service_->metrics_;
     if (metrics != nullptr && queued_) metrics->queue_depth().Decrement();
     const absl::Time started = absl::Now();
-    if (model_->metrics != nullptr) model_->metrics->RecordQueue(started - received_);
+    model_->metrics->RecordQueue(started - received_);
     // gRPC also cancels a call whose deadline passed, so the deadline is checked first.
     if (started >= deadline_) {
       return absl::DeadlineExceededError(absl::StrCat(Label(), "deadline passed after ",
@@ -216,7 +216,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     engine::RunStats stats;
     absl::StatusOr<std::vector<engine::Value>> outputs =
         model_->model->Run(std::move(decoded_.inputs), options, &stats);
-    if (model_->metrics != nullptr) model_->metrics->RecordCompute(absl::Now() - started);
+    model_->metrics->RecordCompute(absl::Now() - started);
     if (!outputs.ok()) {
       absl::Status status = outputs.status();
       // An expired deadline reaches the engine as gRPC's cancellation (OnCancel) as often as
@@ -273,7 +273,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   // Records the outcome and finishes the call; a queued call may be deleted as soon as Finish is
   // called.
   void Complete(const absl::Status& status) {
-    if (model_ != nullptr && model_->metrics != nullptr) {
+    if (model_ != nullptr) {  // null when the model lookup failed
       model_->metrics->RecordRequest(status.code(), absl::Now() - received_);
     }
     if (admitted_ && service_->metrics_ != nullptr) {

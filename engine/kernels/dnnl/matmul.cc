@@ -114,9 +114,8 @@ class MatMulKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
-    if (auto gemv =
-            MaybePackedGemv(type, dims, ConstantWeights(constant_weights_, type, *shapes[1]),
-                            native::PackedGemv::Activation::kNone)) {
+    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    if (auto gemv = MaybePackedGemv(type, dims, constant, native::PackedGemv::Activation::kNone)) {
       prepared->mode = PreparedOp::Mode::kPackedGemv;
       prepared->gemv = std::move(gemv);
       return prepared;
@@ -126,7 +125,6 @@ class MatMulKernel final : public DnnlKernel {
     const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
     const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
     const dnnl::memory::desc dst = Desc(Concat(dims.batch.dims(), dims.m, dims.n), type);
-    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
     const dnnl::matmul::primitive_desc pd(
         dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, dst),
         UserScratchpadAttr(), CpuEngine());
@@ -188,9 +186,8 @@ class FusedMatMulKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
-    if (auto gemv =
-            MaybePackedGemv(type, dims, ConstantWeights(constant_weights_, type, *shapes[1]),
-                            GemvActivation(activation_))) {
+    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    if (auto gemv = MaybePackedGemv(type, dims, constant, GemvActivation(activation_))) {
       prepared->mode = PreparedOp::Mode::kPackedGemv;
       prepared->gemv = std::move(gemv);
       prepared->gemv_bias_input = 2;
@@ -206,7 +203,6 @@ class FusedMatMulKernel final : public DnnlKernel {
       post_ops.append_eltwise(1.0f, FusedEltwiseAlgorithm(*activation_), 0.0f, 0.0f);
       attr.set_post_ops(post_ops);
     }
-    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
     const dnnl::matmul::primitive_desc pd(
         dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, bias_desc, dst),
         attr, CpuEngine());
