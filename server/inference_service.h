@@ -16,14 +16,16 @@ namespace loopserve::server {
 
 // The inference.GRPCInferenceService implementation on gRPC's callback API.
 //
-// Metadata RPCs answer on the gRPC thread. ModelInfer pins the model version, decodes and
-// validates the request on the gRPC thread (bad requests are answered at once), then hands the run
-// to the WorkerPool; a full queue answers RESOURCE_EXHAUSTED immediately, so gRPC threads never
-// block. The worker answers DEADLINE_EXCEEDED / CANCELLED without running when the request expired
-// or was cancelled while queued; otherwise it runs the engine with the call's deadline and a
-// cancellation flag that the reactor's OnCancel sets (checked by the engine every Loop iteration).
-// Exceptions stop at the handler boundary (INTERNAL). (OnCancel is delivered by gRPC 1.51 for
-// client cancellation and expired deadlines; server_test checks both paths.)
+// Metadata RPCs answer on the gRPC thread; ModelMetadata and ModelConfig describe the version as
+// its config declares it. ModelInfer pins the model version, decodes and validates the request
+// (against the model and its config's dims and reshapes) on the gRPC thread (bad requests are
+// answered at once), then hands the run to the WorkerPool; a full queue answers
+// RESOURCE_EXHAUSTED immediately, so gRPC threads never block. The worker answers DEADLINE_EXCEEDED
+// / CANCELLED without running when the request expired or was cancelled while queued; otherwise it
+// runs the engine with the call's deadline and a cancellation flag that the reactor's OnCancel sets
+// (checked by the engine every Loop iteration). Exceptions stop at the handler boundary (INTERNAL).
+// (OnCancel is delivered by gRPC 1.51 for client cancellation and expired deadlines; server_test
+// checks both paths.)
 //
 // Short runs skip the hand-off: when the version's recent runs averaged under
 // `Options::inline_run_limit` and the pool would start the run at once (WorkerPool::TryRunHere:
@@ -78,6 +80,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  // Triton's model-configuration extension: the complete config of the version.
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;

@@ -4,7 +4,8 @@
 Usage: /usr/bin/python3 python_smoke_test.py --loopserve=BIN --models=DIR --repo_root=DIR --work=DIR
        [--protoc=PROTOC]
 
-Generates Python stubs for proto/grpc_service.proto and proto/health.proto with protoc and
+Generates Python stubs for proto/grpc_service.proto (and the model_config.proto it imports) and
+proto/health.proto with protoc and
 /usr/bin/grpc_python_plugin into --work, starts loopserve on 127.0.0.1 with kernel-picked ports,
 checks ServerLive, grpc.health.v1 Check, ModelInfer of `counter` and `rnn` against the numpy
 expected outputs (raw contents), an endless-loop deadline, then SIGTERM -> exit code 0.
@@ -38,6 +39,7 @@ def make_stubs(protoc, repo_root, work):
     subprocess.run([protoc, "-I", repo_root, "--python_out=" + work, "--grpc_python_out=" + work,
                     "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
                     os.path.join(repo_root, "proto/grpc_service.proto"),
+                    os.path.join(repo_root, "proto/model_config.proto"),
                     os.path.join(repo_root, "proto/health.proto")], check=True)
     sys.path.insert(0, work)
 

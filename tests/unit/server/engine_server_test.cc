@@ -32,7 +32,9 @@ class EngineServerTest : public ::testing::Test {
     repository_.MakeDir("counter/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/counter/1/model.onnx");
-    repository_.WriteFile("capped/config.pbtxt", "max_loop_iterations: 10");
+    repository_.WriteFile(
+        "capped/config.pbtxt",
+        "parameters { key: \"max_loop_iterations\" value: { string_value: \"10\" } }");
     repository_.MakeDir("capped/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/capped/1/model.onnx");
@@ -185,7 +187,7 @@ class InlineEngineServerTest : public EngineServerTest {
   void SetUp() override {
     EngineServerTest::SetUp();
     if (IsSkipped()) return;
-    repository_.WriteFile("single/config.pbtxt", "instance_count: 1");
+    repository_.WriteFile("single/config.pbtxt", "instance_group [ { count: 1 kind: KIND_CPU } ]");
     repository_.MakeDir("single/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/single/1/model.onnx");

@@ -174,7 +174,9 @@ TEST_F(ModelLifecycleTest, BrokenConfigKeepsServingAndConfigChangesApplyWithoutR
   EXPECT_THAT(FindState(index, "m")->reason, HasSubstr("config.pbtxt"));
 
   root_.WriteFile("m/config.pbtxt",
-                  "max_loop_iterations: 9\nmax_output_bytes: 1000\ninstance_count: 2");
+                  "parameters { key: \"max_loop_iterations\" value: { string_value: \"9\" } }\n"
+                  "parameters { key: \"max_output_bytes\" value: { string_value: \"1000\" } }\n"
+                  "instance_group [ { count: 2 kind: KIND_CPU } ]");
   const int loads = loader_.loads();
   ASSERT_TRUE(registry_.Poll().ok());
   std::shared_ptr<const LoadedModel> reconfigured = Latest("m");

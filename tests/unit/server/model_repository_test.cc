@@ -5,7 +5,6 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/model_config.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {
@@ -54,8 +53,10 @@ TEST(RepositoryScanTest, FindsModelsAndVersionsIgnoringJunk) {
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_THAT(*names, ElementsAre("a", "b"));
   EXPECT_THAT(ScanVersions(root.path() + "/a"), ElementsAre(1, 3));
-  EXPECT_THAT(*FindModelFile(root.path() + "/b/2"), HasSubstr("model.xml"));
-  EXPECT_EQ(FindModelFile(root.path() + "/a/0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(*FindModelFile(root.path() + "/b/2", inference::ModelConfig()),
+              HasSubstr("model.xml"));
+  EXPECT_EQ(FindModelFile(root.path() + "/a/0", inference::ModelConfig()).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(RepositoryScanTest, MissingRootIsNotFound) {
@@ -65,7 +66,7 @@ TEST(RepositoryScanTest, MissingRootIsNotFound) {
 
 TEST(VersionPolicyTest, LatestAllSpecific) {
   const std::vector<int64_t> available = {1, 2, 5, 9};
-  loopserve::ModelVersionPolicy policy;
+  inference::ModelVersionPolicy policy;
   EXPECT_THAT(SelectVersions(available, policy), ElementsAre(9));  // default: latest 1
   policy.mutable_latest()->set_num_versions(2);
   EXPECT_THAT(SelectVersions(available, policy), ElementsAre(5, 9));
@@ -76,29 +77,7 @@ TEST(VersionPolicyTest, LatestAllSpecific) {
   policy.mutable_specific()->add_versions(2);
   policy.mutable_specific()->add_versions(7);  // absent: ignored
   EXPECT_THAT(SelectVersions(available, policy), ElementsAre(2));
-  EXPECT_TRUE(SelectVersions({}, loopserve::ModelVersionPolicy()).empty());
-}
-
-TEST(ModelConfigTest, ParsesTextFormat) {
-  absl::StatusOr<loopserve::ModelConfig> config = ParseModelConfig(
-      "name: \"rnn\"\nversion_policy { specific { versions: [1, 3] } }\n"
-      "max_loop_iterations: 1000\ninstance_count: 2\n",
-      "rnn");
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_THAT(config->version_policy().specific().versions(), ElementsAre(1, 3));
-  EXPECT_EQ(config->max_loop_iterations(), 1000);
-  EXPECT_EQ(config->instance_count(), 2u);
-}
-
-TEST(ModelConfigTest, RejectsBadConfigs) {
-  EXPECT_THAT(std::string(ParseModelConfig("bogus_field: 1", "m").status().message()),
-              HasSubstr("config.pbtxt: 1:"));
-  EXPECT_EQ(ParseModelConfig("name: \"other\"", "m").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseModelConfig("max_loop_iterations: -1", "m").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseModelConfig("version_policy { specific { versions: 0 } }", "m").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SelectVersions({}, inference::ModelVersionPolicy()).empty());
 }
 
 // A loader that serves the passthrough model for any path except those containing "broken".
@@ -116,7 +95,9 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   root.WriteFile("empty/1/README");
   root.WriteFile("badcfg/config.pbtxt", "this is not text format");
   root.WriteFile("badcfg/1/model.onnx");
-  root.WriteFile("capped/config.pbtxt", "max_loop_iterations: 7\nversion_policy { all {} }");
+  root.WriteFile("capped/config.pbtxt",
+                 "parameters { key: \"max_loop_iterations\" value: { string_value: \"7\" } }\n"
+                 "version_policy { all {} }");
   root.WriteFile("capped/1/model.onnx");
   root.WriteFile("capped/2/model.xml");
 
@@ -127,7 +108,7 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   absl::StatusOr<std::shared_ptr<const LoadedModel>> good = registry.Get("good", "");
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ((*good)->version, 2);  // latest 1
-  EXPECT_EQ((*good)->platform, "onnx");
+  EXPECT_EQ((*good)->platform, "onnxruntime_onnx");
   EXPECT_EQ((*good)->max_loop_iterations, 100);
   EXPECT_EQ(registry.Get("good", "1").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(registry.Get("good", "2").ok());
