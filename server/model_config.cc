@@ -31,115 +31,176 @@ constexpr char kOnnxPlatform[] = "onnxruntime_onnx";
 constexpr char kOnnxBackend[] = "onnxruntime";
 constexpr char kOpenVino[] = "openvino";
 
-// ---- Triton fields this proto leaves out ----
+// ---- Names that are no Triton field ----
 
-enum class Treatment {
-  kIgnore,  // accepted, logged once: means nothing on a CPU server with one engine
-  kReject,  // Unimplemented: loopserve cannot honour it
-  kMoved,   // one of loopserve's old top-level settings: InvalidArgument saying where it went
-};
-
-struct UndeclaredField {
-  const char* message;  // full name of the message that holds it
-  const char* field;
-  Treatment treatment;
-  const char* why;
-};
-
-// Every Triton ModelConfig field (recursively, within the messages declared in
-// proto/model_config.proto) that the proto does not declare. A name found neither in the proto
-// nor here is a typo or no Triton field: an error.
-constexpr UndeclaredField kUndeclaredFields[] = {
-    {"inference.ModelConfig", "runtime", Treatment::kIgnore,
-     "loopserve has one engine, no backend libraries"},
-    {"inference.ModelConfig", "optimization", Treatment::kIgnore,
-     "GPU, TensorRT and ONNX Runtime optimization settings do not apply to loopserve's engine"},
-    {"inference.ModelConfig", "cc_model_filenames", Treatment::kIgnore,
-     "CUDA compute-capability files do not apply on the CPU"},
-    {"inference.ModelConfig", "metric_tags", Treatment::kIgnore,
-     "loopserve's metrics carry model and version labels only"},
-    {"inference.ModelConfig", "model_metrics", Treatment::kIgnore,
-     "loopserve's histogram buckets are fixed"},
-    {"inference.ModelConfig", "sequence_batching", Treatment::kReject,
-     "stateful sequence batching"},
-    {"inference.ModelConfig", "ensemble_scheduling", Treatment::kReject, "ensembles"},
-    {"inference.ModelConfig", "batch_input", Treatment::kReject, "batch inputs"},
-    {"inference.ModelConfig", "batch_output", Treatment::kReject, "batch outputs"},
-    {"inference.ModelConfig", "model_operations", Treatment::kReject, "custom operation libraries"},
-    {"inference.ModelConfig", "model_repository_agents", Treatment::kReject, "repository agents"},
-    {"inference.ModelConfig", "max_loop_iterations", Treatment::kMoved,
+// loopserve's settings before they moved to `parameters` and `instance_group`: the error says
+// where they went.
+constexpr std::pair<absl::string_view, absl::string_view> kMovedFields[] = {
+    {"max_loop_iterations",
      "parameters { key: \"max_loop_iterations\" value: { string_value: \"N\" } }"},
-    {"inference.ModelConfig", "max_output_bytes", Treatment::kMoved,
-     "parameters { key: \"max_output_bytes\" value: { string_value: \"N\" } }"},
-    {"inference.ModelConfig", "max_request_memory_bytes", Treatment::kMoved,
+    {"max_output_bytes", "parameters { key: \"max_output_bytes\" value: { string_value: \"N\" } }"},
+    {"max_request_memory_bytes",
      "parameters { key: \"max_request_memory_bytes\" value: { string_value: \"N\" } }"},
-    {"inference.ModelConfig", "instance_count", Treatment::kMoved,
-     "instance_group [ { count: N kind: KIND_CPU } ]"},
-    {"inference.ModelInstanceGroup", "rate_limiter", Treatment::kIgnore,
-     "loopserve has no rate limiter; --workers and the instance count bound concurrency"},
-    {"inference.ModelInstanceGroup", "secondary_devices", Treatment::kIgnore,
-     "secondary devices are GPU/DLA settings"},
-    {"inference.ModelInstanceGroup", "profile", Treatment::kIgnore,
-     "TensorRT optimization profiles do not apply"},
-    {"inference.ModelInstanceGroup", "passive", Treatment::kIgnore,
-     "every loopserve instance takes requests"},
-    {"inference.ModelInstanceGroup", "host_policy", Treatment::kIgnore,
-     "host policies are not implemented"},
-    {"inference.ModelInput", "format", Treatment::kIgnore, "the image format is informational"},
-    {"inference.ModelInput", "is_shape_tensor", Treatment::kIgnore,
-     "shape tensors are a TensorRT notion"},
-    {"inference.ModelInput", "is_non_linear_format_io", Treatment::kIgnore,
-     "non-linear I/O formats are a TensorRT notion"},
-    {"inference.ModelOutput", "label_filename", Treatment::kIgnore,
-     "the classification extension is not implemented"},
-    {"inference.ModelOutput", "is_shape_tensor", Treatment::kIgnore,
-     "shape tensors are a TensorRT notion"},
-    {"inference.ModelOutput", "is_non_linear_format_io", Treatment::kIgnore,
-     "non-linear I/O formats are a TensorRT notion"},
+    {"instance_count", "instance_group [ { count: N kind: KIND_CPU } ]"},
 };
 
-const UndeclaredField* FindUndeclared(absl::string_view message, absl::string_view field) {
-  for (const UndeclaredField& f : kUndeclaredFields) {
-    if (message == f.message && field == f.field) return &f;
-  }
-  return nullptr;
-}
-
-// Collects the text parser's errors, and the unknown fields it skipped (it reports them as
-// warnings when unknown fields are allowed), instead of letting protobuf log them to stderr.
+// Collects the text parser's errors instead of letting protobuf log them to stderr, and words an
+// unknown field name as such.
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
-  struct Unknown {
-    std::string where;  // "line:column"
-    std::string message;
-    std::string field;
-  };
-
   void AddError(int line, int column, const std::string& message) override {
-    errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+    errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", Reword(message)));
   }
-  void AddWarning(int line, int column, const std::string& message) override {
-    // protobuf: Message type "inference.ModelConfig" has no field named "foo".
-    const std::string kType = "Message type \"";
-    const std::string kField = "\" has no field named \"";
-    const size_t field_at = message.find(kField);
-    if (!absl::StartsWith(message, kType) || field_at == std::string::npos) return;
-    Unknown unknown;
-    unknown.where = absl::StrCat(line + 1, ":", column + 1);
-    unknown.message = message.substr(kType.size(), field_at - kType.size());
-    unknown.field = message.substr(field_at + kField.size());
-    if (!unknown.field.empty() && unknown.field.back() == '.') unknown.field.pop_back();
-    if (!unknown.field.empty() && unknown.field.back() == '"') unknown.field.pop_back();
-    unknown_.push_back(std::move(unknown));
-  }
+  void AddWarning(int line, int column, const std::string& message) override {}
 
   std::string Errors() const { return absl::StrJoin(errors_, "; "); }
-  const std::vector<Unknown>& unknown() const { return unknown_; }
 
  private:
+  // protobuf: Message type "inference.ModelConfig" has no field named "foo".
+  static std::string Reword(const std::string& message) {
+    const std::string type_prefix = "Message type \"";
+    const std::string field_prefix = "\" has no field named \"";
+    const size_t field_at = message.find(field_prefix);
+    if (!absl::StartsWith(message, type_prefix) || field_at == std::string::npos) return message;
+    const std::string type = message.substr(type_prefix.size(), field_at - type_prefix.size());
+    std::string field = message.substr(field_at + field_prefix.size());
+    while (!field.empty() && (field.back() == '.' || field.back() == '"')) field.pop_back();
+    if (type == "inference.ModelConfig") {
+      for (const auto& [moved, spelling] : kMovedFields) {
+        if (field == moved) {
+          return absl::StrCat("'", field, "' is no longer a top-level field; Triton's spelling is ",
+                              spelling);
+        }
+      }
+    }
+    return absl::StrCat("unknown field '", absl::CEscape(field), "' in ", type,
+                        " (not a field of Triton's model configuration)");
+  }
+
   std::vector<std::string> errors_;
-  std::vector<Unknown> unknown_;
 };
+
+// Triton settings loopserve cannot honour: Unimplemented naming the field.
+absl::Status RejectUnsupported(const ModelConfig& config) {
+  auto reject = [](absl::string_view field, absl::string_view what) {
+    return absl::UnimplementedError(absl::StrCat(field, ": loopserve does not implement ", what));
+  };
+  if (config.has_sequence_batching()) {
+    return reject("sequence_batching", "stateful sequence batching");
+  }
+  if (config.has_ensemble_scheduling()) return reject("ensemble_scheduling", "ensembles");
+  if (config.batch_input_size() > 0) return reject("batch_input", "batch inputs");
+  if (config.batch_output_size() > 0) return reject("batch_output", "batch outputs");
+  if (config.model_operations().op_library_filename_size() > 0) {
+    return reject("model_operations", "custom operation libraries");
+  }
+  if (config.model_repository_agents().agents_size() > 0) {
+    return reject("model_repository_agents", "repository agents");
+  }
+  if (config.model_transaction_policy().decoupled()) {
+    return reject("model_transaction_policy.decoupled",
+                  "decoupled models (it answers each request exactly once)");
+  }
+  return absl::OkStatus();
+}
+
+// Triton settings that mean nothing on a CPU server with one engine: one line each (the registry
+// logs them once per config change). ClearIgnored removes the same fields.
+std::vector<std::string> IgnoredSettings(const ModelConfig& config) {
+  std::set<std::string> lines;
+  auto note = [&](absl::string_view field, absl::string_view why) {
+    lines.insert(absl::StrCat(field, " ignored: ", why));
+  };
+  if (!config.runtime().empty()) note("runtime", "loopserve has one engine, no backend libraries");
+  if (config.has_optimization()) {
+    note("optimization",
+         "GPU, TensorRT and ONNX Runtime optimization settings do not apply to loopserve's engine");
+  }
+  if (!config.cc_model_filenames().empty()) {
+    note("cc_model_filenames", "CUDA compute-capability files do not apply on the CPU");
+  }
+  if (!config.metric_tags().empty()) {
+    note("metric_tags", "loopserve's metrics carry model and version labels only");
+  }
+  if (config.has_model_metrics()) note("model_metrics", "loopserve's histogram buckets are fixed");
+  if (config.response_cache().enable()) {
+    note("response_cache.enable", "loopserve keeps no response cache");
+  }
+  for (int i = 0; i < config.instance_group_size(); ++i) {
+    const inference::ModelInstanceGroup& group = config.instance_group(i);
+    const std::string what = absl::StrCat("instance_group[", i, "]");
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
+      note(absl::StrCat(what, ": KIND_GPU"), "loopserve runs on the CPU");
+      continue;
+    }
+    if (group.gpus_size() > 0) note(what + ".gpus", "loopserve runs on the CPU");
+    if (group.has_rate_limiter()) {
+      note(what + ".rate_limiter",
+           "loopserve has no rate limiter; --workers and the instance count bound concurrency");
+    }
+    if (group.secondary_devices_size() > 0) {
+      note(what + ".secondary_devices", "secondary devices are GPU/DLA settings");
+    }
+    if (group.profile_size() > 0) note(what + ".profile", "TensorRT profiles do not apply");
+    if (group.passive()) note(what + ".passive", "every loopserve instance takes requests");
+    if (!group.host_policy().empty()) {
+      note(what + ".host_policy", "host policies are not implemented");
+    }
+  }
+  for (const inference::ModelInput& input : config.input()) {
+    const std::string what = absl::StrCat("input '", absl::CEscape(input.name()), "'");
+    if (input.format() != inference::ModelInput::FORMAT_NONE) {
+      note(what + ".format", "the image format is informational");
+    }
+    if (input.is_shape_tensor()) note(what + ".is_shape_tensor", "a TensorRT notion");
+    if (input.is_non_linear_format_io()) {
+      note(what + ".is_non_linear_format_io", "a TensorRT notion");
+    }
+  }
+  for (const inference::ModelOutput& output : config.output()) {
+    const std::string what = absl::StrCat("output '", absl::CEscape(output.name()), "'");
+    if (!output.label_filename().empty()) {
+      note(what + ".label_filename", "the classification extension is not implemented");
+    }
+    if (output.is_shape_tensor()) note(what + ".is_shape_tensor", "a TensorRT notion");
+    if (output.is_non_linear_format_io()) {
+      note(what + ".is_non_linear_format_io", "a TensorRT notion");
+    }
+  }
+  return std::vector<std::string>(lines.begin(), lines.end());
+}
+
+// Removes what IgnoredSettings reports (KIND_GPU groups go with the instance groups' completion),
+// so that the complete config shows what loopserve applies.
+void ClearIgnored(ModelConfig& config) {
+  config.clear_runtime();
+  config.clear_optimization();
+  config.clear_cc_model_filenames();
+  config.clear_metric_tags();
+  config.clear_model_metrics();
+  config.clear_response_cache();
+  config.clear_model_operations();
+  config.clear_model_repository_agents();
+  config.clear_model_transaction_policy();
+  for (inference::ModelInstanceGroup& group : *config.mutable_instance_group()) {
+    group.clear_gpus();
+    group.clear_rate_limiter();
+    group.clear_secondary_devices();
+    group.clear_profile();
+    group.clear_passive();
+    group.clear_host_policy();
+  }
+  for (inference::ModelInput& input : *config.mutable_input()) {
+    input.clear_format();
+    input.clear_is_shape_tensor();
+    input.clear_is_non_linear_format_io();
+  }
+  for (inference::ModelOutput& output : *config.mutable_output()) {
+    output.clear_label_filename();
+    output.clear_is_shape_tensor();
+    output.clear_is_non_linear_format_io();
+  }
+}
 
 std::string FormatDims(absl::Span<const int64_t> dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
@@ -378,13 +439,7 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
       }
     }
   }
-  if (config.model_transaction_policy().decoupled()) {
-    return absl::UnimplementedError(
-        "model_transaction_policy.decoupled: loopserve answers each request exactly once");
-  }
-  if (config.response_cache().enable()) {
-    parsed.ignored.push_back("response_cache.enable ignored: loopserve keeps no response cache");
-  }
+  LS_RETURN_IF_ERROR(RejectUnsupported(config));
 
   absl::flat_hash_set<std::string> names;
   for (const inference::ModelInput& input : config.input()) {
@@ -419,11 +474,6 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
     if (group.count() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ".count ", group.count(), " must be >= 0 (0 = the default)"));
-    }
-    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      parsed.ignored.push_back(absl::StrCat(what, ": KIND_GPU ignored: loopserve runs on the CPU"));
-    } else if (group.gpus_size() > 0) {
-      parsed.ignored.push_back(absl::StrCat(what, ".gpus ignored: loopserve runs on the CPU"));
     }
   }
 
@@ -736,34 +786,10 @@ absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
   ErrorCollector errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  // Unknown names are reported as warnings and skipped; each is judged below.
-  parser.AllowUnknownField(true);
   if (!parser.ParseFromString(std::string(text), &parsed.config)) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, errors.Errors()));
   }
-  std::set<std::string> ignored;
-  for (const ErrorCollector::Unknown& unknown : errors.unknown()) {
-    const UndeclaredField* field = FindUndeclared(unknown.message, unknown.field);
-    if (field == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(prefix, unknown.where, ": unknown field '", absl::CEscape(unknown.field),
-                       "' in ", unknown.message, " (not a field of Triton's model configuration)"));
-    }
-    switch (field->treatment) {
-      case Treatment::kIgnore:
-        ignored.insert(absl::StrCat(field->field, " ignored: ", field->why));
-        break;
-      case Treatment::kReject:
-        return absl::UnimplementedError(absl::StrCat(prefix, unknown.where, ": ", field->field,
-                                                     ": loopserve does not implement ",
-                                                     field->why));
-      case Treatment::kMoved:
-        return absl::InvalidArgumentError(
-            absl::StrCat(prefix, unknown.where, ": '", field->field,
-                         "' is no longer a top-level field; Triton's spelling is ", field->why));
-    }
-  }
-  parsed.ignored.assign(ignored.begin(), ignored.end());
+  parsed.ignored = IgnoredSettings(parsed.config);
   absl::Status checked = CheckParsed(parsed, model_name);
   if (!checked.ok()) return Annotate(checked, prefix);
   return parsed;
@@ -853,6 +879,7 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
         return absl::InvalidArgumentError("no platform or backend (auto-complete is disabled)");
       }
     }
+    ClearIgnored(config);
     if (config.platform().empty() && config.backend().empty()) {
       config.set_platform(is_xml ? kOpenVino : kOnnxPlatform);
     }

@@ -278,10 +278,11 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     warmup.max_output_bytes = loaded->max_output_bytes;
     warmup.run_timeout = options_.warmup_run_timeout;
     const absl::Time start = absl::Now();
-    LS_RETURN_IF_ERROR(RunModelWarmup(loaded->config, loaded->io, *model, source.dir, warmup));
+    LS_ASSIGN_OR_RETURN(const int64_t runs,
+                        RunModelWarmup(loaded->config, loaded->io, *model, source.dir, warmup));
     LogInfo(absl::StrCat(
-        "model '", source.name, "' v", version, ": ", loaded->config.model_warmup_size(),
-        " warm-up samples ran in ",
+        "model '", source.name, "' v", version, ": ", runs, " warm-up runs of ",
+        loaded->config.model_warmup_size(), " samples in ",
         absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(100)))));
   }
   if (metrics == nullptr) {
@@ -360,35 +361,38 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     }
     VersionSlot& slot = entry->versions[version];
     if (old != nullptr && old->fingerprint == fingerprint) {
-      if (old->loaded != nullptr) {
+      if (!retry_failed && old->failed_config_key == entry->config_key) {
+        // The same files under the same config failed before: they would fail the same way.
+        slot = *old;
+        any_failed |= old->loaded == nullptr;
+        continue;
+      }
+      if (old->loaded != nullptr && old->loaded_fingerprint == fingerprint) {
         slot = *old;
         slot.reason.clear();
-        if (config_changed) {
-          // Same files, new config: validate and warm the loaded model again.
-          absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured =
-              Prepare(source, *parsed, version, old->loaded->path, old->loaded->model,
-                      old->loaded->metrics);
-          if (reconfigured.ok()) {
-            slot.loaded = *std::move(reconfigured);
-            LogInfo(absl::StrCat("reconfigured ", label, " (its config changed)"));
-          } else {
-            if (*error == absl::OkStatus()) {
-              *error = Annotate(reconfigured.status(), absl::StrCat(label, ": "));
-            }
-            slot.reason = absl::StrCat("new config rejected, serving the previous one: ", label,
-                                       ": ", reconfigured.status().ToString());
-            LogError(absl::StrCat("new config of ", label,
-                                  " rejected (the previous config keeps serving): ",
-                                  reconfigured.status().ToString()));
+        slot.failed_config_key.clear();
+        if (old->config_key == entry->config_key) continue;
+        // Same files, another config: validate and warm the loaded model again.
+        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured = Prepare(
+            source, *parsed, version, old->loaded->path, old->loaded->model, old->loaded->metrics);
+        if (reconfigured.ok()) {
+          slot.loaded = *std::move(reconfigured);
+          slot.config_key = entry->config_key;
+          LogInfo(absl::StrCat("reconfigured ", label, " (its config changed)"));
+        } else {
+          if (*error == absl::OkStatus()) {
+            *error = Annotate(reconfigured.status(), absl::StrCat(label, ": "));
           }
+          slot.reason = absl::StrCat("new config rejected, serving the previous one: ", label, ": ",
+                                     reconfigured.status().ToString());
+          slot.failed_config_key = entry->config_key;
+          LogError(absl::StrCat(
+              "new config of ", label,
+              " rejected (the previous config keeps serving): ", reconfigured.status().ToString()));
         }
         continue;
       }
-      if (!retry_failed && !config_changed) {
-        slot = *old;  // same files, same config: it would fail the same way
-        any_failed = true;
-        continue;
-      }
+      // A failed load, or a failed reload of a serving version: try the files again.
     }
 
     const absl::Time start = absl::Now();
@@ -400,15 +404,19 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
         model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
     const absl::Duration took = absl::Now() - start;
     slot.fingerprint = fingerprint;
+    slot.failed_config_key.clear();
     if (options_.metrics != nullptr) {
       options_.metrics->RecordModelLoad(name, version, loaded.ok(), took);
     }
     if (!loaded.ok()) {
       const std::string reason = absl::StrCat(label, ": ", loaded.status().ToString());
       if (*error == absl::OkStatus()) *error = Annotate(loaded.status(), absl::StrCat(label, ": "));
+      slot.failed_config_key = entry->config_key;
       if (old != nullptr && old->loaded != nullptr) {
         // A reload of a serving version failed: the files it was loaded from keep serving.
         slot.loaded = old->loaded;
+        slot.loaded_fingerprint = old->loaded_fingerprint;
+        slot.config_key = old->config_key;
         slot.reason = absl::StrCat("reload failed, serving the previous load: ", reason);
         LogError(absl::StrCat("reload of ", label, " failed (the previous load keeps serving): ",
                               loaded.status().ToString()));
@@ -420,6 +428,8 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
       continue;
     }
     slot.loaded = *std::move(loaded);
+    slot.loaded_fingerprint = fingerprint;
+    slot.config_key = entry->config_key;
     LogInfo(absl::StrCat(old != nullptr ? "reloaded " : "loaded ", label, " from '", *file, "' in ",
                          absl::FormatDuration(absl::Trunc(took, absl::Microseconds(100))), " (",
                          slot.loaded->model->inputs().size(), " inputs, ",

@@ -168,7 +168,13 @@ class ModelRegistry {
   struct VersionSlot {
     std::shared_ptr<const LoadedModel> loaded;  // null when not ready
     std::string reason;
-    std::string fingerprint;  // of the version folder this slot was loaded (or failed) from
+    std::string fingerprint;  // of the version folder as last tried (loaded or failed)
+    std::string
+        loaded_fingerprint;  // of the files `loaded` came from (older after a failed reload)
+    std::string config_key;  // ModelEntry::config_key that `loaded` runs with
+    // The config_key of the last attempt that failed (a load, or a reconfiguration of `loaded`):
+    // the same files under the same config are not tried again until asked (Load).
+    std::string failed_config_key;
   };
   struct ModelEntry {
     std::string reason;

@@ -150,9 +150,10 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
 
 }  // namespace
 
-absl::Status RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
-                            const engine::Model& model, const std::string& model_dir,
-                            const WarmupOptions& options) {
+absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
+                                       const engine::Model& model, const std::string& model_dir,
+                                       const WarmupOptions& options) {
+  int64_t total_runs = 0;
   for (const inference::ModelWarmup& sample : config.model_warmup()) {
     const std::string what = absl::StrCat("model_warmup '", absl::CEscape(sample.name()), "'");
     LS_ASSIGN_OR_RETURN(std::vector<engine::Value> inputs,
@@ -171,9 +172,10 @@ absl::Status RunModelWarmup(const inference::ModelConfig& config, const ModelIo&
       if (!outputs.ok()) {
         return Annotate(outputs.status(), absl::StrCat(what, " (run ", run, " of ", runs, "): "));
       }
+      ++total_runs;
     }
   }
-  return absl::OkStatus();
+  return total_runs;
 }
 
 }  // namespace loopserve::server

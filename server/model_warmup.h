@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/model.h"
 #include "proto/model_config.pb.h"
@@ -29,11 +29,12 @@ struct WarmupOptions {
 // The first run of a shape creates the oneDNN primitives it needs and touches the buffers, so the
 // first client does not pay for it. Runs on the caller's thread, outside every request metric.
 //
-// Errors name the sample and the run: InvalidArgument for a data file that is missing or of the
-// wrong size, or inputs the model rejects; the engine's error (annotated) when a run fails,
-// including DeadlineExceeded after `run_timeout` and ResourceExhausted at a cap.
-absl::Status RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
-                            const engine::Model& model, const std::string& model_dir,
-                            const WarmupOptions& options);
+// Returns how many runs it made. Errors name the sample and the run: InvalidArgument for a data
+// file that is missing or of the wrong size, or inputs the model rejects; the engine's error
+// (annotated) when a run fails, including DeadlineExceeded after `run_timeout` and
+// ResourceExhausted at a cap.
+absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
+                                       const engine::Model& model, const std::string& model_dir,
+                                       const WarmupOptions& options);
 
 }  // namespace loopserve::server
