@@ -228,7 +228,9 @@ int CmdConfig(Client& client, const std::string& model, const CommandLine& cl, s
     return 1;
   }
   std::string text;
-  if (!google::protobuf::TextFormat::PrintToString(*config, &text)) {
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetUseShortRepeatedPrimitives(true);  // dims: [-1, 4], as config.pbtxt files write it
+  if (!printer.PrintToString(*config, &text)) {
     PrintError(absl::InternalError("cannot print the config as text"), err);
     return 1;
   }

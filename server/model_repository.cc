@@ -11,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/logging.h"
 #include "server/model_config.h"
 #include "server/model_warmup.h"
@@ -118,6 +120,19 @@ std::string Fingerprint(const std::string& dir) {
   }
   std::sort(parts.begin(), parts.end());
   return absl::StrJoin(parts, ";");
+}
+
+// The serialized config with map entries in a fixed order (plain serialization may order a map
+// differently each time, which would look like a config change on every poll).
+std::string DeterministicBytes(const inference::ModelConfig& config) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    config.SerializeToCodedStream(&coded);
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -329,7 +344,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     entry->reason = reason;
     return entry;
   }
-  entry->config_key = absl::StrCat(model_dir, "\n", parsed->config.SerializeAsString());
+  entry->config_key = absl::StrCat(model_dir, "\n", DeterministicBytes(parsed->config));
   const bool config_changed = previous == nullptr || previous->config_key != entry->config_key;
   if (config_changed) {
     for (const std::string& line : parsed->ignored) {
@@ -564,7 +579,14 @@ std::vector<ModelRegistry::ModelState> ModelRegistry::Index() const {
   for (const auto& [name, entry] : entries) {
     ModelState state{name, entry->reason, {}};
     for (const auto& [v, slot] : entry->versions) {
-      state.versions.push_back(VersionState{v, slot.loaded != nullptr, slot.reason});
+      // A model-level failure (a config that does not parse) is the current state of every
+      // version it left serving under its previous config.
+      std::string reason = slot.reason;
+      if (!entry->reason.empty() && entry->reason != "unloaded") {
+        reason = absl::StrCat(slot.loaded != nullptr ? "serving the previous config: " : "",
+                              entry->reason);
+      }
+      state.versions.push_back(VersionState{v, slot.loaded != nullptr, std::move(reason)});
     }
     index.push_back(std::move(state));
   }

@@ -91,8 +91,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const Option
   std::unique_ptr<ServerProcess> server(new ServerProcess());
   server->log_path_ = MakeScratchDir("loopserve") + "/loopserve.log";
 
-  std::vector<std::string> argv = {options.binary, "--model_repository=" + options.model_repository,
-                                   "--address=127.0.0.1", "--grpc_port=0", "--metrics_port=0"};
+  std::vector<std::string> argv = {options.binary, "--address=127.0.0.1", "--grpc_port=0",
+                                   "--metrics_port=0"};
+  if (!options.model_repository.empty()) {
+    argv.push_back("--model_repository=" + options.model_repository);
+  }
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
 
   int fds[2];

@@ -30,7 +30,7 @@ class ServerProcess {
  public:
   struct Options {
     std::string binary;                    // path of the loopserve executable
-    std::string model_repository;          // --model_repository
+    std::string model_repository;          // --model_repository (none when empty)
     std::vector<std::string> extra_flags;  // e.g. "--max_loop_iterations=1000"
     absl::Duration startup_timeout = absl::Seconds(60);
   };
