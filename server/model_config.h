@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "proto/model_config.pb.h"
 

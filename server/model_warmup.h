@@ -4,7 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "proto/model_config.pb.h"
 #include "server/model_config.h"
 

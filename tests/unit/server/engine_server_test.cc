@@ -282,6 +282,9 @@ TEST_F(InlineEngineServerTest, InlineRunKeepsTheInstanceCapAndItsDeadline) {
   // Both versions timed once.
   ASSERT_TRUE(Infer(Request("single", 1), &response, absl::Seconds(30)).ok());
   ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  // A worker answers before it gives its slots back: wait for that, or the next run may find
+  // `single`'s only instance still taken (seen on a loaded 2-core machine).
+  ASSERT_TRUE(WaitUntil([&] { return pool.running() == 0; }));
   // An endless run of `single` takes its only instance on a gRPC thread until its deadline.
   std::unique_ptr<Pending> endless =
       Send(Request("single", std::numeric_limits<int64_t>::max()), absl::Seconds(2));
