@@ -24,10 +24,8 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -36,6 +34,11 @@ np.float, np.int, np.bool, np.object = float, int, bool, object  # onnx 1.12 vs 
 from onnx import numpy_helper  # noqa: E402
 
 import grpc  # noqa: E402
+
+# The Python integration tests' helpers: stubs from our protos, a loopserve on picked ports.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "integration"))
+from loopserve_py import make_stubs, start_server  # noqa: E402
 
 MODEL = "rnn_dynamic"
 BATCH, HIDDEN, TRIPS = 16, 256, 100
@@ -78,15 +81,6 @@ def make_repositories(models, work):
         f.write(np.array(True).tobytes())
 
 
-def make_stubs(protoc, repo_root, work):
-    os.makedirs(work)
-    subprocess.run([protoc, "-I", repo_root, "--python_out=" + work, "--grpc_python_out=" + work,
-                    "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-                    os.path.join(repo_root, "proto/grpc_service.proto"),
-                    os.path.join(repo_root, "proto/model_config.proto")], check=True)
-    sys.path.insert(0, work)
-
-
 def request(pb):
     rng = np.random.default_rng(1)
     r = pb.ModelInferRequest(model_name=MODEL)
@@ -101,20 +95,9 @@ def request(pb):
 
 def trial(binary, repository, pb, pb_grpc, steady):
     start = time.monotonic()
-    proc = subprocess.Popen([binary, "--model_repository=" + repository, "--address=127.0.0.1",
-                             "--grpc_port=0", "--metrics_port=-1", "--model_control_mode=none"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    timer = threading.Timer(60, proc.kill)
-    timer.start()
-    port = None
-    for line in proc.stdout:
-        if line.startswith("loopserve: grpc listening on "):
-            port = int(line.strip().rsplit(":", 1)[1])
-            break
-    timer.cancel()
-    if port is None:
-        proc.kill()
-        raise RuntimeError("loopserve did not start")
+    proc, ports = start_server(binary, ["--model_repository=" + repository, "--metrics_port=-1",
+                                        "--model_control_mode=none"], kinds=("grpc",))
+    port = ports["grpc"]
     try:
         channel = grpc.insecure_channel("127.0.0.1:%d" % port)
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -146,7 +129,8 @@ def main():
     work = tempfile.mkdtemp(prefix="warmup_bench_")
     try:
         make_repositories(args.models, work)
-        make_stubs(args.protoc, repo_root, os.path.join(work, "stubs"))
+        make_stubs(args.protoc, repo_root, os.path.join(work, "stubs"),
+                   ["proto/grpc_service.proto", "proto/model_config.proto"])
         from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
         results = {"cold": [], "warm": []}
         for _ in range(args.trials):

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -579,111 +580,65 @@ int FindSpec(const std::vector<engine::TensorSpec>& specs, absl::string_view nam
   return -1;
 }
 
-absl::Status CompleteInputs(const engine::Model& model, const CompletionOptions& options,
-                            ModelConfig& config) {
-  const int mbs = config.max_batch_size();
-  std::vector<bool> declared(model.inputs().size(), false);
-  for (inference::ModelInput& input : *config.mutable_input()) {
-    const std::string what = absl::StrCat("input '", absl::CEscape(input.name()), "'");
-    const int index = FindSpec(model.inputs(), input.name());
+// Checks the declared inputs (Proto = ModelInput) or outputs (ModelOutput) against the model's
+// `specs` and appends the ones the config leaves out. `kind` is "input" or "output".
+template <typename Proto>
+absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::TensorSpec>& specs,
+                             int max_batch_size, const CompletionOptions& options,
+                             google::protobuf::RepeatedPtrField<Proto>& tensors) {
+  constexpr bool kIsInput = std::is_same_v<Proto, inference::ModelInput>;
+  std::vector<bool> declared(specs.size(), false);
+  for (Proto& tensor : tensors) {
+    const std::string what = absl::StrCat(kind, " '", absl::CEscape(tensor.name()), "'");
+    const int index = FindSpec(specs, tensor.name());
     if (index < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": the model has no such input (it has ",
-                                                     ListNames(model.inputs()), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the model has no such ", kind, " (it has ", ListNames(specs), ")"));
     }
     declared[index] = true;
-    const engine::TensorSpec& spec = model.inputs()[index];
+    const engine::TensorSpec& spec = specs[index];
     if (IsSequence(spec)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": the model's input is a sequence, which a config cannot declare"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the model's ", kind, " is a sequence, which a config cannot declare"));
     }
-    LS_RETURN_IF_ERROR(CheckDataType(what, input.data_type(), spec.type.dtype));
-    if (input.data_type() == inference::TYPE_INVALID) {
+    LS_RETURN_IF_ERROR(CheckDataType(what, tensor.data_type(), spec.type.dtype));
+    if (tensor.data_type() == inference::TYPE_INVALID) {
       if (!options.auto_complete) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": no data_type"));
       }
-      input.set_data_type(DataTypeToConfig(spec.type.dtype));
+      tensor.set_data_type(DataTypeToConfig(spec.type.dtype));
     }
-    if (input.has_reshape()) {
-      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "reshape", ToVector(input.reshape().shape()),
-                                           spec.type.dims, mbs));
+    if (tensor.has_reshape()) {
+      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "reshape", ToVector(tensor.reshape().shape()),
+                                           spec.type.dims, max_batch_size));
     } else {
       LS_RETURN_IF_ERROR(
-          CheckAgainstModel(what, "dims", ToVector(input.dims()), spec.type.dims, mbs));
+          CheckAgainstModel(what, "dims", ToVector(tensor.dims()), spec.type.dims, max_batch_size));
     }
-    if (input.optional() && spec.type.kind != engine::ValueKind::kOptional) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": optional: true, but the model requires this input"));
+    if constexpr (kIsInput) {
+      if (tensor.optional() && spec.type.kind != engine::ValueKind::kOptional) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": optional: true, but the model requires this input"));
+      }
     }
   }
-  for (size_t i = 0; i < model.inputs().size(); ++i) {
-    const engine::TensorSpec& spec = model.inputs()[i];
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const engine::TensorSpec& spec = specs[i];
     if (declared[i] || IsSequence(spec)) continue;
-    const std::string what = absl::StrCat("input '", spec.name, "'");
+    const std::string what = absl::StrCat(kind, " '", spec.name, "'");
     if (!options.auto_complete) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": not declared (auto-complete is disabled: declare every input and output)"));
     }
-    if (DataTypeToConfig(spec.type.dtype) == inference::TYPE_STRING) {
-      return absl::UnimplementedError(absl::StrCat(what, ": strings are not supported"));
-    }
-    // A batching config needs the batch dim on every input, declared or not.
-    LS_RETURN_IF_ERROR(CheckAgainstModel(
-        what, "dims", ConfigDims(spec, mbs).value_or(std::vector<int64_t>()), spec.type.dims, mbs));
-    inference::ModelInput* input = config.add_input();
-    input->set_name(spec.name);
-    input->set_data_type(DataTypeToConfig(spec.type.dtype));
-    for (int64_t d : ConfigDims(spec, mbs).value_or(std::vector<int64_t>())) input->add_dims(d);
-    input->set_optional(spec.type.kind == engine::ValueKind::kOptional);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CompleteOutputs(const engine::Model& model, const CompletionOptions& options,
-                             ModelConfig& config) {
-  const int mbs = config.max_batch_size();
-  std::vector<bool> declared(model.outputs().size(), false);
-  for (inference::ModelOutput& output : *config.mutable_output()) {
-    const std::string what = absl::StrCat("output '", absl::CEscape(output.name()), "'");
-    const int index = FindSpec(model.outputs(), output.name());
-    if (index < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the model has no such output (it has ", ListNames(model.outputs()), ")"));
-    }
-    declared[index] = true;
-    const engine::TensorSpec& spec = model.outputs()[index];
-    if (IsSequence(spec)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": the model's output is a sequence, which a config cannot declare"));
-    }
-    LS_RETURN_IF_ERROR(CheckDataType(what, output.data_type(), spec.type.dtype));
-    if (output.data_type() == inference::TYPE_INVALID) {
-      if (!options.auto_complete) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": no data_type"));
-      }
-      output.set_data_type(DataTypeToConfig(spec.type.dtype));
-    }
-    if (output.has_reshape()) {
-      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "reshape", ToVector(output.reshape().shape()),
-                                           spec.type.dims, mbs));
-    } else {
-      LS_RETURN_IF_ERROR(
-          CheckAgainstModel(what, "dims", ToVector(output.dims()), spec.type.dims, mbs));
-    }
-  }
-  for (size_t i = 0; i < model.outputs().size(); ++i) {
-    const engine::TensorSpec& spec = model.outputs()[i];
-    if (declared[i] || IsSequence(spec)) continue;
-    const std::string what = absl::StrCat("output '", spec.name, "'");
-    if (!options.auto_complete) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": not declared (auto-complete is disabled: declare every input and output)"));
-    }
-    LS_RETURN_IF_ERROR(CheckAgainstModel(
-        what, "dims", ConfigDims(spec, mbs).value_or(std::vector<int64_t>()), spec.type.dims, mbs));
-    inference::ModelOutput* output = config.add_output();
-    output->set_name(spec.name);
-    output->set_data_type(DataTypeToConfig(spec.type.dtype));
-    for (int64_t d : ConfigDims(spec, mbs).value_or(std::vector<int64_t>())) output->add_dims(d);
+    // A batching config needs the batch dim on every tensor, declared or not.
+    const std::vector<int64_t> dims =
+        ConfigDims(spec, max_batch_size).value_or(std::vector<int64_t>());
+    LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", dims, spec.type.dims, max_batch_size));
+    Proto* tensor = tensors.Add();
+    tensor->set_name(spec.name);
+    tensor->set_data_type(DataTypeToConfig(spec.type.dtype));
+    for (int64_t d : dims) tensor->add_dims(d);
+    if constexpr (kIsInput) tensor->set_optional(spec.type.kind == engine::ValueKind::kOptional);
   }
   return absl::OkStatus();
 }
@@ -902,8 +857,10 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
                config.version_policy().latest().num_versions() == 0) {
       config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
     }
-    LS_RETURN_IF_ERROR(CompleteInputs(model, options, config));
-    LS_RETURN_IF_ERROR(CompleteOutputs(model, options, config));
+    LS_RETURN_IF_ERROR(CompleteTensors("input", model.inputs(), config.max_batch_size(), options,
+                                       *config.mutable_input()));
+    LS_RETURN_IF_ERROR(CompleteTensors("output", model.outputs(), config.max_batch_size(), options,
+                                       *config.mutable_output()));
     LS_RETURN_IF_ERROR(CheckWarmupAgainstInputs(config));
     CompleteInstanceGroups(config.name(), std::max(options.default_instance_count, 1), config);
     auto& parameters = *config.mutable_parameters();

@@ -44,15 +44,6 @@ bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::S
   return done();
 }
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& repository,
-                                                           std::vector<std::string> flags) {
-  ServerProcess::Options options;
-  options.binary = LoopserveBinary();
-  options.model_repository = repository;
-  options.extra_flags = std::move(flags);
-  return ServerProcess::Start(options);
-}
-
 // The RepositoryIndex reason of `model` version `version` ("" when absent).
 std::string IndexReason(const std::string& address, const std::string& model,
                         const std::string& version) {
@@ -187,7 +178,7 @@ TEST_F(TritonRepositoryTest, RequestsFollowTheConfig) {
 }
 
 TEST(ConfigRoundTripTest, LoopctlConfigPrintsAConfigThatLoadsWithoutAutoComplete) {
-  auto server = StartServer(TestModelRepository(), {});
+  auto server = StartLoopserve(TestModelRepository(), {});
   ASSERT_TRUE(server.ok()) << server.status();
   auto printed =
       RunCommand({LoopctlBinary(), "--addr=" + (*server)->grpc_address(), "config", "counter"});
@@ -207,7 +198,7 @@ TEST(ConfigRoundTripTest, LoopctlConfigPrintsAConfigThatLoadsWithoutAutoComplete
   fs::create_directories(root + "/bare/1");
   fs::copy_file(TestModelRepository() + "/counter/1/model.onnx", root + "/bare/1/model.onnx");
   WriteFile(root + "/counter/config.pbtxt", printed->out);
-  auto strict = StartServer(root, {"--disable_auto_complete_config"});
+  auto strict = StartLoopserve(root, {"--disable_auto_complete_config"});
   ASSERT_TRUE(strict.ok()) << strict.status();
   auto strict_client = client::Client::Create((*strict)->grpc_address());
   ASSERT_TRUE(strict_client.ok());
@@ -240,7 +231,7 @@ TEST(BadConfigTest, EachIsALoadErrorNamingTheFieldWhileThePreviousVersionServes)
       "        { name: \"start\" data_type: TYPE_INT64 dims: [ 1 ] } ]\n"
       "instance_group [ { count: 1 kind: KIND_CPU } ]\n";
   WriteFile(root + "/counter/config.pbtxt", good);
-  auto server = StartServer(root, {"--repository_poll_seconds=1"});
+  auto server = StartLoopserve(root, {"--repository_poll_seconds=1"});
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = (*server)->grpc_address();
   auto client = client::Client::Create(address);
@@ -292,10 +283,8 @@ TEST(BadConfigTest, EachIsALoadErrorNamingTheFieldWhileThePreviousVersionServes)
 
 TEST(OvmsConfigTest, ServesTheListedModelsFromTheirBasePaths) {
   // The generated ovms_config.json lists every example model with relative base paths.
-  ServerProcess::Options options;
-  options.binary = LoopserveBinary();
-  options.extra_flags = {"--config_path=" + TestModelRepository() + "/ovms_config.json"};
-  auto server = ServerProcess::Start(options);
+  auto server =
+      StartLoopserve("", {"--config_path=" + TestModelRepository() + "/ovms_config.json"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());
@@ -330,10 +319,7 @@ TEST(OvmsConfigTest, PollPicksUpChangesToTheFile) {
             absl::StrCat(R"({"model_config_list": [{"config": {"name": "counter",
       "base_path": ")",
                          models, R"(/counter", "nireq": 1, "target_device": "GPU"}}]})"));
-  ServerProcess::Options options;
-  options.binary = LoopserveBinary();
-  options.extra_flags = {"--config_path=" + config_path, "--repository_poll_seconds=1"};
-  auto server = ServerProcess::Start(options);
+  auto server = StartLoopserve("", {"--config_path=" + config_path, "--repository_poll_seconds=1"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());

@@ -15,12 +15,11 @@ client generated from that same file would agree with the server.
 import argparse
 import os
 import signal
-import struct
-import subprocess
 import sys
-import threading
 
 import grpc
+
+from loopserve_py import make_stubs, start_server
 
 # Triton's numbering (see the module docstring).
 REQUEST_NAME, REQUEST_VERSION = 1, 2
@@ -121,35 +120,6 @@ def encode_request(name, version=""):
     return field(REQUEST_NAME, name) + (field(REQUEST_VERSION, version) if version else b"")
 
 
-# ---- The server ----
-
-def make_stubs(protoc, repo_root, work):
-    subprocess.run([protoc, "-I", repo_root, "--python_out=" + work, "--grpc_python_out=" + work,
-                    "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-                    os.path.join(repo_root, "proto/grpc_service.proto"),
-                    os.path.join(repo_root, "proto/model_config.proto")], check=True)
-    sys.path.insert(0, work)
-
-
-def start_server(binary, models):
-    proc = subprocess.Popen([binary, "--model_repository=" + models, "--address=127.0.0.1",
-                             "--grpc_port=0", "--metrics_port=-1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    timer = threading.Timer(60, proc.kill)  # bounded wait for the port line
-    timer.start()
-    port = None
-    for line in proc.stdout:
-        prefix = "loopserve: grpc listening on "
-        if line.startswith(prefix):
-            port = int(line.strip().rsplit(":", 1)[1])
-            break
-    timer.cancel()
-    if port is None:
-        proc.kill()
-        raise RuntimeError("loopserve did not report its port")
-    return proc, port
-
-
 def check_raw(channel):
     call = channel.unary_unary("/inference.GRPCInferenceService/ModelConfig",
                                request_serializer=lambda b: b, response_deserializer=lambda b: b)
@@ -233,8 +203,12 @@ def main():
     parser.add_argument("--protoc", default="protoc")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work)
-    proc, port = start_server(args.loopserve, args.models)
+    make_stubs(args.protoc, args.repo_root, args.work,
+               ["proto/grpc_service.proto", "proto/model_config.proto"])
+    proc, ports = start_server(args.loopserve,
+                               ["--model_repository=" + args.models, "--metrics_port=-1"],
+                               kinds=("grpc",))
+    port = ports["grpc"]
     try:
         channel = grpc.insecure_channel("127.0.0.1:%d" % port)
         grpc.channel_ready_future(channel).result(timeout=30)

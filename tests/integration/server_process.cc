@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_util.h"
 
 extern char** environ;
 
@@ -204,6 +205,15 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
   result.out = ReadFile(out_path);
   result.err = ReadFile(err_path);
   return result;
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartLoopserve(const std::string& repository,
+                                                              std::vector<std::string> flags) {
+  ServerProcess::Options options;
+  options.binary = LoopserveBinary();
+  options.model_repository = repository;
+  options.extra_flags = std::move(flags);
+  return ServerProcess::Start(options);
 }
 
 }  // namespace loopserve::testing

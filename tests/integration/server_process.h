@@ -78,6 +78,11 @@ class ServerProcess {
   std::thread waiter_;
 };
 
+// The loopserve binary of this build on `repository` (none when empty: give --config_path in
+// `flags`) with `flags` added; see ServerProcess::Start.
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartLoopserve(const std::string& repository,
+                                                              std::vector<std::string> flags);
+
 // Result of RunCommand.
 struct CommandResult {
   int exit_code = -1;  // 128 + N when killed by signal N

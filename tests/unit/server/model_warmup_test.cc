@@ -31,6 +31,13 @@ void CopyModel(const TempDir& root, const std::string& model, const std::string&
   std::filesystem::copy_file(kModels + "/" + model, std::filesystem::path(root.path()) / to);
 }
 
+// A warm-up data file holding one int64 (little-endian, as the machine).
+void WriteInt64(const TempDir& root, const std::string& path, int64_t value) {
+  std::string bytes(sizeof(value), '\0');
+  std::memcpy(bytes.data(), &value, sizeof(value));
+  root.WriteFile(path, bytes);
+}
+
 std::vector<engine::Value> MatmulInput(int64_t rows) {
   engine::Tensor x(engine::DataType::kFloat32, engine::Shape{rows, 64});
   for (int64_t i = 0; i < x.NumElements(); ++i) x.mutable_data<float>()[i] = 0.01f * (i % 100);
@@ -83,9 +90,7 @@ TEST(ModelWarmupTest, RunsEachSampleCountTimesWithItsData) {
   TempDir root;
   CopyModel(root, "counter.onnx", "m/1/model.onnx");
   const int64_t trip = 3;
-  std::string m_bytes(sizeof(trip), '\0');
-  std::memcpy(m_bytes.data(), &trip, sizeof(trip));
-  root.WriteFile("m/warmup/m.bin", m_bytes);
+  WriteInt64(root, "m/warmup/m.bin", trip);
   root.WriteFile("m/config.pbtxt", R"pb(
     model_warmup
     [ {
@@ -174,9 +179,7 @@ TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   TempDir root;
   CopyModel(root, "counter.onnx", "m/1/model.onnx");
   const int64_t trip = 1000;
-  std::string m_bytes(sizeof(trip), '\0');
-  std::memcpy(m_bytes.data(), &trip, sizeof(trip));
-  root.WriteFile("m/warmup/big.bin", m_bytes);
+  WriteInt64(root, "m/warmup/big.bin", trip);
   ModelRegistry registry({root.path(), /*max_loop_iterations=*/10, nullptr, nullptr});
   ASSERT_TRUE(registry.LoadAll().ok());
   std::shared_ptr<const LoadedModel> v1 = *registry.Get("m", "");
