@@ -229,7 +229,9 @@ TEST(BadConfigTest, EachIsALoadErrorNamingTheFieldWhileThePreviousVersionServes)
       "platform: \"onnxruntime_onnx\"\n"
       "input [ { name: \"M\" data_type: TYPE_INT64 dims: [ ] },"
       "        { name: \"start\" data_type: TYPE_INT64 dims: [ 1 ] } ]\n"
-      "instance_group [ { count: 1 kind: KIND_CPU } ]\n";
+      "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+      "optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "
+      "\"tensorrt\" } ] } }\n";
   WriteFile(root + "/counter/config.pbtxt", good);
   auto server = StartLoopserve(root, {"--repository_poll_seconds=1"});
   ASSERT_TRUE(server.ok()) << server.status();
@@ -239,6 +241,19 @@ TEST(BadConfigTest, EachIsALoadErrorNamingTheFieldWhileThePreviousVersionServes)
   ASSERT_TRUE((*client)->WaitForReady(absl::Seconds(60)).ok());
   auto expected = LoadExpectedCase("counter", "expected");
   ASSERT_TRUE(expected.ok()) << expected.status();
+
+  // The ignored optimization block is logged once, not on every poll: a model added later is
+  // loaded by a poll that saw counter's config unchanged.
+  fs::create_directories(root + "/later/1");
+  fs::copy_file(TestModelRepository() + "/counter/1/model.onnx", root + "/later/1/model.onnx");
+  EXPECT_TRUE(WaitFor([&] {
+    absl::StatusOr<bool> ready = (*client)->ModelReady("later");
+    return ready.ok() && *ready;
+  }));
+  const std::string log = (*server)->log();
+  const std::string note = "model 'counter': config.pbtxt: optimization ignored";
+  EXPECT_NE(log.find(note), std::string::npos) << log;
+  EXPECT_EQ(log.find(note), log.rfind(note)) << log;
 
   struct Case {
     std::string config;
