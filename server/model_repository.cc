@@ -292,6 +292,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     warmup.max_loop_iterations = loaded->max_loop_iterations;
     warmup.max_output_bytes = loaded->max_output_bytes;
     warmup.run_timeout = options_.warmup_run_timeout;
+    warmup.intra_op_threads = options_.intra_op_threads;
     const absl::Time start = absl::Now();
     LS_ASSIGN_OR_RETURN(const int64_t runs,
                         RunModelWarmup(loaded->config, loaded->io, *model, source.dir, warmup));

@@ -115,6 +115,7 @@ class ModelRegistry {
     bool auto_complete = true;       // false: --disable_auto_complete_config
     int default_instance_count = 1;  // instance count of a config that gives none (--workers)
     absl::Duration warmup_run_timeout = absl::Seconds(60);  // deadline of one warm-up run
+    int intra_op_threads = 0;  // of warm-up runs, as the workers have (0 = the thread's own)
   };
 
   struct VersionState {

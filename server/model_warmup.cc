@@ -153,6 +153,7 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
 absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
                                        const engine::Model& model, const std::string& model_dir,
                                        const WarmupOptions& options) {
+  if (options.intra_op_threads > 0) engine::SetIntraOpThreads(options.intra_op_threads);
   int64_t total_runs = 0;
   for (const inference::ModelWarmup& sample : config.model_warmup()) {
     const std::string what = absl::StrCat("model_warmup '", absl::CEscape(sample.name()), "'");

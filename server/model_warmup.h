@@ -15,6 +15,10 @@ struct WarmupOptions {
   int64_t max_loop_iterations = 0;  // the version's caps (0 = unlimited)
   int64_t max_output_bytes = 0;
   absl::Duration run_timeout = absl::Seconds(60);  // deadline of one run
+  // oneDNN threads of the runs, as a worker would use (0 = leave the calling thread's setting):
+  // a warm-up with more threads than the workers have would, on a busy machine, spin OpenMP
+  // teams against the server's own threads.
+  int intra_op_threads = 0;
 };
 
 // Runs the `model_warmup` samples of a complete config (CompleteModelConfig has checked them
@@ -27,7 +31,8 @@ struct WarmupOptions {
 //   input_data_file  the raw little-endian row-major bytes of <model_dir>/warmup/<file> for one
 //                    batch element, repeated batch_size times.
 // The first run of a shape creates the oneDNN primitives it needs and touches the buffers, so the
-// first client does not pay for it. Runs on the caller's thread, outside every request metric.
+// first client does not pay for it. Runs on the caller's thread (setting its intra-op threads
+// when `intra_op_threads` > 0), outside every request metric.
 //
 // Returns how many runs it made. Errors name the sample and the run: InvalidArgument for a data
 // file that is missing or of the wrong size, or inputs the model rejects; the engine's error

@@ -160,6 +160,7 @@ absl::Status Server::Init() {
   registry_options.metrics = metrics_.get();
   registry_options.auto_complete = !options_.disable_auto_complete_config;
   registry_options.default_instance_count = options_.workers;
+  registry_options.intra_op_threads = intra_op_threads;
   registry_ = std::make_unique<ModelRegistry>(std::move(registry_options));
   LS_RETURN_IF_ERROR(LoadInitialModels());
 
