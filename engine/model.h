@@ -20,9 +20,17 @@ struct TensorSpec {
   ValueType type;  // kind, element type and dims (-1 = variable)
 };
 
+// Largest model file Load reads by default (each of model.onnx, model.xml and model.bin).
+inline constexpr int64_t kDefaultMaxModelFileBytes = int64_t{2} << 30;
+
 struct LoadOptions {
   // Name used in error messages ("model 'rnn' v2: ...") by callers; the engine does not add it.
   std::string name;
+  // Largest model file accepted, in bytes, checked before reading; 0 = kDefaultMaxModelFileBytes.
+  int64_t max_file_bytes = 0;
+  // Largest number of tensor bytes loading may allocate (constants, compiled weights); 0 = no
+  // limit. Past it the load fails with InvalidArgument before the allocation.
+  int64_t max_memory_bytes = 0;
 };
 
 // A loaded, compiled model. Immutable after Load and shared as shared_ptr<const Model>: Run is
@@ -31,8 +39,11 @@ struct LoadOptions {
 class Model {
  public:
   // Loads `path`: an ONNX model (.onnx) or an OpenVINO IR (.xml with its .bin beside it).
-  // InvalidArgument for malformed models, Unimplemented for unsupported ops/opsets/types (naming
-  // the node, op type and opset), NotFound when the file does not exist.
+  // InvalidArgument for malformed models, files over the size limit and models needing more
+  // memory than allowed (sizes are checked before anything is read or allocated), Unimplemented
+  // for unsupported ops/opsets/types (naming the node, op type and opset), NotFound when the file
+  // does not exist. Messages name the file by its base name, never its folders. The .onnx file
+  // is parsed as it is read and the .bin is mapped, so a file is never held twice in memory.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& path,
                                                            const LoadOptions& options = {});
   // Loads an ONNX ModelProto from serialized bytes.
@@ -61,6 +72,8 @@ class Model {
 
  private:
   Model() = default;
+  absl::StatusOr<std::vector<Value>> RunUnchecked(std::vector<Value> inputs,
+                                                  const RunOptions& options, RunStats* stats) const;
 
   std::shared_ptr<const Plan> plan_;
   std::vector<TensorSpec> inputs_;

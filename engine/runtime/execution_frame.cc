@@ -62,6 +62,9 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
         status = step.kernel->Run(ctx);
       } catch (const dnnl::error& e) {
         status = FromDnnlError(e);
+      } catch (const MemoryBudgetExceeded& e) {
+        status = LimitExceededError(LimitReason::kMemory,
+                                    absl::StrCat(e.what(), " (max_request_memory_bytes)"));
       } catch (const std::bad_alloc&) {
         status = absl::ResourceExhaustedError("out of memory");
       } catch (const std::exception& e) {

@@ -23,13 +23,16 @@ LimitReason GetLimitReason(const absl::Status& status) {
   const absl::optional<absl::Cord> payload = status.GetPayload(kLimitPayloadUrl);
   if (!payload.has_value() || payload->size() != 1) return LimitReason::kNone;
   const auto reason = static_cast<LimitReason>((*payload)[0]);
-  return reason == LimitReason::kIterationCap || reason == LimitReason::kOutputBytes
+  return reason == LimitReason::kIterationCap || reason == LimitReason::kOutputBytes ||
+                 reason == LimitReason::kMemory
              ? reason
              : LimitReason::kNone;
 }
 
 RunContext::RunContext(const RunOptions& options)
-    : options_(options), has_deadline_(options.deadline != absl::InfiniteFuture()) {
+    : options_(options),
+      has_deadline_(options.deadline != absl::InfiniteFuture()),
+      memory_budget_(options.max_memory_bytes) {
   if (has_deadline_) {
     // Converted once, so the per-iteration check compares integers. Far-future deadlines
     // saturate instead of overflowing.

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/tensor/memory_budget.h"
 
 namespace dnnl {
 class stream;
@@ -38,13 +40,17 @@ struct RunOptions {
   // Largest size in bytes a Loop's concatenated (scan) output may reach; 0 means no limit. A loop
   // whose output would grow past it fails with ResourceExhausted before the buffer grows.
   int64_t max_output_bytes = 0;
+  // Largest number of tensor bytes the run may hold at once (MemoryBudget: inputs it was given
+  // are not counted, everything it allocates is); 0 means no limit. A run that would allocate
+  // past it fails with ResourceExhausted (LimitReason::kMemory) before the allocation.
+  int64_t max_memory_bytes = 0;
   LoopObserver* loop_observer = nullptr;  // not owned; may be null
 };
 
 // Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
 // survives Annotate), so callers can tell limits apart without parsing messages, and an
 // out-of-memory ResourceExhausted is not mistaken for either.
-enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes };
+enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes, kMemory };
 absl::Status LimitExceededError(LimitReason reason, absl::string_view message);
 LimitReason GetLimitReason(const absl::Status& status);
 
@@ -52,11 +58,12 @@ LimitReason GetLimitReason(const absl::Status& status);
 struct RunStats {
   int64_t loop_executions = 0;
   int64_t loop_iterations = 0;
+  int64_t peak_memory_bytes = 0;  // most tensor bytes the run held at once (MemoryBudget::peak)
 };
 
 // The per-request state shared by a run's top-level frame and every nested (Loop/If body) frame:
-// options, interrupt checks, the oneDNN stream, a scratchpad and statistics. Not thread-safe: a
-// run executes on one thread. Owned by Model::Run for the duration of the run.
+// options, interrupt checks, the memory budget, the oneDNN stream, a scratchpad and statistics.
+// Not thread-safe: a run executes on one thread. Owned by Model::Run for the duration of the run.
 class RunContext {
  public:
   explicit RunContext(const RunOptions& options);
@@ -78,6 +85,28 @@ class RunContext {
     if (has_deadline_ && CoarseMonotonicNanos() >= deadline_ns_) return DeadlineError();
     return absl::OkStatus();
   }
+
+  // For kernels whose single step may take long (a copy or fill of a large tensor): runs
+  // `work(begin, end)` over [0, count) in pieces of about kChunkBytes (`bytes_per_unit` bytes of
+  // output per unit of work), checking for cancellation and the deadline between pieces, so a run
+  // that must stop stops within a piece's time (~1 ms) instead of at the end of the step. Returns
+  // the interruption or OK. Small jobs run in one piece with no check.
+  static constexpr int64_t kChunkBytes = int64_t{4} << 20;
+  template <typename Work>
+  absl::Status ForEachChunk(int64_t count, int64_t bytes_per_unit, Work&& work) const {
+    const int64_t per_chunk =
+        std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, bytes_per_unit));
+    for (int64_t begin = 0; begin < count; begin += per_chunk) {
+      if (begin > 0) {
+        absl::Status interrupted = CheckInterrupted();
+        if (!interrupted.ok()) return interrupted;
+      }
+      work(begin, std::min(count, begin + per_chunk));
+    }
+    return absl::OkStatus();
+  }
+
+  MemoryBudget& memory_budget() { return memory_budget_; }
 
   // CLOCK_MONOTONIC_COARSE in nanoseconds.
   static int64_t CoarseMonotonicNanos() {
@@ -101,6 +130,7 @@ class RunContext {
   bool has_deadline_;
   int64_t deadline_ns_ = 0;  // options_.deadline on the CoarseMonotonicNanos() clock
   RunStats stats_;
+  MemoryBudget memory_budget_;
   std::unique_ptr<dnnl::stream> stream_;
   void* scratchpad_ = nullptr;
   size_t scratchpad_bytes_ = 0;
