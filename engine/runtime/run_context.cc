@@ -1,6 +1,8 @@
 #include "engine/runtime/run_context.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "absl/strings/cord.h"
@@ -62,6 +64,25 @@ void* RunContext::Scratchpad(size_t bytes) {
     scratchpad_bytes_ = rounded;
   }
   return scratchpad_;
+}
+
+bool InterruptPacer::Check() {
+  status_ = context_.CheckInterrupted();
+  return status_.ok();
+}
+
+bool InterruptPacer::Copy(void* dst, const void* src, size_t bytes) {
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  while (bytes > 0) {
+    const size_t piece = std::min(bytes, kChunkBytes);
+    std::memcpy(out, in, piece);
+    out += piece;
+    in += piece;
+    bytes -= piece;
+    if (!Produced(piece)) return false;
+  }
+  return true;
 }
 
 absl::Status RunContext::CancelledError() const {
