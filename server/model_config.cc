@@ -45,6 +45,12 @@ absl::StatusOr<loopserve::ModelConfig> ParseModelConfig(absl::string_view text,
   if (config.max_loop_iterations() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, "max_loop_iterations must be >= 0"));
   }
+  if (config.max_output_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "max_output_bytes must be >= 0"));
+  }
+  if (config.max_request_memory_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "max_request_memory_bytes must be >= 0"));
+  }
   if (config.version_policy().has_specific()) {
     for (int64_t v : config.version_policy().specific().versions()) {
       if (v <= 0) {
@@ -61,9 +67,16 @@ absl::StatusOr<loopserve::ModelConfig> ReadModelConfig(const std::string& model_
   const std::filesystem::path path = std::filesystem::path(model_dir) / "config.pbtxt";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return loopserve::ModelConfig();
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxModelConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", model_name, "': config.pbtxt has ",
+                                                   size, " bytes, more than the limit of ",
+                                                   kMaxModelConfigBytes));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read '", path.string(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_name, "': config.pbtxt cannot be read"));
   }
   std::ostringstream text;
   text << in.rdbuf();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -14,7 +15,11 @@ namespace loopserve::server {
 absl::StatusOr<loopserve::ModelConfig> ParseModelConfig(absl::string_view text,
                                                         absl::string_view model_name);
 
-// Reads `<model_dir>/config.pbtxt`; the defaults (latest 1) when the file does not exist.
+// Largest config.pbtxt read.
+inline constexpr uintmax_t kMaxModelConfigBytes = 1 << 20;
+
+// Reads `<model_dir>/config.pbtxt`; the defaults (latest 1) when the file does not exist,
+// InvalidArgument when it is larger than kMaxModelConfigBytes or malformed.
 absl::StatusOr<loopserve::ModelConfig> ReadModelConfig(const std::string& model_dir,
                                                        absl::string_view model_name);
 

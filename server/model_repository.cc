@@ -105,8 +105,9 @@ absl::StatusOr<std::string> FindModelFile(const std::string& version_dir) {
     const fs::path path = fs::path(version_dir) / file;
     if (fs::is_regular_file(path, ec)) return path.string();
   }
-  return absl::NotFoundError(
-      absl::StrCat("'", version_dir, "' contains neither model.onnx nor model.xml"));
+  return absl::NotFoundError(absl::StrCat("version folder ",
+                                          fs::path(version_dir).filename().string(),
+                                          " contains neither model.onnx nor model.xml"));
 }
 
 namespace {
@@ -171,8 +172,7 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
   const std::string model(name);
   std::error_code ec;
   if (!fs::is_directory(fs::path(options_.root) / model, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("model '", model, "' is not in the repository '", options_.root, "'"));
+    return absl::NotFoundError(absl::StrCat("model '", model, "' is not in the model repository"));
   }
   absl::MutexLock load_lock(&load_mutex_);
   std::shared_ptr<const ModelEntry> previous = Find(model);
@@ -236,6 +236,13 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     return entry;
   }
 
+  const int64_t memory_budget = config->max_request_memory_bytes() > 0
+                                    ? config->max_request_memory_bytes()
+                                    : options_.max_request_memory_bytes;
+  engine::LoadOptions load_options;
+  load_options.max_file_bytes = options_.max_model_file_bytes;
+  load_options.max_memory_bytes = memory_budget;
+
   // Wraps an engine model into a LoadedModel with this config's settings.
   auto wrap = [&](int64_t version, const std::string& file,
                   std::shared_ptr<const engine::Model> model,
@@ -251,6 +258,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
                                                                     : options_.max_loop_iterations;
     loaded->max_output_bytes =
         config->max_output_bytes() > 0 ? config->max_output_bytes() : options_.max_output_bytes;
+    loaded->max_request_memory_bytes = memory_budget;
     if (config->instance_count() > 0) {
       loaded->instances = std::make_shared<TaskGroup>(static_cast<int>(
           std::min<uint32_t>(config->instance_count(), std::numeric_limits<int>::max())));
@@ -295,8 +303,9 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
 
     const absl::Time start = absl::Now();
     absl::StatusOr<std::string> file = FindModelFile(version_dir);
+    load_options.name = label;
     absl::StatusOr<std::shared_ptr<const engine::Model>> model =
-        file.ok() ? options_.loader(*file, engine::LoadOptions{label}) : file.status();
+        file.ok() ? options_.loader(*file, load_options) : file.status();
     const absl::Duration took = absl::Now() - start;
     slot.fingerprint = fingerprint;
     if (options_.metrics != nullptr) {

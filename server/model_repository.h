@@ -42,7 +42,8 @@ std::vector<int64_t> ScanVersions(const std::string& model_dir);
 std::vector<int64_t> SelectVersions(const std::vector<int64_t>& available,
                                     const loopserve::ModelVersionPolicy& policy);
 
-// `<version_dir>/model.onnx`, else `<version_dir>/model.xml`; NotFound naming both otherwise.
+// `<version_dir>/model.onnx`, else `<version_dir>/model.xml`; NotFound naming both otherwise (and
+// the version folder by its name only: messages that reach clients never show server paths).
 absl::StatusOr<std::string> FindModelFile(const std::string& version_dir);
 
 // ---- Loaded models and the registry ----
@@ -56,8 +57,9 @@ struct LoadedModel {
   std::string platform;        // "onnx" or "openvino"
   std::string path;            // the model file
   std::shared_ptr<const engine::Model> model;
-  int64_t max_loop_iterations = 0;  // effective cap for RunOptions; 0 = unlimited
-  int64_t max_output_bytes = 0;     // effective output cap; 0 = unlimited
+  int64_t max_loop_iterations = 0;       // effective cap for RunOptions; 0 = unlimited
+  int64_t max_output_bytes = 0;          // effective output cap; 0 = unlimited
+  int64_t max_request_memory_bytes = 0;  // effective per-request memory budget; 0 = unlimited
   loopserve::ModelConfig config;
   // Statistics and metric handles of this version; never null. Kept across reloads of the same
   // version (a config change re-wraps the same engine model).
@@ -94,6 +96,10 @@ class ModelRegistry {
     ModelLoader loader;               // defaults to engine::Model::Load
     Metrics* metrics = nullptr;       // not owned; may be null
     int64_t max_output_bytes = 0;     // server-wide cap; a model's config.pbtxt overrides it
+    // Server-wide per-request memory budget (also the cap on a model's constants at load); a
+    // model's config.pbtxt overrides it. 0 = unlimited.
+    int64_t max_request_memory_bytes = 0;
+    int64_t max_model_file_bytes = 0;  // engine::LoadOptions::max_file_bytes
   };
 
   struct VersionState {
