@@ -759,9 +759,16 @@ absl::StatusOr<ParsedModelConfig> ReadModelConfig(const std::string& model_dir,
     defaults.model_name = std::string(model_name);
     return defaults;
   }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxModelConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", model_name, "': config.pbtxt has ",
+                                                   size, " bytes, more than the limit of ",
+                                                   kMaxModelConfigBytes));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read '", path.string(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_name, "': config.pbtxt cannot be read"));
   }
   std::ostringstream text;
   text << in.rdbuf();
@@ -779,6 +786,8 @@ ModelFormat ConfigFormat(const inference::ModelConfig& config) {
 
 absl::StatusOr<std::string> FindModelFile(const std::string& version_dir,
                                           const inference::ModelConfig& config, bool any_name) {
+  // Messages reach clients (RepositoryIndex, ModelReady): the folder by its name only.
+  const std::string folder = fs::path(version_dir).filename().string();
   std::error_code ec;
   std::vector<std::string> names;
   if (!config.default_model_filename().empty()) {
@@ -808,12 +817,15 @@ absl::StatusOr<std::string> FindModelFile(const std::string& version_dir,
     std::sort(found.begin(), found.end());
     if (found.size() == 1) return found[0];
     if (found.size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", version_dir, "' holds more than one model (", absl::StrJoin(found, ", "), ")"));
+      std::vector<std::string> files;
+      for (const std::string& path : found) files.push_back(fs::path(path).filename().string());
+      return absl::InvalidArgumentError(absl::StrCat("version folder ", folder,
+                                                     " holds more than one model (",
+                                                     absl::StrJoin(files, ", "), ")"));
     }
   }
   return absl::NotFoundError(absl::StrCat(
-      "'", version_dir, "' contains no ", absl::StrJoin(names, " or "),
+      "version folder ", folder, " contains no ", absl::StrJoin(names, " or "),
       any_name && config.default_model_filename().empty() ? " (nor any *.onnx or *.xml)" : ""));
 }
 
@@ -868,6 +880,8 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
         ParameterOr(config, kMaxLoopIterationsParameter, options.max_loop_iterations)));
     parameters[kMaxOutputBytesParameter].set_string_value(
         absl::StrCat(ParameterOr(config, kMaxOutputBytesParameter, options.max_output_bytes)));
+    parameters[kMaxRequestMemoryBytesParameter].set_string_value(absl::StrCat(
+        ParameterOr(config, kMaxRequestMemoryBytesParameter, options.max_request_memory_bytes)));
     return absl::OkStatus();
   }();
   if (!status.ok()) return Annotate(status, "config.pbtxt: ");

@@ -62,7 +62,11 @@ struct ParsedModelConfig {
 absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
                                                    absl::string_view model_name);
 
-// Reads and parses `<model_dir>/config.pbtxt`; the defaults (from_file false) when there is none.
+// Largest config.pbtxt read.
+inline constexpr uintmax_t kMaxModelConfigBytes = 1 << 20;
+
+// Reads and parses `<model_dir>/config.pbtxt`; the defaults (from_file false) when there is none;
+// InvalidArgument when it is larger than kMaxModelConfigBytes, unreadable or malformed.
 absl::StatusOr<ParsedModelConfig> ReadModelConfig(const std::string& model_dir,
                                                   absl::string_view model_name);
 
@@ -83,6 +87,7 @@ struct CompletionOptions {
   bool auto_complete = true;        // false: Triton's --disable-auto-complete-config
   int64_t max_loop_iterations = 0;  // the server's flags (0 = unlimited)
   int64_t max_output_bytes = 0;
+  int64_t max_request_memory_bytes = 0;
   int default_instance_count = 1;  // instance count of a config that gives none (--workers)
 };
 
@@ -91,7 +96,8 @@ struct CompletionOptions {
 // version_policy, every tensor input and output of the model (declared ones kept as declared, in
 // their order, the others appended from the model: data_type, dims without the batch dimension
 // when max_batch_size > 0, optional), instance_group normalised to CPU groups with counts (GPU
-// groups dropped), and parameters with the effective max_loop_iterations and max_output_bytes.
+// groups dropped), and parameters with the effective max_loop_iterations, max_output_bytes and
+// max_request_memory_bytes.
 // Sequence-valued model inputs/outputs have no Triton spelling and are left out.
 //
 // InvalidArgument naming the tensor, the field and both values for: a declared input or output the

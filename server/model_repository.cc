@@ -224,8 +224,8 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
   if (source == sources.end()) {
     return absl::NotFoundError(
         options_.config_path.empty()
-            ? absl::StrCat("model '", model, "' is not in the repository '", options_.root, "'")
-            : absl::StrCat("model '", model, "' is not listed in '", options_.config_path, "'"));
+            ? absl::StrCat("model '", model, "' is not in the model repository")
+            : absl::StrCat("model '", model, "' is not listed in the config file"));
   }
   std::shared_ptr<const ModelEntry> previous = Find(model);
   absl::Status error;
@@ -262,6 +262,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
   completion.auto_complete = options_.auto_complete;
   completion.max_loop_iterations = options_.max_loop_iterations;
   completion.max_output_bytes = options_.max_output_bytes;
+  completion.max_request_memory_bytes = options_.max_request_memory_bytes;
   completion.default_instance_count = options_.default_instance_count;
   LS_ASSIGN_OR_RETURN(inference::ModelConfig config,
                       CompleteModelConfig(parsed, *model, file, completion));
@@ -276,7 +277,8 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
       ParameterOr(config, kMaxLoopIterationsParameter, options_.max_loop_iterations);
   loaded->max_output_bytes =
       ParameterOr(config, kMaxOutputBytesParameter, options_.max_output_bytes);
-  loaded->max_request_memory_bytes = ParameterOr(config, kMaxRequestMemoryBytesParameter, 0);
+  loaded->max_request_memory_bytes =
+      ParameterOr(config, kMaxRequestMemoryBytesParameter, options_.max_request_memory_bytes);
   loaded->io = ModelIo::Build(config, *model);
   // A count the config gives caps the version's concurrent runs; the default (--workers) is what
   // the worker pool allows anyway, so it needs no cap of its own.
@@ -330,8 +332,9 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
   if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
   std::error_code ec;
   if (parsed.ok() && !fs::is_directory(model_dir, ec)) {
-    parsed = absl::NotFoundError(
-        absl::StrCat("model '", name, "': base path '", model_dir, "' is not a directory"));
+    // Reasons reach clients (RepositoryIndex, ModelReady): no server paths in them.
+    parsed =
+        absl::NotFoundError(absl::StrCat("model '", name, "': its base_path is not a directory"));
   }
   if (!parsed.ok()) {
     *error = parsed.status();
@@ -364,6 +367,12 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     }
     return entry;
   }
+
+  // The memory budget also caps the model's constants at load.
+  engine::LoadOptions load_options;
+  load_options.max_file_bytes = options_.max_model_file_bytes;
+  load_options.max_memory_bytes = ParameterOr(parsed->config, kMaxRequestMemoryBytesParameter,
+                                              options_.max_request_memory_bytes);
 
   bool any_failed = false;
   for (int64_t version : selected) {
@@ -414,8 +423,9 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     const absl::Time start = absl::Now();
     absl::StatusOr<std::string> file =
         FindModelFile(version_dir, parsed->config, /*any_name=*/source.ovms != nullptr);
+    load_options.name = label;
     absl::StatusOr<std::shared_ptr<const engine::Model>> model =
-        file.ok() ? options_.loader(*file, engine::LoadOptions{label}) : file.status();
+        file.ok() ? options_.loader(*file, load_options) : file.status();
     absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded =
         model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
     const absl::Duration took = absl::Now() - start;

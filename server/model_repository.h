@@ -56,10 +56,9 @@ struct LoadedModel {
   std::string platform;        // the config's: "onnxruntime_onnx" or "openvino"
   std::string path;            // the model file
   std::shared_ptr<const engine::Model> model;
-  int64_t max_loop_iterations = 0;  // effective cap for RunOptions; 0 = unlimited
-  int64_t max_output_bytes = 0;     // effective output cap; 0 = unlimited
-  // The config's max_request_memory_bytes parameter; 0 = the server's default.
-  int64_t max_request_memory_bytes = 0;
+  int64_t max_loop_iterations = 0;       // effective cap for RunOptions; 0 = unlimited
+  int64_t max_output_bytes = 0;          // effective output cap; 0 = unlimited
+  int64_t max_request_memory_bytes = 0;  // effective per-request memory budget; 0 = unlimited
   // The complete (auto-completed, validated) config this version runs with; the ModelConfig RPC
   // answers it.
   inference::ModelConfig config;
@@ -110,6 +109,10 @@ class ModelRegistry {
     ModelLoader loader;               // defaults to engine::Model::Load
     Metrics* metrics = nullptr;       // not owned; may be null
     int64_t max_output_bytes = 0;     // server-wide cap; a model's config.pbtxt overrides it
+    // Server-wide per-request memory budget (also the cap on a model's constants at load); a
+    // model's config.pbtxt overrides it. 0 = unlimited.
+    int64_t max_request_memory_bytes = 0;
+    int64_t max_model_file_bytes = 0;  // engine::LoadOptions::max_file_bytes
     // An OpenVINO Model Server config.json; when set, its models are served and `root` is unused.
     std::string config_path = "";
     bool auto_complete = true;       // false: --disable_auto_complete_config

@@ -80,23 +80,30 @@ void FillRandom(engine::Tensor& tensor, std::mt19937_64& rng) {
   }
 }
 
-// Reads <model_dir>/warmup/<file>: exactly `bytes` bytes.
+// Reads <model_dir>/warmup/<file>: exactly `bytes` bytes. Messages reach clients
+// (RepositoryIndex): they name the file relative to the model folder only. A file larger than
+// expected is refused before it is read.
 absl::StatusOr<std::string> ReadWarmupFile(const std::string& model_dir, const std::string& file,
                                            size_t bytes, absl::string_view what) {
   const std::filesystem::path path = std::filesystem::path(model_dir) / "warmup" / file;
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  if (ec || !in) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": cannot read input_data_file '", path.string(), "'"));
+        absl::StrCat(what, ": cannot read input_data_file warmup/", file));
   }
-  std::ostringstream data;
-  data << in.rdbuf();
-  if (data.str().size() != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file '", path.string(),
-                                                   "' has ", data.str().size(), " bytes; ", bytes,
+  if (size != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file, " has ",
+                                                   size, " bytes; ", bytes,
                                                    " expected (the dims, one batch element)"));
   }
-  return data.str();
+  std::string data(bytes, '\0');
+  if (bytes > 0 && !in.read(data.data(), static_cast<std::streamsize>(bytes))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": input_data_file warmup/", file, " could not be read in full"));
+  }
+  return data;
 }
 
 // The model inputs of one sample, in Model::inputs() order (absent ones kNone), reshaped as the

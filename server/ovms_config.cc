@@ -307,18 +307,23 @@ absl::StatusOr<OvmsConfig> ParseOvmsConfig(absl::string_view json, const std::st
 }
 
 absl::StatusOr<OvmsConfig> ReadOvmsConfig(const std::string& path) {
+  // Errors may reach clients (RepositoryModelLoad): they name the file by its role, not its path
+  // (the server logs the path at startup).
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("config file '", path, "' does not exist"));
+    return absl::NotFoundError("the config file (--config_path) does not exist");
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxOvmsConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json has ", size, " bytes, more than the limit of ", kMaxOvmsConfigBytes));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read '", path, "'"));
+  if (!in) return absl::InvalidArgumentError("the config file (--config_path) cannot be read");
   std::ostringstream text;
   text << in.rdbuf();
   const std::string dir = fs::absolute(fs::path(path), ec).parent_path().string();
-  absl::StatusOr<OvmsConfig> config = ParseOvmsConfig(text.str(), dir);
-  if (!config.ok()) return Annotate(config.status(), absl::StrCat("'", path, "': "));
-  return config;
+  return ParseOvmsConfig(text.str(), dir);
 }
 
 void ApplyOvmsEntry(const OvmsModelEntry& entry, ParsedModelConfig& parsed) {

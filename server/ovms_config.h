@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,7 +50,11 @@ struct OvmsConfig {
 //     shapes).
 absl::StatusOr<OvmsConfig> ParseOvmsConfig(absl::string_view json, const std::string& config_dir);
 
-// Reads and parses the file at `path` (NotFound when it does not exist).
+// Largest config.json read.
+inline constexpr uintmax_t kMaxOvmsConfigBytes = 16 << 20;
+
+// Reads and parses the file at `path`: NotFound when it does not exist, InvalidArgument when it is
+// larger than kMaxOvmsConfigBytes; error messages do not show the path.
 absl::StatusOr<OvmsConfig> ReadOvmsConfig(const std::string& path);
 
 // Applies an entry's settings over `parsed` (the model's config.pbtxt in its base path, if any, or

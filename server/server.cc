@@ -1,13 +1,17 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
@@ -42,6 +46,22 @@ absl::string_view ModeName(ModelControlMode mode) {
       return "explicit";
   }
   return "?";
+}
+
+// The memory this process may use: its cgroup's limit (v2, else v1) when set and lower than the
+// physical memory.
+int64_t AvailableMemoryBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  for (const char* file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(file);
+    std::string text;
+    int64_t limit = 0;
+    if (in >> text && absl::SimpleAtoi(text, &limit) && limit > 0 && limit < bytes) {
+      bytes = limit;  // "max" (no limit) does not parse
+    }
+  }
+  return bytes;
 }
 
 std::string HostPort(const std::string& address, int port) {
@@ -103,6 +123,12 @@ absl::Status Server::Init() {
   if (options_.max_output_bytes < 0) {
     return absl::InvalidArgumentError("--max_output_bytes must be >= 0");
   }
+  if (options_.max_request_memory_bytes < 0) {
+    return absl::InvalidArgumentError("--max_request_memory_bytes must be >= 0");
+  }
+  if (options_.max_model_file_bytes < 0) {
+    return absl::InvalidArgumentError("--max_model_file_bytes must be >= 0");
+  }
   if (options_.max_message_bytes < 1024) {
     return absl::InvalidArgumentError("--max_message_bytes must be >= 1024");
   }
@@ -136,6 +162,11 @@ absl::Status Server::Init() {
                                    : std::max(1, engine::AvailableCores() / options_.workers);
   const int64_t max_output_bytes =
       options_.max_output_bytes > 0 ? options_.max_output_bytes : options_.max_message_bytes;
+  constexpr int64_t kMinAutoMemoryBytes = int64_t{64} << 20;
+  const int64_t max_request_memory_bytes =
+      options_.max_request_memory_bytes > 0
+          ? options_.max_request_memory_bytes
+          : std::max(kMinAutoMemoryBytes, AvailableMemoryBytes() / (2 * options_.workers));
   LogInfo(absl::StrCat(
       "loopserve ", kServerVersion, " starting: ",
       options_.config_path.empty() ? absl::StrCat("repository '", options_.model_repository, "'")
@@ -147,7 +178,8 @@ absl::Status Server::Init() {
           : "",
       ", ", options_.workers, " workers x ", intra_op_threads, " intra-op threads, queue ",
       options_.max_queue_size, ", max_loop_iterations ", options_.max_loop_iterations,
-      ", max_output_bytes ", max_output_bytes, ", max_message_bytes ", options_.max_message_bytes,
+      ", max_output_bytes ", max_output_bytes, ", max_request_memory_bytes ",
+      max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
       ", inline runs under ", absl::FormatDuration(options_.inline_run_limit)));
 
   metrics_ = std::make_unique<Metrics>();
@@ -156,6 +188,8 @@ absl::Status Server::Init() {
   registry_options.config_path = options_.config_path;
   registry_options.max_loop_iterations = options_.max_loop_iterations;
   registry_options.max_output_bytes = max_output_bytes;
+  registry_options.max_request_memory_bytes = max_request_memory_bytes;
+  registry_options.max_model_file_bytes = options_.max_model_file_bytes;
   registry_options.loader = options_.model_loader;
   registry_options.metrics = metrics_.get();
   registry_options.auto_complete = !options_.disable_auto_complete_config;
@@ -261,7 +295,12 @@ void Server::Shutdown() {
                          absl::FormatDuration(options_.exit_timeout), ")"));
     // Still answering (health NOT_SERVING, new requests UNAVAILABLE) while the in-flight finish.
     const bool idle = service_->WaitForIdle(deadline);
-    if (!idle) LogWarning("exit timeout reached: cancelling the requests still running");
+    if (!idle) {
+      LogWarning("exit timeout reached: cancelling the requests still running");
+      // Inline runs never see gRPC's cancellation while their handler runs, and queued ones
+      // would still be started by the draining pool: the flag reaches all of them.
+      service_->CancelAll();
+    }
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
   }

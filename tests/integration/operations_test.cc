@@ -426,6 +426,56 @@ TEST(OperationsTest, SigtermDuringALongLoopLetsItFinishAndExitsZero) {
   EXPECT_THAT(log, HasSubstr("shutdown complete"));
 }
 
+// Endless Loops without a deadline, one on the gRPC thread (inline), one on a worker and one
+// queued: SIGTERM cancels them after --exit_timeout_seconds and the process exits 0 within one
+// more second.
+TEST(OperationsTest, SigtermWithEndlessLoopsExitsWithinTheExitTimeoutPlusOneSecond) {
+  auto server = StartLoopserve(TestModelRepository(), {"--workers=2", "--exit_timeout_seconds=2",
+                                                       "--inline_run_limit_us=1000000"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = client::Client::Create((*server)->grpc_address());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->WaitForReady(absl::Seconds(60)).ok());
+  const std::vector<client::Tensor> inputs = {client::MakeTensor<int64_t>("x", {1}, {0})};
+  // A 20 ms run times the version under the inline limit, so the next request runs inline.
+  client::InferOptions short_run;
+  short_run.timeout = absl::Milliseconds(20);
+  EXPECT_EQ((*client)->Infer("endless", inputs, {}, short_run).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::vector<std::thread> callers;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&] {
+      auto result = (*client)->Infer("endless", inputs);
+      EXPECT_FALSE(result.ok());
+      answered.fetch_add(1);
+    });
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  double inflight = 0;
+  while (absl::Now() < give_up) {
+    auto metrics = HttpGet((*server)->metrics_port(), "/metrics");
+    inflight = metrics.ok() ? SumMetric(metrics->body, "loopserve_inflight_requests", {}) : 0;
+    if (inflight >= 3) break;
+    absl::SleepFor(absl::Milliseconds(10));  // bounded polling of a gauge
+  }
+  ASSERT_GE(inflight, 3);
+  const absl::Time signalled = absl::Now();
+  ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
+  auto exit_code = (*server)->WaitForExit(absl::Seconds(30));
+  const absl::Duration took = absl::Now() - signalled;
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\nlog:\n" << (*server)->log();
+  EXPECT_EQ(*exit_code, 0) << (*server)->log();
+  EXPECT_LT(took, absl::Seconds(3)) << (*server)->log();
+  std::printf(
+      "SIGTERM with 3 endless Loops (inline, worker, queued), exit timeout 2 s: exit %d "
+      "after %.2f s\n",
+      *exit_code, absl::ToDoubleSeconds(took));
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(answered.load(), 3);
+  EXPECT_THAT((*server)->log(), HasSubstr("shutdown complete"));
+}
+
 // ---- TLS ----
 
 bool Openssl(const std::vector<std::string>& args, std::string* error) {

@@ -1,5 +1,6 @@
 #include "server/model_repository.h"
 
+#include <map>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -137,6 +138,56 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   const std::string text = metrics.Serialize();
   EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"good\",version=\"2\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"broken\",version=\"1\"} 0"));
+}
+
+TEST(ModelRegistryTest, MemoryBudgetFromParametersReachesTheLoaderAndTheRequests) {
+  TempDir root;
+  root.WriteFile("own/1/model.onnx");
+  root.WriteFile("own/config.pbtxt",
+                 "parameters { key: \"max_request_memory_bytes\" value: { string_value: "
+                 "\"4096\" } }");
+  root.WriteFile("default/1/model.onnx");
+  std::map<std::string, engine::LoadOptions> seen;
+  ModelRegistry::Options options{
+      root.path(), 0,
+      [&](const std::string& path,
+          const engine::LoadOptions& load) -> absl::StatusOr<std::shared_ptr<const engine::Model>> {
+        seen[path] = load;
+        return testing::PassthroughModel();
+      },
+      nullptr};
+  options.max_request_memory_bytes = 1 << 20;
+  options.max_model_file_bytes = 12345;
+  ModelRegistry registry(std::move(options));
+  ASSERT_TRUE(registry.LoadAll().ok());
+  const std::string own = root.path() + "/own/1/model.onnx";
+  const std::string fallback = root.path() + "/default/1/model.onnx";
+  ASSERT_EQ(seen.count(own), 1u);
+  EXPECT_EQ(seen[own].max_memory_bytes, 4096);  // the model's own budget caps its constants too
+  EXPECT_EQ(seen[own].max_file_bytes, 12345);
+  EXPECT_EQ(seen[fallback].max_memory_bytes, 1 << 20);
+  EXPECT_EQ((*registry.Get("own", ""))->max_request_memory_bytes, 4096);
+  EXPECT_EQ((*registry.Get("default", ""))->max_request_memory_bytes, 1 << 20);
+  EXPECT_EQ((*registry.Get("default", ""))
+                ->config.parameters()
+                .at("max_request_memory_bytes")
+                .string_value(),
+            "1048576");
+}
+
+TEST(ModelRegistryTest, ReasonsDoNotShowServerPaths) {
+  TempDir root;
+  root.MakeDir("empty/1");
+  root.WriteFile("big/1/model.onnx");
+  root.WriteFile("big/config.pbtxt", std::string(kMaxModelConfigBytes + 1, ' '));
+  ModelRegistry registry({root.path(), 0, FakeLoader, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  const std::string empty(registry.Get("empty", "1").status().message());
+  EXPECT_THAT(empty, HasSubstr("version folder 1 contains no model.onnx or model.xml"));
+  EXPECT_EQ(empty.find(root.path()), std::string::npos) << empty;
+  const std::string big(registry.Get("big", "").status().message());
+  EXPECT_THAT(big, HasSubstr("config.pbtxt has 1048577 bytes, more than the limit"));
+  EXPECT_EQ(big.find(root.path()), std::string::npos) << big;
 }
 
 TEST(ModelRegistryTest, PinnedModelOutlivesTheRegistry) {
