@@ -293,6 +293,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     WarmupOptions warmup;
     warmup.max_loop_iterations = loaded->max_loop_iterations;
     warmup.max_output_bytes = loaded->max_output_bytes;
+    warmup.max_memory_bytes = loaded->max_request_memory_bytes;
     warmup.run_timeout = options_.warmup_run_timeout;
     warmup.intra_op_threads = options_.intra_op_threads;
     const absl::Time start = absl::Now();

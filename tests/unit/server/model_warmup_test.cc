@@ -142,6 +142,14 @@ TEST(ModelWarmupTest, RunsEachSampleCountTimesWithItsData) {
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr("model_warmup 'file' (run 1 of 1)"));
+
+  // And the version's memory budget applies to warm-up runs as to requests.
+  WarmupOptions tiny;
+  tiny.max_memory_bytes = 1;
+  absl::StatusOr<int64_t> over =
+      RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model, root.path() + "/m", tiny);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("model_warmup 'zeros' (run 1 of 3)"));
 }
 
 TEST(ModelWarmupTest, BadDataFileIsALoadError) {
