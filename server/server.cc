@@ -207,11 +207,13 @@ absl::Status Server::Init() {
   pool_ = std::make_unique<WorkerPool>(
       options_.workers, options_.max_queue_size,
       [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); }, max_inline_runs);
-  InferenceService::Options service_options;
-  service_options.model_control = options_.model_control_mode == ModelControlMode::kExplicit;
-  service_options.inline_run_limit = options_.inline_run_limit;
-  service_ = std::make_unique<InferenceService>(registry_.get(), pool_.get(), metrics_.get(),
-                                                service_options);
+  InferenceRunner::Options runner_options;
+  runner_options.inline_run_limit = options_.inline_run_limit;
+  runner_ =
+      std::make_unique<InferenceRunner>(registry_.get(), pool_.get(), *metrics_, runner_options);
+  api_ = std::make_unique<ServerApi>(registry_.get(), runner_.get(),
+                                     options_.model_control_mode == ModelControlMode::kExplicit);
+  service_ = std::make_unique<InferenceService>(runner_.get(), api_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -285,7 +287,7 @@ void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   const absl::Time deadline = absl::Now() + options_.exit_timeout;
-  if (service_ != nullptr) service_->StartDraining();
+  if (runner_ != nullptr) runner_->StartDraining();
   stop_polling_.Notify();
   if (poller_.joinable()) poller_.join();
   if (grpc_server_ != nullptr) {
@@ -294,12 +296,12 @@ void Server::Shutdown() {
     LogInfo(absl::StrCat("shutting down: NOT_SERVING, waiting for requests in flight (up to ",
                          absl::FormatDuration(options_.exit_timeout), ")"));
     // Still answering (health NOT_SERVING, new requests UNAVAILABLE) while the in-flight finish.
-    const bool idle = service_->WaitForIdle(deadline);
+    const bool idle = runner_->WaitForIdle(deadline);
     if (!idle) {
       LogWarning("exit timeout reached: cancelling the requests still running");
       // Inline runs never see gRPC's cancellation while their handler runs, and queued ones
       // would still be started by the draining pool: the flag reaches all of them.
-      service_->CancelAll();
+      runner_->CancelAll();
     }
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();

@@ -12,9 +12,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "server/inference_runner.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/model_repository.h"
+#include "server/server_api.h"
 #include "server/worker_pool.h"
 
 namespace loopserve::server {
@@ -120,6 +122,8 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<InferenceRunner> runner_;
+  std::unique_ptr<ServerApi> api_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsExposer> exposer_;
