@@ -43,6 +43,8 @@ absl::StatusOr<Tensor> DecodeRawTensor(const std::string& what, absl::string_vie
   return tensor;
 }
 
+size_t RawTensorSize(const Tensor& tensor) { return tensor.ByteSize(); }
+
 absl::Status AppendRawTensor(const std::string& what, const Tensor& tensor, std::string* out) {
   const auto* data = static_cast<const char*>(tensor.raw_data());
   if (data != nullptr) out->append(data, tensor.ByteSize());

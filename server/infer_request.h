@@ -77,6 +77,9 @@ absl::StatusOr<engine::Tensor> DecodeRawTensor(const std::string& what, absl::st
                                                engine::DataType dtype, const engine::Shape& shape,
                                                absl::string_view field);
 
+// How many bytes AppendRawTensor appends for `tensor`.
+size_t RawTensorSize(const engine::Tensor& tensor);
+
 // Tensor -> raw contents, as DecodeRawTensor reads them, appended to `out`. `what` names the
 // tensor in messages ("output 'y'").
 absl::Status AppendRawTensor(const std::string& what, const engine::Tensor& tensor,
