@@ -16,6 +16,7 @@ namespace {
 
 std::atomic<int64_t> g_creations{0};
 std::atomic<int64_t> g_small_tensor_limit{kDefaultDnnlSmallTensorLimit};
+std::atomic<int64_t> g_native_elementwise_limit{kNativeElementwiseLimit};
 
 }  // namespace
 
@@ -25,6 +26,13 @@ void SetDnnlSmallTensorLimit(int64_t elements) {
   g_small_tensor_limit.store(elements, std::memory_order_relaxed);
 }
 int64_t DnnlSmallTensorLimit() { return g_small_tensor_limit.load(std::memory_order_relaxed); }
+
+void SetNativeElementwiseLimit(int64_t elements) {
+  g_native_elementwise_limit.store(elements, std::memory_order_relaxed);
+}
+int64_t NativeElementwiseLimit() {
+  return g_native_elementwise_limit.load(std::memory_order_relaxed);
+}
 
 // The signature a frame ran last, with its op bound to memory objects and an argument table.
 class DnnlKernel::State : public KernelState {
@@ -235,6 +243,15 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       const float* bias =
           op.gemv_bias_input >= 0 ? inputs[op.gemv_bias_input]->data<float>() : nullptr;
       op.gemv->Run(inputs[0]->data<float>(), bias, out->mutable_data<float>());
+      return absl::OkStatus();
+    }
+    case PreparedOp::Mode::kNative: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      const float* operands[native::ElementwiseChain::kMaxOperands] = {};
+      const int count = op.chain->num_operands();
+      for (int i = 0; i < count; ++i) operands[i] = inputs[i]->data<float>();
+      op.chain->Run(op.chain_prepared, absl::MakeConstSpan(operands, count),
+                    out->mutable_data<float>());
       return absl::OkStatus();
     }
     case PreparedOp::Mode::kExecute:

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/kernels/native/elementwise_chain.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/runtime/kernel.h"
 #include "engine/tensor/shape.h"
@@ -39,6 +40,17 @@ int64_t DnnlPrimitiveCreationCount();
 // kDefaultDnnlSmallTensorLimit; process-wide. The oneDNN kernel tests set 0 to exercise oneDNN on
 // every shape.
 inline constexpr int64_t kDefaultDnnlSmallTensorLimit = 1024;
+
+// Float32 elementwise ops (unary, binary, fused chains) whose output has at most this many
+// elements run on native vector code (native/elementwise_chain.h) rather than a oneDNN
+// primitive. One thread: the SLEEF tanh and oneDNN's eltwise tanh both do ~1.9-2.0 G floats/s at
+// 32K-1M elements, but oneDNN pays 0.15-0.3 us per execute (10x slower at 16-512 elements); an
+// add is 37 ns against 285 ns at 512 floats and equal from 32K (engine/kernels/kernel_bench.cc).
+// Above the limit oneDNN's threads can help; shapes oneDNN cannot take stay native at any size.
+// Process-wide; the oneDNN kernel tests set 0 to exercise oneDNN on every shape oneDNN takes.
+inline constexpr int64_t kNativeElementwiseLimit = int64_t{1} << 16;
+void SetNativeElementwiseLimit(int64_t elements);
+int64_t NativeElementwiseLimit();
 void SetDnnlSmallTensorLimit(int64_t elements);
 int64_t DnnlSmallTensorLimit();
 
@@ -75,6 +87,7 @@ struct PreparedOp {
     kZeroFill,    // the output is all zeros (a MatMul whose inner dim is 0)
     kReference,   // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
     kPackedGemv,  // a one-row float matmul with constant weights: run `gemv` (no primitive)
+    kNative,      // float32 elementwise work on native vector code: run `chain` over the inputs
   };
   Mode mode = Mode::kExecute;
   Shape output_shape;
@@ -105,6 +118,10 @@ struct PreparedOp {
   // gemv_bias_input >= 0, that input as the bias.
   std::shared_ptr<const native::PackedGemv> gemv;
   int gemv_bias_input = -1;
+  // kNative: output 0 = chain(inputs 0, 1, ...) (native/elementwise_chain.h), prepared for this
+  // signature's shapes. Not owned: the kernel's chain outlives its prepared ops.
+  const native::ElementwiseChain* chain = nullptr;
+  native::ElementwiseChain::Prepared chain_prepared;
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their

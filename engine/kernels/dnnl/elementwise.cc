@@ -17,9 +17,51 @@ namespace {
 using reference::BinaryOp;
 using reference::UnaryOp;
 
-// Transcendental unary ops cost ~15-20 ns per element on the reference loops (libm in double),
-// against ~1 ns for a cheap op, so their crossover with a oneDNN primitive is much lower.
-constexpr int64_t kSmallTranscendentalElements = 16;
+native::VecBinary VecBinaryOf(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return native::VecBinary::kAdd;
+    case BinaryOp::kSub:
+      return native::VecBinary::kSub;
+    case BinaryOp::kMul:
+      return native::VecBinary::kMul;
+    case BinaryOp::kDiv:
+      return native::VecBinary::kDiv;
+  }
+  return native::VecBinary::kAdd;
+}
+
+native::VecUnary VecUnaryOf(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kRelu:
+      return native::VecUnary::kRelu;
+    case UnaryOp::kTanh:
+      return native::VecUnary::kTanh;
+    case UnaryOp::kSigmoid:
+      return native::VecUnary::kSigmoid;
+    case UnaryOp::kExp:
+      return native::VecUnary::kExp;
+    case UnaryOp::kLog:
+      return native::VecUnary::kLog;
+    case UnaryOp::kSqrt:
+      return native::VecUnary::kSqrt;
+    case UnaryOp::kAbs:
+      return native::VecUnary::kAbs;
+    case UnaryOp::kNeg:
+      return native::VecUnary::kNeg;
+  }
+  return native::VecUnary::kIdentity;
+}
+
+// Makes `op` a kNative op running `chain` over `shapes`.
+absl::Status UseNativeChain(const native::ElementwiseChain& chain,
+                            absl::Span<const Shape* const> shapes, PreparedOp& op) {
+  LS_ASSIGN_OR_RETURN(op.chain_prepared, chain.Prepare(shapes));
+  op.mode = PreparedOp::Mode::kNative;
+  op.chain = &chain;
+  op.output_shape = op.chain_prepared.output;
+  return absl::OkStatus();
+}
 
 dnnl::algorithm BinaryAlgorithm(BinaryOp op) {
   switch (op) {
@@ -45,7 +87,10 @@ struct LegacyBroadcast {
 class BinaryKernel final : public DnnlKernel {
  public:
   BinaryKernel(BinaryOp op, std::optional<LegacyBroadcast> legacy)
-      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2), op_(op), legacy_(legacy) {}
+      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2),
+        op_(op),
+        legacy_(legacy),
+        chain_(2, {native::ChainStep::Binary(VecBinaryOf(op), 1)}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -59,13 +104,14 @@ class BinaryKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    if (out.NumElements() <= DnnlSmallTensorLimit()) {
-      prepared->mode = PreparedOp::Mode::kReference;
-      return prepared;
-    }
     const Shape* operands[] = {&a, &b};
     const reference::BroadcastLayout layout = reference::MakeBroadcastLayout(out, operands);
-    if (layout.rank() > DNNL_MAX_NDIMS) {
+    if (type == DataType::kFloat32 &&
+        (out.NumElements() <= NativeElementwiseLimit() || layout.rank() > DNNL_MAX_NDIMS)) {
+      LS_RETURN_IF_ERROR(UseNativeChain(chain_, operands, *prepared));
+      return prepared;
+    }
+    if (out.NumElements() <= DnnlSmallTensorLimit() || layout.rank() > DNNL_MAX_NDIMS) {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
@@ -145,11 +191,15 @@ class BinaryKernel final : public DnnlKernel {
 
   const BinaryOp op_;
   const std::optional<LegacyBroadcast> legacy_;
+  const native::ElementwiseChain chain_;
 };
 
 class UnaryKernel final : public DnnlKernel {
  public:
-  explicit UnaryKernel(UnaryOp op) : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1), op_(op) {}
+  explicit UnaryKernel(UnaryOp op)
+      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1),
+        op_(op),
+        chain_(1, {native::ChainStep::Unary(VecUnaryOf(op))}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -161,9 +211,11 @@ class UnaryKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    const bool cheap = op_ == UnaryOp::kRelu || op_ == UnaryOp::kAbs || op_ == UnaryOp::kNeg;
-    const int64_t limit = DnnlSmallTensorLimit();
-    if (n <= (cheap ? limit : std::min(limit, kSmallTranscendentalElements))) {
+    if (type == DataType::kFloat32 && n <= NativeElementwiseLimit()) {
+      LS_RETURN_IF_ERROR(UseNativeChain(chain_, shapes, *prepared));
+      return prepared;
+    }
+    if (n <= DnnlSmallTensorLimit()) {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
@@ -216,6 +268,7 @@ class UnaryKernel final : public DnnlKernel {
 
  private:
   const UnaryOp op_;
+  const native::ElementwiseChain chain_;
 };
 
 // kFusedBinaryOp: out = act(op2(op(a, b), c)) as one binary primitive whose post-ops are a
@@ -230,7 +283,8 @@ class FusedBinaryKernel final : public DnnlKernel {
                    /*required_inputs=*/op2.has_value() ? 3 : 2),
         op_(op),
         op2_(op2),
-        act_(act) {}
+        act_(act),
+        chain_(MakeChain(op, op2, act)) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -239,6 +293,10 @@ class FusedBinaryKernel final : public DnnlKernel {
     const Shape& a = *shapes[0];
     const int64_t n = a.NumElements();
     bool same = *shapes[1] == a && (!op2_.has_value() || *shapes[2] == a);
+    if (type == DataType::kFloat32 && (!same || n <= NativeElementwiseLimit())) {
+      LS_RETURN_IF_ERROR(UseNativeChain(chain_, shapes, *prepared));
+      return prepared;
+    }
     if (!same || n <= DnnlSmallTensorLimit() || n == 0) {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
@@ -289,9 +347,18 @@ class FusedBinaryKernel final : public DnnlKernel {
   }
 
  private:
+  static native::ElementwiseChain MakeChain(BinaryOp op, std::optional<BinaryOp> op2,
+                                            std::optional<UnaryOp> act) {
+    std::vector<native::ChainStep> steps = {native::ChainStep::Binary(VecBinaryOf(op), 1)};
+    if (op2.has_value()) steps.push_back(native::ChainStep::Binary(VecBinaryOf(*op2), 2));
+    if (act.has_value()) steps.push_back(native::ChainStep::Unary(VecUnaryOf(*act)));
+    return native::ElementwiseChain(op2.has_value() ? 3 : 2, std::move(steps));
+  }
+
   const BinaryOp op_;
   const std::optional<BinaryOp> op2_;
   const std::optional<UnaryOp> act_;
+  const native::ElementwiseChain chain_;
 };
 
 std::optional<BinaryOp> ParseBinaryOp(const std::string& name) {

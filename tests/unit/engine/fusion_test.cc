@@ -104,8 +104,9 @@ TEST(FusionTest, FusedChainMatchesTheUnfusedOps) {
       {Shape{4, 32}, Shape{32, 80}, Shape{4, 80}, "", false, false, 0},
       // A bias that grows the result cannot be the primitive's bias: reference fallback.
       {Shape{1, 8}, Shape{8, 8}, Shape{5, 8}, "Tanh", false, false, 0},
-      // The sum is also an output: MatMul + Add fuse, Tanh runs on its own primitive.
-      {Shape{2, 128}, Shape{128, 128}, Shape{128}, "Tanh", false, true, 2},
+      // The sum is also an output: MatMul + Add fuse; Tanh runs on its own, on native vector
+      // math (256 elements: below kNativeElementwiseLimit, so no primitive).
+      {Shape{2, 128}, Shape{128, 128}, Shape{128}, "Tanh", false, true, 1},
   };
   std::mt19937 rng(3);
   for (const Case& c : cases) {

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/native/cpu_isa.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::engine::native {
@@ -41,8 +42,8 @@ double Activate(double v, PackedGemv::Activation activation) {
 // Run on the CPU's widest kernel, and again forced onto the AVX2 one (the same on an AVX2 CPU).
 class PackedGemvIsaTest : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { PackedGemv::SetAvx2OnlyForTesting(GetParam()); }
-  void TearDown() override { PackedGemv::SetAvx2OnlyForTesting(false); }
+  void SetUp() override { SetMaxIsa(GetParam() ? Isa::kAvx2 : Isa::kAvx512); }
+  void TearDown() override { SetMaxIsa(Isa::kAvx512); }
 };
 
 TEST_P(PackedGemvIsaTest, MatchesDoublePrecisionProduct) {
