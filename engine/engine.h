@@ -41,6 +41,9 @@ struct TensorSpec {
 struct LoadOptions {
   // Name used in error messages ("model 'rnn' v2: ...") by callers; the engine does not add it.
   std::string name;
+  // Keep a text dump of every compiled graph before and after the optimizer (Model::plan_dump;
+  // `looprun --dump_plan`).
+  bool dump_plan = false;
 };
 
 // ---- Running -------------------------------------------------------------------------------
@@ -79,6 +82,10 @@ LimitReason GetLimitReason(const absl::Status& status);
 struct RunStats {
   int64_t loop_executions = 0;
   int64_t loop_iterations = 0;
+  // Steps that ran float work on a naive reference kernel (engine/kernels/reference), counted
+  // once per step and run: the optimized kernels cover every float op of the models we know,
+  // so anything but 0 marks a performance cliff (looprun prints it as "reference_steps").
+  int64_t reference_steps = 0;
 };
 
 // ---- The model -----------------------------------------------------------------------------
@@ -110,6 +117,10 @@ class Model {
   // LoopObserver::OnLoopFinished.
   const std::vector<std::string>& loop_names() const { return loop_names_; }
 
+  // With LoadOptions::dump_plan: each graph (Loop bodies included) before and after the graph
+  // optimizer, the rewrites that fired and the nodes the plan runs. Empty otherwise.
+  const std::string& plan_dump() const { return plan_dump_; }
+
   // Runs the model. `inputs` are in inputs() order (tensors may be views of caller memory, which
   // must stay valid during the call). Checks each input's kind, element type and rank/dims against
   // the declared ones (InvalidArgument naming the input). Returns the outputs in outputs() order,
@@ -124,6 +135,7 @@ class Model {
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
   std::vector<std::string> loop_names_;
+  std::string plan_dump_;
 };
 
 // ---- Process settings ----------------------------------------------------------------------
@@ -135,6 +147,11 @@ void SetIntraOpThreads(int threads);
 
 // Threads available to this process (at least 1).
 int AvailableCores();
+
+// The vector instruction set the engine's own kernels dispatch to: "avx512", "avx2" or "scalar",
+// the best the CPU has, capped by the environment variable LOOPSERVE_MAX_ISA (avx2 | scalar).
+// oneDNN dispatches on its own (capped by ONEDNN_MAX_CPU_ISA).
+const char* ActiveVectorIsa();
 
 // ---- ONNX tensors --------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/reference/broadcast.h"
+#include "engine/runtime/execution_frame.h"
+#include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
 
 namespace loopserve::engine {
@@ -50,9 +52,11 @@ class DnnlKernel::State : public KernelState {
   bool present[kMaxInputs] = {};
   Shape shapes[kMaxInputs];
   std::shared_ptr<const PreparedOp> op;
-  std::vector<dnnl::memory> memories;  // one per op->bindings entry
-  std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
-  Tensor aux[kMaxAux];                 // op->expansions' broadcast copies
+  std::vector<dnnl::memory> memories;       // one per op->bindings entry
+  std::vector<dnnl_exec_arg_t> args;        // the same, as oneDNN's C argument table
+  Tensor aux[kMaxAux];                      // op->expansions' broadcast copies
+  std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
+  bool reference_counted = false;           // this step is in RunStats::reference_steps
 };
 
 DnnlKernel::DnnlKernel(int num_inputs, int required_inputs)
@@ -106,6 +110,17 @@ int64_t DnnlKernel::Work(absl::Span<const Shape* const> shapes) const {
 }
 
 namespace {
+
+// op.epilogue over output 0 in place (no-op without one).
+void RunEpilogue(const PreparedOp& op, const Tensor* const* inputs, Tensor* out) {
+  if (op.epilogue == nullptr) return;
+  const float* operands[native::ElementwiseChain::kMaxOperands] = {};
+  operands[0] = out->data<float>();
+  const int count = op.epilogue->num_operands();
+  for (int k = 1; k < count; ++k) operands[k] = inputs[op.epilogue_inputs[k - 1]]->data<float>();
+  op.epilogue->Run(op.epilogue_prepared, absl::MakeConstSpan(operands, count),
+                   out->mutable_data<float>());
+}
 
 // Runs the enclosing scope with one OpenMP thread on this thread (a per-thread setting), so that
 // a primitive created in it plans for one thread and one executed in it forks no team.
@@ -213,9 +228,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                                                      DataTypeName(inputs[i]->dtype())));
     }
   }
-  if (!UsesDnnl(type)) return RunReference(ctx);
-
   State& state = *ctx.state<State>();
+  if (!UsesDnnl(type)) return RunFallback(ctx, type, state);
+
   if (!state.Matches(type, inputs, num_inputs_)) {
     try {
       LS_RETURN_IF_ERROR(Bind(type, inputs, state));
@@ -226,7 +241,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   const PreparedOp& op = *state.op;
   switch (op.mode) {
     case PreparedOp::Mode::kReference:
-      return RunReference(ctx);
+      return RunFallback(ctx, type, state);
     case PreparedOp::Mode::kEmpty:
       ctx.output(0, type, op.output_shape);
       for (size_t k = 0; k < op.extra_outputs.size(); ++k) {
@@ -236,6 +251,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     case PreparedOp::Mode::kZeroFill: {
       Tensor* out = ctx.output(0, type, op.output_shape);
       std::memset(out->mutable_raw_data(), 0, out->ByteSize());
+      RunEpilogue(op, inputs, out);
       return absl::OkStatus();
     }
     case PreparedOp::Mode::kPackedGemv: {
@@ -243,6 +259,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       const float* bias =
           op.gemv_bias_input >= 0 ? inputs[op.gemv_bias_input]->data<float>() : nullptr;
       op.gemv->Run(inputs[0]->data<float>(), bias, out->mutable_data<float>());
+      RunEpilogue(op, inputs, out);
       return absl::OkStatus();
     }
     case PreparedOp::Mode::kNative: {
@@ -327,7 +344,42 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   if (status != dnnl_success) {
     return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
   }
+  RunEpilogue(op, inputs, out);
   return Finish(op, ctx);
+}
+
+absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& state) const {
+  if (unfused_ == nullptr) {
+    if (!state.reference_counted && IsFloatingPoint(type)) {
+      state.reference_counted = true;
+      ++ctx.run_context().stats().reference_steps;
+    }
+    return RunReference(ctx);
+  }
+  if (state.unfused == nullptr) {
+    state.unfused = std::make_unique<ExecutionFrame>(*unfused_, ctx.run_context());
+  }
+  ExecutionFrame& frame = *state.unfused;
+  const Graph& graph = unfused_->graph();
+  for (int i = 0; i < ctx.num_inputs() && i < static_cast<int>(graph.inputs.size()); ++i) {
+    Value& slot = frame.slot(graph.inputs[i]);
+    if (!ctx.has_input(i)) {
+      slot.SetNone();
+    } else if (ctx.input_value(i).is_tensor()) {
+      slot.mutable_tensor() = Tensor::ViewOf(ctx.input(i));
+    } else {
+      slot.CopyFrom(ctx.input_value(i));
+    }
+  }
+  LS_RETURN_IF_ERROR(frame.Run());
+  Value& result = frame.slot(graph.outputs[0]);
+  Value& out = ctx.output_value(0);
+  if (result.is_tensor() && result.tensor().is_view()) {
+    out.CopyFrom(result);
+  } else {
+    swap(out, result);  // the inner slot keeps the old buffer for the next run
+  }
+  return absl::OkStatus();
 }
 
 void DnnlKernel::WarmUp(const KernelInit& init) const {

@@ -122,6 +122,11 @@ struct PreparedOp {
   // signature's shapes. Not owned: the kernel's chain outlives its prepared ops.
   const native::ElementwiseChain* chain = nullptr;
   native::ElementwiseChain::Prepared chain_prepared;
+  // After kExecute, kPackedGemv and kZeroFill: output 0 = epilogue(output 0, inputs
+  // epilogue_inputs...) in place (a fused node's post-ops). Not owned, like `chain`.
+  const native::ElementwiseChain* epilogue = nullptr;
+  native::ElementwiseChain::Prepared epilogue_prepared;
+  absl::InlinedVector<int, 4> epilogue_inputs;  // node input per chain operand 1, 2, ...
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their
@@ -134,7 +139,7 @@ struct PreparedOp {
 // grow it without bound).
 class DnnlKernel : public Kernel {
  public:
-  static constexpr int kMaxInputs = 5;
+  static constexpr int kMaxInputs = 10;
   static constexpr int kMaxAux = 2;
   static constexpr size_t kMaxCachedSignatures = 64;
   // Signatures whose Work is below this run single-threaded.
@@ -145,6 +150,11 @@ class DnnlKernel : public Kernel {
 
   absl::Status Run(KernelContext& ctx) const final;
   std::unique_ptr<KernelState> CreateState() const final;
+
+  // A fused node's original nodes (FusionSpec::unfused, compiled without transforms): run instead
+  // of RunReference for element types or signatures the fused kernel does not compute, so a
+  // fused node behaves exactly as the nodes it replaced. Set once, by the factory.
+  void SetUnfused(std::shared_ptr<const Plan> plan) { unfused_ = std::move(plan); }
 
   // Prepares (and caches) the signature of the declared input types when they are fully known and
   // oneDNN computes the type, so the first request does not pay for primitive creation. Errors are
@@ -187,11 +197,15 @@ class DnnlKernel : public Kernel {
   using Key = absl::InlinedVector<int64_t, 16>;
 
   absl::Status Bind(DataType type, const Tensor* const* inputs, State& state) const;
+  // The fallback for kReference signatures and types oneDNN lacks: the unfused nodes when the
+  // kernel has them, else RunReference (counted in RunStats::reference_steps for float types).
+  absl::Status RunFallback(KernelContext& ctx, DataType type, State& state) const;
   absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,
                                                            const Shape* const* shapes) const;
 
   const int num_inputs_;
   const int required_inputs_;
+  std::shared_ptr<const Plan> unfused_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<Key, std::shared_ptr<const PreparedOp>> cache_ ABSL_GUARDED_BY(mu_);
 };
