@@ -3,8 +3,25 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/native/vector_math_isa.h"
 
 namespace loopserve::engine::native {
+
+ElementwiseChain::ElementwiseChain(int num_operands, std::vector<ChainStep> steps)
+    : num_operands_(num_operands), steps_(std::move(steps)) {
+  packed_.resize(steps_.size() * sizeof(vecmath::ChainOp));
+  auto* ops = reinterpret_cast<vecmath::ChainOp*>(packed_.data());
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const ChainStep& s = steps_[k];
+    ops[k].kind = s.kind == ChainStep::Kind::kUnary ? 0 : 1;
+    ops[k].op = static_cast<uint8_t>(
+        s.kind == ChainStep::Kind::kUnary ? static_cast<int>(s.unary) : static_cast<int>(s.binary));
+    ops[k].operand = static_cast<uint8_t>(s.operand < 0 ? 0 : s.operand);
+    ops[k].operand_first = s.operand_first ? 1 : 0;
+    ops[k].alpha = s.alpha;
+    ops[k].beta = s.beta;
+  }
+}
 
 absl::StatusOr<ElementwiseChain::Prepared> ElementwiseChain::Prepare(
     absl::Span<const Shape* const> shapes) const {
@@ -33,6 +50,17 @@ void ElementwiseChain::Run(const Prepared& prepared, absl::Span<const float* con
   const int64_t row = layout.dims.back();
   int64_t inner[kMaxOperands];
   for (int i = 0; i < num_operands_; ++i) inner[i] = layout.strides[i].back();
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
+    // Every step in registers: one load of each operand and one store per vector.
+    const auto* ops = reinterpret_cast<const vecmath::ChainOp*>(packed_.data());
+    const int num_ops = static_cast<int>(steps_.size());
+    const float* rows[kMaxOperands];
+    reference::ForEachRow(layout, [&](int64_t out_offset, const int64_t* in_offsets) {
+      for (int i = 0; i < num_operands_; ++i) rows[i] = operands[i] + in_offsets[i];
+      table->chain_row(ops, num_ops, rows, inner, out + out_offset, row);
+    });
+    return;
+  }
   reference::ForEachRow(layout, [&](int64_t out_offset, const int64_t* in_offsets) {
     float* y = out + out_offset;
     size_t first = 0;

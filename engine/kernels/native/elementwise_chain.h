@@ -54,8 +54,7 @@ class ElementwiseChain {
   static constexpr int kMaxOperands = reference::kMaxBroadcastInputs;
 
   ElementwiseChain() = default;
-  ElementwiseChain(int num_operands, std::vector<ChainStep> steps)
-      : num_operands_(num_operands), steps_(std::move(steps)) {}
+  ElementwiseChain(int num_operands, std::vector<ChainStep> steps);
 
   int num_operands() const { return num_operands_; }
   const std::vector<ChainStep>& steps() const { return steps_; }
@@ -76,6 +75,8 @@ class ElementwiseChain {
  private:
   int num_operands_ = 0;
   std::vector<ChainStep> steps_;
+  // The steps in the vector tables' form (vector_math_isa.h), for register-fused rows.
+  std::vector<uint8_t> packed_;  // sizeof(vecmath::ChainOp) bytes per step
 };
 
 }  // namespace loopserve::engine::native

@@ -6,6 +6,23 @@
 #include "engine/kernels/native/vector_math_isa.h"
 
 namespace loopserve::engine::native {
+
+namespace vecmath {
+
+const Table* ActiveTable() {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return &kAvx512Table;
+    case Isa::kAvx2:
+      return &kAvx2Table;
+    case Isa::kScalar:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace vecmath
+
 namespace {
 
 const vecmath::Table* Vectorised() {
