@@ -68,6 +68,11 @@ absl::Status DnnlKernel::Finish(const PreparedOp& /*op*/, KernelContext& /*ctx*/
   return absl::OkStatus();
 }
 
+absl::Status DnnlKernel::RunNative(const PreparedOp& /*op*/, const Tensor* const* /*inputs*/,
+                                   Tensor& /*out*/) const {
+  return absl::InternalError("this kernel has no native mode");
+}
+
 bool DnnlKernel::UsesDnnl(DataType type) const {
   return type == DataType::kFloat32 || type == DataType::kFloat16 || type == DataType::kBFloat16;
 }
@@ -259,6 +264,17 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       const float* bias =
           op.gemv_bias_input >= 0 ? inputs[op.gemv_bias_input]->data<float>() : nullptr;
       op.gemv->Run(inputs[0]->data<float>(), bias, out->mutable_data<float>());
+      RunEpilogue(op, inputs, out);
+      return absl::OkStatus();
+    }
+    case PreparedOp::Mode::kNativeCustom: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      return RunNative(op, inputs, *out);
+    }
+    case PreparedOp::Mode::kBatchedGemv: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      op.batched_gemv->Run(inputs[0]->data<float>(), inputs[1]->data<float>(),
+                           out->mutable_data<float>());
       RunEpilogue(op, inputs, out);
       return absl::OkStatus();
     }

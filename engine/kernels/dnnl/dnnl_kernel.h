@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/kernels/native/batched_gemv.h"
 #include "engine/kernels/native/elementwise_chain.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/runtime/kernel.h"
@@ -82,12 +83,14 @@ struct ArgBinding {
 // shared by every frame (and thread) that runs the signature.
 struct PreparedOp {
   enum class Mode : uint8_t {
-    kExecute,     // run `primitive`
-    kEmpty,       // the output has no elements: only size it (oneDNN takes no zero dims)
-    kZeroFill,    // the output is all zeros (a MatMul whose inner dim is 0)
-    kReference,   // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
-    kPackedGemv,  // a one-row float matmul with constant weights: run `gemv` (no primitive)
-    kNative,      // float32 elementwise work on native vector code: run `chain` over the inputs
+    kExecute,       // run `primitive`
+    kEmpty,         // the output has no elements: only size it (oneDNN takes no zero dims)
+    kZeroFill,      // the output is all zeros (a MatMul whose inner dim is 0)
+    kReference,     // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
+    kPackedGemv,    // a one-row float matmul with constant weights: run `gemv` (no primitive)
+    kNative,        // float32 elementwise work on native vector code: run `chain` over the inputs
+    kBatchedGemv,   // float32 matrix-vector products per batch item: run `batched_gemv`
+    kNativeCustom,  // the kernel's own native code: DnnlKernel::RunNative
   };
   Mode mode = Mode::kExecute;
   Shape output_shape;
@@ -118,6 +121,10 @@ struct PreparedOp {
   // gemv_bias_input >= 0, that input as the bias.
   std::shared_ptr<const native::PackedGemv> gemv;
   int gemv_bias_input = -1;
+  // kNativeCustom: dims the kernel's RunNative reads (e.g. a softmax's [outer, axis, inner]).
+  int64_t native_dims[3] = {0, 0, 0};
+  // kBatchedGemv: output 0 = input 0 x input 1 (native/batched_gemv.h).
+  std::shared_ptr<const native::BatchedGemv> batched_gemv;
   // kNative: output 0 = chain(inputs 0, 1, ...) (native/elementwise_chain.h), prepared for this
   // signature's shapes. Not owned: the kernel's chain outlives its prepared ops.
   const native::ElementwiseChain* chain = nullptr;
@@ -181,6 +188,10 @@ class DnnlKernel : public Kernel {
 
   // Computes every output with the reference kernel.
   virtual absl::Status RunReference(KernelContext& ctx) const = 0;
+
+  // Computes output 0 (already sized to op.output_shape) for a kNativeCustom op.
+  virtual absl::Status RunNative(const PreparedOp& op, const Tensor* const* inputs,
+                                 Tensor& out) const;
 
   // Called after a kExecute op has run, to finish the outputs in place (turn a variance into an
   // inverse standard deviation, ...). Must not allocate in steady state.

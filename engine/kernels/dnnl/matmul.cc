@@ -200,20 +200,27 @@ class MatMulKernel final : public DnnlKernel {
     }
     if (dims.k == 0) {
       prepared->mode = PreparedOp::Mode::kZeroFill;
-      if (bias_input >= 0) {
-        // The bias was not absorbed by a kernel here: the full epilogue runs over the zeros.
-        std::vector<const Shape*> operand_shapes = {&dims.output};
-        for (int input : epilogue_inputs_[0]) operand_shapes.push_back(shapes[input]);
-        LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, epilogues_[0].Prepare(operand_shapes));
-        prepared->epilogue = &epilogues_[0];
-        prepared->epilogue_inputs.assign(epilogue_inputs_[0].begin(), epilogue_inputs_[0].end());
-      }
+      // No kernel absorbs the bias here: the full epilogue runs over the zeros.
+      if (bias_input >= 0) LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       return prepared;
     }
     if (gemv != nullptr) {
       prepared->mode = PreparedOp::Mode::kPackedGemv;
       prepared->gemv = std::move(gemv);
       prepared->gemv_bias_input = bias_input;
+      return prepared;
+    }
+    // Matrix-vector products per batch item (one query's attention, a product whose shape
+    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
+    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
+    if (type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
+        (constant == nullptr || Work(shapes) < kParallelWork)) {
+      if (bias_input >= 0) {
+        bias_input = -1;
+        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
+      }
+      prepared->mode = PreparedOp::Mode::kBatchedGemv;
+      prepared->batched_gemv = std::make_shared<const native::BatchedGemv>(dims, trans_a, trans_b);
       return prepared;
     }
     if (!dnnl_rank_ok) {
@@ -239,11 +246,7 @@ class MatMulKernel final : public DnnlKernel {
         // oneDNN's own reference matmul for this bias: add it in the epilogue instead.
         pd.reset();
         bias_input = -1;
-        std::vector<const Shape*> operand_shapes = {&dims.output};
-        for (int input : epilogue_inputs_[0]) operand_shapes.push_back(shapes[input]);
-        LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, epilogues_[0].Prepare(operand_shapes));
-        prepared->epilogue = &epilogues_[0];
-        prepared->epilogue_inputs.assign(epilogue_inputs_[0].begin(), epilogue_inputs_[0].end());
+        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       }
     }
     if (!pd.has_value()) {
@@ -264,6 +267,17 @@ class MatMulKernel final : public DnnlKernel {
     }
     AddScratchpad(*pd, *prepared);
     return prepared;
+  }
+
+  // Makes every post-op the epilogue (for kernels that take no bias of their own).
+  absl::Status UseFullEpilogue(const reference::MatMulDims& dims,
+                               absl::Span<const Shape* const> shapes, PreparedOp& op) const {
+    std::vector<const Shape*> operand_shapes = {&dims.output};
+    for (int input : epilogue_inputs_[0]) operand_shapes.push_back(shapes[input]);
+    LS_ASSIGN_OR_RETURN(op.epilogue_prepared, epilogues_[0].Prepare(operand_shapes));
+    op.epilogue = &epilogues_[0];
+    op.epilogue_inputs.assign(epilogue_inputs_[0].begin(), epilogue_inputs_[0].end());
+    return absl::OkStatus();
   }
 
   // Multiply-adds of the product.

@@ -177,4 +177,21 @@ float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n) {
   return total;
 }
 
+float DotF32(const float* x, const float* y, int64_t n) {
+  if (n <= 0) return 0.0f;
+  if (const vecmath::Table* table = Vectorised()) return table->dot(x, y, n);
+  float total = 0.0f;
+  for (int64_t i = 0; i < n; ++i) total += x[i] * y[i];
+  return total;
+}
+
+void AxpyF32(float a, const float* x, float* y, int64_t n) {
+  if (n <= 0) return;
+  if (const vecmath::Table* table = Vectorised()) {
+    table->axpy(a, x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 }  // namespace loopserve::engine::native

@@ -63,6 +63,10 @@ void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, i
 float SumF32(const float* x, int64_t n);
 float MaxF32(const float* x, int64_t n);
 
+// sum x[i] y[i], and y[i] += a x[i].
+float DotF32(const float* x, const float* y, int64_t n);
+void AxpyF32(float a, const float* x, float* y, int64_t n);
+
 // y[i] = exp(x[i] - shift), returning the sum of the y[i] (a softmax's numerator and denominator
 // in one pass). `y` may be `x`.
 float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n);

@@ -33,6 +33,9 @@ struct Table {
   // 0 once, taken through every op in registers and stored once. strides are 0 or 1.
   void (*chain_row)(const ChainOp* ops, int num_ops, const float* const* rows,
                     const int64_t* strides, float* y, int64_t n);
+  float (*dot)(const float* x, const float* y, int64_t n);
+  // y[i] += a * x[i]
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
 };
 
 // The table of the active ISA, or null on CPUs without AVX2 (vector_math.cc).

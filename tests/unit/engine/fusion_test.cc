@@ -97,16 +97,17 @@ struct Case {
 
 TEST(FusionTest, FusedChainMatchesTheUnfusedOps) {
   const Case cases[] = {
-      {Shape{1, 256}, Shape{256, 256}, Shape{256}, "Tanh", false, false, 1},
+      // One row by non-constant weights: the native batched matrix-vector kernel, no primitive.
+      {Shape{1, 256}, Shape{256, 256}, Shape{256}, "Tanh", false, false, 0},
       {Shape{16, 64}, Shape{64, 96}, Shape{1, 96}, "Relu", true, false, 1},
       {Shape{3, 5, 7}, Shape{7, 9}, Shape{9}, "Sigmoid", false, false, 1},
       // Addends that are not one row (a broadcast one, a full matrix as in an RNN cell's
       // x W + h U): the matmul primitive, then the addition and activation as its epilogue.
       {Shape{2, 3, 5, 7}, Shape{2, 1, 7, 9}, Shape{3, 1, 9}, "Tanh", false, false, 1},
       {Shape{4, 32}, Shape{32, 80}, Shape{4, 80}, "", false, false, 1},
-      // An addend that grows the result: the nodes run unfused (MatMul primitive, native Add and
-      // Tanh).
-      {Shape{1, 8}, Shape{8, 8}, Shape{5, 8}, "Tanh", false, false, 1},
+      // An addend that grows the result: the nodes run unfused (MatMul on the native
+      // matrix-vector kernel, native Add and Tanh).
+      {Shape{1, 8}, Shape{8, 8}, Shape{5, 8}, "Tanh", false, false, 0},
       // The sum is also an output: MatMul + Add fuse; Tanh runs on its own, on native vector
       // math (256 elements: below kNativeElementwiseLimit, so no primitive).
       {Shape{2, 128}, Shape{128, 128}, Shape{128}, "Tanh", false, true, 1},
