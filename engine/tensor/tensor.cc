@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tensor/memory_budget.h"
 
 namespace loopserve::engine {
 namespace {
@@ -96,18 +98,53 @@ class LargeBufferCache {
 };
 
 // An owned buffer of at least `bytes` bytes (64-byte aligned, at least one line so data() is never
-// null for an owned tensor); `*capacity` receives its usable size.
-void* AllocateBuffer(size_t bytes, size_t* capacity) {
+// null for an owned tensor); `*capacity` receives its usable size. Charges the thread's budget
+// (if any) before anything is allocated; `*charged` tells whether it did.
+void* AllocateBuffer(size_t bytes, size_t* capacity, bool* charged) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (bytes >= LargeBufferCache::kMinBytes) {
-    if (void* data = LargeBufferCache::Get().Take(bytes, capacity)) return data;
-  }
-  // Round up so aligned_alloc's size rule holds.
+  MemoryBudget* budget = CurrentMemoryBudget();
+  // Round up so aligned_alloc's size rule holds (a size near SIZE_MAX cannot be rounded).
+  if (bytes > std::numeric_limits<size_t>::max() - kAlignment) throw std::bad_alloc();
   const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (budget != nullptr) budget->Charge(rounded);  // throws past the budget
+  *charged = budget != nullptr;
+  if (bytes >= LargeBufferCache::kMinBytes) {
+    size_t cached = 0;
+    if (void* data = LargeBufferCache::Get().Take(bytes, &cached)) {
+      // A cached block may be up to twice the request: charge what it really holds.
+      if (budget != nullptr && cached > rounded) {
+        try {
+          budget->Charge(cached - rounded);
+        } catch (...) {
+          LargeBufferCache::Get().Give(data, cached);
+          budget->Credit(rounded);
+          throw;
+        }
+      }
+      *capacity = cached;
+      return data;
+    }
+  }
   void* data = std::aligned_alloc(kAlignment, rounded);
-  if (data == nullptr) throw std::bad_alloc();
+  if (data == nullptr) {
+    if (budget != nullptr) budget->Credit(rounded);
+    throw std::bad_alloc();
+  }
   *capacity = rounded;
   return data;
+}
+
+// The bytes a tensor of `shape` needs, or SIZE_MAX when a dim is negative or the element count
+// passes kMaxElements (a kernel computed an absurd shape from hostile input; the allocation then
+// fails as out of memory instead of wrapping around to a small buffer).
+size_t CheckedByteSize(const Shape& shape, DataType dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape.dims()) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+      return std::numeric_limits<size_t>::max();
+    }
+  }
+  return static_cast<size_t>(n) * DataTypeSize(dtype);
 }
 
 }  // namespace
@@ -127,11 +164,13 @@ Tensor::Tensor(Tensor&& other) noexcept
       shape_(std::move(other.shape_)),
       data_(other.data_),
       capacity_(other.capacity_),
-      owned_(other.owned_) {
+      owned_(other.owned_),
+      charged_(other.charged_) {
   other.dtype_ = DataType::kUndefined;
   other.data_ = nullptr;
   other.capacity_ = 0;
   other.owned_ = false;
+  other.charged_ = false;
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
@@ -142,10 +181,12 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     data_ = other.data_;
     capacity_ = other.capacity_;
     owned_ = other.owned_;
+    charged_ = other.charged_;
     other.dtype_ = DataType::kUndefined;
     other.data_ = nullptr;
     other.capacity_ = 0;
     other.owned_ = false;
+    other.charged_ = false;
   }
   return *this;
 }
@@ -162,35 +203,43 @@ Tensor Tensor::View(DataType dtype, Shape shape, const void* data) {
 Tensor Tensor::ViewOf(const Tensor& other) { return View(other.dtype_, other.shape_, other.data_); }
 
 void Tensor::Release() {
-  if (owned_ && data_ != nullptr) LargeBufferCache::Get().Give(data_, capacity_);
+  if (owned_ && data_ != nullptr) {
+    if (charged_) {
+      if (MemoryBudget* budget = CurrentMemoryBudget()) budget->Credit(capacity_);
+    }
+    LargeBufferCache::Get().Give(data_, capacity_);
+  }
   data_ = nullptr;
   capacity_ = 0;
   owned_ = false;
+  charged_ = false;
 }
 
 void Tensor::Resize(DataType dtype, const Shape& shape) {
   dtype_ = dtype;
   if (shape_ != shape) shape_ = shape;  // kernels mostly refill a tensor with its own shape
-  const size_t bytes = ByteSize();
+  const size_t bytes = CheckedByteSize(shape_, dtype_);
   if (owned_ && bytes <= capacity_) return;
   Release();
-  data_ = AllocateBuffer(bytes, &capacity_);
+  data_ = AllocateBuffer(bytes, &capacity_, &charged_);
   owned_ = true;
 }
 
 void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
   const size_t old_bytes = ByteSize();
   shape_ = shape;
-  const size_t need = std::max(ByteSize(), reserve_bytes);
+  const size_t need = std::max(CheckedByteSize(shape_, dtype_), reserve_bytes);
   if (owned_ && need <= capacity_) return;
   size_t capacity = 0;
-  void* data = AllocateBuffer(need, &capacity);
+  bool charged = false;
+  void* data = AllocateBuffer(need, &capacity, &charged);
   const size_t keep = std::min(old_bytes, ByteSize());
   if (keep > 0) std::memcpy(data, data_, keep);
   Release();
   data_ = data;
   capacity_ = capacity;
   owned_ = true;
+  charged_ = charged;
 }
 
 void Tensor::CopyFrom(const Tensor& other) {

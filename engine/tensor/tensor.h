@@ -20,6 +20,9 @@ namespace loopserve::engine {
 // owned by someone else (a plan's constant, a request's input bytes, a parent frame's slot); the
 // owner must outlive the view. Writing through a view is a bug: Resize turns a view into an owned
 // buffer first. Move-only; copies are explicit (CopyFrom). Not thread-safe.
+//
+// Owned buffers are charged to the allocating thread's MemoryBudget (memory_budget.h); an
+// allocation past it throws MemoryBudgetExceeded, one that the system refuses std::bad_alloc.
 class Tensor {
  public:
   Tensor() = default;
@@ -41,6 +44,7 @@ class Tensor {
     swap(a.data_, b.data_);
     swap(a.capacity_, b.capacity_);
     swap(a.owned_, b.owned_);
+    swap(a.charged_, b.charged_);
   }
 
   // A view of `data` (not owned; must outlive the tensor and every tensor viewing it).
@@ -107,6 +111,7 @@ class Tensor {
   void* data_ = nullptr;
   size_t capacity_ = 0;
   bool owned_ = false;
+  bool charged_ = false;  // the buffer was charged to the allocating thread's MemoryBudget
 };
 
 // Total bytes ever allocated by Tensor buffers in this process; tests use it to prove that steady
