@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -80,11 +81,19 @@ absl::StatusOr<bool> BoolField(const element& e, absl::string_view what) {
   return e.get_bool().value_unsafe();
 }
 
+// The array `e` is (the caller checked its type). Copied out of the simdjson_result before use: a
+// range-for over `e.get_array().value_unsafe()` would iterate a member of a destroyed temporary.
+simdjson::dom::array AsArray(const element& e) {
+  simdjson::dom::array array;
+  if (e.get_array().get(array) != simdjson::SUCCESS) return {};
+  return array;
+}
+
 // Counts the scalars of a flat or nested `data` array (a bare scalar counts as one).
 int64_t CountElements(const element& e) {
   if (e.type() != element_type::ARRAY) return 1;
   int64_t n = 0;
-  for (element child : e.get_array().value_unsafe()) n += CountElements(child);
+  for (element child : AsArray(e)) n += CountElements(child);
   return n;
 }
 
@@ -139,7 +148,7 @@ absl::Status Convert(const element& e, T* out) {
 template <typename T>
 absl::Status Fill(const element& e, T* out, int64_t* at) {
   if (e.type() == element_type::ARRAY) {
-    for (element child : e.get_array().value_unsafe()) LS_RETURN_IF_ERROR(Fill(child, out, at));
+    for (element child : AsArray(e)) LS_RETURN_IF_ERROR(Fill(child, out, at));
     return absl::OkStatus();
   }
   absl::Status status = Convert(e, &out[*at]);
@@ -312,8 +321,14 @@ void WriteField(JsonWriter& w, const google::protobuf::Message& message,
 
 void WriteMessage(JsonWriter& w, const google::protobuf::Message& message) {
   const google::protobuf::Reflection* reflection = message.GetReflection();
+  // Singular fields when set; repeated ones always (KServe's tensor metadata has a "shape" even
+  // for a scalar: []).
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
   std::vector<const google::protobuf::FieldDescriptor*> fields;
-  reflection->ListFields(message, &fields);  // set fields only, in field-number order
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    if (field->is_repeated() || reflection->HasField(message, field)) fields.push_back(field);
+  }
   w.StartObject();
   for (const google::protobuf::FieldDescriptor* field : fields) {
     WriteString(w, field->name());
@@ -648,6 +663,56 @@ std::string ProtoToJson(const google::protobuf::Message& message) {
   JsonWriter w(out);
   WriteMessage(w, message);
   return json;
+}
+
+namespace {
+
+// `body` as a JSON object (nullopt-like empty element for an empty body); `what` names the
+// request in messages.
+absl::StatusOr<bool> ParseSmallObject(absl::string_view body, absl::string_view what,
+                                      absl::string_view key, bool* found, element* value,
+                                      simdjson::dom::parser& parser) {
+  *found = false;
+  if (absl::StripAsciiWhitespace(body).empty()) return true;
+  element root;
+  const simdjson::error_code parsed = parser.parse(body.data(), body.size()).get(root);
+  if (parsed != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the request body is not valid JSON (",
+                                                   simdjson::error_message(parsed), ")"));
+  }
+  if (root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the request body must be a JSON object, got ", KindName(root)));
+  }
+  *found = root[std::string_view(key.data(), key.size())].get(*value) == simdjson::SUCCESS;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ParseIndexBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  bool found = false;
+  element ready;
+  LS_RETURN_IF_ERROR(
+      ParseSmallObject(body, "RepositoryIndex", "ready", &found, &ready, parser).status());
+  if (!found) return false;
+  return BoolField(ready, "RepositoryIndex: 'ready'");
+}
+
+absl::StatusOr<bool> ParseLoadBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  bool found = false;
+  element parameters;
+  LS_RETURN_IF_ERROR(
+      ParseSmallObject(body, "RepositoryModelLoad", "parameters", &found, &parameters, parser)
+          .status());
+  if (!found) return false;
+  if (parameters.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError("RepositoryModelLoad: 'parameters' must be an object");
+  }
+  simdjson::dom::object object;
+  return parameters.get_object().get(object) == simdjson::SUCCESS && object.size() > 0;
 }
 
 std::string ErrorJson(absl::string_view message) {

@@ -69,10 +69,16 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 std::string* body, size_t* json_length);
 
 // A protobuf message as JSON with the proto's field names, 64-bit integers as JSON numbers (not
-// strings, as protobuf's own printer does), enums by name, maps as objects, and fields at their
-// default values left out, except repeated and message fields that are set. The REST adapter's
-// printer for metadata, config, statistics and the repository index.
+// strings, as protobuf's own printer does), enums by name, maps as objects; singular fields at
+// their default values are left out, repeated fields (and maps) always written. The REST
+// adapter's printer for metadata, config, statistics and the repository index.
 std::string ProtoToJson(const google::protobuf::Message& message);
+
+// The optional bodies of Triton's repository requests: POST /v2/repository/index
+// ({"ready": bool}) -> `ready`; POST .../load ({"parameters": {...}}) -> whether it has
+// parameters. An empty body is the default. InvalidArgument for anything else.
+absl::StatusOr<bool> ParseIndexBody(absl::string_view body);
+absl::StatusOr<bool> ParseLoadBody(absl::string_view body);
 
 // {"error": "<message>"} with the message JSON-escaped.
 std::string ErrorJson(absl::string_view message);

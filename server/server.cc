@@ -129,6 +129,10 @@ absl::Status Server::Init() {
   if (options_.max_model_file_bytes < 0) {
     return absl::InvalidArgumentError("--max_model_file_bytes must be >= 0");
   }
+  if (options_.http_port < -1 || options_.http_port > 65535) {
+    return absl::InvalidArgumentError("--http_port must be -1 (disabled) or in [0, 65535]");
+  }
+  if (options_.http_threads < 1) return absl::InvalidArgumentError("--http_threads must be >= 1");
   if (options_.max_message_bytes < 1024) {
     return absl::InvalidArgumentError("--max_message_bytes must be >= 1024");
   }
@@ -234,6 +238,21 @@ absl::Status Server::Init() {
   LogInfo(absl::StrCat("gRPC listening on ", HostPort(options_.address, grpc_port_), " (",
                        transport, ")"));
 
+  if (options_.http_port >= 0) {
+    HttpServer::Options http;
+    http.address = options_.address;
+    http.port = options_.http_port;
+    http.threads = options_.http_threads;
+    http.max_body_bytes = static_cast<uint64_t>(options_.max_message_bytes);
+    http.tls_cert = options_.tls_cert;
+    http.tls_key = options_.tls_key;
+    http.tls_client_ca = options_.tls_client_ca;
+    LS_ASSIGN_OR_RETURN(http_, HttpService::Start(http, runner_.get(), api_.get()));
+    http_port_ = http_->port();
+    LogInfo(absl::StrCat("HTTP listening on ", HostPort(options_.address, http_port_), " (",
+                         transport, ")"));
+  }
+
   if (options_.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
         MetricsExposer::Start(options_.address, options_.metrics_port, metrics_->collectable());
@@ -306,6 +325,9 @@ void Server::Shutdown() {
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
   }
+  // Every request has been answered (or cancelled and answered): their replies go out, then the
+  // connections close.
+  if (http_ != nullptr) http_->Shutdown(absl::Seconds(1));
   if (pool_ != nullptr) pool_->Shutdown();
   exposer_.reset();
   LogInfo("shutdown complete");

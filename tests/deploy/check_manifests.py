@@ -588,7 +588,7 @@ class Loopserve:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [binary] + list(flags) + ["--model_repository=" + models, "--address=127.0.0.1",
-                                      "--grpc_port=0", "--metrics_port=0"],
+                                      "--grpc_port=0", "--http_port=0", "--metrics_port=0"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.grpc_port = self.metrics_port = None
         lines = []
