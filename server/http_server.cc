@@ -30,6 +30,7 @@ struct ThreadConnections {
 // OnPostAccept) or its own thread (OnThreadInit/Exit).
 struct HttpCallbacks {
   static void OnRequest(evhtp_request_t* request, void* arg);
+  static evhtp_res OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg);
   static evhtp_res OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg);
   static evhtp_res OnRequestFini(evhtp_request_t* request, void* arg);
   static evhtp_res OnPostAccept(evhtp_connection_t* connection, void* arg);
@@ -197,6 +198,30 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
   }
 }
 
+evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg) {
+  auto* server = static_cast<HttpServer*>(arg);
+  const char* length_text = evhtp_header_find(headers, "Content-Length");
+  uint64_t length = 0;
+  if (length_text == nullptr || !absl::SimpleAtoi(length_text, &length) ||
+      length <= server->max_body_bytes_) {
+    return EVHTP_RES_OK;
+  }
+  // A declared body over the limit is answered at once, before any of it is read, and the
+  // connection closes once the answer is out; what the client still sends is read and dropped
+  // (OnBody), and the request never reaches the handler.
+  evhtp_headers_add_header(request->headers_out,
+                           evhtp_header_new("Content-Type", "application/json", 0, 0));
+  evbuffer_add_printf(request->buffer_out,
+                      "{\"error\":\"the request body of %llu bytes (Content-Length) exceeds the "
+                      "server's limit of %llu bytes (--max_message_bytes)\"}",
+                      static_cast<unsigned long long>(length),
+                      static_cast<unsigned long long>(server->max_body_bytes_));
+  evhtp_request_set_keepalive(request, 0);
+  request->cb = [](evhtp_request_t*, void*) {};
+  evhtp_send_reply(request, 413);
+  return EVHTP_RES_OK;
+}
+
 evhtp_res HttpCallbacks::OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg) {
   auto* server = static_cast<HttpServer*>(arg);
   // body_bytes_read counts what came before this chunk. Past the limit the body is read and
@@ -219,6 +244,7 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
 evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
   if (open != nullptr) open->open.insert(connection);
+  evhtp_connection_set_hook(connection, evhtp_hook_on_headers, AsHook(&OnHeaders), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_read, AsHook(&OnBody), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_connection_fini, AsHook(&OnConnectionFini),
                             open);

@@ -84,9 +84,11 @@ class HttpExchange {
 // each serving many connections, so idle or slow clients cost a socket and a few buffers but
 // never hold a thread. Keep-alive connections are served request after request; a connection
 // idle for kIdleTimeout (or whose client does not read its answer for as long) is closed. Request
-// bodies are read whole before the handler runs; a body larger than `max_body_bytes` is read and
-// dropped as it arrives (memory stays bounded) and answered 413 with {"error": ...} without the
-// handler, the connection kept. TLS (and mutual TLS) with PEM files, as for gRPC.
+// bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
+// reaches the handler and is answered 413 with {"error": ...}: at once when its Content-Length
+// says so (the connection then closes; what the client still sends is dropped), after reading
+// and dropping it otherwise (chunked; the connection is kept). Memory stays bounded either way. TLS
+// (and mutual TLS) with PEM files, as for gRPC.
 //
 // The handler runs on an event thread for every request and must not block: it answers at once
 // (Reply on the event thread) or hands the exchange to another thread that replies later.
