@@ -9,7 +9,9 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev libsleef-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-onnx python3-numpy python3-grpcio
+  libevhtp-dev libevent-dev libonig-dev libssl-dev libsimdjson-dev rapidjson-dev
+  libcurl4-openssl-dev libcivetweb-dev nlohmann-json3-dev
+  python3-onnx python3-numpy python3-grpcio python3-requests
   libonnx-testdata curl openssl
   prometheus python3-yaml
 )

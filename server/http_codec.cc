@@ -321,13 +321,16 @@ void WriteField(JsonWriter& w, const google::protobuf::Message& message,
 
 void WriteMessage(JsonWriter& w, const google::protobuf::Message& message) {
   const google::protobuf::Reflection* reflection = message.GetReflection();
-  // Singular fields when set; repeated ones always (KServe's tensor metadata has a "shape" even
-  // for a scalar: []).
+  // As Triton prints its JSON (protobuf's always_print_primitive_fields): scalars and repeated
+  // fields always, even at their defaults (a scalar's metadata has "shape": [], an unused
+  // statistic "count": 0); message and oneof fields when set.
   const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
   std::vector<const google::protobuf::FieldDescriptor*> fields;
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* field = descriptor->field(i);
-    if (field->is_repeated() || reflection->HasField(message, field)) fields.push_back(field);
+    if (field->is_repeated() || !field->has_presence() || reflection->HasField(message, field)) {
+      fields.push_back(field);
+    }
   }
   w.StartObject();
   for (const google::protobuf::FieldDescriptor* field : fields) {

@@ -69,9 +69,9 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 std::string* body, size_t* json_length);
 
 // A protobuf message as JSON with the proto's field names, 64-bit integers as JSON numbers (not
-// strings, as protobuf's own printer does), enums by name, maps as objects; singular fields at
-// their default values are left out, repeated fields (and maps) always written. The REST
-// adapter's printer for metadata, config, statistics and the repository index.
+// strings, as protobuf's own printer does), enums by name, maps as objects; scalar and repeated
+// fields always (as Triton prints them), message and oneof fields when set. The REST adapter's
+// printer for metadata, config, statistics and the repository index.
 std::string ProtoToJson(const google::protobuf::Message& message);
 
 // The optional bodies of Triton's repository requests: POST /v2/repository/index

@@ -83,7 +83,10 @@ void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::str
   status_ = status;
   reply_headers_ = std::move(headers);
   reply_body_ = std::move(body);
-  if (std::this_thread::get_id() == thread_id_ && in_handler_) return;  // OnRequest sends it
+  if (std::this_thread::get_id() == thread_id_ && in_handler_) {
+    answered_in_handler_ = true;  // OnRequest sends it
+    return;
+  }
   HttpServer* server = server_;
   absl::MutexLock lock(&server->mutex_);
   if (server->threads_stopped_) {
@@ -190,7 +193,8 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
     server->handler_(exchange);
   }
   exchange->in_handler_ = false;
-  if (exchange->status_ != 0) {
+  // Not status_: another thread may have replied already, and its SendDeferred is on its way.
+  if (exchange->answered_in_handler_) {
     exchange->SendReply();  // answered inside the handler
   } else {
     exchange->paused_ = true;  // another thread answers; read nothing further meanwhile

@@ -72,9 +72,10 @@ class HttpExchange {
   std::string body_storage_;
   absl::string_view body_;
   absl::Time received_;
-  bool in_handler_ = false;  // the handler is still running (event thread only)
-  bool paused_ = false;      // the connection was paused to wait for the reply
-  int owners_ = 2;           // evhtp's request + the handler (event thread only)
+  bool in_handler_ = false;           // the handler is still running (event thread only)
+  bool answered_in_handler_ = false;  // Reply ran inside the handler (event thread only)
+  bool paused_ = false;               // the connection was paused to wait for the reply
+  int owners_ = 2;                    // evhtp's request + the handler (event thread only)
   int status_ = 0;
   std::vector<std::pair<std::string, std::string>> reply_headers_;
   std::string reply_body_;

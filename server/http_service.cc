@@ -133,6 +133,7 @@ class HttpInferCall final : public InferenceCall {
                                           request.id, outputs, values, outputs_, &body_,
                                           &json_length_));
     values.clear();
+    for (int index : outputs) binary_ |= outputs_.Binary(model.model->outputs()[index].name);
     return absl::OkStatus();
   }
 
@@ -140,7 +141,7 @@ class HttpInferCall final : public InferenceCall {
     HttpExchange* exchange = exchange_;
     if (!status.ok()) {
       ReplyError(exchange, status);
-    } else if (json_length_ == body_.size()) {
+    } else if (!binary_) {
       exchange->Reply(200, JsonType(), std::move(body_));
     } else {
       exchange->Reply(200,
@@ -158,6 +159,7 @@ class HttpInferCall final : public InferenceCall {
   RestOutputs outputs_;
   std::string body_;
   size_t json_length_ = 0;
+  bool binary_ = false;  // some output is binary data (even of 0 bytes): the header tells the split
 };
 
 }  // namespace
