@@ -351,10 +351,11 @@ absl::StatusOr<InferResult> HttpClient::Infer(absl::string_view model,
     w.Key("id");
     w.String(options.request_id.c_str());
   }
+  const bool raw = options.contents == ContentsMode::kRaw;
   w.Key("parameters");
   w.StartObject();
   w.Key("binary_data_output");
-  w.Bool(true);
+  w.Bool(raw);
   if (deadline != absl::InfiniteFuture()) {
     w.Key("timeout");
     w.Int64(std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
@@ -362,7 +363,6 @@ absl::StatusOr<InferResult> HttpClient::Infer(absl::string_view model,
   w.EndObject();
   w.Key("inputs");
   w.StartArray();
-  const bool raw = options.contents == ContentsMode::kRaw;
   size_t binary_bytes = 0;
   for (const Tensor& t : inputs) {
     absl::Status valid = t.Validate();

@@ -45,8 +45,8 @@ class HttpClient {
                                                                  absl::string_view version);
   absl::StatusOr<inference::ModelConfig> ModelConfig(absl::string_view model,
                                                      absl::string_view version);
-  // Raw contents (ContentsMode::kRaw) go as binary data, typed ones as JSON `data`; outputs come
-  // back as binary data. options.timeout/deadline bound the transfer and are sent as the
+  // ContentsMode::kRaw: inputs and outputs as binary data (Triton's extension); kTyped: both as
+  // JSON `data`. options.timeout/deadline bound the transfer and are sent as the
   // `timeout` parameter; options.cancel aborts the transfer (checked every few milliseconds).
   absl::StatusOr<InferResult> Infer(absl::string_view model, const std::vector<Tensor>& inputs,
                                     const std::vector<std::string>& outputs,

@@ -607,8 +607,8 @@ Commands:
   perf MODEL           load test with random inputs; prints throughput and p50/p90/p99 latency
 
 Flags (always --flag=value):
-  --protocol=P         grpc (default) or http: KServe v2 REST, raw tensors as Triton's binary
-                       tensor data, --typed=true as JSON data
+  --protocol=P         grpc (default) or http: KServe v2 REST, tensors as Triton's binary
+                       tensor data (with --typed=true: as JSON data, inputs and outputs)
   --addr=HOST:PORT     server address (default 127.0.0.1:8001 for grpc, 127.0.0.1:8000 for http)
   --model_version=N    model version (default: the server's choice, the latest)
   --timeout_ms=MS      deadline for each request (default: none)
