@@ -720,7 +720,7 @@ def prom_query(port, expr):
 
 
 def substitute(expr):
-    for var, value in (("$model", ".*"), ("$version", ".*"), ("$loop", ".*"),
+    for var, value in (("$model", ".*"), ("$version", ".*"), ("$loop", ".*"), ("$protocol", ".*"),
                        ("$__rate_interval", "1m"), ("$__interval", "5s")):
         expr = expr.replace(var, value)
     return expr
