@@ -86,9 +86,9 @@ class HttpExchange {
 // never hold a thread. Keep-alive connections are served request after request; a connection
 // idle for kIdleTimeout (or whose client does not read its answer for as long) is closed. Request
 // bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
-// reaches the handler and is answered 413 with {"error": ...}: at once when its Content-Length
-// says so (the connection then closes; what the client still sends is dropped), after reading
-// and dropping it otherwise (chunked; the connection is kept). Memory stays bounded either way. TLS
+// reaches the handler and is answered 413 with {"error": ...}: after reading and dropping it as it
+// arrives (the connection is kept), or at once when its Content-Length declares more than twice
+// the limit (at least the limit + 64 MiB; the connection then closes). Memory stays bounded. TLS
 // (and mutual TLS) with PEM files, as for gRPC.
 //
 // The handler runs on an event thread for every request and must not block: it answers at once

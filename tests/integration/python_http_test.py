@@ -409,6 +409,33 @@ def main():
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
     check(code == 0, "loopserve exited with %d" % code)
+    # ---- TLS and mutual TLS with the gRPC flags ----
+    cert, key = os.path.join(args.work, "cert.pem"), os.path.join(args.work, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True, capture_output=True)
+    for mutual in (False, True):
+        flags = ["--model_repository=" + args.models, "--metrics_port=-1", "--tls_cert=" + cert,
+                 "--tls_key=" + key] + (["--tls_client_ca=" + cert] if mutual else [])
+        proc, ports = start_server(args.loopserve, flags, kinds=("grpc", "http"))
+        try:
+            url = "https://127.0.0.1:%d/v2/health/ready" % ports["http"]
+            client = (cert, key) if mutual else None
+            check(requests.get(url, verify=cert, cert=client, timeout=10).status_code == 200,
+                  "HTTPS ready")
+            for bad in (lambda: requests.get(url.replace("https", "http"), timeout=10),
+                        lambda: requests.get(url, verify=cert, timeout=10) if mutual else
+                        requests.get(url, timeout=10)):  # no client cert / unknown server cert
+                try:
+                    bad()
+                    check(False, "a request without TLS (or its client certificate) got through")
+                except requests.exceptions.RequestException:
+                    check(True, "")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+        check(code == 0, "loopserve exited with %d" % code)
+    print("ok: HTTPS, mutual TLS")
     print("ok: %d checks, SIGTERM -> exit 0" % CHECKS)
     return 0
 
