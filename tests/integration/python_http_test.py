@@ -275,6 +275,9 @@ def main():
             check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, e)
             check(e.details() == http_message, "gRPC %r != HTTP %r" % (e.details(), http_message))
         channel.close()
+        expect_error(s.post(url, json={"inputs": [m_in, dict(h0, datatype="BYTES",
+                                                              data=["a", "b", "c", "d"])]}),
+                     400, "BYTES is not supported")
         print("ok: JSON errors (same text as gRPC)")
 
         # Binary extension mistakes.
@@ -316,8 +319,20 @@ def main():
         r = s.post(url, data=gzip.compress(json.dumps(rnn_body).encode()),
                    headers={"Content-Encoding": "gzip"})
         expect_error(r, 415, "Content-Encoding")
+        # A chunked body (no Content-Length) is read whole like any other.
+        chunks = iter([json.dumps(rnn_body)[:20].encode(), json.dumps(rnn_body)[20:].encode()])
+        compare("rnn", decode_response(s.post(url, data=chunks))[1],
+                [e for e in expected if e[0] == "h_final"])
+        # Idle connections hold no thread: 64 silent sockets, and a request still answers at once.
+        idle = [socket.create_connection(("127.0.0.1", ports["http"])) for _ in range(64)]
+        start = time.monotonic()
+        check(requests.get(base + "/v2/health/ready", timeout=10).status_code == 200, "ready")
+        check(time.monotonic() - start < 1, "a request behind idle connections took %.2fs" %
+              (time.monotonic() - start))
+        for sock in idle:
+            sock.close()
         check(s.get(base + "/v2/health/live").status_code == 200, "server died")
-        print("ok: oversized bodies, paths, methods, encodings")
+        print("ok: oversized bodies, paths, methods, encodings, chunked body, idle connections")
 
         # ---- timeout parameter, client disconnect, keep-alive ----
         endless = base + "/v2/models/endless/infer"
@@ -354,11 +369,11 @@ def main():
         # ---- statistics and the protocol label ----
         stats = s.get(base + "/v2/models/rnn/stats").json()["model_stats"]
         check(len(stats) == 1 and stats[0]["name"] == "rnn", stats)
-        check(stats[0]["inference_stats"]["success"]["count"] >= 8, stats[0]["inference_stats"])
+        check(stats[0]["inference_stats"]["success"]["count"] >= 9, stats[0]["inference_stats"])
         every = s.get(base + "/v2/models/stats").json()["model_stats"]
         check({"rnn", "counter", "endless"} <= {m["name"] for m in every}, every)
         check(metric(metrics_url, "loopserve_requests_total", protocol="http",
-                     outcome="success") == 7 * 4 + 1 + 3, "http successes")
+                     outcome="success") == 7 * 4 + 1 + 3 + 1, "http successes")
         check(metric(metrics_url, "loopserve_requests_total", protocol="grpc",
                      outcome="invalid_argument") == 1, "grpc invalid_argument")
         print("ok: statistics, protocol label")
@@ -409,6 +424,39 @@ def main():
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
     check(code == 0, "loopserve exited with %d" % code)
+    # ---- a full queue (429) and shutting down (503) ----
+    proc, ports = start_server(args.loopserve,
+                               ["--model_repository=" + args.models, "--metrics_port=-1",
+                                "--workers=1", "--max_queue_size=1", "--exit_timeout_seconds=2"],
+                               kinds=("grpc", "http"))
+    base = "http://127.0.0.1:%d" % ports["http"]
+    endless = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [1],
+                                      "data": [0]}]}).encode()
+    held = []
+    try:
+        for _ in range(2):  # one runs on the worker, one waits in the queue
+            sock = socket.create_connection(("127.0.0.1", ports["http"]), timeout=10)
+            sock.sendall(b"POST /v2/models/endless/infer HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(endless) + endless)
+            held.append(sock)
+            time.sleep(0.3)
+        expect_error(requests.post(base + "/v2/models/endless/infer", data=endless, timeout=10),
+                     429, "queue")
+        proc.send_signal(signal.SIGTERM)  # the two requests keep it draining for 2 s
+        time.sleep(0.3)
+        expect_error(requests.get(base + "/v2/health/ready", timeout=10), 503, "not ready")
+        expect_error(requests.post(base + "/v2/models/endless/infer", data=endless, timeout=10),
+                     503, "shutting down")
+        answers = [sock.recv(4096) for sock in held]  # cancelled at the exit timeout
+        check(all(a.startswith(b"HTTP/1.1 499") for a in answers), answers)
+        print("ok: full queue 429, draining 503, cancelled at exit 499")
+    finally:
+        for sock in held:
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    check(code == 0, "loopserve exited with %d" % code)
+
     # ---- TLS and mutual TLS with the gRPC flags ----
     cert, key = os.path.join(args.work, "cert.pem"), os.path.join(args.work, "key.pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
