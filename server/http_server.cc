@@ -128,8 +128,12 @@ void HttpExchange::SendReply() {
     }
     if (paused_) evhtp_request_resume(request);
     evhtp_send_reply(request, static_cast<evhtp_res>(status_));
+    // Done once libevhtp has written the answer and lets go of the request (OnRequestFini), so
+    // that Shutdown does not close a connection with an answer still in its output buffer.
+    sent_ = true;
+  } else {
+    server->ExchangeDone();
   }
-  server->ExchangeDone();
   Release();
 }
 
@@ -248,6 +252,7 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
   auto* exchange = static_cast<HttpExchange*>(arg);
   exchange->request_ = nullptr;
   exchange->fd_.store(-1, std::memory_order_relaxed);
+  if (exchange->sent_) exchange->server_->ExchangeDone();
   exchange->Release();
   return EVHTP_RES_OK;
 }
@@ -364,7 +369,7 @@ void HttpServer::Shutdown(absl::Duration drain) {
     loop_.join();
   }
   {
-    // Let the answers in flight reach their event threads and be written.
+    // Let the answers in flight reach their event threads and be written out.
     absl::MutexLock lock(&mutex_);
     auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return exchanges_ == 0; };
     mutex_.AwaitWithTimeout(absl::Condition(&answered), drain);

@@ -75,6 +75,7 @@ class HttpExchange {
   bool in_handler_ = false;           // the handler is still running (event thread only)
   bool answered_in_handler_ = false;  // Reply ran inside the handler (event thread only)
   bool paused_ = false;               // the connection was paused to wait for the reply
+  bool sent_ = false;                 // the reply went to libevhtp (event thread only)
   int owners_ = 2;                    // evhtp's request + the handler (event thread only)
   int status_ = 0;
   std::vector<std::pair<std::string, std::string>> reply_headers_;
@@ -134,7 +135,8 @@ class HttpServer {
   std::thread loop_;  // runs base_
   int port_ = 0;
   absl::Mutex mutex_;
-  int exchanges_ ABSL_GUARDED_BY(mutex_) = 0;  // handed to the handler, not yet replied
+  // Handed to the handler and not yet answered, or answered but not yet written out.
+  int exchanges_ ABSL_GUARDED_BY(mutex_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
   bool threads_stopped_ ABSL_GUARDED_BY(mutex_) = false;
 };

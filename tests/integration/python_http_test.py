@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """KServe v2 REST against the real loopserve binary, with Python `requests` and `curl`.
 
-Usage: /usr/bin/python3 python_http_test.py --loopserve=BIN --models=DIR --repo_root=DIR --work=DIR
-       [--protoc=PROTOC]
+Usage: /usr/bin/python3 python_http_test.py --loopserve=BIN --loopctl=BIN --models=DIR
+       --repo_root=DIR --work=DIR [--protoc=PROTOC]
 
 Every endpoint (health, metadata, ready, config, stats, repository index/load/unload, infer), every
 datatype the test models carry in JSON and in Triton's binary tensor data extension, outputs
@@ -11,7 +11,7 @@ own answers); each bad input (malformed JSON, wrong shape or datatype, binary si
 up, oversized bodies, unknown models, bad paths and methods) gets its HTTP status and a message
 naming the problem, the same text gRPC gives, and the server stays up. Also: the `timeout`
 parameter, a disconnecting client cancelling its Loop, keep-alive, the `protocol` metrics label,
-and SIGTERM -> exit 0.
+`loopctl --protocol=http`, a full queue, draining, HTTPS and mutual TLS, and SIGTERM -> exit 0.
 """
 
 import argparse
@@ -137,6 +137,7 @@ def metric(metrics_url, name, **labels):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--loopserve", required=True)
+    parser.add_argument("--loopctl", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--repo_root", required=True)
     parser.add_argument("--work", required=True)
@@ -396,6 +397,37 @@ def main():
         body, code = curl(base + "/v2/models/nope")
         check(code == "404" and "'nope'" in json.loads(body)["error"], body)
         print("ok: curl")
+
+        # ---- loopctl --protocol=http: every command ----
+        def loopctl(*argv):
+            r = subprocess.run([args.loopctl, "--protocol=http",
+                                "--addr=127.0.0.1:%d" % ports["http"]] + list(argv),
+                               capture_output=True, text=True, timeout=60)
+            return r.returncode, r.stdout, r.stderr
+
+        check(loopctl("live")[:2] == (0, "live\n"), loopctl("live"))
+        check(loopctl("ready")[:2] == (0, "ready\n"), loopctl("ready"))
+        code, out, err = loopctl("metadata", "rnn")
+        check(code == 0 and "M INT64 []" in out and "h0 FP32 [-1,4]" in out, out + err)
+        code, out, err = loopctl("config", "counter")
+        check(code == 0 and 'name: "counter"' in out and "TYPE_INT64" in out, out + err)
+        start, trips = 10, 5  # counter counts start+1 .. start+M
+        want = "counts INT64 [%d,1] = [%s]" % (trips, ", ".join(
+            str(v) for v in range(start + 1, start + trips + 1)))
+        for typed in ("false", "true"):
+            code, out, err = loopctl("infer", "counter", "--input=M:INT64::%d" % trips,
+                                     "--input=start:INT64:1:%d" % start, "--typed=" + typed)
+            check(code == 0 and "final INT64 [1] = [%d]" % (start + trips) in out and want in out,
+                  out + err)
+        code, out, err = loopctl("infer", "nope", "--input=M:INT64::1")
+        check(code == 1 and "NOT_FOUND: model 'nope' not found" in err, err)
+        code, out, err = loopctl("infer", "counter", "--input=M:FP32::1",
+                                 "--input=start:INT64:1:0")
+        check(code == 1 and "INVALID_ARGUMENT" in err and "'M'" in err, err)
+        code, out, err = loopctl("perf", "counter", "--input=M:INT64::3", "--requests=50",
+                                 "--concurrency=2", "--progress=false")
+        check(code == 0 and '"requests":50' in out, out + err)
+        print("ok: loopctl --protocol=http")
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
