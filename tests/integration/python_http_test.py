@@ -15,6 +15,7 @@ parameter, a disconnecting client cancelling its Loop, keep-alive, the `protocol
 """
 
 import argparse
+import contextlib
 import gzip
 import http.client
 import json
@@ -123,6 +124,19 @@ def expect_error(response, status, *fragments):
     return message
 
 
+@contextlib.contextmanager
+def serving(binary, flags, kinds):
+    """A loopserve for the `with` block (yields the process and its ports); SIGTERM at the end,
+    and the exit code must be 0 when the block did not fail."""
+    proc, ports = start_server(binary, flags, kinds=kinds)
+    try:
+        yield proc, ports
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    check(code == 0, "loopserve exited with %d" % code)
+
+
 def metric(metrics_url, name, **labels):
     text = requests.get(metrics_url, timeout=10).text
     total = 0.0
@@ -149,14 +163,12 @@ def main():
     from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 
     limit = 1 << 20
-    proc, ports = start_server(args.loopserve,
-                               ["--model_repository=" + args.models, "--metrics_port=0",
-                                "--max_message_bytes=%d" % limit],
-                               kinds=("grpc", "http", "metrics"))
-    base = "http://127.0.0.1:%d" % ports["http"]
-    metrics_url = "http://127.0.0.1:%d/metrics" % ports["metrics"]
-    s = requests.Session()
-    try:
+    with serving(args.loopserve, ["--model_repository=" + args.models, "--metrics_port=0",
+                                  "--max_message_bytes=%d" % limit],
+                 ("grpc", "http", "metrics")) as (proc, ports):
+        base = "http://127.0.0.1:%d" % ports["http"]
+        metrics_url = "http://127.0.0.1:%d/metrics" % ports["metrics"]
+        s = requests.Session()
         # ---- health, metadata, config, stats, repository ----
         r = s.get(base + "/v2/health/live")
         check(r.status_code == 200 and r.json() == {"live": True}, r.text)
@@ -428,18 +440,12 @@ def main():
                                  "--concurrency=2", "--progress=false")
         check(code == 0 and '"requests":50' in out, out + err)
         print("ok: loopctl --protocol=http")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
-    check(code == 0, "loopserve exited with %d" % code)
 
     # ---- explicit model control: unload and load over HTTP ----
-    proc, ports = start_server(args.loopserve,
-                               ["--model_repository=" + args.models, "--metrics_port=-1",
-                                "--model_control_mode=explicit", "--load_model=counter"],
-                               kinds=("grpc", "http"))
-    base = "http://127.0.0.1:%d" % ports["http"]
-    try:
+    with serving(args.loopserve, ["--model_repository=" + args.models, "--metrics_port=-1",
+                                  "--model_control_mode=explicit", "--load_model=counter"],
+                 ("grpc", "http")) as (proc, ports):
+        base = "http://127.0.0.1:%d" % ports["http"]
         expect_error(requests.get(base + "/v2/models/rnn/ready"), 404, "'rnn'")
         r = requests.post(base + "/v2/repository/models/rnn/load")
         check(r.status_code == 200, r.text)
@@ -452,20 +458,15 @@ def main():
                                    json={"parameters": 7}), 400, "'parameters'")
         expect_error(requests.post(base + "/v2/repository/models/nope/load"), 404, "nope")
         print("ok: explicit load/unload")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
-    check(code == 0, "loopserve exited with %d" % code)
+
     # ---- a full queue (429) and shutting down (503) ----
-    proc, ports = start_server(args.loopserve,
-                               ["--model_repository=" + args.models, "--metrics_port=-1",
-                                "--workers=1", "--max_queue_size=1", "--exit_timeout_seconds=2"],
-                               kinds=("grpc", "http"))
-    base = "http://127.0.0.1:%d" % ports["http"]
     endless = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [1],
                                       "data": [0]}]}).encode()
     held = []
-    try:
+    with serving(args.loopserve, ["--model_repository=" + args.models, "--metrics_port=-1",
+                                  "--workers=1", "--max_queue_size=1", "--exit_timeout_seconds=2"],
+                 ("grpc", "http")) as (proc, ports):
+        base = "http://127.0.0.1:%d" % ports["http"]
         for _ in range(2):  # one runs on the worker, one waits in the queue
             sock = socket.create_connection(("127.0.0.1", ports["http"]), timeout=10)
             sock.sendall(b"POST /v2/models/endless/infer HTTP/1.1\r\nHost: x\r\n"
@@ -482,12 +483,8 @@ def main():
         answers = [sock.recv(4096) for sock in held]  # cancelled at the exit timeout
         check(all(a.startswith(b"HTTP/1.1 499") for a in answers), answers)
         print("ok: full queue 429, draining 503, cancelled at exit 499")
-    finally:
         for sock in held:
             sock.close()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
-    check(code == 0, "loopserve exited with %d" % code)
 
     # ---- TLS and mutual TLS with the gRPC flags ----
     cert, key = os.path.join(args.work, "cert.pem"), os.path.join(args.work, "key.pem")
@@ -497,8 +494,7 @@ def main():
     for mutual in (False, True):
         flags = ["--model_repository=" + args.models, "--metrics_port=-1", "--tls_cert=" + cert,
                  "--tls_key=" + key] + (["--tls_client_ca=" + cert] if mutual else [])
-        proc, ports = start_server(args.loopserve, flags, kinds=("grpc", "http"))
-        try:
+        with serving(args.loopserve, flags, ("grpc", "http")) as (proc, ports):
             url = "https://127.0.0.1:%d/v2/health/ready" % ports["http"]
             client = (cert, key) if mutual else None
             check(requests.get(url, verify=cert, cert=client, timeout=10).status_code == 200,
@@ -511,10 +507,6 @@ def main():
                     check(False, "a request without TLS (or its client certificate) got through")
                 except requests.exceptions.RequestException:
                     check(True, "")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=30)
-        check(code == 0, "loopserve exited with %d" % code)
     print("ok: HTTPS, mutual TLS")
     print("ok: %d checks, SIGTERM -> exit 0" % CHECKS)
     return 0
