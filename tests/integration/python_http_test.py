@@ -332,6 +332,44 @@ def main():
         r = s.post(url, data=gzip.compress(json.dumps(rnn_body).encode()),
                    headers={"Content-Encoding": "gzip"})
         expect_error(r, 415, "Content-Encoding")
+        # Mangled bodies (seeded): every answer is 200 or a 4xx with an error, never a crash.
+        rng = np.random.RandomState(15)
+        valid = json.dumps(rnn_body).encode()
+        blob_header = json.dumps({"inputs": [m_in, bin_h0]}).encode()
+        statuses = set()
+        mangled_ok = 0  # mangled numbers can still be a valid request
+        for k in range(300):
+            body = bytearray(valid if k % 2 else blob_header + blob)
+            for _ in range(rng.randint(1, 4)):
+                at = rng.randint(len(body))
+                choice = rng.randint(3)
+                if choice == 0:
+                    body[at] = rng.randint(256)
+                elif choice == 1:
+                    del body[at:at + rng.randint(1, 8)]
+                else:
+                    body[at:at] = bytes([rng.choice(list(b'{}[],:"0-9eE.'))])
+            headers = {} if k % 2 else {
+                "Inference-Header-Content-Length": str(len(blob_header) + rng.randint(-3, 4))}
+            r = s.post(url, data=bytes(body), headers=headers)
+            statuses.add(r.status_code)
+            mangled_ok += r.status_code == 200
+            check(r.status_code == 200 or (400 <= r.status_code < 500 and r.json()["error"]),
+                  "mangled body %d: %d %s" % (k, r.status_code, r.text[:200]))
+        check(400 in statuses, statuses)
+        # Broken HTTP itself: the connection is dropped or answered 4xx; the server carries on.
+        for garbage in (b"GARBAGE\r\n\r\n", b"GET /v2 HTTP/9.9\r\n\r\n",
+                        b"POST /v2/models/rnn/infer HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                        b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\n\r\n",
+                        b"GET /v2 HTTP/1.1\r\n" + b"X: y\r\n" * 5000 + b"\r\n"):
+            with socket.create_connection(("127.0.0.1", ports["http"]), timeout=10) as sock:
+                try:
+                    sock.sendall(garbage)
+                    answer = sock.recv(4096)
+                except OSError:
+                    answer = b""
+                check(answer == b"" or re.match(rb"HTTP/\d\.\d [2-5]\d\d", answer), answer[:100])
+        check(s.get(base + "/v2/health/live").status_code == 200, "server died")
         # A chunked body (no Content-Length) is read whole like any other.
         chunks = iter([json.dumps(rnn_body)[:20].encode(), json.dumps(rnn_body)[20:].encode()])
         compare("rnn", decode_response(s.post(url, data=chunks))[1],
@@ -386,7 +424,7 @@ def main():
         every = s.get(base + "/v2/models/stats").json()["model_stats"]
         check({"rnn", "counter", "endless"} <= {m["name"] for m in every}, every)
         check(metric(metrics_url, "loopserve_requests_total", protocol="http",
-                     outcome="success") == 7 * 4 + 1 + 3 + 1, "http successes")
+                     outcome="success") == 7 * 4 + 1 + 3 + 1 + mangled_ok, "http successes")
         check(metric(metrics_url, "loopserve_requests_total", protocol="grpc",
                      outcome="invalid_argument") == 1, "grpc invalid_argument")
         print("ok: statistics, protocol label")
