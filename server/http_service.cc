@@ -223,10 +223,9 @@ void HttpService::Handle(HttpExchange* exchange) {
     absl::StatusOr<bool> ready = api_->ModelReady(route.model, route.version);
     if (!ready.ok()) return ReplyError(exchange, ready.status());
     if (*ready) return ReplyJson(exchange, "{\"ready\":true}");
-    ReplyError(exchange,
-               absl::UnavailableError(absl::StrCat(
-                   "model ", QuoteUntrusted(route.model), route.version.empty() ? "" : " version ",
-                   route.version.empty() ? "" : QuoteUntrusted(route.version), " is not ready")));
+    std::string what = absl::StrCat("model ", QuoteUntrusted(route.model));
+    if (!route.version.empty()) absl::StrAppend(&what, " version ", QuoteUntrusted(route.version));
+    ReplyError(exchange, absl::UnavailableError(absl::StrCat(what, " is not ready")));
   } else if (a == "config") {
     ReplyProto(exchange, api_->ModelConfig(route.model, route.version));
   } else if (a == "stats") {
