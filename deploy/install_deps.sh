@@ -12,6 +12,10 @@ BUILD_PACKAGES=(
   python3-onnx python3-numpy python3-grpcio
   libonnx-testdata curl openssl
   prometheus python3-yaml
+  # tests/deploy/container_image_test.py builds deploy/Dockerfile and runs the image: podman and
+  # buildah (rootless use needs uidmap, fuse-overlayfs, slirp4netns), mmdebstrap for the base
+  # image, iproute2 for the test's network namespace.
+  podman buildah mmdebstrap uidmap fuse-overlayfs slirp4netns iproute2
 )
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libdnnl2 ocl-icd-libopencl1 libprometheus-cpp-core1.0
