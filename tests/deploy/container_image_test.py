@@ -230,7 +230,7 @@ def run(args):
         code = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child"] +
                               inner, timeout=args.timeout).returncode
     finally:
-        podman("image", "unmount", args.image)
+        podman("image", "unmount", "--force", args.image)
     check(code == 0, "the checks inside the namespaces failed (exit %d)" % code)
 
 
