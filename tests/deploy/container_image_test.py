@@ -467,11 +467,35 @@ def check_metrics(port, ctx):
           "/metrics: no loopserve_loop_iteration_duration_seconds sample for rnn")
 
 
+def check_http(port, ctx):
+    """KServe v2 REST on the port the server reports as "http": readiness and a JSON inference."""
+    np = ctx["np"]
+    base = "http://127.0.0.1:%d" % port
+    with urllib.request.urlopen(base + "/v2/health/ready", timeout=10) as r:
+        if check(r.status == 200, "GET /v2/health/ready: HTTP %d, expected 200" % r.status):
+            log("ok: GET /v2/health/ready -> 200")
+    m, start = 3, np.array([20], np.int64)
+    body = json.dumps({"inputs": [
+        {"name": "M", "shape": [], "datatype": "INT64", "data": [m]},
+        {"name": "start", "shape": [1], "datatype": "INT64", "data": start.tolist()}]}).encode()
+    request = urllib.request.Request(base + "/v2/models/counter/infer", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        reply = json.loads(r.read())
+    got = {o["name"]: np.array(o["data"], np.int64).reshape(o["shape"])
+           for o in reply.get("outputs", [])}
+    before = len(FAILURES)
+    check_outputs(np, "counter (REST)", got, counter_expected(np, m, start))
+    if len(FAILURES) == before:
+        log("ok: REST counter M=3 start=[20] -> final %s" % got["final"].tolist())
+
+
 # How each port the server reports is checked, by the kind in its "listening on" line. A port
 # that a new protocol adds (REST's "http") gets one function here.
 PORT_CHECKS = {
     "grpc": check_grpc,
     "metrics": check_metrics,
+    "http": check_http,
 }
 
 
