@@ -185,7 +185,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 // are done (client half-close, cancel or a broken stream), no request is in flight and nothing is
 // left to write; whoever calls Finish (or StartWrite) does so last, without the mutex, because
 // OnDone may delete the stream at once. A write in flight (writing_) or a read not yet done keeps
-// the stream alive for the thread that started it.
+// the stream alive for the thread that started it. The next request is read only while fewer than
+// kStreamMaxPending requests are in flight or answers wait to be written; past that, reading
+// resumes when the client has read half of them.
 class InferenceService::Stream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -227,7 +229,8 @@ class InferenceService::Stream final
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mutex_);  // front: being written when writing_
   bool writing_ ABSL_GUARDED_BY(mutex_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mutex_) = false;
-  bool broken_ ABSL_GUARDED_BY(mutex_) = false;  // cancelled, or a write failed
+  bool read_paused_ ABSL_GUARDED_BY(mutex_) = false;  // no read started: too much pending
+  bool broken_ ABSL_GUARDED_BY(mutex_) = false;       // cancelled, or a write failed
   bool finished_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<StreamCall*> live_ ABSL_GUARDED_BY(mutex_);  // submitted, not yet finished
 };
@@ -334,6 +337,15 @@ void InferenceService::Stream::OnReadDone(bool ok) {
       if (broken_) call->Cancel();
     }
     call->Start(&read_bytes_, runner_);  // may finish it (an error, an inline run)
+    {
+      // A client that sends requests but does not read the answers: stop reading until it does,
+      // so the answers waiting here stay bounded.
+      absl::MutexLock lock(&mutex_);
+      if (!broken_ && live_.size() + queue_.size() >= kStreamMaxPending) {
+        read_paused_ = true;
+        return;
+      }
+    }
     StartRead(&read_bytes_);
     return;
   }
@@ -353,6 +365,7 @@ void InferenceService::Stream::OnWriteDone(bool ok) {
   grpc::ByteBuffer* next = nullptr;
   bool more = false;  // another response waits behind `next`
   bool finish = false;
+  bool resume_reading = false;
   bool broken;
   {
     absl::MutexLock lock(&mutex_);
@@ -360,6 +373,10 @@ void InferenceService::Stream::OnWriteDone(bool ok) {
     queue_.pop_front();
     Written(call, &dead);
     if (!ok) Break(&dead);
+    if (read_paused_ && live_.size() + queue_.size() < kStreamMaxPending / 2) {
+      read_paused_ = false;
+      resume_reading = true;  // the stream cannot finish before the read ends
+    }
     if (!queue_.empty()) {
       next = &queue_.front().bytes;
       more = queue_.size() > 1;
@@ -370,6 +387,7 @@ void InferenceService::Stream::OnWriteDone(bool ok) {
     broken = broken_;
   }
   for (StreamCall* call : dead) delete call;
+  if (resume_reading) StartRead(&read_bytes_);
   if (next != nullptr) {
     // With more queued, gRPC may hold this one back to send it with the next (fewer frames and
     // syscalls per slice: the whole of a 200-step toy decode in 3.4 ms instead of 5.6-6.4,
@@ -382,13 +400,16 @@ void InferenceService::Stream::OnWriteDone(bool ok) {
 
 void InferenceService::Stream::OnCancel() {
   std::vector<StreamCall*> dead;
+  bool finish;
   {
     absl::MutexLock lock(&mutex_);
     Break(&dead);
+    finish = ShouldFinish();
   }
   for (StreamCall* call : dead) delete call;
-  // The read in progress ends (OnReadDone(false)); Finish follows once the calls in flight have
-  // stopped.
+  // Otherwise the read in progress ends (OnReadDone(false)), or Finish follows once the calls in
+  // flight have stopped.
+  if (finish) Finish(grpc::Status::CANCELLED);
 }
 
 absl::Status InferenceService::Stream::Send(StreamCall* call, grpc::ByteBuffer bytes, bool wait) {
@@ -462,6 +483,10 @@ void InferenceService::Stream::Written(StreamCall* call, std::vector<StreamCall*
 
 void InferenceService::Stream::Break(std::vector<StreamCall*>* dead) {
   broken_ = true;
+  if (read_paused_) {  // no read in progress to end the reads
+    read_paused_ = false;
+    reads_done_ = true;
+  }
   for (StreamCall* call : live_) call->Cancel();
   // The front is gRPC's until its OnWriteDone; the rest is never written.
   const size_t keep = writing_ ? 1 : 0;

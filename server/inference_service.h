@@ -53,8 +53,10 @@ using InferenceServiceBase =
 // then the final one (`triton_final_response: true`, as every response of a request without it).
 // At most kStreamWindow iteration responses of one request wait to be written; past that its Loop
 // waits for the client to read (up to the request's deadline, stopping within a poll interval of
-// a cancel). A client that cancels or breaks the stream cancels its requests in flight; the stream
-// ends (OK) once the client has half-closed it and every request is answered.
+// a cancel). A stream with kStreamMaxPending requests in flight or answers unwritten reads no
+// further request until the client has read half of them. A client that cancels or breaks the
+// stream cancels its requests in flight; the stream ends (OK) once the client has half-closed it
+// and every request is answered.
 //
 // Thread-safe. Borrows the runner and the API, which must outlive the grpc::Server serving this
 // service (including its Shutdown).
@@ -66,6 +68,8 @@ class InferenceService final : public internal::InferenceServiceBase {
   static constexpr size_t kTrimAfterRequestBytes = size_t{64} << 20;
   // Iteration responses of one streamed request queued unwritten before its Loop waits.
   static constexpr int kStreamWindow = 8;
+  // Requests in flight plus responses unwritten on one stream before it reads no more requests.
+  static constexpr size_t kStreamMaxPending = 64;
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,

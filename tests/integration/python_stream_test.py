@@ -239,6 +239,41 @@ def main():
         print("stream: client cancel stopped the endless Loop; in-flight 0 after %.1f ms" %
               (took * 1e3))
 
+        # A client that sends many requests and reads no answer: the stream stops reading
+        # requests (kStreamMaxPending = 64 in flight or unwritten) instead of piling up answers;
+        # once the client reads, every request is answered. Answers of 160 KB (a 20000-row scan)
+        # so that gRPC's flow-control windows cannot hold them all.
+        before = metrics.value("loopserve_requests_total", model="counter", outcome="success")
+        many = [request("counter", [("M", np.array(20000, np.int64)),
+                                    ("start", np.array([k], np.int64))], rid="m%d" % k)
+                for k in range(300)]
+        call = stub.ModelStreamInfer(iter(many), timeout=120)
+        time.sleep(2.0)
+        answered_unread = metrics.value("loopserve_requests_total", model="counter",
+                                        outcome="success") - before
+        check(answered_unread < 200, "%d of 300 requests answered while the client read none" %
+              answered_unread)
+        seen = set()
+        for response in call:
+            check(response.error_message == "", response.error_message)
+            k = int(response.infer_response.id[1:])
+            counts = outputs_of(response.infer_response)["counts"]
+            check(counts.shape == (20000, 1) and counts[0, 0] == k + 1 and
+                  counts[-1, 0] == k + 20000, "m%d: counts" % k)
+            seen.add(k)
+        check(seen == set(range(300)), "%d of 300 answered" % len(seen))
+        print("stream: 300 requests unread -> %d answered, reading paused; then all 300" %
+              answered_unread)
+
+        # The same, cancelled while its reading is paused: the stream ends, nothing stays in
+        # flight, and the server shuts down promptly at the end (checked below).
+        call = stub.ModelStreamInfer(iter(many), timeout=120)
+        time.sleep(1.0)
+        call.cancel()
+        check(metrics.wait_for("loopserve_inflight_requests", 0) == 0,
+              "in flight after cancelling a paused stream")
+        check(stub.ServerLive(pb.ServerLiveRequest(), timeout=10).live, "live after")
+
         # ---- 2. stream_iterations -------------------------------------------------------------
         def run_stream(requests, timeout=60):
             by_id = {}
@@ -402,9 +437,12 @@ def main():
               "50, then none in 2 s; RSS %+.2f MB, at %.1f MB)" %
               (slices_b - slices_before_big, (rss_b - rss_a) / 1e6, rss_b / 1e6))
     finally:
+        stopping = time.time()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
     check(code == 0, "loopserve exited with %d" % code)
+    # Every stream finished: gRPC's shutdown does not wait for a stream left open.
+    check(time.time() - stopping < 5, "shutdown took %.1f s" % (time.time() - stopping))
     print("%d checks passed" % CHECKS)
     return 0
 
