@@ -339,6 +339,20 @@ def main():
               [c.tolist() for c in counts], "counter slices")
         check(list(outputs_of(final.infer_response)) == ["counts"], "counter final outputs")
 
+        # An OpenVINO Loop-5 streams too: its concatenated output's per-iteration piece.
+        by_id = run_stream([request("ov_counter", [("trip", np.array([5], np.int64)),
+                                                   ("start", np.array([2], np.float32))],
+                                    rid="ov", stream_iterations=True)])
+        ov_final, ov_counts = ex.reference_ov_counter(np.array([5], np.int64),
+                                                      np.array([2], np.float32))
+        *slices, final = by_id["ov"]
+        check(len(slices) == 5, "ov_counter: %d slices" % len(slices))
+        for i, r in enumerate(slices):
+            np.testing.assert_allclose(outputs_of(r.infer_response)["counts"],
+                                       ov_counts[i:i + 1])
+        same(outputs_of(final.infer_response), [("final", ov_final), ("counts", ov_counts)],
+             "ov_counter final")
+
         # Clear errors.
         errors = run_stream([
             request("add_scalar", [("x", np.zeros((1, 4), np.float32))], rid="no_loop",
