@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kernels/reference/reference.h"
 #include "engine/runtime/kernel.h"
+#include "engine/runtime/kernel_registry.h"
 
 namespace loopserve::engine {
 
@@ -52,5 +53,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBatchNormKernel(const KernelIn
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlInstanceNormKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLayerNormKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLrnKernel(const KernelInit& init);
+
+// RNN, GRU, LSTM (recurrent.cc): oneDNN's RNN primitives, the native implementation
+// (kernels/native/recurrent.h) for what they lack.
+void RegisterDnnlRecurrentKernels(KernelRegistry& registry);
 
 }  // namespace loopserve::engine

@@ -63,6 +63,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   registry.Register("InstanceNormalization", CreateDnnlInstanceNormKernel);
   registry.Register("LayerNormalization", CreateDnnlLayerNormKernel, /*min_opset=*/17);
   registry.Register("LRN", CreateDnnlLrnKernel);
+  RegisterDnnlRecurrentKernels(registry);
 }
 
 }  // namespace loopserve::engine
