@@ -290,9 +290,7 @@ class RecurrentKernel final : public Kernel {
     desc[kBias] = dnnl::memory::desc({1, d, spec_.bias_gates(), h}, dt::f32, tag::ldgo);
     desc[kDstLayer] =
         dnnl::memory::desc({t, b, d * h}, dt::f32, DirectY() && batch_major ? tag::ntc : tag::tnc);
-    const bool cell = spec_.layout == RecurrentLayout::kOpenVinoCell;
-    // A cell's only step is its final state: dst_layer is written straight into Ho.
-    if (!cell) desc[kDstIter] = states;
+    desc[kDstIter] = states;
     if (lstm) desc[kDstIterC] = states;
     const dnnl::rnn_direction direction = d == 2 ? dnnl::rnn_direction::bidirectional_concat
                                           : spec_.reverse
@@ -433,22 +431,15 @@ class RecurrentKernel final : public Kernel {
       handles[kPeephole] = const_cast<void*>(weights.peephole.raw_data());
     }
     handles[kBias] = const_cast<void*>(weights.bias.raw_data());
-    float* dst_layer = nullptr;
-    if (cell) {
-      dst_layer = io.y_h;  // Ho is the only step's output
-      if (dst_layer == nullptr) dst_layer = Buffer(state.dst_layer, shape.batch * h);
-    } else if (DirectY() && io.y != nullptr) {
-      dst_layer = io.y;
-    } else {
-      dst_layer = Buffer(state.dst_layer, shape.steps * shape.batch * d * h);
-    }
+    // A cell has no Y: its one step's output is Ho, which dst_iter writes.
+    float* dst_layer = !cell && DirectY() && io.y != nullptr
+                           ? io.y
+                           : Buffer(state.dst_layer, shape.steps * shape.batch * d * h);
     handles[kDstLayer] = dst_layer;
-    float* dst_iter = nullptr;
     float* dst_iter_c = nullptr;
-    if (!cell) {
-      dst_iter = DirectStates() && io.y_h != nullptr ? io.y_h : Buffer(state.dst_iter, state_elems);
-      handles[kDstIter] = dst_iter;
-    }
+    float* dst_iter =
+        DirectStates() && io.y_h != nullptr ? io.y_h : Buffer(state.dst_iter, state_elems);
+    handles[kDstIter] = dst_iter;
     if (lstm) {
       dst_iter_c =
           DirectStates() && io.y_c != nullptr ? io.y_c : Buffer(state.dst_iter_c, state_elems);
