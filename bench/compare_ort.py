@@ -42,9 +42,18 @@ ORT_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "
               "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "float16": np.float16}
 
 
+def model_paths(folder):
+    """(the model looprun runs, the ONNX model ONNX Runtime runs): model.onnx for both, or for an
+    OpenVINO IR folder model.xml and its ONNX twin peer.onnx (same inputs and outputs, in order)."""
+    if os.path.exists(os.path.join(folder, "model.xml")):
+        return os.path.join(folder, "model.xml"), os.path.join(folder, "peer.onnx")
+    onnx_path = os.path.join(folder, "model.onnx")
+    return onnx_path, onnx_path
+
+
 def inputs_json(folder):
     """The model's inputs as {name: {dtype, dims, data}} for ort_time.js."""
-    m = onnx.load(os.path.join(folder, "model.onnx"))
+    m = onnx.load(model_paths(folder)[1])
     spec = {}
     for k, graph_input in enumerate(m.graph.input):
         path = os.path.join(folder, "test_data_set_0", "input_%d.pb" % k)
@@ -59,7 +68,8 @@ def inputs_json(folder):
 
 
 def looprun_outputs(model_path, out_dir):
-    """looprun --output_dir's output_<k>.pb as {name: array}, k in model output order."""
+    """looprun --output_dir's output_<k>.pb as {name: array}, k in the output order of the ONNX
+    model at `model_path` (an IR model's Results come in the same order as its twin's outputs)."""
     m = onnx.load(model_path, load_external_data=False)
     outputs = {}
     for k, graph_output in enumerate(m.graph.output):
@@ -144,7 +154,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
             folder = os.path.join(args.models, name)
-            model = os.path.join(folder, "model.onnx")
+            model, ort_model = model_paths(folder)
             spec_path = os.path.join(tmp, name + ".json")
             with open(spec_path, "w") as f:
                 json.dump(inputs_json(folder), f)
@@ -152,7 +162,7 @@ def main():
                         "--data=" + os.path.join(folder, "test_data_set_0"),
                         "--repeat=%d" % args.repeat, "--warmup=%d" % args.warmup,
                         "--threads=%d" % args.threads]
-            ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), model, spec_path,
+            ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), ort_model, spec_path,
                        str(args.repeat), str(args.warmup), str(args.threads)]
             ours_out = os.path.join(tmp, name + ".looprun_out")
             ort_out = os.path.join(tmp, name + ".ort_out.json")
@@ -168,7 +178,7 @@ def main():
                 for sink, cmd, e in order:
                     sink.append(run_json(cmd, e)["median_us"])
                 if r == 0:
-                    problems, max_diff = compare_outputs(looprun_outputs(model, ours_out),
+                    problems, max_diff = compare_outputs(looprun_outputs(ort_model, ours_out),
                                                          ort_outputs(ort_out))
                     if problems:
                         failed.append(name)
