@@ -15,7 +15,7 @@ namespace loopserve::engine {
 // Unimplemented.
 absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::string_view what);
 
-// Encodes `tensor` as a TensorProto with raw_data.
+// Encodes `tensor` as a TensorProto with raw_data (string_data for strings).
 void TensorToOnnx(const Tensor& tensor, onnx::TensorProto* proto);
 
 }  // namespace loopserve::engine

@@ -214,6 +214,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
                                                    kMaxNestingDepth, " levels deep"));
   }
   graph = FuseMatMulChains(std::move(graph), context.registry());
+  if (context.scopes_.empty()) context.strings_possible_ = GraphMayHoldStrings(*graph);
   context.PushScope(graph.get());
   absl::Cleanup pop_scope = [&context] { context.PopScope(); };
   std::shared_ptr<Plan> plan(new Plan());
@@ -245,6 +246,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
     step.node = &node;
     step.label = absl::StrCat(node.Label(), ": ");
     step.tensor_inputs_only = !step.kernel->AcceptsNonTensorInputs();
+    step.reject_strings = context.strings_possible() && !step.kernel->AcceptsStringInputs();
     for (ValueId v : node.inputs) step.inputs.push_back(v);
     for (ValueId v : node.outputs) {
       if (v == kNoValue) {

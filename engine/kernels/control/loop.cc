@@ -86,6 +86,7 @@ class LoopState : public KernelState {
 
 class LoopKernel : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   LoopKernel(std::shared_ptr<const Plan> body, std::shared_ptr<const LoopSpec> spec, int loop_index)
       : body_(std::move(body)), spec_(std::move(spec)), loop_index_(loop_index) {}
 
@@ -440,15 +441,22 @@ class LoopKernel : public Kernel {
       shape[axis] = count;
     }
     part.Resize(full.dtype(), shape);
-    const size_t elem = DataTypeSize(full.dtype());
     const int64_t outer = full.shape().NumElements(0, axis);
-    const size_t inner =
-        static_cast<size_t>(full.shape().NumElements(axis + 1, full.rank())) * elem;
-    const size_t chunk = inner * static_cast<size_t>(count);
+    const int64_t inner = full.shape().NumElements(axis + 1, full.rank());
+    if (full.dtype() == DataType::kString) {
+      for (int64_t o = 0; o < outer; ++o) {
+        CopyElements(DataType::kString, full.raw_data(), (o * d + index) * inner,
+                     part.mutable_raw_data(), o * count * inner, count * inner);
+      }
+      return;
+    }
+    const size_t elem = DataTypeSize(full.dtype());
+    const size_t row = static_cast<size_t>(inner) * elem;
+    const size_t chunk = row * static_cast<size_t>(count);
     const char* src = static_cast<const char*>(full.raw_data());
     char* dst = static_cast<char*>(part.mutable_raw_data());
     for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(dst + o * chunk, src + (o * d + index) * inner, chunk);
+      std::memcpy(dst + o * chunk, src + (o * d + index) * row, chunk);
     }
   }
 
@@ -481,6 +489,7 @@ class LoopKernel : public Kernel {
           absl::StrCat("concatenated output '", out.name, "' would exceed ", max_bytes,
                        " bytes (max_output_bytes) at iteration ", i));
     }
+    if (r.dtype() == DataType::kString) return AppendStrings(i, r, slice_shape, buffer);
     if (i == 0) {
       slice_shape = r.shape();
       // Reserve for the known trip count when it is small; otherwise grow geometrically.
@@ -508,6 +517,24 @@ class LoopKernel : public Kernel {
       AppendCopy(static_cast<char*>(buffer.mutable_raw_data()) + static_cast<size_t>(i) * bytes,
                  r.raw_data(), bytes);
     }
+    return absl::OkStatus();
+  }
+
+  // Append for string elements: the buffer's recorded rows are always constructed strings, so it
+  // grows row by row (its capacity still geometrically) and the row is copied by element.
+  static absl::Status AppendStrings(int64_t i, const Tensor& r, Shape& slice_shape,
+                                    Tensor& buffer) {
+    Shape::Dims dims{i + 1};
+    if (i == 0) slice_shape = r.shape();
+    dims.insert(dims.end(), slice_shape.dims().begin(), slice_shape.dims().end());
+    if (i == 0) {
+      buffer.Resize(DataType::kString, Shape(dims));
+    } else {
+      const size_t need = static_cast<size_t>(i + 1) * r.ByteSize();
+      buffer.ResizeKeepingData(Shape(dims), need > buffer.capacity() ? need * 2 : 0);
+    }
+    CopyElements(DataType::kString, r.raw_data(), 0, buffer.mutable_raw_data(), i * r.NumElements(),
+                 r.NumElements());
     return absl::OkStatus();
   }
 
@@ -571,6 +598,20 @@ class LoopKernel : public Kernel {
       return absl::OkStatus();
     }
     Tensor joined(buffer.dtype(), final_shape);
+    if (buffer.dtype() == DataType::kString) {
+      const int64_t outer = slice.NumElements(0, axis);
+      const int64_t chunk = slice.NumElements(axis, slice.rank());
+      const int64_t slice_elements = slice.NumElements();
+      for (int64_t it = 0; it < n; ++it) {
+        const int64_t pos = out.stride > 0 ? it : n - 1 - it;
+        for (int64_t o = 0; o < outer; ++o) {
+          CopyElements(DataType::kString, buffer.raw_data(), it * slice_elements + o * chunk,
+                       joined.mutable_raw_data(), (o * n + pos) * chunk, chunk);
+        }
+      }
+      buffer = std::move(joined);
+      return absl::OkStatus();
+    }
     const size_t elem = DataTypeSize(buffer.dtype());
     const int64_t outer = slice.NumElements(0, axis);
     const size_t chunk = static_cast<size_t>(slice.NumElements(axis, slice.rank())) * elem;
@@ -606,7 +647,9 @@ class LoopKernel : public Kernel {
     const DataType dtype =
         out.declared.dtype == DataType::kUndefined ? DataType::kFloat32 : out.declared.dtype;
     t.Resize(dtype, Shape(dims));
-    if (t.ByteSize() > 0) std::memset(t.mutable_raw_data(), 0, t.ByteSize());
+    if (dtype != DataType::kString && t.ByteSize() > 0) {
+      std::memset(t.mutable_raw_data(), 0, t.ByteSize());
+    }
     return absl::OkStatus();
   }
 

@@ -30,6 +30,7 @@ void RegisterNativeKernels(KernelRegistry& registry) {
   native::RegisterQuantizeKernels(registry);
   native::RegisterUniqueKernels(registry);
   native::RegisterIntMatMulKernels(registry);
+  native::RegisterStringKernels(registry);
 }
 
 }  // namespace loopserve::engine

@@ -34,5 +34,6 @@ void RegisterResizeKernels(KernelRegistry& registry);       // resize.cc: Resize
 void RegisterQuantizeKernels(KernelRegistry& registry);     // quantize.cc: (De)QuantizeLinear
 void RegisterUniqueKernels(KernelRegistry& registry);       // unique.cc
 void RegisterIntMatMulKernels(KernelRegistry& registry);    // int_matmul.cc: MatMulInteger, ...
+void RegisterStringKernels(KernelRegistry& registry);  // strings.cc: StringNormalizer, TfIdf
 
 }  // namespace loopserve::engine::native

@@ -464,6 +464,41 @@ def case_scan(out_dir):
         write_case(out_dir, name, model(g, 8), vals, [s_out, ys])
 
 
+def case_strings(out_dir):
+    """String tensors through the loop machinery: a Scan over a string input (sliced), a string
+    state carried from step to step, string scan outputs (Concat of strings, and a Loop stacking
+    Cast(iteration, STRING))."""
+    S = TensorProto.STRING
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["x_t"], ["s_out"]),
+         helper.make_node("Concat", ["x_t", "s_in"], ["y"], axis=0)],
+        "string_scan_body", [vi("s_in", S, [2]), vi("x_t", S, [2])],
+        [vi("s_out", S, [2]), vi("y", S, [4])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
+                            scan_output_directions=[1])
+    g = helper.make_graph([node], "string_scan", [vi("s0", S, [2]), vi("x", S, [3, 2])],
+                          [vi("s", S, [2]), vi("ys", S, [3, 4])])
+    s0 = np.array(["start-" + "a" * 30, "b"], dtype=object)
+    x = np.array([["x0", "y0"], ["x1-" + "q" * 30, "y1"], ["x2", "y2"]], dtype=object)
+    (s_final,), (ys,) = scan_semantics(
+        [s0], [x], [0], [0], [0], [1],
+        lambda si, xt: (xt, np.concatenate([xt, si])))
+    write_case(out_dir, "scan16_strings", model(g, 16), [s0, x], [s_final, ys])
+
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["i_text"], to=S),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["t_in"], ["t_out"])],
+        "string_loop_body", [vi("i", I64, []), vi("cond_in", B, []), vi("t_in", S, [1])],
+        [vi("cond_out", B, []), vi("t_out", S, [1]), vi("i_text", S, [])])
+    loop = helper.make_node("Loop", ["M", "", "t0"], ["t", "texts"], body=body)
+    g = helper.make_graph([loop], "string_loop", [vi("M", I64, []), vi("t0", S, [1])],
+                          [vi("t", S, [1]), vi("texts", S, [None])])
+    t0 = np.array(["carried"], dtype=object)
+    write_case(out_dir, "loop_string_scan_output", model(g, 13), [np.array(3, np.int64), t0],
+               [t0, np.array(["0", "1", "2"], dtype=object)])
+
+
 def special_models(models_dir):
     """Models the C++ tests drive directly (no expected-output data set)."""
     os.makedirs(models_dir, exist_ok=True)
@@ -511,6 +546,7 @@ def main():
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
     case_scan(out_dir)
+    case_strings(out_dir)
 
 
 if __name__ == "__main__":
