@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "proto/model_config.pb.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
-#include "engine/runtime/dnnl_util.h"
 
 namespace loopserve::engine {
 
@@ -78,11 +77,10 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
       KernelContext ctx(*this, step, states_[s].get(), slots_.data());
       try {
         status = step.kernel->Run(ctx);
-      } catch (const dnnl::error& e) {
-        status = FromDnnlError(e);
       } catch (const std::bad_alloc&) {
         status = absl::ResourceExhaustedError("out of memory");
       } catch (const std::exception& e) {
+        // Kernels convert their libraries' exceptions (dnnl::error) themselves; this is the net.
         status = absl::InternalError(e.what());
       }
     }

@@ -1,6 +1,32 @@
 #include "engine/tensor/value.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace loopserve::engine {
+
+std::string ValueType::ToString() const {
+  std::string dims_text = "?";
+  if (dims.has_value()) {
+    dims_text = absl::StrCat("[",
+                             absl::StrJoin(*dims, ",",
+                                           [](std::string* out, int64_t d) {
+                                             absl::StrAppend(out, d < 0 ? "?" : absl::StrCat(d));
+                                           }),
+                             "]");
+  }
+  switch (kind) {
+    case ValueKind::kTensor:
+      return absl::StrCat(DataTypeName(dtype), dims_text);
+    case ValueKind::kSequence:
+      return absl::StrCat("seq(", DataTypeName(dtype), ")");
+    case ValueKind::kOptional:
+      return absl::StrCat("optional(", DataTypeName(dtype), ")");
+    case ValueKind::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
 
 void Value::CopyFrom(const Value& other) {
   if (this == &other) return;

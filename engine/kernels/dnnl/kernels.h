@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kernels/reference/reference.h"
 #include "engine/runtime/kernel.h"
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine {
 

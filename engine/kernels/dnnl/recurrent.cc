@@ -24,7 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/kernels.h"
-#include "engine/runtime/dnnl_util.h"
+#include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/runtime/run_context.h"
 
 namespace loopserve::engine {
@@ -449,9 +449,8 @@ class RecurrentKernel final : public Kernel {
           DirectStates() && io.y_c != nullptr ? io.y_c : Buffer(state.dst_iter_c, state_elems);
       handles[kDstIterC] = dst_iter_c;
     }
-    if (op.scratchpad_bytes > 0) {
-      handles[kScratchpad] = ctx.run_context().Scratchpad(op.scratchpad_bytes);
-    }
+    DnnlRunResource& run = ctx.run_context().Resource<DnnlRunResource>();
+    if (op.scratchpad_bytes > 0) handles[kScratchpad] = run.Scratchpad(op.scratchpad_bytes);
     size_t m = 0;
     try {
       for (int a = 0; a < kNumArgs; ++a) {
@@ -462,7 +461,7 @@ class RecurrentKernel final : public Kernel {
       return FromDnnlError(e);
     }
     const dnnl_status_t status =
-        dnnl_primitive_execute(op.primitive.get(), ctx.run_context().stream().get(),
+        dnnl_primitive_execute(op.primitive.get(), run.stream().get(),
                                static_cast<int>(state.args.size()), state.args.data());
     if (status != dnnl_success) {
       return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
