@@ -86,6 +86,9 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
     case DataType::kFloat64:
       expected_field = "fp64_contents";
       break;
+    case DataType::kString:
+      expected_field = "bytes_contents";
+      break;
     default:
       return Invalid(what,
                      absl::StrCat("datatype ", datatype,
@@ -126,14 +129,57 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
       return CopyTyped<float>(what, c.fp32_contents(), expected_field, dtype, shape);
     case DataType::kFloat64:
       return CopyTyped<double>(what, c.fp64_contents(), expected_field, dtype, shape);
+    case DataType::kString:
+      return CopyTyped<std::string>(what, c.bytes_contents(), expected_field, dtype, shape);
     default:
       break;
   }
   return absl::InternalError(absl::StrCat(what, ": unhandled datatype ", datatype));
 }
 
+// BYTES in raw contents, as Triton sends them: each element a 4-byte little-endian length and that
+// many bytes, back to back, nothing left over.
+absl::StatusOr<Tensor> DecodeRawStrings(const std::string& what, const std::string& bytes,
+                                        const engine::Shape& shape) {
+  const int64_t n = shape.NumElements();
+  // Every element needs its 4-byte length: checked before anything is allocated for the shape.
+  if (static_cast<uint64_t>(n) > bytes.size() / 4) {
+    return Invalid(what, absl::StrCat("shape ", shape.ToString(), " needs ", n,
+                                      " length-prefixed BYTES elements, raw_input_contents has ",
+                                      bytes.size(), " bytes"));
+  }
+  Tensor tensor(DataType::kString, shape);
+  std::string* out = tensor.mutable_data<std::string>();
+  size_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (bytes.size() - at < 4) {
+      return Invalid(what, absl::StrCat("raw_input_contents ends inside the length of BYTES "
+                                        "element ",
+                                        i, " of ", n));
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
+    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                            (static_cast<uint32_t>(p[2]) << 16) |
+                            (static_cast<uint32_t>(p[3]) << 24);
+    at += 4;
+    if (length > bytes.size() - at) {
+      return Invalid(what, absl::StrCat("BYTES element ", i, " has length ", length, " but only ",
+                                        bytes.size() - at, " bytes follow"));
+    }
+    out[i].assign(bytes.data() + at, length);
+    at += length;
+  }
+  if (at != bytes.size()) {
+    return Invalid(
+        what, absl::StrCat("raw_input_contents has ", bytes.size() - at, " bytes after the ", n,
+                           " BYTES elements of shape ", shape.ToString()));
+  }
+  return tensor;
+}
+
 absl::StatusOr<Tensor> DecodeRaw(const std::string& what, const std::string& bytes, DataType dtype,
                                  const engine::Shape& shape) {
+  if (dtype == DataType::kString) return DecodeRawStrings(what, bytes, shape);
   const size_t element_size = engine::DataTypeSize(dtype);
   // ValidateDims bounds the element count by 2^40, so this product cannot overflow.
   const uint64_t expected = static_cast<uint64_t>(shape.NumElements()) * element_size;
@@ -245,6 +291,23 @@ absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<in
     out->set_name(name);
     out->set_datatype(std::string(datatype));
     for (int64_t d : tensor.shape().dims()) out->add_shape(d);
+    if (tensor.dtype() == DataType::kString) {
+      // Length-prefixed, as BYTES inputs arrive.
+      std::string* raw = response->add_raw_output_contents();
+      for (const std::string& s : tensor.span<std::string>()) {
+        if (s.size() > UINT32_MAX) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "output '", name, "': a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
+        }
+        const auto length = static_cast<uint32_t>(s.size());
+        const char prefix[4] = {
+            static_cast<char>(length & 0xff), static_cast<char>((length >> 8) & 0xff),
+            static_cast<char>((length >> 16) & 0xff), static_cast<char>(length >> 24)};
+        raw->append(prefix, 4);
+        raw->append(s);
+      }
+      continue;
+    }
     const auto* data = static_cast<const char*>(tensor.raw_data());
     response->add_raw_output_contents()->assign(data == nullptr ? "" : data,
                                                 data == nullptr ? 0 : tensor.ByteSize());

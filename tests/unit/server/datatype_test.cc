@@ -22,7 +22,8 @@ TEST(DatatypeTest, RejectsUnknownLowerCaseAndBytes) {
   EXPECT_EQ(DataTypeFromKserve("fp32").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataTypeFromKserve("").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataTypeFromKserve("FLOAT").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DataTypeFromKserve("BYTES").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*DataTypeFromKserve("BYTES"), DataType::kString);
+  EXPECT_EQ(KserveDataType(DataType::kString), "BYTES");
   EXPECT_EQ(KserveDataType(DataType::kUndefined), "");
 }
 
