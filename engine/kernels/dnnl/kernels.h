@@ -40,6 +40,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPReluKernel(const KernelInit& 
 
 // Conv: 1-D to 3-D on oneDNN (more spatial dims on the reference).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init);
+// ConvTranspose: 1-D to 3-D on oneDNN's deconvolution; extended outputs on the reference.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const KernelInit& init);
 // MaxPool (Indices on the reference), AveragePool, LpPool (reference only).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPoolKernel(reference::PoolKind kind,
                                                              const KernelInit& init);

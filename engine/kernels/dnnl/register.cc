@@ -46,6 +46,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
 
   using reference::PoolKind;
   registry.Register("Conv", CreateDnnlConvKernel);
+  registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
   const std::pair<const char*, PoolKind> pools[] = {
       {"MaxPool", PoolKind::kMax}, {"AveragePool", PoolKind::kAverage}, {"LpPool", PoolKind::kLp}};
   for (const auto& [name, kind] : pools) {
