@@ -31,6 +31,8 @@ void RegisterNativeKernels(KernelRegistry& registry) {
   native::RegisterUniqueKernels(registry);
   native::RegisterIntMatMulKernels(registry);
   native::RegisterStringKernels(registry);
+  native::RegisterGridSampleKernels(registry);
+  native::RegisterSpectralKernels(registry);
 }
 
 }  // namespace loopserve::engine

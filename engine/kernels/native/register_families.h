@@ -35,5 +35,7 @@ void RegisterQuantizeKernels(KernelRegistry& registry);     // quantize.cc: (De)
 void RegisterUniqueKernels(KernelRegistry& registry);       // unique.cc
 void RegisterIntMatMulKernels(KernelRegistry& registry);    // int_matmul.cc: MatMulInteger, ...
 void RegisterStringKernels(KernelRegistry& registry);  // strings.cc: StringNormalizer, TfIdf
+void RegisterGridSampleKernels(KernelRegistry& registry);  // grid_sample.cc
+void RegisterSpectralKernels(KernelRegistry& registry);    // spectral.cc: DFT, STFT, MelWeight
 
 }  // namespace loopserve::engine::native
