@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPReluKernel(const KernelInit& 
 
 // Conv: 1-D to 3-D on oneDNN (more spatial dims on the reference).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init);
+// ConvInteger and QLinearConv (int_conv.cc): int32 products of im2col with the weights, zero
+// points subtracted; natively (oneDNN 2.6's int8 convolution takes neither uint8 weights nor
+// weight zero points, which these ops allow).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateConvIntegerKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateQLinearConvKernel(const KernelInit& init);
 // ConvTranspose: 1-D to 3-D on oneDNN's deconvolution; extended outputs on the reference.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const KernelInit& init);
 // MaxPool (Indices on the reference), AveragePool, LpPool (reference only).

@@ -47,6 +47,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   using reference::PoolKind;
   registry.Register("Conv", CreateDnnlConvKernel);
   registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
+  registry.Register("ConvInteger", CreateConvIntegerKernel, 10);
+  registry.Register("QLinearConv", CreateQLinearConvKernel, 10);
   const std::pair<const char*, PoolKind> pools[] = {
       {"MaxPool", PoolKind::kMax}, {"AveragePool", PoolKind::kAverage}, {"LpPool", PoolKind::kLp}};
   for (const auto& [name, kind] : pools) {

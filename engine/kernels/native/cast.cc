@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
+#include "engine/kernels/native/half.h"
 #include "engine/kernels/native/register_families.h"
 #include "engine/tensor/value.h"
 
@@ -49,73 +50,6 @@ struct Half {
 struct BFloat {
   uint16_t bits;
 };
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: normalise.
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000u) {  // inf or NaN
-    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
-  }
-  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                       // below the smallest normal half: subnormal
-    if (abs < 0x33000000u) return sign;          // rounds to zero
-    const uint32_t e = abs >> 23;
-    const uint32_t mant = (abs & 0x7fffff) | 0x800000;
-    const uint32_t shift = 126 - e;  // 14..24
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return sign | static_cast<uint16_t>(half);
-  }
-  // Normal: rebias and round to nearest even on the 13 dropped bits.
-  uint32_t h = ((abs >> 13) - (112u << 10));
-  const uint32_t rem = abs & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
-  return sign | static_cast<uint16_t>(h);
-}
-
-float BFloatToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t FloatToBFloat(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffff) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7fff + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
 
 // Reads any storage type as a C++ arithmetic value.
 template <typename T>

@@ -33,6 +33,7 @@ void RegisterNativeKernels(KernelRegistry& registry) {
   native::RegisterStringKernels(registry);
   native::RegisterGridSampleKernels(registry);
   native::RegisterSpectralKernels(registry);
+  native::RegisterPoolingExtraKernels(registry);
 }
 
 }  // namespace loopserve::engine

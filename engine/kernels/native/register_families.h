@@ -37,5 +37,6 @@ void RegisterIntMatMulKernels(KernelRegistry& registry);    // int_matmul.cc: Ma
 void RegisterStringKernels(KernelRegistry& registry);  // strings.cc: StringNormalizer, TfIdf
 void RegisterGridSampleKernels(KernelRegistry& registry);  // grid_sample.cc
 void RegisterSpectralKernels(KernelRegistry& registry);    // spectral.cc: DFT, STFT, MelWeight
+void RegisterPoolingExtraKernels(KernelRegistry& registry);  // pooling_extra.cc: MVN, MaxUnpool..
 
 }  // namespace loopserve::engine::native
