@@ -122,7 +122,12 @@ class BatchNormKernel final : public DnnlKernel {
     if (x.NumElements() == 0) return Mode(PreparedOp::Mode::kEmpty, x);
     // The opset < 9 spatial = 0 form (per-element statistics) is the reference's.
     if (stats != channels) return Mode(PreparedOp::Mode::kReference, x);
-    if (training_.enabled) return PrepareTraining(type, x);
+    if (training_.enabled) {
+      // The primitive writes the batch statistics into outputs 1 and 2: a node without them
+      // runs the reference.
+      if (training_.outputs < 3) return Mode(PreparedOp::Mode::kReference, x);
+      return PrepareTraining(type, x);
+    }
     auto prepared = Mode(PreparedOp::Mode::kExecute, x);
     // Normalised per channel: any rank is [N, C, spatial] to oneDNN.
     const dnnl::memory::desc data = Desc({x[0], channels, spatial}, type);
@@ -181,8 +186,8 @@ class BatchNormKernel final : public DnnlKernel {
             dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift),
         UserScratchpadAttr(), CpuEngine());
     prepared->primitive = dnnl::batch_normalization_forward(pd);
-    // The batch statistics land in outputs 1 and 2 (sized by extra_outputs, scratch slots when the
-    // node omits them) and Finish turns them into the running ones.
+    // The batch statistics land in outputs 1 and 2 and Finish turns them into the running ones
+    // (an omitted output is a scratch slot).
     prepared->extra_outputs = {{type, Shape{channels}}, {type, Shape{channels}}};
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, data},
                           {DNNL_ARG_SCALE, BufferSource::kInput1, vec},
