@@ -38,9 +38,17 @@ struct TensorSpec {
   ValueType type;  // kind, element type and dims (-1 = variable)
 };
 
+// Largest model file Load reads by default (each of model.onnx, model.xml and model.bin).
+inline constexpr int64_t kDefaultMaxModelFileBytes = int64_t{2} << 30;
+
 struct LoadOptions {
   // Name used in error messages ("model 'rnn' v2: ...") by callers; the engine does not add it.
   std::string name;
+  // Largest model file accepted, in bytes, checked before reading; 0 = kDefaultMaxModelFileBytes.
+  int64_t max_file_bytes = 0;
+  // Largest number of tensor bytes loading may allocate (constants, compiled weights); 0 = no
+  // limit. Past it the load fails with InvalidArgument before the allocation.
+  int64_t max_memory_bytes = 0;
 };
 
 // ---- Running -------------------------------------------------------------------------------
@@ -66,19 +74,24 @@ struct RunOptions {
   // Largest size in bytes a Loop's concatenated (scan) output may reach; 0 means no limit. A loop
   // whose output would grow past it fails with ResourceExhausted before the buffer grows.
   int64_t max_output_bytes = 0;
+  // Largest number of tensor bytes the run may hold at once (MemoryBudget: inputs it was given
+  // are not counted, everything it allocates is); 0 means no limit. A run that would allocate
+  // past it fails with ResourceExhausted (LimitReason::kMemory) before the allocation.
+  int64_t max_memory_bytes = 0;
   LoopObserver* loop_observer = nullptr;  // not owned; may be null
 };
 
 // Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
 // survives Annotate), so callers can tell limits apart without parsing messages, and an
 // out-of-memory ResourceExhausted is not mistaken for either.
-enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes };
+enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes, kMemory };
 LimitReason GetLimitReason(const absl::Status& status);
 
 // Statistics one run collects; returned by Model::Run.
 struct RunStats {
   int64_t loop_executions = 0;
   int64_t loop_iterations = 0;
+  int64_t peak_memory_bytes = 0;  // most tensor bytes the run held at once (MemoryBudget::peak)
 };
 
 // ---- The model -----------------------------------------------------------------------------
@@ -89,8 +102,11 @@ struct RunStats {
 class Model {
  public:
   // Loads `path`: an ONNX model (.onnx) or an OpenVINO IR (.xml with its .bin beside it).
-  // InvalidArgument for malformed models, Unimplemented for unsupported ops/opsets/types (naming
-  // the node, op type and opset), NotFound when the file does not exist.
+  // InvalidArgument for malformed models, files over the size limit and models needing more
+  // memory than allowed (sizes are checked before anything is read or allocated), Unimplemented
+  // for unsupported ops/opsets/types (naming the node, op type and opset), NotFound when the file
+  // does not exist. Messages name the file by its base name, never its folders. The .onnx file
+  // is parsed as it is read and the .bin is mapped, so a file is never held twice in memory.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& path,
                                                            const LoadOptions& options = {});
   // Loads an ONNX ModelProto from serialized bytes.
@@ -119,6 +135,8 @@ class Model {
 
  private:
   Model() = default;
+  absl::StatusOr<std::vector<Value>> RunUnchecked(std::vector<Value> inputs,
+                                                  const RunOptions& options, RunStats* stats) const;
 
   std::shared_ptr<const Plan> plan_;
   std::vector<TensorSpec> inputs_;

@@ -1,5 +1,11 @@
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -11,17 +17,160 @@
 #include "engine/kernels/registry.h"
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
+#include "engine/tensor/memory_budget.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
 
 namespace loopserve::engine {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat("error reading '", path, "'"));
-  return buffer.str();
+// The file name without its folders: errors name model files this way, so that messages that
+// reach clients never show the server's file system.
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// An open regular file whose size has been checked against the limit. Closes it on destruction.
+class CheckedFile {
+ public:
+  static absl::StatusOr<CheckedFile> Open(const std::string& path, int64_t max_bytes) {
+    const std::string name = BaseName(path);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int error = errno;
+      if (error == ENOENT || error == ENOTDIR) {
+        return absl::NotFoundError(absl::StrCat(name, ": no such file"));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": cannot open (", std::strerror(error), ")"));
+    }
+    CheckedFile file(fd, name);
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not a regular file"));
+    }
+    if (max_bytes > 0 && info.st_size > max_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": the file has ", info.st_size,
+                                                     " bytes, more than the limit of ", max_bytes,
+                                                     " (max_model_file_bytes)"));
+    }
+    file.size_ = static_cast<size_t>(info.st_size);
+    return file;
+  }
+
+  CheckedFile(CheckedFile&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), name_(std::move(other.name_)), size_(other.size_) {}
+  CheckedFile& operator=(CheckedFile&&) = delete;
+  ~CheckedFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  int fd() const { return fd_; }
+  const std::string& name() const { return name_; }
+  size_t size() const { return size_; }
+
+  // The whole file as one string (for the XML, which pugixml parses in memory).
+  absl::StatusOr<std::string> ReadAll() const {
+    std::string bytes(size_, '\0');
+    size_t done = 0;
+    while (done < size_) {
+      const ssize_t n = pread(fd_, bytes.data() + done, size_ - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::InvalidArgumentError(absl::StrCat(name_, ": read error"));
+      done += static_cast<size_t>(n);
+    }
+    return bytes;
+  }
+
+ private:
+  CheckedFile(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+
+  int fd_;
+  std::string name_;
+  size_t size_ = 0;
+};
+
+// A read-only mapping of a whole file (the .bin weights): constants are copied out of it once, so
+// the weights are never held twice on the heap. Unmapped on destruction.
+class MappedFile {
+ public:
+  static absl::StatusOr<MappedFile> Map(const CheckedFile& file) {
+    MappedFile mapped;
+    if (file.size() == 0) return mapped;
+    void* data = mmap(nullptr, file.size(), PROT_READ, MAP_PRIVATE, file.fd(), 0);
+    if (data == MAP_FAILED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.name(), ": cannot map (", std::strerror(errno), ")"));
+    }
+    mapped.data_ = data;
+    mapped.size_ = file.size();
+    return mapped;
+  }
+
+  MappedFile(MappedFile&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  MappedFile& operator=(MappedFile&&) = delete;
+  ~MappedFile() {
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+
+  absl::string_view bytes() const {
+    return data_ == nullptr ? absl::string_view()
+                            : absl::string_view(static_cast<const char*>(data_), size_);
+  }
+
+ private:
+  MappedFile() = default;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// What Load does, without its guard against allocation failures.
+absl::StatusOr<std::shared_ptr<const Model>> LoadFile(const std::string& path,
+                                                      const LoadOptions& options) {
+  const int64_t max_bytes =
+      options.max_file_bytes > 0 ? options.max_file_bytes : kDefaultMaxModelFileBytes;
+  if (absl::EndsWith(path, ".onnx")) {
+    LS_ASSIGN_OR_RETURN(CheckedFile file, CheckedFile::Open(path, max_bytes));
+    // Parsed straight from the file: the serialized model is never held beside the parsed one.
+    google::protobuf::io::FileInputStream input(file.fd());
+    absl::StatusOr<std::shared_ptr<Graph>> graph = ImportOnnxModel(input);
+    if (!graph.ok()) return Annotate(graph.status(), absl::StrCat(file.name(), ": "));
+    return Model::FromGraph(*std::move(graph), options);
+  }
+  if (absl::EndsWith(path, ".xml")) {
+    // The weights are the .bin beside the .xml. A model without constants needs none, so a
+    // missing .bin is an error only once a Const layer reads from it.
+    LS_ASSIGN_OR_RETURN(CheckedFile xml_file, CheckedFile::Open(path, max_bytes));
+    LS_ASSIGN_OR_RETURN(std::string xml, xml_file.ReadAll());
+    const std::string bin_path = path.substr(0, path.size() - 4) + ".bin";
+    absl::StatusOr<CheckedFile> bin_file = CheckedFile::Open(bin_path, max_bytes);
+    if (!bin_file.ok() && !absl::IsNotFound(bin_file.status())) return bin_file.status();
+    absl::StatusOr<MappedFile> weights = MappedFile::Map(bin_file.ok() ? *bin_file : xml_file);
+    if (!weights.ok()) return weights.status();
+    absl::StatusOr<std::shared_ptr<Graph>> graph =
+        ImportOpenVinoModel(xml, bin_file.ok() ? weights->bytes() : absl::string_view());
+    if (!graph.ok()) return Annotate(graph.status(), absl::StrCat(xml_file.name(), ": "));
+    return Model::FromGraph(*std::move(graph), options);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      BaseName(path), ": unknown model format (expected a .onnx file, or a .xml with its .bin)"));
+}
+
+// Runs `load` with a budget of options.max_memory_bytes for the tensors it allocates; an
+// allocation past it or one the system refuses becomes InvalidArgument.
+template <typename Load>
+absl::StatusOr<std::shared_ptr<const Model>> GuardedLoad(const LoadOptions& options, Load&& load) {
+  MemoryBudget budget(options.max_memory_bytes);
+  ScopedMemoryBudget scope(&budget);
+  try {
+    return load();
+  } catch (const MemoryBudgetExceeded& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model needs more memory than its limit: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::InvalidArgumentError("out of memory while loading the model");
+  }
 }
 
 // Checks a fed value against the declared type of a graph input.
@@ -61,30 +210,15 @@ absl::Status CheckInput(const Value& value, const TensorSpec& spec) {
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
                                                          const LoadOptions& options) {
-  if (absl::EndsWith(path, ".onnx")) {
-    LS_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    return LoadOnnx(bytes, options);
-  }
-  if (absl::EndsWith(path, ".xml")) {
-    // The weights are the .bin beside the .xml. A model without constants needs none, so a
-    // missing .bin is an error only once a Const layer reads from it.
-    LS_ASSIGN_OR_RETURN(std::string xml, ReadFile(path));
-    const std::string bin_path = path.substr(0, path.size() - 4) + ".bin";
-    absl::StatusOr<std::string> weights = ReadFile(bin_path);
-    if (!weights.ok() && !absl::IsNotFound(weights.status())) return weights.status();
-    absl::StatusOr<std::shared_ptr<Graph>> graph =
-        ImportOpenVinoModel(xml, weights.ok() ? *weights : std::string());
-    if (!graph.ok()) return Annotate(graph.status(), absl::StrCat("'", path, "': "));
-    return FromGraph(*std::move(graph), options);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "'", path, "': unknown model format (expected a .onnx file, or a .xml with its .bin)"));
+  return GuardedLoad(options, [&] { return LoadFile(path, options); });
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::LoadOnnx(absl::string_view bytes,
                                                              const LoadOptions& options) {
-  LS_ASSIGN_OR_RETURN(std::shared_ptr<Graph> graph, ImportOnnxModel(bytes));
-  return FromGraph(std::move(graph), options);
+  return GuardedLoad(options, [&]() -> absl::StatusOr<std::shared_ptr<const Model>> {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<Graph> graph, ImportOnnxModel(bytes));
+    return FromGraph(std::move(graph), options);
+  });
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Graph> graph,
@@ -121,6 +255,21 @@ int Model::FindOutput(absl::string_view name) const {
 
 absl::StatusOr<std::vector<Value>> Model::Run(std::vector<Value> inputs, const RunOptions& options,
                                               RunStats* stats) const {
+  // Kernels' allocation failures are turned into statuses per step (ExecutionFrame::Run); this
+  // catches those outside any step (frame set-up, output copies).
+  try {
+    return RunUnchecked(std::move(inputs), options, stats);
+  } catch (const MemoryBudgetExceeded& e) {
+    return LimitExceededError(LimitReason::kMemory,
+                              absl::StrCat(e.what(), " (max_request_memory_bytes)"));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory");
+  }
+}
+
+absl::StatusOr<std::vector<Value>> Model::RunUnchecked(std::vector<Value> inputs,
+                                                       const RunOptions& options,
+                                                       RunStats* stats) const {
   if (inputs.size() != inputs_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the model has ", inputs_.size(), " inputs, got ", inputs.size()));
@@ -129,6 +278,8 @@ absl::StatusOr<std::vector<Value>> Model::Run(std::vector<Value> inputs, const R
 
   RunContext context(options);
   LS_RETURN_IF_ERROR(context.CheckInterrupted());
+  // Everything the run allocates on this thread is charged to its budget, the frame included.
+  ScopedMemoryBudget budget(&context.memory_budget());
   ExecutionFrame frame(*plan_, context);
   const Graph& graph = plan_->graph();
   for (size_t i = 0; i < inputs.size(); ++i) swap(frame.slot(graph.inputs[i]), inputs[i]);
@@ -150,7 +301,10 @@ absl::StatusOr<std::vector<Value>> Model::Run(std::vector<Value> inputs, const R
       outputs[i].CopyFrom(v);
     }
   }
-  if (stats != nullptr) *stats = context.stats();
+  if (stats != nullptr) {
+    *stats = context.stats();
+    stats->peak_memory_bytes = context.memory_budget().peak();
+  }
   return outputs;
 }
 

@@ -1,5 +1,7 @@
 #include "server/inference_service.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -12,6 +14,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "server/datatype.h"
 #include "server/logging.h"
 #include "server/status_util.h"
@@ -53,13 +57,14 @@ absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-void FillTensorMetadata(const engine::TensorSpec& spec,
+// A tensor as the version's config declares it: -1 for variable dims and the batch dim.
+void FillTensorMetadata(const ModelIo::Tensor& tensor,
                         inference::ModelMetadataResponse::TensorMetadata* out) {
-  out->set_name(spec.name);
-  out->set_datatype(std::string(KserveDataType(spec.type.dtype)));
+  out->set_name(tensor.name);
+  out->set_datatype(std::string(KserveDataType(tensor.dtype)));
   // An unknown rank has no KServe spelling; it is reported as an empty shape.
-  if (spec.type.dims.has_value()) {
-    for (int64_t d : *spec.type.dims) out->add_shape(d < 0 ? -1 : d);
+  if (tensor.dims.has_value()) {
+    for (int64_t d : *tensor.dims) out->add_shape(d);
   }
 }
 
@@ -70,20 +75,31 @@ void FillTensorMetadata(const engine::TensorSpec& spec,
 // handles without a thread hop, and is deleted by Start; a queued call is its own reactor, so
 // that OnCancel reaches the running engine, and deletes itself in OnDone (which gRPC calls after
 // Finish). Between Start and Finish exactly one thread at a time works on it: the gRPC thread in
-// Start, then the worker in Run (or the gRPC thread runs it too, inside Start). OnCancel may run
-// concurrently on a gRPC thread and only sets `cancelled_`. Nothing touches a queued call after
-// Finish.
+// Start, then the worker in Run (or the gRPC thread runs it too, inside Start). OnCancel,
+// InferenceService::CancelAll and the inline-run watcher (PollCancelled) may run concurrently
+// and only set `cancelled_`; the service's list of calls, under its mutex, keeps the call alive
+// for them. Nothing touches a queued call after Finish.
 class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
  public:
   InferCall(InferenceService* service, grpc::CallbackServerContext* context,
-            const inference::ModelInferRequest* request, inference::ModelInferResponse* response)
+            const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes)
       : service_(service),
         context_(context),
-        request_(request),
-        response_(response),
+        request_bytes_(request_bytes),
+        response_bytes_(response_bytes),
         received_(absl::Now()),
         deadline_(CallDeadline(*context)) {
-    service_->CallStarted();
+    service_->CallStarted(this);
+  }
+  ~InferCall() override {
+    service_->CallFinished(this);
+    if (request_size_ >= kTrimAfterRequestBytes) {
+      // The request's buffers were freed above; give their pages back (glibc keeps freed small
+      // blocks of a large message in its arenas otherwise).
+      request_ = inference::ModelInferRequest();
+      decoded_ = DecodedRequest();
+      malloc_trim(0);
+    }
   }
 
   // On the gRPC thread: validate, then run here, queue or answer an error. Returns the reactor
@@ -103,33 +119,63 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
       Complete(status);
     }
     grpc::ServerUnaryReactor* reactor = default_reactor_;
-    InferenceService* service = service_;
     delete this;
-    service->CallFinished();
     return reactor;
   }
 
-  void OnCancel() override { cancelled_.store(true, std::memory_order_relaxed); }
-  void OnDone() override {
-    InferenceService* service = service_;
-    delete this;
-    service->CallFinished();
+  void OnCancel() override { Cancel(); }
+  void OnDone() override { delete this; }
+
+  // Sets the cancellation flag; any thread.
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+
+  // Called by the watcher, under the service's mutex, while this call runs on a gRPC thread.
+  void PollCancelled() {
+    if (context_->IsCancelled()) Cancel();
   }
 
+  // The service's intrusive list of calls in flight (guarded by its calls_mutex_).
+  InferCall* prev_ = nullptr;
+  InferCall* next_ = nullptr;
+  bool running_inline_ = false;
+
  private:
+  // Parses the raw request body and lets go of it. INVALID_ARGUMENT for bytes that are not a
+  // ModelInferRequest.
+  absl::Status Parse() {
+    auto* bytes = const_cast<grpc::ByteBuffer*>(request_bytes_);  // ours until the call ends
+    request_size_ = bytes->Valid() ? bytes->Length() : 0;
+    bool parsed = true;
+    if (request_size_ > 0) {
+      grpc::ProtoBufferReader reader(bytes);
+      parsed = reader.status().ok() && request_.ParseFromZeroCopyStream(&reader);
+    }
+    bytes->Clear();
+    if (!parsed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ModelInfer: the request (", request_size_,
+                       " bytes) is not a valid inference.ModelInferRequest message"));
+    }
+    return absl::OkStatus();
+  }
+
   // OK when the call was run here (answered) or handed to a worker (which will answer);
   // otherwise the error to answer.
   absl::Status Admit() {
     if (service_->draining_.load()) {
       return absl::UnavailableError("the server is shutting down");
     }
-    LS_ASSIGN_OR_RETURN(
-        model_, service_->registry_->Get(request_->model_name(), request_->model_version()));
+    LS_RETURN_IF_ERROR(Parse());
+    LS_ASSIGN_OR_RETURN(model_,
+                        service_->registry_->Get(request_.model_name(), request_.model_version()));
     LS_RETURN_IF_ERROR(ApplyTimeoutParameter());
     const absl::Time decode_start = absl::Now();
-    absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(*request_, *model_->model);
+    absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request_, *model_->model);
+    // The config's dims (batch dim, narrower dims) and reshapes.
+    absl::Status adapted =
+        decoded.ok() ? model_->io.AdaptInputs(decoded->inputs) : decoded.status();
     model_->metrics->RecordComputeInput(absl::Now() - decode_start);
-    if (!decoded.ok()) return Annotate(decoded.status(), Label());
+    if (!adapted.ok()) return Annotate(adapted, Label());
     decoded_ = *std::move(decoded);
 
     Metrics* metrics = service_->metrics_;
@@ -139,7 +185,9 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
             [this, metrics] {
               answer_here_ = true;
               if (metrics != nullptr) metrics->inflight_requests().Increment();
+              service_->SetRunningInline(this, true);
               Run();
+              service_->SetRunningInline(this, false);
             },
             model_->instances)) {
       return absl::OkStatus();
@@ -161,8 +209,8 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   // Triton's per-request `timeout` parameter (microseconds; 0 = none): the earlier of it and the
   // gRPC deadline applies.
   absl::Status ApplyTimeoutParameter() {
-    auto it = request_->parameters().find("timeout");
-    if (it == request_->parameters().end()) return absl::OkStatus();
+    auto it = request_.parameters().find("timeout");
+    if (it == request_.parameters().end()) return absl::OkStatus();
     const inference::InferParameter& p = it->second;
     int64_t micros = -1;
     if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
@@ -212,6 +260,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     options.cancelled = &cancelled_;
     options.max_loop_iterations = model_->max_loop_iterations;
     options.max_output_bytes = model_->max_output_bytes;
+    options.max_memory_bytes = model_->max_request_memory_bytes;
     if (!model_->model->loop_names().empty()) options.loop_observer = model_->metrics.get();
     engine::RunStats stats;
     absl::StatusOr<std::vector<engine::Value>> outputs =
@@ -226,14 +275,20 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
         status =
             absl::DeadlineExceededError(absl::StrCat("deadline exceeded (", status.message(), ")"));
       }
-      if (metrics != nullptr && !model_->model->loop_names().empty()) {
+      const engine::LimitReason reason = engine::GetLimitReason(status);
+      if (metrics != nullptr && reason == engine::LimitReason::kMemory) {
+        metrics->RecordLimitHit(LimitReason::kMemory);  // any model may run out of its budget
+      } else if (metrics != nullptr && !model_->model->loop_names().empty()) {
         // The engine tags the limit it enforced; deadline and cancellation are their own codes.
-        switch (engine::GetLimitReason(status)) {
+        switch (reason) {
           case engine::LimitReason::kIterationCap:
             metrics->RecordLimitHit(LimitReason::kIterationCap);
             break;
           case engine::LimitReason::kOutputBytes:
             metrics->RecordLimitHit(LimitReason::kOutputBytes);
+            break;
+          case engine::LimitReason::kMemory:
+            metrics->RecordLimitHit(LimitReason::kMemory);
             break;
           case engine::LimitReason::kNone:
             metrics->RecordLoopLimitHit(status.code());
@@ -243,14 +298,25 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
       return Annotate(status, Label());
     }
     LS_RETURN_IF_ERROR(CheckOutputBytes(*outputs));
+    LS_RETURN_IF_ERROR(Annotate(model_->io.AdaptOutputs(*outputs), Label()));
     const absl::Time encode_start = absl::Now();
     absl::Status encoded =
-        EncodeInferOutputs(*model_->model, decoded_.outputs, *outputs, response_);
-    model_->metrics->RecordComputeOutput(absl::Now() - encode_start);
+        EncodeInferOutputs(*model_->model, decoded_.outputs, *outputs, &response_);
+    outputs->clear();
     LS_RETURN_IF_ERROR(Annotate(encoded, Label()));
-    response_->set_model_name(model_->name);
-    response_->set_model_version(model_->version_string);
-    response_->set_id(request_->id());
+    response_.set_model_name(model_->name);
+    response_.set_model_version(model_->version_string);
+    response_.set_id(request_.id());
+    bool own_buffer = false;
+    const grpc::Status serialized =
+        grpc::SerializationTraits<inference::ModelInferResponse>::Serialize(
+            response_, response_bytes_, &own_buffer);
+    inference::ModelInferResponse().Swap(&response_);  // frees the copy now in the byte buffer
+    model_->metrics->RecordComputeOutput(absl::Now() - encode_start);
+    if (!serialized.ok()) {
+      return absl::InternalError(
+          absl::StrCat(Label(), "cannot serialize the response: ", serialized.error_message()));
+    }
     return absl::OkStatus();
   }
 
@@ -280,8 +346,8 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
       service_->metrics_->inflight_requests().Decrement();
     }
     if (!status.ok() && LogEnabled(LogLevel::kDebug)) {
-      LogDebug(absl::StrCat("ModelInfer '", request_->model_name(), "' id '", request_->id(),
-                            "': ", status.ToString()));
+      LogDebug(absl::StrCat("ModelInfer ", QuoteUntrusted(request_.model_name()), " id ",
+                            QuoteUntrusted(request_.id()), ": ", status.ToString()));
     }
     if (answer_here_) {
       default_reactor_ = context_->DefaultReactor();
@@ -298,8 +364,11 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
 
   InferenceService* const service_;
   grpc::CallbackServerContext* const context_;
-  const inference::ModelInferRequest* const request_;
-  inference::ModelInferResponse* const response_;
+  const grpc::ByteBuffer* const request_bytes_;  // emptied by Parse
+  grpc::ByteBuffer* const response_bytes_;
+  size_t request_size_ = 0;  // serialized bytes
+  inference::ModelInferRequest request_;
+  inference::ModelInferResponse response_;
   const absl::Time received_;
   absl::Time deadline_;  // the gRPC deadline, or the `timeout` parameter when earlier
   std::shared_ptr<const LoadedModel> model_;  // pinned until OnDone
@@ -317,18 +386,67 @@ InferenceService::InferenceService(ModelRegistry* registry, WorkerPool* pool, Me
       pool_(pool),
       metrics_(metrics),
       options_(options),
-      loader_(/*num_workers=*/1, /*max_queue_size=*/16) {}
-
-InferenceService::~InferenceService() { loader_.Shutdown(); }
-
-void InferenceService::CallStarted() {
-  absl::MutexLock lock(&calls_mutex_);
-  ++calls_in_flight_;
+      loader_(/*num_workers=*/1, /*max_queue_size=*/16) {
+  watcher_ = std::thread([this] { WatchInlineRuns(); });
 }
 
-void InferenceService::CallFinished() {
+InferenceService::~InferenceService() {
+  {
+    absl::MutexLock lock(&calls_mutex_);
+    stop_watcher_ = true;
+  }
+  watcher_.join();
+  loader_.Shutdown();
+}
+
+void InferenceService::CallStarted(InferCall* call) {
+  absl::MutexLock lock(&calls_mutex_);
+  ++calls_in_flight_;
+  call->next_ = calls_;
+  if (calls_ != nullptr) calls_->prev_ = call;
+  calls_ = call;
+  if (cancel_all_) call->Cancel();
+}
+
+void InferenceService::CallFinished(InferCall* call) {
   absl::MutexLock lock(&calls_mutex_);
   --calls_in_flight_;
+  if (call->prev_ != nullptr) {
+    call->prev_->next_ = call->next_;
+  } else {
+    calls_ = call->next_;
+  }
+  if (call->next_ != nullptr) call->next_->prev_ = call->prev_;
+}
+
+void InferenceService::SetRunningInline(InferCall* call, bool running) {
+  absl::MutexLock lock(&calls_mutex_);
+  call->running_inline_ = running;
+  inline_runs_ += running ? 1 : -1;
+}
+
+void InferenceService::CancelAll() {
+  absl::MutexLock lock(&calls_mutex_);
+  cancel_all_ = true;
+  for (InferCall* call = calls_; call != nullptr; call = call->next_) call->Cancel();
+}
+
+void InferenceService::WatchInlineRuns() {
+  absl::MutexLock lock(&calls_mutex_);
+  auto busy_or_stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mutex_) {
+    return inline_runs_ > 0 || stop_watcher_;
+  };
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mutex_) { return stop_watcher_; };
+  while (true) {
+    calls_mutex_.Await(absl::Condition(&busy_or_stopping));
+    if (stop_watcher_) return;
+    for (InferCall* call = calls_; call != nullptr; call = call->next_) {
+      if (call->running_inline_) call->PollCancelled();
+    }
+    if (calls_mutex_.AwaitWithTimeout(absl::Condition(&stopping), kInlineCancelPollInterval)) {
+      return;
+    }
+  }
 }
 
 bool InferenceService::WaitForIdle(absl::Time deadline) {
@@ -376,6 +494,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     response->set_version(kServerVersion);
     // The Triton extensions served in full.
     response->add_extensions("model_repository");
+    response->add_extensions("model_configuration");
     response->add_extensions("statistics");
     return absl::OkStatus();
   });
@@ -391,18 +510,30 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     response->set_name(model->name);
     for (int64_t v : versions) response->add_versions(absl::StrCat(v));
     response->set_platform(model->platform);
-    for (const auto& spec : model->model->inputs())
-      FillTensorMetadata(spec, response->add_inputs());
-    for (const auto& spec : model->model->outputs()) {
-      FillTensorMetadata(spec, response->add_outputs());
+    for (const ModelIo::Tensor& input : model->io.inputs()) {
+      FillTensorMetadata(input, response->add_inputs());
+    }
+    for (const ModelIo::Tensor& output : model->io.outputs()) {
+      FillTensorMetadata(output, response->add_outputs());
     }
     return absl::OkStatus();
   });
 }
 
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  return Answer(context, "ModelConfig", [&]() -> absl::Status {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
+                        registry_->Get(request->name(), request->version()));
+    *response->mutable_config() = model->config;
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const inference::ModelInferRequest* request,
-                                                       inference::ModelInferResponse* response) {
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
   return (new InferCall(this, context, request, response))->Start();
 }
 

@@ -1,6 +1,7 @@
 // loopserve: the KServe v2 / Open Inference Protocol gRPC server for Loop models.
 //
 //   loopserve --model_repository=DIR [--grpc_port=8001] [--metrics_port=8002] ...
+//   loopserve --config_path=config.json ...          (OpenVINO Model Server's model list)
 //
 // Once the repository is loaded and the ports are bound it prints exactly these lines to stdout
 // (flushed; integration tests parse them; <address> is --address as given):
@@ -8,15 +9,19 @@
 //   loopserve: metrics listening on <address>:<port>
 // or, with --metrics_port=-1, "loopserve: metrics disabled" instead of the second line. Logs go to
 // stderr, one line per event. It serves until SIGTERM or SIGINT, then reports NOT_SERVING, answers
-// new requests UNAVAILABLE, lets requests in flight finish (up to --exit_timeout_seconds) and
-// exits 0. Startup errors exit 1.
+// new requests UNAVAILABLE, lets requests in flight finish (up to --exit_timeout_seconds), cancels
+// the rest and exits 0 -- at the latest --exit_timeout_seconds + 1 s after the signal, whatever
+// the models are doing (a watchdog ends the process if the orderly shutdown has not by then).
+// Startup errors exit 1.
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -25,12 +30,22 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/logging.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model_repository, "",
-          "Model repository root: <root>/<model>/<version>/model.onnx (or model.xml)");
+          "Model repository root, laid out as for Triton: <root>/<model>/<version>/model.onnx (or "
+          "model.xml + model.bin), optional <root>/<model>/config.pbtxt (Triton's ModelConfig)");
+ABSL_FLAG(std::string, config_path, "",
+          "Instead of --model_repository: an OpenVINO Model Server config.json; serves the models "
+          "of its model_config_list from their base_path (relative paths start at the file's "
+          "folder); poll mode picks up changes to the file");
+ABSL_FLAG(bool, disable_auto_complete_config, false,
+          "As Triton's --disable-auto-complete-config: every model needs a config.pbtxt naming "
+          "its platform and declaring every input and output (by default what a config leaves "
+          "out is completed from the model)");
 ABSL_FLAG(std::string, address, "0.0.0.0", "Address to bind the gRPC and metrics ports on");
 ABSL_FLAG(int, grpc_port, 8001, "gRPC port; 0 picks a free port");
 ABSL_FLAG(int, metrics_port, 8002, "Prometheus /metrics port; 0 picks a free port, -1 disables");
@@ -41,18 +56,27 @@ ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_loop_iterations, 0,
           "Cap on the iterations of any single Loop execution (0 = unlimited); a model's "
-          "config.pbtxt may set its own");
+          "config.pbtxt may set its own (parameters key max_loop_iterations)");
 ABSL_FLAG(int64_t, max_output_bytes, 0,
           "Cap on the output bytes of one request: each Loop scan output as it grows and the sum "
           "of the final outputs (RESOURCE_EXHAUSTED beyond it); 0 = --max_message_bytes; a "
-          "model's config.pbtxt may set its own");
+          "model's config.pbtxt may set its own (parameters key max_output_bytes)");
+ABSL_FLAG(int64_t, max_request_memory_bytes, 0,
+          "Cap on the tensor bytes one request may hold at once (carried values, intermediates, "
+          "scan outputs; RESOURCE_EXHAUSTED before it is passed), and on a model's constants at "
+          "load; 0 = the memory the process may use (cgroup limit or RAM) / (2 x --workers); a "
+          "model's config.pbtxt may set its own (parameters key max_request_memory_bytes)");
+ABSL_FLAG(int64_t, max_model_file_bytes, 0,
+          "Largest model file loaded (model.onnx, model.xml, model.bin each), checked before it "
+          "is read; 0 = 2 GiB");
 ABSL_FLAG(int, inline_run_limit_us, 1000,
           "Requests to a model version whose recent runs averaged under this many microseconds "
           "run on the gRPC thread when a worker slot is free (saves two thread hand-offs); 0 "
           "disables");
 ABSL_FLAG(int, max_message_bytes, 1 << 30, "Largest gRPC message received or sent, in bytes");
 ABSL_FLAG(int, exit_timeout_seconds, 30,
-          "On SIGTERM/SIGINT, how long to wait for calls in flight before cancelling them");
+          "On SIGTERM/SIGINT, how long to wait for calls in flight before cancelling them; the "
+          "process exits at most 1 s later");
 ABSL_FLAG(std::string, model_control_mode, "poll",
           "none (load the repository once), poll (also rescan it every "
           "--repository_poll_seconds) or explicit (RepositoryModelLoad/Unload RPCs; --load_model "
@@ -85,6 +109,10 @@ void InstallSignalHandlers() {
   sigaction(SIGINT, &action, nullptr);
 }
 
+// The orderly shutdown's time limit beyond --exit_timeout_seconds; the watchdog's margin below the
+// promised one second.
+constexpr absl::Duration kForcedExitAfter = absl::Milliseconds(900);
+
 void PrintLine(const std::string& line) {
   std::fputs((line + "\n").c_str(), stdout);
   std::fflush(stdout);
@@ -95,7 +123,8 @@ void PrintLine(const std::string& line) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol gRPC server for ONNX and OpenVINO models with Loops.\n"
-      "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--metrics_port=M] [flags]");
+      "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--metrics_port=M] [flags]\n"
+      "       loopserve --config_path=config.json [flags]");
   // --help lists the flags of this file (absl otherwise matches files named like the binary).
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view file) {
@@ -125,6 +154,8 @@ int main(int argc, char** argv) {
 
   loopserve::server::ServerOptions options;
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.config_path = absl::GetFlag(FLAGS_config_path);
+  options.disable_auto_complete_config = absl::GetFlag(FLAGS_disable_auto_complete_config);
   options.address = absl::GetFlag(FLAGS_address);
   options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
@@ -134,6 +165,8 @@ int main(int argc, char** argv) {
   options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_request_memory_bytes = absl::GetFlag(FLAGS_max_request_memory_bytes);
+  options.max_model_file_bytes = absl::GetFlag(FLAGS_max_model_file_bytes);
   options.inline_run_limit = absl::Microseconds(absl::GetFlag(FLAGS_inline_run_limit_us));
   options.exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
   absl::StatusOr<loopserve::server::ModelControlMode> mode =
@@ -171,6 +204,14 @@ int main(int argc, char** argv) {
   }
   LogInfo(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
                        ": shutting down"));
+  // Requests still running after the exit timeout are cancelled and stop within a Loop iteration
+  // or a kernel chunk; should one not (a single uninterruptible kernel), the process still ends.
+  const absl::Time forced_exit = absl::Now() + options.exit_timeout + kForcedExitAfter;
+  std::thread([forced_exit] {
+    absl::SleepFor(forced_exit - absl::Now());
+    LogError("shutdown is taking longer than --exit_timeout_seconds + 1 s: exiting now");
+    std::_Exit(0);
+  }).detach();
   (*server)->Shutdown();
   LogInfo("loopserve stopped");
   return 0;

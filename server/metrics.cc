@@ -1,11 +1,15 @@
 #include "server/metrics.h"
 
 #include <dirent.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <exception>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -262,6 +266,7 @@ Metrics::Metrics()
   limit_deadline_ = &limit_hits.Add({{"reason", "deadline"}});
   limit_cancelled_ = &limit_hits.Add({{"reason", "cancelled"}});
   limit_output_bytes_ = &limit_hits.Add({{"reason", "output_bytes"}});
+  limit_memory_ = &limit_hits.Add({{"reason", "memory"}});
   inflight_ = &prometheus::BuildGauge()
                    .Name("loopserve_inflight_requests")
                    .Help("ModelInfer requests admitted and not yet answered")
@@ -355,6 +360,9 @@ void Metrics::RecordLimitHit(LimitReason reason) {
     case LimitReason::kOutputBytes:
       limit_output_bytes_->Increment();
       break;
+    case LimitReason::kMemory:
+      limit_memory_->Increment();
+      break;
   }
 }
 
@@ -373,7 +381,9 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
   const std::string bind = absl::StrCat(host, ":", port);
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
+    exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", bind, "num_threads", absl::StrCat(kThreads),
+                                 "request_timeout_ms", absl::StrCat(kRequestTimeoutMs)});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
   }
@@ -383,7 +393,37 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", bind, ": no port bound"));
   }
-  return std::unique_ptr<MetricsExposer>(new MetricsExposer(std::move(exposer), ports.front()));
+  return std::unique_ptr<MetricsExposer>(
+      new MetricsExposer(std::move(exposer), address, ports.front()));
+}
+
+MetricsExposer::~MetricsExposer() {
+  // Where a client reaches the bound address: the wildcard addresses through loopback.
+  std::string host = address_;
+  if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* target = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port_).c_str(), &hints, &target) != 0) {
+    target = nullptr;
+  }
+  std::atomic<bool> stopped{false};
+  std::thread knocker([&] {
+    while (target != nullptr && !stopped.load()) {
+      const int fd = socket(target->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        connect(fd, target->ai_addr, target->ai_addrlen);
+        close(fd);
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true);
+  knocker.join();
+  if (target != nullptr) freeaddrinfo(target);
 }
 
 }  // namespace loopserve::server

@@ -108,7 +108,7 @@ class ModelVersionMetrics : public engine::LoopObserver {
 };
 
 // Why a run was stopped by a limit (loopserve_loop_limit_hits_total{reason}).
-enum class LimitReason { kIterationCap, kDeadline, kCancelled, kOutputBytes };
+enum class LimitReason { kIterationCap, kDeadline, kCancelled, kOutputBytes, kMemory };
 
 // The server's Prometheus registry and metric families:
 //   loopserve_requests_total{model,version,outcome}            counter
@@ -118,7 +118,8 @@ enum class LimitReason { kIterationCap, kDeadline, kCancelled, kOutputBytes };
 //   loopserve_loop_iterations{model,version,loop}              histogram, once per Loop execution
 //   loopserve_loop_iteration_duration_seconds{model,version,loop} histogram, mean per execution
 //   loopserve_loop_limit_hits_total{reason}                    counter; reason = iteration_cap |
-//                                                              deadline | cancelled | output_bytes
+//                                                              deadline | cancelled |
+//                                                              output_bytes | memory
 //   loopserve_inflight_requests                                gauge (admitted, not yet answered)
 //   loopserve_queue_depth                                      gauge (waiting for a worker)
 //   loopserve_model_ready{model,version}                       gauge (1 ready, 0 failed/unloaded)
@@ -179,27 +180,41 @@ class Metrics {
   prometheus::Counter* limit_deadline_;
   prometheus::Counter* limit_cancelled_;
   prometheus::Counter* limit_output_bytes_;
+  prometheus::Counter* limit_memory_;
   prometheus::Gauge* inflight_;
   prometheus::Gauge* queue_depth_;
 };
 
 // Serves a collectable (a registry, or Metrics::collectable()) at http://<address>:<port>/metrics
-// (civetweb, 2 threads). Owns the HTTP server; the collectable is held weakly by the exposer, so
-// keep it alive. Thread-safe.
+// (civetweb). civetweb gives each connection a thread for as long as the client takes to send its
+// request, so idle or slow clients could hold every thread and blind the scrapes: the exposer runs
+// kThreads threads and drops a connection whose request has not arrived within kRequestTimeout
+// (also the limit on each network write). Owns the HTTP server; the collectable is held weakly
+// by the exposer, so keep it alive. Thread-safe.
+//
+// civetweb 1.15's accepting thread polls its socket in 2 s quanta and notices a stop only between
+// polls, so the destructor knocks on the port (connects, closes) until the server has stopped:
+// closing takes milliseconds, not up to two seconds.
 class MetricsExposer {
  public:
+  static constexpr int kThreads = 128;
+  static constexpr int kRequestTimeoutMs = 2000;
+
   // Binds `address`:`port` (port 0 picks a free port). Unavailable with a clean message when the
   // port is taken or the address is invalid (civetweb throws; the exception stops here).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable);
 
+  ~MetricsExposer();
+
   int port() const { return port_; }
 
  private:
-  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port)
-      : exposer_(std::move(exposer)), port_(port) {}
+  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, std::string address, int port)
+      : exposer_(std::move(exposer)), address_(std::move(address)), port_(port) {}
 
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string address_;  // as bound ("0.0.0.0", "::1", a host name)
   int port_;
 };
 

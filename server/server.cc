@@ -1,13 +1,17 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
@@ -44,6 +48,22 @@ absl::string_view ModeName(ModelControlMode mode) {
   return "?";
 }
 
+// The memory this process may use: its cgroup's limit (v2, else v1) when set and lower than the
+// physical memory.
+int64_t AvailableMemoryBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  for (const char* file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(file);
+    std::string text;
+    int64_t limit = 0;
+    if (in >> text && absl::SimpleAtoi(text, &limit) && limit > 0 && limit < bytes) {
+      bytes = limit;  // "max" (no limit) does not parse
+    }
+  }
+  return bytes;
+}
+
 std::string HostPort(const std::string& address, int port) {
   const bool ipv6 = address.find(':') != std::string::npos && address.front() != '[';
   return ipv6 ? absl::StrCat("[", address, "]:", port) : absl::StrCat(address, ":", port);
@@ -73,8 +93,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
 }
 
 absl::Status Server::Init() {
-  if (options_.model_repository.empty()) {
-    return absl::InvalidArgumentError("--model_repository is required");
+  if (options_.model_repository.empty() == options_.config_path.empty()) {
+    return absl::InvalidArgumentError(
+        "give either --model_repository (a Triton-style repository) or --config_path (an "
+        "OpenVINO Model Server config.json)");
   }
   if (options_.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
   if (options_.intra_op_threads < 0) {
@@ -100,6 +122,12 @@ absl::Status Server::Init() {
   }
   if (options_.max_output_bytes < 0) {
     return absl::InvalidArgumentError("--max_output_bytes must be >= 0");
+  }
+  if (options_.max_request_memory_bytes < 0) {
+    return absl::InvalidArgumentError("--max_request_memory_bytes must be >= 0");
+  }
+  if (options_.max_model_file_bytes < 0) {
+    return absl::InvalidArgumentError("--max_model_file_bytes must be >= 0");
   }
   if (options_.max_message_bytes < 1024) {
     return absl::InvalidArgumentError("--max_message_bytes must be >= 1024");
@@ -134,21 +162,40 @@ absl::Status Server::Init() {
                                    : std::max(1, engine::AvailableCores() / options_.workers);
   const int64_t max_output_bytes =
       options_.max_output_bytes > 0 ? options_.max_output_bytes : options_.max_message_bytes;
+  constexpr int64_t kMinAutoMemoryBytes = int64_t{64} << 20;
+  const int64_t max_request_memory_bytes =
+      options_.max_request_memory_bytes > 0
+          ? options_.max_request_memory_bytes
+          : std::max(kMinAutoMemoryBytes, AvailableMemoryBytes() / (2 * options_.workers));
   LogInfo(absl::StrCat(
-      "loopserve ", kServerVersion, " starting: repository '", options_.model_repository,
-      "', model control ", ModeName(options_.model_control_mode),
+      "loopserve ", kServerVersion, " starting: ",
+      options_.config_path.empty() ? absl::StrCat("repository '", options_.model_repository, "'")
+                                   : absl::StrCat("config '", options_.config_path, "'"),
+      options_.disable_auto_complete_config ? " (auto-complete disabled)" : "", ", model control ",
+      ModeName(options_.model_control_mode),
       options_.model_control_mode == ModelControlMode::kPoll
           ? absl::StrCat(" every ", absl::FormatDuration(options_.repository_poll_interval))
           : "",
       ", ", options_.workers, " workers x ", intra_op_threads, " intra-op threads, queue ",
       options_.max_queue_size, ", max_loop_iterations ", options_.max_loop_iterations,
-      ", max_output_bytes ", max_output_bytes, ", max_message_bytes ", options_.max_message_bytes,
+      ", max_output_bytes ", max_output_bytes, ", max_request_memory_bytes ",
+      max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
       ", inline runs under ", absl::FormatDuration(options_.inline_run_limit)));
 
   metrics_ = std::make_unique<Metrics>();
-  registry_ = std::make_unique<ModelRegistry>(
-      ModelRegistry::Options{options_.model_repository, options_.max_loop_iterations,
-                             options_.model_loader, metrics_.get(), max_output_bytes});
+  ModelRegistry::Options registry_options;
+  registry_options.root = options_.model_repository;
+  registry_options.config_path = options_.config_path;
+  registry_options.max_loop_iterations = options_.max_loop_iterations;
+  registry_options.max_output_bytes = max_output_bytes;
+  registry_options.max_request_memory_bytes = max_request_memory_bytes;
+  registry_options.max_model_file_bytes = options_.max_model_file_bytes;
+  registry_options.loader = options_.model_loader;
+  registry_options.metrics = metrics_.get();
+  registry_options.auto_complete = !options_.disable_auto_complete_config;
+  registry_options.default_instance_count = options_.workers;
+  registry_options.intra_op_threads = intra_op_threads;
+  registry_ = std::make_unique<ModelRegistry>(std::move(registry_options));
   LS_RETURN_IF_ERROR(LoadInitialModels());
 
   // gRPC 1.51 runs callbacks on cores / 2 threads (at least 2): runs on them (see
@@ -219,9 +266,17 @@ absl::Status Server::LoadInitialModels() {
 
 void Server::PollRepository() {
   // Loads run here, never on a gRPC or worker thread; requests keep using the versions they find.
+  std::string last_error;  // logged once, not on every poll
   while (!stop_polling_.WaitForNotificationWithTimeout(options_.repository_poll_interval)) {
     absl::Status status = registry_->Poll();
-    if (!status.ok()) LogWarning(absl::StrCat("repository poll failed: ", status.message()));
+    const std::string error(status.message());
+    if (!status.ok() && error != last_error) {
+      LogWarning(
+          absl::StrCat("repository poll failed (the models keep serving as they are): ", error));
+    } else if (status.ok() && !last_error.empty()) {
+      LogInfo("repository poll succeeds again");
+    }
+    last_error = error;
   }
 }
 
@@ -240,7 +295,12 @@ void Server::Shutdown() {
                          absl::FormatDuration(options_.exit_timeout), ")"));
     // Still answering (health NOT_SERVING, new requests UNAVAILABLE) while the in-flight finish.
     const bool idle = service_->WaitForIdle(deadline);
-    if (!idle) LogWarning("exit timeout reached: cancelling the requests still running");
+    if (!idle) {
+      LogWarning("exit timeout reached: cancelling the requests still running");
+      // Inline runs never see gRPC's cancellation while their handler runs, and queued ones
+      // would still be started by the draining pool: the flag reaches all of them.
+      service_->CancelAll();
+    }
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
   }

@@ -30,7 +30,12 @@ enum class ModelControlMode {
 absl::StatusOr<ModelControlMode> ParseModelControlMode(absl::string_view name);
 
 struct ServerOptions {
-  std::string model_repository;     // root folder; required
+  std::string model_repository;  // root folder; this or config_path is required
+  // OpenVINO Model Server's config.json: serve the models it lists from their base paths (poll
+  // mode re-reads it) instead of a repository root.
+  std::string config_path;
+  // Triton's --disable-auto-complete-config: every model needs a complete config.pbtxt.
+  bool disable_auto_complete_config = false;
   std::string address = "0.0.0.0";  // for both gRPC and metrics
   int grpc_port = 8001;             // 0 = pick a free port
   int metrics_port = 8002;          // 0 = pick a free port; -1 = no metrics endpoint
@@ -41,6 +46,13 @@ struct ServerOptions {
   // Cap on the output bytes of one request (each growing Loop scan output, and the final outputs);
   // 0 = max_message_bytes (a bigger answer could not be sent anyway).
   int64_t max_output_bytes = 0;
+  // Cap on the tensor bytes one request may hold at once (engine::RunOptions::max_memory_bytes),
+  // also the cap on a model's constants at load; a model's config.pbtxt may set its own. 0 =
+  // automatic: the memory the process may use (its cgroup's limit, else physical memory) divided
+  // by 2 x workers.
+  int64_t max_request_memory_bytes = 0;
+  // Largest model file read (model.onnx, model.xml, model.bin each); 0 = 2 GiB.
+  int64_t max_model_file_bytes = 0;
   int max_message_bytes = 1 << 30;                  // largest gRPC message received or sent
   absl::Duration exit_timeout = absl::Seconds(30);  // drain limit in Shutdown
   ModelControlMode model_control_mode = ModelControlMode::kPoll;
@@ -62,7 +74,8 @@ struct ServerOptions {
 
 // The whole loopserve server, usable in-process (tests start it on 127.0.0.1:0).
 //
-// Start loads the repository (models that fail are reported not ready; the others are served),
+// Start loads the repository or config.json (models that fail, including their warm-up, are
+// reported not ready; the others are served),
 // starts the worker pool, the gRPC server (OIP service + grpc.health.v1 + reflection; TLS when
 // configured), the metrics endpoint and, in poll mode, the repository poller, then returns. It
 // logs one line per event but prints nothing on stdout: the loopserve binary prints exactly these
@@ -72,9 +85,10 @@ struct ServerOptions {
 //
 // Shutdown: health -> NOT_SERVING, ServerReady/ModelReady -> false and new ModelInfer calls get
 // UNAVAILABLE while the server still answers; the poller stops; ModelInfer calls in flight finish
-// (up to exit_timeout); then gRPC stops (cancelling what is still running: a Loop stops at its next
-// iteration), the worker pool drains and joins, the metrics endpoint closes. Idempotent; the
-// destructor calls it.
+// (up to exit_timeout); then every call still in flight is cancelled (InferenceService::CancelAll:
+// a running Loop stops at its next iteration, a large kernel at its next chunk, a queued request
+// is answered without running), gRPC stops, the worker pool drains and joins, the metrics
+// endpoint closes. Idempotent; the destructor calls it.
 //
 // Thread-safe. Owns everything it starts. Destruction order (members below) keeps the service,
 // registry, pool and metrics alive until gRPC has finished every call.

@@ -8,8 +8,15 @@
 
 namespace loopserve::server {
 
+// Longest error message a client receives; longer ones are cut (BoundMessage).
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
+
+// `message` when it has at most kMaxStatusMessageBytes bytes; otherwise its beginning (cut at a
+// UTF-8 character boundary) and " ... (N bytes in all)", kMaxStatusMessageBytes bytes at most.
+std::string BoundMessage(absl::string_view message);
+
 // The one conversion from absl::Status to grpc::Status. Canonical codes are numerically equal in
-// both, so the code is kept and the message copied.
+// both, so the code is kept and the message copied, bounded by BoundMessage.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // The `outcome` label of loopserve_requests_total: "success" for OK, otherwise the canonical code

@@ -447,19 +447,26 @@ class OnnxImporter {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Graph>> ImportOnnxModel(absl::string_view serialized) {
+absl::StatusOr<std::shared_ptr<Graph>> ImportOnnxModel(
+    google::protobuf::io::ZeroCopyInputStream& input) {
   onnx::ModelProto model;
-  google::protobuf::io::ArrayInputStream raw(serialized.data(),
-                                             static_cast<int>(serialized.size()));
-  google::protobuf::io::CodedInputStream coded(&raw);
+  google::protobuf::io::CodedInputStream coded(&input);
   coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
-  if (serialized.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
-      !model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
+  if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
     return absl::InvalidArgumentError("the file is not a valid ONNX ModelProto");
   }
   if (!model.has_graph()) return absl::InvalidArgumentError("the ONNX model has no graph");
   OnnxImporter importer;
   return importer.Import(model);
+}
+
+absl::StatusOr<std::shared_ptr<Graph>> ImportOnnxModel(absl::string_view serialized) {
+  if (serialized.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return absl::InvalidArgumentError("the file is not a valid ONNX ModelProto (over 2 GiB)");
+  }
+  google::protobuf::io::ArrayInputStream raw(serialized.data(),
+                                             static_cast<int>(serialized.size()));
+  return ImportOnnxModel(raw);
 }
 
 }  // namespace loopserve::engine

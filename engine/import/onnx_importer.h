@@ -6,6 +6,10 @@
 #include "absl/strings/string_view.h"
 #include "engine/ir/graph.h"
 
+namespace google::protobuf::io {
+class ZeroCopyInputStream;
+}
+
 namespace loopserve::engine {
 
 // Translates a serialized ONNX ModelProto into the engine IR: initializers and Constant nodes
@@ -15,5 +19,8 @@ namespace loopserve::engine {
 // LoopSpec. InvalidArgument for malformed models (naming the node), Unimplemented for unsupported
 // element types or domains.
 absl::StatusOr<std::shared_ptr<Graph>> ImportOnnxModel(absl::string_view serialized);
+// The same, reading the serialized model from `input` (a file read in pieces).
+absl::StatusOr<std::shared_ptr<Graph>> ImportOnnxModel(
+    google::protobuf::io::ZeroCopyInputStream& input);
 
 }  // namespace loopserve::engine

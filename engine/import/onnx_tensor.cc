@@ -85,6 +85,14 @@ bool HasTypedData(const onnx::TensorProto& proto) {
          proto.uint64_data_size() > 0 || proto.string_data_size() > 0;
 }
 
+// Elements in all typed data fields together (only the one of the tensor's type may be set;
+// CopyTypedField checks which).
+uint64_t TypedElementCount(const onnx::TensorProto& proto) {
+  return static_cast<uint64_t>(proto.float_data_size()) + proto.int32_data_size() +
+         proto.int64_data_size() + proto.double_data_size() + proto.uint64_data_size() +
+         proto.string_data_size();
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::string_view what) {
@@ -100,22 +108,26 @@ absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::stri
   LS_ASSIGN_OR_RETURN(
       Shape shape,
       ValidateDims(absl::MakeConstSpan(proto.dims().data(), proto.dims().size()), what));
-  Tensor tensor(dtype, shape);
   if (proto.has_raw_data() && dtype == DataType::kString) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": a string tensor keeps its elements in string_data, not raw_data"));
   }
+  // The sizes the dims claim are checked against the data present before anything is allocated
+  // (ValidateDims bounds the element count by 2^40, so the product cannot overflow).
+  const uint64_t elements = static_cast<uint64_t>(shape.NumElements());
+  const uint64_t bytes = elements * DataTypeSize(dtype);
   if (proto.has_raw_data()) {
     if (HasTypedData(proto)) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": has both raw_data and a typed data field"));
     }
     const std::string& raw = proto.raw_data();
-    if (raw.size() != tensor.ByteSize()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": raw_data has ", raw.size(), " bytes, ", DataTypeName(dtype),
-                       " shape ", shape.ToString(), " needs ", tensor.ByteSize()));
+    if (raw.size() != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": raw_data has ", raw.size(),
+                                                     " bytes, ", DataTypeName(dtype), " shape ",
+                                                     shape.ToString(), " needs ", bytes));
     }
+    Tensor tensor(dtype, shape);
     if (!raw.empty()) std::memcpy(tensor.mutable_raw_data(), raw.data(), raw.size());
     if (dtype == DataType::kBool) {
       // Normalise to 0/1 so comparisons and kernels can rely on it.
@@ -125,6 +137,13 @@ absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::stri
     }
     return tensor;
   }
+  const uint64_t typed = TypedElementCount(proto);
+  if (typed != elements) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the data fields hold ", typed,
+                                                   " elements, ", DataTypeName(dtype), " shape ",
+                                                   shape.ToString(), " needs ", elements));
+  }
+  Tensor tensor(dtype, shape);
   LS_RETURN_IF_ERROR(CopyTypedField(proto, tensor, what));
   return tensor;
 }

@@ -77,6 +77,9 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
       KernelContext ctx(*this, step, states_[s].get(), slots_.data());
       try {
         status = step.kernel->Run(ctx);
+      } catch (const MemoryBudgetExceeded& e) {
+        status = LimitExceededError(LimitReason::kMemory,
+                                    absl::StrCat(e.what(), " (max_request_memory_bytes)"));
       } catch (const std::bad_alloc&) {
         status = absl::ResourceExhaustedError("out of memory");
       } catch (const std::exception& e) {

@@ -1,7 +1,10 @@
 #include "engine/runtime/run_context.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <new>
 
 #include "absl/strings/cord.h"
 #include "absl/types/optional.h"
@@ -22,13 +25,16 @@ LimitReason GetLimitReason(const absl::Status& status) {
   const absl::optional<absl::Cord> payload = status.GetPayload(kLimitPayloadUrl);
   if (!payload.has_value() || payload->size() != 1) return LimitReason::kNone;
   const auto reason = static_cast<LimitReason>((*payload)[0]);
-  return reason == LimitReason::kIterationCap || reason == LimitReason::kOutputBytes
+  return reason == LimitReason::kIterationCap || reason == LimitReason::kOutputBytes ||
+                 reason == LimitReason::kMemory
              ? reason
              : LimitReason::kNone;
 }
 
 RunContext::RunContext(const RunOptions& options)
-    : options_(options), has_deadline_(options.deadline != absl::InfiniteFuture()) {
+    : options_(options),
+      has_deadline_(options.deadline != absl::InfiniteFuture()),
+      memory_budget_(options.max_memory_bytes) {
   if (has_deadline_) {
     // Converted once, so the per-iteration check compares integers. Far-future deadlines
     // saturate instead of overflowing.
@@ -53,6 +59,25 @@ int RunContext::NewResourceSlot() {
     std::abort();
   }
   return slot;
+}
+
+bool InterruptPacer::Check() {
+  status_ = context_.CheckInterrupted();
+  return status_.ok();
+}
+
+bool InterruptPacer::Copy(void* dst, const void* src, size_t bytes) {
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  while (bytes > 0) {
+    const size_t piece = std::min(bytes, kChunkBytes);
+    std::memcpy(out, in, piece);
+    out += piece;
+    in += piece;
+    bytes -= piece;
+    if (!Produced(piece)) return false;
+  }
+  return true;
 }
 
 absl::Status RunContext::CancelledError() const {

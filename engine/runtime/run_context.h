@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
+#include "engine/tensor/memory_budget.h"
 
 namespace loopserve::engine {
 
@@ -26,9 +28,60 @@ class RunResource {
   virtual ~RunResource() = default;
 };
 
+class RunContext;
+
+// Interruption checks inside one long kernel step. A Loop checks for cancellation and the
+// deadline every iteration, but one step that copies or fills a large tensor (Concat, Expand,
+// Tile, Pad, ConstantOfShape, ... of hundreds of megabytes) takes long by itself: such kernels
+// report their progress here, and every kChunkBytes of output (about a millisecond of copying) the
+// pacer checks the run's flags, so a run that must stop frees its worker within about that much
+// work instead of at the end of the step. Cheap: a counter between checks. Not thread-safe; one per
+// kernel step.
+class InterruptPacer {
+ public:
+  static constexpr size_t kChunkBytes = size_t{4} << 20;
+
+  explicit InterruptPacer(const RunContext& context) : context_(context) {}
+
+  // Counts `bytes` of output produced; every kChunkBytes, checks the run. False when the run must
+  // stop (status() says why); the kernel then returns status().
+  bool Produced(size_t bytes) {
+    pending_ += bytes;
+    if (pending_ < kChunkBytes) return true;
+    pending_ = 0;
+    return Check();
+  }
+
+  // memcpy in pieces of kChunkBytes with a check after each; false when interrupted.
+  bool Copy(void* dst, const void* src, size_t bytes);
+
+  // Runs `work(begin, end)` over [0, count) in pieces of about kChunkBytes (`bytes_per_unit`
+  // bytes of output per unit), checking between pieces; false when interrupted.
+  template <typename Work>
+  bool ForEachChunk(int64_t count, size_t bytes_per_unit, Work&& work) {
+    const int64_t per_chunk = static_cast<int64_t>(
+        std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, bytes_per_unit)));
+    for (int64_t begin = 0; begin < count; begin += per_chunk) {
+      const int64_t end = count - begin > per_chunk ? begin + per_chunk : count;
+      work(begin, end);
+      if (!Produced(static_cast<size_t>(end - begin) * bytes_per_unit)) return false;
+    }
+    return true;
+  }
+
+  const absl::Status& status() const { return status_; }
+
+ private:
+  bool Check();
+
+  const RunContext& context_;
+  size_t pending_ = 0;
+  absl::Status status_;
+};
+
 // The per-request state shared by a run's top-level frame and every nested (Loop/If body) frame:
-// options, interrupt checks, statistics and the kernel families' RunResources. Not thread-safe: a
-// run executes on one thread. Owned by Model::Run for the duration of the run.
+// options, interrupt checks, the memory budget, statistics and the kernel families' RunResources.
+// Not thread-safe: a run executes on one thread. Owned by Model::Run for the duration of the run.
 class RunContext {
  public:
   explicit RunContext(const RunOptions& options);
@@ -50,6 +103,8 @@ class RunContext {
     if (has_deadline_ && CoarseMonotonicNanos() >= deadline_ns_) return DeadlineError();
     return absl::OkStatus();
   }
+
+  MemoryBudget& memory_budget() { return memory_budget_; }
 
   // CLOCK_MONOTONIC_COARSE in nanoseconds.
   static int64_t CoarseMonotonicNanos() {
@@ -82,6 +137,7 @@ class RunContext {
   bool has_deadline_;
   int64_t deadline_ns_ = 0;  // options_.deadline on the CoarseMonotonicNanos() clock
   RunStats stats_;
+  MemoryBudget memory_budget_;
   std::unique_ptr<RunResource> resources_[kMaxResources];
 };
 

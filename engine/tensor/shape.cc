@@ -14,21 +14,34 @@ int64_t Shape::NumElements(int begin, int end) const {
   return n;
 }
 
-std::string Shape::ToString() const { return absl::StrCat("[", absl::StrJoin(dims_, ","), "]"); }
+std::string DimsToString(absl::Span<const int64_t> dims) {
+  auto dim = [](std::string* out, int64_t d) {
+    absl::StrAppend(out, d < 0 ? "?" : absl::StrCat(d));
+  };
+  if (dims.size() <= static_cast<size_t>(kMaxPrintedDims)) {
+    return absl::StrCat("[", absl::StrJoin(dims, ",", dim), "]");
+  }
+  constexpr int kTail = 2;
+  return absl::StrCat("[", absl::StrJoin(dims.subspan(0, kMaxPrintedDims - kTail), ",", dim),
+                      ",...,", absl::StrJoin(dims.subspan(dims.size() - kTail), ",", dim),
+                      "] (rank ", dims.size(), ")");
+}
+
+std::string Shape::ToString() const { return DimsToString(dims_); }
 
 absl::StatusOr<Shape> ValidateDims(absl::Span<const int64_t> dims, absl::string_view what) {
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": negative dimension in shape [", absl::StrJoin(dims, ","), "]"));
+          absl::StrCat(what, ": negative dimension in shape ", DimsToString(dims)));
     }
     if (d == 0) {
       continue;
     }
     if (n > kMaxElements / d) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": shape [", absl::StrJoin(dims, ","),
-                                                     "] has more than 2^40 elements"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": shape ", DimsToString(dims), " has more than 2^40 elements"));
     }
     n *= d;
   }

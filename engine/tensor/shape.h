@@ -34,7 +34,7 @@ class Shape {
   // Product of dims [begin, end).
   int64_t NumElements(int begin, int end) const;
 
-  std::string ToString() const;  // "[2,3]", "[]" for a scalar
+  std::string ToString() const;  // DimsToString: "[2,3]", "[]" for a scalar
 
   bool operator==(const Shape& other) const { return dims_ == other.dims_; }
   bool operator!=(const Shape& other) const { return dims_ != other.dims_; }
@@ -44,6 +44,12 @@ class Shape {
  private:
   Dims dims_;
 };
+
+// Dims as "[2,3]" ("?" for a negative, i.e. unknown, dim). Beyond kMaxPrintedDims dims the middle
+// is left out: "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,...,1,1] (rank 200001)", so an absurd rank never
+// makes an absurd error message.
+inline constexpr int kMaxPrintedDims = 16;
+std::string DimsToString(absl::Span<const int64_t> dims);
 
 // Largest element count any tensor may have (2^40: 4 TiB of float32). Shapes above it are
 // rejected so element-count arithmetic never overflows.

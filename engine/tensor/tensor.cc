@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tensor/memory_budget.h"
 
 namespace loopserve::engine {
 namespace {
@@ -96,18 +98,53 @@ class LargeBufferCache {
 };
 
 // An owned buffer of at least `bytes` bytes (64-byte aligned, at least one line so data() is never
-// null for an owned tensor); `*capacity` receives its usable size.
-void* AllocateBuffer(size_t bytes, size_t* capacity) {
+// null for an owned tensor); `*capacity` receives its usable size. Charges the thread's budget
+// (if any) before anything is allocated; `*charged` tells whether it did.
+void* AllocateBuffer(size_t bytes, size_t* capacity, bool* charged) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (bytes >= LargeBufferCache::kMinBytes) {
-    if (void* data = LargeBufferCache::Get().Take(bytes, capacity)) return data;
-  }
-  // Round up so aligned_alloc's size rule holds.
+  MemoryBudget* budget = CurrentMemoryBudget();
+  // Round up so aligned_alloc's size rule holds (a size near SIZE_MAX cannot be rounded).
+  if (bytes > std::numeric_limits<size_t>::max() - kAlignment) throw std::bad_alloc();
   const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (budget != nullptr) budget->Charge(rounded);  // throws past the budget
+  *charged = budget != nullptr;
+  if (bytes >= LargeBufferCache::kMinBytes) {
+    size_t cached = 0;
+    if (void* data = LargeBufferCache::Get().Take(bytes, &cached)) {
+      // A cached block may be up to twice the request: charge what it really holds.
+      if (budget != nullptr && cached > rounded) {
+        try {
+          budget->Charge(cached - rounded);
+        } catch (...) {
+          LargeBufferCache::Get().Give(data, cached);
+          budget->Credit(rounded);
+          throw;
+        }
+      }
+      *capacity = cached;
+      return data;
+    }
+  }
   void* data = std::aligned_alloc(kAlignment, rounded);
-  if (data == nullptr) throw std::bad_alloc();
+  if (data == nullptr) {
+    if (budget != nullptr) budget->Credit(rounded);
+    throw std::bad_alloc();
+  }
   *capacity = rounded;
   return data;
+}
+
+// The bytes a tensor of `shape` needs, or SIZE_MAX when a dim is negative or the element count
+// passes kMaxElements (a kernel computed an absurd shape from hostile input; the allocation then
+// fails as out of memory instead of wrapping around to a small buffer).
+size_t CheckedByteSize(const Shape& shape, DataType dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape.dims()) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+      return std::numeric_limits<size_t>::max();
+    }
+  }
+  return static_cast<size_t>(n) * DataTypeSize(dtype);
 }
 
 }  // namespace
@@ -128,11 +165,13 @@ Tensor::Tensor(Tensor&& other) noexcept
       data_(other.data_),
       capacity_(other.capacity_),
       owned_(other.owned_),
+      charged_(other.charged_),
       strings_(other.strings_) {
   other.dtype_ = DataType::kUndefined;
   other.data_ = nullptr;
   other.capacity_ = 0;
   other.owned_ = false;
+  other.charged_ = false;
   other.strings_ = 0;
 }
 
@@ -144,11 +183,13 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     data_ = other.data_;
     capacity_ = other.capacity_;
     owned_ = other.owned_;
+    charged_ = other.charged_;
     strings_ = other.strings_;
     other.dtype_ = DataType::kUndefined;
     other.data_ = nullptr;
     other.capacity_ = 0;
     other.owned_ = false;
+    other.charged_ = false;
     other.strings_ = 0;
   }
   return *this;
@@ -167,10 +208,16 @@ Tensor Tensor::ViewOf(const Tensor& other) { return View(other.dtype_, other.sha
 
 void Tensor::Release() {
   if (strings_ > 0) DestroyStrings(0);
-  if (owned_ && data_ != nullptr) LargeBufferCache::Get().Give(data_, capacity_);
+  if (owned_ && data_ != nullptr) {
+    if (charged_) {
+      if (MemoryBudget* budget = CurrentMemoryBudget()) budget->Credit(capacity_);
+    }
+    LargeBufferCache::Get().Give(data_, capacity_);
+  }
   data_ = nullptr;
   capacity_ = 0;
   owned_ = false;
+  charged_ = false;
 }
 
 void Tensor::DestroyStrings(int64_t keep) {
@@ -189,10 +236,10 @@ void Tensor::Resize(DataType dtype, const Shape& shape) {
   if (strings_ > 0) DestroyStrings(0);
   dtype_ = dtype;
   if (shape_ != shape) shape_ = shape;  // kernels mostly refill a tensor with its own shape
-  const size_t bytes = ByteSize();
+  const size_t bytes = CheckedByteSize(shape_, dtype_);
   if (!owned_ || bytes > capacity_) {
     Release();
-    data_ = AllocateBuffer(bytes, &capacity_);
+    data_ = AllocateBuffer(bytes, &capacity_, &charged_);
     owned_ = true;
   }
   if (dtype == DataType::kString) ConstructStrings(NumElements());
@@ -202,7 +249,7 @@ void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
   const size_t old_bytes = ByteSize();
   const int64_t old_elements = NumElements();
   shape_ = shape;
-  const size_t need = std::max(ByteSize(), reserve_bytes);
+  const size_t need = std::max(CheckedByteSize(shape_, dtype_), reserve_bytes);
   const bool strings = dtype_ == DataType::kString;
   if (owned_ && need <= capacity_) {
     if (strings) {
@@ -212,7 +259,8 @@ void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
     return;
   }
   size_t capacity = 0;
-  void* data = AllocateBuffer(need, &capacity);
+  bool charged = false;
+  void* data = AllocateBuffer(need, &capacity, &charged);
   if (strings) {
     // Strings are objects: moved into the new buffer, not copied as bytes.
     const int64_t keep = std::min(old_elements, NumElements());
@@ -230,6 +278,7 @@ void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
   data_ = data;
   capacity_ = capacity;
   owned_ = true;
+  charged_ = charged;
 }
 
 void Tensor::CopyFrom(const Tensor& other) {

@@ -21,6 +21,9 @@ namespace loopserve::engine {
 // owner must outlive the view. Writing through a view is a bug: Resize turns a view into an owned
 // buffer first. Move-only; copies are explicit (CopyFrom). Not thread-safe.
 //
+// Owned buffers are charged to the allocating thread's MemoryBudget (memory_budget.h); an
+// allocation past it throws MemoryBudgetExceeded, one that the system refuses std::bad_alloc.
+//
 // A kString tensor's owned buffer holds constructed std::string objects (empty after Resize); the
 // tensor copies them element by element (CopyFrom, ResizeKeepingData) and destroys them when the
 // buffer is released or resized. Its bytes must never be copied raw.
@@ -45,6 +48,7 @@ class Tensor {
     swap(a.data_, b.data_);
     swap(a.capacity_, b.capacity_);
     swap(a.owned_, b.owned_);
+    swap(a.charged_, b.charged_);
     swap(a.strings_, b.strings_);
   }
 
@@ -118,7 +122,8 @@ class Tensor {
   void* data_ = nullptr;
   size_t capacity_ = 0;
   bool owned_ = false;
-  int64_t strings_ = 0;  // std::string objects constructed in the owned buffer
+  bool charged_ = false;  // the buffer was charged to the allocating thread's MemoryBudget
+  int64_t strings_ = 0;   // std::string objects constructed in the owned buffer
 };
 
 // Copies `count` elements from `src` (element offset `src_offset`) to `dst` (`dst_offset`), both

@@ -7,14 +7,7 @@ namespace loopserve::engine {
 
 std::string ValueType::ToString() const {
   std::string dims_text = "?";
-  if (dims.has_value()) {
-    dims_text = absl::StrCat("[",
-                             absl::StrJoin(*dims, ",",
-                                           [](std::string* out, int64_t d) {
-                                             absl::StrAppend(out, d < 0 ? "?" : absl::StrCat(d));
-                                           }),
-                             "]");
-  }
+  if (dims.has_value()) dims_text = DimsToString(*dims);
   switch (kind) {
     case ValueKind::kTensor:
       return absl::StrCat(DataTypeName(dtype), dims_text);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
+#include "engine/runtime/run_context.h"
 #include "engine/tensor/shape.h"
 
 namespace loopserve::engine::native {
@@ -138,14 +139,16 @@ void ForEachBroadcast(const Broadcast<N>& b, Fn&& fn) {
 
 // Fills `out` (contiguous, row-major over `dims`) from `in`, where the input element for output
 // index (i_0, ..., i_r-1) is in[sum(i_d * strides[d])] (strides may be 0 or negative; `in` points
-// at the element for index 0). T is an element-sized unsigned type.
+// at the element for index 0). T is an element-sized unsigned type. With a `pacer`, the copy
+// reports its progress to it (rows, and long rows in pieces) and stops early, returning false,
+// when the run must stop.
 template <typename T>
-void StridedCopy(const T* in, T* out, absl::Span<const int64_t> dims,
-                 absl::Span<const int64_t> strides) {
+bool StridedCopy(const T* in, T* out, absl::Span<const int64_t> dims,
+                 absl::Span<const int64_t> strides, InterruptPacer* pacer = nullptr) {
   DimVector cd;
   DimVector cs;
   for (size_t d = 0; d < dims.size(); ++d) {
-    if (dims[d] == 0) return;
+    if (dims[d] == 0) return true;
     if (dims[d] == 1) continue;
     if (!cd.empty() && cs.back() == strides[d] * dims[d]) {
       cd.back() *= dims[d];
@@ -158,20 +161,29 @@ void StridedCopy(const T* in, T* out, absl::Span<const int64_t> dims,
   const int rank = static_cast<int>(cd.size());
   if (rank == 0) {
     out[0] = in[0];
-    return;
+    return true;
   }
   const int64_t inner = cd[rank - 1];
   const int64_t step = cs[rank - 1];
   DimVector index(rank, 0);
   int64_t base = 0;
+  // One row [begin, end) of the innermost dim.
+  auto row = [&](const T* src, T* dst, int64_t begin, int64_t end) {
+    if (step == 1) {
+      std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin) * sizeof(T));
+    } else if (step == 0) {
+      std::fill(dst + begin, dst + end, *src);
+    } else {
+      for (int64_t i = begin; i < end; ++i) dst[i] = src[i * step];
+    }
+  };
   for (;;) {
     const T* src = in + base;
-    if (step == 1) {
-      std::memcpy(out, src, static_cast<size_t>(inner) * sizeof(T));
-    } else if (step == 0) {
-      std::fill(out, out + inner, *src);
-    } else {
-      for (int64_t i = 0; i < inner; ++i) out[i] = src[i * step];
+    if (pacer == nullptr) {
+      row(src, out, 0, inner);
+    } else if (!pacer->ForEachChunk(inner, sizeof(T),
+                                    [&](int64_t b, int64_t e) { row(src, out, b, e); })) {
+      return false;
     }
     out += inner;
     int d = rank - 2;
@@ -181,17 +193,21 @@ void StridedCopy(const T* in, T* out, absl::Span<const int64_t> dims,
       base -= cs[d] * cd[d];
       index[d] = 0;
     }
-    if (d < 0) return;
+    if (d < 0) return true;
   }
 }
 
 // StridedCopy for any element type, by element size. `in` points at the element for index 0.
-inline void StridedCopyElements(DataType dtype, const void* in, void* out,
-                                absl::Span<const int64_t> dims, absl::Span<const int64_t> strides) {
+// False when `pacer` (optional) reported an interruption.
+inline bool StridedCopyElements(DataType dtype, const void* in, void* out,
+                                absl::Span<const int64_t> dims, absl::Span<const int64_t> strides,
+                                InterruptPacer* pacer = nullptr) {
+  bool done = true;
   DispatchBySize(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    StridedCopy<T>(static_cast<const T*>(in), static_cast<T*>(out), dims, strides);
+    done = StridedCopy<T>(static_cast<const T*>(in), static_cast<T*>(out), dims, strides, pacer);
   });
+  return done;
 }
 
 // Numpy broadcasting, plus the opset < 7 form: with `legacy_broadcast` the second shape is

@@ -4,6 +4,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/runtime/run_context.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -76,13 +77,14 @@ class ConcatKernel final : public Kernel {
     const size_t out_row = static_cast<size_t>(axis_total) * inner_bytes;
     char* out = static_cast<char*>(y->mutable_raw_data());
     size_t offset = 0;
+    InterruptPacer pacer(ctx.run_context());  // outputs may be hundreds of megabytes
     for (int i = 0; i < n; ++i) {
       const Tensor& t = ctx.input(i);
       const size_t row = static_cast<size_t>(t.dim(axis)) * inner_bytes;
       if (row == 0) continue;
       const char* in = static_cast<const char*>(t.raw_data());
       for (int64_t o = 0; o < outer; ++o) {
-        std::memcpy(out + o * out_row + offset, in + o * row, row);
+        if (!pacer.Copy(out + o * out_row + offset, in + o * row, row)) return pacer.status();
       }
       offset += row;
     }

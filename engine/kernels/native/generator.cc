@@ -6,6 +6,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/runtime/run_context.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -78,7 +79,14 @@ class RangeKernel final : public Kernel {
         return;
       }
       T* out = ctx.output(0, type, Shape{*n})->mutable_data<T>();
-      for (int64_t i = 0; i < *n; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+      InterruptPacer pacer(ctx.run_context());
+      if (!pacer.ForEachChunk(*n, sizeof(T), [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) {
+              out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+            }
+          })) {
+        status = pacer.status();
+      }
     };
     switch (type) {
       case DataType::kFloat32:
@@ -138,14 +146,17 @@ class ConstantOfShapeKernel final : public Kernel {
     LS_ASSIGN_OR_RETURN(Shape shape, ValidateDims(dims, "input 'input'"));
     Tensor* y = ctx.output(0, dtype_, shape);
     const int64_t n = shape.NumElements();
+    InterruptPacer pacer(ctx.run_context());  // a few bytes of input may ask for gigabytes
+    bool done = true;
     DispatchBySize(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       T v;
       std::memcpy(&v, value_, sizeof(T));
       T* out = y->mutable_data<T>();
-      std::fill(out, out + n, v);
+      done = pacer.ForEachChunk(n, sizeof(T),
+                                [&](int64_t b, int64_t e) { std::fill(out + b, out + e, v); });
     });
-    return absl::OkStatus();
+    return done ? absl::OkStatus() : pacer.status();
   }
 
  private:

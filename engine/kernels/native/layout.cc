@@ -43,7 +43,11 @@ class TransposeKernel final : public Kernel {
       strides[d] = in_strides[perm[d]];
     }
     Tensor* y = ctx.output(0, x.dtype(), out_shape);
-    StridedCopyElements(x.dtype(), x.raw_data(), y->mutable_raw_data(), dims, strides);
+    InterruptPacer pacer(ctx.run_context());
+    if (!StridedCopyElements(x.dtype(), x.raw_data(), y->mutable_raw_data(), dims, strides,
+                             &pacer)) {
+      return pacer.status();
+    }
     return absl::OkStatus();
   }
 
@@ -74,7 +78,11 @@ class ExpandKernel final : public Kernel {
     LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&x.shape(), &target}, &both));
     Tensor* y = ctx.output(0, x.dtype(), both.out_shape);
     if (both.num_elements == 0) return absl::OkStatus();
-    StridedCopyElements(x.dtype(), x.raw_data(), y->mutable_raw_data(), both.dims, both.strides[0]);
+    InterruptPacer pacer(ctx.run_context());
+    if (!StridedCopyElements(x.dtype(), x.raw_data(), y->mutable_raw_data(), both.dims,
+                             both.strides[0], &pacer)) {
+      return pacer.status();
+    }
     return absl::OkStatus();
   }
 };
@@ -134,7 +142,11 @@ class TileKernel final : public Kernel {
     LS_ASSIGN_OR_RETURN(Shape out_shape, ValidateDims(out_dims, "output"));
     Tensor* y = ctx.output(0, x.dtype(), out_shape);
     if (out_shape.NumElements() == 0) return absl::OkStatus();
-    StridedCopyElements(x.dtype(), x.raw_data(), y->mutable_raw_data(), dims, strides);
+    InterruptPacer pacer(ctx.run_context());
+    if (!StridedCopyElements(x.dtype(), x.raw_data(), y->mutable_raw_data(), dims, strides,
+                             &pacer)) {
+      return pacer.status();
+    }
     return absl::OkStatus();
   }
 

@@ -4,6 +4,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/runtime/run_context.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -94,6 +95,8 @@ class PadKernel final : public Kernel {
     DimVector strides;
     RowMajorStrides(x.shape(), &strides);
     const int64_t n = out_shape.NumElements();
+    InterruptPacer pacer(ctx.run_context());
+    bool done = true;
     const bool ok = DispatchNumericOrBool(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       T value = static_cast<T>(attr_value_);
@@ -106,6 +109,10 @@ class PadKernel final : public Kernel {
       T* out = y->mutable_data<T>();
       DimVector coord(rank, 0);
       for (int64_t o = 0; o < n; ++o) {
+        if (!pacer.Produced(sizeof(T))) {
+          done = false;
+          return;
+        }
         int64_t offset = 0;
         bool inside = true;
         for (int d = 0; d < rank; ++d) {
@@ -145,7 +152,7 @@ class PadKernel final : public Kernel {
       }
     });
     if (!ok) return UnsupportedType("data", x.dtype());
-    return absl::OkStatus();
+    return done ? absl::OkStatus() : pacer.status();
   }
 
  private:

@@ -127,7 +127,11 @@ class SliceKernel final : public Kernel {
     if (empty) return absl::OkStatus();
     const char* base = static_cast<const char*>(x.raw_data()) +
                        offset * static_cast<int64_t>(DataTypeSize(x.dtype()));
-    StridedCopyElements(x.dtype(), base, y->mutable_raw_data(), out_shape.dims(), in_strides);
+    InterruptPacer pacer(ctx.run_context());
+    if (!StridedCopyElements(x.dtype(), base, y->mutable_raw_data(), out_shape.dims(), in_strides,
+                             &pacer)) {
+      return pacer.status();
+    }
     return absl::OkStatus();
   }
 

@@ -176,5 +176,60 @@ TEST(OnnxImporterTest, MalformedInitializerBytesAreInvalidArgument) {
   EXPECT_NE(model.status().message().find("16"), std::string::npos) << model.status();
 }
 
+// Dims claiming up to 2^40 elements in a few bytes of data (raw or typed, initializer or Constant)
+// fail the load with InvalidArgument before anything that large is allocated.
+TEST(OnnxImporterTest, AbsurdDimsWithFewBytesAreInvalidArgument) {
+  for (const bool raw : {true, false}) {
+    for (const bool constant_node : {false, true}) {
+      onnx::ModelProto m = BaseModel();
+      auto* g = m.mutable_graph();
+      AddValueInfo(g->mutable_output(), "w", onnx::TensorProto::FLOAT, {});
+      onnx::TensorProto* w;
+      if (constant_node) {
+        onnx::NodeProto* node = AddNode(g, "Constant", {}, {"w"}, "c");
+        auto* attr = node->add_attribute();
+        attr->set_name("value");
+        attr->set_type(onnx::AttributeProto::TENSOR);
+        w = attr->mutable_t();
+      } else {
+        w = g->add_initializer();
+      }
+      w->set_name("w");
+      w->set_data_type(onnx::TensorProto::FLOAT);
+      w->add_dims(int64_t{1} << 20);
+      w->add_dims(int64_t{1} << 20);  // 2^40 elements: 4 TiB
+      if (raw) {
+        w->set_raw_data(std::string(8, '\0'));
+      } else {
+        w->add_float_data(1.f);
+        w->add_float_data(2.f);
+      }
+      auto model = Load(m);
+      EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+      EXPECT_NE(model.status().message().find("needs"), std::string::npos) << model.status();
+    }
+  }
+}
+
+// The load-time memory cap: constants past it fail the load with InvalidArgument.
+TEST(OnnxImporterTest, ConstantsPastTheMemoryCapFailTheLoad) {
+  onnx::ModelProto m = BaseModel();
+  auto* g = m.mutable_graph();
+  AddValueInfo(g->mutable_output(), "w", onnx::TensorProto::FLOAT, {1024});
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(1024);
+  w->set_raw_data(std::string(4096, '\0'));
+  LoadOptions options;
+  options.max_memory_bytes = 1024;
+  auto capped = Model::LoadOnnx(m.SerializeAsString(), options);
+  EXPECT_EQ(capped.status().code(), absl::StatusCode::kInvalidArgument) << capped.status();
+  EXPECT_NE(capped.status().message().find("memory budget of 1024"), std::string::npos)
+      << capped.status();
+  options.max_memory_bytes = 1 << 20;
+  EXPECT_TRUE(Model::LoadOnnx(m.SerializeAsString(), options).ok());
+}
+
 }  // namespace
 }  // namespace loopserve::engine

@@ -1,5 +1,6 @@
 #include "engine/tensor/tensor.h"
 
+#include "engine/tensor/memory_budget.h"
 #include "engine/tensor/shape.h"
 #include "engine/tensor/value.h"
 #include "gtest/gtest.h"
@@ -13,6 +14,48 @@ TEST(ShapeTest, ValidateDimsRejectsNegativeAndOverflow) {
   EXPECT_EQ(ValidateDims({2, -1}, "t").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateDims({int64_t{1} << 32, int64_t{1} << 32}, "t").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShapeTest, LongShapesAreAbbreviated) {
+  EXPECT_EQ(DimsToString({2, -1, 3}), "[2,?,3]");
+  const std::vector<int64_t> dims(200001, 1);
+  const std::string text = DimsToString(dims);
+  EXPECT_EQ(text, "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,...,1,1] (rank 200001)");
+  auto status = ValidateDims(std::vector<int64_t>(100, int64_t{1} << 20), "input 'x'").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(status.message().size(), 200u);
+}
+
+// Every owned buffer is charged to the thread's budget and credited when freed; an allocation past
+// the limit throws before anything is allocated, and the budget is untouched by it.
+TEST(MemoryBudgetTest, ChargesAllocationsAndRefusesPastTheLimit) {
+  MemoryBudget budget(1 << 20);
+  {
+    ScopedMemoryBudget scope(&budget);
+    const int64_t allocations = TensorAllocationCount();
+    Tensor a(DataType::kFloat32, Shape{1000});  // 4000 bytes, rounded to 64
+    EXPECT_EQ(budget.used(), 4032);
+    Tensor b(DataType::kUint8, Shape{100});
+    EXPECT_EQ(budget.used(), 4032 + 128);
+    EXPECT_THROW(Tensor(DataType::kFloat32, Shape{1 << 20}), MemoryBudgetExceeded);
+    EXPECT_EQ(budget.used(), 4032 + 128);
+    EXPECT_EQ(TensorAllocationCount(), allocations + 3);
+    b = Tensor();
+    EXPECT_EQ(budget.used(), 4032);
+    // A move keeps the charge with the buffer; an absurd shape fails as out of memory instead of
+    // wrapping around to a small buffer.
+    Tensor c = std::move(a);
+    EXPECT_EQ(budget.used(), 4032);
+    EXPECT_THROW(c.Resize(DataType::kFloat32, Shape{int64_t{1} << 32, int64_t{1} << 32}),
+                 std::bad_alloc);
+    EXPECT_EQ(budget.used(), 0);
+    EXPECT_EQ(budget.peak(), 4032 + 128);
+  }
+  EXPECT_EQ(CurrentMemoryBudget(), nullptr);
+  // Without a budget nothing is charged, and a tensor freed outside its budget's scope is fine.
+  Tensor d(DataType::kFloat32, Shape{10});
+  EXPECT_EQ(budget.used(), 0);
+  EXPECT_THROW(Tensor(DataType::kInt64, Shape{int64_t{1} << 40, 1 << 10}), std::bad_alloc);
 }
 
 TEST(ShapeTest, BroadcastFollowsNumpy) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -32,7 +33,9 @@ class EngineServerTest : public ::testing::Test {
     repository_.MakeDir("counter/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/counter/1/model.onnx");
-    repository_.WriteFile("capped/config.pbtxt", "max_loop_iterations: 10");
+    repository_.WriteFile(
+        "capped/config.pbtxt",
+        "parameters { key: \"max_loop_iterations\" value: { string_value: \"10\" } }");
     repository_.MakeDir("capped/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/capped/1/model.onnx");
@@ -185,7 +188,7 @@ class InlineEngineServerTest : public EngineServerTest {
   void SetUp() override {
     EngineServerTest::SetUp();
     if (IsSkipped()) return;
-    repository_.WriteFile("single/config.pbtxt", "instance_count: 1");
+    repository_.WriteFile("single/config.pbtxt", "instance_group [ { count: 1 kind: KIND_CPU } ]");
     repository_.MakeDir("single/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/single/1/model.onnx");
@@ -280,11 +283,15 @@ TEST_F(InlineEngineServerTest, InlineRunKeepsTheInstanceCapAndItsDeadline) {
   // Both versions timed once.
   ASSERT_TRUE(Infer(Request("single", 1), &response, absl::Seconds(30)).ok());
   ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  // A worker answers before it gives its slots back: wait for that, or the next run may find
+  // `single`'s only instance still taken (seen on a loaded 2-core machine).
+  ASSERT_TRUE(WaitUntil([&] { return pool.running() == 0; }));
   // An endless run of `single` takes its only instance on a gRPC thread until its deadline.
   std::unique_ptr<Pending> endless =
       Send(Request("single", std::numeric_limits<int64_t>::max()), absl::Seconds(2));
-  ASSERT_TRUE(WaitUntil([&] { return pool.running() == 1; }));
-  EXPECT_EQ(pool.ran_here(), 1);
+  // (The worker that answered the timing runs may still be giving back its slot: wait for the
+  // inline run itself.)
+  ASSERT_TRUE(WaitUntil([&] { return pool.ran_here() == 1 && pool.running() == 1; }));
   // A second `single` request waits in the queue although a worker is idle ...
   std::unique_ptr<Pending> second = Send(Request("single", 1), absl::Seconds(30));
   ASSERT_TRUE(WaitUntil([&] { return pool.queue_size() == 1; }));
@@ -325,6 +332,76 @@ TEST_F(InlineEngineServerTest, TimeoutParameterAppliesToAnInlineRun) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
   EXPECT_LT(absl::Now() - sent, absl::Seconds(10));
   EXPECT_EQ(server_->worker_pool().ran_here(), 1);
+}
+
+// gRPC delivers OnCancel only after the handler returns, which an inline run would not do until
+// its Loop ended: the service's watcher polls the call and stops the run.
+TEST_F(InlineEngineServerTest, ClientCancelStopsAnInlineRunWithinAPoll) {
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  WorkerPool& pool = server_->worker_pool();
+  std::unique_ptr<Pending> endless =
+      Send(Request("counter", std::numeric_limits<int64_t>::max()), absl::Hours(1));
+  // It runs on the gRPC thread (the first request, timed, went through the queue).
+  ASSERT_TRUE(WaitUntil([&] { return pool.ran_here() == 1 && pool.running() == 1; }));
+  absl::SleepFor(absl::Milliseconds(50));  // well inside the Loop
+  const absl::Time cancelled = absl::Now();
+  endless->context.TryCancel();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return server_->metrics().inflight_requests().Value() == 0 && pool.running() == 0; }));
+  const absl::Duration took = absl::Now() - cancelled;
+  EXPECT_LT(took, absl::Milliseconds(100));
+  std::printf("inline run cancelled: in-flight gauge 0 after %.1f ms\n",
+              absl::ToDoubleMilliseconds(took));
+  endless->done.WaitForNotification();
+  EXPECT_EQ(endless->status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(server_->metrics().Serialize(),
+              HasSubstr("loopserve_loop_limit_hits_total{reason=\"cancelled\"} 1"));
+  ASSERT_TRUE(Infer(Request("counter", 2), &response, absl::Seconds(30)).ok());
+}
+
+// Shutdown after the exit timeout cancels what still runs, inline and on workers alike, so it
+// returns about exit_timeout after it started whatever the Loops would do.
+TEST_F(InlineEngineServerTest, ShutdownCancelsEndlessRunsAfterTheExitTimeout) {
+  server_.reset();
+  ServerOptions options;
+  options.model_repository = repository_.path();
+  options.address = "127.0.0.1";
+  options.grpc_port = 0;
+  options.metrics_port = -1;
+  options.workers = 2;
+  options.inline_run_limit = absl::Hours(1);
+  options.max_inline_runs = 1;
+  options.exit_timeout = absl::Milliseconds(500);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  WorkerPool& pool = server_->worker_pool();
+  // One endless run inline (max_inline_runs 1), one on the other worker slot, one queued.
+  std::vector<std::unique_ptr<Pending>> endless;
+  const int64_t forever = std::numeric_limits<int64_t>::max();
+  endless.push_back(Send(Request("counter", forever), absl::Hours(1)));
+  ASSERT_TRUE(WaitUntil([&] { return pool.ran_here() == 1 && pool.running() == 1; }));
+  endless.push_back(Send(Request("counter", forever), absl::Hours(1)));
+  ASSERT_TRUE(WaitUntil([&] { return pool.running() == 2; }));
+  endless.push_back(Send(Request("counter", forever), absl::Hours(1)));
+  ASSERT_TRUE(WaitUntil([&] { return pool.queue_size() == 1; }));
+  EXPECT_EQ(pool.ran_here(), 1);
+  const absl::Time start = absl::Now();
+  server_->Shutdown();
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_LT(took, options.exit_timeout + absl::Milliseconds(500));
+  std::printf("shutdown with 3 endless runs in flight, exit timeout 500 ms: %.0f ms\n",
+              absl::ToDoubleMilliseconds(took));
+  for (auto& pending : endless) {
+    ASSERT_TRUE(pending->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_FALSE(pending->status.ok());
+  }
+  EXPECT_EQ(server_->metrics().inflight_requests().Value(), 0);
 }
 
 TEST_F(UncappedEngineServerTest, VersionsWithLongRunsGoThroughTheQueue) {

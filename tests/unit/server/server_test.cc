@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_service.grpc.pb.h"
@@ -167,7 +168,7 @@ TEST_F(ServerTest, ModelReadyAndMetadata) {
   ASSERT_TRUE(stub_->ModelMetadata(&context, request, &metadata).ok());
   EXPECT_EQ(metadata.name(), "echo");
   EXPECT_THAT(metadata.versions(), ::testing::ElementsAre("1", "2"));
-  EXPECT_EQ(metadata.platform(), "onnx");
+  EXPECT_EQ(metadata.platform(), "onnxruntime_onnx");
   ASSERT_EQ(metadata.inputs_size(), 3);
   EXPECT_EQ(metadata.inputs(0).name(), "x");
   EXPECT_EQ(metadata.inputs(0).datatype(), "FP32");
@@ -263,6 +264,71 @@ TEST_F(ServerTest, InferErrorsMapToCodesAndTheServerKeepsServing) {
                               "version=\"2\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_inflight_requests 0"));
   EXPECT_THAT(text, HasSubstr("loopserve_queue_depth 0"));
+}
+
+// Bytes that do not parse as a ModelInferRequest: INVALID_ARGUMENT with a message (gRPC's
+// generated handler would answer UNIMPLEMENTED with none); the server keeps serving.
+TEST_F(ServerTest, UndecodableRequestBytesAreInvalidArgument) {
+  grpc::GenericStub generic(channel_);
+  for (const std::string& bytes :
+       {std::string("\xff\xff\xff\xff\xff", 5), std::string("\x0a\x80\x80\x80\x80\x10", 6)}) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, "/inference.GRPCInferenceService/ModelInfer", {}, &request,
+                      &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("not a valid inference.ModelInferRequest"));
+  }
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(Infer(EchoRequest(), &response).ok());
+  EXPECT_EQ(response.id(), "req-42");
+}
+
+// A shape of rank 200,001 is echoed abbreviated: the message stays small enough to be received.
+TEST_F(ServerTest, AbsurdRankGetsABoundedMessage) {
+  inference::ModelInferRequest request = EchoRequest();
+  request.mutable_inputs(0)->clear_shape();
+  for (int i = 0; i < 200001; ++i) request.mutable_inputs(0)->add_shape(1);
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("(rank 200001)"));
+  EXPECT_LT(status.error_message().size(), 1024u);
+}
+
+// What clients see about failed models names them, never the repository's path on the server.
+TEST_F(ServerTest, ErrorsAndIndexReasonsNeverShowServerPaths) {
+  repository_.MakeDir("nofile/1");  // a version folder without a model file
+  const absl::Status load = server_->registry().Load("nofile");
+  EXPECT_EQ(load.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(load.message()), HasSubstr("model 'nofile' v1"));
+  EXPECT_THAT(std::string(load.message()), ::testing::Not(HasSubstr(repository_.path())));
+  inference::RepositoryIndexRequest index_request;
+  inference::RepositoryIndexResponse index;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->RepositoryIndex(&context, index_request, &index).ok());
+  bool saw_reason = false;
+  for (const auto& model : index.models()) {
+    EXPECT_THAT(model.reason(), ::testing::Not(HasSubstr(repository_.path()))) << model.name();
+    saw_reason = saw_reason || !model.reason().empty();
+  }
+  EXPECT_TRUE(saw_reason);  // `broken` reports why
+  inference::ModelInferRequest request = EchoRequest();
+  request.set_model_name("broken");
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(), HasSubstr("model 'broken' v1"));
+  EXPECT_THAT(status.error_message(), ::testing::Not(HasSubstr(repository_.path())));
 }
 
 class SingleWorkerServerTest : public ServerTest {

@@ -16,6 +16,22 @@ TEST(StatusUtilTest, EveryCanonicalCodeKeepsItsNumberAndMessage) {
 
 TEST(StatusUtilTest, OkIsOk) { EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok()); }
 
+TEST(StatusUtilTest, LongMessagesAreCutAtACharacterBoundary) {
+  const std::string exact(kMaxStatusMessageBytes, 'a');
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError(exact)).error_message(), exact);
+  // 400 KB of a two-byte UTF-8 character: the cut never splits one.
+  std::string long_text;
+  for (int i = 0; i < 200000; ++i) long_text += "\xc3\xa9";
+  const std::string cut = ToGrpcStatus(absl::InvalidArgumentError(long_text)).error_message();
+  EXPECT_LE(cut.size(), kMaxStatusMessageBytes);
+  const std::string tail = " ... (400000 bytes in all)";
+  ASSERT_GT(cut.size(), tail.size());
+  EXPECT_EQ(cut.substr(cut.size() - tail.size()), tail);
+  const std::string kept = cut.substr(0, cut.size() - tail.size());
+  EXPECT_EQ(kept.size() % 2, 0u);
+  EXPECT_EQ(kept, long_text.substr(0, kept.size()));
+}
+
 TEST(StatusUtilTest, NamedCodesMatchGrpc) {
   EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("")).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
