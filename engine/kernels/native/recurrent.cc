@@ -65,9 +65,9 @@ void Clip(float* x, int64_t n, float clip) {
 void Activate(const RecurrentActivation& a, float* x, int64_t n) {
   switch (a.kind) {
     case Kind::kSigmoid:
-      return SigmoidInPlace(x, n);
+      return UnaryF32(VecUnary::kSigmoid, x, x, n);
     case Kind::kTanh:
-      return TanhInPlace(x, n);
+      return UnaryF32(VecUnary::kTanh, x, x, n);
     case Kind::kRelu:
       for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], 0.0f);
       return;
@@ -82,7 +82,7 @@ void Activate(const RecurrentActivation& a, float* x, int64_t n) {
       return;
     case Kind::kScaledTanh:
       for (int64_t i = 0; i < n; ++i) x[i] *= a.beta;
-      TanhInPlace(x, n);
+      UnaryF32(VecUnary::kTanh, x, x, n);
       for (int64_t i = 0; i < n; ++i) x[i] *= a.alpha;
       return;
     case Kind::kHardSigmoid:

@@ -8,8 +8,8 @@
 // The native implementation is vectorised where the time goes: the input projection of all time
 // steps is one sgemm, each step's recurrent product one sgemm (or, for a batch of one with
 // constant weights, the packed one-row kernel fed the input projection as its bias), and the gate
-// nonlinearities the AVX-512 / AVX2 tanh and sigmoid of vector_math.h. Nothing is allocated per
-// step; the per-frame scratch is reused across runs.
+// nonlinearities the SLEEF array functions of vector_math.h (AVX-512 / AVX2 by native::ActiveIsa).
+// Nothing is allocated per step; the per-frame scratch is reused across runs.
 
 #include <cstdint>
 #include <memory>

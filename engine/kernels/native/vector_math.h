@@ -1,89 +1,74 @@
 #pragma once
 
-// Vectorised float math shared by the native kernels: tanh as the rational approximation of
-// Eigen and ONNX Runtime's MLAS (a few ulp from std::tanh), sigmoid as 0.5 + 0.5 tanh(x / 2).
-// The per-register forms are inline with target attributes so callers compiled for the baseline
-// ISA can use them inside their own AVX-512 / AVX2 functions; the array forms pick the widest ISA
-// the CPU has at run time (scalar std::tanh elsewhere).
+// Vectorised float32 math over arrays: the transcendental and arithmetic elementwise functions
+// that loop bodies apply to small tensors (an RNN cell's [1, 128] Tanh, a gate's Sigmoid, a
+// selective scan's Exp and Softplus, erf-GELU), where a oneDNN primitive's fixed cost per execute
+// (0.2-0.6 us) exceeds the arithmetic and a scalar libm loop (15-20 ns an element in double) is
+// slower still. The functions come from SLEEF (Debian libsleef-dev: Sleef_*f16_*avx512f /
+// Sleef_*f8_*avx2, 1.0-3.5 ulp), called from translation units built for each ISA and chosen at
+// run time by native::ActiveIsa(); a scalar float loop serves CPUs without AVX2. Stateless and
+// thread-safe. Accuracy is tested against double precision (tests/unit/engine/kernels/native/
+// vector_math_test.cc); every function is within the ONNX backend tolerance (rtol 1e-3).
 
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define LS_VECTOR_MATH_X86 1
-#endif
-
 namespace loopserve::engine::native {
 
-enum class SimdIsa : uint8_t { kNone, kAvx2, kAvx512 };
+// Elementwise y = f(x). `alpha` / `beta` parameterise the ops that say so.
+enum class VecUnary : uint8_t {
+  kIdentity,
+  kRelu,
+  kTanh,
+  kSigmoid,  // 1 / (1 + exp(-x))
+  kExp,
+  kLog,
+  kSqrt,
+  kAbs,
+  kNeg,
+  kErf,
+  kSoftplus,  // log(1 + exp(x))
+  kGeluErf,   // 0.5 x (1 + erf(x / sqrt 2))
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  kSin,
+  kCos,
+  kReciprocal,   // 1 / x
+  kLinear,       // alpha x + beta
+  kPow,          // x ^ alpha
+  kLeakyRelu,    // x >= 0 ? x : alpha x
+  kElu,          // x >= 0 ? x : alpha (exp(x) - 1)
+  kHardSigmoid,  // max(0, min(1, alpha x + beta))
+  kHardSwish,    // x max(0, min(1, x / 6 + 1 / 2))
+  kSoftsign,     // x / (1 + |x|)
+  kClip,         // min(max(x, alpha), beta)
+  kFloor,
+  kCeil,
+  kRound,  // half to even
+  kMish,   // x tanh(softplus(x))
+  kCount,
+};
 
-// AVX-512F, else AVX2+FMA, else none (libgcc's checks include the OS's XSAVE support).
-SimdIsa DetectSimdIsa();
+// Elementwise y = a op b.
+enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kCount };
 
-// x[0:n] = tanh(x) / sigmoid(x), in place.
-void TanhInPlace(float* x, int64_t n);
-void SigmoidInPlace(float* x, int64_t n);
+// y[i] = op(x[i]) for i < n. `y` may be `x` (in place).
+void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.0f,
+              float beta = 0.0f);
 
-#if defined(LS_VECTOR_MATH_X86)
-namespace vector_math {
+// y[i] = a[i * a_stride] op b[i * b_stride] for i < n; strides are 0 (a scalar operand) or 1.
+// `y` may be `a` or `b`. Max and Min return NaN when either operand is NaN (numpy's rule).
+void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, int64_t b_stride,
+               float* y, int64_t n);
 
-// tanh(x) ~ x P(x^2) / Q(x^2), degrees 13/6, on x clamped to where float tanh rounds to +-1.
-inline constexpr float kTanhClamp = 7.90531110763549805f;
-inline constexpr float kAlpha13 = -2.76076847742355e-16f;
-inline constexpr float kAlpha11 = 2.00018790482477e-13f;
-inline constexpr float kAlpha9 = -8.60467152213735e-11f;
-inline constexpr float kAlpha7 = 5.12229709037114e-08f;
-inline constexpr float kAlpha5 = 1.48572235717979e-05f;
-inline constexpr float kAlpha3 = 6.37261928875436e-04f;
-inline constexpr float kAlpha1 = 4.89352455891786e-03f;
-inline constexpr float kBeta6 = 1.19825839466702e-06f;
-inline constexpr float kBeta4 = 1.18534705686654e-04f;
-inline constexpr float kBeta2 = 2.26843463243900e-03f;
-inline constexpr float kBeta0 = 4.89352518554385e-03f;
+// Reductions of one contiguous row.
+float SumF32(const float* x, int64_t n);
+float MaxF32(const float* x, int64_t n);
 
-__attribute__((target("avx512f,fma"))) inline __m512 Tanh512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-kTanhClamp)), _mm512_set1_ps(kTanhClamp));
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(kAlpha13), _mm512_set1_ps(kAlpha11));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha9));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha7));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha5));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha3));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha1));
-  p = _mm512_mul_ps(p, x);
-  __m512 q = _mm512_fmadd_ps(x2, _mm512_set1_ps(kBeta6), _mm512_set1_ps(kBeta4));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kBeta2));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kBeta0));
-  return _mm512_div_ps(p, q);
-}
+// sum x[i] y[i], and y[i] += a x[i].
+float DotF32(const float* x, const float* y, int64_t n);
+void AxpyF32(float a, const float* x, float* y, int64_t n);
 
-__attribute__((target("avx512f,fma"))) inline __m512 Sigmoid512(__m512 x) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  return _mm512_fmadd_ps(Tanh512(_mm512_mul_ps(x, half)), half, half);
-}
-
-__attribute__((target("avx2,fma"))) inline __m256 Tanh256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-kTanhClamp)), _mm256_set1_ps(kTanhClamp));
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 p = _mm256_fmadd_ps(x2, _mm256_set1_ps(kAlpha13), _mm256_set1_ps(kAlpha11));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha9));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha7));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha5));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha3));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha1));
-  p = _mm256_mul_ps(p, x);
-  __m256 q = _mm256_fmadd_ps(x2, _mm256_set1_ps(kBeta6), _mm256_set1_ps(kBeta4));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kBeta2));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kBeta0));
-  return _mm256_div_ps(p, q);
-}
-
-__attribute__((target("avx2,fma"))) inline __m256 Sigmoid256(__m256 x) {
-  const __m256 half = _mm256_set1_ps(0.5f);
-  return _mm256_fmadd_ps(Tanh256(_mm256_mul_ps(x, half)), half, half);
-}
-
-}  // namespace vector_math
-#endif  // LS_VECTOR_MATH_X86
+// y[i] = exp(x[i] - shift), returning the sum of the y[i] (a softmax's numerator and denominator
+// in one pass). `y` may be `x`.
+float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n);
 
 }  // namespace loopserve::engine::native
