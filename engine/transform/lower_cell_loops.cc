@@ -25,7 +25,7 @@ const Tensor* BodyConstant(const Graph& body, ValueId id, const TransformContext
     if (value == id) return tensor.get();
   }
   for (const Capture& capture : body.captures) {
-    if (capture.inner == id) return context.find_constant(capture.outer);
+    if (capture.inner == id && context.find_constant) return context.find_constant(capture.outer);
   }
   return nullptr;
 }
@@ -155,10 +155,11 @@ std::optional<Match> MatchCellLoop(const Node& loop, const Graph& body,
     return k < static_cast<int>(cell.outputs.size()) ? cell.outputs[k] : kNoValue;
   };
   if (input(kX) != m.squeeze->outputs[0] || input(kLengths) != kNoValue) return std::nullopt;
+  // Constant float32 weights (the layer gets copies with a direction axis).
   for (int k : {kW, kR, kB, kP}) {
-    if (input(k) != kNoValue && BodyConstant(body, input(k), context) == nullptr) {
-      return std::nullopt;
-    }
+    if (input(k) == kNoValue) continue;
+    const Tensor* weights = BodyConstant(body, input(k), context);
+    if (weights == nullptr || weights->dtype() != DataType::kFloat32) return std::nullopt;
   }
   if (input(kW) == kNoValue || input(kR) == kNoValue) return std::nullopt;
   if (m.unsqueeze != nullptr && m.unsqueeze->inputs[0] != output(1)) return std::nullopt;
