@@ -23,8 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
-#include "engine/kernels/dnnl/kernels.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
+#include "engine/kernels/dnnl/kernels.h"
 #include "engine/runtime/run_context.h"
 
 namespace loopserve::engine {
@@ -39,6 +39,10 @@ using native::RecurrentWeights;
 using Kind = RecurrentActivation::Kind;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
+
+// The most multiply-adds one primitive call may take (about 25 ms at 40 G a second); longer layers
+// run natively, where the run's deadline and cancellation are checked every few steps.
+constexpr double kMaxPrimitiveWork = 1 << 30;
 
 // Node inputs (ONNX order; the OpenVINO lowering reorders its ports into it).
 enum Input { kX = 0, kW, kR, kB, kLengths, kH0, kC0, kP, kNumInputs };
@@ -230,14 +234,20 @@ class RecurrentKernel final : public Kernel {
       io.y_c = ctx.output(2, DataType::kFloat32, state_shape)->mutable_data<float>();
     }
     // A batch of one recurs on the packed one-row kernel (bench/RESULTS.md: hidden 256, 64 steps,
-    // 1.20 ms against 1.74 ms for lstm_forward); larger batches on the primitive.
+    // 1.20 ms against 1.74 ms for lstm_forward); larger batches on the primitive, which runs all
+    // steps in one uninterruptible call: so only up to kMaxPrimitiveWork multiply-adds (tens of
+    // milliseconds). Longer runs take the native path, which checks the deadline and
+    // cancellation every few steps.
     const bool packed_batch1 = shape.batch == 1 && !weights->packed_r.empty();
-    if (dnnl_.supported && full_lengths && !packed_batch1 && shape.steps > 0 && shape.batch > 0 &&
-        shape.input > 0) {
+    const double work = static_cast<double>(shape.steps) * static_cast<double>(shape.batch) *
+                        spec_.num_directions * spec_.gates() * spec_.hidden *
+                        static_cast<double>(spec_.hidden + shape.input);
+    if (dnnl_.supported && full_lengths && !packed_batch1 && work <= kMaxPrimitiveWork &&
+        shape.steps > 0 && shape.batch > 0 && shape.input > 0) {
       return RunDnnl(ctx, *weights, shape, io, state);
     }
-    native::RunNativeRecurrent(spec_, *weights, shape, io, state.scratch);
-    return absl::OkStatus();
+    InterruptPacer pacer(ctx.run_context());
+    return native::RunNativeRecurrent(spec_, *weights, shape, io, state.scratch, &pacer);
   }
 
  private:

@@ -349,8 +349,9 @@ class DirectionRunner {
  public:
   DirectionRunner(const RecurrentSpec& spec, const RecurrentWeights& weights,
                   const RecurrentShape& shape, const RecurrentIo& io, RecurrentScratch& scratch,
-                  int dir)
-      : spec_(spec),
+                  int dir, InterruptPacer* pacer)
+      : pacer_(pacer),
+        spec_(spec),
         weights_(weights),
         s_(shape),
         io_(io),
@@ -367,9 +368,10 @@ class DirectionRunner {
                       ? weights.peephole.data<float>() + dir * 3 * spec.hidden
                       : nullptr) {}
 
-  void Run() {
+  // False when the pacer says the run must stop.
+  bool Run() {
     const int64_t t_steps = s_.steps, batch = s_.batch, h = h_;
-    Project();
+    if (!Project()) return false;
     float* h_prev = scratch_.h[0].mutable_data<float>();
     float* h_next = scratch_.h[1].mutable_data<float>();
     float* c = spec_.cell == RecurrentCell::kLstm ? scratch_.c.mutable_data<float>() : nullptr;
@@ -423,6 +425,11 @@ class DirectionRunner {
         }
       }
       std::swap(h_prev, h_next);
+      // The step read the recurrent weights once per batch entry.
+      if (pacer_ != nullptr &&
+          !pacer_->Produced(static_cast<size_t>(batch * gh_ * h) * sizeof(float))) {
+        return false;
+      }
     }
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t at = dir_ * s_.s_d + b * s_.s_b;
@@ -431,6 +438,7 @@ class DirectionRunner {
         std::memcpy(io_.y_c + at, c + b * h, sizeof(float) * h);
       }
     }
+    return true;
   }
 
  private:
@@ -438,15 +446,31 @@ class DirectionRunner {
   // The row of X (and of the projection) holding step t of batch entry b.
   int64_t Row(int64_t t, int64_t b) const { return t * s_.row_t + b * s_.row_b; }
 
-  // projected = X W^T + bias, for every step at once (the bias of GRU's Rbh is not in it).
-  void Project() {
+  // projected = X W^T + bias, for every step at once (the bias of GRU's Rbh is not in it). With a
+  // pacer, in pieces of rows that each multiply about kChunkBytes of W-sized work, a check after
+  // each; false when the run must stop.
+  bool Project() {
     const int64_t rows = s_.steps * s_.batch;
     float* out = scratch_.projected.mutable_data<float>();
-    Sgemm(true, rows, gh_, s_.input, io_.x, s_.input, w_, s_.input, 0.0f, out, gh_);
-    for (int64_t row = 0; row < rows; ++row) {
-      float* o = out + row * gh_;
-      for (int64_t j = 0; j < gh_; ++j) o[j] += bias_[j];
+    const size_t row_bytes =
+        static_cast<size_t>(gh_ * std::max<int64_t>(s_.input, 1)) * sizeof(float);
+    // At least 64 rows a piece, so the pieces stay efficient products.
+    const int64_t per_piece =
+        pacer_ == nullptr
+            ? std::max<int64_t>(rows, 1)
+            : std::max<int64_t>(64, static_cast<int64_t>(InterruptPacer::kChunkBytes * 16 /
+                                                         std::max<size_t>(row_bytes, 1)));
+    for (int64_t begin = 0; begin < rows; begin += per_piece) {
+      const int64_t n = std::min(per_piece, rows - begin);
+      Sgemm(true, n, gh_, s_.input, io_.x + begin * s_.input, s_.input, w_, s_.input, 0.0f,
+            out + begin * gh_, gh_);
+      for (int64_t row = begin; row < begin + n; ++row) {
+        float* o = out + row * gh_;
+        for (int64_t j = 0; j < gh_; ++j) o[j] += bias_[j];
+      }
+      if (pacer_ != nullptr && !pacer_->Produced(static_cast<size_t>(n) * row_bytes)) return false;
     }
+    return true;
   }
 
   // One step: the recurrent products and the gate math, h_next from h_prev (and c in place).
@@ -572,6 +596,7 @@ class DirectionRunner {
     }
   }
 
+  InterruptPacer* const pacer_;
   const RecurrentSpec& spec_;
   const RecurrentWeights& weights_;
   const RecurrentShape& s_;
@@ -590,9 +615,9 @@ class DirectionRunner {
 
 }  // namespace
 
-void RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeights& weights,
-                        const RecurrentShape& shape, const RecurrentIo& io,
-                        RecurrentScratch& scratch) {
+absl::Status RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeights& weights,
+                                const RecurrentShape& shape, const RecurrentIo& io,
+                                RecurrentScratch& scratch, InterruptPacer* pacer) {
   const int64_t h = spec.hidden;
   const int64_t gh = spec.gates() * h;
   scratch.projected.Resize(DataType::kFloat32, Shape{shape.steps * shape.batch, gh});
@@ -607,8 +632,11 @@ void RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeights& weigh
     std::fill_n(io.y, n, 0.0f);
   }
   for (int dir = 0; dir < spec.num_directions; ++dir) {
-    DirectionRunner(spec, weights, shape, io, scratch, dir).Run();
+    if (!DirectionRunner(spec, weights, shape, io, scratch, dir, pacer).Run()) {
+      return pacer->status();
+    }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace loopserve::engine::native

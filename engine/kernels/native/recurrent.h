@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/kernels/native/packed_gemv.h"
+#include "engine/runtime/run_context.h"
 #include "engine/tensor/tensor.h"
 
 namespace loopserve::engine::native {
@@ -158,9 +159,11 @@ struct RecurrentIo {
 };
 
 // Runs the layer. Outputs past a sequence's length are zeros; the final states are those of the
-// last step each sequence ran (the initial state for an empty sequence).
-void RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeights& weights,
-                        const RecurrentShape& shape, const RecurrentIo& io,
-                        RecurrentScratch& scratch);
+// last step each sequence ran (the initial state for an empty sequence). With a `pacer`, the run's
+// deadline and cancellation are checked between pieces of the input projection and every few
+// steps (about kChunkBytes of weights read), and its status returned when the run must stop.
+absl::Status RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeights& weights,
+                                const RecurrentShape& shape, const RecurrentIo& io,
+                                RecurrentScratch& scratch, InterruptPacer* pacer = nullptr);
 
 }  // namespace loopserve::engine::native

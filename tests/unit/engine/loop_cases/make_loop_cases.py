@@ -529,6 +529,16 @@ def special_models(models_dir):
     loop = helper.make_node("Loop", ["M", ""], ["rs"], body=body)
     g = helper.make_graph([loop], "bad_scan", [vi("M", I64, [])], [vi("rs", I64, [None, None])])
     onnx.save(model(g), os.path.join(models_dir, "changing_scan.onnx"))
+    # long_lstm: one LSTM layer (input 8, hidden 1024, constant weights) over X [T, B, 8] of any
+    # length: a long sequence is one long kernel step that must still notice the deadline.
+    rng = np.random.RandomState(21)
+    shapes = (("W", (1, 4096, 8)), ("R", (1, 4096, 1024)), ("Bias", (1, 8192)))
+    weights = [numpy_helper.from_array((rng.uniform(-1, 1, shape) * 0.03).astype(np.float32), name)
+               for name, shape in shapes]
+    lstm = helper.make_node("LSTM", ["X", "W", "R", "Bias"], ["", "Y_h"], hidden_size=1024)
+    g = helper.make_graph([lstm], "long_lstm", [vi("X", TensorProto.FLOAT, ["T", "B", 8])],
+                          [vi("Y_h", TensorProto.FLOAT, [1, "B", 1024])], weights)
+    onnx.save(model(g, 14), os.path.join(models_dir, "long_lstm.onnx"))
 
 
 def main():
