@@ -11,12 +11,15 @@ BUILD_PACKAGES=(
   build-essential cmake ninja-build pkgconf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev libsleef-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
+  libevhtp-dev libevent-dev libonig-dev libssl-dev libsimdjson-dev rapidjson-dev
+  libcurl4-openssl-dev
   python3-onnx python3-numpy
 )
 # What the tests, benchmarks and format checks add.
 TEST_PACKAGES=(
   clang-format libgtest-dev libgmock-dev libbenchmark-dev
-  python3-grpcio libonnx-testdata curl openssl
+  libcivetweb-dev nlohmann-json3-dev
+  python3-grpcio python3-requests libonnx-testdata curl openssl
   prometheus python3-yaml
   # tests/deploy/container_image_test.py builds deploy/Dockerfile and runs the image: podman and
   # buildah (rootless use needs uidmap, fuse-overlayfs, slirp4netns), mmdebstrap for the base
@@ -27,6 +30,10 @@ RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libdnnl2 ocl-icd-libopencl1 libprometheus-cpp-core1.0
   libprometheus-cpp-pull1.0 libpugixml1v5 libonnx1 libgomp1
   libabsl20220623 libc-ares2 libcivetweb1 libre2-9 libssl3 libsleef3
+  libevhtp0 libevent-2.1-7 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7
+  libonig5 libsimdjson14
+  libcurl4 libbrotli1 libgssapi-krb5-2 libk5crypto3 libkeyutils1 libkrb5-3 libkrb5support0
+  libldap-2.5-0 libnghttp2-14 libpsl5 librtmp1 libsasl2-2 libssh2-1
 )
 
 case "${1:-}" in

@@ -18,7 +18,7 @@ TEST(DatatypeTest, RoundTripsEveryKserveType) {
   EXPECT_EQ(*DataTypeFromKserve("INT64"), DataType::kInt64);
 }
 
-TEST(DatatypeTest, RejectsUnknownLowerCaseAndBytes) {
+TEST(DatatypeTest, RejectsUnknownAndLowerCaseNamesAndMapsBytesToStrings) {
   EXPECT_EQ(DataTypeFromKserve("fp32").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataTypeFromKserve("").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataTypeFromKserve("FLOAT").status().code(), absl::StatusCode::kInvalidArgument);

@@ -1,0 +1,167 @@
+#include "server/infer_request.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/tensor/shape.h"
+#include "server/datatype.h"
+#include "server/status_util.h"
+
+namespace loopserve::server {
+namespace {
+
+using engine::DataType;
+using engine::Tensor;
+using engine::Value;
+
+absl::Status Invalid(absl::string_view what, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+}
+
+// BYTES in raw contents, as Triton sends them: each element a 4-byte little-endian length and that
+// many bytes, back to back, nothing left over.
+absl::StatusOr<Tensor> DecodeRawStrings(const std::string& what, absl::string_view bytes,
+                                        const engine::Shape& shape, absl::string_view field) {
+  const int64_t n = shape.NumElements();
+  // Every element needs its 4-byte length: checked before anything is allocated for the shape.
+  if (static_cast<uint64_t>(n) > bytes.size() / 4) {
+    return Invalid(what, absl::StrCat("shape ", shape.ToString(), " needs ", n,
+                                      " length-prefixed BYTES elements, ", field, " has ",
+                                      bytes.size(), " bytes"));
+  }
+  Tensor tensor(DataType::kString, shape);
+  std::string* out = tensor.mutable_data<std::string>();
+  size_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (bytes.size() - at < 4) {
+      return Invalid(
+          what, absl::StrCat(field, " ends inside the length of BYTES element ", i, " of ", n));
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
+    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                            (static_cast<uint32_t>(p[2]) << 16) |
+                            (static_cast<uint32_t>(p[3]) << 24);
+    at += 4;
+    if (length > bytes.size() - at) {
+      return Invalid(what, absl::StrCat("BYTES element ", i, " has length ", length, " but only ",
+                                        bytes.size() - at, " bytes follow"));
+    }
+    out[i].assign(bytes.data() + at, length);
+    at += length;
+  }
+  if (at != bytes.size()) {
+    return Invalid(what, absl::StrCat(field, " has ", bytes.size() - at, " bytes after the ", n,
+                                      " BYTES elements of shape ", shape.ToString()));
+  }
+  return tensor;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> DecodeRawTensor(const std::string& what, absl::string_view bytes,
+                                       DataType dtype, const engine::Shape& shape,
+                                       absl::string_view field) {
+  if (dtype == DataType::kString) return DecodeRawStrings(what, bytes, shape, field);
+  const size_t element_size = engine::DataTypeSize(dtype);
+  // ValidateDims bounds the element count by 2^40, so this product cannot overflow.
+  const uint64_t expected = static_cast<uint64_t>(shape.NumElements()) * element_size;
+  if (bytes.size() != expected) {
+    return Invalid(what,
+                   absl::StrCat("shape ", shape.ToString(), " of ", engine::DataTypeName(dtype),
+                                " needs ", expected, " bytes, ", field, " has ", bytes.size()));
+  }
+  // A view avoids copying large tensors; kernels may read elements as T, so the bytes must be
+  // aligned for T. Protobuf and evbuffers usually, but not always, hand out aligned storage.
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % element_size == 0) {
+    return Tensor::View(dtype, shape, bytes.data());
+  }
+  Tensor tensor(dtype, shape);
+  if (expected > 0) std::memcpy(tensor.mutable_raw_data(), bytes.data(), expected);
+  return tensor;
+}
+
+size_t RawTensorSize(const Tensor& tensor) {
+  if (tensor.dtype() != DataType::kString) return tensor.ByteSize();
+  size_t size = 0;
+  for (const std::string& s : tensor.span<std::string>()) size += 4 + s.size();
+  return size;
+}
+
+absl::Status AppendRawTensor(const std::string& what, const Tensor& tensor, std::string* out) {
+  if (tensor.dtype() == DataType::kString) {
+    // Length-prefixed, as BYTES inputs arrive.
+    for (const std::string& s : tensor.span<std::string>()) {
+      if (s.size() > UINT32_MAX) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(what, ": a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
+      }
+      const auto length = static_cast<uint32_t>(s.size());
+      const char prefix[4] = {
+          static_cast<char>(length & 0xff), static_cast<char>((length >> 8) & 0xff),
+          static_cast<char>((length >> 16) & 0xff), static_cast<char>(length >> 24)};
+      out->append(prefix, 4);
+      out->append(s);
+    }
+    return absl::OkStatus();
+  }
+  const auto* data = static_cast<const char*>(tensor.raw_data());
+  if (data != nullptr) out->append(data, tensor.ByteSize());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model) {
+  const auto& specs = model.inputs();
+  DecodedRequest decoded;
+  decoded.inputs.resize(specs.size());
+  std::vector<bool> seen(specs.size(), false);
+  for (InferenceRequest::Input& input : request.inputs) {
+    const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name));
+    const int index = model.FindInput(input.name);
+    if (index < 0) return Invalid(what, "the model has no such input");
+    if (seen[index]) return Invalid(what, "given more than once");
+    seen[index] = true;
+    const engine::TensorSpec& spec = specs[index];
+    if (spec.type.kind == engine::ValueKind::kSequence) {
+      return Invalid(what, "is a sequence, which KServe v2 cannot carry");
+    }
+    absl::StatusOr<DataType> dtype = DataTypeFromKserve(input.datatype);
+    if (!dtype.ok()) return Invalid(what, dtype.status().message());
+    if (spec.type.dtype != DataType::kUndefined && *dtype != spec.type.dtype) {
+      return Invalid(what, absl::StrCat("datatype ", input.datatype, " does not match the model's ",
+                                        KserveDataType(spec.type.dtype)));
+    }
+    LS_ASSIGN_OR_RETURN(engine::Shape shape, engine::ValidateDims(input.shape, what));
+    absl::StatusOr<Tensor> tensor =
+        input.decode ? input.decode(what, *dtype, shape)
+                     : DecodeRawTensor(what, input.raw, *dtype, shape, request.raw_field);
+    if (!tensor.ok()) return tensor.status();
+    decoded.inputs[index] = Value(*std::move(tensor));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!seen[i] && specs[i].type.kind != engine::ValueKind::kOptional) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", specs[i].name, "': missing from the request"));
+    }
+  }
+
+  if (request.outputs.empty()) {
+    for (size_t i = 0; i < model.outputs().size(); ++i) {
+      decoded.outputs.push_back(static_cast<int>(i));
+    }
+  } else {
+    std::vector<bool> requested(model.outputs().size(), false);
+    for (const std::string& name : request.outputs) {
+      const std::string what = absl::StrCat("output ", QuoteUntrusted(name));
+      const int index = model.FindOutput(name);
+      if (index < 0) return Invalid(what, "the model has no such output");
+      if (requested[index]) return Invalid(what, "requested more than once");
+      requested[index] = true;
+      decoded.outputs.push_back(index);
+    }
+  }
+  return decoded;
+}
+
+}  // namespace loopserve::server
