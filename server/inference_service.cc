@@ -14,7 +14,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/datatype.h"
 #include "server/logging.h"
@@ -144,18 +143,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
   absl::Status Parse() {
     auto* bytes = const_cast<grpc::ByteBuffer*>(request_bytes_);  // ours until the call ends
     request_size_ = bytes->Valid() ? bytes->Length() : 0;
-    bool parsed = true;
-    if (request_size_ > 0) {
-      grpc::ProtoBufferReader reader(bytes);
-      parsed = reader.status().ok() && request_.ParseFromZeroCopyStream(&reader);
-    }
-    bytes->Clear();
-    if (!parsed) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ModelInfer: the request (", request_size_,
-                       " bytes) is not a valid inference.ModelInferRequest message"));
-    }
-    return absl::OkStatus();
+    return ParseInferRequest(*bytes, &request_);
   }
 
   // OK when the call was run here (answered) or handed to a worker (which will answer);

@@ -5,11 +5,16 @@
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 #include "engine/tensor/value.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/grpc_service.pb.h"
 
 namespace loopserve::server {
 
 // Translation between KServe v2 messages and engine values. Stateless functions; thread-safe.
+
+// Parses the serialized ModelInferRequest in `bytes` (a gRPC message) into `request` and empties
+// `bytes`. InvalidArgument for bytes that are not such a message (empty bytes are an empty one).
+absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, inference::ModelInferRequest* request);
 
 // A ModelInferRequest decoded against a model's signature.
 struct DecodedRequest {
