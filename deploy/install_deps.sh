@@ -6,6 +6,7 @@ set -euo pipefail
 
 BUILD_PACKAGES=(
   build-essential cmake ninja-build pkgconf clang-format
+  clang libclang-rt-14-dev libfuzzer-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -57,9 +57,19 @@ namespace loopserve::server {
 //
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive the grpc::Server that
 // serves this service (including its Shutdown). `metrics` may be null.
-class InferenceService final
-    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-          inference::GRPCInferenceService::CallbackService> {
+namespace internal {
+// GRPCInferenceService::CallbackService with ModelInfer raw (bytes in, bytes out). Spelled out
+// rather than wrapping CallbackService, whose typed ModelInfer the raw one would hide.
+using G = inference::GRPCInferenceService;
+using InferenceServiceBase = G::WithCallbackMethod_ServerLive<G::WithCallbackMethod_ServerReady<
+    G::WithCallbackMethod_ModelReady<G::WithCallbackMethod_ServerMetadata<
+        G::WithCallbackMethod_ModelMetadata<G::WithRawCallbackMethod_ModelInfer<
+            G::WithCallbackMethod_ModelStreamInfer<G::WithCallbackMethod_ModelStatistics<
+                G::WithCallbackMethod_RepositoryIndex<G::WithCallbackMethod_RepositoryModelLoad<
+                    G::WithCallbackMethod_RepositoryModelUnload<G::Service>>>>>>>>>>>;
+}  // namespace internal
+
+class InferenceService final : public internal::InferenceServiceBase {
  public:
   struct Options {
     bool model_control = false;  // RepositoryModelLoad/Unload allowed (explicit mode)

@@ -49,6 +49,21 @@ using ::testing::Not;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
+// Under AddressSanitizer (the sanitizer stage builds the server and this test alike) memory is
+// shadowed and freed blocks are quarantined, and everything runs slower: the cases still run and
+// must not trip a sanitizer, but resident-set and timing targets are measured in the plain build.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMeasured = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kMeasured = false;
+#else
+constexpr bool kMeasured = true;
+#endif
+#else
+constexpr bool kMeasured = true;
+#endif
+
 std::string HostileDir() { return LOOPSERVE_HOSTILE_DIR; }
 
 // A private copy of the generated repository (tests may change it).
@@ -181,8 +196,10 @@ void ExpectHealthy(const ServerProcess& server, inference::GRPCInferenceService:
   EXPECT_EQ(final_value, 8) << what;  // start 5 + 3 iterations
   EXPECT_NE(WaitForIdleGauge(server, absl::Seconds(10)), absl::InfiniteFuture()) << what;
   const int64_t rss = Rss(server);
-  EXPECT_LT(rss, baseline + slack)
-      << what << ": RSS " << rss / kMiB << " MiB, baseline " << baseline / kMiB << " MiB";
+  if (kMeasured) {
+    EXPECT_LT(rss, baseline + slack)
+        << what << ": RSS " << rss / kMiB << " MiB, baseline " << baseline / kMiB << " MiB";
+  }
 }
 
 // Settles the server (a few normal requests) and returns its resident set.
@@ -333,9 +350,44 @@ TEST(HostileTest, HostileRequestsGetCanonicalCodesAndLeaveNoTrace) {
     EXPECT_THAT(status.error_message(), HasSubstr("memory budget of 268435456"));
     EXPECT_THAT(status.error_message(), HasSubstr("'fill'"));
   }
-  EXPECT_LT(PeakRss(**server), baseline + 64 * kMiB);
+  if (kMeasured) {
+    EXPECT_LT(PeakRss(**server), baseline + 64 * kMiB);
+  }
   ExpectHealthy(**server, *stub, baseline, "ConstantOfShape bombs");
   EXPECT_EQ(Metric(**server, "loopserve_loop_limit_hits_total", {"reason=\"memory\""}), 2);
+}
+
+// A 300 MB request to a server that accepts 64 MB: gRPC reads it whole before rejecting it
+// (RESOURCE_EXHAUSTED, before any loopserve code runs), and the memory comes back afterwards.
+TEST(HostileTest, OversizedMessageIsRejectedAndItsMemoryGivenBack) {
+  const std::string repo = CopyRepository();
+  auto server = Start(repo, {"--model_control_mode=none", "--max_message_bytes=67108864"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  const int64_t baseline = Baseline(**server, *stub);
+  {
+    inference::ModelInferRequest big = FillRequest(2);
+    big.mutable_inputs(0)->set_datatype("FP32");
+    big.add_raw_input_contents(std::string(300 * kMiB, '\x01'));
+    grpc::Status status = Infer(*stub, big);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  }
+  const int64_t peak = PeakRss(**server);
+  const absl::Time rejected = absl::Now();
+  int64_t rss = Rss(**server);
+  while (rss > baseline + 32 * kMiB && absl::Now() - rejected < absl::Seconds(12)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    rss = Rss(**server);
+  }
+  std::printf(
+      "300 MB request, 64 MB limit: RESOURCE_EXHAUSTED; peak RSS %lld MiB (baseline %lld "
+      "MiB); RSS %lld MiB %.1f s later\n",
+      static_cast<long long>(peak / kMiB), static_cast<long long>(baseline / kMiB),
+      static_cast<long long>(rss / kMiB), absl::ToDoubleSeconds(absl::Now() - rejected));
+  if (kMeasured) {
+    EXPECT_LT(rss, baseline + 32 * kMiB);
+  }
+  ExpectHealthy(**server, *stub, baseline, "oversized message");
 }
 
 // The memory bomb: a carried value doubling every iteration (M = 64) under a 1 GiB budget ends
@@ -358,7 +410,9 @@ TEST(HostileTest, DoublingLoopStopsBeforeItsMemoryBudget) {
       "(baseline %lld MiB, limit budget + 10%% = %lld MiB)\n",
       absl::ToDoubleMilliseconds(took), static_cast<long long>(peak / kMiB),
       static_cast<long long>(baseline / kMiB), static_cast<long long>(1126 * kMiB / kMiB));
-  EXPECT_LT(peak, 1024 * kMiB * 11 / 10);
+  if (kMeasured) {
+    EXPECT_LT(peak, 1024 * kMiB * 11 / 10);
+  }
   EXPECT_EQ(Metric(**server, "loopserve_loop_limit_hits_total", {"reason=\"memory\""}), 1);
   ExpectHealthy(**server, *stub, baseline, "memory bomb");
 }
@@ -386,7 +440,9 @@ TEST(HostileTest, DeadlineStopsTheBombAndFreesTheWorkerInTime) {
     // The single worker takes the next request at once.
     const absl::Time next = absl::Now();
     EXPECT_TRUE(Infer(*stub, CounterRequest(2)).ok());
-    EXPECT_LT(absl::Now() - next, absl::Milliseconds(100));
+    if (kMeasured) {
+      EXPECT_LT(absl::Now() - next, absl::Milliseconds(100));
+    }
   }
   std::sort(free_after_ms.begin(), free_after_ms.end());
   std::printf(
@@ -394,7 +450,9 @@ TEST(HostileTest, DeadlineStopsTheBombAndFreesTheWorkerInTime) {
       "%.0f); peak RSS %lld MiB\n",
       free_after_ms[0], free_after_ms[1], free_after_ms[2], free_after_ms[1],
       static_cast<long long>(PeakRss(**server) / kMiB));
-  EXPECT_LT(free_after_ms[1], 600);
+  if (kMeasured) {
+    EXPECT_LT(free_after_ms[1], 600);
+  }
   ExpectHealthy(**server, *stub, baseline, "bomb with a deadline");
 }
 
@@ -430,7 +488,9 @@ TEST(HostileTest, CancelOfAnInlineEndlessLoopIsSeenWithinATenthOfASecond) {
   std::sort(delays.begin(), delays.end());
   std::printf("cancel of an inline endless Loop: gauge 0 after %.1f, %.1f, %.1f ms (median %.1f)\n",
               delays[0], delays[1], delays[2], delays[1]);
-  EXPECT_LT(delays[1], 100);
+  if (kMeasured) {
+    EXPECT_LT(delays[1], 100);
+  }
   auto stub = Stub(**server);
   ExpectHealthy(**server, *stub, Rss(**server), "inline cancel");
 }
@@ -460,7 +520,9 @@ TEST(HostileTest, ClosedConnectionsStopEndlessLoops) {
   for (pid_t pid : clients) waitpid(pid, nullptr, 0);
   std::printf("4 clients killed mid-Loop: in-flight gauge 0 after %.1f ms\n",
               absl::ToDoubleMilliseconds(idle - killed));
-  EXPECT_LT(idle - killed, absl::Seconds(1));
+  if (kMeasured) {
+    EXPECT_LT(idle - killed, absl::Seconds(1));
+  }
   EXPECT_EQ(Metric(**server, "loopserve_loop_limit_hits_total", {"reason=\"cancelled\""}), 4);
   auto stub = Stub(**server);
   ExpectHealthy(**server, *stub, Rss(**server), "closed connections");
@@ -489,7 +551,9 @@ TEST(HostileTest, ScrapeAnswersWithAHundredIdleConnectionsOpen) {
   EXPECT_EQ(scrape->status, 200);
   EXPECT_THAT(scrape->body, HasSubstr("loopserve_inflight_requests"));
   std::printf("scrape with 100 idle connections open: %.1f ms\n", absl::ToDoubleMilliseconds(took));
-  EXPECT_LT(took, absl::Seconds(1));
+  if (kMeasured) {
+    EXPECT_LT(took, absl::Seconds(1));
+  }
   for (int fd : idle) close(fd);
 }
 

@@ -520,7 +520,9 @@ class LoopKernel : public Kernel {
   // The output of a loop that ran zero times: declared dims with unknown ones as 0, and for a
   // stacked output a leading 0.
   static absl::Status EmptyLike(const OutputPortInfo& out, Tensor& t, bool stacked) {
-    Shape::Dims dims;
+    // A std::vector (cold path): GCC 12 with -fsanitize reports a false maybe-uninitialized on an
+    // InlinedVector grown by push_back here.
+    std::vector<int64_t> dims;
     if (stacked) dims.push_back(0);
     if (out.declared.dims.has_value()) {
       for (int64_t d : *out.declared.dims) dims.push_back(d < 0 ? 0 : d);
@@ -532,7 +534,7 @@ class LoopKernel : public Kernel {
     }
     const DataType dtype =
         out.declared.dtype == DataType::kUndefined ? DataType::kFloat32 : out.declared.dtype;
-    t.Resize(dtype, Shape(dims));
+    t.Resize(dtype, Shape(absl::MakeConstSpan(dims)));
     if (t.ByteSize() > 0) std::memset(t.mutable_raw_data(), 0, t.ByteSize());
     return absl::OkStatus();
   }
