@@ -1,8 +1,7 @@
-// Google Benchmark suite for the engine: the Loop benchmark models (bench/make_bench_models.py)
-// run through Model::Run in process, the per-iteration overhead of a trivial body, and the
-// oneDNN-against-native crossover for small elementwise ops that decides which kernel a tiny
-// body op uses, and the one-row matmul + bias + tanh of a batch-1 RNN cell on the packed native
-// kernel (PackedGemv) against the prepacked oneDNN matmul primitive it replaces.
+// Google Benchmark suite for the engine through its public face (engine/engine.h): the Loop
+// benchmark models (bench/make_bench_models.py) run through Model::Run in process, and the
+// per-iteration overhead of a trivial body. Kernel-level micro-benchmarks (oneDNN against native
+// loops, the packed one-row matmul) are engine-internal: engine/kernels/kernel_bench.cc.
 //
 //   build/bin/engine_bench --models=build/bench/bench_models [--threads=1] [benchmark flags]
 //
@@ -11,18 +10,12 @@
 
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <dnnl.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "engine/kernels/native/packed_gemv.h"
-#include "engine/model.h"
-#include "engine/runtime/dnnl_util.h"
-#include "engine/runtime/threading.h"
+#include "engine/engine.h"
 #include "engine/tools/looprun.h"
 
 namespace loopserve {
@@ -82,157 +75,6 @@ BENCHMARK_CAPTURE(BM_Model, rnn_b16, "rnn_b16")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Model, greedy, "greedy")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Model, large_scan, "large_scan")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Model, nested, "nested")->Unit(benchmark::kMillisecond);
-
-// The crossover between a oneDNN binary primitive (execute floor ~0.2 us, plus its internal heap
-// allocations) and a plain loop, for an f32 add of n elements.
-void BM_DnnlAdd(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
-  const dnnl::memory::desc d({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
-  const dnnl::engine& eng = engine::CpuEngine();
-  dnnl::binary prim(
-      dnnl::binary::primitive_desc(dnnl::binary::desc(dnnl::algorithm::binary_add, d, d, d), eng));
-  dnnl::memory ma(d, eng, a.data()), mb(d, eng, b.data()), mc(d, eng, c.data());
-  dnnl::stream s(eng);
-  const dnnl_exec_arg_t args[] = {
-      {DNNL_ARG_SRC_0, ma.get()}, {DNNL_ARG_SRC_1, mb.get()}, {DNNL_ARG_DST, mc.get()}};
-  for (auto _ : state) {
-    dnnl_primitive_execute(prim.get(), s.get(), 3, args);
-    benchmark::ClobberMemory();
-  }
-}
-BENCHMARK(BM_DnnlAdd)->RangeMultiplier(4)->Range(1, 16384);
-
-void BM_NativeAdd(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
-  for (auto _ : state) {
-    const float* pa = a.data();
-    const float* pb = b.data();
-    float* pc = c.data();
-    for (int64_t i = 0; i < n; ++i) pc[i] = pa[i] + pb[i];
-    benchmark::ClobberMemory();
-  }
-}
-BENCHMARK(BM_NativeAdd)->RangeMultiplier(4)->Range(1, 16384);
-
-// Fixed-seed uniform values in [-scale, scale].
-std::vector<float> RandomFloats(int64_t count, float scale, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> values(static_cast<size_t>(count));
-  for (float& v : values) v = dist(gen);
-  return values;
-}
-
-// The one-row product of a batch-1 RNN cell, y = tanh(x W + b) for x [1, k], W [k, n] constant:
-// the packed native kernel, called directly (what a fused MatMul+Add+Tanh runs when it is
-// enabled). Arguments: k, n.
-void BM_PackedGemv(benchmark::State& state) {
-  const int64_t k = state.range(0);
-  const int64_t n = state.range(1);
-  if (!engine::native::PackedGemv::Available()) {
-    state.SkipWithError("PackedGemv is not available on this CPU");
-    return;
-  }
-  engine::Tensor w(engine::DataType::kFloat32, engine::Shape{k, n});
-  const std::vector<float> w_values = RandomFloats(k * n, 1.0f / 16, 1);
-  std::memcpy(w.mutable_data<float>(), w_values.data(), w_values.size() * sizeof(float));
-  const engine::native::PackedGemv gemv(w, engine::native::PackedGemv::Activation::kTanh);
-  const std::vector<float> x = RandomFloats(k, 1.0f, 2);
-  const std::vector<float> bias = RandomFloats(n, 0.1f, 3);
-  std::vector<float> y(static_cast<size_t>(n));
-  for (auto _ : state) {
-    gemv.Run(x.data(), bias.data(), y.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * k * n);  // multiply-adds
-}
-BENCHMARK(BM_PackedGemv)->Args({256, 256})->Args({256, 1024})->Unit(benchmark::kMicrosecond);
-
-// The same product on a oneDNN matmul primitive set up as the engine's fused MatMul kernel does
-// (engine/kernels/dnnl/matmul.cc, dnnl_kernel.cc): 1xk * kxn + bias [1, n] with a tanh eltwise
-// post-op, weights in the layout the primitive prefers (format_tag::any, reordered once), a user
-// scratchpad, executed through the C API with a prebuilt argument table on this thread.
-// Arguments: k, n.
-void BM_DnnlMatMulRow(benchmark::State& state) {
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
-  const int64_t k = state.range(0);
-  const int64_t n = state.range(1);
-  const dnnl::engine& eng = engine::CpuEngine();
-  const dnnl::memory::desc src_d({1, k}, dt::f32, tag::ab);
-  const dnnl::memory::desc plain_w_d({k, n}, dt::f32, tag::ab);
-  const dnnl::memory::desc any_w_d({k, n}, dt::f32, tag::any);
-  const dnnl::memory::desc bias_d({1, n}, dt::f32, tag::ab);
-  const dnnl::memory::desc dst_d({1, n}, dt::f32, tag::ab);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::post_ops post_ops;
-  post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f);
-  attr.set_post_ops(post_ops);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_d, any_w_d, bias_d, dst_d), attr,
-                                        eng);
-  const dnnl::matmul prim(pd);
-  state.SetLabel(pd.impl_info_str());
-
-  std::vector<float> w = RandomFloats(k * n, 1.0f / 16, 1);
-  std::vector<float> x = RandomFloats(k, 1.0f, 2);
-  std::vector<float> bias = RandomFloats(n, 0.1f, 3);
-  std::vector<float> y(static_cast<size_t>(n));
-  dnnl::stream s(eng);
-  // Weights reordered once into the primitive's layout (a no-op copy when it is the plain one).
-  const dnnl::memory::desc packed_w_d = pd.weights_desc();
-  std::vector<uint8_t> packed_w(packed_w_d.get_size());
-  {
-    dnnl::memory plain_w(plain_w_d, eng, w.data());
-    dnnl::memory packed(packed_w_d, eng, packed_w.data());
-    dnnl::reorder(plain_w, packed).execute(s, plain_w, packed);
-    s.wait();
-  }
-  const dnnl::memory::desc scratchpad_d = pd.scratchpad_desc();
-  std::vector<uint8_t> scratchpad(std::max<size_t>(scratchpad_d.get_size(), 1));
-  dnnl::memory m_src(src_d, eng, x.data()), m_w(packed_w_d, eng, packed_w.data()),
-      m_bias(bias_d, eng, bias.data()), m_dst(dst_d, eng, y.data()),
-      m_scratchpad(scratchpad_d, eng, scratchpad.data());
-  std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, m_src.get()},
-                                       {DNNL_ARG_WEIGHTS, m_w.get()},
-                                       {DNNL_ARG_BIAS, m_bias.get()},
-                                       {DNNL_ARG_DST, m_dst.get()}};
-  if (scratchpad_d.get_size() > 0) args.push_back({DNNL_ARG_SCRATCHPAD, m_scratchpad.get()});
-  for (auto _ : state) {
-    if (dnnl_primitive_execute(prim.get(), s.get(), static_cast<int>(args.size()), args.data()) !=
-        dnnl_success) {
-      state.SkipWithError("dnnl_primitive_execute failed");
-      return;
-    }
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * k * n);  // multiply-adds
-}
-BENCHMARK(BM_DnnlMatMulRow)->Args({256, 256})->Args({256, 1024})->Unit(benchmark::kMicrosecond);
-
-// Sets PackedGemv::SetEnabled for its lifetime, then turns the kernel back on (the default).
-class ScopedPackedGemv {
- public:
-  explicit ScopedPackedGemv(bool enabled) { engine::native::PackedGemv::SetEnabled(enabled); }
-  ~ScopedPackedGemv() { engine::native::PackedGemv::SetEnabled(true); }
-  ScopedPackedGemv(const ScopedPackedGemv&) = delete;
-  ScopedPackedGemv& operator=(const ScopedPackedGemv&) = delete;
-};
-
-// A whole bench model with the one-row matmuls on PackedGemv (packed) or on the oneDNN primitive
-// (dnnl). The choice is made when a kernel is prepared, which is at load for shapes known then
-// but at the first run for shapes known only then (a Loop body's), so the setting holds for the
-// whole benchmark, not just the load.
-void BM_ModelPackedGemv(benchmark::State& state, const char* name, bool enabled) {
-  const ScopedPackedGemv scope(enabled);
-  RunModel(state, name, 0);
-}
-BENCHMARK_CAPTURE(BM_ModelPackedGemv, rnn_b1_packed, "rnn_b1", true)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ModelPackedGemv, rnn_b1_dnnl, "rnn_b1", false)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ModelPackedGemv, greedy_packed, "greedy", true)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ModelPackedGemv, greedy_dnnl, "greedy", false)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace loopserve

@@ -71,8 +71,11 @@ def counter(out_dir, trips=100000):
                                          ("cond", np.array(True)), ("x0", np.array(0, np.int64))])
 
 
-def rnn(out_dir, batch, trips=2000, hidden=256, name=None):
-    """RNN cell: h = Tanh(MatMul(h, W) + b), h stacked as a scan output."""
+def rnn(out_dir, batch, trips=2000, hidden=256, name=None, dynamic_batch=False):
+    """RNN cell: h = Tanh(MatMul(h, W) + b), h stacked as a scan output. With dynamic_batch the
+    model declares its batch dim as symbolic, so the engine makes its primitives on the first run
+    of each batch size (not at load)."""
+    dims = ["batch", hidden] if dynamic_batch else [batch, hidden]
     w = (RNG.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
     b = (RNG.standard_normal(hidden) * 0.1).astype(np.float32)
     body = helper.make_graph(
@@ -82,13 +85,12 @@ def rnn(out_dir, batch, trips=2000, hidden=256, name=None):
          helper.make_node("Tanh", ["hb"], ["h_out"]),
          helper.make_node("Identity", ["h_out"], ["h_scan"])],
         "rnn_body",
-        [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [batch, hidden])],
-        [vi("cond_out", B, []), vi("h_out", F, [batch, hidden]),
-         vi("h_scan", F, [batch, hidden])])
+        [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, dims)],
+        [vi("cond_out", B, []), vi("h_out", F, dims), vi("h_scan", F, dims)])
     g = helper.make_graph(
         [helper.make_node("Loop", ["M", "cond", "h0"], ["h", "hs"], body=body)],
-        "rnn", loop_inputs([vi("h0", F, [batch, hidden])]),
-        [vi("h", F, [batch, hidden]), vi("hs", F, [trips, batch, hidden])],
+        "rnn", loop_inputs([vi("h0", F, dims)]),
+        [vi("h", F, dims), vi("hs", F, [trips] + dims)],
         [init("W", w), init("b", b)])
     h0 = RNG.standard_normal((batch, hidden)).astype(np.float32)
     write(out_dir, name or "rnn_b%d" % batch, model(g),
@@ -248,6 +250,8 @@ def main():
     gemm_rnn(out_dir)
     # The small request bench/serving_bench.cc sends: 10 iterations of a 64-wide RNN cell.
     rnn(out_dir, 1, trips=10, hidden=64, name="serve_rnn")
+    # bench/warmup_bench.py: first-request latency with and without model_warmup.
+    rnn(out_dir, 16, trips=100, hidden=256, name="rnn_dynamic", dynamic_batch=True)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model.h"
-#include "engine/runtime/threading.h"
+#include "engine/engine.h"
 #include "engine/tools/looprun.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/server.h"

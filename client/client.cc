@@ -155,6 +155,19 @@ absl::StatusOr<inference::ModelMetadataResponse> Client::ModelMetadata(absl::str
   return response;
 }
 
+absl::StatusOr<inference::ModelConfig> Client::ModelConfig(absl::string_view model,
+                                                           absl::string_view version) {
+  inference::ModelConfigRequest request;
+  request.set_name(std::string(model));
+  request.set_version(std::string(version));
+  inference::ModelConfigResponse response;
+  absl::Status status = RunCall(ControlCallOptions(), [&](grpc::ClientContext* context) {
+    return stub_->ModelConfig(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return response.config();
+}
+
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::HealthCheck(
     absl::string_view service) {
   grpc::health::v1::HealthCheckRequest request;

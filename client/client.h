@@ -91,6 +91,9 @@ class Client {
   absl::StatusOr<inference::ServerMetadataResponse> ServerMetadata();
   absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(absl::string_view model,
                                                                  absl::string_view version = "");
+  // Triton's ModelConfig: the complete configuration the version runs with.
+  absl::StatusOr<inference::ModelConfig> ModelConfig(absl::string_view model,
+                                                     absl::string_view version = "");
   // grpc.health.v1.Health/Check for `service` ("" = the whole server).
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> HealthCheck(
       absl::string_view service = "");

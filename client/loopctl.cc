@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/onnx_tensor.h"
+#include "google/protobuf/text_format.h"
 
 namespace loopserve::client {
 namespace {
@@ -214,6 +215,26 @@ int CmdMetadata(Client& client, const std::string& model, const CommandLine& cl,
   for (const auto& t : md->outputs()) {
     out << "  " << t.name() << " " << t.datatype() << " " << FormatShape(t.shape()) << "\n";
   }
+  return 0;
+}
+
+// Prints the version's complete config in protobuf text format: a config.pbtxt that loads as is.
+int CmdConfig(Client& client, const std::string& model, const CommandLine& cl, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<inference::ModelConfig> config =
+      client.ModelConfig(model, cl.Get("model_version"));
+  if (!config.ok()) {
+    PrintError(config.status(), err);
+    return 1;
+  }
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetUseShortRepeatedPrimitives(true);  // dims: [-1, 4], as config.pbtxt files write it
+  if (!printer.PrintToString(*config, &text)) {
+    PrintError(absl::InternalError("cannot print the config as text"), err);
+    return 1;
+  }
+  out << text;
   return 0;
 }
 
@@ -578,6 +599,8 @@ Commands:
   live                 is the server live?    (exit 0 yes, 1 no)
   ready                is the server ready?   (exit 0 yes, 1 no)
   metadata MODEL       model name, versions, platform, input/output names, datatypes, shapes
+  config MODEL         the complete model configuration the server runs the model with
+                       (Triton's ModelConfig, auto-completed), printed as a config.pbtxt
   infer MODEL          run one request and print every output
   perf MODEL           load test with random inputs; prints throughput and p50/p90/p99 latency
 
@@ -616,6 +639,7 @@ with an error, 2 for bad usage.
 
 Examples:
   loopctl --addr=127.0.0.1:8001 metadata rnn
+  loopctl config counter > config.pbtxt
   loopctl infer counter --input=M:INT64::5 --input=start:INT64:1:10
   loopctl infer rnn --input=M:INT64::6 --input=h0:FP32:2,4:0.5 --output=h_final
   loopctl infer rnn --data_dir=deploy/models/rnn/expected
@@ -690,7 +714,8 @@ int RunLoopctl(const std::vector<std::string>& args, std::ostream& out, std::ost
     return 2;
   }
   const std::string& command = cl->positional[0];
-  const bool needs_model = command == "metadata" || command == "infer" || command == "perf";
+  const bool needs_model =
+      command == "metadata" || command == "config" || command == "infer" || command == "perf";
   const bool known = needs_model || command == "live" || command == "ready";
   if (!known || cl->positional.size() != (needs_model ? 2u : 1u)) {
     PrintError(absl::InvalidArgumentError(
@@ -710,6 +735,7 @@ int RunLoopctl(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (command == "ready") return CmdBool(c.ServerReady(), "ready", "not ready", out, err);
   const std::string& model = cl->positional[1];
   if (command == "metadata") return CmdMetadata(c, model, *cl, out, err);
+  if (command == "config") return CmdConfig(c, model, *cl, out, err);
   if (command == "infer") return CmdInfer(c, model, *cl, out, err);
   return CmdPerf(c, model, *cl, out, err);
 }

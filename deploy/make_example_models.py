@@ -1,15 +1,23 @@
 #!/usr/bin/python3
-"""Writes loopserve's bundled example model repository.
+"""Writes loopserve's bundled example model repository, laid out as Triton's documentation shows.
 
 Usage: /usr/bin/python3 deploy/make_example_models.py OUT_DIR
 
 Creates, for every example model,
-  OUT_DIR/<model>/1/model.onnx            the model (ONNX opset 13, ir_version 8)
+  OUT_DIR/<model>/1/model.onnx            the model (ONNX opset 13, ir_version 8), or
+  OUT_DIR/<model>/1/model.xml + .bin      an OpenVINO IR (ov_counter)
+  OUT_DIR/<model>/config.pbtxt            Triton's model configuration, for some models: a full
+                                          one (rnn), a partial one with max_batch_size: 8
+                                          (rnn_batched), an OpenVINO one (ov_counter); the others
+                                          have none and are auto-completed by the server
+  OUT_DIR/<model>/warmup/<file>           warm-up data a config names (rnn)
   OUT_DIR/<model>/expected/input_<k>.pb   a fixed input, as ONNX TensorProtos in input order
   OUT_DIR/<model>/expected/output_<k>.pb  what the model must return, computed by the numpy
                                           reference below (never by loopserve's engine)
 Some models have further cases in OUT_DIR/<model>/expected_<case>/ with the same layout.
 Models without a meaningful expected output (`endless`) get no expected folder.
+OUT_DIR/ovms_config.json lists the same models in OpenVINO Model Server's format
+(`loopserve --config_path=OUT_DIR/ovms_config.json` serves them as `ovms --config_path` would).
 
 Everything is deterministic (fixed seeds, no timestamps): running the script twice gives byte-identical
 files. Needs Debian's /usr/bin/python3 (numpy + onnx 1.12), not the pyenv python3 on PATH.
@@ -17,6 +25,7 @@ files. Needs Debian's /usr/bin/python3 (numpy + onnx 1.12), not the pyenv python
 This file is also imported as a module by tests/models/make_test_models.py.
 """
 
+import json
 import os
 import sys
 
@@ -66,23 +75,43 @@ def make_model(graph):
 
 
 class Example:
-    """A model plus its named test cases: {case_name: (inputs list, expected outputs list)}."""
+    """A model plus its named test cases: {case_name: (inputs list, expected outputs list)}.
 
-    def __init__(self, name, model, cases):
+    `model` is an ONNX ModelProto, or None with `files` ({file name: bytes} for the version folder)
+    and `io_names` ((input names, output names)) for other formats. `config` is the text of its
+    config.pbtxt (None: no config), `warmup` {file name: bytes} for its warmup/ folder.
+    """
+
+    def __init__(self, name, model, cases, config=None, files=None, io_names=None, warmup=None):
         self.name = name
         self.model = model
         self.cases = cases
+        self.config = config
+        self.files = files
+        self.io_names = io_names
+        self.warmup = warmup or {}
 
 
 def write_example(out_dir, example):
     model_dir = os.path.join(out_dir, example.name)
     version_dir = os.path.join(model_dir, "1")
     os.makedirs(version_dir, exist_ok=True)
-    with open(os.path.join(version_dir, "model.onnx"), "wb") as f:
-        f.write(example.model.SerializeToString())
-    graph = example.model.graph
-    in_names = [i.name for i in graph.input]
-    out_names = [o.name for o in graph.output]
+    files = example.files or {"model.onnx": example.model.SerializeToString()}
+    for file_name, data in files.items():
+        with open(os.path.join(version_dir, file_name), "wb") as f:
+            f.write(data)
+    if example.config is not None:
+        with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
+            f.write(example.config)
+    for file_name, data in example.warmup.items():
+        os.makedirs(os.path.join(model_dir, "warmup"), exist_ok=True)
+        with open(os.path.join(model_dir, "warmup", file_name), "wb") as f:
+            f.write(data)
+    if example.io_names is not None:
+        in_names, out_names = example.io_names
+    else:
+        in_names = [i.name for i in example.model.graph.input]
+        out_names = [o.name for o in example.model.graph.output]
     for case, (inputs, outputs) in example.cases.items():
         case_dir = os.path.join(model_dir, "expected" if case == "" else "expected_" + case)
         os.makedirs(case_dir, exist_ok=True)
@@ -196,11 +225,158 @@ def reference_rnn(m, h0):
     return [h, h_seq.astype(np.float32)]
 
 
+# The full configuration, as Triton's model-configuration documentation writes one. `dims: [ ]`
+# declares a scalar (M): loopserve's reading; Triton's own idiom, `dims: [ 1 ]` with
+# `reshape: { shape: [ ] }`, works too (see ov_counter).
+RNN_CONFIG = """name: "rnn"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+version_policy: { latest: { num_versions: 1 } }
+input [
+  {
+    name: "M"
+    data_type: TYPE_INT64
+    dims: [ ]
+  },
+  {
+    name: "h0"
+    data_type: TYPE_FP32
+    dims: [ -1, 4 ]
+  }
+]
+output [
+  {
+    name: "h_final"
+    data_type: TYPE_FP32
+    dims: [ -1, 4 ]
+  },
+  {
+    name: "h_seq"
+    data_type: TYPE_FP32
+    dims: [ -1, -1, 4 ]
+  }
+]
+instance_group [
+  {
+    count: 2
+    kind: KIND_CPU
+  }
+]
+parameters: {
+  key: "max_loop_iterations"
+  value: { string_value: "1000000" }
+}
+model_warmup [
+  {
+    name: "16 steps, batch 8"
+    inputs {
+      key: "M"
+      value: { data_type: TYPE_INT64 dims: [ ] input_data_file: "M_16" }
+    }
+    inputs {
+      key: "h0"
+      value: { data_type: TYPE_FP32 dims: [ 8, 4 ] random_data: true }
+    }
+  }
+]
+"""
+
+
 def rnn_example():
     rng = np.random.RandomState(99)
     h0 = rng.uniform(-1, 1, (2, RNN_HIDDEN)).astype(np.float32)
     inputs = [np.array(6, np.int64), h0]
-    return Example("rnn", build_rnn(), {"": (inputs, reference_rnn(*inputs))})
+    return Example("rnn", build_rnn(), {"": (inputs, reference_rnn(*inputs))}, config=RNN_CONFIG,
+                   warmup={"M_16": np.array(16, np.int64).tobytes()})
+
+
+# ----------------------------------------------------------------------------------------------
+# rnn_batched: an Elman RNN over an input sequence, batch first (Triton's batching convention):
+# x [batch, T, 4], h0 [batch, 4]; h_t = Tanh(x_t Wx + h_{t-1} Wh + b) for every step t of x;
+# outputs h_final [batch, 4] and h_seq [batch, T, 4]. The Loop runs T = x.shape[1] times and reads
+# x_t = Gather(x transposed to [T, batch, 4], t) from the enclosing graph.
+
+RNN_BATCHED_CONFIG = """name: "rnn_batched"
+backend: "onnxruntime"
+max_batch_size: 8
+input [
+  {
+    name: "x"
+    data_type: TYPE_FP32
+    dims: [ -1, 4 ]
+  },
+  {
+    name: "h0"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+# No outputs: the server completes them from the model (h_final [4], h_seq [-1, 4]).
+"""
+
+
+def rnn_batched_weights():
+    rng = np.random.RandomState(4242)
+    wx = (rng.standard_normal((RNN_HIDDEN, RNN_HIDDEN)) * 0.5).astype(np.float32)
+    wh = (rng.standard_normal((RNN_HIDDEN, RNN_HIDDEN)) * 0.5).astype(np.float32)
+    b = (rng.standard_normal((RNN_HIDDEN,)) * 0.1).astype(np.float32)
+    return wx, wh, b
+
+
+def build_rnn_batched():
+    wx, wh, b = rnn_batched_weights()
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Gather", ["x_steps", "t"], ["x_t"], axis=0),
+            helper.make_node("MatMul", ["x_t", "Wx"], ["xw"]),
+            helper.make_node("MatMul", ["h_in", "Wh"], ["hw"]),
+            helper.make_node("Add", ["xw", "hw"], ["sum"]),
+            helper.make_node("Add", ["sum", "b"], ["pre"]),
+            helper.make_node("Tanh", ["pre"], ["h_out"]),
+            helper.make_node("Identity", ["h_out"], ["h_scan"]),
+        ],
+        "rnn_batched_body",
+        [vi("t", INT64, []), vi("cond_in", BOOL, []), vi("h_in", FLOAT, ["batch", RNN_HIDDEN])],
+        [vi("cond_out", BOOL, []), vi("h_out", FLOAT, ["batch", RNN_HIDDEN]),
+         vi("h_scan", FLOAT, ["batch", RNN_HIDDEN])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["x"], ["x_steps"], perm=[1, 0, 2]),
+            helper.make_node("Shape", ["x"], ["x_shape"]),
+            helper.make_node("Gather", ["x_shape", "one"], ["steps"], axis=0),
+            helper.make_node("Loop", ["steps", "", "h0"], ["h_final", "h_steps"],
+                             name="rnn_batched_loop", body=body),
+            helper.make_node("Transpose", ["h_steps"], ["h_seq"], perm=[1, 0, 2]),
+        ],
+        "rnn_batched",
+        [vi("x", FLOAT, ["batch", "T", RNN_HIDDEN]), vi("h0", FLOAT, ["batch", RNN_HIDDEN])],
+        [vi("h_final", FLOAT, ["batch", RNN_HIDDEN]),
+         vi("h_seq", FLOAT, ["batch", "T", RNN_HIDDEN])],
+        initializer=[const("Wx", wx), const("Wh", wh), const("b", b),
+                     const("one", np.array(1, np.int64))],
+    )
+    return make_model(graph)
+
+
+def reference_rnn_batched(x, h0):
+    wx, wh, b = rnn_batched_weights()
+    h = h0.astype(np.float32)
+    seq = []
+    for t in range(x.shape[1]):
+        h = np.tanh(np.matmul(x[:, t, :], wx) + np.matmul(h, wh) + b).astype(np.float32)
+        seq.append(h)
+    h_seq = np.stack(seq, axis=1) if seq else np.zeros((x.shape[0], 0, RNN_HIDDEN), np.float32)
+    return [h, h_seq.astype(np.float32)]
+
+
+def rnn_batched_example():
+    rng = np.random.RandomState(77)
+    x = rng.uniform(-1, 1, (3, 5, RNN_HIDDEN)).astype(np.float32)
+    h0 = rng.uniform(-1, 1, (3, RNN_HIDDEN)).astype(np.float32)
+    return Example("rnn_batched", build_rnn_batched(),
+                   {"": ([x, h0], reference_rnn_batched(x, h0))}, config=RNN_BATCHED_CONFIG)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -369,19 +545,169 @@ def nested_example():
 
 
 # ----------------------------------------------------------------------------------------------
+# ov_counter: an OpenVINO IR (v11) Loop-5: `trip` iterations of acc = acc + 1 from `start`;
+# outputs final (the last acc, [1]) and counts (every iteration's acc concatenated on axis 0, [trip]).
+# The config declares the scalar trip count Triton's way: dims [1] reshaped to [].
+
+OV_COUNTER_CONFIG = """name: "ov_counter"
+platform: "openvino"
+input [
+  {
+    name: "trip"
+    data_type: TYPE_INT64
+    dims: [ 1 ]
+    reshape: { shape: [ ] }
+  },
+  {
+    name: "start"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+  }
+]
+output [
+  {
+    name: "final"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+  },
+  {
+    name: "counts"
+    data_type: TYPE_FP32
+    dims: [ -1 ]
+  }
+]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def _ov_port(port_id, precision, dims, names=None):
+    names_attr = ' names="%s"' % names if names else ""
+    return '<port id="%d" precision="%s"%s>%s</port>' % (
+        port_id, precision, names_attr, "".join("<dim>%d</dim>" % d for d in dims))
+
+
+def build_ov_counter():
+    """The IR (.xml text, .bin bytes), written by hand after the IR v11 and Loop-5 specs."""
+    weights = bytearray()
+
+    def const(layer_id, name, array, element_type, precision):
+        while len(weights) % 8:
+            weights.append(0)
+        offset = len(weights)
+        weights.extend(array.tobytes())
+        return ('<layer id="%d" name="%s" type="Const" version="opset1">'
+                '<data element_type="%s" shape="%s" offset="%d" size="%d"/>'
+                "<output>%s</output></layer>" % (
+                    layer_id, name, element_type, ",".join(str(d) for d in array.shape), offset,
+                    array.nbytes, _ov_port(0, precision, array.shape, name)))
+
+    body = (
+        "<body><layers>"
+        '<layer id="0" name="acc_in" type="Parameter" version="opset1">'
+        '<data shape="1" element_type="f32"/><output>%s</output></layer>'
+        % _ov_port(0, "FP32", [1], "acc_in")
+        + const(1, "one", np.array([1.0], np.float32), "f32", "FP32")
+        + '<layer id="2" name="acc_out" type="Add" version="opset1"><input>%s%s</input>'
+        "<output>%s</output></layer>"
+        % (_ov_port(0, "FP32", [1]), _ov_port(1, "FP32", [1]), _ov_port(2, "FP32", [1], "acc_out"))
+        + const(3, "go_on", np.array(True), "boolean", "BOOL")
+        + '<layer id="4" name="acc_result" type="Result" version="opset1"><input>%s</input></layer>'
+        % _ov_port(0, "FP32", [1])
+        + '<layer id="5" name="cond_result" type="Result" version="opset1"><input>%s</input>'
+        "</layer>" % _ov_port(0, "BOOL", [])
+        + "</layers><edges>"
+        '<edge from-layer="0" from-port="0" to-layer="2" to-port="0"/>'
+        '<edge from-layer="1" from-port="0" to-layer="2" to-port="1"/>'
+        '<edge from-layer="2" from-port="2" to-layer="4" to-port="0"/>'
+        '<edge from-layer="3" from-port="0" to-layer="5" to-port="0"/>'
+        "</edges></body>")
+    layers = (
+        '<layer id="0" name="trip" type="Parameter" version="opset1">'
+        '<data shape="" element_type="i64"/><output>%s</output></layer>'
+        % _ov_port(0, "I64", [], "trip")
+        + '<layer id="1" name="start" type="Parameter" version="opset1">'
+        '<data shape="1" element_type="f32"/><output>%s</output></layer>'
+        % _ov_port(0, "FP32", [1], "start")
+        + const(2, "cond", np.array(True), "boolean", "BOOL")
+        + '<layer id="3" name="counter_loop" type="Loop" version="opset5">'
+        "<input>%s%s%s</input><output>%s%s</output>"
+        % (_ov_port(0, "I64", []), _ov_port(1, "BOOL", []), _ov_port(2, "FP32", [1]),
+           _ov_port(3, "FP32", [1], "final"), _ov_port(4, "FP32", [-1], "counts"))
+        + "<port_map>"
+        '<input external_port_id="2" internal_layer_id="0"/>'
+        '<output external_port_id="3" internal_layer_id="4"/>'
+        '<output external_port_id="4" internal_layer_id="4" axis="0"/>'
+        '<output external_port_id="-1" internal_layer_id="5" purpose="execution_condition"/>'
+        "</port_map>"
+        '<back_edges><edge from-layer="4" to-layer="0"/></back_edges>'
+        + body + "</layer>"
+        + '<layer id="4" name="final" type="Result" version="opset1"><input>%s</input></layer>'
+        % _ov_port(0, "FP32", [1])
+        + '<layer id="5" name="counts" type="Result" version="opset1"><input>%s</input></layer>'
+        % _ov_port(0, "FP32", [-1]))
+    edges = ('<edge from-layer="0" from-port="0" to-layer="3" to-port="0"/>'
+             '<edge from-layer="2" from-port="0" to-layer="3" to-port="1"/>'
+             '<edge from-layer="1" from-port="0" to-layer="3" to-port="2"/>'
+             '<edge from-layer="3" from-port="3" to-layer="4" to-port="0"/>'
+             '<edge from-layer="3" from-port="4" to-layer="5" to-port="0"/>')
+    xml = ('<?xml version="1.0"?>\n<net name="ov_counter" version="11"><layers>%s</layers>'
+           "<edges>%s</edges></net>\n" % (layers, edges))
+    return xml.encode(), bytes(weights)
+
+
+def reference_ov_counter(trip, start):
+    """Loop-5: trip iterations (0 or less: none) of acc + 1; counts concatenates each acc [1]."""
+    acc = start.astype(np.float32)
+    counts = []
+    for _ in range(max(int(trip.reshape(-1)[0]), 0)):
+        acc = acc + np.float32(1)
+        counts.append(acc)
+    return [acc, np.concatenate(counts) if counts else np.zeros((0,), np.float32)]
+
+
+def ov_counter_example():
+    xml, weights = build_ov_counter()
+    cases = {}
+    for case, trip in (("", 4), ("zero", 0)):
+        # The client sends trip as [1] (the config's dims), the model takes a scalar.
+        inputs = [np.array([trip], np.int64), np.array([2.5], np.float32)]
+        cases[case] = (inputs, reference_ov_counter(*inputs))
+    return Example("ov_counter", None, cases, config=OV_COUNTER_CONFIG,
+                   files={"model.xml": xml, "model.bin": weights},
+                   io_names=(["trip", "start"], ["final", "counts"]))
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def example_models():
-    return [counter_example(), rnn_example(), greedy_decoder_example(), endless_example(),
-            nested_example()]
+    return [counter_example(), rnn_example(), rnn_batched_example(), greedy_decoder_example(),
+            endless_example(), nested_example(), ov_counter_example()]
+
+
+def write_ovms_config(out_dir, examples):
+    """OUT_DIR/ovms_config.json: the same models as OpenVINO Model Server's config.json lists
+    them (base paths relative to the file; nireq as the instance count)."""
+    entries = []
+    for example in examples:
+        config = {"name": example.name, "base_path": example.name}
+        if example.name == "rnn":
+            config["nireq"] = 2
+            config["model_version_policy"] = {"latest": {"num_versions": 1}}
+        entries.append({"config": config})
+    with open(os.path.join(out_dir, "ovms_config.json"), "w") as f:
+        json.dump({"model_config_list": entries}, f, indent=2)
+        f.write("\n")
 
 
 def main(argv):
     if len(argv) != 2:
         sys.stderr.write("usage: %s OUT_DIR\n" % argv[0])
         return 2
-    for example in example_models():
+    examples = example_models()
+    for example in examples:
         write_example(argv[1], example)
+    write_ovms_config(argv[1], examples)
     return 0
 
 

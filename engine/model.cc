@@ -1,5 +1,3 @@
-#include "engine/model.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,10 +11,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/engine.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/import/openvino_importer.h"
+#include "engine/kernels/registry.h"
 #include "engine/runtime/execution_frame.h"
-#include "engine/runtime/kernel_registry.h"
 #include "engine/runtime/plan.h"
 #include "engine/tensor/memory_budget.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
@@ -241,7 +240,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   for (ValueId v : graph->outputs) {
     model->outputs_.push_back(TensorSpec{graph->values[v].name, graph->values[v].type});
   }
-  CompileContext context(KernelRegistry::Builtin());
+  const KernelRegistry& registry = KernelRegistry::Builtin();
+  LS_RETURN_IF_ERROR(registry.status());
+  CompileContext context(registry);
   LS_ASSIGN_OR_RETURN(model->plan_, Plan::Compile(std::move(graph), context));
   model->loop_names_ = context.loop_names();
   return std::shared_ptr<const Model>(std::move(model));

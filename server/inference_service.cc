@@ -56,13 +56,14 @@ absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-void FillTensorMetadata(const engine::TensorSpec& spec,
+// A tensor as the version's config declares it: -1 for variable dims and the batch dim.
+void FillTensorMetadata(const ModelIo::Tensor& tensor,
                         inference::ModelMetadataResponse::TensorMetadata* out) {
-  out->set_name(spec.name);
-  out->set_datatype(std::string(KserveDataType(spec.type.dtype)));
+  out->set_name(tensor.name);
+  out->set_datatype(std::string(KserveDataType(tensor.dtype)));
   // An unknown rank has no KServe spelling; it is reported as an empty shape.
-  if (spec.type.dims.has_value()) {
-    for (int64_t d : *spec.type.dims) out->add_shape(d < 0 ? -1 : d);
+  if (tensor.dims.has_value()) {
+    for (int64_t d : *tensor.dims) out->add_shape(d);
   }
 }
 
@@ -158,8 +159,11 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
     LS_RETURN_IF_ERROR(ApplyTimeoutParameter());
     const absl::Time decode_start = absl::Now();
     absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request_, *model_->model);
+    // The config's dims (batch dim, narrower dims) and reshapes.
+    absl::Status adapted =
+        decoded.ok() ? model_->io.AdaptInputs(decoded->inputs) : decoded.status();
     model_->metrics->RecordComputeInput(absl::Now() - decode_start);
-    if (!decoded.ok()) return Annotate(decoded.status(), Label());
+    if (!adapted.ok()) return Annotate(adapted, Label());
     decoded_ = *std::move(decoded);
 
     Metrics* metrics = service_->metrics_;
@@ -282,6 +286,7 @@ class InferenceService::InferCall final : public grpc::ServerUnaryReactor {
       return Annotate(status, Label());
     }
     LS_RETURN_IF_ERROR(CheckOutputBytes(*outputs));
+    LS_RETURN_IF_ERROR(Annotate(model_->io.AdaptOutputs(*outputs), Label()));
     const absl::Time encode_start = absl::Now();
     absl::Status encoded =
         EncodeInferOutputs(*model_->model, decoded_.outputs, *outputs, &response_);
@@ -477,6 +482,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     response->set_version(kServerVersion);
     // The Triton extensions served in full.
     response->add_extensions("model_repository");
+    response->add_extensions("model_configuration");
     response->add_extensions("statistics");
     return absl::OkStatus();
   });
@@ -492,11 +498,23 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     response->set_name(model->name);
     for (int64_t v : versions) response->add_versions(absl::StrCat(v));
     response->set_platform(model->platform);
-    for (const auto& spec : model->model->inputs())
-      FillTensorMetadata(spec, response->add_inputs());
-    for (const auto& spec : model->model->outputs()) {
-      FillTensorMetadata(spec, response->add_outputs());
+    for (const ModelIo::Tensor& input : model->io.inputs()) {
+      FillTensorMetadata(input, response->add_inputs());
     }
+    for (const ModelIo::Tensor& output : model->io.outputs()) {
+      FillTensorMetadata(output, response->add_outputs());
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  return Answer(context, "ModelConfig", [&]() -> absl::Status {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
+                        registry_->Get(request->name(), request->version()));
+    *response->mutable_config() = model->config;
     return absl::OkStatus();
   });
 }

@@ -17,8 +17,10 @@ namespace loopserve::server {
 
 // The inference.GRPCInferenceService implementation on gRPC's callback API.
 //
-// Metadata RPCs answer on the gRPC thread. ModelInfer pins the model version, decodes and
-// validates the request on the gRPC thread (bad requests are answered at once), then hands the run
+// Metadata RPCs answer on the gRPC thread; ModelMetadata and ModelConfig (Triton's
+// model-configuration extension) describe the version as its config declares it. ModelInfer pins
+// the model version, decodes and validates the request (against the model and its config's dims
+// and reshapes) on the gRPC thread (bad requests are answered at once), then hands the run
 // to the WorkerPool; a full queue answers RESOURCE_EXHAUSTED immediately, so gRPC threads never
 // block. The worker answers DEADLINE_EXCEEDED / CANCELLED without running when the request expired
 // or was cancelled while queued; otherwise it runs the engine with the call's deadline and a
@@ -57,19 +59,9 @@ namespace loopserve::server {
 //
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive the grpc::Server that
 // serves this service (including its Shutdown). `metrics` may be null.
-namespace internal {
-// GRPCInferenceService::CallbackService with ModelInfer raw (bytes in, bytes out). Spelled out
-// rather than wrapping CallbackService, whose typed ModelInfer the raw one would hide.
-using G = inference::GRPCInferenceService;
-using InferenceServiceBase = G::WithCallbackMethod_ServerLive<G::WithCallbackMethod_ServerReady<
-    G::WithCallbackMethod_ModelReady<G::WithCallbackMethod_ServerMetadata<
-        G::WithCallbackMethod_ModelMetadata<G::WithRawCallbackMethod_ModelInfer<
-            G::WithCallbackMethod_ModelStreamInfer<G::WithCallbackMethod_ModelStatistics<
-                G::WithCallbackMethod_RepositoryIndex<G::WithCallbackMethod_RepositoryModelLoad<
-                    G::WithCallbackMethod_RepositoryModelUnload<G::Service>>>>>>>>>>>;
-}  // namespace internal
-
-class InferenceService final : public internal::InferenceServiceBase {
+class InferenceService final
+    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::CallbackService> {
  public:
   struct Options {
     bool model_control = false;  // RepositoryModelLoad/Unload allowed (explicit mode)
@@ -111,6 +103,10 @@ class InferenceService final : public internal::InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  // Triton's model-configuration extension: the complete config of the version.
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
   // Raw: the request and response are serialized inference.ModelInferRequest/Response.
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,

@@ -1,6 +1,7 @@
 // loopserve: the KServe v2 / Open Inference Protocol gRPC server for Loop models.
 //
 //   loopserve --model_repository=DIR [--grpc_port=8001] [--metrics_port=8002] ...
+//   loopserve --config_path=config.json ...          (OpenVINO Model Server's model list)
 //
 // Once the repository is loaded and the ports are bound it prints exactly these lines to stdout
 // (flushed; integration tests parse them; <address> is --address as given):
@@ -35,7 +36,16 @@
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model_repository, "",
-          "Model repository root: <root>/<model>/<version>/model.onnx (or model.xml)");
+          "Model repository root, laid out as for Triton: <root>/<model>/<version>/model.onnx (or "
+          "model.xml + model.bin), optional <root>/<model>/config.pbtxt (Triton's ModelConfig)");
+ABSL_FLAG(std::string, config_path, "",
+          "Instead of --model_repository: an OpenVINO Model Server config.json; serves the models "
+          "of its model_config_list from their base_path (relative paths start at the file's "
+          "folder); poll mode picks up changes to the file");
+ABSL_FLAG(bool, disable_auto_complete_config, false,
+          "As Triton's --disable-auto-complete-config: every model needs a config.pbtxt naming "
+          "its platform and declaring every input and output (by default what a config leaves "
+          "out is completed from the model)");
 ABSL_FLAG(std::string, address, "0.0.0.0", "Address to bind the gRPC and metrics ports on");
 ABSL_FLAG(int, grpc_port, 8001, "gRPC port; 0 picks a free port");
 ABSL_FLAG(int, metrics_port, 8002, "Prometheus /metrics port; 0 picks a free port, -1 disables");
@@ -46,16 +56,16 @@ ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_loop_iterations, 0,
           "Cap on the iterations of any single Loop execution (0 = unlimited); a model's "
-          "config.pbtxt may set its own");
+          "config.pbtxt may set its own (parameters key max_loop_iterations)");
 ABSL_FLAG(int64_t, max_output_bytes, 0,
           "Cap on the output bytes of one request: each Loop scan output as it grows and the sum "
           "of the final outputs (RESOURCE_EXHAUSTED beyond it); 0 = --max_message_bytes; a "
-          "model's config.pbtxt may set its own");
+          "model's config.pbtxt may set its own (parameters key max_output_bytes)");
 ABSL_FLAG(int64_t, max_request_memory_bytes, 0,
           "Cap on the tensor bytes one request may hold at once (carried values, intermediates, "
           "scan outputs; RESOURCE_EXHAUSTED before it is passed), and on a model's constants at "
           "load; 0 = the memory the process may use (cgroup limit or RAM) / (2 x --workers); a "
-          "model's config.pbtxt may set its own");
+          "model's config.pbtxt may set its own (parameters key max_request_memory_bytes)");
 ABSL_FLAG(int64_t, max_model_file_bytes, 0,
           "Largest model file loaded (model.onnx, model.xml, model.bin each), checked before it "
           "is read; 0 = 2 GiB");
@@ -113,7 +123,8 @@ void PrintLine(const std::string& line) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol gRPC server for ONNX and OpenVINO models with Loops.\n"
-      "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--metrics_port=M] [flags]");
+      "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--metrics_port=M] [flags]\n"
+      "       loopserve --config_path=config.json [flags]");
   // --help lists the flags of this file (absl otherwise matches files named like the binary).
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = [](absl::string_view file) {
@@ -143,6 +154,8 @@ int main(int argc, char** argv) {
 
   loopserve::server::ServerOptions options;
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.config_path = absl::GetFlag(FLAGS_config_path);
+  options.disable_auto_complete_config = absl::GetFlag(FLAGS_disable_auto_complete_config);
   options.address = absl::GetFlag(FLAGS_address);
   options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);

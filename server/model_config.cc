@@ -1,73 +1,765 @@
 #include "server/model_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <set>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "engine/base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
 namespace loopserve::server {
 namespace {
 
-// Collects the text parser's errors instead of letting protobuf log them to stderr.
+namespace fs = std::filesystem;
+using inference::ModelConfig;
+
+constexpr char kOnnxPlatform[] = "onnxruntime_onnx";
+constexpr char kOnnxBackend[] = "onnxruntime";
+constexpr char kOpenVino[] = "openvino";
+
+// ---- Names that are no Triton field ----
+
+// loopserve's settings before they moved to `parameters` and `instance_group`: the error says
+// where they went.
+constexpr std::pair<absl::string_view, absl::string_view> kMovedFields[] = {
+    {"max_loop_iterations",
+     "parameters { key: \"max_loop_iterations\" value: { string_value: \"N\" } }"},
+    {"max_output_bytes", "parameters { key: \"max_output_bytes\" value: { string_value: \"N\" } }"},
+    {"max_request_memory_bytes",
+     "parameters { key: \"max_request_memory_bytes\" value: { string_value: \"N\" } }"},
+    {"instance_count", "instance_group [ { count: N kind: KIND_CPU } ]"},
+};
+
+// Collects the text parser's errors instead of letting protobuf log them to stderr, and words an
+// unknown field name as such.
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+    errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", Reword(message)));
   }
   void AddWarning(int line, int column, const std::string& message) override {}
-  std::string Joined() const { return absl::StrJoin(errors_, "; "); }
+
+  std::string Errors() const { return absl::StrJoin(errors_, "; "); }
 
  private:
+  // protobuf: Message type "inference.ModelConfig" has no field named "foo".
+  static std::string Reword(const std::string& message) {
+    const std::string type_prefix = "Message type \"";
+    const std::string field_prefix = "\" has no field named \"";
+    const size_t field_at = message.find(field_prefix);
+    if (!absl::StartsWith(message, type_prefix) || field_at == std::string::npos) return message;
+    const std::string type = message.substr(type_prefix.size(), field_at - type_prefix.size());
+    std::string field = message.substr(field_at + field_prefix.size());
+    while (!field.empty() && (field.back() == '.' || field.back() == '"')) field.pop_back();
+    if (type == "inference.ModelConfig") {
+      for (const auto& [moved, spelling] : kMovedFields) {
+        if (field == moved) {
+          return absl::StrCat("'", field, "' is no longer a top-level field; Triton's spelling is ",
+                              spelling);
+        }
+      }
+    }
+    return absl::StrCat("unknown field '", absl::CEscape(field), "' in ", type,
+                        " (not a field of Triton's model configuration)");
+  }
+
   std::vector<std::string> errors_;
 };
 
-}  // namespace
+// Triton settings loopserve cannot honour: Unimplemented naming the field.
+absl::Status RejectUnsupported(const ModelConfig& config) {
+  auto reject = [](absl::string_view field, absl::string_view what) {
+    return absl::UnimplementedError(absl::StrCat(field, ": loopserve does not implement ", what));
+  };
+  if (config.has_sequence_batching()) {
+    return reject("sequence_batching", "stateful sequence batching");
+  }
+  if (config.has_ensemble_scheduling()) return reject("ensemble_scheduling", "ensembles");
+  if (config.batch_input_size() > 0) return reject("batch_input", "batch inputs");
+  if (config.batch_output_size() > 0) return reject("batch_output", "batch outputs");
+  if (config.model_operations().op_library_filename_size() > 0) {
+    return reject("model_operations", "custom operation libraries");
+  }
+  if (config.model_repository_agents().agents_size() > 0) {
+    return reject("model_repository_agents", "repository agents");
+  }
+  if (config.model_transaction_policy().decoupled()) {
+    return reject("model_transaction_policy.decoupled",
+                  "decoupled models (it answers each request exactly once)");
+  }
+  return absl::OkStatus();
+}
 
-absl::StatusOr<loopserve::ModelConfig> ParseModelConfig(absl::string_view text,
-                                                        absl::string_view model_name) {
-  loopserve::ModelConfig config;
-  ErrorCollector errors;
-  google::protobuf::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", model_name, "': config.pbtxt: ", errors.Joined()));
+// Triton settings that mean nothing on a CPU server with one engine: one line each (the registry
+// logs them once per config change). ClearIgnored removes the same fields.
+std::vector<std::string> IgnoredSettings(const ModelConfig& config) {
+  std::set<std::string> lines;
+  auto note = [&](absl::string_view field, absl::string_view why) {
+    lines.insert(absl::StrCat(field, " ignored: ", why));
+  };
+  if (!config.runtime().empty()) note("runtime", "loopserve has one engine, no backend libraries");
+  if (config.has_optimization()) {
+    note("optimization",
+         "GPU, TensorRT and ONNX Runtime optimization settings do not apply to loopserve's engine");
   }
-  const std::string what = absl::StrCat("model '", model_name, "': config.pbtxt: ");
+  if (!config.cc_model_filenames().empty()) {
+    note("cc_model_filenames", "CUDA compute-capability files do not apply on the CPU");
+  }
+  if (!config.metric_tags().empty()) {
+    note("metric_tags", "loopserve's metrics carry model and version labels only");
+  }
+  if (config.has_model_metrics()) note("model_metrics", "loopserve's histogram buckets are fixed");
+  if (config.response_cache().enable()) {
+    note("response_cache.enable", "loopserve keeps no response cache");
+  }
+  for (int i = 0; i < config.instance_group_size(); ++i) {
+    const inference::ModelInstanceGroup& group = config.instance_group(i);
+    const std::string what = absl::StrCat("instance_group[", i, "]");
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
+      note(absl::StrCat(what, ": KIND_GPU"), "loopserve runs on the CPU");
+      continue;
+    }
+    if (group.gpus_size() > 0) note(what + ".gpus", "loopserve runs on the CPU");
+    if (group.has_rate_limiter()) {
+      note(what + ".rate_limiter",
+           "loopserve has no rate limiter; --workers and the instance count bound concurrency");
+    }
+    if (group.secondary_devices_size() > 0) {
+      note(what + ".secondary_devices", "secondary devices are GPU/DLA settings");
+    }
+    if (group.profile_size() > 0) note(what + ".profile", "TensorRT profiles do not apply");
+    if (group.passive()) note(what + ".passive", "every loopserve instance takes requests");
+    if (!group.host_policy().empty()) {
+      note(what + ".host_policy", "host policies are not implemented");
+    }
+  }
+  for (const inference::ModelInput& input : config.input()) {
+    const std::string what = absl::StrCat("input '", absl::CEscape(input.name()), "'");
+    if (input.format() != inference::ModelInput::FORMAT_NONE) {
+      note(what + ".format", "the image format is informational");
+    }
+    if (input.is_shape_tensor()) note(what + ".is_shape_tensor", "a TensorRT notion");
+    if (input.is_non_linear_format_io()) {
+      note(what + ".is_non_linear_format_io", "a TensorRT notion");
+    }
+  }
+  for (const inference::ModelOutput& output : config.output()) {
+    const std::string what = absl::StrCat("output '", absl::CEscape(output.name()), "'");
+    if (!output.label_filename().empty()) {
+      note(what + ".label_filename", "the classification extension is not implemented");
+    }
+    if (output.is_shape_tensor()) note(what + ".is_shape_tensor", "a TensorRT notion");
+    if (output.is_non_linear_format_io()) {
+      note(what + ".is_non_linear_format_io", "a TensorRT notion");
+    }
+  }
+  return std::vector<std::string>(lines.begin(), lines.end());
+}
+
+// Removes what IgnoredSettings reports (KIND_GPU groups go with the instance groups' completion),
+// so that the complete config shows what loopserve applies.
+void ClearIgnored(ModelConfig& config) {
+  config.clear_runtime();
+  config.clear_optimization();
+  config.clear_cc_model_filenames();
+  config.clear_metric_tags();
+  config.clear_model_metrics();
+  config.clear_response_cache();
+  config.clear_model_operations();
+  config.clear_model_repository_agents();
+  config.clear_model_transaction_policy();
+  for (inference::ModelInstanceGroup& group : *config.mutable_instance_group()) {
+    group.clear_gpus();
+    group.clear_rate_limiter();
+    group.clear_secondary_devices();
+    group.clear_profile();
+    group.clear_passive();
+    group.clear_host_policy();
+  }
+  for (inference::ModelInput& input : *config.mutable_input()) {
+    input.clear_format();
+    input.clear_is_shape_tensor();
+    input.clear_is_non_linear_format_io();
+  }
+  for (inference::ModelOutput& output : *config.mutable_output()) {
+    output.clear_label_filename();
+    output.clear_is_shape_tensor();
+    output.clear_is_non_linear_format_io();
+  }
+}
+
+std::string FormatDims(absl::Span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+template <typename Repeated>
+std::vector<int64_t> ToVector(const Repeated& field) {
+  return std::vector<int64_t>(field.begin(), field.end());
+}
+
+// A file name inside a folder: not empty, no path separator, not "." or "..".
+bool IsPlainFileName(absl::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of("/\\") == absl::string_view::npos &&
+         name.find('\0') == absl::string_view::npos;
+}
+
+int64_t CountVariable(absl::Span<const int64_t> dims) {
+  return std::count(dims.begin(), dims.end(), int64_t{-1});
+}
+
+// Product of the fixed dims (capped far below overflow: dims are checked to be small enough).
+int64_t FixedProduct(absl::Span<const int64_t> dims) {
+  int64_t product = 1;
+  for (int64_t d : dims) {
+    if (d < 0) continue;
+    if (d != 0 && product > engine::kMaxElements / d) return engine::kMaxElements + 1;
+    product *= d;
+  }
+  return product;
+}
+
+// Dims of a config tensor: each >= -1, and at most kMaxElements elements when fixed.
+absl::Status CheckDims(absl::Span<const int64_t> dims, absl::string_view what) {
+  for (int64_t d : dims) {
+    if (d < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", FormatDims(dims), ": a dim is -1 (variable) or >= 0"));
+    }
+  }
+  if (FixedProduct(dims) > engine::kMaxElements) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", FormatDims(dims), " is too large"));
+  }
+  return absl::OkStatus();
+}
+
+// `dims` (what clients send or receive) and `reshape` (what the model takes or produces) must be
+// able to hold the same elements. `inferred` is the side whose single -1 is computed per request
+// from the other's element count.
+absl::Status CheckReshape(absl::Span<const int64_t> dims, absl::Span<const int64_t> reshape,
+                          bool reshape_is_inferred, absl::string_view what) {
+  LS_RETURN_IF_ERROR(CheckDims(reshape, absl::StrCat(what, ": reshape")));
+  absl::Span<const int64_t> known = reshape_is_inferred ? dims : reshape;
+  absl::Span<const int64_t> inferred = reshape_is_inferred ? reshape : dims;
+  const char* inferred_name = reshape_is_inferred ? "reshape" : "dims";
+  if (CountVariable(inferred) > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", inferred_name, " ", FormatDims(inferred),
+                     " may hold at most one -1 (computed per request)"));
+  }
+  const bool known_varies = CountVariable(known) > 0;
+  const int64_t known_product = FixedProduct(known);
+  const int64_t inferred_product = FixedProduct(inferred);
+  const bool mismatch =
+      CountVariable(inferred) == 0
+          ? (known_varies || known_product != inferred_product)
+          : (!known_varies &&
+             (inferred_product == 0 ? known_product != 0 : known_product % inferred_product != 0));
+  if (mismatch) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": reshape ", FormatDims(reshape),
+                                                   " cannot hold the elements of dims ",
+                                                   FormatDims(dims)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParseParameter(const inference::ModelParameter& value,
+                                       absl::string_view key) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value.string_value()), &n) || n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters '", key, "': string_value '",
+                                                   absl::CEscape(value.string_value()),
+                                                   "' is not a non-negative integer"));
+  }
+  return n;
+}
+
+bool IsLoopserveParameter(absl::string_view key) {
+  return key == kMaxLoopIterationsParameter || key == kMaxOutputBytesParameter ||
+         key == kMaxRequestMemoryBytesParameter;
+}
+
+absl::Status CheckPlatform(const ModelConfig& config) {
+  const std::string& platform = config.platform();
+  const std::string& backend = config.backend();
+  if (!platform.empty() && platform != kOnnxPlatform && platform != kOpenVino) {
+    return absl::InvalidArgumentError(absl::StrCat("platform '", absl::CEscape(platform),
+                                                   "' is not served by loopserve (it serves '",
+                                                   kOnnxPlatform, "' and '", kOpenVino, "')"));
+  }
+  if (!backend.empty() && backend != kOnnxBackend && backend != kOpenVino) {
+    return absl::InvalidArgumentError(absl::StrCat("backend '", absl::CEscape(backend),
+                                                   "' is not served by loopserve (it serves '",
+                                                   kOnnxBackend, "' and '", kOpenVino, "')"));
+  }
+  if (!platform.empty() && !backend.empty() && (platform == kOpenVino) != (backend == kOpenVino)) {
+    return absl::InvalidArgumentError(absl::StrCat("platform '", platform, "' and backend '",
+                                                   backend, "' name different engines"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDynamicBatching(const ModelConfig& config) {
+  if (!config.has_dynamic_batching()) return absl::OkStatus();
+  const inference::ModelDynamicBatching& batching = config.dynamic_batching();
+  if (config.max_batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        "dynamic_batching needs max_batch_size > 0 (the model must take a batch dimension)");
+  }
+  for (int32_t size : batching.preferred_batch_size()) {
+    if (size < 1 || size > config.max_batch_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("dynamic_batching.preferred_batch_size ", size,
+                                                     " is outside [1, ", config.max_batch_size(),
+                                                     "] (max_batch_size)"));
+    }
+  }
+  const uint64_t levels = batching.priority_levels();
+  if (levels == 0) {
+    if (batching.default_priority_level() != 0 || !batching.priority_queue_policy().empty()) {
+      return absl::InvalidArgumentError(
+          "dynamic_batching: default_priority_level and priority_queue_policy need "
+          "priority_levels > 0");
+    }
+    return absl::OkStatus();
+  }
+  if (batching.default_priority_level() < 1 || batching.default_priority_level() > levels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dynamic_batching.default_priority_level ", batching.default_priority_level(),
+                     " is outside [1, ", levels, "] (priority_levels)"));
+  }
+  for (const auto& [level, policy] : batching.priority_queue_policy()) {
+    if (level < 1 || level > levels) {
+      return absl::InvalidArgumentError(absl::StrCat("dynamic_batching.priority_queue_policy key ",
+                                                     level, " is outside [1, ", levels,
+                                                     "] (priority_levels)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWarmup(const ModelConfig& config) {
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < config.model_warmup_size(); ++i) {
+    const inference::ModelWarmup& sample = config.model_warmup(i);
+    const std::string what =
+        sample.name().empty() ? absl::StrCat("model_warmup[", i, "]")
+                              : absl::StrCat("model_warmup '", absl::CEscape(sample.name()), "'");
+    if (sample.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no name"));
+    if (!names.insert(sample.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": name given twice"));
+    }
+    const int64_t batch = std::max<uint32_t>(sample.batch_size(), 1);
+    const int64_t max_batch = std::max(config.max_batch_size(), 1);
+    if (batch > max_batch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": batch_size ", batch, " is above max_batch_size ", config.max_batch_size()));
+    }
+    // std::map for a deterministic order of messages.
+    const std::map<std::string, inference::ModelWarmup::Input> inputs(sample.inputs().begin(),
+                                                                      sample.inputs().end());
+    for (const auto& [name, input] : inputs) {
+      const std::string input_what = absl::StrCat(what, ": input '", absl::CEscape(name), "'");
+      if (input.data_type() == inference::TYPE_INVALID) {
+        return absl::InvalidArgumentError(absl::StrCat(input_what, ": no data_type"));
+      }
+      for (int64_t d : input.dims()) {
+        if (d < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(input_what, ": dims ",
+                                                         FormatDims(ToVector(input.dims())),
+                                                         " must be concrete (no -1)"));
+        }
+      }
+      LS_RETURN_IF_ERROR(CheckDims(ToVector(input.dims()), absl::StrCat(input_what, ": dims")));
+      switch (input.input_data_type_case()) {
+        case inference::ModelWarmup::Input::kZeroData:
+        case inference::ModelWarmup::Input::kRandomData:
+          break;
+        case inference::ModelWarmup::Input::kInputDataFile:
+          if (!IsPlainFileName(input.input_data_file())) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                input_what, ": input_data_file '", absl::CEscape(input.input_data_file()),
+                "' must be a file name in the model's warmup/ folder"));
+          }
+          break;
+        case inference::ModelWarmup::Input::INPUT_DATA_TYPE_NOT_SET:
+          return absl::InvalidArgumentError(
+              absl::StrCat(input_what, ": no data (zero_data, random_data or input_data_file)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The checks of ParseModelConfig that follow a successful parse.
+absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name) {
+  ModelConfig& config = parsed.config;
   if (!config.name().empty() && config.name() != model_name) {
+    return absl::InvalidArgumentError(absl::StrCat("name '", absl::CEscape(config.name()),
+                                                   "' differs from the model's name '", model_name,
+                                                   "'"));
+  }
+  LS_RETURN_IF_ERROR(CheckPlatform(config));
+  if (!config.default_model_filename().empty() &&
+      !IsPlainFileName(config.default_model_filename())) {
+    return absl::InvalidArgumentError(absl::StrCat("default_model_filename '",
+                                                   absl::CEscape(config.default_model_filename()),
+                                                   "' must be a file name in the version folder"));
+  }
+  if (config.backend() == kOnnxBackend || config.platform() == kOnnxPlatform) {
+    if (absl::EndsWith(config.default_model_filename(), ".xml")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "default_model_filename '", config.default_model_filename(),
+          "' is an OpenVINO IR, which ONNX Runtime's platform cannot load (use platform: \"",
+          kOpenVino, "\")"));
+    }
+  }
+  if (config.max_batch_size() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, "name '", config.name(), "' differs from the folder name"));
-  }
-  if (config.max_loop_iterations() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "max_loop_iterations must be >= 0"));
-  }
-  if (config.max_output_bytes() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "max_output_bytes must be >= 0"));
-  }
-  if (config.max_request_memory_bytes() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "max_request_memory_bytes must be >= 0"));
+        absl::StrCat("max_batch_size ", config.max_batch_size(), " must be >= 0"));
   }
   if (config.version_policy().has_specific()) {
     for (int64_t v : config.version_policy().specific().versions()) {
       if (v <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, "version_policy.specific lists version ", v, "; versions are positive"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("version_policy.specific lists version ", v, "; versions are positive"));
       }
     }
   }
-  return config;
+  LS_RETURN_IF_ERROR(RejectUnsupported(config));
+
+  absl::flat_hash_set<std::string> names;
+  for (const inference::ModelInput& input : config.input()) {
+    const std::string what = absl::StrCat("input '", absl::CEscape(input.name()), "'");
+    if (input.name().empty()) return absl::InvalidArgumentError("an input has no name");
+    if (!names.insert(input.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": declared twice"));
+    }
+    LS_RETURN_IF_ERROR(CheckDims(ToVector(input.dims()), absl::StrCat(what, ": dims")));
+    if (input.has_reshape()) {
+      LS_RETURN_IF_ERROR(CheckReshape(ToVector(input.dims()), ToVector(input.reshape().shape()),
+                                      /*reshape_is_inferred=*/true, what));
+    }
+  }
+  names.clear();
+  for (const inference::ModelOutput& output : config.output()) {
+    const std::string what = absl::StrCat("output '", absl::CEscape(output.name()), "'");
+    if (output.name().empty()) return absl::InvalidArgumentError("an output has no name");
+    if (!names.insert(output.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": declared twice"));
+    }
+    LS_RETURN_IF_ERROR(CheckDims(ToVector(output.dims()), absl::StrCat(what, ": dims")));
+    if (output.has_reshape()) {
+      LS_RETURN_IF_ERROR(CheckReshape(ToVector(output.dims()), ToVector(output.reshape().shape()),
+                                      /*reshape_is_inferred=*/false, what));
+    }
+  }
+
+  for (int i = 0; i < config.instance_group_size(); ++i) {
+    const inference::ModelInstanceGroup& group = config.instance_group(i);
+    const std::string what = absl::StrCat("instance_group[", i, "]");
+    if (group.count() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ".count ", group.count(), " must be >= 0 (0 = the default)"));
+    }
+  }
+
+  const std::map<std::string, inference::ModelParameter> parameters(config.parameters().begin(),
+                                                                    config.parameters().end());
+  for (const auto& [key, value] : parameters) {
+    if (IsLoopserveParameter(key)) {
+      LS_RETURN_IF_ERROR(ParseParameter(value, key).status());
+    } else {
+      parsed.ignored.push_back(absl::StrCat(
+          "parameters '", absl::CEscape(key),
+          "' ignored: not a loopserve setting (loopserve reads ", kMaxLoopIterationsParameter, ", ",
+          kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ")"));
+    }
+  }
+  LS_RETURN_IF_ERROR(CheckDynamicBatching(config));
+  return CheckWarmup(config);
 }
 
-absl::StatusOr<loopserve::ModelConfig> ReadModelConfig(const std::string& model_dir,
-                                                       absl::string_view model_name) {
-  const std::filesystem::path path = std::filesystem::path(model_dir) / "config.pbtxt";
+// ---- Completion against the model ----
+
+// The Triton type name of an engine type, for messages ("TYPE_FP32").
+std::string ConfigTypeName(engine::DataType type) {
+  return inference::DataType_Name(DataTypeToConfig(type));
+}
+
+// Compares the model-side dims a config declares (without the batch dim) with the model's dims
+// (with it when batching). `field` names what was declared ("dims", "reshape").
+absl::Status CheckAgainstModel(absl::string_view what, absl::string_view field,
+                               absl::Span<const int64_t> declared,
+                               const std::optional<std::vector<int64_t>>& model_dims,
+                               int max_batch_size) {
+  if (!model_dims.has_value()) return absl::OkStatus();  // the model does not say
+  absl::Span<const int64_t> model(*model_dims);
+  if (max_batch_size > 0) {
+    if (model.empty() || model[0] != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": max_batch_size ", max_batch_size,
+          " needs a variable first (batch) dim, but the model's is ", FormatDims(model)));
+    }
+    model.remove_prefix(1);
+  }
+  if (declared.size() != model.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", field, " ", FormatDims(declared), " have rank ", declared.size(),
+                     ", the model's ", FormatDims(model), " rank ", model.size(),
+                     max_batch_size > 0 ? " (without the batch dim)" : ""));
+  }
+  for (size_t i = 0; i < declared.size(); ++i) {
+    if (model[i] != -1 && declared[i] != model[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", field, " ", FormatDims(declared), " do not match the model's ",
+                       FormatDims(model), " (dim ", i, ": ", declared[i], " vs ", model[i], ")",
+                       max_batch_size > 0 ? " (without the batch dim)" : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDataType(absl::string_view what, inference::DataType declared,
+                           engine::DataType model) {
+  if (declared == inference::TYPE_STRING) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": data_type TYPE_STRING is not supported by loopserve"));
+  }
+  if (declared == inference::TYPE_INVALID || model == engine::DataType::kUndefined) {
+    return absl::OkStatus();
+  }
+  if (DataTypeFromConfig(declared) != model) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": data_type ", inference::DataType_Name(declared),
+                     " does not match the model's ", ConfigTypeName(model)));
+  }
+  return absl::OkStatus();
+}
+
+// The model's dims without the batch dim when batching (the caller has checked it is variable);
+// std::nullopt for an unknown rank.
+std::optional<std::vector<int64_t>> ConfigDims(const engine::TensorSpec& spec, int max_batch_size) {
+  if (!spec.type.dims.has_value()) return std::nullopt;
+  std::vector<int64_t> dims = *spec.type.dims;
+  for (int64_t& d : dims) d = d < 0 ? -1 : d;
+  if (max_batch_size > 0 && !dims.empty()) dims.erase(dims.begin());
+  return dims;
+}
+
+bool IsSequence(const engine::TensorSpec& spec) {
+  return spec.type.kind == engine::ValueKind::kSequence ||
+         (spec.type.kind == engine::ValueKind::kOptional &&
+          spec.type.optional_of == engine::ValueKind::kSequence);
+}
+
+std::string ListNames(const std::vector<engine::TensorSpec>& specs) {
+  std::vector<std::string> names;
+  for (const engine::TensorSpec& spec : specs) names.push_back(spec.name);
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+int FindSpec(const std::vector<engine::TensorSpec>& specs, absl::string_view name) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Checks the declared inputs (Proto = ModelInput) or outputs (ModelOutput) against the model's
+// `specs` and appends the ones the config leaves out. `kind` is "input" or "output".
+template <typename Proto>
+absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::TensorSpec>& specs,
+                             int max_batch_size, const CompletionOptions& options,
+                             google::protobuf::RepeatedPtrField<Proto>& tensors) {
+  constexpr bool kIsInput = std::is_same_v<Proto, inference::ModelInput>;
+  std::vector<bool> declared(specs.size(), false);
+  for (Proto& tensor : tensors) {
+    const std::string what = absl::StrCat(kind, " '", absl::CEscape(tensor.name()), "'");
+    const int index = FindSpec(specs, tensor.name());
+    if (index < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the model has no such ", kind, " (it has ", ListNames(specs), ")"));
+    }
+    declared[index] = true;
+    const engine::TensorSpec& spec = specs[index];
+    if (IsSequence(spec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the model's ", kind, " is a sequence, which a config cannot declare"));
+    }
+    LS_RETURN_IF_ERROR(CheckDataType(what, tensor.data_type(), spec.type.dtype));
+    if (tensor.data_type() == inference::TYPE_INVALID) {
+      if (!options.auto_complete) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": no data_type"));
+      }
+      tensor.set_data_type(DataTypeToConfig(spec.type.dtype));
+    }
+    if (tensor.has_reshape()) {
+      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "reshape", ToVector(tensor.reshape().shape()),
+                                           spec.type.dims, max_batch_size));
+    } else {
+      LS_RETURN_IF_ERROR(
+          CheckAgainstModel(what, "dims", ToVector(tensor.dims()), spec.type.dims, max_batch_size));
+    }
+    if constexpr (kIsInput) {
+      if (tensor.optional() && spec.type.kind != engine::ValueKind::kOptional) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": optional: true, but the model requires this input"));
+      }
+    }
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const engine::TensorSpec& spec = specs[i];
+    if (declared[i] || IsSequence(spec)) continue;
+    const std::string what = absl::StrCat(kind, " '", spec.name, "'");
+    if (!options.auto_complete) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": not declared (auto-complete is disabled: declare every input and output)"));
+    }
+    // A batching config needs the batch dim on every tensor, declared or not.
+    const std::vector<int64_t> dims =
+        ConfigDims(spec, max_batch_size).value_or(std::vector<int64_t>());
+    LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", dims, spec.type.dims, max_batch_size));
+    Proto* tensor = tensors.Add();
+    tensor->set_name(spec.name);
+    tensor->set_data_type(DataTypeToConfig(spec.type.dtype));
+    for (int64_t d : dims) tensor->add_dims(d);
+    if constexpr (kIsInput) tensor->set_optional(spec.type.kind == engine::ValueKind::kOptional);
+  }
+  return absl::OkStatus();
+}
+
+// Warm-up samples against the complete inputs: declared names, same data_type, admitted dims,
+// every required input present.
+absl::Status CheckWarmupAgainstInputs(const ModelConfig& config) {
+  for (const inference::ModelWarmup& sample : config.model_warmup()) {
+    const std::string what = absl::StrCat("model_warmup '", absl::CEscape(sample.name()), "'");
+    for (const auto& [name, input] : sample.inputs()) {
+      const std::string input_what = absl::StrCat(what, ": input '", absl::CEscape(name), "'");
+      const inference::ModelInput* declared = nullptr;
+      for (const inference::ModelInput& in : config.input()) {
+        if (in.name() == name) declared = &in;
+      }
+      if (declared == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(input_what, ": the model has no such input"));
+      }
+      if (declared->data_type() != inference::TYPE_INVALID &&
+          input.data_type() != declared->data_type()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            input_what, ": data_type ", inference::DataType_Name(input.data_type()),
+            " differs from the input's ", inference::DataType_Name(declared->data_type())));
+      }
+      const std::vector<int64_t> dims = ToVector(input.dims());
+      const std::vector<int64_t> admitted = ToVector(declared->dims());
+      bool ok = dims.size() == admitted.size();
+      for (size_t i = 0; ok && i < dims.size(); ++i) {
+        ok = admitted[i] == -1 || admitted[i] == dims[i];
+      }
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat(input_what, ": dims ", FormatDims(dims),
+                                                       " do not fit the input's dims ",
+                                                       FormatDims(admitted)));
+      }
+    }
+    for (const inference::ModelInput& in : config.input()) {
+      if (!in.optional() && sample.inputs().count(in.name()) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": input '", in.name(), "' missing (every required input needs warm-up data)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CompleteInstanceGroups(const std::string& name, int default_count, ModelConfig& config) {
+  std::vector<inference::ModelInstanceGroup> groups;
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) continue;
+    inference::ModelInstanceGroup cpu;
+    cpu.set_name(group.name().empty() ? absl::StrCat(name, "_", groups.size()) : group.name());
+    cpu.set_kind(inference::ModelInstanceGroup::KIND_CPU);
+    cpu.set_count(group.count() > 0 ? group.count() : default_count);
+    groups.push_back(std::move(cpu));
+  }
+  if (groups.empty()) {
+    inference::ModelInstanceGroup cpu;
+    cpu.set_name(absl::StrCat(name, "_0"));
+    cpu.set_kind(inference::ModelInstanceGroup::KIND_CPU);
+    cpu.set_count(default_count);
+    groups.push_back(std::move(cpu));
+  }
+  config.clear_instance_group();
+  for (inference::ModelInstanceGroup& group : groups) *config.add_instance_group() = group;
+}
+
+// Replaces the one -1 of `target` (if any; its other dims are >= 0) so that it holds `elements`.
+// False when the elements do not fit.
+bool ResolveShape(int64_t elements, engine::Shape& target) {
+  int unknown = -1;
+  int64_t product = 1;
+  for (int i = 0; i < target.rank(); ++i) {
+    if (target[i] < 0) {
+      unknown = i;
+    } else {
+      product *= target[i];
+    }
+  }
+  if (unknown < 0) return product == elements;
+  if (product == 0) {
+    if (elements != 0) return false;
+    target[unknown] = 0;
+    return true;
+  }
+  if (elements % product != 0) return false;
+  target[unknown] = elements / product;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
+                                                   absl::string_view model_name) {
+  const std::string prefix = absl::StrCat("model '", model_name, "': config.pbtxt: ");
+  ParsedModelConfig parsed;
+  parsed.model_name = std::string(model_name);
+  parsed.from_file = true;
+  ErrorCollector errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &parsed.config)) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, errors.Errors()));
+  }
+  parsed.ignored = IgnoredSettings(parsed.config);
+  absl::Status checked = CheckParsed(parsed, model_name);
+  if (!checked.ok()) return Annotate(checked, prefix);
+  return parsed;
+}
+
+absl::StatusOr<ParsedModelConfig> ReadModelConfig(const std::string& model_dir,
+                                                  absl::string_view model_name) {
+  const fs::path path = fs::path(model_dir) / "config.pbtxt";
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return loopserve::ModelConfig();
-  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!fs::exists(path, ec)) {
+    ParsedModelConfig defaults;
+    defaults.model_name = std::string(model_name);
+    return defaults;
+  }
+  const uintmax_t size = fs::file_size(path, ec);
   if (!ec && size > kMaxModelConfigBytes) {
     return absl::InvalidArgumentError(absl::StrCat("model '", model_name, "': config.pbtxt has ",
                                                    size, " bytes, more than the limit of ",
@@ -81,6 +773,281 @@ absl::StatusOr<loopserve::ModelConfig> ReadModelConfig(const std::string& model_
   std::ostringstream text;
   text << in.rdbuf();
   return ParseModelConfig(text.str(), model_name);
+}
+
+ModelFormat ConfigFormat(const inference::ModelConfig& config) {
+  if (config.platform() == kOpenVino || config.backend() == kOpenVino)
+    return ModelFormat::kOpenVino;
+  if (config.platform() == kOnnxPlatform || config.backend() == kOnnxBackend) {
+    return ModelFormat::kOnnx;
+  }
+  return ModelFormat::kUnknown;
+}
+
+absl::StatusOr<std::string> FindModelFile(const std::string& version_dir,
+                                          const inference::ModelConfig& config, bool any_name) {
+  // Messages reach clients (RepositoryIndex, ModelReady): the folder by its name only.
+  const std::string folder = fs::path(version_dir).filename().string();
+  std::error_code ec;
+  std::vector<std::string> names;
+  if (!config.default_model_filename().empty()) {
+    names.push_back(config.default_model_filename());
+  } else if (ConfigFormat(config) == ModelFormat::kOnnx) {
+    names.push_back("model.onnx");
+  } else if (ConfigFormat(config) == ModelFormat::kOpenVino) {
+    names.push_back("model.xml");
+  } else {
+    names = {"model.onnx", "model.xml"};
+  }
+  for (const std::string& name : names) {
+    const fs::path path = fs::path(version_dir) / name;
+    if (fs::is_regular_file(path, ec)) return path.string();
+  }
+  if (any_name && config.default_model_filename().empty()) {
+    std::vector<std::string> found;
+    for (fs::directory_iterator it(version_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string file = it->path().filename().string();
+      const bool onnx = absl::EndsWith(file, ".onnx");
+      const bool xml = absl::EndsWith(file, ".xml");
+      const ModelFormat format = ConfigFormat(config);
+      if (!it->is_regular_file(ec) || !(onnx || xml)) continue;
+      if ((format == ModelFormat::kOnnx && !onnx)) continue;
+      found.push_back(it->path().string());
+    }
+    std::sort(found.begin(), found.end());
+    if (found.size() == 1) return found[0];
+    if (found.size() > 1) {
+      std::vector<std::string> files;
+      for (const std::string& path : found) files.push_back(fs::path(path).filename().string());
+      return absl::InvalidArgumentError(absl::StrCat("version folder ", folder,
+                                                     " holds more than one model (",
+                                                     absl::StrJoin(files, ", "), ")"));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "version folder ", folder, " contains no ", absl::StrJoin(names, " or "),
+      any_name && config.default_model_filename().empty() ? " (nor any *.onnx or *.xml)" : ""));
+}
+
+absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConfig& parsed,
+                                                           const engine::Model& model,
+                                                           absl::string_view model_file,
+                                                           const CompletionOptions& options) {
+  ModelConfig config = parsed.config;
+  const std::string file_name = fs::path(std::string(model_file)).filename().string();
+  const bool is_xml = absl::EndsWith(model_file, ".xml");
+  absl::Status status = [&]() -> absl::Status {
+    if (!options.auto_complete) {
+      if (!parsed.from_file) {
+        return absl::InvalidArgumentError(
+            "missing (auto-complete is disabled: every model needs a complete config.pbtxt)");
+      }
+      if (config.platform().empty() && config.backend().empty()) {
+        return absl::InvalidArgumentError("no platform or backend (auto-complete is disabled)");
+      }
+    }
+    ClearIgnored(config);
+    if (config.platform().empty() && config.backend().empty()) {
+      config.set_platform(is_xml ? kOpenVino : kOnnxPlatform);
+    }
+    if (config.platform().empty()) {
+      config.set_platform(config.backend() == kOpenVino ? kOpenVino : kOnnxPlatform);
+    }
+    if (config.backend().empty()) {
+      config.set_backend(config.platform() == kOpenVino ? kOpenVino : kOnnxBackend);
+    }
+    if (is_xml && config.platform() != kOpenVino) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "platform '", config.platform(), "' cannot load the OpenVINO IR '", file_name, "'"));
+    }
+    config.set_name(parsed.model_name);
+    config.set_default_model_filename(file_name);
+    if (config.version_policy().policy_choice_case() ==
+        inference::ModelVersionPolicy::POLICY_CHOICE_NOT_SET) {
+      config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
+    } else if (config.version_policy().has_latest() &&
+               config.version_policy().latest().num_versions() == 0) {
+      config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
+    }
+    LS_RETURN_IF_ERROR(CompleteTensors("input", model.inputs(), config.max_batch_size(), options,
+                                       *config.mutable_input()));
+    LS_RETURN_IF_ERROR(CompleteTensors("output", model.outputs(), config.max_batch_size(), options,
+                                       *config.mutable_output()));
+    LS_RETURN_IF_ERROR(CheckWarmupAgainstInputs(config));
+    CompleteInstanceGroups(config.name(), std::max(options.default_instance_count, 1), config);
+    auto& parameters = *config.mutable_parameters();
+    parameters[kMaxLoopIterationsParameter].set_string_value(absl::StrCat(
+        ParameterOr(config, kMaxLoopIterationsParameter, options.max_loop_iterations)));
+    parameters[kMaxOutputBytesParameter].set_string_value(
+        absl::StrCat(ParameterOr(config, kMaxOutputBytesParameter, options.max_output_bytes)));
+    parameters[kMaxRequestMemoryBytesParameter].set_string_value(absl::StrCat(
+        ParameterOr(config, kMaxRequestMemoryBytesParameter, options.max_request_memory_bytes)));
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) return Annotate(status, "config.pbtxt: ");
+  return config;
+}
+
+int64_t ParameterOr(const inference::ModelConfig& config, absl::string_view key, int64_t fallback) {
+  auto it = config.parameters().find(std::string(key));
+  if (it == config.parameters().end()) return fallback;
+  absl::StatusOr<int64_t> value = ParseParameter(it->second, key);
+  return value.ok() && *value > 0 ? *value : fallback;
+}
+
+int InstanceCount(const inference::ModelConfig& config) {
+  int64_t count = 0;
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    if (group.kind() != inference::ModelInstanceGroup::KIND_GPU)
+      count += std::max(group.count(), 0);
+  }
+  return static_cast<int>(std::min<int64_t>(count, std::numeric_limits<int>::max()));
+}
+
+// ---- ModelIo ----
+
+ModelIo ModelIo::Build(const inference::ModelConfig& config, const engine::Model& model) {
+  ModelIo io;
+  io.max_batch_size_ = config.max_batch_size();
+  io.input_by_model_index_.assign(model.inputs().size(), -1);
+  io.output_by_model_index_.assign(model.outputs().size(), -1);
+  // Client-side dims with the batch dim; none when the model's rank is unknown and the config
+  // gives no dims (auto-complete wrote none).
+  auto full = [&](absl::Span<const int64_t> dims,
+                  const engine::TensorSpec& spec) -> std::optional<std::vector<int64_t>> {
+    if (!spec.type.dims.has_value() && dims.empty()) return std::nullopt;
+    std::vector<int64_t> out;
+    if (io.max_batch_size_ > 0) out.push_back(-1);
+    out.insert(out.end(), dims.begin(), dims.end());
+    return out;
+  };
+  for (const inference::ModelInput& input : config.input()) {
+    const int index = FindSpec(model.inputs(), input.name());
+    if (index < 0) continue;  // CompleteModelConfig has rejected this
+    Tensor t;
+    t.name = input.name();
+    t.dtype = DataTypeFromConfig(input.data_type());
+    t.model_index = index;
+    t.optional = input.optional();
+    t.dims = full(input.dims(), model.inputs()[index]);
+    if (input.has_reshape()) t.reshape = full(input.reshape().shape(), model.inputs()[index]);
+    io.input_by_model_index_[index] = static_cast<int>(io.inputs_.size());
+    io.inputs_.push_back(std::move(t));
+  }
+  for (const inference::ModelOutput& output : config.output()) {
+    const int index = FindSpec(model.outputs(), output.name());
+    if (index < 0) continue;
+    Tensor t;
+    t.name = output.name();
+    t.dtype = DataTypeFromConfig(output.data_type());
+    t.model_index = index;
+    t.dims = full(output.dims(), model.outputs()[index]);
+    if (output.has_reshape()) {
+      t.reshape = full(output.reshape().shape(), model.outputs()[index]);
+      io.any_output_reshape_ = true;
+    }
+    io.output_by_model_index_[index] = static_cast<int>(io.outputs_.size());
+    io.outputs_.push_back(std::move(t));
+  }
+  return io;
+}
+
+absl::Status ModelIo::AdaptInputs(std::vector<engine::Value>& inputs) const {
+  for (size_t i = 0; i < inputs.size() && i < input_by_model_index_.size(); ++i) {
+    if (input_by_model_index_[i] < 0) continue;
+    const Tensor& spec = inputs_[input_by_model_index_[i]];
+    engine::Value& value = inputs[i];
+    if (value.is_none()) {
+      if (spec.optional) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", spec.name, "': missing from the request"));
+    }
+    if (!value.is_tensor()) continue;
+    engine::Tensor& tensor = value.mutable_tensor();
+    if (spec.dtype != engine::DataType::kUndefined && tensor.dtype() != spec.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", spec.name, "': ", engine::DataTypeName(tensor.dtype()),
+                       " does not match the config's data_type ", ConfigTypeName(spec.dtype)));
+    }
+    if (!spec.dims.has_value()) continue;
+    const engine::Shape& shape = tensor.shape();
+    const std::vector<int64_t>& dims = *spec.dims;
+    bool ok = shape.rank() == static_cast<int>(dims.size());
+    for (int d = 0; ok && d < shape.rank(); ++d) ok = dims[d] == -1 || dims[d] == shape[d];
+    if (ok && max_batch_size_ > 0) ok = shape[0] >= 1 && shape[0] <= max_batch_size_;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec.name, "': shape ", shape.ToString(), " does not match the config's ",
+          FormatDims(dims),
+          max_batch_size_ > 0 ? absl::StrCat(" (batch dim 1 to ", max_batch_size_, ")") : ""));
+    }
+    if (!spec.reshape.has_value()) continue;
+    engine::Shape target(absl::MakeConstSpan(*spec.reshape));
+    if (max_batch_size_ > 0) target[0] = shape[0];
+    if (!ResolveShape(shape.NumElements(), target)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", spec.name, "': shape ", shape.ToString(),
+                       " cannot be reshaped to the model's ", FormatDims(*spec.reshape)));
+    }
+    tensor.Reshape(target);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelIo::AdaptOutputs(std::vector<engine::Value>& outputs) const {
+  if (!any_output_reshape_) return absl::OkStatus();
+  for (const Tensor& spec : outputs_) {
+    if (!spec.reshape.has_value() || !spec.dims.has_value()) continue;
+    if (spec.model_index < 0 || spec.model_index >= static_cast<int>(outputs.size())) continue;
+    engine::Value& value = outputs[spec.model_index];
+    if (!value.is_tensor()) continue;
+    engine::Tensor& tensor = value.mutable_tensor();
+    engine::Shape target(absl::MakeConstSpan(*spec.dims));
+    if (max_batch_size_ > 0 && tensor.shape().rank() > 0) target[0] = tensor.shape()[0];
+    if (!ResolveShape(tensor.shape().NumElements(), target)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", spec.name, "': the model's shape ", tensor.shape().ToString(),
+                       " cannot be reshaped to the config's dims ", FormatDims(*spec.dims)));
+    }
+    tensor.Reshape(target);
+  }
+  return absl::OkStatus();
+}
+
+// ---- Data types ----
+
+namespace {
+
+constexpr std::pair<inference::DataType, engine::DataType> kDataTypes[] = {
+    {inference::TYPE_BOOL, engine::DataType::kBool},
+    {inference::TYPE_UINT8, engine::DataType::kUint8},
+    {inference::TYPE_UINT16, engine::DataType::kUint16},
+    {inference::TYPE_UINT32, engine::DataType::kUint32},
+    {inference::TYPE_UINT64, engine::DataType::kUint64},
+    {inference::TYPE_INT8, engine::DataType::kInt8},
+    {inference::TYPE_INT16, engine::DataType::kInt16},
+    {inference::TYPE_INT32, engine::DataType::kInt32},
+    {inference::TYPE_INT64, engine::DataType::kInt64},
+    {inference::TYPE_FP16, engine::DataType::kFloat16},
+    {inference::TYPE_FP32, engine::DataType::kFloat32},
+    {inference::TYPE_FP64, engine::DataType::kFloat64},
+    {inference::TYPE_BF16, engine::DataType::kBFloat16},
+};
+
+}  // namespace
+
+engine::DataType DataTypeFromConfig(inference::DataType type) {
+  for (const auto& [config, engine_type] : kDataTypes) {
+    if (config == type) return engine_type;
+  }
+  return engine::DataType::kUndefined;
+}
+
+inference::DataType DataTypeToConfig(engine::DataType type) {
+  for (const auto& [config, engine_type] : kDataTypes) {
+    if (engine_type == type) return config;
+  }
+  return inference::TYPE_INVALID;
 }
 
 }  // namespace loopserve::server

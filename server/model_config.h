@@ -1,26 +1,170 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/engine.h"
+#include "engine/tensor/value.h"
 #include "proto/model_config.pb.h"
 
 namespace loopserve::server {
 
-// Parses the protobuf text format of loopserve.ModelConfig (a model's config.pbtxt) and checks it:
-// `name`, when set, must equal `model_name`; a specific policy lists positive versions; the
-// iteration cap is not negative. InvalidArgument with the parser's line:column otherwise.
-absl::StatusOr<loopserve::ModelConfig> ParseModelConfig(absl::string_view text,
-                                                        absl::string_view model_name);
+// A model's configuration: Triton's ModelConfig (proto/model_config.proto) read from
+// `<model>/config.pbtxt`, checked, completed from the model and turned into what the request path
+// needs. Stateless functions; thread-safe.
+//
+// Three steps, as in Triton:
+//   ParseModelConfig     the text alone: syntax, unknown fields, values that need no model
+//                        (platform, counts, parameters, batching, warm-up samples)
+//   CompleteModelConfig  against the loaded model: declared inputs/outputs must exist with the
+//                        declared type and compatible dims; what is missing is filled in from the
+//                        model (auto-complete) unless disabled
+//   ModelIo::Build       the complete config as per-tensor checks and reshapes for requests
+
+// loopserve's own per-model settings: `parameters` keys (decimal string values, >= 0; 0 = the
+// server's flag).
+inline constexpr char kMaxLoopIterationsParameter[] = "max_loop_iterations";
+inline constexpr char kMaxOutputBytesParameter[] = "max_output_bytes";
+inline constexpr char kMaxRequestMemoryBytesParameter[] = "max_request_memory_bytes";
+
+// What kind of engine model a config names: from platform/backend, else from the file found.
+enum class ModelFormat { kUnknown, kOnnx, kOpenVino };
+
+// A parsed config.pbtxt and what of it loopserve does not apply.
+struct ParsedModelConfig {
+  std::string model_name;
+  inference::ModelConfig config;
+  // One line per Triton setting that is accepted but means nothing here ("instance_group[1]:
+  // KIND_GPU ignored: loopserve runs on the CPU"); the registry logs them once per config change.
+  std::vector<std::string> ignored;
+  bool from_file = false;  // false: there was no config.pbtxt (the defaults)
+};
+
+// Parses the protobuf text format of a Triton ModelConfig and checks what needs no model. Errors
+// name the field and start with "config.pbtxt: ":
+//   InvalidArgument: a syntax error or a name that is no Triton field (line:column); loopserve's
+//     old top-level settings (max_loop_iterations, max_output_bytes, instance_count) with where
+//     they moved; `name` other than `model_name`; a platform/backend other than onnxruntime_onnx,
+//     onnxruntime, openvino (or the two disagreeing); a default_model_filename that is not a plain
+//     file name; negative max_batch_size, instance count or dims below -1; a duplicate tensor
+//     name; a reshape with more than one -1; a specific version policy listing a version <= 0;
+//     dynamic_batching without max_batch_size > 0 or with preferred sizes / priorities out of
+//     range; a loopserve parameter that is not a non-negative integer; a warm-up sample without
+//     a name, with batch_size above max_batch_size, an input without data or data_type, a
+//     variable dim, or a data file outside the model's warmup/ folder.
+//   Unimplemented: Triton features loopserve does not have (sequence_batching,
+//     ensemble_scheduling, batch_input/batch_output, model_operations, model_repository_agents,
+//     decoupled transactions).
+absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
+                                                   absl::string_view model_name);
 
 // Largest config.pbtxt read.
 inline constexpr uintmax_t kMaxModelConfigBytes = 1 << 20;
 
-// Reads `<model_dir>/config.pbtxt`; the defaults (latest 1) when the file does not exist,
-// InvalidArgument when it is larger than kMaxModelConfigBytes or malformed.
-absl::StatusOr<loopserve::ModelConfig> ReadModelConfig(const std::string& model_dir,
-                                                       absl::string_view model_name);
+// Reads and parses `<model_dir>/config.pbtxt`; the defaults (from_file false) when there is none;
+// InvalidArgument when it is larger than kMaxModelConfigBytes, unreadable or malformed.
+absl::StatusOr<ParsedModelConfig> ReadModelConfig(const std::string& model_dir,
+                                                  absl::string_view model_name);
+
+// The format `config` asks for (kUnknown when it names neither platform nor backend).
+ModelFormat ConfigFormat(const inference::ModelConfig& config);
+
+// The model file of a version folder: `default_model_filename` when set, else `model.onnx` /
+// `model.xml` as the platform asks, else whichever of the two exists. With `any_name` (OpenVINO
+// Model Server repositories, whose files may have any name) a folder without those names may hold
+// exactly one `*.onnx` or `*.xml`. NotFound naming what was looked for; InvalidArgument when
+// `any_name` finds more than one candidate.
+absl::StatusOr<std::string> FindModelFile(const std::string& version_dir,
+                                          const inference::ModelConfig& config,
+                                          bool any_name = false);
+
+// Server-wide settings CompleteModelConfig fills in.
+struct CompletionOptions {
+  bool auto_complete = true;        // false: Triton's --disable-auto-complete-config
+  int64_t max_loop_iterations = 0;  // the server's flags (0 = unlimited)
+  int64_t max_output_bytes = 0;
+  int64_t max_request_memory_bytes = 0;
+  int default_instance_count = 1;  // instance count of a config that gives none (--workers)
+};
+
+// Checks `config` (from ParseModelConfig) against `model` loaded from `model_file` and returns the
+// complete config the version runs with: name, platform and backend, default_model_filename,
+// version_policy, every tensor input and output of the model (declared ones kept as declared, in
+// their order, the others appended from the model: data_type, dims without the batch dimension
+// when max_batch_size > 0, optional), instance_group normalised to CPU groups with counts (GPU
+// groups dropped), and parameters with the effective max_loop_iterations, max_output_bytes and
+// max_request_memory_bytes.
+// Sequence-valued model inputs/outputs have no Triton spelling and are left out.
+//
+// InvalidArgument naming the tensor, the field and both values for: a declared input or output the
+// model does not have; a data_type other than the model's; dims (or reshape) of another rank or
+// with a fixed dim other than the model's; a reshape whose element count cannot match dims;
+// max_batch_size > 0 on a model whose first dim is not variable; `optional: true` on an input
+// the model requires; a warm-up input that is not declared, has another data_type or dims the
+// declared ones do not admit, or a required input a warm-up sample leaves out. With auto_complete
+// false, also for a missing config.pbtxt, platform/backend, data_type or model tensor.
+// Unimplemented for TYPE_STRING.
+absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConfig& parsed,
+                                                           const engine::Model& model,
+                                                           absl::string_view model_file,
+                                                           const CompletionOptions& options);
+
+// The effective value of a loopserve parameter of a complete or parsed config: its integer value,
+// or `fallback` when absent or 0. (ParseModelConfig has checked the values.)
+int64_t ParameterOr(const inference::ModelConfig& config, absl::string_view key, int64_t fallback);
+
+// The instance count of a complete config: the sum of its CPU groups' counts.
+int InstanceCount(const inference::ModelConfig& config);
+
+// The complete config of a version as the request path applies it: which dims a request may send
+// for each input, the shape the model takes instead (reshape), and the shape clients see for each
+// output. Built once per version; immutable; shared read-only by every request.
+class ModelIo {
+ public:
+  struct Tensor {
+    std::string name;
+    engine::DataType dtype = engine::DataType::kUndefined;
+    // Client-side dims including the batch dim (-1) when batching; std::nullopt when the model's
+    // rank is unknown and the config gives none (no check).
+    std::optional<std::vector<int64_t>> dims;
+    // Model-side dims (with the batch dim) when the config reshapes this tensor.
+    std::optional<std::vector<int64_t>> reshape;
+    bool optional = false;  // inputs: may be left out
+    int model_index = -1;   // index in Model::inputs() / outputs()
+  };
+
+  // `config` must be the complete config CompleteModelConfig returned for `model`.
+  static ModelIo Build(const inference::ModelConfig& config, const engine::Model& model);
+
+  const std::vector<Tensor>& inputs() const { return inputs_; }    // in config order
+  const std::vector<Tensor>& outputs() const { return outputs_; }  // in config order
+  int max_batch_size() const { return max_batch_size_; }
+
+  // Checks decoded request inputs (Model::inputs() order; absent ones are kNone) against the
+  // config and reshapes them in place: InvalidArgument naming the input for a missing required
+  // input, dims the config does not admit (a batch dim outside [1, max_batch_size]), or an element
+  // count the reshape cannot take. Costs a few comparisons per input; allocates nothing.
+  absl::Status AdaptInputs(std::vector<engine::Value>& inputs) const;
+
+  // Reshapes model outputs (Model::outputs() order) to the config's dims where it reshapes them.
+  // InvalidArgument naming the output when the element count does not fit.
+  absl::Status AdaptOutputs(std::vector<engine::Value>& outputs) const;
+
+ private:
+  std::vector<Tensor> inputs_;
+  std::vector<Tensor> outputs_;
+  std::vector<int> input_by_model_index_;   // model input index -> inputs_ index (-1: none)
+  std::vector<int> output_by_model_index_;  // model output index -> outputs_ index (-1: none)
+  bool any_output_reshape_ = false;
+  int max_batch_size_ = 0;
+};
+
+// Triton's DataType <-> engine element types. TYPE_STRING and TYPE_INVALID map to kUndefined.
+engine::DataType DataTypeFromConfig(inference::DataType type);
+inference::DataType DataTypeToConfig(engine::DataType type);
 
 }  // namespace loopserve::server

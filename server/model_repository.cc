@@ -11,8 +11,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/logging.h"
 #include "server/model_config.h"
+#include "server/model_warmup.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -83,7 +86,7 @@ std::vector<int64_t> ScanVersions(const std::string& model_dir) {
 }
 
 std::vector<int64_t> SelectVersions(const std::vector<int64_t>& available,
-                                    const loopserve::ModelVersionPolicy& policy) {
+                                    const inference::ModelVersionPolicy& policy) {
   if (policy.has_all()) return available;
   if (policy.has_specific()) {
     std::vector<int64_t> selected;
@@ -99,23 +102,12 @@ std::vector<int64_t> SelectVersions(const std::vector<int64_t>& available,
   return std::vector<int64_t>(available.end() - static_cast<std::ptrdiff_t>(n), available.end());
 }
 
-absl::StatusOr<std::string> FindModelFile(const std::string& version_dir) {
-  std::error_code ec;
-  for (const char* file : {"model.onnx", "model.xml"}) {
-    const fs::path path = fs::path(version_dir) / file;
-    if (fs::is_regular_file(path, ec)) return path.string();
-  }
-  return absl::NotFoundError(absl::StrCat("version folder ",
-                                          fs::path(version_dir).filename().string(),
-                                          " contains neither model.onnx nor model.xml"));
-}
-
 namespace {
 
-// "name:size:mtime;" for every regular file under `dir`, sorted: changes when a file is added,
-// removed, rewritten or touched. Empty when the folder cannot be read.
+// The folder, then "name:size:mtime;" for every regular file under `dir`, sorted: changes when a
+// file is added, removed, rewritten or touched (or the model moves, in config.json).
 std::string Fingerprint(const std::string& dir) {
-  std::vector<std::string> parts;
+  std::vector<std::string> parts = {dir};
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code file_ec;
@@ -130,6 +122,19 @@ std::string Fingerprint(const std::string& dir) {
   return absl::StrJoin(parts, ";");
 }
 
+// The serialized config with map entries in a fixed order (plain serialization may order a map
+// differently each time, which would look like a config change on every poll).
+std::string DeterministicBytes(const inference::ModelConfig& config) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    config.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 ModelRegistry::ModelRegistry(Options options)
@@ -141,24 +146,65 @@ ModelRegistry::ModelRegistry(Options options)
 
 absl::Status ModelRegistry::LoadAll() { return Poll(); }
 
+absl::StatusOr<std::vector<ModelRegistry::ModelSource>> ModelRegistry::ListModels(
+    std::unique_ptr<OvmsConfig>* ovms_config) {
+  std::vector<ModelSource> sources;
+  if (options_.config_path.empty()) {
+    LS_ASSIGN_OR_RETURN(std::vector<std::string> names, ScanModelNames(options_.root));
+    for (std::string& name : names) {
+      ModelSource source;
+      source.dir = (fs::path(options_.root) / name).string();
+      source.name = std::move(name);
+      sources.push_back(std::move(source));
+    }
+    return sources;
+  }
+  LS_ASSIGN_OR_RETURN(OvmsConfig config, ReadOvmsConfig(options_.config_path));
+  *ovms_config = std::make_unique<OvmsConfig>(std::move(config));
+  // Log what it ignores once per change of the file, not on every poll.
+  std::string text;
+  for (const std::string& line : (*ovms_config)->ignored) absl::StrAppend(&text, line, "\n");
+  for (const OvmsModelEntry& entry : (*ovms_config)->models) {
+    absl::StrAppend(&text, entry.name, "=", entry.base_path, ";");
+  }
+  if (text != ovms_config_text_) {
+    for (const std::string& line : (*ovms_config)->ignored) {
+      LogWarning(absl::StrCat("'", options_.config_path, "': ", line));
+    }
+    LogInfo(absl::StrCat("'", options_.config_path, "' lists ", (*ovms_config)->models.size(),
+                         " models"));
+    ovms_config_text_ = std::move(text);
+  }
+  for (const OvmsModelEntry& entry : (*ovms_config)->models) {
+    sources.push_back(ModelSource{entry.name, entry.base_path, &entry});
+  }
+  std::sort(sources.begin(), sources.end(),
+            [](const ModelSource& a, const ModelSource& b) { return a.name < b.name; });
+  return sources;
+}
+
 absl::Status ModelRegistry::Poll() {
   absl::MutexLock load_lock(&load_mutex_);
-  absl::StatusOr<std::vector<std::string>> names = ScanModelNames(options_.root);
-  if (!names.ok()) return names.status();
-  for (const std::string& name : *names) {
-    std::shared_ptr<const ModelEntry> previous = Find(name);
+  std::unique_ptr<OvmsConfig> ovms_config;
+  LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&ovms_config));
+  std::vector<std::string> names;
+  for (const ModelSource& source : sources) {
+    std::shared_ptr<const ModelEntry> previous = Find(source.name);
     absl::Status error;
-    Install(name, BuildEntry(name, previous.get(), /*retry_failed=*/false, &error), "");
+    Install(source.name, BuildEntry(source, previous.get(), /*retry_failed=*/false, &error), "");
+    names.push_back(source.name);
   }
   std::vector<std::string> removed;
   {
     absl::MutexLock lock(&mutex_);
     for (const auto& [name, entry] : models_) {
-      if (!std::binary_search(names->begin(), names->end(), name)) removed.push_back(name);
+      if (!std::binary_search(names.begin(), names.end(), name)) removed.push_back(name);
     }
   }
   for (const std::string& name : removed) {
-    Install(name, nullptr, "its folder was removed from the repository");
+    Install(name, nullptr,
+            options_.config_path.empty() ? "its folder was removed from the repository"
+                                         : "it was removed from the config file");
   }
   return absl::OkStatus();
 }
@@ -170,24 +216,37 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
                      " (a model name is one folder name of the repository)"));
   }
   const std::string model(name);
-  std::error_code ec;
-  if (!fs::is_directory(fs::path(options_.root) / model, ec)) {
-    return absl::NotFoundError(absl::StrCat("model '", model, "' is not in the model repository"));
-  }
   absl::MutexLock load_lock(&load_mutex_);
+  std::unique_ptr<OvmsConfig> ovms_config;
+  LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&ovms_config));
+  auto source = std::find_if(sources.begin(), sources.end(),
+                             [&](const ModelSource& s) { return s.name == model; });
+  if (source == sources.end()) {
+    return absl::NotFoundError(
+        options_.config_path.empty()
+            ? absl::StrCat("model '", model, "' is not in the model repository")
+            : absl::StrCat("model '", model, "' is not listed in the config file"));
+  }
   std::shared_ptr<const ModelEntry> previous = Find(model);
   absl::Status error;
-  Install(model, BuildEntry(model, previous.get(), /*retry_failed=*/true, &error), "");
+  Install(model, BuildEntry(*source, previous.get(), /*retry_failed=*/true, &error), "");
   return error;
 }
 
 absl::Status ModelRegistry::Unload(absl::string_view name) {
   absl::MutexLock load_lock(&load_mutex_);
   const std::string model(name);
-  std::error_code ec;
-  if (Find(model) == nullptr &&
-      !(IsValidModelName(name) && fs::is_directory(fs::path(options_.root) / model, ec))) {
-    return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+  if (Find(model) == nullptr) {
+    bool known = false;
+    std::unique_ptr<OvmsConfig> ovms_config;
+    if (IsValidModelName(name)) {
+      absl::StatusOr<std::vector<ModelSource>> sources = ListModels(&ovms_config);
+      known = sources.ok() && std::any_of(sources->begin(), sources->end(),
+                                          [&](const ModelSource& s) { return s.name == model; });
+    }
+    if (!known) {
+      return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+    }
   }
   auto entry = std::make_shared<ModelEntry>();
   entry->reason = "unloaded";
@@ -195,12 +254,73 @@ absl::Status ModelRegistry::Unload(absl::string_view name) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
+    const ModelSource& source, const ParsedModelConfig& parsed, int64_t version,
+    const std::string& file, std::shared_ptr<const engine::Model> model,
+    std::shared_ptr<ModelVersionMetrics> metrics) const {
+  CompletionOptions completion;
+  completion.auto_complete = options_.auto_complete;
+  completion.max_loop_iterations = options_.max_loop_iterations;
+  completion.max_output_bytes = options_.max_output_bytes;
+  completion.max_request_memory_bytes = options_.max_request_memory_bytes;
+  completion.default_instance_count = options_.default_instance_count;
+  LS_ASSIGN_OR_RETURN(inference::ModelConfig config,
+                      CompleteModelConfig(parsed, *model, file, completion));
+
+  auto loaded = std::make_shared<LoadedModel>();
+  loaded->name = source.name;
+  loaded->version = version;
+  loaded->version_string = absl::StrCat(version);
+  loaded->platform = config.platform();
+  loaded->path = file;
+  loaded->max_loop_iterations =
+      ParameterOr(config, kMaxLoopIterationsParameter, options_.max_loop_iterations);
+  loaded->max_output_bytes =
+      ParameterOr(config, kMaxOutputBytesParameter, options_.max_output_bytes);
+  loaded->max_request_memory_bytes =
+      ParameterOr(config, kMaxRequestMemoryBytesParameter, options_.max_request_memory_bytes);
+  loaded->io = ModelIo::Build(config, *model);
+  // A count the config gives caps the version's concurrent runs; the default (--workers) is what
+  // the worker pool allows anyway, so it needs no cap of its own.
+  bool explicit_count = false;
+  for (const inference::ModelInstanceGroup& group : parsed.config.instance_group()) {
+    explicit_count |= group.kind() != inference::ModelInstanceGroup::KIND_GPU && group.count() > 0;
+  }
+  if (explicit_count) loaded->instances = std::make_shared<TaskGroup>(InstanceCount(config));
+  loaded->config = std::move(config);
+
+  if (loaded->config.model_warmup_size() > 0) {
+    WarmupOptions warmup;
+    warmup.max_loop_iterations = loaded->max_loop_iterations;
+    warmup.max_output_bytes = loaded->max_output_bytes;
+    warmup.max_memory_bytes = loaded->max_request_memory_bytes;
+    warmup.run_timeout = options_.warmup_run_timeout;
+    warmup.intra_op_threads = options_.intra_op_threads;
+    const absl::Time start = absl::Now();
+    LS_ASSIGN_OR_RETURN(const int64_t runs,
+                        RunModelWarmup(loaded->config, loaded->io, *model, source.dir, warmup));
+    LogInfo(absl::StrCat(
+        "model '", source.name, "' v", version, ": ", runs, " warm-up runs of ",
+        loaded->config.model_warmup_size(), " samples in ",
+        absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(100)))));
+  }
+  if (metrics == nullptr) {
+    metrics = options_.metrics != nullptr
+                  ? options_.metrics->ForModelVersion(source.name, version, model->loop_names())
+                  : ModelVersionMetrics::StatisticsOnly(model->loop_names());
+  }
+  loaded->metrics = std::move(metrics);
+  loaded->model = std::move(model);
+  return std::shared_ptr<const LoadedModel>(std::move(loaded));
+}
+
 std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
-    const std::string& name, const ModelEntry* previous, bool retry_failed,
+    const ModelSource& source, const ModelEntry* previous, bool retry_failed,
     absl::Status* error) const {
   *error = absl::OkStatus();
+  const std::string& name = source.name;
   auto entry = std::make_shared<ModelEntry>();
-  const std::string model_dir = (fs::path(options_.root) / name).string();
+  const std::string& model_dir = source.dir;
   auto has_loaded = [](const ModelEntry* e) {
     if (e == nullptr) return false;
     for (const auto& [v, slot] : e->versions) {
@@ -209,11 +329,18 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     return false;
   };
 
-  absl::StatusOr<loopserve::ModelConfig> config = ReadModelConfig(model_dir, name);
-  if (!config.ok()) {
-    *error = config.status();
-    const std::string reason(config.status().message());
-    // A broken config.pbtxt must not take down versions that serve: keep them until it is fixed.
+  absl::StatusOr<ParsedModelConfig> parsed = ReadModelConfig(model_dir, name);
+  if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
+  std::error_code ec;
+  if (parsed.ok() && !fs::is_directory(model_dir, ec)) {
+    // Reasons reach clients (RepositoryIndex, ModelReady): no server paths in them.
+    parsed =
+        absl::NotFoundError(absl::StrCat("model '", name, "': its base_path is not a directory"));
+  }
+  if (!parsed.ok()) {
+    *error = parsed.status();
+    const std::string reason(parsed.status().message());
+    // A broken config must not take down versions that serve: keep them until it is fixed.
     if (has_loaded(previous)) *entry = *previous;
     if (previous == nullptr || previous->reason != reason) {
       LogError(absl::StrCat("model '", name, "' not loaded: ", reason,
@@ -222,10 +349,16 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     entry->reason = reason;
     return entry;
   }
-  entry->config_key = config->SerializeAsString();
+  entry->config_key = absl::StrCat(model_dir, "\n", DeterministicBytes(parsed->config));
   const bool config_changed = previous == nullptr || previous->config_key != entry->config_key;
+  if (config_changed) {
+    for (const std::string& line : parsed->ignored) {
+      LogWarning(
+          absl::StrCat("model '", name, "': ", parsed->from_file ? "config.pbtxt: " : "", line));
+    }
+  }
   const std::vector<int64_t> selected =
-      SelectVersions(ScanVersions(model_dir), config->version_policy());
+      SelectVersions(ScanVersions(model_dir), parsed->config.version_policy());
   if (selected.empty()) {
     entry->reason =
         absl::StrCat("model '", name, "': no version folder matches the version policy");
@@ -236,42 +369,11 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     return entry;
   }
 
-  const int64_t memory_budget = config->max_request_memory_bytes() > 0
-                                    ? config->max_request_memory_bytes()
-                                    : options_.max_request_memory_bytes;
+  // The memory budget also caps the model's constants at load.
   engine::LoadOptions load_options;
   load_options.max_file_bytes = options_.max_model_file_bytes;
-  load_options.max_memory_bytes = memory_budget;
-
-  // Wraps an engine model into a LoadedModel with this config's settings.
-  auto wrap = [&](int64_t version, const std::string& file,
-                  std::shared_ptr<const engine::Model> model,
-                  std::shared_ptr<ModelVersionMetrics> metrics) {
-    auto loaded = std::make_shared<LoadedModel>();
-    loaded->name = name;
-    loaded->version = version;
-    loaded->version_string = absl::StrCat(version);
-    loaded->platform = absl::EndsWith(file, ".xml") ? "openvino" : "onnx";
-    loaded->path = file;
-    loaded->config = *config;
-    loaded->max_loop_iterations = config->max_loop_iterations() > 0 ? config->max_loop_iterations()
-                                                                    : options_.max_loop_iterations;
-    loaded->max_output_bytes =
-        config->max_output_bytes() > 0 ? config->max_output_bytes() : options_.max_output_bytes;
-    loaded->max_request_memory_bytes = memory_budget;
-    if (config->instance_count() > 0) {
-      loaded->instances = std::make_shared<TaskGroup>(static_cast<int>(
-          std::min<uint32_t>(config->instance_count(), std::numeric_limits<int>::max())));
-    }
-    if (metrics == nullptr) {
-      metrics = options_.metrics != nullptr
-                    ? options_.metrics->ForModelVersion(name, version, model->loop_names())
-                    : ModelVersionMetrics::StatisticsOnly(model->loop_names());
-    }
-    loaded->metrics = std::move(metrics);
-    loaded->model = std::move(model);
-    return std::shared_ptr<const LoadedModel>(std::move(loaded));
-  };
+  load_options.max_memory_bytes = ParameterOr(parsed->config, kMaxRequestMemoryBytesParameter,
+                                              options_.max_request_memory_bytes);
 
   bool any_failed = false;
   for (int64_t version : selected) {
@@ -285,49 +387,76 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     }
     VersionSlot& slot = entry->versions[version];
     if (old != nullptr && old->fingerprint == fingerprint) {
-      if (old->loaded != nullptr) {
+      if (!retry_failed && old->failed_config_key == entry->config_key) {
+        // The same files under the same config failed before: they would fail the same way.
+        slot = *old;
+        any_failed |= old->loaded == nullptr;
+        continue;
+      }
+      if (old->loaded != nullptr && old->loaded_fingerprint == fingerprint) {
         slot = *old;
         slot.reason.clear();
-        if (config_changed) {
-          slot.loaded = wrap(version, old->loaded->path, old->loaded->model, old->loaded->metrics);
-          LogInfo(absl::StrCat("reconfigured ", label, " (config.pbtxt changed)"));
+        slot.failed_config_key.clear();
+        if (old->config_key == entry->config_key) continue;
+        // Same files, another config: validate and warm the loaded model again.
+        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured = Prepare(
+            source, *parsed, version, old->loaded->path, old->loaded->model, old->loaded->metrics);
+        if (reconfigured.ok()) {
+          slot.loaded = *std::move(reconfigured);
+          slot.config_key = entry->config_key;
+          LogInfo(absl::StrCat("reconfigured ", label, " (its config changed)"));
+        } else {
+          if (*error == absl::OkStatus()) {
+            *error = Annotate(reconfigured.status(), absl::StrCat(label, ": "));
+          }
+          slot.reason = absl::StrCat("new config rejected, serving the previous one: ", label, ": ",
+                                     reconfigured.status().ToString());
+          slot.failed_config_key = entry->config_key;
+          LogError(absl::StrCat(
+              "new config of ", label,
+              " rejected (the previous config keeps serving): ", reconfigured.status().ToString()));
         }
         continue;
       }
-      if (!retry_failed && !config_changed) {
-        slot = *old;  // same files, same config: it would fail the same way
-        any_failed = true;
-        continue;
-      }
+      // A failed load, or a failed reload of a serving version: try the files again.
     }
 
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::string> file = FindModelFile(version_dir);
+    absl::StatusOr<std::string> file =
+        FindModelFile(version_dir, parsed->config, /*any_name=*/source.ovms != nullptr);
     load_options.name = label;
     absl::StatusOr<std::shared_ptr<const engine::Model>> model =
         file.ok() ? options_.loader(*file, load_options) : file.status();
+    absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded =
+        model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
     const absl::Duration took = absl::Now() - start;
     slot.fingerprint = fingerprint;
+    slot.failed_config_key.clear();
     if (options_.metrics != nullptr) {
-      options_.metrics->RecordModelLoad(name, version, model.ok(), took);
+      options_.metrics->RecordModelLoad(name, version, loaded.ok(), took);
     }
-    if (!model.ok()) {
-      const std::string reason = absl::StrCat(label, ": ", model.status().ToString());
-      if (*error == absl::OkStatus()) *error = Annotate(model.status(), absl::StrCat(label, ": "));
+    if (!loaded.ok()) {
+      const std::string reason = absl::StrCat(label, ": ", loaded.status().ToString());
+      if (*error == absl::OkStatus()) *error = Annotate(loaded.status(), absl::StrCat(label, ": "));
+      slot.failed_config_key = entry->config_key;
       if (old != nullptr && old->loaded != nullptr) {
         // A reload of a serving version failed: the files it was loaded from keep serving.
         slot.loaded = old->loaded;
+        slot.loaded_fingerprint = old->loaded_fingerprint;
+        slot.config_key = old->config_key;
         slot.reason = absl::StrCat("reload failed, serving the previous load: ", reason);
         LogError(absl::StrCat("reload of ", label, " failed (the previous load keeps serving): ",
-                              model.status().ToString()));
+                              loaded.status().ToString()));
       } else {
         slot.reason = reason;
         any_failed = true;
-        LogError(absl::StrCat("failed to load ", label, ": ", model.status().ToString()));
+        LogError(absl::StrCat("failed to load ", label, ": ", loaded.status().ToString()));
       }
       continue;
     }
-    slot.loaded = wrap(version, *file, *std::move(model), nullptr);
+    slot.loaded = *std::move(loaded);
+    slot.loaded_fingerprint = fingerprint;
+    slot.config_key = entry->config_key;
     LogInfo(absl::StrCat(old != nullptr ? "reloaded " : "loaded ", label, " from '", *file, "' in ",
                          absl::FormatDuration(absl::Trunc(took, absl::Microseconds(100))), " (",
                          slot.loaded->model->inputs().size(), " inputs, ",
@@ -340,7 +469,6 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
   if (any_failed && previous != nullptr) {
     for (const auto& [version, old] : previous->versions) {
       if (old.loaded == nullptr || entry->versions.count(version) > 0) continue;
-      std::error_code ec;
       if (!fs::is_directory(fs::path(model_dir) / absl::StrCat(version), ec)) continue;
       VersionSlot& slot = entry->versions[version];
       slot = old;
@@ -463,7 +591,14 @@ std::vector<ModelRegistry::ModelState> ModelRegistry::Index() const {
   for (const auto& [name, entry] : entries) {
     ModelState state{name, entry->reason, {}};
     for (const auto& [v, slot] : entry->versions) {
-      state.versions.push_back(VersionState{v, slot.loaded != nullptr, slot.reason});
+      // A model-level failure (a config that does not parse) is the current state of every
+      // version it left serving under its previous config.
+      std::string reason = slot.reason;
+      if (!entry->reason.empty() && entry->reason != "unloaded") {
+        reason = absl::StrCat(slot.loaded != nullptr ? "serving the previous config: " : "",
+                              entry->reason);
+      }
+      state.versions.push_back(VersionState{v, slot.loaded != nullptr, std::move(reason)});
     }
     index.push_back(std::move(state));
   }

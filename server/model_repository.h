@@ -13,14 +13,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "proto/model_config.pb.h"
 #include "server/metrics.h"
+#include "server/model_config.h"
+#include "server/ovms_config.h"
 #include "server/worker_pool.h"
 
 namespace loopserve::server {
 
 // ---- Repository layout: <root>/<model>/[config.pbtxt]/<version>/model.{onnx,xml} ----
+// (or, with an OpenVINO Model Server config.json, the model folders it lists; see ovms_config.h)
 
 // A model name is one path component: non-empty, at most 255 bytes, not starting with '.', and
 // made of letters, digits, '_', '-' and '.' only. So a name can never leave the repository root.
@@ -40,11 +43,7 @@ std::vector<int64_t> ScanVersions(const std::string& model_dir);
 // The versions a policy serves out of `available` (ascending): latest N (default N = 1), all, or
 // the listed ones that exist.
 std::vector<int64_t> SelectVersions(const std::vector<int64_t>& available,
-                                    const loopserve::ModelVersionPolicy& policy);
-
-// `<version_dir>/model.onnx`, else `<version_dir>/model.xml`; NotFound naming both otherwise (and
-// the version folder by its name only: messages that reach clients never show server paths).
-absl::StatusOr<std::string> FindModelFile(const std::string& version_dir);
+                                    const inference::ModelVersionPolicy& policy);
 
 // ---- Loaded models and the registry ----
 
@@ -54,17 +53,21 @@ struct LoadedModel {
   std::string name;
   int64_t version = 0;
   std::string version_string;  // "3"
-  std::string platform;        // "onnx" or "openvino"
+  std::string platform;        // the config's: "onnxruntime_onnx" or "openvino"
   std::string path;            // the model file
   std::shared_ptr<const engine::Model> model;
   int64_t max_loop_iterations = 0;       // effective cap for RunOptions; 0 = unlimited
   int64_t max_output_bytes = 0;          // effective output cap; 0 = unlimited
   int64_t max_request_memory_bytes = 0;  // effective per-request memory budget; 0 = unlimited
-  loopserve::ModelConfig config;
+  // The complete (auto-completed, validated) config this version runs with; the ModelConfig RPC
+  // answers it.
+  inference::ModelConfig config;
+  // The config as the request path applies it (declared dims, reshapes, optional inputs).
+  ModelIo io;
   // Statistics and metric handles of this version; never null. Kept across reloads of the same
   // version (a config change re-wraps the same engine model).
   std::shared_ptr<ModelVersionMetrics> metrics;
-  // Caps the requests of this version running at once (config instance_count); null = no cap.
+  // Caps the requests of this version running at once (the instance count); null = no cap.
   std::shared_ptr<TaskGroup> instances;
 };
 
@@ -74,11 +77,21 @@ using ModelLoader = std::function<absl::StatusOr<std::shared_ptr<const engine::M
 
 // The models the server serves, by name and version, and their lifecycle.
 //
-// LoadAll scans the repository once; Poll rescans it (new models and versions are loaded, changed
-// ones reloaded, removed ones unloaded); Load and Unload act on one model (Triton's explicit model
-// control). A version is reloaded only when its files (names, sizes, modification times) or the
-// model's config.pbtxt changed, so polling an unchanged repository costs a directory walk. Loads
-// run on the caller's thread (the server's poller or a repository RPC), never on the request path.
+// The models are the folders of `Options::root` or, with `Options::config_path`, the entries of
+// an OpenVINO Model Server config.json (re-read on every Poll; a file that fails to parse keeps
+// the models as they are). LoadAll loads them once; Poll rescans (new models and versions are
+// loaded, changed ones reloaded, removed ones unloaded); Load and Unload act on one model (Triton's
+// explicit model control). A version is reloaded only when its files (names, sizes, modification
+// times) or the model's config changed, so polling an unchanged repository costs a directory
+// walk. Loads run on the caller's thread (the server's poller or a repository RPC), never on the
+// request path.
+//
+// Loading a version: find the model file the config names (FindModelFile), load it, complete and
+// validate the config against it (CompleteModelConfig; a mismatch is a load error naming the
+// tensor and field), then run the config's model_warmup samples; only then is the version
+// installed and reported ready. A config change re-validates and re-warms the loaded engine model
+// without reading its files again. Settings a config gives that loopserve ignores are logged once
+// per config change.
 //
 // Swaps are atomic: a model's state is replaced as a whole under the mutex, and readers copy a
 // shared_ptr, so they never see a half-loaded model, and a request keeps the LoadedModel it pinned
@@ -100,6 +113,12 @@ class ModelRegistry {
     // model's config.pbtxt overrides it. 0 = unlimited.
     int64_t max_request_memory_bytes = 0;
     int64_t max_model_file_bytes = 0;  // engine::LoadOptions::max_file_bytes
+    // An OpenVINO Model Server config.json; when set, its models are served and `root` is unused.
+    std::string config_path = "";
+    bool auto_complete = true;       // false: --disable_auto_complete_config
+    int default_instance_count = 1;  // instance count of a config that gives none (--workers)
+    absl::Duration warmup_run_timeout = absl::Seconds(60);  // deadline of one warm-up run
+    int intra_op_threads = 0;  // of warm-up runs, as the workers have (0 = the thread's own)
   };
 
   struct VersionState {
@@ -115,16 +134,20 @@ class ModelRegistry {
 
   explicit ModelRegistry(Options options);
 
-  // Scans the root and loads every model. Fails only when the root itself cannot be read.
+  // Scans the root (or reads config.json) and loads every model. Fails only when the root cannot
+  // be read or config.json is missing or invalid.
   absl::Status LoadAll();
 
-  // Rescans the root: loads new models and versions, reloads changed ones, unloads what was
-  // removed from disk or left the version policy. Fails only when the root cannot be read.
+  // Rescans the root (or re-reads config.json): loads new models and versions, reloads changed
+  // ones, unloads what was removed from disk (or from config.json) or left the version policy.
+  // Fails only when the root cannot be read or config.json is missing or invalid, and then
+  // changes nothing.
   absl::Status Poll();
 
   // Loads or reloads `name` from disk (retrying versions that failed before). InvalidArgument for
-  // an invalid name, NotFound when the repository has no such folder; otherwise the first load
-  // error (the previous versions keep serving), or OK when every selected version is ready.
+  // an invalid name, NotFound when the repository (or config.json) has no such model; otherwise
+  // the first load error (the previous versions keep serving), or OK when every selected version
+  // is ready.
   absl::Status Load(absl::string_view name);
 
   // Unloads every version of `name`; it stays in Index as unloaded. Requests in flight finish on
@@ -149,19 +172,42 @@ class ModelRegistry {
   struct VersionSlot {
     std::shared_ptr<const LoadedModel> loaded;  // null when not ready
     std::string reason;
-    std::string fingerprint;  // of the version folder this slot was loaded (or failed) from
+    std::string fingerprint;  // of the version folder as last tried (loaded or failed)
+    std::string
+        loaded_fingerprint;  // of the files `loaded` came from (older after a failed reload)
+    std::string config_key;  // ModelEntry::config_key that `loaded` runs with
+    // The config_key of the last attempt that failed (a load, or a reconfiguration of `loaded`):
+    // the same files under the same config are not tried again until asked (Load).
+    std::string failed_config_key;
   };
   struct ModelEntry {
     std::string reason;
     std::map<int64_t, VersionSlot> versions;
-    std::string config_key;  // the serialized config the loaded versions use
+    std::string config_key;  // the model folder and the serialized config the versions use
   };
+  // Where a model comes from: a repository folder, or a config.json entry.
+  struct ModelSource {
+    std::string name;
+    std::string dir;  // holds the numbered version folders (and config.pbtxt, if any)
+    const OvmsModelEntry* ovms = nullptr;  // the config.json entry; null for a repository folder
+  };
+  // The models to serve now, sorted by name (`ovms` points into `*ovms_config`). Reading
+  // config.json logs its ignored settings once per change.
+  absl::StatusOr<std::vector<ModelSource>> ListModels(std::unique_ptr<OvmsConfig>* ovms_config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mutex_);
 
-  // Builds the new state of `name` from disk, reusing what `previous` (may be null) loaded from
-  // unchanged files. `retry_failed` reloads versions that failed with the same files. Returns the
-  // first load error through `error` (OK when none).
-  std::shared_ptr<const ModelEntry> BuildEntry(const std::string& name, const ModelEntry* previous,
-                                               bool retry_failed, absl::Status* error) const;
+  // Builds the new state of the model `source` names, reusing what `previous` (may be null)
+  // loaded from unchanged files. `retry_failed` reloads versions that failed with the same files.
+  // Returns the first load error through `error` (OK when none).
+  std::shared_ptr<const ModelEntry> BuildEntry(const ModelSource& source,
+                                               const ModelEntry* previous, bool retry_failed,
+                                               absl::Status* error) const;
+  // Completes and validates `parsed` against `model`, builds the LoadedModel and runs the
+  // warm-up. `metrics` null: new handles.
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> Prepare(
+      const ModelSource& source, const ParsedModelConfig& parsed, int64_t version,
+      const std::string& file, std::shared_ptr<const engine::Model> model,
+      std::shared_ptr<ModelVersionMetrics> metrics) const;
   // Installs `entry` for `name` (null removes it) and updates model_ready / logs for versions that
   // are no longer served.
   void Install(const std::string& name, std::shared_ptr<const ModelEntry> entry,
@@ -170,6 +216,7 @@ class ModelRegistry {
 
   const Options options_;
   absl::Mutex load_mutex_;  // serialises LoadAll, Poll, Load and Unload
+  std::string ovms_config_text_ ABSL_GUARDED_BY(load_mutex_);  // the last config.json read
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, std::shared_ptr<const ModelEntry>> models_
       ABSL_GUARDED_BY(mutex_);

@@ -15,7 +15,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
-#include "engine/runtime/threading.h"
+#include "engine/engine.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -94,8 +94,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
 }
 
 absl::Status Server::Init() {
-  if (options_.model_repository.empty()) {
-    return absl::InvalidArgumentError("--model_repository is required");
+  if (options_.model_repository.empty() == options_.config_path.empty()) {
+    return absl::InvalidArgumentError(
+        "give either --model_repository (a Triton-style repository) or --config_path (an "
+        "OpenVINO Model Server config.json)");
   }
   if (options_.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
   if (options_.intra_op_threads < 0) {
@@ -167,8 +169,11 @@ absl::Status Server::Init() {
           ? options_.max_request_memory_bytes
           : std::max(kMinAutoMemoryBytes, AvailableMemoryBytes() / (2 * options_.workers));
   LogInfo(absl::StrCat(
-      "loopserve ", kServerVersion, " starting: repository '", options_.model_repository,
-      "', model control ", ModeName(options_.model_control_mode),
+      "loopserve ", kServerVersion, " starting: ",
+      options_.config_path.empty() ? absl::StrCat("repository '", options_.model_repository, "'")
+                                   : absl::StrCat("config '", options_.config_path, "'"),
+      options_.disable_auto_complete_config ? " (auto-complete disabled)" : "", ", model control ",
+      ModeName(options_.model_control_mode),
       options_.model_control_mode == ModelControlMode::kPoll
           ? absl::StrCat(" every ", absl::FormatDuration(options_.repository_poll_interval))
           : "",
@@ -179,10 +184,18 @@ absl::Status Server::Init() {
       ", inline runs under ", absl::FormatDuration(options_.inline_run_limit)));
 
   metrics_ = std::make_unique<Metrics>();
-  ModelRegistry::Options registry_options{options_.model_repository, options_.max_loop_iterations,
-                                          options_.model_loader, metrics_.get(), max_output_bytes};
+  ModelRegistry::Options registry_options;
+  registry_options.root = options_.model_repository;
+  registry_options.config_path = options_.config_path;
+  registry_options.max_loop_iterations = options_.max_loop_iterations;
+  registry_options.max_output_bytes = max_output_bytes;
   registry_options.max_request_memory_bytes = max_request_memory_bytes;
   registry_options.max_model_file_bytes = options_.max_model_file_bytes;
+  registry_options.loader = options_.model_loader;
+  registry_options.metrics = metrics_.get();
+  registry_options.auto_complete = !options_.disable_auto_complete_config;
+  registry_options.default_instance_count = options_.workers;
+  registry_options.intra_op_threads = intra_op_threads;
   registry_ = std::make_unique<ModelRegistry>(std::move(registry_options));
   LS_RETURN_IF_ERROR(LoadInitialModels());
 
@@ -264,9 +277,17 @@ absl::Status Server::LoadInitialModels() {
 
 void Server::PollRepository() {
   // Loads run here, never on a gRPC or worker thread; requests keep using the versions they find.
+  std::string last_error;  // logged once, not on every poll
   while (!stop_polling_.WaitForNotificationWithTimeout(options_.repository_poll_interval)) {
     absl::Status status = registry_->Poll();
-    if (!status.ok()) LogWarning(absl::StrCat("repository poll failed: ", status.message()));
+    const std::string error(status.message());
+    if (!status.ok() && error != last_error) {
+      LogWarning(
+          absl::StrCat("repository poll failed (the models keep serving as they are): ", error));
+    } else if (status.ok() && !last_error.empty()) {
+      LogInfo("repository poll succeeds again");
+    }
+    last_error = error;
   }
 }
 

@@ -30,7 +30,12 @@ enum class ModelControlMode {
 absl::StatusOr<ModelControlMode> ParseModelControlMode(absl::string_view name);
 
 struct ServerOptions {
-  std::string model_repository;     // root folder; required
+  std::string model_repository;  // root folder; this or config_path is required
+  // OpenVINO Model Server's config.json: serve the models it lists from their base paths (poll
+  // mode re-reads it) instead of a repository root.
+  std::string config_path;
+  // Triton's --disable-auto-complete-config: every model needs a complete config.pbtxt.
+  bool disable_auto_complete_config = false;
   std::string address = "0.0.0.0";  // for both gRPC and metrics
   int grpc_port = 8001;             // 0 = pick a free port
   int metrics_port = 8002;          // 0 = pick a free port; -1 = no metrics endpoint
@@ -69,7 +74,8 @@ struct ServerOptions {
 
 // The whole loopserve server, usable in-process (tests start it on 127.0.0.1:0).
 //
-// Start loads the repository (models that fail are reported not ready; the others are served),
+// Start loads the repository or config.json (models that fail, including their warm-up, are
+// reported not ready; the others are served),
 // starts the worker pool, the gRPC server (OIP service + grpc.health.v1 + reflection; TLS when
 // configured), the metrics endpoint and, in poll mode, the repository poller, then returns. It
 // logs one line per event but prints nothing on stdout: the loopserve binary prints exactly these

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/grpc_service.pb.h"

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
-#include "engine/import/onnx_tensor.h"
+#include "engine/engine.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "onnx/onnx_pb.h"

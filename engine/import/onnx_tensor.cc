@@ -1,10 +1,9 @@
-#include "engine/import/onnx_tensor.h"
-
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/engine.h"
 #include "onnx/onnx_pb.h"
 
 namespace loopserve::engine {

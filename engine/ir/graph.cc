@@ -9,22 +9,6 @@
 
 namespace loopserve::engine {
 
-std::string ValueType::ToString() const {
-  std::string dims_text = "?";
-  if (dims.has_value()) dims_text = DimsToString(*dims);
-  switch (kind) {
-    case ValueKind::kTensor:
-      return absl::StrCat(DataTypeName(dtype), dims_text);
-    case ValueKind::kSequence:
-      return absl::StrCat("seq(", DataTypeName(dtype), ")");
-    case ValueKind::kOptional:
-      return absl::StrCat("optional(", DataTypeName(dtype), ")");
-    case ValueKind::kUnknown:
-      return "unknown";
-  }
-  return "unknown";
-}
-
 const Attribute* Node::FindAttribute(const std::string& attr_name) const {
   auto it = attributes.find(attr_name);
   return it == attributes.end() ? nullptr : &it->second;

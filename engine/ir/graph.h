@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/ir/loop_spec.h"
 #include "engine/tensor/tensor.h"
+#include "engine/tensor/value.h"
 
 namespace loopserve::engine {
 
@@ -20,25 +21,6 @@ namespace loopserve::engine {
 
 using ValueId = int32_t;
 inline constexpr ValueId kNoValue = -1;  // an omitted optional input or output
-
-enum class ValueKind : uint8_t { kTensor, kSequence, kOptional, kUnknown };
-
-// Static type of a value, as far as the model declares it. Every part may be unknown.
-struct ValueType {
-  ValueKind kind = ValueKind::kTensor;
-  DataType dtype = DataType::kUndefined;  // element type (of the tensor / sequence elements)
-  // Declared dims; -1 for an unknown dim. std::nullopt when the rank itself is unknown.
-  std::optional<std::vector<int64_t>> dims;
-  // For kOptional: what the optional holds (kTensor or kSequence).
-  ValueKind optional_of = ValueKind::kTensor;
-
-  static ValueType Unknown() {
-    ValueType t;
-    t.kind = ValueKind::kUnknown;
-    return t;
-  }
-  std::string ToString() const;
-};
 
 struct ValueInfo {
   std::string name;

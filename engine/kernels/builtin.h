@@ -1,13 +1,13 @@
 #pragma once
 
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine {
 
-// Each kernel family registers its ops; RegisterBuiltinKernels (runtime/kernel_registry.h) calls
-// them all, in this order (a later registration of the same op wins). kernels/reference holds the
-// naive reference implementations: oneDNN kernels fall back to them for element types oneDNN
-// lacks (int64, f64, ...), and the differential tests compare against them.
+// Each kernel family registers its ops; RegisterBuiltinKernels (kernels/registry.h) calls them
+// all. An op type is registered by one family per opset range (overlaps are an error).
+// kernels/reference holds the naive reference implementations: oneDNN kernels fall back to them for
+// element types oneDNN lacks (int64, f64, ...), and the differential tests compare against them.
 void RegisterDnnlKernels(KernelRegistry& registry);         // kernels/dnnl
 void RegisterNativeKernels(KernelRegistry& registry);       // kernels/native
 void RegisterControlFlowKernels(KernelRegistry& registry);  // kernels/control: Loop, If

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
-#include "engine/runtime/dnnl_util.h"
 
 namespace loopserve::engine {
 
@@ -60,14 +59,13 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
       KernelContext ctx(*this, step, states_[s].get(), slots_.data());
       try {
         status = step.kernel->Run(ctx);
-      } catch (const dnnl::error& e) {
-        status = FromDnnlError(e);
       } catch (const MemoryBudgetExceeded& e) {
         status = LimitExceededError(LimitReason::kMemory,
                                     absl::StrCat(e.what(), " (max_request_memory_bytes)"));
       } catch (const std::bad_alloc&) {
         status = absl::ResourceExhaustedError("out of memory");
       } catch (const std::exception& e) {
+        // Kernels convert their libraries' exceptions (dnnl::error) themselves; this is the net.
         status = absl::InternalError(e.what());
       }
     }

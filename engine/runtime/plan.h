@@ -7,8 +7,8 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/registry.h"
 #include "engine/runtime/kernel.h"
-#include "engine/runtime/kernel_registry.h"
 
 namespace loopserve::engine {
 

@@ -1,13 +1,13 @@
 #include "engine/runtime/run_context.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "absl/strings/cord.h"
 #include "absl/types/optional.h"
-#include "engine/runtime/dnnl_util.h"
 
 namespace loopserve::engine {
 
@@ -48,22 +48,17 @@ RunContext::RunContext(const RunOptions& options)
   }
 }
 
-RunContext::~RunContext() { std::free(scratchpad_); }
+RunContext::~RunContext() = default;
 
-dnnl::stream& RunContext::stream() {
-  if (stream_ == nullptr) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
-  return *stream_;
-}
-
-void* RunContext::Scratchpad(size_t bytes) {
-  if (bytes > scratchpad_bytes_) {
-    std::free(scratchpad_);
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    scratchpad_ = std::aligned_alloc(64, rounded);
-    if (scratchpad_ == nullptr) throw std::bad_alloc();
-    scratchpad_bytes_ = rounded;
+int RunContext::NewResourceSlot() {
+  static std::atomic<int> next{0};
+  const int slot = next.fetch_add(1);
+  if (slot >= kMaxResources) {
+    std::fprintf(stderr, "loopserve: more than %d RunResource types; raise kMaxResources\n",
+                 kMaxResources);
+    std::abort();
   }
-  return scratchpad_;
+  return slot;
 }
 
 bool InterruptPacer::Check() {

@@ -11,54 +11,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/engine.h"
 #include "engine/tensor/memory_budget.h"
-
-namespace dnnl {
-class stream;
-}
 
 namespace loopserve::engine {
 
-// Receives one call per finished Loop execution (nested loops: one per inner execution). Called on
-// the thread running the request; implementations must be thread-safe across requests.
-class LoopObserver {
- public:
-  virtual ~LoopObserver() = default;
-  // `loop_index` indexes Model::loop_names(). `iterations` is how many times the body ran.
-  virtual void OnLoopFinished(int loop_index, int64_t iterations, absl::Duration elapsed) = 0;
-};
-
-// What the caller of Model::Run controls about one run.
-struct RunOptions {
-  absl::Time deadline = absl::InfiniteFuture();
-  // Set to true (from any thread) to stop the run; checked before every step of the top-level
-  // graph and every Loop iteration. Not owned; must outlive the run.
-  const std::atomic<bool>* cancelled = nullptr;
-  // Largest number of iterations any single Loop execution may run; 0 means no limit. A loop that
-  // would run more fails with ResourceExhausted.
-  int64_t max_loop_iterations = 0;
-  // Largest size in bytes a Loop's concatenated (scan) output may reach; 0 means no limit. A loop
-  // whose output would grow past it fails with ResourceExhausted before the buffer grows.
-  int64_t max_output_bytes = 0;
-  // Largest number of tensor bytes the run may hold at once (MemoryBudget: inputs it was given
-  // are not counted, everything it allocates is); 0 means no limit. A run that would allocate
-  // past it fails with ResourceExhausted (LimitReason::kMemory) before the allocation.
-  int64_t max_memory_bytes = 0;
-  LoopObserver* loop_observer = nullptr;  // not owned; may be null
-};
-
-// Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
-// survives Annotate), so callers can tell limits apart without parsing messages, and an
-// out-of-memory ResourceExhausted is not mistaken for either.
-enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes, kMemory };
+// Builds the ResourceExhausted status of an engine limit, with `reason` as its payload (see
+// LimitReason in engine/engine.h).
 absl::Status LimitExceededError(LimitReason reason, absl::string_view message);
-LimitReason GetLimitReason(const absl::Status& status);
 
-// Statistics one run collects; returned by Model::Run.
-struct RunStats {
-  int64_t loop_executions = 0;
-  int64_t loop_iterations = 0;
-  int64_t peak_memory_bytes = 0;  // most tensor bytes the run held at once (MemoryBudget::peak)
+// Per-run state a kernel family keeps beside the generic run context (oneDNN's stream and
+// scratchpad live in kernels/dnnl/): created on the family's first use in a run, destroyed with
+// the run. Not thread-safe, like the run.
+class RunResource {
+ public:
+  virtual ~RunResource() = default;
 };
 
 class RunContext;
@@ -113,7 +80,7 @@ class InterruptPacer {
 };
 
 // The per-request state shared by a run's top-level frame and every nested (Loop/If body) frame:
-// options, interrupt checks, the memory budget, the oneDNN stream, a scratchpad and statistics.
+// options, interrupt checks, the memory budget, statistics and the kernel families' RunResources.
 // Not thread-safe: a run executes on one thread. Owned by Model::Run for the duration of the run.
 class RunContext {
  public:
@@ -146,14 +113,23 @@ class RunContext {
     return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
 
-  // The oneDNN CPU stream of this run, created on first use.
-  dnnl::stream& stream();
-
-  // A 64-byte aligned buffer of at least `bytes`, valid until the next call with a larger size.
-  // For oneDNN user-managed scratchpads.
-  void* Scratchpad(size_t bytes);
+  // The run's resource of type T (a RunResource with a default constructor), created on first
+  // use. Each T gets its own slot, numbered once per process; callers on a hot path keep the
+  // reference (it stays valid for the run).
+  template <typename T>
+  T& Resource() {
+    static const int slot = NewResourceSlot();
+    std::unique_ptr<RunResource>& r = resources_[slot];
+    if (r == nullptr) r = std::make_unique<T>();
+    return static_cast<T&>(*r);
+  }
 
  private:
+  static constexpr int kMaxResources = 4;
+  // Hands out resource slots 0, 1, ...; aborts past kMaxResources (a build-time mistake: one slot
+  // per kernel family that needs one).
+  static int NewResourceSlot();
+
   absl::Status CancelledError() const;
   absl::Status DeadlineError() const;
 
@@ -162,9 +138,7 @@ class RunContext {
   int64_t deadline_ns_ = 0;  // options_.deadline on the CoarseMonotonicNanos() clock
   RunStats stats_;
   MemoryBudget memory_budget_;
-  std::unique_ptr<dnnl::stream> stream_;
-  void* scratchpad_ = nullptr;
-  size_t scratchpad_bytes_ = 0;
+  std::unique_ptr<RunResource> resources_[kMaxResources];
 };
 
 }  // namespace loopserve::engine

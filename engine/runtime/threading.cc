@@ -1,9 +1,9 @@
-#include "engine/runtime/threading.h"
-
 #include <omp.h>
 
 #include <algorithm>
 #include <thread>
+
+#include "engine/engine.h"
 
 namespace loopserve::engine {
 

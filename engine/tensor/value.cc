@@ -1,6 +1,25 @@
 #include "engine/tensor/value.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace loopserve::engine {
+
+std::string ValueType::ToString() const {
+  std::string dims_text = "?";
+  if (dims.has_value()) dims_text = DimsToString(*dims);
+  switch (kind) {
+    case ValueKind::kTensor:
+      return absl::StrCat(DataTypeName(dtype), dims_text);
+    case ValueKind::kSequence:
+      return absl::StrCat("seq(", DataTypeName(dtype), ")");
+    case ValueKind::kOptional:
+      return absl::StrCat("optional(", DataTypeName(dtype), ")");
+    case ValueKind::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
 
 void Value::CopyFrom(const Value& other) {
   if (this == &other) return;

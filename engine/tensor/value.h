@@ -1,10 +1,33 @@
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/tensor/tensor.h"
 
 namespace loopserve::engine {
+
+// What a graph value is declared to hold.
+enum class ValueKind : uint8_t { kTensor, kSequence, kOptional, kUnknown };
+
+// Static type of a value, as far as the model declares it. Every part may be unknown.
+struct ValueType {
+  ValueKind kind = ValueKind::kTensor;
+  DataType dtype = DataType::kUndefined;  // element type (of the tensor / sequence elements)
+  // Declared dims; -1 for an unknown dim. std::nullopt when the rank itself is unknown.
+  std::optional<std::vector<int64_t>> dims;
+  // For kOptional: what the optional holds (kTensor or kSequence).
+  ValueKind optional_of = ValueKind::kTensor;
+
+  static ValueType Unknown() {
+    ValueType t;
+    t.kind = ValueKind::kUnknown;
+    return t;
+  }
+  std::string ToString() const;
+};
 
 // What a graph value holds at run time: a tensor, a sequence of tensors, or nothing (an empty
 // optional, or a slot not yet computed). An optional that holds something is just that something.

@@ -27,7 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "engine/tools/looprun.h"
 
 namespace loopserve::tools {

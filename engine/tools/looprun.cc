@@ -1,7 +1,5 @@
 #include "engine/tools/looprun.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -157,10 +155,6 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
 }
 
 }  // namespace
-
-void SetIntraOpThreads(int threads) {
-  omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
-}
 
 absl::StatusOr<std::vector<Value>> ReadInputs(const Model& model, const std::string& dir) {
   std::vector<Value> inputs;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "engine/tensor/value.h"
 
 namespace loopserve::tools {
@@ -32,10 +32,6 @@ struct RunModelOptions {
 // compares the outputs of the last run, prints one JSON line of timings on stdout and any mismatch
 // or error on stderr. Returns kExitOk, kExitMismatch or kExitError.
 int RunModelMain(const RunModelOptions& options);
-
-// Sets the intra-op thread count (OpenMP, which oneDNN uses here); 0 means all cores. Call before
-// loading models.
-void SetIntraOpThreads(int threads);
 
 // Reads `dir`/input_<k>.pb for each model input k, in the encoding the input's declared kind calls
 // for. A missing file for an optional input feeds the empty optional; otherwise a missing file is

@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "engine/engine.h"
 #include "engine/tools/conformance.h"
 #include "engine/tools/looprun.h"
 
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
     std::cerr << "looprun: unexpected argument '" << positional[1] << "' (see --help)" << std::endl;
     return loopserve::tools::kExitError;
   }
-  loopserve::tools::SetIntraOpThreads(absl::GetFlag(FLAGS_threads));
+  loopserve::engine::SetIntraOpThreads(absl::GetFlag(FLAGS_threads));
 
   if (!absl::GetFlag(FLAGS_conformance).empty()) {
     loopserve::tools::ConformanceOptions options;

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
-#include "engine/import/onnx_tensor.h"
+#include "engine/engine.h"
 #include "engine/tensor/shape.h"
 
 namespace loopserve::tools {

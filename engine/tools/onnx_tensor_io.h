@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/ir/graph.h"
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/value.h"
 #include "onnx/onnx-data_pb.h"  // includes onnx/onnx_pb.h, which defines ONNX_API

@@ -735,6 +735,14 @@ def run_promql(args, docs, work):
                                  "--web.listen-address=127.0.0.1:%d" % port],
                                 stdout=prom_log, stderr=subprocess.STDOUT)
         addr = "--addr=127.0.0.1:%d" % server.grpc_port
+        # Prometheus answers 503 (not JSON) until it has started: wait for /-/ready first.
+        ready_by = time.monotonic() + 60
+        while time.monotonic() < ready_by:
+            try:
+                http_get("http://127.0.0.1:%d/-/ready" % port)
+                break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.2)
 
         def loopctl(*a):
             return subprocess.run([args.loopctl, addr] + list(a), capture_output=True, text=True,

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 
 namespace loopserve::fuzz {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "onnx/onnx_pb.h"

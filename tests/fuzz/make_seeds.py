@@ -11,7 +11,9 @@ OUT_DIR/<target>/ receives, for
                           the target reads them: 4-byte little-endian XML length, XML, .bin bytes
   infer_request_fuzz      serialized ModelInferRequests for the target's two models (raw and typed
                           contents, every datatype, wrong counts, requested outputs, parameters)
-  model_config_fuzz       config.pbtxt texts using every field
+  model_config_fuzz       Triton config.pbtxt texts using the fields loopserve reads, and every
+                          config.pbtxt under the --onnx_dir folders
+  ovms_config_fuzz        OpenVINO Model Server config.json texts, and every .json under them
 Deterministic; nothing here is checked in.
 """
 
@@ -56,8 +58,9 @@ def openvino_seeds(out, dirs):
 def infer_request_seeds(out, repo_root, protoc):
     work = tempfile.mkdtemp(prefix="loopserve_seeds_")
     try:
-        subprocess.run([protoc, "-I", repo_root, "--python_out=" + work,
-                        os.path.join(repo_root, "proto", "grpc_service.proto")], check=True)
+        protos = sorted(glob.glob(os.path.join(repo_root, "proto", "*.proto")))
+        subprocess.run([protoc, "-I", repo_root, "--python_out=" + work] + protos, check=True)
+        open(os.path.join(work, "proto", "__init__.py"), "w").close()
         sys.path.insert(0, work)
         from proto import grpc_service_pb2 as pb  # noqa: E402
 
@@ -120,24 +123,62 @@ def infer_request_seeds(out, repo_root, protoc):
         shutil.rmtree(work, ignore_errors=True)
 
 
+# Triton ModelConfig texts (besides every config.pbtxt under the --onnx_dir folders).
 CONFIGS = [
     "",
-    'name: "m"\nversion_policy { latest { num_versions: 2 } }\nmax_loop_iterations: 100000\n',
-    "version_policy { all {} }\ninstance_count: 2\nmax_output_bytes: 67108864\n",
-    "version_policy { specific { versions: [1, 3] } }\nmax_request_memory_bytes: 1073741824\n",
-    "max_loop_iterations: -1\n",
+    'name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+    'version_policy { latest { num_versions: 2 } }\n'
+    'parameters { key: "max_loop_iterations" value { string_value: "100000" } }\n',
+    'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]\n'
+    'output [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]\n'
+    'instance_group [ { count: 2 kind: KIND_CPU } ]\n',
+    'input [ { name: "M" data_type: TYPE_INT64 dims: [ 1 ] reshape { shape: [ ] } } ]\n'
+    'parameters { key: "max_request_memory_bytes" value { string_value: "1073741824" } }\n'
+    'parameters { key: "max_output_bytes" value { string_value: "-3" } }\n',
+    "max_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 2, 4 ] }\n",
+    'version_policy { specific { versions: [1, 3] } }\nbackend: "openvino"\n',
+    'model_warmup [ { name: "w" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
+    'dims: [ 1, 2 ] zero_data: true } } } ]\n',
+    "max_loop_iterations: 5\n",
     'name: "other"\n',
-    "version_policy { specific { versions: 0 } }\n",
-    "unknown_field: 3\n",
+    "sequence_batching { }\n",
     "version_policy { latest { num_versions: 4294967295 } } # comment\n",
 ]
 
+OVMS_CONFIGS = [
+    '{"model_config_list": [{"config": {"name": "m", "base_path": "m"}}]}',
+    '{"model_config_list": [{"config": {"name": "a", "base_path": "/models/a", "nireq": 2, '
+    '"model_version_policy": {"latest": {"num_versions": 2}}}}, {"config": {"name": "b", '
+    '"base_path": "gs://bucket/b", "shape": "auto"}}], "pipeline_config_list": []}',
+    '{"model_config_list": [{"config": {"name": "../x", "base_path": "x", '
+    '"model_version_policy": {"specific": {"versions": [1, 0]}}}}]}',
+    "[]",
+    "{",
+]
 
-def config_seeds(out):
-    for i, text in enumerate(CONFIGS):
+
+def config_seeds(out, dirs):
+    texts = list(CONFIGS)
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "**", "config.pbtxt"), recursive=True)):
+            with open(path) as f:
+                texts.append(f.read())
+    for i, text in enumerate(texts):
         with open(os.path.join(out, "seed_%04d.pbtxt" % i), "w") as f:
             f.write(text)
-    return len(CONFIGS)
+    return len(texts)
+
+
+def ovms_seeds(out, dirs):
+    texts = list(OVMS_CONFIGS)
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "**", "*.json"), recursive=True)):
+            with open(path) as f:
+                texts.append(f.read())
+    for i, text in enumerate(texts):
+        with open(os.path.join(out, "seed_%04d.json" % i), "w") as f:
+            f.write(text)
+    return len(texts)
 
 
 def main():
@@ -153,7 +194,8 @@ def main():
         ("onnx_importer_fuzz", lambda d: onnx_seeds(d, args.onnx_dir)),
         ("openvino_importer_fuzz", lambda d: openvino_seeds(d, args.openvino_dir)),
         ("infer_request_fuzz", lambda d: infer_request_seeds(d, args.repo_root, args.protoc)),
-        ("model_config_fuzz", config_seeds),
+        ("model_config_fuzz", lambda d: config_seeds(d, args.onnx_dir)),
+        ("ovms_config_fuzz", lambda d: ovms_seeds(d, args.onnx_dir)),
     ]:
         d = os.path.join(args.out_dir, target)
         shutil.rmtree(d, ignore_errors=True)

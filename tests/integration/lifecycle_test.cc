@@ -20,11 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> StartOwnServer(std::vector<std::string> flags) {
-  ServerProcess::Options options;
-  options.binary = LoopserveBinary();
-  options.model_repository = TestModelRepository();
-  options.extra_flags = std::move(flags);
-  return ServerProcess::Start(options);
+  return StartLoopserve(TestModelRepository(), std::move(flags));
 }
 
 TEST(LifecycleTest, SigtermExitsZero) {

@@ -35,15 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& repository,
-                                                           std::vector<std::string> flags) {
-  ServerProcess::Options options;
-  options.binary = LoopserveBinary();
-  options.model_repository = repository;
-  options.extra_flags = std::move(flags);
-  return ServerProcess::Start(options);
-}
-
 std::unique_ptr<inference::GRPCInferenceService::Stub> Stub(const ServerProcess& server) {
   return inference::GRPCInferenceService::NewStub(
       grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials()));
@@ -89,7 +80,7 @@ int64_t Percentile(std::vector<int64_t> values, double p) {
 }
 
 TEST(OperationsTest, HostileRequestsGetTheRightCodesAndTheServerSurvives) {
-  auto server = StartServer(TestModelRepository(), {});
+  auto server = StartLoopserve(TestModelRepository(), {});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());
@@ -150,7 +141,7 @@ TEST(OperationsTest, HostileRequestsGetTheRightCodesAndTheServerSurvives) {
 }
 
 TEST(OperationsTest, LoadTest32ClientsTimes100RequestsWithoutError) {
-  auto server = StartServer(TestModelRepository(), {});
+  auto server = StartLoopserve(TestModelRepository(), {});
   ASSERT_TRUE(server.ok()) << server.status();
   constexpr int kClients = 32, kRequests = 100;
   std::vector<std::unique_ptr<client::Client>> clients;
@@ -219,7 +210,7 @@ TEST(OperationsTest, LoadTest32ClientsTimes100RequestsWithoutError) {
 
 TEST(OperationsTest, NewVersionUnderTrafficIsServedWithoutFailuresAndBadVersionKeepsOldOne) {
   const std::string root = CounterRepository();
-  auto server = StartServer(root, {"--repository_poll_seconds=1"});
+  auto server = StartLoopserve(root, {"--repository_poll_seconds=1"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto probe = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(probe.ok());
@@ -301,8 +292,8 @@ TEST(OperationsTest, NewVersionUnderTrafficIsServedWithoutFailuresAndBadVersionK
 }
 
 TEST(OperationsTest, ExplicitModelControl) {
-  auto server =
-      StartServer(TestModelRepository(), {"--model_control_mode=explicit", "--load_model=counter"});
+  auto server = StartLoopserve(TestModelRepository(),
+                               {"--model_control_mode=explicit", "--load_model=counter"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());
@@ -340,7 +331,7 @@ TEST(OperationsTest, ExplicitModelControl) {
 }
 
 TEST(OperationsTest, TimeoutParameterAndOutputBytesCapStopRunningLoops) {
-  auto server = StartServer(TestModelRepository(), {"--max_output_bytes=1048576"});
+  auto server = StartLoopserve(TestModelRepository(), {"--max_output_bytes=1048576"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());
@@ -382,7 +373,7 @@ TEST(OperationsTest, TimeoutParameterAndOutputBytesCapStopRunningLoops) {
 }
 
 TEST(OperationsTest, SigtermDuringALongLoopLetsItFinishAndExitsZero) {
-  auto server = StartServer(TestModelRepository(), {"--workers=1"});
+  auto server = StartLoopserve(TestModelRepository(), {"--workers=1"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());
@@ -439,8 +430,8 @@ TEST(OperationsTest, SigtermDuringALongLoopLetsItFinishAndExitsZero) {
 // queued: SIGTERM cancels them after --exit_timeout_seconds and the process exits 0 within one
 // more second.
 TEST(OperationsTest, SigtermWithEndlessLoopsExitsWithinTheExitTimeoutPlusOneSecond) {
-  auto server = StartServer(TestModelRepository(), {"--workers=2", "--exit_timeout_seconds=2",
-                                                    "--inline_run_limit_us=1000000"});
+  auto server = StartLoopserve(TestModelRepository(), {"--workers=2", "--exit_timeout_seconds=2",
+                                                       "--inline_run_limit_us=1000000"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = client::Client::Create((*server)->grpc_address());
   ASSERT_TRUE(client.ok());
@@ -567,8 +558,8 @@ TEST(OperationsTest, TlsAndMutualTls) {
   ASSERT_TRUE(MakeCertificates(dir, &error)) << error;
 
   {
-    auto server = StartServer(TestModelRepository(), {"--tls_cert=" + dir + "/server.pem",
-                                                      "--tls_key=" + dir + "/server.key"});
+    auto server = StartLoopserve(TestModelRepository(), {"--tls_cert=" + dir + "/server.pem",
+                                                         "--tls_key=" + dir + "/server.key"});
     ASSERT_TRUE(server.ok()) << server.status();
     grpc::Status tls = TlsServerLive(**server, dir, /*client_cert=*/false);
     EXPECT_TRUE(tls.ok()) << tls.error_message() << "\nlog:\n" << (*server)->log();
@@ -576,9 +567,9 @@ TEST(OperationsTest, TlsAndMutualTls) {
     EXPECT_THAT((*server)->log(), HasSubstr("(TLS)"));
   }
   {
-    auto server = StartServer(TestModelRepository(), {"--tls_cert=" + dir + "/server.pem",
-                                                      "--tls_key=" + dir + "/server.key",
-                                                      "--tls_client_ca=" + dir + "/ca.pem"});
+    auto server = StartLoopserve(TestModelRepository(), {"--tls_cert=" + dir + "/server.pem",
+                                                         "--tls_key=" + dir + "/server.key",
+                                                         "--tls_client_ca=" + dir + "/ca.pem"});
     ASSERT_TRUE(server.ok()) << server.status();
     grpc::Status with_cert = TlsServerLive(**server, dir, /*client_cert=*/true);
     EXPECT_TRUE(with_cert.ok()) << with_cert.error_message() << "\nlog:\n" << (*server)->log();
@@ -588,8 +579,8 @@ TEST(OperationsTest, TlsAndMutualTls) {
   }
   // A key that is not PEM is a startup error, exit 1.
   std::ofstream(dir + "/bad.key") << "not a key";
-  auto bad = StartServer(TestModelRepository(),
-                         {"--tls_cert=" + dir + "/server.pem", "--tls_key=" + dir + "/bad.key"});
+  auto bad = StartLoopserve(TestModelRepository(),
+                            {"--tls_cert=" + dir + "/server.pem", "--tls_key=" + dir + "/bad.key"});
   EXPECT_FALSE(bad.ok());
 }
 

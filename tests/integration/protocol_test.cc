@@ -99,7 +99,7 @@ TEST_F(ProtocolTest, ModelMetadataDescribesInputsAndOutputs) {
   EXPECT_EQ(md->name(), "rnn");
   EXPECT_THAT(std::vector<std::string>(md->versions().begin(), md->versions().end()),
               ::testing::Contains("1"));
-  EXPECT_EQ(md->platform(), "onnx");
+  EXPECT_EQ(md->platform(), "onnxruntime_onnx");
   ASSERT_EQ(md->inputs_size(), 2);
   EXPECT_EQ(md->inputs(0).name(), "M");
   EXPECT_EQ(md->inputs(0).datatype(), "INT64");

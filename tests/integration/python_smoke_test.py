@@ -4,7 +4,8 @@
 Usage: /usr/bin/python3 python_smoke_test.py --loopserve=BIN --models=DIR --repo_root=DIR --work=DIR
        [--protoc=PROTOC]
 
-Generates Python stubs for proto/grpc_service.proto and proto/health.proto with protoc and
+Generates Python stubs for proto/grpc_service.proto (and the model_config.proto it imports) and
+proto/health.proto with protoc and
 /usr/bin/grpc_python_plugin into --work, starts loopserve on 127.0.0.1 with kernel-picked ports,
 checks ServerLive, grpc.health.v1 Check, ModelInfer of `counter` and `rnn` against the numpy
 expected outputs (raw contents), an endless-loop deadline, then SIGTERM -> exit code 0.
@@ -13,9 +14,7 @@ expected outputs (raw contents), an endless-loop deadline, then SIGTERM -> exit 
 import argparse
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -29,17 +28,11 @@ import grpc  # noqa: E402
 import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
+from loopserve_py import make_stubs, start_server  # noqa: E402
+
 DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
           "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}
 OIP = {v: k for k, v in DTYPES.items()}
-
-
-def make_stubs(protoc, repo_root, work):
-    subprocess.run([protoc, "-I", repo_root, "--python_out=" + work, "--grpc_python_out=" + work,
-                    "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-                    os.path.join(repo_root, "proto/grpc_service.proto"),
-                    os.path.join(repo_root, "proto/health.proto")], check=True)
-    sys.path.insert(0, work)
 
 
 def read_pb(path):
@@ -61,27 +54,6 @@ def read_case(model_dir):
     return inputs, outputs
 
 
-def start_server(binary, models):
-    proc = subprocess.Popen([binary, "--model_repository=" + models, "--address=127.0.0.1",
-                             "--grpc_port=0", "--metrics_port=0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    ports = {}
-    timer = threading.Timer(60, proc.kill)  # bounded wait for the port lines
-    timer.start()
-    for line in proc.stdout:
-        for kind in ("grpc", "metrics"):
-            prefix = "loopserve: %s listening on " % kind
-            if line.startswith(prefix):
-                ports[kind] = int(line.strip().rsplit(":", 1)[1])
-        if len(ports) == 2:
-            break
-    timer.cancel()
-    if "grpc" not in ports:
-        proc.kill()
-        raise RuntimeError("loopserve did not report its ports")
-    return proc, ports["grpc"]
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--loopserve", required=True)
@@ -91,11 +63,14 @@ def main():
     parser.add_argument("--protoc", default="protoc")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work)
+    make_stubs(args.protoc, args.repo_root, args.work,
+               ["proto/grpc_service.proto", "proto/model_config.proto", "proto/health.proto"])
     from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
     from proto import health_pb2, health_pb2_grpc  # noqa: E402
 
-    proc, port = start_server(args.loopserve, args.models)
+    proc, ports = start_server(args.loopserve,
+                               ["--model_repository=" + args.models, "--metrics_port=0"])
+    port = ports["grpc"]
     try:
         channel = grpc.insecure_channel("127.0.0.1:%d" % port)
         grpc.channel_ready_future(channel).result(timeout=30)

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_util.h"
 
 extern char** environ;
 
@@ -91,8 +92,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const Option
   std::unique_ptr<ServerProcess> server(new ServerProcess());
   server->log_path_ = MakeScratchDir("loopserve") + "/loopserve.log";
 
-  std::vector<std::string> argv = {options.binary, "--model_repository=" + options.model_repository,
-                                   "--address=127.0.0.1", "--grpc_port=0", "--metrics_port=0"};
+  std::vector<std::string> argv = {options.binary, "--address=127.0.0.1", "--grpc_port=0",
+                                   "--metrics_port=0"};
+  if (!options.model_repository.empty()) {
+    argv.push_back("--model_repository=" + options.model_repository);
+  }
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
 
   int fds[2];
@@ -203,6 +207,15 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
   result.out = ReadFile(out_path);
   result.err = ReadFile(err_path);
   return result;
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartLoopserve(const std::string& repository,
+                                                              std::vector<std::string> flags) {
+  ServerProcess::Options options;
+  options.binary = LoopserveBinary();
+  options.model_repository = repository;
+  options.extra_flags = std::move(flags);
+  return ServerProcess::Start(options);
 }
 
 }  // namespace loopserve::testing

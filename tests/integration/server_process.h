@@ -30,7 +30,7 @@ class ServerProcess {
  public:
   struct Options {
     std::string binary;                    // path of the loopserve executable
-    std::string model_repository;          // --model_repository
+    std::string model_repository;          // --model_repository (none when empty)
     std::vector<std::string> extra_flags;  // e.g. "--max_loop_iterations=1000"
     absl::Duration startup_timeout = absl::Seconds(60);
   };
@@ -77,6 +77,11 @@ class ServerProcess {
   std::thread reader_;
   std::thread waiter_;
 };
+
+// The loopserve binary of this build on `repository` (none when empty: give --config_path in
+// `flags`) with `flags` added; see ServerProcess::Start.
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartLoopserve(const std::string& repository,
+                                                              std::vector<std::string> flags);
 
 // Result of RunCommand.
 struct CommandResult {

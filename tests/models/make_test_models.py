@@ -3,10 +3,12 @@
 
 Usage: /usr/bin/python3 tests/models/make_test_models.py OUT_DIR
 
-OUT_DIR gets every example model of deploy/make_example_models.py (counter, rnn, greedy_decoder,
-endless, nested) plus the test-only models below, all in the same layout:
+OUT_DIR gets every example model of deploy/make_example_models.py (counter, rnn, rnn_batched,
+greedy_decoder, endless, nested, ov_counter; with their config.pbtxt and warm-up files) plus the
+test-only models below, all in the same layout:
   OUT_DIR/<model>/1/model.onnx
   OUT_DIR/<model>/expected[_<case>]/input_<k>.pb, output_<k>.pb   (ONNX TensorProtos, numpy-computed)
+and OUT_DIR/ovms_config.json listing them all in OpenVINO Model Server's format.
 
 Test-only models:
   identity_dtypes  seven independent Identity ops, one per OIP datatype (FP32, INT64, BOOL, INT32,
@@ -106,8 +108,10 @@ def main(argv):
     if len(argv) != 2:
         sys.stderr.write("usage: %s OUT_DIR\n" % argv[0])
         return 2
-    for example in test_models():
+    examples = test_models()
+    for example in examples:
         ex.write_example(argv[1], example)
+    ex.write_ovms_config(argv[1], examples)
     return 0
 
 

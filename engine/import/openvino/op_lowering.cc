@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
-#include "engine/import/onnx_tensor.h"
+#include "engine/engine.h"
 
 namespace loopserve::engine::openvino {
 namespace {

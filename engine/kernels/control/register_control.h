@@ -1,6 +1,6 @@
 #pragma once
 
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine {
 

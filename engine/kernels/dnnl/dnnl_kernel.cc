@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/reference/broadcast.h"
-#include "engine/runtime/dnnl_util.h"
 #include "engine/runtime/run_context.h"
 
 namespace loopserve::engine {
@@ -247,7 +247,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     extra[k] =
         ctx.output(static_cast<int>(k) + 1, op.extra_outputs[k].first, op.extra_outputs[k].second);
   }
-  RunContext& run = ctx.run_context();
+  DnnlRunResource& run = ctx.run_context().Resource<DnnlRunResource>();
   const size_t element_size = DataTypeSize(type);
   for (size_t k = 0; k < op.expansions.size(); ++k) {
     const Tensor& in = *inputs[op.expansions[k].input];

@@ -4,9 +4,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/kernels/dnnl/window_attrs.h"
-#include "engine/runtime/dnnl_util.h"
 
 namespace loopserve::engine {
 namespace {

@@ -3,7 +3,7 @@
 // The native kernel families; RegisterNativeKernels (register.cc) calls each. One function per
 // source file so the table of ops stays next to the kernels.
 
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine::native {
 

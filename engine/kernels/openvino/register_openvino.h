@@ -3,7 +3,7 @@
 // The OpenVINO-only kernels: ops whose semantics no ONNX op shares. The OpenVINO importer emits
 // them with op types prefixed "ov:"; everything else it lowers to ONNX-named ops.
 
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine::openvino {
 

@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/kernels/registry.h"
 #include "engine/runtime/kernel.h"
-#include "engine/runtime/kernel_registry.h"
 #include "engine/tensor/value.h"
 
 namespace loopserve::engine::sequence {

@@ -2,7 +2,7 @@
 
 // The sequence and optional kernel families; RegisterSequenceKernels (register.cc) calls each.
 
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine::sequence {
 

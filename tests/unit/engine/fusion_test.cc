@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/reference/reference.h"
-#include "engine/model.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::engine {

@@ -1,7 +1,7 @@
 // ONNX import: scoping, constants, ordering and the errors a malformed model gets.
 
+#include "engine/engine.h"
 #include "engine/import/onnx_importer.h"
-#include "engine/model.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 

@@ -9,8 +9,8 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
-#include "engine/model.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/operator_new_counter.h"
 #include "tests/unit/engine/test_paths.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "engine/runtime/run_context.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"

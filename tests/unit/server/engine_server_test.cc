@@ -33,7 +33,9 @@ class EngineServerTest : public ::testing::Test {
     repository_.MakeDir("counter/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/counter/1/model.onnx");
-    repository_.WriteFile("capped/config.pbtxt", "max_loop_iterations: 10");
+    repository_.WriteFile(
+        "capped/config.pbtxt",
+        "parameters { key: \"max_loop_iterations\" value: { string_value: \"10\" } }");
     repository_.MakeDir("capped/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/capped/1/model.onnx");
@@ -186,7 +188,7 @@ class InlineEngineServerTest : public EngineServerTest {
   void SetUp() override {
     EngineServerTest::SetUp();
     if (IsSkipped()) return;
-    repository_.WriteFile("single/config.pbtxt", "instance_count: 1");
+    repository_.WriteFile("single/config.pbtxt", "instance_group [ { count: 1 kind: KIND_CPU } ]");
     repository_.MakeDir("single/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/single/1/model.onnx");
@@ -281,6 +283,9 @@ TEST_F(InlineEngineServerTest, InlineRunKeepsTheInstanceCapAndItsDeadline) {
   // Both versions timed once.
   ASSERT_TRUE(Infer(Request("single", 1), &response, absl::Seconds(30)).ok());
   ASSERT_TRUE(Infer(Request("counter", 1), &response, absl::Seconds(30)).ok());
+  // A worker answers before it gives its slots back: wait for that, or the next run may find
+  // `single`'s only instance still taken (seen on a loaded 2-core machine).
+  ASSERT_TRUE(WaitUntil([&] { return pool.running() == 0; }));
   // An endless run of `single` takes its only instance on a gRPC thread until its deadline.
   std::unique_ptr<Pending> endless =
       Send(Request("single", std::numeric_limits<int64_t>::max()), absl::Seconds(2));

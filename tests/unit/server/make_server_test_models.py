@@ -3,6 +3,8 @@
   counter.onnx: inputs M (int64 scalar trip count) and x (float32 [2]); a Loop (opset 13) adds 1 to
                 x M times and returns it as y. M = 2^63-1 makes it run until a deadline,
                 cancellation or iteration cap stops it.
+  matmul.onnx:  y = Relu(x @ W), x float32 [N, 64], W a 64x64 constant: its oneDNN primitive is
+                made on the first run of each N (the warm-up tests).
 
 Usage: /usr/bin/python3 make_server_test_models.py OUT_DIR
 """
@@ -55,10 +57,28 @@ def counter_model():
     return model
 
 
+def matmul_model():
+    rng = np.random.RandomState(5)
+    w = helper.make_tensor("W", TensorProto.FLOAT, [64, 64],
+                           rng.uniform(-1, 1, (64, 64)).astype(np.float32).flatten().tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Relu", ["xw"], ["y"])],
+        "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     onnx.save(counter_model(), os.path.join(out_dir, "counter.onnx"))
+    onnx.save(matmul_model(), os.path.join(out_dir, "matmul.onnx"))
 
 
 if __name__ == "__main__":

@@ -158,6 +158,21 @@ TEST_F(ModelLifecycleTest, FailedReloadKeepsTheLoadedFilesServing) {
   ASSERT_EQ(state->versions.size(), 1u);
   EXPECT_TRUE(state->versions[0].ready);
   EXPECT_THAT(state->versions[0].reason, HasSubstr("reload failed"));
+
+  // The next poll neither retries the same broken files nor forgets why they are not served.
+  const int loads = loader_.loads();
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_EQ(loader_.loads(), loads);
+  EXPECT_EQ(Latest("m"), v1);
+  const std::vector<ModelRegistry::ModelState> again = registry_.Index();
+  EXPECT_THAT(FindState(again, "m")->versions[0].reason, HasSubstr("reload failed"));
+  // An explicit Load retries them.
+  EXPECT_EQ(registry_.Load("m").code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(loader_.loads(), loads + 1);
+  root_.WriteFile("m/1/model.onnx", "v1 fixed");
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_NE(Latest("m"), v1);
+  EXPECT_TRUE(registry_.Index()[0].versions[0].reason.empty());
 }
 
 TEST_F(ModelLifecycleTest, BrokenConfigKeepsServingAndConfigChangesApplyWithoutReload) {
@@ -174,7 +189,9 @@ TEST_F(ModelLifecycleTest, BrokenConfigKeepsServingAndConfigChangesApplyWithoutR
   EXPECT_THAT(FindState(index, "m")->reason, HasSubstr("config.pbtxt"));
 
   root_.WriteFile("m/config.pbtxt",
-                  "max_loop_iterations: 9\nmax_output_bytes: 1000\ninstance_count: 2");
+                  "parameters { key: \"max_loop_iterations\" value: { string_value: \"9\" } }\n"
+                  "parameters { key: \"max_output_bytes\" value: { string_value: \"1000\" } }\n"
+                  "instance_group [ { count: 2 kind: KIND_CPU } ]");
   const int loads = loader_.loads();
   ASSERT_TRUE(registry_.Poll().ok());
   std::shared_ptr<const LoadedModel> reconfigured = Latest("m");
@@ -185,6 +202,107 @@ TEST_F(ModelLifecycleTest, BrokenConfigKeepsServingAndConfigChangesApplyWithoutR
   EXPECT_EQ(reconfigured->max_output_bytes, 1000);
   ASSERT_NE(reconfigured->instances, nullptr);
   EXPECT_EQ(reconfigured->instances->max_running(), 2);
+}
+
+TEST_F(ModelLifecycleTest, ConfigThatContradictsTheModelKeepsThePreviousConfigServing) {
+  root_.WriteFile("m/config.pbtxt", "input [ { name: \"y\" data_type: TYPE_INT64 dims: [ 3 ] } ]");
+  root_.WriteFile("m/1/model.onnx", "v1");
+  ASSERT_TRUE(registry_.LoadAll().ok());
+  std::shared_ptr<const LoadedModel> v1 = Latest("m");
+  ASSERT_NE(v1, nullptr);
+  EXPECT_EQ(v1->config.input(0).name(), "y");
+
+  // The model's y is [3]: dims [4] is a mismatch; the loaded config keeps serving.
+  root_.WriteFile("m/config.pbtxt", "input [ { name: \"y\" data_type: TYPE_INT64 dims: [ 4 ] } ]");
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_EQ(Latest("m"), v1);
+  const std::vector<ModelRegistry::ModelState> index = registry_.Index();
+  const ModelRegistry::ModelState* state = FindState(index, "m");
+  ASSERT_NE(state, nullptr);
+  ASSERT_EQ(state->versions.size(), 1u);
+  EXPECT_TRUE(state->versions[0].ready);
+  EXPECT_THAT(state->versions[0].reason,
+              HasSubstr("input 'y': dims [4] do not match the model's [3]"));
+  // Not retried while nothing changes; an explicit Load reports the error.
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_EQ(Latest("m"), v1);
+  absl::Status load = registry_.Load("m");
+  EXPECT_EQ(load.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(load.message()), HasSubstr("model 'm' v1: config.pbtxt: input 'y'"));
+
+  // A new version under the bad config fails too; v1 is retained.
+  root_.WriteFile("m/2/model.onnx", "v2");
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_EQ(Latest("m"), v1);
+  EXPECT_EQ(registry_.Get("m", "2").status().code(), absl::StatusCode::kUnavailable);
+
+  // An unknown platform is a model-level error: the loaded version keeps serving.
+  root_.WriteFile("m/config.pbtxt", "platform: \"tensorflow_savedmodel\"");
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_EQ(Latest("m"), v1);
+  const std::vector<ModelRegistry::ModelState> after = registry_.Index();
+  ASSERT_NE(FindState(after, "m"), nullptr);
+  EXPECT_THAT(FindState(after, "m")->reason, HasSubstr("platform 'tensorflow_savedmodel'"));
+
+  // Fixed: v2 loads under the new config.
+  root_.WriteFile("m/config.pbtxt", "input [ { name: \"y\" data_type: TYPE_INT64 dims: [ 3 ] } ]");
+  ASSERT_TRUE(registry_.Poll().ok());
+  EXPECT_EQ(Latest("m")->version, 2);
+}
+
+TEST_F(ModelLifecycleTest, OvmsConfigFileListsTheModelsAndPollPicksUpItsChanges) {
+  TempDir elsewhere;
+  elsewhere.WriteFile("models/a/1/model.onnx", "a1");
+  elsewhere.WriteFile("models/a/2/model.onnx", "a2");
+  elsewhere.WriteFile("b_files/7/anything.onnx", "b7");  // OVMS allows any file name
+  const std::string config_path = elsewhere.path() + "/config.json";
+  elsewhere.WriteFile("config.json", R"json({"model_config_list": [
+      {"config": {"name": "a", "base_path": "models/a", "nireq": 2,
+                  "model_version_policy": {"all": {}}, "target_device": "CPU"}}]})json");
+  ModelRegistry::Options options{"", 0, loader_.loader(), &metrics_};
+  options.config_path = config_path;
+  ModelRegistry registry(std::move(options));
+  ASSERT_TRUE(registry.LoadAll().ok());
+  EXPECT_THAT(*registry.ReadyVersions("a"), ElementsAre(1, 2));
+  std::shared_ptr<const LoadedModel> a2 = *registry.Get("a", "");
+  ASSERT_NE(a2->instances, nullptr);
+  EXPECT_EQ(a2->instances->max_running(), 2);  // nireq
+  EXPECT_EQ(a2->config.instance_group(0).count(), 2);
+
+  // A second model appears; nireq changes (a reconfiguration, no reload).
+  const int loads = loader_.loads();
+  elsewhere.WriteFile("config.json", R"json({"model_config_list": [
+      {"config": {"name": "a", "base_path": "models/a", "nireq": 3,
+                  "model_version_policy": {"all": {}}}},
+      {"config": {"name": "b", "base_path": "b_files"}}]})json");
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(loader_.loads(), loads + 1);  // b only
+  EXPECT_EQ((*registry.Get("a", ""))->instances->max_running(), 3);
+  EXPECT_EQ((*registry.Get("a", ""))->model, a2->model);
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> b = registry.Get("b", "");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->version, 7);
+  EXPECT_THAT((*b)->path, HasSubstr("anything.onnx"));
+
+  // A broken file changes nothing (Poll reports it); a model dropped from the list is unloaded.
+  elsewhere.WriteFile("config.json", "{\"model_config_list\": [");
+  EXPECT_EQ(registry.Poll().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(registry.Get("b", "").ok());
+  elsewhere.WriteFile("config.json", R"json({"model_config_list": [
+      {"config": {"name": "b", "base_path": "b_files"}}]})json");
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(registry.Get("a", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Get("b", "").ok());
+  EXPECT_EQ(registry.Load("a").code(), absl::StatusCode::kNotFound);
+
+  // A base path that does not exist: the model is reported, not ready.
+  elsewhere.WriteFile("config.json", R"json({"model_config_list": [
+      {"config": {"name": "c", "base_path": "/nonexistent/c"}}]})json");
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(registry.Get("c", "").status().code(), absl::StatusCode::kUnavailable);
+  const std::vector<ModelRegistry::ModelState> index = registry.Index();
+  ASSERT_NE(FindState(index, "c"), nullptr);
+  EXPECT_THAT(FindState(index, "c")->reason, HasSubstr("is not a directory"));
 }
 
 TEST_F(ModelLifecycleTest, VersionPolicyChangesApply) {

@@ -1,11 +1,11 @@
 #include "server/model_repository.h"
 
+#include <map>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/model_config.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {
@@ -54,8 +54,10 @@ TEST(RepositoryScanTest, FindsModelsAndVersionsIgnoringJunk) {
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_THAT(*names, ElementsAre("a", "b"));
   EXPECT_THAT(ScanVersions(root.path() + "/a"), ElementsAre(1, 3));
-  EXPECT_THAT(*FindModelFile(root.path() + "/b/2"), HasSubstr("model.xml"));
-  EXPECT_EQ(FindModelFile(root.path() + "/a/0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(*FindModelFile(root.path() + "/b/2", inference::ModelConfig()),
+              HasSubstr("model.xml"));
+  EXPECT_EQ(FindModelFile(root.path() + "/a/0", inference::ModelConfig()).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(RepositoryScanTest, MissingRootIsNotFound) {
@@ -65,7 +67,7 @@ TEST(RepositoryScanTest, MissingRootIsNotFound) {
 
 TEST(VersionPolicyTest, LatestAllSpecific) {
   const std::vector<int64_t> available = {1, 2, 5, 9};
-  loopserve::ModelVersionPolicy policy;
+  inference::ModelVersionPolicy policy;
   EXPECT_THAT(SelectVersions(available, policy), ElementsAre(9));  // default: latest 1
   policy.mutable_latest()->set_num_versions(2);
   EXPECT_THAT(SelectVersions(available, policy), ElementsAre(5, 9));
@@ -76,29 +78,7 @@ TEST(VersionPolicyTest, LatestAllSpecific) {
   policy.mutable_specific()->add_versions(2);
   policy.mutable_specific()->add_versions(7);  // absent: ignored
   EXPECT_THAT(SelectVersions(available, policy), ElementsAre(2));
-  EXPECT_TRUE(SelectVersions({}, loopserve::ModelVersionPolicy()).empty());
-}
-
-TEST(ModelConfigTest, ParsesTextFormat) {
-  absl::StatusOr<loopserve::ModelConfig> config = ParseModelConfig(
-      "name: \"rnn\"\nversion_policy { specific { versions: [1, 3] } }\n"
-      "max_loop_iterations: 1000\ninstance_count: 2\n",
-      "rnn");
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_THAT(config->version_policy().specific().versions(), ElementsAre(1, 3));
-  EXPECT_EQ(config->max_loop_iterations(), 1000);
-  EXPECT_EQ(config->instance_count(), 2u);
-}
-
-TEST(ModelConfigTest, RejectsBadConfigs) {
-  EXPECT_THAT(std::string(ParseModelConfig("bogus_field: 1", "m").status().message()),
-              HasSubstr("config.pbtxt: 1:"));
-  EXPECT_EQ(ParseModelConfig("name: \"other\"", "m").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseModelConfig("max_loop_iterations: -1", "m").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseModelConfig("version_policy { specific { versions: 0 } }", "m").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SelectVersions({}, inference::ModelVersionPolicy()).empty());
 }
 
 // A loader that serves the passthrough model for any path except those containing "broken".
@@ -116,7 +96,9 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   root.WriteFile("empty/1/README");
   root.WriteFile("badcfg/config.pbtxt", "this is not text format");
   root.WriteFile("badcfg/1/model.onnx");
-  root.WriteFile("capped/config.pbtxt", "max_loop_iterations: 7\nversion_policy { all {} }");
+  root.WriteFile("capped/config.pbtxt",
+                 "parameters { key: \"max_loop_iterations\" value: { string_value: \"7\" } }\n"
+                 "version_policy { all {} }");
   root.WriteFile("capped/1/model.onnx");
   root.WriteFile("capped/2/model.xml");
 
@@ -127,7 +109,7 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   absl::StatusOr<std::shared_ptr<const LoadedModel>> good = registry.Get("good", "");
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ((*good)->version, 2);  // latest 1
-  EXPECT_EQ((*good)->platform, "onnx");
+  EXPECT_EQ((*good)->platform, "onnxruntime_onnx");
   EXPECT_EQ((*good)->max_loop_iterations, 100);
   EXPECT_EQ(registry.Get("good", "1").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(registry.Get("good", "2").ok());
@@ -156,6 +138,56 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   const std::string text = metrics.Serialize();
   EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"good\",version=\"2\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_model_ready{model=\"broken\",version=\"1\"} 0"));
+}
+
+TEST(ModelRegistryTest, MemoryBudgetFromParametersReachesTheLoaderAndTheRequests) {
+  TempDir root;
+  root.WriteFile("own/1/model.onnx");
+  root.WriteFile("own/config.pbtxt",
+                 "parameters { key: \"max_request_memory_bytes\" value: { string_value: "
+                 "\"4096\" } }");
+  root.WriteFile("default/1/model.onnx");
+  std::map<std::string, engine::LoadOptions> seen;
+  ModelRegistry::Options options{
+      root.path(), 0,
+      [&](const std::string& path,
+          const engine::LoadOptions& load) -> absl::StatusOr<std::shared_ptr<const engine::Model>> {
+        seen[path] = load;
+        return testing::PassthroughModel();
+      },
+      nullptr};
+  options.max_request_memory_bytes = 1 << 20;
+  options.max_model_file_bytes = 12345;
+  ModelRegistry registry(std::move(options));
+  ASSERT_TRUE(registry.LoadAll().ok());
+  const std::string own = root.path() + "/own/1/model.onnx";
+  const std::string fallback = root.path() + "/default/1/model.onnx";
+  ASSERT_EQ(seen.count(own), 1u);
+  EXPECT_EQ(seen[own].max_memory_bytes, 4096);  // the model's own budget caps its constants too
+  EXPECT_EQ(seen[own].max_file_bytes, 12345);
+  EXPECT_EQ(seen[fallback].max_memory_bytes, 1 << 20);
+  EXPECT_EQ((*registry.Get("own", ""))->max_request_memory_bytes, 4096);
+  EXPECT_EQ((*registry.Get("default", ""))->max_request_memory_bytes, 1 << 20);
+  EXPECT_EQ((*registry.Get("default", ""))
+                ->config.parameters()
+                .at("max_request_memory_bytes")
+                .string_value(),
+            "1048576");
+}
+
+TEST(ModelRegistryTest, ReasonsDoNotShowServerPaths) {
+  TempDir root;
+  root.MakeDir("empty/1");
+  root.WriteFile("big/1/model.onnx");
+  root.WriteFile("big/config.pbtxt", std::string(kMaxModelConfigBytes + 1, ' '));
+  ModelRegistry registry({root.path(), 0, FakeLoader, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  const std::string empty(registry.Get("empty", "1").status().message());
+  EXPECT_THAT(empty, HasSubstr("version folder 1 contains no model.onnx or model.xml"));
+  EXPECT_EQ(empty.find(root.path()), std::string::npos) << empty;
+  const std::string big(registry.Get("big", "").status().message());
+  EXPECT_THAT(big, HasSubstr("config.pbtxt has 1048577 bytes, more than the limit"));
+  EXPECT_EQ(big.find(root.path()), std::string::npos) << big;
 }
 
 TEST(ModelRegistryTest, PinnedModelOutlivesTheRegistry) {

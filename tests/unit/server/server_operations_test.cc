@@ -209,7 +209,8 @@ TEST_F(OperationsTest, ModelStatisticsCountsSuccessesFailuresAndDurations) {
 TEST_F(OperationsTest, OutputBytesCapMessageSizeAndTimeoutParameter) {
   repository_.WriteFile("echo/1/model.onnx");
   repository_.WriteFile("small/1/model.onnx");
-  repository_.WriteFile("small/config.pbtxt", "max_output_bytes: 16");
+  repository_.WriteFile("small/config.pbtxt",
+                        "parameters { key: \"max_output_bytes\" value: { string_value: \"16\" } }");
   ServerOptions options;
   options.max_message_bytes = 4096;
   Start(options);

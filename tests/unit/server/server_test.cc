@@ -168,7 +168,7 @@ TEST_F(ServerTest, ModelReadyAndMetadata) {
   ASSERT_TRUE(stub_->ModelMetadata(&context, request, &metadata).ok());
   EXPECT_EQ(metadata.name(), "echo");
   EXPECT_THAT(metadata.versions(), ::testing::ElementsAre("1", "2"));
-  EXPECT_EQ(metadata.platform(), "onnx");
+  EXPECT_EQ(metadata.platform(), "onnxruntime_onnx");
   ASSERT_EQ(metadata.inputs_size(), 3);
   EXPECT_EQ(metadata.inputs(0).name(), "x");
   EXPECT_EQ(metadata.inputs(0).datatype(), "FP32");

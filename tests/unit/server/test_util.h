@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/ir/graph.h"
-#include "engine/model.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::server::testing {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -6,7 +6,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/builtin.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
-#include "engine/runtime/kernel_registry.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine::testing {
 namespace {

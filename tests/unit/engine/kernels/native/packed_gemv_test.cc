@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
-#include "engine/model.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::engine::native {

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/registry.h"
 #include "engine/runtime/execution_frame.h"
-#include "engine/runtime/kernel_registry.h"
 #include "engine/runtime/plan.h"
 #include "tests/unit/engine/kernels/native/test_util.h"
 #include "tests/unit/engine/operator_new_counter.h"

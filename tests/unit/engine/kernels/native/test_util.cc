@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 
 namespace loopserve::engine::native_test {
 

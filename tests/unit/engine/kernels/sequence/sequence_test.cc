@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/engine.h"
 #include "engine/ir/graph.h"
-#include "engine/model.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::engine {

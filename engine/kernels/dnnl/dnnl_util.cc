@@ -1,4 +1,7 @@
-#include "engine/runtime/dnnl_util.h"
+#include "engine/kernels/dnnl/dnnl_util.h"
+
+#include <cstdlib>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 
@@ -43,6 +46,26 @@ dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type type) {
 
 absl::Status FromDnnlError(const dnnl::error& e) {
   return absl::InternalError(absl::StrCat("oneDNN error (status ", e.status, "): ", e.what()));
+}
+
+DnnlRunResource::~DnnlRunResource() { std::free(scratchpad_); }
+
+dnnl::stream& DnnlRunResource::stream() {
+  if (stream_ == nullptr) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
+  return *stream_;
+}
+
+void* DnnlRunResource::Scratchpad(size_t bytes) {
+  if (bytes > scratchpad_bytes_) {
+    std::free(scratchpad_);
+    scratchpad_ = nullptr;
+    scratchpad_bytes_ = 0;
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    scratchpad_ = std::aligned_alloc(64, rounded);
+    if (scratchpad_ == nullptr) throw std::bad_alloc();
+    scratchpad_bytes_ = rounded;
+  }
+  return scratchpad_;
 }
 
 }  // namespace loopserve::engine

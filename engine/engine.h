@@ -1,0 +1,171 @@
+#pragma once
+
+// The engine's public face. server/, engine/tools/ and bench/ include this header (plus the value
+// types of engine/tensor/ it passes around and the status macros of engine/base/); everything
+// else under engine/ (IR, transforms, plan, frame, kernels) is internal and may change without
+// notice. tests/cmake/engine_face_test.cmake checks the rule.
+//
+// Load a model once (Model::Load), share the shared_ptr<const Model> and call Run from any number
+// of threads; each call takes its own RunOptions (deadline, cancel flag, limits, observer).
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/tensor/tensor.h"
+#include "engine/tensor/value.h"
+
+namespace onnx {
+class TensorProto;
+}
+
+namespace loopserve::engine {
+
+class Graph;
+class Plan;
+
+// ---- Loading -------------------------------------------------------------------------------
+
+// A model input or output as clients see it.
+struct TensorSpec {
+  std::string name;
+  ValueType type;  // kind, element type and dims (-1 = variable)
+};
+
+// Largest model file Load reads by default (each of model.onnx, model.xml and model.bin).
+inline constexpr int64_t kDefaultMaxModelFileBytes = int64_t{2} << 30;
+
+struct LoadOptions {
+  // Name used in error messages ("model 'rnn' v2: ...") by callers; the engine does not add it.
+  std::string name;
+  // Largest model file accepted, in bytes, checked before reading; 0 = kDefaultMaxModelFileBytes.
+  int64_t max_file_bytes = 0;
+  // Largest number of tensor bytes loading may allocate (constants, compiled weights); 0 = no
+  // limit. Past it the load fails with InvalidArgument before the allocation.
+  int64_t max_memory_bytes = 0;
+};
+
+// ---- Running -------------------------------------------------------------------------------
+
+// Receives one call per finished Loop execution (nested loops: one per inner execution). Called on
+// the thread running the request; implementations must be thread-safe across requests.
+class LoopObserver {
+ public:
+  virtual ~LoopObserver() = default;
+  // `loop_index` indexes Model::loop_names(). `iterations` is how many times the body ran.
+  virtual void OnLoopFinished(int loop_index, int64_t iterations, absl::Duration elapsed) = 0;
+};
+
+// What the caller of Model::Run controls about one run.
+struct RunOptions {
+  absl::Time deadline = absl::InfiniteFuture();
+  // Set to true (from any thread) to stop the run; checked before every step of the top-level
+  // graph and every Loop iteration. Not owned; must outlive the run.
+  const std::atomic<bool>* cancelled = nullptr;
+  // Largest number of iterations any single Loop execution may run; 0 means no limit. A loop that
+  // would run more fails with ResourceExhausted.
+  int64_t max_loop_iterations = 0;
+  // Largest size in bytes a Loop's concatenated (scan) output may reach; 0 means no limit. A loop
+  // whose output would grow past it fails with ResourceExhausted before the buffer grows.
+  int64_t max_output_bytes = 0;
+  // Largest number of tensor bytes the run may hold at once (MemoryBudget: inputs it was given
+  // are not counted, everything it allocates is); 0 means no limit. A run that would allocate
+  // past it fails with ResourceExhausted (LimitReason::kMemory) before the allocation.
+  int64_t max_memory_bytes = 0;
+  LoopObserver* loop_observer = nullptr;  // not owned; may be null
+};
+
+// Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
+// survives Annotate), so callers can tell limits apart without parsing messages, and an
+// out-of-memory ResourceExhausted is not mistaken for either.
+enum class LimitReason : uint8_t { kNone, kIterationCap, kOutputBytes, kMemory };
+LimitReason GetLimitReason(const absl::Status& status);
+
+// Statistics one run collects; returned by Model::Run.
+struct RunStats {
+  int64_t loop_executions = 0;
+  int64_t loop_iterations = 0;
+  int64_t peak_memory_bytes = 0;  // most tensor bytes the run held at once (MemoryBudget::peak)
+};
+
+// ---- The model -----------------------------------------------------------------------------
+
+// A loaded, compiled model. Immutable after Load and shared as shared_ptr<const Model>: Run is
+// thread-safe and may be called concurrently from any number of threads; each call gets its own
+// execution frame and run context.
+class Model {
+ public:
+  // Loads `path`: an ONNX model (.onnx) or an OpenVINO IR (.xml with its .bin beside it).
+  // InvalidArgument for malformed models, files over the size limit and models needing more
+  // memory than allowed (sizes are checked before anything is read or allocated), Unimplemented
+  // for unsupported ops/opsets/types (naming the node, op type and opset), NotFound when the file
+  // does not exist. Messages name the file by its base name, never its folders. The .onnx file
+  // is parsed as it is read and the .bin is mapped, so a file is never held twice in memory.
+  static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& path,
+                                                           const LoadOptions& options = {});
+  // Loads an ONNX ModelProto from serialized bytes.
+  static absl::StatusOr<std::shared_ptr<const Model>> LoadOnnx(absl::string_view bytes,
+                                                               const LoadOptions& options = {});
+  // Loads an OpenVINO IR from the text of its .xml and the bytes of its .bin (empty: no weights).
+  static absl::StatusOr<std::shared_ptr<const Model>> LoadOpenVino(absl::string_view xml,
+                                                                   absl::string_view weights,
+                                                                   const LoadOptions& options = {});
+  // Compiles an already-imported graph (engine/ir/graph.h; used by importers and tests).
+  static absl::StatusOr<std::shared_ptr<const Model>> FromGraph(std::shared_ptr<Graph> graph,
+                                                                const LoadOptions& options = {});
+
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  // Index of the named input/output, or -1.
+  int FindInput(absl::string_view name) const;
+  int FindOutput(absl::string_view name) const;
+
+  // Names of every Loop node in the model (nested ones included), indexed as in
+  // LoopObserver::OnLoopFinished.
+  const std::vector<std::string>& loop_names() const { return loop_names_; }
+
+  // Runs the model. `inputs` are in inputs() order (tensors may be views of caller memory, which
+  // must stay valid during the call). Checks each input's kind, element type and rank/dims against
+  // the declared ones (InvalidArgument naming the input). Returns the outputs in outputs() order,
+  // owning their buffers. `stats` (optional) receives loop counts.
+  absl::StatusOr<std::vector<Value>> Run(std::vector<Value> inputs, const RunOptions& options,
+                                         RunStats* stats = nullptr) const;
+
+ private:
+  Model() = default;
+  absl::StatusOr<std::vector<Value>> RunUnchecked(std::vector<Value> inputs,
+                                                  const RunOptions& options, RunStats* stats) const;
+
+  std::shared_ptr<const Plan> plan_;
+  std::vector<TensorSpec> inputs_;
+  std::vector<TensorSpec> outputs_;
+  std::vector<std::string> loop_names_;
+};
+
+// ---- Process settings ----------------------------------------------------------------------
+
+// Sets how many threads the oneDNN primitives run from the calling thread may use (oneDNN here
+// runs on OpenMP, whose thread count is a per-thread setting). Call once on each thread that runs
+// models; 0 or less means "all cores". A server keeps workers x intra-op threads <= cores.
+void SetIntraOpThreads(int threads);
+
+// Threads available to this process (at least 1).
+int AvailableCores();
+
+// ---- ONNX tensors --------------------------------------------------------------------------
+
+// Decodes a TensorProto (raw_data or the typed fields; little-endian) into an owned tensor,
+// validating dims and byte counts. `what` names the tensor in messages. External data is
+// Unimplemented.
+absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::string_view what);
+
+// Encodes `tensor` as a TensorProto with raw_data.
+void TensorToOnnx(const Tensor& tensor, onnx::TensorProto* proto);
+
+}  // namespace loopserve::engine

@@ -1,0 +1,190 @@
+#include "server/model_warmup.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/base/status_macros.h"
+#include "engine/tensor/shape.h"
+
+namespace loopserve::server {
+namespace {
+
+using engine::DataType;
+
+template <typename T>
+void FillRandomIntegers(engine::Tensor& tensor, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> small(0, 7);
+  T* data = tensor.mutable_data<T>();
+  for (int64_t i = 0; i < tensor.NumElements(); ++i) data[i] = static_cast<T>(small(rng));
+}
+
+void FillRandom(engine::Tensor& tensor, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  const int64_t n = tensor.NumElements();
+  switch (tensor.dtype()) {
+    case DataType::kFloat32: {
+      float* data = tensor.mutable_data<float>();
+      for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(real(rng));
+      return;
+    }
+    case DataType::kFloat64: {
+      double* data = tensor.mutable_data<double>();
+      for (int64_t i = 0; i < n; ++i) data[i] = real(rng);
+      return;
+    }
+    case DataType::kBFloat16: {
+      // bfloat16 is the upper half of a float32.
+      uint16_t* data = tensor.mutable_data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        const float value = static_cast<float>(real(rng));
+        uint32_t bits;
+        std::memcpy(&bits, &value, sizeof(bits));
+        data[i] = static_cast<uint16_t>(bits >> 16);
+      }
+      return;
+    }
+    case DataType::kBool: {
+      bool* data = tensor.mutable_data<bool>();
+      for (int64_t i = 0; i < n; ++i) data[i] = (rng() & 1) != 0;
+      return;
+    }
+    case DataType::kInt8:
+      return FillRandomIntegers<int8_t>(tensor, rng);
+    case DataType::kUint8:
+      return FillRandomIntegers<uint8_t>(tensor, rng);
+    case DataType::kInt16:
+      return FillRandomIntegers<int16_t>(tensor, rng);
+    case DataType::kUint16:
+      return FillRandomIntegers<uint16_t>(tensor, rng);
+    case DataType::kInt32:
+      return FillRandomIntegers<int32_t>(tensor, rng);
+    case DataType::kUint32:
+      return FillRandomIntegers<uint32_t>(tensor, rng);
+    case DataType::kInt64:
+      return FillRandomIntegers<int64_t>(tensor, rng);
+    case DataType::kUint64:
+      return FillRandomIntegers<uint64_t>(tensor, rng);
+    case DataType::kFloat16:
+    case DataType::kUndefined:
+      if (tensor.ByteSize() > 0) std::memset(tensor.mutable_raw_data(), 0, tensor.ByteSize());
+      return;
+  }
+}
+
+// Reads <model_dir>/warmup/<file>: exactly `bytes` bytes. Messages reach clients
+// (RepositoryIndex): they name the file relative to the model folder only. A file larger than
+// expected is refused before it is read.
+absl::StatusOr<std::string> ReadWarmupFile(const std::string& model_dir, const std::string& file,
+                                           size_t bytes, absl::string_view what) {
+  const std::filesystem::path path = std::filesystem::path(model_dir) / "warmup" / file;
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot read input_data_file warmup/", file));
+  }
+  if (size != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file, " has ",
+                                                   size, " bytes; ", bytes,
+                                                   " expected (the dims, one batch element)"));
+  }
+  std::string data(bytes, '\0');
+  if (bytes > 0 && !in.read(data.data(), static_cast<std::streamsize>(bytes))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": input_data_file warmup/", file, " could not be read in full"));
+  }
+  return data;
+}
+
+// The model inputs of one sample, in Model::inputs() order (absent ones kNone), reshaped as the
+// config says.
+absl::StatusOr<std::vector<engine::Value>> BuildInputs(
+    const inference::ModelConfig& config, const inference::ModelWarmup& sample, const ModelIo& io,
+    const engine::Model& model, const std::string& model_dir, const std::string& what) {
+  std::vector<engine::Value> inputs(model.inputs().size());
+  const int64_t batch = std::max<uint32_t>(sample.batch_size(), 1);
+  std::mt19937_64 rng(20240611);
+  // std::map: the same input order (and random values) on every load.
+  const std::map<std::string, inference::ModelWarmup::Input> ordered(sample.inputs().begin(),
+                                                                     sample.inputs().end());
+  for (const auto& [name, input] : ordered) {
+    const std::string input_what = absl::StrCat(what, ": input '", absl::CEscape(name), "'");
+    const int index = model.FindInput(name);
+    if (index < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(input_what, ": the model has no such input"));
+    }
+    std::vector<int64_t> dims;
+    if (config.max_batch_size() > 0) dims.push_back(batch);
+    dims.insert(dims.end(), input.dims().begin(), input.dims().end());
+    LS_ASSIGN_OR_RETURN(engine::Shape shape, engine::ValidateDims(dims, input_what));
+    engine::Tensor tensor(DataTypeFromConfig(input.data_type()), shape);
+    switch (input.input_data_type_case()) {
+      case inference::ModelWarmup::Input::kRandomData:
+        FillRandom(tensor, rng);
+        break;
+      case inference::ModelWarmup::Input::kInputDataFile: {
+        const size_t element_bytes =
+            tensor.ByteSize() / static_cast<size_t>(config.max_batch_size() > 0 ? batch : 1);
+        LS_ASSIGN_OR_RETURN(std::string data, ReadWarmupFile(model_dir, input.input_data_file(),
+                                                             element_bytes, input_what));
+        char* out = static_cast<char*>(tensor.mutable_raw_data());
+        for (size_t offset = 0; element_bytes > 0 && offset < tensor.ByteSize();
+             offset += element_bytes) {
+          std::memcpy(out + offset, data.data(), element_bytes);
+        }
+        break;
+      }
+      default:  // zero_data (ParseModelConfig rejected samples without data)
+        if (tensor.ByteSize() > 0) std::memset(tensor.mutable_raw_data(), 0, tensor.ByteSize());
+        break;
+    }
+    inputs[index] = engine::Value(std::move(tensor));
+  }
+  absl::Status adapted = io.AdaptInputs(inputs);
+  if (!adapted.ok()) return Annotate(adapted, absl::StrCat(what, ": "));
+  return inputs;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
+                                       const engine::Model& model, const std::string& model_dir,
+                                       const WarmupOptions& options) {
+  if (options.intra_op_threads > 0) engine::SetIntraOpThreads(options.intra_op_threads);
+  int64_t total_runs = 0;
+  for (const inference::ModelWarmup& sample : config.model_warmup()) {
+    const std::string what = absl::StrCat("model_warmup '", absl::CEscape(sample.name()), "'");
+    LS_ASSIGN_OR_RETURN(std::vector<engine::Value> inputs,
+                        BuildInputs(config, sample, io, model, model_dir, what));
+    const uint32_t runs = std::max<uint32_t>(sample.count(), 1);
+    for (uint32_t run = 1; run <= runs; ++run) {
+      std::vector<engine::Value> copy(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!inputs[i].is_none()) copy[i].CopyFrom(inputs[i]);
+      }
+      engine::RunOptions run_options;
+      run_options.deadline = absl::Now() + options.run_timeout;
+      run_options.max_loop_iterations = options.max_loop_iterations;
+      run_options.max_output_bytes = options.max_output_bytes;
+      run_options.max_memory_bytes = options.max_memory_bytes;
+      absl::StatusOr<std::vector<engine::Value>> outputs = model.Run(std::move(copy), run_options);
+      if (!outputs.ok()) {
+        return Annotate(outputs.status(), absl::StrCat(what, " (run ", run, " of ", runs, "): "));
+      }
+      ++total_runs;
+    }
+  }
+  return total_runs;
+}
+
+}  // namespace loopserve::server

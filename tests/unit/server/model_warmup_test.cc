@@ -1,0 +1,245 @@
+// model_warmup over the real engine: the warm-up creates the primitives a first request of that
+// shape needs, runs as often as configured, reads its data files, and a warm-up that fails is a
+// load error that leaves the previous version (or configuration) serving.
+
+#include "server/model_warmup.h"
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/model_repository.h"
+#include "tests/unit/server/test_util.h"
+
+namespace loopserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+const std::string kModels = LOOPSERVE_SERVER_TEST_MODELS;
+
+void CopyModel(const TempDir& root, const std::string& model, const std::string& to) {
+  root.MakeDir(std::filesystem::path(to).parent_path().string());
+  std::filesystem::copy_file(kModels + "/" + model, std::filesystem::path(root.path()) / to);
+}
+
+// A warm-up data file holding one int64 (little-endian, as the machine).
+void WriteInt64(const TempDir& root, const std::string& path, int64_t value) {
+  std::string bytes(sizeof(value), '\0');
+  std::memcpy(bytes.data(), &value, sizeof(value));
+  root.WriteFile(path, bytes);
+}
+
+std::vector<engine::Value> MatmulInput(int64_t rows) {
+  engine::Tensor x(engine::DataType::kFloat32, engine::Shape{rows, 64});
+  for (int64_t i = 0; i < x.NumElements(); ++i) x.mutable_data<float>()[i] = 0.01f * (i % 100);
+  std::vector<engine::Value> inputs;
+  inputs.push_back(engine::Value(std::move(x)));
+  return inputs;
+}
+
+// Primitives a run of `model` on `rows` x 64 creates.
+int64_t PrimitivesCreatedByRun(const LoadedModel& model, int64_t rows) {
+  const int64_t before = engine::DnnlPrimitiveCreationCount();
+  absl::StatusOr<std::vector<engine::Value>> outputs =
+      model.model->Run(MatmulInput(rows), engine::RunOptions());
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  return engine::DnnlPrimitiveCreationCount() - before;
+}
+
+TEST(ModelWarmupTest, TheFirstRequestOfTheWarmedShapeCreatesNoPrimitive) {
+  TempDir root;
+  CopyModel(root, "matmul.onnx", "cold/1/model.onnx");
+  CopyModel(root, "matmul.onnx", "warm/1/model.onnx");
+  root.WriteFile("warm/config.pbtxt", R"pb(
+    model_warmup
+    [ {
+      name: "rows8"
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 8, 64 ]
+          random_data: true
+        }
+      }
+    }]
+  )pb");
+  ModelRegistry registry({root.path(), 0, nullptr, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> cold = registry.Get("cold", "");
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> warm = registry.Get("warm", "");
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  // Without warm-up the first request makes the primitive; after warm-up, none is made.
+  EXPECT_GT(PrimitivesCreatedByRun(**cold, 8), 0);
+  EXPECT_EQ(PrimitivesCreatedByRun(**warm, 8), 0);
+  // Another shape still needs its own (the warm-up covers what it ran).
+  EXPECT_GT(PrimitivesCreatedByRun(**warm, 3), 0);
+}
+
+TEST(ModelWarmupTest, RunsEachSampleCountTimesWithItsData) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "m/1/model.onnx");
+  const int64_t trip = 3;
+  WriteInt64(root, "m/warmup/m.bin", trip);
+  root.WriteFile("m/config.pbtxt", R"pb(
+    model_warmup
+    [ {
+      name: "zeros"
+      count: 3
+      inputs {
+        key: "M"
+        value: { data_type: TYPE_INT64 zero_data: true }
+      }
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 2 ]
+          zero_data: true
+        }
+      }
+    }
+      , {
+        name: "file"
+        inputs {
+          key: "M"
+          value: { data_type: TYPE_INT64 input_data_file: "m.bin" }
+        }
+        inputs {
+          key: "x"
+          value: {
+            data_type: TYPE_FP32
+            dims: [ 2 ]
+            random_data: true
+          }
+        }
+      }]
+  )pb");
+  ModelRegistry registry({root.path(), 0, nullptr, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = registry.Get("m", "");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<int64_t> runs = RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model,
+                                                root.path() + "/m", WarmupOptions());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, 3 + 1);  // count 3, and count 0 = once
+
+  // The file's trip count reaches the model: with a cap below it, the warm-up fails on it.
+  WarmupOptions capped;
+  capped.max_loop_iterations = trip - 1;
+  absl::StatusOr<int64_t> failed = RunModelWarmup((*loaded)->config, (*loaded)->io,
+                                                  *(*loaded)->model, root.path() + "/m", capped);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr("model_warmup 'file' (run 1 of 1)"));
+
+  // And the version's memory budget applies to warm-up runs as to requests.
+  WarmupOptions tiny;
+  tiny.max_memory_bytes = 1;
+  absl::StatusOr<int64_t> over =
+      RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model, root.path() + "/m", tiny);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("model_warmup 'zeros' (run 1 of 3)"));
+}
+
+TEST(ModelWarmupTest, BadDataFileIsALoadError) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "m/1/model.onnx");
+  root.WriteFile("m/warmup/short.bin", "abc");
+  root.WriteFile("m/config.pbtxt", R"pb(
+    model_warmup
+    [ {
+      name: "w"
+      inputs {
+        key: "M"
+        value: { data_type: TYPE_INT64 input_data_file: "short.bin" }
+      }
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 2 ]
+          zero_data: true
+        }
+      }
+    }]
+  )pb");
+  ModelRegistry registry({root.path(), 0, nullptr, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = registry.Get("m", "1");
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("model_warmup 'w': input 'M': input_data_file"));
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("has 3 bytes; 8 expected"));
+}
+
+TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "m/1/model.onnx");
+  const int64_t trip = 1000;
+  WriteInt64(root, "m/warmup/big.bin", trip);
+  ModelRegistry registry({root.path(), /*max_loop_iterations=*/10, nullptr, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  std::shared_ptr<const LoadedModel> v1 = *registry.Get("m", "");
+
+  // A config whose warm-up hits the iteration cap: rejected, v1 keeps its old config.
+  const std::string failing = R"pb(
+    model_warmup
+    [ {
+      name: "big"
+      inputs {
+        key: "M"
+        value: { data_type: TYPE_INT64 input_data_file: "big.bin" }
+      }
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 2 ]
+          zero_data: true
+        }
+      }
+    }]
+  )pb";
+  root.WriteFile("m/config.pbtxt", failing);
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(*registry.Get("m", ""), v1);
+  const std::vector<ModelRegistry::ModelState> index = registry.Index();
+  ASSERT_EQ(index.size(), 1u);
+  ASSERT_EQ(index[0].versions.size(), 1u);
+  EXPECT_TRUE(index[0].versions[0].ready);
+  EXPECT_THAT(index[0].versions[0].reason,
+              HasSubstr("new config rejected, serving the previous one"));
+  EXPECT_THAT(index[0].versions[0].reason, HasSubstr("model_warmup 'big' (run 1 of 1)"));
+  EXPECT_THAT(index[0].versions[0].reason, HasSubstr("RESOURCE_EXHAUSTED"));
+
+  // A new version under that config fails its warm-up too: v1 is retained.
+  CopyModel(root, "counter.onnx", "m/2/model.onnx");
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(registry.Get("m", "2").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(*registry.Get("m", ""), v1);
+
+  // Fixed (a cap the warm-up fits under): both serve.
+  root.WriteFile("m/config.pbtxt",
+                 failing +
+                     "parameters { key: \"max_loop_iterations\" value: { string_value: "
+                     "\"5000\" } }\nversion_policy { all { } }");
+  ASSERT_TRUE(registry.Poll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> v2 = registry.Get("m", "2");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ((*v2)->max_loop_iterations, 5000);
+  EXPECT_TRUE(registry.Get("m", "1").ok());
+}
+
+}  // namespace
+}  // namespace loopserve::server
