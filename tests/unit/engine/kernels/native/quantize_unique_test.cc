@@ -29,6 +29,22 @@ TEST(QuantizeTest, SpecExamples) {
       absl::StatusCode::kInvalidArgument, "axis 1 has size 3");
 }
 
+// A zero scale (found by onnx_importer_fuzz: the node test's model run on zeros): x / 0 is +-inf,
+// saturated, and 0 / 0 is NaN, which becomes the lowest value (what ONNX Runtime's x86-64 build
+// gives) instead of an undefined float-to-integer conversion.
+TEST(QuantizeTest, ZeroScaleSaturatesAndNanIsTheLowestValue) {
+  ExpectTensor<uint8_t>(RunOk(OpCase("QuantizeLinear", 13)
+                                  .In(Make<float>({3}, {0, 5, -5}))
+                                  .In(Scalar<float>(0))
+                                  .In(Scalar<uint8_t>(10))),
+                        {3}, {0, 255, 0});
+  ExpectTensor<int8_t>(RunOk(OpCase("QuantizeLinear", 13)
+                                 .In(Make<float>({3}, {0, 5, -5}))
+                                 .In(Scalar<float>(0))
+                                 .In(Scalar<int8_t>(0))),
+                       {3}, {-128, 127, -128});
+}
+
 TEST(QuantizeTest, Dynamic) {
   absl::StatusOr<std::vector<Value>> out =
       RunOp(OpCase("DynamicQuantizeLinear", 11).In(Make<float>({3}, {0, 2, -3})).Outputs(3));
