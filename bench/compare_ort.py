@@ -1,10 +1,26 @@
 #!/usr/bin/python3
-"""Times the benchmark models through looprun and through ONNX Runtime, alternating, with the
-same inputs and the same thread count, and prints a table of medians and ratios.
+"""Times Loop models through looprun and through ONNX Runtime, alternating, with the same inputs
+and the same thread count, and prints a table of medians, ratios and output agreement.
+
+Benchmark models (bench/make_bench_models.py):
 
     /usr/bin/python3 bench/make_bench_models.py build/bench_models
-    /usr/bin/python3 bench/compare_ort.py --models=build/bench_models \
-        --looprun=build/bin/looprun --node-modules=/tmp/ort/node_modules --threads=1
+    /usr/bin/python3 bench/compare_ort.py --models=build/bench_models \\
+        --looprun=build/bin/looprun --node-modules=build/ort/node_modules --threads=1
+
+The grid (bench/grid_models.py: 37 generated Loop models over the body kinds real exported models
+contain, batch 1-64, hidden 64-1024), at 1 and 2 threads, with the minimum and geometric mean of
+the speedups, the CPU and the vector ISA in use:
+
+    /usr/bin/python3 bench/compare_ort.py --grid --looprun=build/bin/looprun \\
+        --node-modules=build/ort/node_modules [--isa=avx2] [--only=rnn,gru]
+
+--grid writes its models itself (into --grid-dir, default a temporary folder). It takes about
+12 minutes on a 2-vCPU machine (5 rounds per case and thread count); --rounds=3 takes about 8.
+--isa=avx2 caps loopserve's own kernels (LOOPSERVE_MAX_ISA=avx2) and oneDNN's
+(ONEDNN_MAX_CPU_ISA=AVX2) to AVX2, to measure the AVX2 path on an AVX-512 machine; ONNX Runtime
+(MLAS) has no such switch and keeps using everything the CPU has, so the comparison is
+conservative for loopserve. It is a benchmark, not a test: CI does not run it.
 
 ONNX Runtime comes from the npm package onnxruntime-node (install it once, outside CI:
 `npm install --prefix build/ort --ignore-scripts onnxruntime-node`, then pass
@@ -16,11 +32,12 @@ On the first round of each model both engines also write the outputs of their la
 --output_dir, ort_time.js's 6th argument; writing happens after the timed runs) and every output
 is compared: same shape, integers and booleans exactly, floats with
 np.allclose(rtol=RTOL, atol=ATOL) (the engines use different tanh/exp approximations and summation
-orders). The script exits with status 1 if any model's outputs differ.
+orders). The script exits with status 1 if any model's outputs differ or any model fails to run.
 """
 import argparse
 import base64
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -34,16 +51,19 @@ import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import grid_models  # noqa: E402
+
 DEFAULT_MODELS = [
     "counter", "rnn_b1", "rnn_b16", "greedy", "large_scan", "nested", "lstm_b1", "gemm_rnn",
 ]
-RTOL, ATOL = 1e-4, 1e-5
+RTOL, ATOL = 1e-3, 1e-5
 ORT_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
               "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "float16": np.float16}
 
 
 def inputs_json(folder):
-    """The model's inputs as {name: {dtype, dims, data}} for ort_time.js."""
+    """The model's inputs as {name: {dtype, dims, data (base64 of the raw bytes)}}."""
     m = onnx.load(os.path.join(folder, "model.onnx"))
     spec = {}
     for k, graph_input in enumerate(m.graph.input):
@@ -52,9 +72,11 @@ def inputs_json(folder):
         with open(path, "rb") as f:
             t.ParseFromString(f.read())
         a = numpy_helper.to_array(t)
-        dtype = {"float32": "float32", "int64": "int64", "bool": "bool", "int32": "int32"}[str(a.dtype)]
-        data = a.astype(np.uint8).ravel().tolist() if dtype == "bool" else a.ravel().tolist()
-        spec[graph_input.name] = {"dtype": dtype, "dims": list(a.shape), "data": data}
+        dtype = {"float32": "float32", "int64": "int64", "bool": "bool",
+                 "int32": "int32"}[str(a.dtype)]
+        raw = np.ascontiguousarray(a.astype(np.uint8) if dtype == "bool" else a).tobytes()
+        spec[graph_input.name] = {"dtype": dtype, "dims": list(a.shape),
+                                  "data": base64.b64encode(raw).decode()}
     return spec
 
 
@@ -87,7 +109,7 @@ def ort_outputs(path):
 def compare_outputs(ours, theirs):
     """(problems, max abs diff over float outputs): problems is empty when they agree."""
     problems, max_diff = [], 0.0
-    for name in ours.keys() | theirs.keys():
+    for name in sorted(ours.keys() | theirs.keys()):
         if name not in ours or name not in theirs:
             problems.append("%s: only from %s" % (name, "looprun" if name in ours else "ORT"))
             continue
@@ -120,76 +142,165 @@ def compare_outputs(ours, theirs):
 
 
 def run_json(cmd, env=None):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    for line in reversed(out.strip().splitlines()):
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (os.path.basename(cmd[0]) if cmd[0] != "node"
+                                                 else "ort_time.js", proc.returncode,
+                                                 (proc.stderr or proc.stdout).strip()[-500:]))
+    for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    raise RuntimeError("no JSON line from %s: %s" % (cmd, out))
+    raise RuntimeError("no JSON line from %s: %s" % (cmd, proc.stdout))
+
+
+def cpu_description():
+    """(model name, the vector ISA the CPU has) from /proc/cpuinfo."""
+    name, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and name == "unknown CPU":
+                    name = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        isa = "AVX-512 (" + " ".join(sorted(f for f in flags if f.startswith("avx512"))) + ")"
+    elif "avx2" in flags:
+        isa = "AVX2" + (" + FMA" if "fma" in flags else "")
+    else:
+        isa = "no AVX2"
+    return name, isa
+
+
+def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
+    """Times one model folder; returns (ours_us, ort_us, agree_text, ok, looprun_json)."""
+    model = os.path.join(folder, "model.onnx")
+    spec_path = os.path.join(tmp, name + ".json")
+    if not os.path.exists(spec_path):
+        with open(spec_path, "w") as f:
+            json.dump(inputs_json(folder), f)
+    ours_cmd = [args.looprun, "--model=" + model,
+                "--data=" + os.path.join(folder, "test_data_set_0"),
+                "--repeat=%d" % args.repeat, "--warmup=%d" % args.warmup,
+                "--threads=%d" % threads]
+    ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), model, spec_path,
+               str(args.repeat), str(args.warmup), str(threads)]
+    ours_out = os.path.join(tmp, "%s.%d.looprun_out" % (name, threads))
+    ort_out = os.path.join(tmp, "%s.%d.ort_out.json" % (name, threads))
+    ours, theirs = [], []
+    agree, ok, info = "not checked", True, {}
+    for r in range(args.rounds):
+        # The first round also writes the outputs (after its timed runs).
+        extra_ours = ["--output_dir=" + ours_out] if r == 0 else []
+        extra_ort = [ort_out] if r == 0 else []
+        order = [(ours, ours_cmd + extra_ours, env_ours), (theirs, ort_cmd + extra_ort, env_ort)]
+        if r % 2:
+            order.reverse()
+        for sink, cmd, e in order:
+            result = run_json(cmd, e)
+            if sink is ours:
+                info = result
+            sink.append(result["median_us"])
+        if r == 0:
+            problems, max_diff = compare_outputs(looprun_outputs(model, ours_out),
+                                                 ort_outputs(ort_out))
+            if problems:
+                ok = False
+                agree = "DIFFER (max abs diff %.2g)" % max_diff
+                print("%-20s OUTPUTS DIFFER: %s" % (name, "; ".join(problems)),
+                      file=sys.stderr, flush=True)
+            else:
+                agree = "agree (max abs diff %.2g)" % max_diff
+    return statistics.median(ours), statistics.median(theirs), agree, ok, info
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", required=True, help="folder written by make_bench_models.py")
+    p.add_argument("--models", help="folder written by make_bench_models.py")
+    p.add_argument("--grid", action="store_true", help="run the generated grid (grid_models.py)")
+    p.add_argument("--grid-dir", default="", help="where --grid writes its models (default: tmp)")
     p.add_argument("--looprun", required=True)
     p.add_argument("--node-modules", required=True, help="node_modules holding onnxruntime-node")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--threads", default="", help="thread counts, comma-separated (default: 1, "
+                   "or 1,2 with --grid)")
+    p.add_argument("--isa", default="", choices=["", "avx2", "avx512"],
+                   help="cap loopserve's and oneDNN's vector ISA")
+    p.add_argument("--repeat", type=int, default=0, help="timed runs per round (default 20, "
+                   "grid 7)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--only", default=",".join(DEFAULT_MODELS))
+    p.add_argument("--only", default="", help="comma-separated model names (grid: substrings)")
     args = p.parse_args()
+    if not args.grid and not args.models:
+        p.error("pass --models=DIR or --grid")
+    threads_list = [int(t) for t in (args.threads or ("1,2" if args.grid else "1")).split(",")]
+    args.repeat = args.repeat or (7 if args.grid else 20)
 
-    env = dict(os.environ, NODE_PATH=os.path.abspath(args.node_modules))
-    rows, failed = [], []
+    env_ort = dict(os.environ, NODE_PATH=os.path.abspath(args.node_modules))
+    env_ours = dict(os.environ)
+    if args.isa == "avx2":
+        env_ours.update(LOOPSERVE_MAX_ISA="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
+    elif args.isa == "avx512":
+        env_ours.update(LOOPSERVE_MAX_ISA="avx512", ONEDNN_MAX_CPU_ISA="AVX512_CORE")
+    cpu, cpu_isa = cpu_description()
+
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.only.split(","):
-            folder = os.path.join(args.models, name)
-            model = os.path.join(folder, "model.onnx")
-            spec_path = os.path.join(tmp, name + ".json")
-            with open(spec_path, "w") as f:
-                json.dump(inputs_json(folder), f)
-            ours_cmd = [args.looprun, "--model=" + model,
-                        "--data=" + os.path.join(folder, "test_data_set_0"),
-                        "--repeat=%d" % args.repeat, "--warmup=%d" % args.warmup,
-                        "--threads=%d" % args.threads]
-            ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), model, spec_path,
-                       str(args.repeat), str(args.warmup), str(args.threads)]
-            ours_out = os.path.join(tmp, name + ".looprun_out")
-            ort_out = os.path.join(tmp, name + ".ort_out.json")
-            ours, theirs = [], []
-            agree = "not checked"
-            for r in range(args.rounds):
-                # The first round also writes the outputs (after its timed runs).
-                extra_ours = ["--output_dir=" + ours_out] if r == 0 else []
-                extra_ort = [ort_out] if r == 0 else []
-                order = [(ours, ours_cmd + extra_ours, None), (theirs, ort_cmd + extra_ort, env)]
-                if r % 2:
-                    order.reverse()
-                for sink, cmd, e in order:
-                    sink.append(run_json(cmd, e)["median_us"])
-                if r == 0:
-                    problems, max_diff = compare_outputs(looprun_outputs(model, ours_out),
-                                                         ort_outputs(ort_out))
-                    if problems:
-                        failed.append(name)
-                        agree = "DIFFER (max abs diff %.2g)" % max_diff
-                        print("%-12s OUTPUTS DIFFER: %s" % (name, "; ".join(problems)),
-                              file=sys.stderr, flush=True)
-                    else:
-                        agree = "agree (max abs diff %.2g)" % max_diff
-                        print("%-12s outputs agree (max abs diff %.3g)" % (name, max_diff),
-                              file=sys.stderr, flush=True)
-            o, t = statistics.median(ours), statistics.median(theirs)
-            rows.append((name, o, t, t / o, agree))
-            print("%-12s loopserve %10.1f us   onnxruntime %10.1f us   speedup %6.2fx"
-                  % rows[-1][:4], file=sys.stderr, flush=True)
+        if args.grid:
+            models_dir = args.grid_dir or os.path.join(tmp, "grid")
+            names = grid_models.write_cases(models_dir, args.only)
+        else:
+            models_dir = args.models
+            names = (args.only or ",".join(DEFAULT_MODELS)).split(",")
+        rows, failed, used_isa = [], [], "?"
+        for threads in threads_list:
+            for name in names:
+                folder = os.path.join(models_dir, name)
+                try:
+                    o, t, agree, ok, info = time_case(name, folder, args, threads, tmp, env_ours,
+                                                      env_ort)
+                except (RuntimeError, OSError, KeyError, ValueError) as e:
+                    print("%-20s FAILED: %s" % (name, e), file=sys.stderr, flush=True)
+                    failed.append("%s (%d threads)" % (name, threads))
+                    rows.append((name, threads, None, None, None, "FAILED", "-"))
+                    continue
+                used_isa = info.get("isa", used_isa)
+                if not ok:
+                    failed.append("%s (%d threads)" % (name, threads))
+                ref = info.get("reference_steps", "?")
+                rows.append((name, threads, o, t, t / o, agree, ref))
+                print("%-20s %d thr  loopserve %10.1f us   onnxruntime %10.1f us   speedup %6.2fx"
+                      "   %s" % (name, threads, o, t, t / o, agree), file=sys.stderr, flush=True)
+
+    print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
+          (cpu, cpu_isa, used_isa, " (capped with --isa=%s)" % args.isa if args.isa else ""))
     print("\n| model | threads | loopserve median (us) | ONNX Runtime median (us) | speedup | "
-          "outputs |")
-    print("|---|---|---|---|---|---|")
-    for name, o, t, ratio, agree in rows:
-        print("| %s | %d | %.1f | %.1f | %.2fx | %s |" % (name, args.threads, o, t, ratio, agree))
+          "outputs | reference steps |")
+    print("|---|---|---|---|---|---|---|")
+    for name, threads, o, t, ratio, agree, ref in rows:
+        if o is None:
+            print("| %s | %d | - | - | - | %s | - |" % (name, threads, agree))
+        else:
+            print("| %s | %d | %.1f | %.1f | %.2fx | %s | %s |" % (name, threads, o, t, ratio,
+                                                                  agree, ref))
+    print()
+    for threads in threads_list:
+        ratios = [(r[4], r[0]) for r in rows if r[1] == threads and r[4] is not None]
+        if ratios:
+            worst = min(ratios)
+            print("%d thread%s: %d models, min %.2fx (%s), geometric mean %.2fx" %
+                  (threads, "" if threads == 1 else "s", len(ratios), worst[0], worst[1],
+                   geomean([r[0] for r in ratios])))
     if failed:
-        print("outputs differ from ONNX Runtime: %s" % ", ".join(failed), file=sys.stderr)
+        print("failed or outputs differ from ONNX Runtime: %s" % ", ".join(failed),
+              file=sys.stderr)
         sys.exit(1)
 
 

@@ -1,6 +1,7 @@
 // Times one model through ONNX Runtime (onnxruntime-node), the counterpart of
 // `looprun --repeat --warmup --threads [--output_dir]`. Inputs come from a JSON file written by
-// compare_ort.py ({name: {dtype, dims, data}}), so both engines see the same values. Prints one
+// compare_ort.py ({name: {dtype, dims, data}}, data a list of numbers or the raw little-endian
+// bytes in base64), so both engines see the same values. Prints one
 // JSON line with median_us / p90_us / min_us, timed around session.run only.
 //
 //   NODE_PATH=<node_modules> node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS [OUT_JSON]
@@ -40,8 +41,16 @@ async function main() {
   const spec = JSON.parse(fs.readFileSync(inputsJson, 'utf8'));
   const feeds = {};
   for (const [name, t] of Object.entries(spec)) {
-    const data = t.dtype === 'int64' ? BigInt64Array.from(t.data.map(BigInt))
-                                     : TYPED[t.dtype].from(t.data);
+    let data;
+    if (typeof t.data === 'string') {  // raw little-endian bytes in base64
+      const bytes = Buffer.from(t.data, 'base64');
+      const copy = new Uint8Array(bytes.length);  // aligned for the typed view
+      copy.set(bytes);
+      data = new TYPED[t.dtype](copy.buffer);
+    } else {
+      data = t.dtype === 'int64' ? BigInt64Array.from(t.data.map(BigInt))
+                                 : TYPED[t.dtype].from(t.data);
+    }
     feeds[name] = new ort.Tensor(t.dtype, data, t.dims);
   }
   const times = [];

@@ -8,7 +8,7 @@ BUILD_PACKAGES=(
   build-essential cmake ninja-build pkgconf clang-format
   clang libclang-rt-14-dev libfuzzer-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libdnnl-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
+  libabsl-dev libdnnl-dev libsleef-dev ocl-icd-opencl-dev prometheus-cpp-dev libpugixml-dev libonnx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-onnx python3-numpy python3-grpcio
   libonnx-testdata curl openssl
@@ -17,7 +17,7 @@ BUILD_PACKAGES=(
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libdnnl2 ocl-icd-libopencl1 libprometheus-cpp-core1.0
   libprometheus-cpp-pull1.0 libpugixml1v5 libonnx1 libgomp1
-  libabsl20220623 libc-ares2 libcivetweb1 libre2-9 libssl3
+  libabsl20220623 libc-ares2 libcivetweb1 libre2-9 libssl3 libsleef3
 )
 
 packages=("${BUILD_PACKAGES[@]}")

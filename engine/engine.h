@@ -49,6 +49,9 @@ struct LoadOptions {
   // Largest number of tensor bytes loading may allocate (constants, compiled weights); 0 = no
   // limit. Past it the load fails with InvalidArgument before the allocation.
   int64_t max_memory_bytes = 0;
+  // Keep a text dump of every compiled graph before and after the optimizer (Model::plan_dump;
+  // `looprun --dump_plan`).
+  bool dump_plan = false;
 };
 
 // ---- Running -------------------------------------------------------------------------------
@@ -92,6 +95,10 @@ struct RunStats {
   int64_t loop_executions = 0;
   int64_t loop_iterations = 0;
   int64_t peak_memory_bytes = 0;  // most tensor bytes the run held at once (MemoryBudget::peak)
+  // Steps that ran float work on a naive reference kernel (engine/kernels/reference), counted
+  // once per step and run: the optimized kernels cover every float op of the models we know,
+  // so anything but 0 marks a performance cliff (looprun prints it as "reference_steps").
+  int64_t reference_steps = 0;
 };
 
 // ---- The model -----------------------------------------------------------------------------
@@ -130,6 +137,10 @@ class Model {
   // LoopObserver::OnLoopFinished.
   const std::vector<std::string>& loop_names() const { return loop_names_; }
 
+  // With LoadOptions::dump_plan: each graph (Loop bodies included) before and after the graph
+  // optimizer, the rewrites that fired and the nodes the plan runs. Empty otherwise.
+  const std::string& plan_dump() const { return plan_dump_; }
+
   // Runs the model. `inputs` are in inputs() order (tensors may be views of caller memory, which
   // must stay valid during the call). Checks each input's kind, element type and rank/dims against
   // the declared ones (InvalidArgument naming the input). Returns the outputs in outputs() order,
@@ -146,6 +157,7 @@ class Model {
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
   std::vector<std::string> loop_names_;
+  std::string plan_dump_;
 };
 
 // ---- Process settings ----------------------------------------------------------------------
@@ -157,6 +169,11 @@ void SetIntraOpThreads(int threads);
 
 // Threads available to this process (at least 1).
 int AvailableCores();
+
+// The vector instruction set the engine's own kernels dispatch to: "avx512", "avx2" or "scalar",
+// the best the CPU has, capped by the environment variable LOOPSERVE_MAX_ISA (avx2 | scalar).
+// oneDNN dispatches on its own (capped by ONEDNN_MAX_CPU_ISA).
+const char* ActiveVectorIsa();
 
 // ---- ONNX tensors --------------------------------------------------------------------------
 

@@ -243,6 +243,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   const KernelRegistry& registry = KernelRegistry::Builtin();
   LS_RETURN_IF_ERROR(registry.status());
   CompileContext context(registry);
+  if (options.dump_plan) context.set_dump(&model->plan_dump_);
   LS_ASSIGN_OR_RETURN(model->plan_, Plan::Compile(std::move(graph), context));
   model->loop_names_ = context.loop_names();
   return std::shared_ptr<const Model>(std::move(model));

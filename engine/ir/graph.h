@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "engine/ir/fusion.h"
 #include "engine/ir/loop_spec.h"
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/value.h"
@@ -67,6 +68,9 @@ struct Node {
   absl::flat_hash_map<std::string, Attribute> attributes;
   // Set for op_type "Loop": the port map; the body is attributes["body"].graph.
   std::shared_ptr<const LoopSpec> loop;
+  // Set for the fused ops engine/transform makes (kFusedMatMulOp, kElementwiseOp, a Gemm with an
+  // activation): their post-ops and transposes (engine/ir/fusion.h).
+  std::shared_ptr<const FusionSpec> fusion;
 
   const Attribute* FindAttribute(const std::string& name) const;
   // Typed getters with defaults; InvalidArgument when present with another type.

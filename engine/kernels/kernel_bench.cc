@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <dnnl.hpp>
@@ -19,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/native/packed_gemv.h"
+#include "engine/kernels/native/vector_math.h"
 #include "engine/tools/looprun.h"
 
 namespace loopserve {
@@ -85,7 +87,7 @@ void BM_DnnlAdd(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
 }
-BENCHMARK(BM_DnnlAdd)->RangeMultiplier(4)->Range(1, 16384);
+BENCHMARK(BM_DnnlAdd)->RangeMultiplier(8)->Range(16, 1 << 20);
 
 void BM_NativeAdd(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -99,6 +101,62 @@ void BM_NativeAdd(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_NativeAdd)->RangeMultiplier(4)->Range(1, 16384);
+
+// Transcendental elementwise ops on n floats: the oneDNN eltwise primitive (execute through the C
+// API with a prebuilt argument table) against vector_math (SLEEF) and against a scalar libm loop.
+void BM_DnnlTanh(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n, 0.3f), c(n);
+  const dnnl::memory::desc d({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+  const dnnl::engine& eng = engine::CpuEngine();
+  dnnl::eltwise_forward prim(dnnl::eltwise_forward::primitive_desc(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_tanh,
+                                  d, 0.0f, 0.0f),
+      eng));
+  dnnl::memory ma(d, eng, a.data()), mc(d, eng, c.data());
+  dnnl::stream s(eng);
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma.get()}, {DNNL_ARG_DST, mc.get()}};
+  for (auto _ : state) {
+    dnnl_primitive_execute(prim.get(), s.get(), 2, args);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_DnnlTanh)->RangeMultiplier(8)->Range(16, 1 << 20);
+
+void BM_VecTanh(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n, 0.3f), c(n);
+  for (auto _ : state) {
+    engine::native::UnaryF32(engine::native::VecUnary::kTanh, a.data(), c.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_VecTanh)->RangeMultiplier(8)->Range(16, 1 << 20);
+
+void BM_LibmTanh(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n, 0.3f), c(n);
+  for (auto _ : state) {
+    for (int64_t i = 0; i < n; ++i) c[i] = static_cast<float>(std::tanh(static_cast<double>(a[i])));
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_LibmTanh)->RangeMultiplier(8)->Range(16, 4096);
+
+void BM_VecAdd(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
+  for (auto _ : state) {
+    engine::native::BinaryF32(engine::native::VecBinary::kAdd, a.data(), 1, b.data(), 1, c.data(),
+                              n);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_VecAdd)->RangeMultiplier(8)->Range(16, 1 << 20);
 
 // Fixed-seed uniform values in [-scale, scale].
 std::vector<float> RandomFloats(int64_t count, float scale, unsigned seed) {

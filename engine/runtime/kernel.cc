@@ -40,6 +40,19 @@ absl::StatusOr<std::shared_ptr<const Plan>> KernelInit::CompileSubgraph(
   return plan;
 }
 
+absl::StatusOr<std::shared_ptr<const Plan>> KernelInit::CompileUnfused(
+    std::shared_ptr<const Graph> subgraph) const {
+  const bool transforms = context_.transforms();
+  std::string* dump = context_.dump();
+  context_.set_transforms(false);
+  // The fallback is an implementation detail of one node: not part of the plan dump.
+  context_.set_dump(nullptr);
+  auto plan = CompileSubgraph(std::move(subgraph));
+  context_.set_transforms(transforms);
+  context_.set_dump(dump);
+  return plan;
+}
+
 int KernelInit::RegisterLoop(const std::string& name) const { return context_.RegisterLoop(name); }
 
 }  // namespace loopserve::engine

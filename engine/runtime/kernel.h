@@ -99,6 +99,10 @@ class KernelInit {
   // Compiles a subgraph (Loop body, If branch) of this node with the same registry and options.
   absl::StatusOr<std::shared_ptr<const Plan>> CompileSubgraph(
       std::shared_ptr<const Graph> subgraph) const;
+  // Compiles a fused node's FusionSpec::unfused graph as it is (no optimizer: it would fuse the
+  // nodes again).
+  absl::StatusOr<std::shared_ptr<const Plan>> CompileUnfused(
+      std::shared_ptr<const Graph> subgraph) const;
   // Registers a Loop node and returns its index for LoopObserver / Model::loop_names().
   int RegisterLoop(const std::string& name) const;
 

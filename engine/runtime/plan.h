@@ -12,19 +12,6 @@
 
 namespace loopserve::engine {
 
-// The op type of the node the compiler's fusion pass makes of a MatMul -> Add -> [activation]
-// chain: inputs (A, B, bias), attribute "activation" ("", "Tanh", "Relu" or "Sigmoid"). Registered
-// by the oneDNN kernels (one matmul primitive with a bias and an eltwise post-op); a registry
-// without it disables the pass. The leading underscore keeps it out of the ONNX namespace.
-inline constexpr char kFusedMatMulOp[] = "_FusedMatMul";
-// A Gemm node whose single reader was a Tanh, Relu or Sigmoid carries that activation in this
-// string attribute (set by the compiler's fusion pass; the name cannot clash with ONNX's).
-inline constexpr char kFusedActivationAttribute[] = "_activation";
-// The same for an elementwise chain Add|Sub|Mul|Div -> [Add|Sub|Mul|Div with a third operand]
-// -> [Tanh|Relu|Sigmoid]: inputs (a, b[, c]), attributes "op" and "op2" (op2 "" when absent) and
-// "activation". One oneDNN binary primitive with binary and eltwise post-ops.
-inline constexpr char kFusedBinaryOp[] = "_FusedBinary";
-
 // One node of a plan, ready to run: its kernel and the frame slots it reads and writes.
 struct Step {
   const Kernel* kernel = nullptr;
@@ -42,6 +29,15 @@ class CompileContext {
  public:
   explicit CompileContext(const KernelRegistry& registry) : registry_(registry) {}
   const KernelRegistry& registry() const { return registry_; }
+
+  // Whether Plan::Compile runs the graph optimizer (engine/transform) on the graphs it compiles;
+  // off for the `unfused` fallbacks of fused nodes, which must run as they are.
+  bool transforms() const { return transforms_; }
+  void set_transforms(bool on) const { transforms_ = on; }
+  // When set, Plan::Compile appends each graph's nodes before and after the optimizer, the
+  // rewrites that fired and the steps (LoadOptions::dump_plan).
+  std::string* dump() const { return dump_; }
+  void set_dump(std::string* dump) const { dump_ = dump; }
   const std::vector<std::string>& loop_names() const { return loop_names_; }
   int RegisterLoop(const std::string& name) const {
     loop_names_.push_back(name);
@@ -60,6 +56,8 @@ class CompileContext {
 
  private:
   const KernelRegistry& registry_;
+  mutable bool transforms_ = true;
+  mutable std::string* dump_ = nullptr;
   mutable std::vector<std::string> loop_names_;
   mutable int depth_ = 0;
   mutable std::vector<const Graph*> scopes_;

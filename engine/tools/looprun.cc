@@ -91,11 +91,14 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
   if (options.repeat < 1) return absl::InvalidArgumentError("--repeat must be at least 1");
   if (options.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
 
-  auto loaded = Model::Load(options.model);
+  engine::LoadOptions load_options;
+  load_options.dump_plan = options.dump_plan;
+  auto loaded = Model::Load(options.model, load_options);
   if (!loaded.ok()) {
     return Annotate(loaded.status(), absl::StrCat("loading '", options.model, "': "));
   }
   const Model& model = **loaded;
+  if (options.dump_plan) std::cout << model.plan_dump() << std::flush;
 
   std::vector<Value> inputs;
   if (options.data.empty()) {
@@ -139,10 +142,17 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
   const Percentiles p = Summarize(times_us);
   std::cout << absl::StrFormat(
                    "{\"model\":%s,\"repeat\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,"
-                   "\"min_us\":%.1f,\"loop_iterations\":%d,\"loop_executions\":%d}",
+                   "\"min_us\":%.1f,\"loop_iterations\":%d,\"loop_executions\":%d,"
+                   "\"reference_steps\":%d,\"isa\":%s}",
                    JsonString(options.model), options.repeat, p.median, p.p90, p.min,
-                   stats.loop_iterations, stats.loop_executions)
+                   stats.loop_iterations, stats.loop_executions, stats.reference_steps,
+                   JsonString(engine::ActiveVectorIsa()))
             << std::endl;
+  if (options.verbose) {
+    std::cerr << "looprun: kernels for " << engine::ActiveVectorIsa() << "; "
+              << stats.reference_steps
+              << " step(s) ran float work on a reference kernel in the last run" << std::endl;
+  }
 
   if (options.data.empty()) return kExitOk;
   LS_ASSIGN_OR_RETURN(std::optional<std::string> mismatch,

@@ -26,11 +26,15 @@ struct RunModelOptions {
   std::string output_dir;  // where output_<k>.pb are written; empty: not written
   int repeat = 1;          // timed runs
   int warmup = 0;          // untimed runs before them
+  bool dump_plan = false;  // print Model::plan_dump() before running
+  bool verbose = false;    // print the ISA and reference steps on stderr too
 };
 
 // `looprun --model=...`: loads the model, feeds the inputs, runs warmup + repeat times, writes and
 // compares the outputs of the last run, prints one JSON line of timings on stdout and any mismatch
-// or error on stderr. Returns kExitOk, kExitMismatch or kExitError.
+// or error on stderr. The JSON line has median_us, p90_us, min_us, loop_iterations,
+// loop_executions, reference_steps (RunStats; 0 unless a float op ran on a reference kernel) and
+// isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or kExitError.
 int RunModelMain(const RunModelOptions& options);
 
 // Reads `dir`/input_<k>.pb for each model input k, in the encoding the input's declared kind calls

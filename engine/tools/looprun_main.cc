@@ -23,6 +23,12 @@ ABSL_FLAG(std::string, output_dir, "", "Where to write output_<k>.pb (created if
 ABSL_FLAG(int, repeat, 1, "Timed runs.");
 ABSL_FLAG(int, warmup, 0, "Untimed runs before the timed ones.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads (OpenMP); 0 = all cores.");
+ABSL_FLAG(bool, dump_plan, false,
+          "Print every graph (Loop bodies included) before and after the graph optimizer, the "
+          "rewrites that fired and the nodes the plan runs, then run as usual.");
+ABSL_FLAG(bool, verbose, false,
+          "Also print, on stderr, the vector ISA of the engine's kernels and the steps that ran "
+          "float work on a reference kernel (reference_steps; also in the JSON line).");
 ABSL_FLAG(std::string, conformance, "",
           "Run every test-case folder (model.onnx + test_data_set_*/, or EXPECT_ERROR / NO_DATA) "
           "under this folder, each in a forked child; prints PASS/FAIL per case and "
@@ -37,7 +43,8 @@ ABSL_FLAG(absl::Duration, case_timeout, absl::Seconds(20),
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
-      "[--threads=N]\n  looprun --conformance=DIR [--list_file=PATH] [--filter=REGEX] "
+      "[--threads=N] [--dump_plan] [--verbose]\n  looprun --conformance=DIR [--list_file=PATH] "
+      "[--filter=REGEX] "
       "[--jobs=N] [--case_timeout=20s] [--threads=N]");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
@@ -65,5 +72,7 @@ int main(int argc, char** argv) {
   options.output_dir = absl::GetFlag(FLAGS_output_dir);
   options.repeat = absl::GetFlag(FLAGS_repeat);
   options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.dump_plan = absl::GetFlag(FLAGS_dump_plan);
+  options.verbose = absl::GetFlag(FLAGS_verbose);
   return loopserve::tools::RunModelMain(options);
 }

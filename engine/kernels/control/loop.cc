@@ -37,8 +37,9 @@ struct CarriedPort {
   int param_slot;
   int result_slot;
   bool swap;
-  // The body hands the parameter straight back (ElideIdentities turned `Identity(param)` into
-  // the parameter itself): the value never changes, so there is nothing to hand over.
+  // The body hands the parameter straight back (engine/transform/elide_loop_identities turned
+  // `Identity(param)` into the parameter itself): the value never changes, so there is nothing to
+  // hand over.
   bool unchanged;
   DataType default_dtype;  // for an absent initial condition: bool true
   bool default_rank1;
@@ -554,79 +555,6 @@ class LoopKernel : public Kernel {
   std::vector<OutputPortInfo> outputs_;
 };
 
-// Two rewrites of a Loop body before it is compiled. (1) A carried result `Identity(param)` of its
-// own parameter becomes the parameter (see CarriedPort::unchanged). (2) A scan output whose body
-// result is `Identity(x)`, read by nothing else, is rewritten to read x
-// and the Identity node is dropped: the Loop copies each scan slice out of the body before it
-// hands back edges on, so x still holds the iteration's value, and the copy (16 KB per iteration
-// for a large slice) and the dispatch are saved. Returns `body` itself when nothing applies.
-std::shared_ptr<const Graph> ElideIdentities(std::shared_ptr<const Graph> body,
-                                             const LoopSpec& spec) {
-  const Graph& g = *body;
-  const int num_results = static_cast<int>(g.outputs.size());
-  std::vector<int> port_refs(num_results, 0);
-  auto ref = [&](int r) {
-    if (r >= 0 && r < num_results) ++port_refs[r];
-  };
-  ref(spec.condition_result);
-  for (const LoopSpec::InputPort& in : spec.inputs) {
-    if (in.kind == InputKind::kCarried) ref(in.back_edge);
-  }
-  for (const LoopSpec::OutputPort& out : spec.outputs) ref(out.body_result);
-  std::vector<int> value_uses(g.values.size(), 0);
-  for (const Node& n : g.nodes) {
-    for (ValueId v : n.inputs) {
-      if (v != kNoValue) ++value_uses[v];
-    }
-    for (ValueId v : n.implicit_inputs) ++value_uses[v];
-  }
-  for (ValueId v : g.outputs) ++value_uses[v];
-
-  std::vector<bool> dropped(g.nodes.size(), false);
-  std::vector<ValueId> outputs = g.outputs;
-  bool changed = false;
-  // Drops the Identity node that makes result `r` and has the result read `source` instead.
-  auto elide = [&](int r, ValueId source) {
-    const ValueId y = g.outputs[r];
-    if (value_uses[y] != 1) return;
-    for (size_t n = 0; n < g.nodes.size(); ++n) {
-      const Node& node = g.nodes[n];
-      if (!dropped[n] && node.op_type == "Identity" && node.domain.empty() &&
-          node.inputs.size() == 1 && node.outputs.size() == 1 && node.outputs[0] == y &&
-          node.inputs[0] != kNoValue && (source == kNoValue || node.inputs[0] == source)) {
-        outputs[r] = node.inputs[0];
-        dropped[n] = true;
-        changed = true;
-        return;
-      }
-    }
-  };
-  // A carried value passed through unchanged (the ONNX condition `cond_out = Identity(cond_in)`):
-  // the result becomes the parameter and the Loop skips its hand-over.
-  for (const LoopSpec::InputPort& in : spec.inputs) {
-    if (in.kind != InputKind::kCarried || in.back_edge < 0 || in.back_edge >= num_results ||
-        in.body_param < 0 || in.body_param >= static_cast<int>(g.inputs.size())) {
-      continue;
-    }
-    elide(in.back_edge, g.inputs[in.body_param]);
-  }
-  for (const LoopSpec::OutputPort& out : spec.outputs) {
-    const int r = out.body_result;
-    if (out.kind == OutputKind::kLastValue || r < 0 || r >= num_results || port_refs[r] != 1) {
-      continue;
-    }
-    elide(r, kNoValue);
-  }
-  if (!changed) return body;
-  auto rewritten = std::make_shared<Graph>(g);
-  rewritten->outputs = std::move(outputs);
-  rewritten->nodes.clear();
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    if (!dropped[n]) rewritten->nodes.push_back(g.nodes[n]);
-  }
-  return rewritten;
-}
-
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
   const Node& node = init.node();
   if (node.loop == nullptr) {
@@ -634,7 +562,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
   }
   std::shared_ptr<const Graph> body = node.GetGraph("body");
   if (body == nullptr) return absl::InvalidArgumentError("attribute 'body' is missing");
-  body = ElideIdentities(std::move(body), *node.loop);
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, init.CompileSubgraph(body));
   const int loop_index = init.RegisterLoop(node.name);
   auto kernel = std::make_unique<LoopKernel>(std::move(plan), node.loop, loop_index);

@@ -9,6 +9,8 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/reference/broadcast.h"
+#include "engine/runtime/execution_frame.h"
+#include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
 
 namespace loopserve::engine {
@@ -16,6 +18,7 @@ namespace {
 
 std::atomic<int64_t> g_creations{0};
 std::atomic<int64_t> g_small_tensor_limit{kDefaultDnnlSmallTensorLimit};
+std::atomic<int64_t> g_native_elementwise_limit{kNativeElementwiseLimit};
 
 }  // namespace
 
@@ -25,6 +28,13 @@ void SetDnnlSmallTensorLimit(int64_t elements) {
   g_small_tensor_limit.store(elements, std::memory_order_relaxed);
 }
 int64_t DnnlSmallTensorLimit() { return g_small_tensor_limit.load(std::memory_order_relaxed); }
+
+void SetNativeElementwiseLimit(int64_t elements) {
+  g_native_elementwise_limit.store(elements, std::memory_order_relaxed);
+}
+int64_t NativeElementwiseLimit() {
+  return g_native_elementwise_limit.load(std::memory_order_relaxed);
+}
 
 // The signature a frame ran last, with its op bound to memory objects and an argument table.
 class DnnlKernel::State : public KernelState {
@@ -42,9 +52,11 @@ class DnnlKernel::State : public KernelState {
   bool present[kMaxInputs] = {};
   Shape shapes[kMaxInputs];
   std::shared_ptr<const PreparedOp> op;
-  std::vector<dnnl::memory> memories;  // one per op->bindings entry
-  std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
-  Tensor aux[kMaxAux];                 // op->expansions' broadcast copies
+  std::vector<dnnl::memory> memories;       // one per op->bindings entry
+  std::vector<dnnl_exec_arg_t> args;        // the same, as oneDNN's C argument table
+  Tensor aux[kMaxAux];                      // op->expansions' broadcast copies
+  std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
+  bool reference_counted = false;           // this step is in RunStats::reference_steps
 };
 
 DnnlKernel::DnnlKernel(int num_inputs, int required_inputs)
@@ -54,6 +66,11 @@ std::unique_ptr<KernelState> DnnlKernel::CreateState() const { return std::make_
 
 absl::Status DnnlKernel::Finish(const PreparedOp& /*op*/, KernelContext& /*ctx*/) const {
   return absl::OkStatus();
+}
+
+absl::Status DnnlKernel::RunNative(const PreparedOp& /*op*/, const Tensor* const* /*inputs*/,
+                                   Tensor& /*out*/) const {
+  return absl::InternalError("this kernel has no native mode");
 }
 
 bool DnnlKernel::UsesDnnl(DataType type) const {
@@ -98,6 +115,17 @@ int64_t DnnlKernel::Work(absl::Span<const Shape* const> shapes) const {
 }
 
 namespace {
+
+// op.epilogue over output 0 in place (no-op without one).
+void RunEpilogue(const PreparedOp& op, const Tensor* const* inputs, Tensor* out) {
+  if (op.epilogue == nullptr) return;
+  const float* operands[native::ElementwiseChain::kMaxOperands] = {};
+  operands[0] = out->data<float>();
+  const int count = op.epilogue->num_operands();
+  for (int k = 1; k < count; ++k) operands[k] = inputs[op.epilogue_inputs[k - 1]]->data<float>();
+  op.epilogue->Run(op.epilogue_prepared, absl::MakeConstSpan(operands, count),
+                   out->mutable_data<float>());
+}
 
 // Runs the enclosing scope with one OpenMP thread on this thread (a per-thread setting), so that
 // a primitive created in it plans for one thread and one executed in it forks no team.
@@ -205,9 +233,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                                                      DataTypeName(inputs[i]->dtype())));
     }
   }
-  if (!UsesDnnl(type)) return RunReference(ctx);
-
   State& state = *ctx.state<State>();
+  if (!UsesDnnl(type)) return RunFallback(ctx, type, state);
+
   if (!state.Matches(type, inputs, num_inputs_)) {
     try {
       LS_RETURN_IF_ERROR(Bind(type, inputs, state));
@@ -218,7 +246,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   const PreparedOp& op = *state.op;
   switch (op.mode) {
     case PreparedOp::Mode::kReference:
-      return RunReference(ctx);
+      return RunFallback(ctx, type, state);
     case PreparedOp::Mode::kEmpty:
       ctx.output(0, type, op.output_shape);
       for (size_t k = 0; k < op.extra_outputs.size(); ++k) {
@@ -228,6 +256,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     case PreparedOp::Mode::kZeroFill: {
       Tensor* out = ctx.output(0, type, op.output_shape);
       std::memset(out->mutable_raw_data(), 0, out->ByteSize());
+      RunEpilogue(op, inputs, out);
       return absl::OkStatus();
     }
     case PreparedOp::Mode::kPackedGemv: {
@@ -235,6 +264,27 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
       const float* bias =
           op.gemv_bias_input >= 0 ? inputs[op.gemv_bias_input]->data<float>() : nullptr;
       op.gemv->Run(inputs[0]->data<float>(), bias, out->mutable_data<float>());
+      RunEpilogue(op, inputs, out);
+      return absl::OkStatus();
+    }
+    case PreparedOp::Mode::kNativeCustom: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      return RunNative(op, inputs, *out);
+    }
+    case PreparedOp::Mode::kBatchedGemv: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      op.batched_gemv->Run(inputs[0]->data<float>(), inputs[1]->data<float>(),
+                           out->mutable_data<float>());
+      RunEpilogue(op, inputs, out);
+      return absl::OkStatus();
+    }
+    case PreparedOp::Mode::kNative: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      const float* operands[native::ElementwiseChain::kMaxOperands] = {};
+      const int count = op.chain->num_operands();
+      for (int i = 0; i < count; ++i) operands[i] = inputs[i]->data<float>();
+      op.chain->Run(op.chain_prepared, absl::MakeConstSpan(operands, count),
+                    out->mutable_data<float>());
       return absl::OkStatus();
     }
     case PreparedOp::Mode::kExecute:
@@ -310,7 +360,42 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   if (status != dnnl_success) {
     return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
   }
+  RunEpilogue(op, inputs, out);
   return Finish(op, ctx);
+}
+
+absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& state) const {
+  if (unfused_ == nullptr) {
+    if (!state.reference_counted && IsFloatingPoint(type)) {
+      state.reference_counted = true;
+      ++ctx.run_context().stats().reference_steps;
+    }
+    return RunReference(ctx);
+  }
+  if (state.unfused == nullptr) {
+    state.unfused = std::make_unique<ExecutionFrame>(*unfused_, ctx.run_context());
+  }
+  ExecutionFrame& frame = *state.unfused;
+  const Graph& graph = unfused_->graph();
+  for (int i = 0; i < ctx.num_inputs() && i < static_cast<int>(graph.inputs.size()); ++i) {
+    Value& slot = frame.slot(graph.inputs[i]);
+    if (!ctx.has_input(i)) {
+      slot.SetNone();
+    } else if (ctx.input_value(i).is_tensor()) {
+      slot.mutable_tensor() = Tensor::ViewOf(ctx.input(i));
+    } else {
+      slot.CopyFrom(ctx.input_value(i));
+    }
+  }
+  LS_RETURN_IF_ERROR(frame.Run());
+  Value& result = frame.slot(graph.outputs[0]);
+  Value& out = ctx.output_value(0);
+  if (result.is_tensor() && result.tensor().is_view()) {
+    out.CopyFrom(result);
+  } else {
+    swap(out, result);  // the inner slot keeps the old buffer for the next run
+  }
+  return absl::OkStatus();
 }
 
 void DnnlKernel::WarmUp(const KernelInit& init) const {

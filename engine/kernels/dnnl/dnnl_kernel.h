@@ -20,6 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/kernels/native/batched_gemv.h"
+#include "engine/kernels/native/elementwise_chain.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/runtime/kernel.h"
 #include "engine/tensor/shape.h"
@@ -39,6 +41,17 @@ int64_t DnnlPrimitiveCreationCount();
 // kDefaultDnnlSmallTensorLimit; process-wide. The oneDNN kernel tests set 0 to exercise oneDNN on
 // every shape.
 inline constexpr int64_t kDefaultDnnlSmallTensorLimit = 1024;
+
+// Float32 elementwise ops (unary, binary, fused chains) whose output has at most this many
+// elements run on native vector code (native/elementwise_chain.h) rather than a oneDNN
+// primitive. One thread: the SLEEF tanh and oneDNN's eltwise tanh both do ~1.9-2.0 G floats/s at
+// 32K-1M elements, but oneDNN pays 0.15-0.3 us per execute (10x slower at 16-512 elements); an
+// add is 37 ns against 285 ns at 512 floats and equal from 32K (engine/kernels/kernel_bench.cc).
+// Above the limit oneDNN's threads can help; shapes oneDNN cannot take stay native at any size.
+// Process-wide; the oneDNN kernel tests set 0 to exercise oneDNN on every shape oneDNN takes.
+inline constexpr int64_t kNativeElementwiseLimit = int64_t{1} << 16;
+void SetNativeElementwiseLimit(int64_t elements);
+int64_t NativeElementwiseLimit();
 void SetDnnlSmallTensorLimit(int64_t elements);
 int64_t DnnlSmallTensorLimit();
 
@@ -70,11 +83,14 @@ struct ArgBinding {
 // shared by every frame (and thread) that runs the signature.
 struct PreparedOp {
   enum class Mode : uint8_t {
-    kExecute,     // run `primitive`
-    kEmpty,       // the output has no elements: only size it (oneDNN takes no zero dims)
-    kZeroFill,    // the output is all zeros (a MatMul whose inner dim is 0)
-    kReference,   // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
-    kPackedGemv,  // a one-row float matmul with constant weights: run `gemv` (no primitive)
+    kExecute,       // run `primitive`
+    kEmpty,         // the output has no elements: only size it (oneDNN takes no zero dims)
+    kZeroFill,      // the output is all zeros (a MatMul whose inner dim is 0)
+    kReference,     // oneDNN cannot take this signature (rank > 12, ...): run the reference kernel
+    kPackedGemv,    // a one-row float matmul with constant weights: run `gemv` (no primitive)
+    kNative,        // float32 elementwise work on native vector code: run `chain` over the inputs
+    kBatchedGemv,   // float32 matrix-vector products per batch item: run `batched_gemv`
+    kNativeCustom,  // the kernel's own native code: DnnlKernel::RunNative
   };
   Mode mode = Mode::kExecute;
   Shape output_shape;
@@ -105,6 +121,19 @@ struct PreparedOp {
   // gemv_bias_input >= 0, that input as the bias.
   std::shared_ptr<const native::PackedGemv> gemv;
   int gemv_bias_input = -1;
+  // kNativeCustom: dims the kernel's RunNative reads (e.g. a softmax's [outer, axis, inner]).
+  int64_t native_dims[3] = {0, 0, 0};
+  // kBatchedGemv: output 0 = input 0 x input 1 (native/batched_gemv.h).
+  std::shared_ptr<const native::BatchedGemv> batched_gemv;
+  // kNative: output 0 = chain(inputs 0, 1, ...) (native/elementwise_chain.h), prepared for this
+  // signature's shapes. Not owned: the kernel's chain outlives its prepared ops.
+  const native::ElementwiseChain* chain = nullptr;
+  native::ElementwiseChain::Prepared chain_prepared;
+  // After kExecute, kPackedGemv and kZeroFill: output 0 = epilogue(output 0, inputs
+  // epilogue_inputs...) in place (a fused node's post-ops). Not owned, like `chain`.
+  const native::ElementwiseChain* epilogue = nullptr;
+  native::ElementwiseChain::Prepared epilogue_prepared;
+  absl::InlinedVector<int, 4> epilogue_inputs;  // node input per chain operand 1, 2, ...
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their
@@ -117,7 +146,7 @@ struct PreparedOp {
 // grow it without bound).
 class DnnlKernel : public Kernel {
  public:
-  static constexpr int kMaxInputs = 5;
+  static constexpr int kMaxInputs = 10;
   static constexpr int kMaxAux = 2;
   static constexpr size_t kMaxCachedSignatures = 64;
   // Signatures whose Work is below this run single-threaded.
@@ -128,6 +157,11 @@ class DnnlKernel : public Kernel {
 
   absl::Status Run(KernelContext& ctx) const final;
   std::unique_ptr<KernelState> CreateState() const final;
+
+  // A fused node's original nodes (FusionSpec::unfused, compiled without transforms): run instead
+  // of RunReference for element types or signatures the fused kernel does not compute, so a
+  // fused node behaves exactly as the nodes it replaced. Set once, by the factory.
+  void SetUnfused(std::shared_ptr<const Plan> plan) { unfused_ = std::move(plan); }
 
   // Prepares (and caches) the signature of the declared input types when they are fully known and
   // oneDNN computes the type, so the first request does not pay for primitive creation. Errors are
@@ -155,6 +189,10 @@ class DnnlKernel : public Kernel {
   // Computes every output with the reference kernel.
   virtual absl::Status RunReference(KernelContext& ctx) const = 0;
 
+  // Computes output 0 (already sized to op.output_shape) for a kNativeCustom op.
+  virtual absl::Status RunNative(const PreparedOp& op, const Tensor* const* inputs,
+                                 Tensor& out) const;
+
   // Called after a kExecute op has run, to finish the outputs in place (turn a variance into an
   // inverse standard deviation, ...). Must not allocate in steady state.
   virtual absl::Status Finish(const PreparedOp& op, KernelContext& ctx) const;
@@ -170,11 +208,15 @@ class DnnlKernel : public Kernel {
   using Key = absl::InlinedVector<int64_t, 16>;
 
   absl::Status Bind(DataType type, const Tensor* const* inputs, State& state) const;
+  // The fallback for kReference signatures and types oneDNN lacks: the unfused nodes when the
+  // kernel has them, else RunReference (counted in RunStats::reference_steps for float types).
+  absl::Status RunFallback(KernelContext& ctx, DataType type, State& state) const;
   absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,
                                                            const Shape* const* shapes) const;
 
   const int num_inputs_;
   const int required_inputs_;
+  std::shared_ptr<const Plan> unfused_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<Key, std::shared_ptr<const PreparedOp>> cache_ ABSL_GUARDED_BY(mu_);
 };

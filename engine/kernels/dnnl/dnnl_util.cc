@@ -7,8 +7,29 @@
 
 namespace loopserve::engine {
 
+namespace {
+
+// oneDNN's profiling hooks off unless the environment asks for them: the ITT task markers around
+// every primitive execute (ONEDNN_ITT_TASK_LEVEL; perf showed __itt_pt_write at 5-10% of bodies
+// made of many small primitives) and the registration of each JIT kernel with VTune. oneDNN reads
+// the ITT level once, on the first execute, so this runs before the engine is first used.
+void DisableProfilingHooks() {
+  if (std::getenv("ONEDNN_ITT_TASK_LEVEL") == nullptr &&
+      std::getenv("DNNL_ITT_TASK_LEVEL") == nullptr) {
+    setenv("ONEDNN_ITT_TASK_LEVEL", "0", /*overwrite=*/0);
+  }
+  if (std::getenv("ONEDNN_JIT_PROFILE") == nullptr && std::getenv("DNNL_JIT_PROFILE") == nullptr) {
+    dnnl::set_jit_profiling_flags(0);
+  }
+}
+
+}  // namespace
+
 const dnnl::engine& CpuEngine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine* engine = [] {
+    DisableProfilingHooks();
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return *engine;
 }
 

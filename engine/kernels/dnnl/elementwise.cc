@@ -9,7 +9,9 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/native/post_ops.h"
 #include "engine/kernels/reference/broadcast.h"
+#include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
 namespace {
@@ -17,9 +19,51 @@ namespace {
 using reference::BinaryOp;
 using reference::UnaryOp;
 
-// Transcendental unary ops cost ~15-20 ns per element on the reference loops (libm in double),
-// against ~1 ns for a cheap op, so their crossover with a oneDNN primitive is much lower.
-constexpr int64_t kSmallTranscendentalElements = 16;
+native::VecBinary VecBinaryOf(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return native::VecBinary::kAdd;
+    case BinaryOp::kSub:
+      return native::VecBinary::kSub;
+    case BinaryOp::kMul:
+      return native::VecBinary::kMul;
+    case BinaryOp::kDiv:
+      return native::VecBinary::kDiv;
+  }
+  return native::VecBinary::kAdd;
+}
+
+native::VecUnary VecUnaryOf(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kRelu:
+      return native::VecUnary::kRelu;
+    case UnaryOp::kTanh:
+      return native::VecUnary::kTanh;
+    case UnaryOp::kSigmoid:
+      return native::VecUnary::kSigmoid;
+    case UnaryOp::kExp:
+      return native::VecUnary::kExp;
+    case UnaryOp::kLog:
+      return native::VecUnary::kLog;
+    case UnaryOp::kSqrt:
+      return native::VecUnary::kSqrt;
+    case UnaryOp::kAbs:
+      return native::VecUnary::kAbs;
+    case UnaryOp::kNeg:
+      return native::VecUnary::kNeg;
+  }
+  return native::VecUnary::kIdentity;
+}
+
+// Makes `op` a kNative op running `chain` over `shapes`.
+absl::Status UseNativeChain(const native::ElementwiseChain& chain,
+                            absl::Span<const Shape* const> shapes, PreparedOp& op) {
+  LS_ASSIGN_OR_RETURN(op.chain_prepared, chain.Prepare(shapes));
+  op.mode = PreparedOp::Mode::kNative;
+  op.chain = &chain;
+  op.output_shape = op.chain_prepared.output;
+  return absl::OkStatus();
+}
 
 dnnl::algorithm BinaryAlgorithm(BinaryOp op) {
   switch (op) {
@@ -45,7 +89,10 @@ struct LegacyBroadcast {
 class BinaryKernel final : public DnnlKernel {
  public:
   BinaryKernel(BinaryOp op, std::optional<LegacyBroadcast> legacy)
-      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2), op_(op), legacy_(legacy) {}
+      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2),
+        op_(op),
+        legacy_(legacy),
+        chain_(2, {native::ChainStep::Binary(VecBinaryOf(op), 1)}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -59,13 +106,14 @@ class BinaryKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    if (out.NumElements() <= DnnlSmallTensorLimit()) {
-      prepared->mode = PreparedOp::Mode::kReference;
-      return prepared;
-    }
     const Shape* operands[] = {&a, &b};
     const reference::BroadcastLayout layout = reference::MakeBroadcastLayout(out, operands);
-    if (layout.rank() > DNNL_MAX_NDIMS) {
+    if (type == DataType::kFloat32 &&
+        (out.NumElements() <= NativeElementwiseLimit() || layout.rank() > DNNL_MAX_NDIMS)) {
+      LS_RETURN_IF_ERROR(UseNativeChain(chain_, operands, *prepared));
+      return prepared;
+    }
+    if (out.NumElements() <= DnnlSmallTensorLimit() || layout.rank() > DNNL_MAX_NDIMS) {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
@@ -145,11 +193,15 @@ class BinaryKernel final : public DnnlKernel {
 
   const BinaryOp op_;
   const std::optional<LegacyBroadcast> legacy_;
+  const native::ElementwiseChain chain_;
 };
 
 class UnaryKernel final : public DnnlKernel {
  public:
-  explicit UnaryKernel(UnaryOp op) : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1), op_(op) {}
+  explicit UnaryKernel(UnaryOp op)
+      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1),
+        op_(op),
+        chain_(1, {native::ChainStep::Unary(VecUnaryOf(op))}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -161,9 +213,11 @@ class UnaryKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    const bool cheap = op_ == UnaryOp::kRelu || op_ == UnaryOp::kAbs || op_ == UnaryOp::kNeg;
-    const int64_t limit = DnnlSmallTensorLimit();
-    if (n <= (cheap ? limit : std::min(limit, kSmallTranscendentalElements))) {
+    if (type == DataType::kFloat32 && n <= NativeElementwiseLimit()) {
+      LS_RETURN_IF_ERROR(UseNativeChain(chain_, shapes, *prepared));
+      return prepared;
+    }
+    if (n <= DnnlSmallTensorLimit()) {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
@@ -216,118 +270,54 @@ class UnaryKernel final : public DnnlKernel {
 
  private:
   const UnaryOp op_;
+  const native::ElementwiseChain chain_;
 };
 
-// kFusedBinaryOp: out = act(op2(op(a, b), c)) as one binary primitive whose post-ops are a
-// binary (op2 with c) and an eltwise (act). Only for operands of the output's shape and more than
-// DnnlSmallTensorLimit() elements; every other signature runs the ops one after another on the
-// reference loops, in place in the output (no temporaries, so small loop bodies stay
-// allocation-free).
-class FusedBinaryKernel final : public DnnlKernel {
+// kElementwiseOp (engine/ir/fusion.h): input 0 followed by the node's post-ops, on the native
+// chain for float32 (one pass, every operand broadcast); other element types run the nodes the
+// fusion replaced.
+class ElementwiseKernel final : public DnnlKernel {
  public:
-  FusedBinaryKernel(BinaryOp op, std::optional<BinaryOp> op2, std::optional<UnaryOp> act)
-      : DnnlKernel(/*num_inputs=*/op2.has_value() ? 3 : 2,
-                   /*required_inputs=*/op2.has_value() ? 3 : 2),
-        op_(op),
-        op2_(op2),
-        act_(act) {}
+  ElementwiseKernel(int num_inputs, native::ElementwiseChain chain)
+      : DnnlKernel(num_inputs, num_inputs), chain_(std::move(chain)) {}
 
  protected:
+  bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
+
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
     auto prepared = std::make_unique<PreparedOp>();
-    const Shape& a = *shapes[0];
-    const int64_t n = a.NumElements();
-    bool same = *shapes[1] == a && (!op2_.has_value() || *shapes[2] == a);
-    if (!same || n <= DnnlSmallTensorLimit() || n == 0) {
-      prepared->mode = PreparedOp::Mode::kReference;
-      return prepared;
-    }
-    prepared->output_shape = a;
-    const dnnl::memory::desc desc = Desc({n}, type);
-    dnnl::primitive_attr attr = UserScratchpadAttr();
-    dnnl::post_ops post_ops;
-    if (op2_.has_value()) post_ops.append_binary(BinaryAlgorithm(*op2_), desc);
-    if (act_.has_value()) {
-      const dnnl::algorithm alg = *act_ == UnaryOp::kRelu      ? dnnl::algorithm::eltwise_relu
-                                  : *act_ == UnaryOp::kSigmoid ? dnnl::algorithm::eltwise_logistic
-                                                               : dnnl::algorithm::eltwise_tanh;
-      post_ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
-    }
-    attr.set_post_ops(post_ops);
-    const dnnl::binary::primitive_desc pd(
-        dnnl::binary::desc(BinaryAlgorithm(op_), desc, desc, desc), attr, CpuEngine());
-    prepared->primitive = dnnl::binary(pd);
-    prepared->bindings = {{DNNL_ARG_SRC_0, BufferSource::kInput0, desc},
-                          {DNNL_ARG_SRC_1, BufferSource::kInput1, desc},
-                          {DNNL_ARG_DST, BufferSource::kOutput, desc}};
-    if (op2_.has_value()) {
-      prepared->bindings.push_back(
-          {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, BufferSource::kInput2, desc});
-    }
-    AddScratchpad(pd, *prepared);
+    LS_RETURN_IF_ERROR(UseNativeChain(chain_, shapes, *prepared));
+    if (prepared->output_shape.NumElements() == 0) prepared->mode = PreparedOp::Mode::kEmpty;
     return prepared;
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
-    Tensor& out = ctx.output_value(0).mutable_tensor();
-    LS_RETURN_IF_ERROR(reference::Binary(op_, ctx.input(0), ctx.input(1), out));
-    if (op2_.has_value()) {
-      const Tensor& c = ctx.input(2);
-      LS_ASSIGN_OR_RETURN(const Shape shape, BroadcastShapes(out.shape(), c.shape()));
-      if (shape == out.shape()) {
-        // In place: every output element reads only its own position of `out`.
-        LS_RETURN_IF_ERROR(reference::Binary(*op2_, out, c, out));
-      } else {
-        Tensor first;
-        first.CopyFrom(out);
-        LS_RETURN_IF_ERROR(reference::Binary(*op2_, first, c, out));
-      }
-    }
-    if (act_.has_value()) LS_RETURN_IF_ERROR(reference::Unary(*act_, out, out));
-    return absl::OkStatus();
+    return absl::InternalError("a fused elementwise node has no reference kernel of its own");
   }
 
  private:
-  const BinaryOp op_;
-  const std::optional<BinaryOp> op2_;
-  const std::optional<UnaryOp> act_;
+  const native::ElementwiseChain chain_;
 };
-
-std::optional<BinaryOp> ParseBinaryOp(const std::string& name) {
-  if (name == "Add") return BinaryOp::kAdd;
-  if (name == "Sub") return BinaryOp::kSub;
-  if (name == "Mul") return BinaryOp::kMul;
-  if (name == "Div") return BinaryOp::kDiv;
-  return std::nullopt;
-}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlFusedBinaryKernel(const KernelInit& init) {
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlElementwiseKernel(const KernelInit& init) {
   const Node& node = init.node();
-  LS_ASSIGN_OR_RETURN(const std::string op_name, node.GetString("op", std::nullopt));
-  LS_ASSIGN_OR_RETURN(const std::string op2_name, node.GetString("op2", ""));
-  LS_ASSIGN_OR_RETURN(const std::string act_name, node.GetString("activation", ""));
-  const std::optional<BinaryOp> op = ParseBinaryOp(op_name);
-  const std::optional<BinaryOp> op2 = ParseBinaryOp(op2_name);
-  if (!op.has_value() || (!op2_name.empty() && !op2.has_value())) {
-    return absl::InvalidArgumentError("a fused binary chain names an unknown op");
+  if (node.fusion == nullptr || node.outputs.size() != 1 || init.num_inputs() < 1 ||
+      init.num_inputs() > native::ElementwiseChain::kMaxOperands) {
+    return absl::InvalidArgumentError(
+        "a fused elementwise node needs its fusion spec, 1 output and "
+        "1 to 8 inputs");
   }
-  std::optional<UnaryOp> act;
-  if (act_name == "Tanh") {
-    act = UnaryOp::kTanh;
-  } else if (act_name == "Relu") {
-    act = UnaryOp::kRelu;
-  } else if (act_name == "Sigmoid") {
-    act = UnaryOp::kSigmoid;
-  } else if (!act_name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown fused activation '", act_name, "'"));
+  LS_ASSIGN_OR_RETURN(native::ElementwiseChain chain,
+                      native::ChainOfPostOps(node.fusion->post_ops, init.num_inputs(), nullptr));
+  auto kernel = std::make_unique<ElementwiseKernel>(init.num_inputs(), std::move(chain));
+  if (node.fusion->unfused != nullptr) {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> unfused,
+                        init.CompileUnfused(node.fusion->unfused));
+    kernel->SetUnfused(std::move(unfused));
   }
-  if (init.num_inputs() != (op2.has_value() ? 3 : 2) || node.outputs.size() != 1) {
-    return absl::InvalidArgumentError("a fused binary chain has the wrong number of operands");
-  }
-  auto kernel = std::make_unique<FusedBinaryKernel>(*op, op2, act);
   kernel->WarmUp(init);
   return kernel;
 }

@@ -23,10 +23,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlUnaryKernel(reference::UnaryOp
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlMatMulKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGemmKernel(const KernelInit& init);
-// kFusedMatMulOp (engine/runtime/plan.h): MatMul + Add + optional Tanh/Relu/Sigmoid.
+// kFusedMatMulOp (engine/ir/fusion.h): MatMul (operands read transposed or not) and post-ops.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlFusedMatMulKernel(const KernelInit& init);
-// kFusedBinaryOp (engine/runtime/plan.h): Add|Sub|Mul|Div -> [Add|Sub|Mul|Div] -> [activation].
-absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlFusedBinaryKernel(const KernelInit& init);
+// kElementwiseOp (engine/ir/fusion.h): input 0 and post-ops, on native vector code.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlElementwiseKernel(const KernelInit& init);
 // Softmax, or LogSoftmax with `log`.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlSoftmaxKernel(const KernelInit& init, bool log);
 

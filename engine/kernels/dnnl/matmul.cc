@@ -1,4 +1,5 @@
-// oneDNN MatMul (numpy semantics) and Gemm, both on the matmul primitive.
+// oneDNN MatMul (numpy semantics) and Gemm on the matmul primitive (or the packed one-row kernel),
+// with the post-ops of fused nodes (engine/ir/fusion.h) applied as a native epilogue.
 
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/native/post_ops.h"
 #include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
@@ -45,209 +47,261 @@ bool BindPackedWeights(const Tensor* constant, const dnnl::memory::desc& plain,
   return true;
 }
 
-// The activation a fusion pass attached ("Tanh", "Relu", "Sigmoid" or empty for none).
-absl::StatusOr<std::optional<reference::UnaryOp>> ParseActivation(const std::string& name) {
-  if (name.empty()) return std::optional<reference::UnaryOp>();
-  if (name == "Tanh") return std::optional<reference::UnaryOp>(reference::UnaryOp::kTanh);
-  if (name == "Relu") return std::optional<reference::UnaryOp>(reference::UnaryOp::kRelu);
-  if (name == "Sigmoid") return std::optional<reference::UnaryOp>(reference::UnaryOp::kSigmoid);
-  return absl::InvalidArgumentError(absl::StrCat("unknown fused activation '", name, "'"));
-}
-
-dnnl::algorithm FusedEltwiseAlgorithm(reference::UnaryOp op) {
-  switch (op) {
-    case reference::UnaryOp::kRelu:
-      return dnnl::algorithm::eltwise_relu;
-    case reference::UnaryOp::kSigmoid:
-      return dnnl::algorithm::eltwise_logistic;
-    default:
-      return dnnl::algorithm::eltwise_tanh;
-  }
-}
-
-native::PackedGemv::Activation GemvActivation(std::optional<reference::UnaryOp> op) {
-  if (!op.has_value()) return native::PackedGemv::Activation::kNone;
-  switch (*op) {
-    case reference::UnaryOp::kRelu:
+// The activation of a fused epilogue that the packed one-row kernel computes itself.
+std::optional<native::PackedGemv::Activation> GemvActivation(const PostOp& p) {
+  if (p.kind != PostOp::Kind::kUnary) return std::nullopt;
+  switch (p.fn) {
+    case EltwiseFn::kTanh:
+      return native::PackedGemv::Activation::kTanh;
+    case EltwiseFn::kRelu:
       return native::PackedGemv::Activation::kRelu;
-    case reference::UnaryOp::kSigmoid:
+    case EltwiseFn::kSigmoid:
       return native::PackedGemv::Activation::kSigmoid;
     default:
-      return native::PackedGemv::Activation::kTanh;
+      return std::nullopt;
   }
 }
 
-// The packed one-row kernel for a float32 product of one row by constant 2-D weights, when the CPU
-// has it and the weights are small enough to be worth no more threads; else null.
-std::shared_ptr<const native::PackedGemv> MaybePackedGemv(
-    DataType type, const reference::MatMulDims& dims, const Tensor* constant,
-    native::PackedGemv::Activation activation) {
-  if (type != DataType::kFloat32 || constant == nullptr || constant->rank() != 2 ||
-      dims.batch.NumElements() * dims.m != 1 || dims.k == 0 ||
-      dims.k * dims.n > native::PackedGemv::kMaxElements || !native::PackedGemv::Available()) {
-    return nullptr;
-  }
-  return std::make_shared<const native::PackedGemv>(*constant, activation);
+// `shape` with its last two dims swapped (a transposed operand's logical shape).
+Shape SwapLastTwo(const Shape& shape) {
+  Shape::Dims dims(shape.dims().begin(), shape.dims().end());
+  if (dims.size() >= 2) std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
+  return Shape(std::move(dims));
 }
 
+// A row-major [batch..., rows, cols] operand, or one stored as [batch..., cols, rows] and read
+// transposed.
+dnnl::memory::desc OperandDesc(absl::Span<const int64_t> batch, int64_t rows, int64_t cols,
+                               bool transposed, DataType type) {
+  const dnnl::memory::dims dims = Concat(batch, rows, cols);
+  if (!transposed || rows == 1 || cols == 1) return PlainDesc(Shape(dims), ToDnnl(type));
+  dnnl::memory::dims strides(dims.size());
+  const int r = static_cast<int>(dims.size());
+  strides[r - 2] = 1;
+  strides[r - 1] = rows;
+  int64_t stride = rows * cols;
+  for (int i = r - 3; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= std::max<int64_t>(dims[i], 1);
+  }
+  return dnnl::memory::desc(dims, ToDnnl(type), strides);
+}
+
+// The numpy MatMul of inputs 0 and 1 (either read transposed when the fusion folded a Transpose)
+// followed by the fused node's post-ops, whose operands are inputs 2, 3, ...; a plain MatMul node
+// has neither. The product runs on the packed one-row kernel (one row, constant 2-D float
+// weights: batch-1 RNN cells and decoders) or on a oneDNN matmul primitive; a first post-op
+// adding one row of n values becomes the kernel's bias (free), the rest run as a native epilogue
+// over the output while it is in cache (one pass per post-op; cheaper than the matmul by orders
+// of magnitude, and never a fallback to a reference kernel). Element types other than float32
+// run the nodes the fusion replaced.
 class MatMulKernel final : public DnnlKernel {
  public:
-  explicit MatMulKernel(const Tensor* constant_weights)
-      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2), constant_weights_(constant_weights) {}
+  MatMulKernel(int num_inputs, std::shared_ptr<const FusionSpec> spec,
+               const Tensor* constant_weights)
+      : DnnlKernel(num_inputs, num_inputs),
+        spec_(std::move(spec)),
+        constant_weights_(constant_weights) {}
+
+  // Builds the epilogue chains: all post-ops, or all but a first one that can be the bias.
+  absl::Status Init(int num_inputs) {
+    if (spec_ == nullptr) return absl::OkStatus();
+    const auto& post_ops = spec_->post_ops;
+    for (size_t skip = 0; skip <= 2 && skip <= post_ops.size(); ++skip) {
+      std::vector<int> inputs;
+      LS_ASSIGN_OR_RETURN(
+          native::ElementwiseChain chain,
+          native::ChainOfPostOps(absl::MakeConstSpan(post_ops).subspan(skip), num_inputs, &inputs));
+      epilogues_[skip] = std::move(chain);
+      epilogue_inputs_[skip] = std::move(inputs);
+    }
+    return absl::OkStatus();
+  }
 
  protected:
+  bool UsesDnnl(DataType type) const override {
+    // Fused nodes compute float32 only; a plain MatMul also takes f16/bf16 on oneDNN.
+    return type == DataType::kFloat32 ||
+           (spec_ == nullptr && (type == DataType::kFloat16 || type == DataType::kBFloat16));
+  }
+
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
+    const bool trans_a = spec_ != nullptr && spec_->trans_a;
+    const bool trans_b = spec_ != nullptr && spec_->trans_b;
+    const Shape a_shape = trans_a ? SwapLastTwo(*shapes[0]) : *shapes[0];
+    const Shape b_shape = trans_b ? SwapLastTwo(*shapes[1]) : *shapes[1];
     LS_ASSIGN_OR_RETURN(const reference::MatMulDims dims,
-                        reference::MatMulShapes(*shapes[0], *shapes[1]));
+                        reference::MatMulShapes(a_shape, b_shape));
     auto prepared = std::make_unique<PreparedOp>();
     prepared->output_shape = dims.output;
+
+    // Which post-ops the product kernel absorbs: a first Add of one row of n values (the bias),
+    // then, on the packed kernel, one Tanh/Relu/Sigmoid. The rest are the epilogue.
+    const std::vector<PostOp> none;
+    const std::vector<PostOp>& post_ops = spec_ != nullptr ? spec_->post_ops : none;
+    int bias_input = -1;
+    if (!post_ops.empty() && post_ops[0].kind == PostOp::Kind::kBinary &&
+        post_ops[0].op == ArithOp::kAdd && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2) {
+      const Shape& bias = *shapes[post_ops[0].input];
+      if (bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
+          bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n) {
+        bias_input = post_ops[0].input;
+      }
+    }
+    size_t absorbed = bias_input >= 0 ? 1 : 0;
+
+    const bool dnnl_rank_ok = dims.batch.rank() + 2 <= DNNL_MAX_NDIMS;
+    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    std::shared_ptr<const native::PackedGemv> gemv;
+    native::PackedGemv::Activation activation = native::PackedGemv::Activation::kNone;
+    if (type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 &&
+        dims.batch.NumElements() * dims.m == 1 && dims.k > 0 && dims.n > 0 &&
+        dims.k * dims.n <= native::PackedGemv::kMaxElements && native::PackedGemv::Available()) {
+      if (absorbed < post_ops.size() && absorbed + 1 == post_ops.size()) {
+        if (auto act = GemvActivation(post_ops[absorbed])) {
+          activation = *act;
+          ++absorbed;
+        }
+      }
+      Tensor w;
+      if (trans_b) {
+        // The constant is stored [n, k]: pack its transpose.
+        w.Resize(DataType::kFloat32, Shape{dims.k, dims.n});
+        const float* src = constant->data<float>();
+        float* dst = w.mutable_data<float>();
+        for (int64_t i = 0; i < dims.k; ++i) {
+          for (int64_t j = 0; j < dims.n; ++j) dst[i * dims.n + j] = src[j * dims.k + i];
+        }
+      } else {
+        w = Tensor::ViewOf(*constant);
+      }
+      gemv = std::make_shared<const native::PackedGemv>(w, activation);
+    }
+
+    // The epilogue over the product, unless a post-op operand would grow the result (then the
+    // nodes run unfused).
+    if (absorbed < post_ops.size()) {
+      const native::ElementwiseChain& chain = epilogues_[absorbed > 2 ? 2 : absorbed];
+      std::vector<const Shape*> operand_shapes = {&dims.output};
+      for (int input : epilogue_inputs_[absorbed]) operand_shapes.push_back(shapes[input]);
+      LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, chain.Prepare(operand_shapes));
+      if (prepared->epilogue_prepared.output != dims.output) {
+        prepared->mode = PreparedOp::Mode::kReference;
+        return prepared;
+      }
+      prepared->epilogue = &chain;
+      prepared->epilogue_inputs.assign(epilogue_inputs_[absorbed].begin(),
+                                       epilogue_inputs_[absorbed].end());
+    }
     if (dims.output.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
     if (dims.k == 0) {
       prepared->mode = PreparedOp::Mode::kZeroFill;
+      // No kernel absorbs the bias here: the full epilogue runs over the zeros.
+      if (bias_input >= 0) LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       return prepared;
     }
-    if (dims.batch.rank() + 2 > DNNL_MAX_NDIMS) {
-      prepared->mode = PreparedOp::Mode::kReference;
-      return prepared;
-    }
-    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
-    if (auto gemv = MaybePackedGemv(type, dims, constant, native::PackedGemv::Activation::kNone)) {
+    if (gemv != nullptr) {
       prepared->mode = PreparedOp::Mode::kPackedGemv;
       prepared->gemv = std::move(gemv);
+      prepared->gemv_bias_input = bias_input;
+      return prepared;
+    }
+    // Matrix-vector products per batch item (one query's attention, a product whose shape
+    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
+    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
+    if (type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
+        (constant == nullptr || Work(shapes) < kParallelWork)) {
+      if (bias_input >= 0) {
+        bias_input = -1;
+        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
+      }
+      prepared->mode = PreparedOp::Mode::kBatchedGemv;
+      prepared->batched_gemv = std::make_shared<const native::BatchedGemv>(dims, trans_a, trans_b);
+      return prepared;
+    }
+    if (!dnnl_rank_ok) {
+      prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
     // A 1-D operand is already laid out as the promoted [1, k] or [k, 1] matrix, and the result
     // as the [..., m, n] one.
-    const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
-    const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
+    const dnnl::memory::desc src = OperandDesc(dims.a_batch.dims(), dims.m, dims.k, trans_a, type);
+    const dnnl::memory::desc weights =
+        OperandDesc(dims.b_batch.dims(), dims.k, dims.n, trans_b, type);
     const dnnl::memory::desc dst = Desc(Concat(dims.batch.dims(), dims.m, dims.n), type);
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, dst),
-        UserScratchpadAttr(), CpuEngine());
-    prepared->primitive = dnnl::matmul(pd);
-    const bool packed = BindPackedWeights(constant, weights, pd, *prepared);
+    const int rank = dims.batch.rank() + 2;
+    dnnl::memory::dims bias_dims(rank, 1);
+    bias_dims[rank - 1] = dims.n;
+    const dnnl::memory::desc bias_desc = Desc(bias_dims, type);
+    std::optional<dnnl::matmul::primitive_desc> pd;
+    if (bias_input >= 0) {
+      pd.emplace(dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights,
+                                    bias_desc, dst),
+                 UserScratchpadAttr(), CpuEngine());
+      if (std::string(pd->impl_info_str()).rfind("ref", 0) == 0) {
+        // oneDNN's own reference matmul for this bias: add it in the epilogue instead.
+        pd.reset();
+        bias_input = -1;
+        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
+      }
+    }
+    if (!pd.has_value()) {
+      pd.emplace(dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, dst),
+                 UserScratchpadAttr(), CpuEngine());
+    }
+    prepared->primitive = dnnl::matmul(*pd);
+    const bool packed = BindPackedWeights(constant, weights, *pd, *prepared);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
                           {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
-                           packed ? pd.weights_desc() : weights},
+                           packed ? pd->weights_desc() : weights},
                           {DNNL_ARG_DST, BufferSource::kOutput, dst}};
-    AddScratchpad(pd, *prepared);
+    if (bias_input >= 0) {
+      prepared->bindings.push_back(
+          {DNNL_ARG_BIAS,
+           static_cast<BufferSource>(static_cast<int>(BufferSource::kInput0) + bias_input),
+           bias_desc});
+    }
+    AddScratchpad(*pd, *prepared);
     return prepared;
+  }
+
+  // Makes every post-op the epilogue (for kernels that take no bias of their own).
+  absl::Status UseFullEpilogue(const reference::MatMulDims& dims,
+                               absl::Span<const Shape* const> shapes, PreparedOp& op) const {
+    std::vector<const Shape*> operand_shapes = {&dims.output};
+    for (int input : epilogue_inputs_[0]) operand_shapes.push_back(shapes[input]);
+    LS_ASSIGN_OR_RETURN(op.epilogue_prepared, epilogues_[0].Prepare(operand_shapes));
+    op.epilogue = &epilogues_[0];
+    op.epilogue_inputs.assign(epilogue_inputs_[0].begin(), epilogue_inputs_[0].end());
+    return absl::OkStatus();
   }
 
   // Multiply-adds of the product.
   int64_t Work(absl::Span<const Shape* const> shapes) const override {
-    absl::StatusOr<reference::MatMulDims> dims = reference::MatMulShapes(*shapes[0], *shapes[1]);
+    const Shape a = spec_ != nullptr && spec_->trans_a ? SwapLastTwo(*shapes[0]) : *shapes[0];
+    const Shape b = spec_ != nullptr && spec_->trans_b ? SwapLastTwo(*shapes[1]) : *shapes[1];
+    absl::StatusOr<reference::MatMulDims> dims = reference::MatMulShapes(a, b);
     if (!dims.ok()) return 0;
     return dims->batch.NumElements() * dims->m * dims->n * dims->k;
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
+    if (spec_ != nullptr) {
+      return absl::InternalError("a fused MatMul has no reference kernel of its own");
+    }
     return reference::MatMul(ctx.input(0), ctx.input(1), ctx.output_value(0).mutable_tensor());
   }
 
  private:
-  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
-};
-
-// MatMul + Add(bias) [+ Tanh | Relu | Sigmoid] as one matmul primitive: the bias is the
-// primitive's bias argument (broadcast over rows) and the activation an eltwise post-op. Made by
-// the compiler's fusion pass (kFusedMatMulOp). A bias that would change the output shape, 1-D
-// operands, or a combination oneDNN does not implement run the three ops on the reference
-// kernels, so results never depend on whether fusion applied.
-class FusedMatMulKernel final : public DnnlKernel {
- public:
-  FusedMatMulKernel(std::optional<reference::UnaryOp> activation, const Tensor* constant_weights)
-      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/3),
-        activation_(activation),
-        constant_weights_(constant_weights) {}
-
- protected:
-  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
-      DataType type, absl::Span<const Shape* const> shapes) const override {
-    LS_ASSIGN_OR_RETURN(const reference::MatMulDims dims,
-                        reference::MatMulShapes(*shapes[0], *shapes[1]));
-    const Shape& bias = *shapes[2];
-    auto prepared = std::make_unique<PreparedOp>();
-    prepared->output_shape = dims.output;
-    const int rank = dims.batch.rank() + 2;
-    // The bias must be one row added to every row of the product ([n], [1, n], ...): other
-    // broadcasts would either grow the result or make oneDNN pick its slow reference matmul.
-    bool bias_fits = shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2 && bias.rank() >= 1 &&
-                     bias.rank() <= rank && rank <= DNNL_MAX_NDIMS && dims.k > 0 &&
-                     dims.output.NumElements() > 0 && bias[bias.rank() - 1] == dims.n &&
-                     bias.NumElements() == dims.n;
-    dnnl::memory::dims bias_dims(rank, 1);
-    bias_dims[rank - 1] = dims.n;
-    if (!bias_fits) {
-      prepared->mode = PreparedOp::Mode::kReference;
-      return prepared;
-    }
-    const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
-    if (auto gemv = MaybePackedGemv(type, dims, constant, GemvActivation(activation_))) {
-      prepared->mode = PreparedOp::Mode::kPackedGemv;
-      prepared->gemv = std::move(gemv);
-      prepared->gemv_bias_input = 2;
-      return prepared;
-    }
-    const dnnl::memory::desc src = Desc(Concat(dims.a_batch.dims(), dims.m, dims.k), type);
-    const dnnl::memory::desc weights = Desc(Concat(dims.b_batch.dims(), dims.k, dims.n), type);
-    const dnnl::memory::desc bias_desc = Desc(bias_dims, type);
-    const dnnl::memory::desc dst = Desc(Concat(dims.batch.dims(), dims.m, dims.n), type);
-    dnnl::primitive_attr attr = UserScratchpadAttr();
-    if (activation_.has_value()) {
-      dnnl::post_ops post_ops;
-      post_ops.append_eltwise(1.0f, FusedEltwiseAlgorithm(*activation_), 0.0f, 0.0f);
-      attr.set_post_ops(post_ops);
-    }
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, bias_desc, dst),
-        attr, CpuEngine());
-    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
-      prepared->mode = PreparedOp::Mode::kReference;  // no faster than the reference kernels
-      return prepared;
-    }
-    prepared->primitive = dnnl::matmul(pd);
-    const bool packed = BindPackedWeights(constant, weights, pd, *prepared);
-    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
-                           packed ? pd.weights_desc() : weights},
-                          {DNNL_ARG_BIAS, BufferSource::kInput2, bias_desc},
-                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
-    AddScratchpad(pd, *prepared);
-    return prepared;
-  }
-
-  int64_t Work(absl::Span<const Shape* const> shapes) const override {
-    absl::StatusOr<reference::MatMulDims> dims = reference::MatMulShapes(*shapes[0], *shapes[1]);
-    if (!dims.ok()) return 0;
-    return dims->batch.NumElements() * dims->m * dims->n * dims->k;
-  }
-
-  // The unfused chain on the reference kernels: MatMul into the output, then Add and the
-  // activation in place when the bias does not grow the result (no temporaries).
-  absl::Status RunReference(KernelContext& ctx) const override {
-    Tensor& out = ctx.output_value(0).mutable_tensor();
-    LS_RETURN_IF_ERROR(reference::MatMul(ctx.input(0), ctx.input(1), out));
-    const Tensor& bias = ctx.input(2);
-    LS_ASSIGN_OR_RETURN(const Shape shape, BroadcastShapes(out.shape(), bias.shape()));
-    if (shape == out.shape()) {
-      LS_RETURN_IF_ERROR(reference::Binary(reference::BinaryOp::kAdd, out, bias, out));
-    } else {
-      Tensor product;
-      product.CopyFrom(out);
-      LS_RETURN_IF_ERROR(reference::Binary(reference::BinaryOp::kAdd, product, bias, out));
-    }
-    if (activation_.has_value()) LS_RETURN_IF_ERROR(reference::Unary(*activation_, out, out));
-    return absl::OkStatus();
-  }
-
- private:
-  const std::optional<reference::UnaryOp> activation_;
-  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
+  const std::shared_ptr<const FusionSpec> spec_;  // null for a plain MatMul
+  const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
+  // epilogues_[k]: the post-ops from the k-th on (k = 0, 1, 2), operands per epilogue_inputs_[k].
+  native::ElementwiseChain epilogues_[3];
+  std::vector<int> epilogue_inputs_[3];
 };
 
 // Gemm: Y = alpha * op(A) op(B) + beta * C [then Tanh | Relu | Sigmoid when the compiler fused
@@ -255,11 +309,23 @@ class FusedMatMulKernel final : public DnnlKernel {
 class GemmKernel final : public DnnlKernel {
  public:
   GemmKernel(const reference::GemmAttrs& attrs, int required_inputs,
-             std::optional<reference::UnaryOp> activation, const Tensor* constant_b)
+             std::shared_ptr<const FusionSpec> spec, const Tensor* constant_b)
       : DnnlKernel(/*num_inputs=*/3, required_inputs),
         attrs_(attrs),
-        activation_(activation),
+        spec_(std::move(spec)),
         constant_b_(constant_b) {}
+
+  // The epilogue of the activations the fusion put after the Gemm (unary post-ops only).
+  absl::Status Init() {
+    if (spec_ == nullptr) return absl::OkStatus();
+    std::vector<int> inputs;
+    LS_ASSIGN_OR_RETURN(epilogue_, native::ChainOfPostOps(spec_->post_ops, 3, &inputs));
+    if (!inputs.empty()) {
+      return absl::InvalidArgumentError("a Gemm's post-ops may only be activations");
+    }
+    if (spec_->post_ops.size() == 1) gemv_activation_ = GemvActivation(spec_->post_ops[0]);
+    return absl::OkStatus();
+  }
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -281,6 +347,7 @@ class GemmKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kPackedGemv;
       prepared->gemv = std::move(gemv);
       prepared->gemv_bias_input = shapes[2] != nullptr && attrs_.beta != 0.0f ? 2 : -1;
+      if (!gemv_activation_.has_value()) SetEpilogue(shapes, *prepared);
       return prepared;
     }
     const dnnl::memory::desc src = MatrixDesc(dims.m, dims.k, attrs_.trans_a, type);
@@ -295,10 +362,8 @@ class GemmKernel final : public DnnlKernel {
       prepared->prefill_input = 2;
       post_ops.append_sum(attrs_.beta);
     }
-    if (activation_.has_value()) {
-      post_ops.append_eltwise(1.0f, FusedEltwiseAlgorithm(*activation_), 0.0f, 0.0f);
-    }
     attr.set_post_ops(post_ops);
+    SetEpilogue(shapes, *prepared);
     // Constant weights (an initializer, as exporters write nn.Linear) are reordered once into
     // the layout the primitive prefers: a transposed B otherwise sends oneDNN to a kernel that
     // repacks it on every execute (5x slower for a 1x256 * 256x256 product).
@@ -323,11 +388,12 @@ class GemmKernel final : public DnnlKernel {
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
+    if (spec_ != nullptr) {
+      return absl::InternalError("a fused Gemm has no reference kernel of its own");
+    }
     const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    Tensor& out = ctx.output_value(0).mutable_tensor();
-    LS_RETURN_IF_ERROR(reference::Gemm(ctx.input(0), ctx.input(1), c, attrs_, out));
-    if (activation_.has_value()) LS_RETURN_IF_ERROR(reference::Unary(*activation_, out, out));
-    return absl::OkStatus();
+    return reference::Gemm(ctx.input(0), ctx.input(1), c, attrs_,
+                           ctx.output_value(0).mutable_tensor());
   }
 
  private:
@@ -354,7 +420,19 @@ class GemmKernel final : public DnnlKernel {
             attrs_.alpha * (attrs_.trans_b ? b[j * dims.k + i] : b[i * dims.n + j]);
       }
     }
-    return std::make_shared<const native::PackedGemv>(w, GemvActivation(activation_));
+    return std::make_shared<const native::PackedGemv>(
+        w, gemv_activation_.value_or(native::PackedGemv::Activation::kNone));
+  }
+
+  // The activations as the epilogue over the [M, N] output (none without a fusion spec).
+  void SetEpilogue(absl::Span<const Shape* const> shapes, PreparedOp& op) const {
+    if (spec_ == nullptr || spec_->post_ops.empty()) return;
+    const Shape out = op.output_shape;
+    const Shape* operand_shapes[] = {&out};
+    absl::StatusOr<native::ElementwiseChain::Prepared> prepared = epilogue_.Prepare(operand_shapes);
+    if (!prepared.ok()) return;  // cannot happen: one operand, no broadcast
+    op.epilogue_prepared = *std::move(prepared);
+    op.epilogue = &epilogue_;
   }
 
   // A row-major [rows, cols] matrix, or the transpose of a stored [cols, rows] one.
@@ -365,8 +443,11 @@ class GemmKernel final : public DnnlKernel {
   }
 
   const reference::GemmAttrs attrs_;
-  const std::optional<reference::UnaryOp> activation_;
-  const Tensor* const constant_b_;  // owned by the model's graphs; may be null
+  const std::shared_ptr<const FusionSpec> spec_;  // activations fused after the Gemm; may be null
+  const Tensor* const constant_b_;                // owned by the model's graphs; may be null
+  native::ElementwiseChain epilogue_;
+  // The packed one-row kernel's own activation when the only post-op is one it computes.
+  std::optional<native::PackedGemv::Activation> gemv_activation_;
 };
 
 }  // namespace
@@ -377,18 +458,26 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlMatMulKernel(const KernelInit&
                                                    init.num_inputs(), " and ",
                                                    init.node().outputs.size()));
   }
-  auto kernel = std::make_unique<MatMulKernel>(init.constant_input(1));
+  auto kernel = std::make_unique<MatMulKernel>(2, nullptr, init.constant_input(1));
   kernel->WarmUp(init);
   return kernel;
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlFusedMatMulKernel(const KernelInit& init) {
-  if (init.num_inputs() != 3 || init.node().outputs.size() != 1) {
-    return absl::InvalidArgumentError("a fused MatMul takes 3 inputs and has 1 output");
+  const Node& node = init.node();
+  if (node.fusion == nullptr || init.num_inputs() < 2 ||
+      init.num_inputs() > DnnlKernel::kMaxInputs || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(
+        "a fused MatMul needs its fusion spec, 2 to 10 inputs and 1 output");
   }
-  LS_ASSIGN_OR_RETURN(const std::string activation, init.node().GetString("activation", ""));
-  LS_ASSIGN_OR_RETURN(const std::optional<reference::UnaryOp> op, ParseActivation(activation));
-  auto kernel = std::make_unique<FusedMatMulKernel>(op, init.constant_input(1));
+  auto kernel =
+      std::make_unique<MatMulKernel>(init.num_inputs(), node.fusion, init.constant_input(1));
+  LS_RETURN_IF_ERROR(kernel->Init(init.num_inputs()));
+  if (node.fusion->unfused != nullptr) {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> unfused,
+                        init.CompileUnfused(node.fusion->unfused));
+    kernel->SetUnfused(std::move(unfused));
+  }
   kernel->WarmUp(init);
   return kernel;
 }
@@ -416,9 +505,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGemmKernel(const KernelInit& i
     LS_ASSIGN_OR_RETURN(const int64_t broadcast, node.GetInt("broadcast", 0));
     attrs.c_exact_shape = broadcast == 0;
   }
-  LS_ASSIGN_OR_RETURN(const std::string activation, node.GetString(kFusedActivationAttribute, ""));
-  LS_ASSIGN_OR_RETURN(const std::optional<reference::UnaryOp> op, ParseActivation(activation));
-  auto kernel = std::make_unique<GemmKernel>(attrs, required_inputs, op, init.constant_input(1));
+  auto kernel =
+      std::make_unique<GemmKernel>(attrs, required_inputs, node.fusion, init.constant_input(1));
+  LS_RETURN_IF_ERROR(kernel->Init());
+  if (node.fusion != nullptr && node.fusion->unfused != nullptr) {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> unfused,
+                        init.CompileUnfused(node.fusion->unfused));
+    kernel->SetUnfused(std::move(unfused));
+  }
   kernel->WarmUp(init);
   return kernel;
 }

@@ -1,6 +1,6 @@
+#include "engine/ir/fusion.h"
 #include "engine/kernels/builtin.h"
 #include "engine/kernels/dnnl/kernels.h"
-#include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
 
@@ -26,7 +26,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   registry.Register("MatMul", CreateDnnlMatMulKernel);
   registry.Register("Gemm", CreateDnnlGemmKernel);
   registry.Register(kFusedMatMulOp, CreateDnnlFusedMatMulKernel);
-  registry.Register(kFusedBinaryOp, CreateDnnlFusedBinaryKernel);
+  registry.Register(kElementwiseOp, CreateDnnlElementwiseKernel);
   registry.Register("Softmax",
                     [](const KernelInit& init) { return CreateDnnlSoftmaxKernel(init, false); });
   registry.Register("LogSoftmax",

@@ -1,10 +1,13 @@
 // oneDNN Softmax and LogSoftmax.
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine {
 namespace {
@@ -28,6 +31,16 @@ class SoftmaxKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
+    // Rows normalised along their contiguous last dim: native vector code (a max, one exp-and-sum
+    // pass, one scaling pass per row). No primitive to create per shape (an attention's scores
+    // grow with its KV cache every iteration), and as fast as oneDNN's JIT kernel per element.
+    if (type == DataType::kFloat32 && dims.inner == 1 &&
+        shapes[0]->NumElements() <= NativeElementwiseLimit()) {
+      prepared->mode = PreparedOp::Mode::kNativeCustom;
+      prepared->native_dims[0] = dims.outer;
+      prepared->native_dims[1] = dims.axis_dim;
+      return prepared;
+    }
     // Any input is [outer, axis_dim, inner] normalised along dim 1; drop inner when it is 1.
     const dnnl::memory::desc desc = dims.inner == 1
                                         ? Desc({dims.outer, dims.axis_dim}, type)
@@ -48,6 +61,26 @@ class SoftmaxKernel final : public DnnlKernel {
     prepared->primitive = dnnl::softmax_forward(pd);
     AddScratchpad(pd, *prepared);
     return prepared;
+  }
+
+  absl::Status RunNative(const PreparedOp& op, const Tensor* const* inputs,
+                         Tensor& out) const override {
+    const int64_t rows = op.native_dims[0];
+    const int64_t n = op.native_dims[1];
+    const float* x = inputs[0]->data<float>();
+    float* y = out.mutable_data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      const float max = native::MaxF32(xr, n);
+      const float sum = native::ExpShiftSumF32(xr, max, yr, n);
+      if (log_) {
+        native::UnaryF32(native::VecUnary::kLinear, xr, yr, n, 1.0f, -(max + std::log(sum)));
+      } else {
+        native::UnaryF32(native::VecUnary::kLinear, yr, yr, n, 1.0f / sum, 0.0f);
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {

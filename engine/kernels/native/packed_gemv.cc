@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "engine/kernels/native/cpu_isa.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12's AVX-512 min/max intrinsics pass _mm512_undefined_ps() as the unused merge source,
 // which -Wmaybe-uninitialized reports once they are inlined (a known false positive).
@@ -22,25 +24,7 @@ namespace {
 // for a second set that splits the k loop into two independent FMA chains.
 constexpr int64_t kPanel = 128;
 
-enum class Isa : uint8_t { kNone, kAvx2, kAvx512 };
-
 std::atomic<bool> g_enabled{true};
-std::atomic<bool> g_avx2_only{false};
-
-Isa DetectIsa() {
-#if defined(LS_PACKED_GEMV_X86)
-  __builtin_cpu_init();
-  // libgcc's checks include the OS's XSAVE support for the wider registers.
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-  return Isa::kNone;
-}
-
-Isa CpuIsa() {
-  static const Isa isa = DetectIsa();
-  return isa;
-}
 
 #if defined(LS_PACKED_GEMV_X86)
 
@@ -199,14 +183,10 @@ __attribute__((target("avx2,fma"))) void RunAvx2(const float* x, const float* pa
 }  // namespace
 
 bool PackedGemv::Available() {
-  return CpuIsa() != Isa::kNone && g_enabled.load(std::memory_order_relaxed);
+  return ActiveIsa() != Isa::kScalar && g_enabled.load(std::memory_order_relaxed);
 }
 
 void PackedGemv::SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
-
-void PackedGemv::SetAvx2OnlyForTesting(bool avx2_only) {
-  g_avx2_only.store(avx2_only, std::memory_order_relaxed);
-}
 
 PackedGemv::PackedGemv(const Tensor& weights, Activation activation)
     : k_(weights.dim(0)), n_(weights.dim(1)), activation_(activation) {
@@ -227,7 +207,9 @@ PackedGemv::PackedGemv(const Tensor& weights, Activation activation)
 
 void PackedGemv::Run(const float* x, const float* bias, float* y) const {
 #if defined(LS_PACKED_GEMV_X86)
-  if (CpuIsa() == Isa::kAvx512 && !g_avx2_only.load(std::memory_order_relaxed)) {
+  // A kernel prepared under AVX-512 whose cap was lowered later runs the AVX2 loop (same packing);
+  // one prepared while the cap was scalar is never built (Available() was false).
+  if (ActiveIsa() == Isa::kAvx512) {
     RunAvx512(x, packed_.data<float>(), k_, n_, bias, activation_, y);
   } else {
     RunAvx2(x, packed_.data<float>(), k_, n_, bias, activation_, y);

@@ -10,9 +10,10 @@
 // 1x256x1024 in 8.5 us against 11-14 us (this VM, one thread, bench/engine_bench.cc).
 //
 // Used only where it is measured faster: one row, float32, constant 2-D weights of at most
-// kMaxElements, on a CPU with AVX-512F or AVX2+FMA (checked at run time; elsewhere, and for every
-// other shape, the oneDNN primitive runs). tanh is the rational approximation ONNX Runtime (MLAS)
-// and Eigen use (a few ulp from std::tanh); sigmoid is 0.5 + 0.5 tanh(x / 2).
+// kMaxElements, on a CPU with AVX-512F or AVX2+FMA (native::ActiveIsa(), checked at run time and
+// capped by LOOPSERVE_MAX_ISA; elsewhere, and for every other shape, the oneDNN primitive runs).
+// tanh is the rational approximation ONNX Runtime (MLAS) and Eigen use (a few ulp from std::tanh);
+// sigmoid is 0.5 + 0.5 tanh(x / 2).
 
 #include <cstdint>
 #include <memory>
@@ -28,13 +29,11 @@ class PackedGemv {
   // Weights of more elements than this stay on oneDNN (large enough to be worth its threads).
   static constexpr int64_t kMaxElements = int64_t{1} << 20;
 
-  // Whether this CPU has an instruction set the kernel is written for, and the kernel is enabled
+  // Whether ActiveIsa() is one the kernel is written for, and the kernel is enabled
   // (SetEnabled; on by default).
   static bool Available();
   // Turns the kernel off process-wide (tests and benchmarks compare against oneDNN). Thread-safe.
   static void SetEnabled(bool enabled);
-  // Makes an AVX-512 CPU run the AVX2 kernel, so tests cover both on one machine. Thread-safe.
-  static void SetAvx2OnlyForTesting(bool avx2_only);
 
   // Packs the row-major float32 [k, n] `weights` (copied; the tensor need not outlive this).
   // Requires Available(), k > 0, n > 0.

@@ -10,6 +10,7 @@
 
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -152,6 +153,9 @@ class ReduceKernel final : public Kernel {
         out_dims.push_back(1);
       }
     }
+    if (x.dtype() == DataType::kFloat32 && ReduceContiguousF32(x, reduced, count, out_shape, ctx)) {
+      return absl::OkStatus();
+    }
     walk.dims.assign(x.shape().dims().begin(), x.shape().dims().end());
     RowMajorStrides(x.shape(), &walk.strides[0]);
     walk.num_elements = x.NumElements();
@@ -220,6 +224,45 @@ class ReduceKernel final : public Kernel {
 
  private:
   ReduceKernel() = default;
+
+  // Sum, Mean and Max of float32 over trailing dims (each output reduces one contiguous row:
+  // vector_math's sum / max) or leading dims (rows added into the output with vector ops): the
+  // LayerNorm, softmax and selective-scan reductions. Returns false for other ops and layouts.
+  bool ReduceContiguousF32(const Tensor& x, const absl::InlinedVector<bool, 8>& reduced,
+                           int64_t count, const Shape& out_shape, KernelContext& ctx) const {
+    if (op_ != ReduceOp::kSum && op_ != ReduceOp::kMean && op_ != ReduceOp::kMax) return false;
+    const int rank = x.rank();
+    int first_reduced = rank;
+    while (first_reduced > 0 && reduced[first_reduced - 1]) --first_reduced;
+    bool suffix = first_reduced < rank;
+    for (int d = 0; d < first_reduced && suffix; ++d) suffix = !reduced[d];
+    int last_reduced = 0;
+    while (last_reduced < rank && reduced[last_reduced]) ++last_reduced;
+    bool prefix = last_reduced > 0 && !suffix;
+    for (int d = last_reduced; d < rank && prefix; ++d) prefix = !reduced[d];
+    if ((!suffix && !prefix) || count == 0) return false;
+    Tensor* y = ctx.output(0, x.dtype(), out_shape);
+    const float* in = x.data<float>();
+    float* out = y->mutable_data<float>();
+    const int64_t n_out = out_shape.NumElements();
+    if (n_out == 0) return true;
+    if (suffix) {
+      for (int64_t o = 0; o < n_out; ++o) {
+        const float* row = in + o * count;
+        out[o] = op_ == ReduceOp::kMax ? MaxF32(row, count) : SumF32(row, count);
+      }
+    } else {
+      std::copy(in, in + n_out, out);
+      const VecBinary add = op_ == ReduceOp::kMax ? VecBinary::kMax : VecBinary::kAdd;
+      for (int64_t r = 1; r < count; ++r) BinaryF32(add, out, 1, in + r * n_out, 1, out, n_out);
+    }
+    if (op_ == ReduceOp::kMean) {
+      const float scale = 1.0f / static_cast<float>(count);
+      UnaryF32(VecUnary::kLinear, out, out, n_out, scale, 0.0f);
+    }
+    return true;
+  }
+
   ReduceOp op_ = ReduceOp::kSum;
   ListFrom from_ = ListFrom::kAttribute;
   bool keepdims_ = true;

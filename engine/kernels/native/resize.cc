@@ -39,7 +39,51 @@ struct DimTable {
 class ResizeState : public KernelState {
  public:
   std::vector<DimTable> tables;
+  std::vector<float> row;  // the 2-D fast path's vertically interpolated row
 };
+
+// Whether `t` maps every output index to the same input index with weight 1.
+bool IsIdentity(const DimTable& t, int64_t len) {
+  if (!t.outside.empty()) return false;
+  for (int64_t o = 0; o < len; ++o) {
+    for (int k = 0; k < t.taps; ++k) {
+      const double w = t.weight[o * t.taps + k];
+      if (w != 0 && (w != 1 || t.index[o * t.taps + k] != o)) return false;
+    }
+  }
+  return true;
+}
+
+// Float32 resize of the last two dims (every outer dim kept, as image resizes are): per output
+// row, the weighted input rows are summed into one row (a vectorisable loop over W), then each
+// output element takes its horizontal taps from it. `tables` are the two dims' tables.
+void ResizeLastTwo(const float* in, int64_t planes, int64_t h, int64_t w, const DimTable& ty,
+                   int64_t oh, const DimTable& tx, int64_t ow, std::vector<float>& row,
+                   float* out) {
+  row.resize(static_cast<size_t>(w));
+  float* r = row.data();
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* plane = in + p * h * w;
+    float* out_plane = out + p * oh * ow;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      for (int64_t x = 0; x < w; ++x) r[x] = 0.0f;
+      for (int k = 0; k < ty.taps; ++k) {
+        const float wy = static_cast<float>(ty.weight[oy * ty.taps + k]);
+        if (wy == 0.0f) continue;
+        const float* src = plane + ty.index[oy * ty.taps + k] * w;
+        for (int64_t x = 0; x < w; ++x) r[x] += wy * src[x];
+      }
+      float* dst = out_plane + oy * ow;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        float sum = 0.0f;
+        for (int k = 0; k < tx.taps; ++k) {
+          sum += static_cast<float>(tx.weight[ox * tx.taps + k]) * r[tx.index[ox * tx.taps + k]];
+        }
+        dst[ox] = sum;
+      }
+    }
+  }
+}
 
 class ResizeKernel final : public Kernel {
  public:
@@ -188,6 +232,23 @@ class ResizeKernel final : public Kernel {
     tables.resize(rank);
     for (int d = 0; d < rank; ++d) {
       BuildTable(x.dim(d), out_shape[d], scales[d], roi[d], roi[d + rank], tables[d]);
+    }
+    if (x.dtype() == DataType::kFloat32 && rank >= 2 && tables[rank - 2].outside.empty() &&
+        tables[rank - 1].outside.empty()) {
+      bool outer_kept = true;
+      for (int d = 0; d < rank - 2 && outer_kept; ++d) {
+        outer_kept = out_shape[d] == x.dim(d) && IsIdentity(tables[d], x.dim(d));
+      }
+      if (outer_kept) {
+        Tensor* y = ctx.output(0, x.dtype(), out_shape);
+        const int64_t planes = x.shape().NumElements(0, rank - 2);
+        if (y->NumElements() > 0) {
+          ResizeLastTwo(x.data<float>(), planes, x.dim(rank - 2), x.dim(rank - 1), tables[rank - 2],
+                        out_shape[rank - 2], tables[rank - 1], out_shape[rank - 1],
+                        ctx.state<ResizeState>()->row, y->mutable_data<float>());
+        }
+        return absl::OkStatus();
+      }
     }
     DimVector strides;
     RowMajorStrides(x.shape(), &strides);

@@ -22,7 +22,7 @@ BroadcastLayout::Dims BroadcastLayout::InputDims(int i) const {
 BroadcastLayout MakeBroadcastLayout(const Shape& out, absl::Span<const Shape* const> inputs) {
   BroadcastLayout layout;
   layout.num_inputs = static_cast<int>(inputs.size());
-  bool flags[kMaxBroadcastInputs] = {false, false};
+  bool flags[kMaxBroadcastInputs] = {};
   for (int d = 0; d < out.rank(); ++d) {
     if (out[d] == 1) continue;  // contributes nothing to the iteration
     for (int i = 0; i < layout.num_inputs; ++i) {

@@ -15,7 +15,7 @@ namespace loopserve::engine::reference {
 //
 // Shared by the reference kernels and the oneDNN kernels (which hand the collapsed dims to
 // oneDNN, so equivalent shapes reuse one primitive). A value type; thread-compatible.
-inline constexpr int kMaxBroadcastInputs = 2;
+inline constexpr int kMaxBroadcastInputs = 8;
 
 struct BroadcastLayout {
   using Dims = absl::InlinedVector<int64_t, 6>;
@@ -47,7 +47,7 @@ void ForEachRow(const BroadcastLayout& layout, Fn&& fn) {
   const int outer_rank = layout.rank() - 1;
   const int64_t row = layout.dims.back();
   absl::InlinedVector<int64_t, 6> index(outer_rank, 0);
-  int64_t in_offsets[kMaxBroadcastInputs] = {0, 0};
+  int64_t in_offsets[kMaxBroadcastInputs] = {};
   int64_t out_offset = 0;
   while (true) {
     fn(out_offset, static_cast<const int64_t*>(in_offsets));

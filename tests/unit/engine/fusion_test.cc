@@ -1,6 +1,8 @@
-// The compiler's MatMul -> Add -> activation fusion (engine/runtime/plan.cc, kFusedMatMulOp)
-// against the unfused ops computed by the reference kernels, on random shapes, with bias shapes
-// that fuse and ones that must fall back; and proof that a fused chain is one oneDNN primitive.
+// The optimizer's MatMul -> Add -> activation fusion (engine/transform/fuse_matmul,
+// kFusedMatMulOp) against the unfused ops computed by the reference kernels, on random shapes,
+// with addends that become the primitive's bias, full-matrix and broadcast addends (a native
+// epilogue), and one that grows the result (the unfused nodes); proof that a fused chain is one
+// oneDNN primitive and that no float step runs on a reference kernel.
 
 #include <random>
 #include <string>
@@ -95,17 +97,20 @@ struct Case {
 
 TEST(FusionTest, FusedChainMatchesTheUnfusedOps) {
   const Case cases[] = {
-      {Shape{1, 256}, Shape{256, 256}, Shape{256}, "Tanh", false, false, 1},
+      // One row by non-constant weights: the native batched matrix-vector kernel, no primitive.
+      {Shape{1, 256}, Shape{256, 256}, Shape{256}, "Tanh", false, false, 0},
       {Shape{16, 64}, Shape{64, 96}, Shape{1, 96}, "Relu", true, false, 1},
       {Shape{3, 5, 7}, Shape{7, 9}, Shape{9}, "Sigmoid", false, false, 1},
-      // Biases that are not per column (oneDNN would pick its slow reference matmul): the
-      // unfused ops on the reference kernels.
-      {Shape{2, 3, 5, 7}, Shape{2, 1, 7, 9}, Shape{3, 1, 9}, "Tanh", false, false, 0},
-      {Shape{4, 32}, Shape{32, 80}, Shape{4, 80}, "", false, false, 0},
-      // A bias that grows the result cannot be the primitive's bias: reference fallback.
+      // Addends that are not one row (a broadcast one, a full matrix as in an RNN cell's
+      // x W + h U): the matmul primitive, then the addition and activation as its epilogue.
+      {Shape{2, 3, 5, 7}, Shape{2, 1, 7, 9}, Shape{3, 1, 9}, "Tanh", false, false, 1},
+      {Shape{4, 32}, Shape{32, 80}, Shape{4, 80}, "", false, false, 1},
+      // An addend that grows the result: the nodes run unfused (MatMul on the native
+      // matrix-vector kernel, native Add and Tanh).
       {Shape{1, 8}, Shape{8, 8}, Shape{5, 8}, "Tanh", false, false, 0},
-      // The sum is also an output: MatMul + Add fuse, Tanh runs on its own primitive.
-      {Shape{2, 128}, Shape{128, 128}, Shape{128}, "Tanh", false, true, 2},
+      // The sum is also an output: MatMul + Add fuse; Tanh runs on its own, on native vector
+      // math (256 elements: below kNativeElementwiseLimit, so no primitive).
+      {Shape{2, 128}, Shape{128, 128}, Shape{128}, "Tanh", false, true, 1},
   };
   std::mt19937 rng(3);
   for (const Case& c : cases) {
@@ -119,9 +124,11 @@ TEST(FusionTest, FusedChainMatchesTheUnfusedOps) {
       in.push_back(Value(Tensor::ViewOf(b)));
       in.push_back(Value(Tensor::ViewOf(bias)));
       const int64_t before = DnnlPrimitiveCreationCount();
-      auto out = model->Run(std::move(in), RunOptions());
+      RunStats stats;
+      auto out = model->Run(std::move(in), RunOptions(), &stats);
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ(DnnlPrimitiveCreationCount() - before, run == 0 ? c.primitives : 0);
+      EXPECT_EQ(stats.reference_steps, 0);
       ExpectNear((*out)[0].tensor(), Expected(a, b, bias, c.act));
     }
   }

@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<NodeRunner>> NodeRunner::Create(
     std::vector<ValueType> declared, int num_outputs) {
   // These tests compare oneDNN with the reference kernels: keep small tensors on oneDNN too.
   SetDnnlSmallTensorLimit(0);
+  SetNativeElementwiseLimit(0);
   auto graph = std::make_shared<Graph>();
   graph->name = "test";
   std::unique_ptr<NodeRunner> runner(new NodeRunner());

@@ -1,0 +1,85 @@
+#pragma once
+
+// Fused nodes: what engine/transform's passes make of chains of ops, with typed attributes (not
+// op names in strings). A fused node keeps its primary op (a product, or the first elementwise
+// operand) and a list of post-ops applied in order to its result, each an elementwise function or
+// a binary op with another of the node's inputs. Kernels map post-ops onto oneDNN post-ops or
+// native vector code; `unfused` keeps the original nodes for element types the fused kernel does
+// not compute (it then runs them as they were).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loopserve::engine {
+
+class Graph;
+
+// Elementwise functions of one value (parameters in PostOp::alpha / beta where they say so).
+enum class EltwiseFn : uint8_t {
+  kRelu,
+  kTanh,
+  kSigmoid,
+  kExp,
+  kLog,
+  kSqrt,
+  kAbs,
+  kNeg,
+  kErf,
+  kSoftplus,
+  kGeluErf,   // 0.5 x (1 + erf(x / sqrt 2))
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  kReciprocal,
+  kLinear,  // alpha x + beta
+  kPow,     // x ^ alpha
+  kLeakyRelu,
+  kElu,
+  kHardSigmoid,
+  kHardSwish,
+  kSoftsign,
+  kClip,  // min(max(x, alpha), beta)
+};
+
+// Binary arithmetic.
+enum class ArithOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
+
+struct PostOp {
+  enum class Kind : uint8_t { kUnary, kBinary };
+  Kind kind = Kind::kUnary;
+  EltwiseFn fn = EltwiseFn::kRelu;  // kUnary
+  float alpha = 0.0f;
+  float beta = 0.0f;
+  ArithOp op = ArithOp::kAdd;  // kBinary
+  int input = -1;              // kBinary: the node input that is the other operand
+  bool input_first = false;    // kBinary: input op value (else value op input)
+
+  static PostOp Unary(EltwiseFn fn, float alpha = 0.0f, float beta = 0.0f);
+  static PostOp Binary(ArithOp op, int input, bool input_first = false);
+};
+
+struct FusionSpec {
+  std::vector<PostOp> post_ops;
+  // kFusedMatMulOp: the last two dims of A / B are read transposed (a Transpose folded in).
+  bool trans_a = false;
+  bool trans_b = false;
+  // The nodes this one replaced, as a graph whose inputs are the fused node's inputs and whose
+  // output is its output; compiled without transforms and run for element types the fused
+  // kernel does not compute.
+  std::shared_ptr<const Graph> unfused;
+};
+
+// Internal op types made by engine/transform (the leading underscore keeps them out of ONNX's
+// namespace). Both carry a FusionSpec in Node::fusion.
+//   kFusedMatMulOp: inputs (A, B, operands...): numpy MatMul of A and B (transposes per the
+//     spec), then the post-ops, whose binary operands are inputs 2, 3, ...
+//   kElementwiseOp: inputs (x, operands...): x, then the post-ops.
+inline constexpr char kFusedMatMulOp[] = "_FusedMatMul";
+inline constexpr char kElementwiseOp[] = "_Elementwise";
+
+const char* EltwiseFnName(EltwiseFn fn);
+const char* ArithOpName(ArithOp op);
+// "MatMul(trans_b) -> Add(in2) -> Tanh" style text for plan dumps.
+std::string DescribeFusion(const std::string& op_type, const FusionSpec& spec);
+
+}  // namespace loopserve::engine

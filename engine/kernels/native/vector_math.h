@@ -1,0 +1,74 @@
+#pragma once
+
+// Vectorised float32 math over arrays: the transcendental and arithmetic elementwise functions
+// that loop bodies apply to small tensors (an RNN cell's [1, 128] Tanh, a gate's Sigmoid, a
+// selective scan's Exp and Softplus, erf-GELU), where a oneDNN primitive's fixed cost per execute
+// (0.2-0.6 us) exceeds the arithmetic and a scalar libm loop (15-20 ns an element in double) is
+// slower still. The functions come from SLEEF (Debian libsleef-dev: Sleef_*f16_*avx512f /
+// Sleef_*f8_*avx2, 1.0-3.5 ulp), called from translation units built for each ISA and chosen at
+// run time by native::ActiveIsa(); a scalar float loop serves CPUs without AVX2. Stateless and
+// thread-safe. Accuracy is tested against double precision (tests/unit/engine/kernels/native/
+// vector_math_test.cc); every function is within the ONNX backend tolerance (rtol 1e-3).
+
+#include <cstdint>
+
+namespace loopserve::engine::native {
+
+// Elementwise y = f(x). `alpha` / `beta` parameterise the ops that say so.
+enum class VecUnary : uint8_t {
+  kIdentity,
+  kRelu,
+  kTanh,
+  kSigmoid,  // 1 / (1 + exp(-x))
+  kExp,
+  kLog,
+  kSqrt,
+  kAbs,
+  kNeg,
+  kErf,
+  kSoftplus,  // log(1 + exp(x))
+  kGeluErf,   // 0.5 x (1 + erf(x / sqrt 2))
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  kSin,
+  kCos,
+  kReciprocal,   // 1 / x
+  kLinear,       // alpha x + beta
+  kPow,          // x ^ alpha
+  kLeakyRelu,    // x >= 0 ? x : alpha x
+  kElu,          // x >= 0 ? x : alpha (exp(x) - 1)
+  kHardSigmoid,  // max(0, min(1, alpha x + beta))
+  kHardSwish,    // x max(0, min(1, x / 6 + 1 / 2))
+  kSoftsign,     // x / (1 + |x|)
+  kClip,         // min(max(x, alpha), beta)
+  kFloor,
+  kCeil,
+  kRound,  // half to even
+  kMish,   // x tanh(softplus(x))
+  kCount,
+};
+
+// Elementwise y = a op b.
+enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kCount };
+
+// y[i] = op(x[i]) for i < n. `y` may be `x` (in place).
+void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.0f,
+              float beta = 0.0f);
+
+// y[i] = a[i * a_stride] op b[i * b_stride] for i < n; strides are 0 (a scalar operand) or 1.
+// `y` may be `a` or `b`. Max and Min return NaN when either operand is NaN (numpy's rule).
+void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, int64_t b_stride,
+               float* y, int64_t n);
+
+// Reductions of one contiguous row.
+float SumF32(const float* x, int64_t n);
+float MaxF32(const float* x, int64_t n);
+
+// sum x[i] y[i], and y[i] += a x[i].
+float DotF32(const float* x, const float* y, int64_t n);
+void AxpyF32(float a, const float* x, float* y, int64_t n);
+
+// y[i] = exp(x[i] - shift), returning the sum of the y[i] (a softmax's numerator and denominator
+// in one pass). `y` may be `x`.
+float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n);
+
+}  // namespace loopserve::engine::native

@@ -1,0 +1,56 @@
+#include "engine/transform/fuse_elementwise.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/transform/chain.h"
+
+namespace loopserve::engine::transform {
+
+absl::Status FuseElementwisePass::Run(Graph& graph, const TransformContext& context,
+                                      std::vector<std::string>& log) const {
+  const ValueUses uses(graph);
+  std::vector<bool> removed(graph.nodes.size(), false);
+  bool changed = false;
+  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+    if (removed[n] || !IsFusableElementwise(graph.nodes[n], context)) continue;
+    const Node& start = graph.nodes[n];
+    ChainBuilder chain;
+    if (start.op_type == kElementwiseOp) {
+      chain.inputs = start.inputs;
+      chain.post_ops = start.fusion->post_ops;
+      chain.nodes = {n};
+      chain.value = start.outputs[0];
+    } else {
+      chain.value = start.inputs[0];
+      chain.inputs = {start.inputs[0]};
+      if (!chain.Absorb(graph, n, context)) continue;
+    }
+    chain.Grow(graph, uses, removed, context);
+    if (chain.nodes.size() < 2) continue;  // nothing to fuse with
+    const int last = chain.nodes.back();
+    Node fused;
+    fused.name = start.name;
+    fused.op_type = kElementwiseOp;
+    fused.opset = start.opset;
+    fused.inputs = chain.inputs;
+    fused.outputs = {chain.value};
+    auto spec = std::make_shared<FusionSpec>();
+    spec->post_ops = chain.post_ops;
+    spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
+    std::string names;
+    for (int k : chain.nodes) {
+      absl::StrAppend(&names, names.empty() ? "" : " + ", graph.nodes[k].op_type, " '",
+                      graph.nodes[k].name, "'");
+    }
+    log.push_back(absl::StrCat(name(), ": ", names, " -> ", kElementwiseOp, " [",
+                               DescribeFusion(kElementwiseOp, *spec), "]"));
+    fused.fusion = std::move(spec);
+    for (int k : chain.nodes) removed[k] = true;
+    removed[last] = false;
+    graph.nodes[last] = std::move(fused);
+    changed = true;
+  }
+  if (changed) RemoveNodes(graph, removed);
+  return absl::OkStatus();
+}
+
+}  // namespace loopserve::engine::transform

@@ -1,0 +1,77 @@
+#include "engine/transform/graph_util.h"
+
+#include "absl/container/flat_hash_map.h"
+
+namespace loopserve::engine::transform {
+
+ValueUses::ValueUses(const Graph& graph)
+    : count(graph.values.size(), 0), consumer(graph.values.size(), -1) {
+  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+    for (ValueId v : graph.nodes[n].inputs) {
+      if (v == kNoValue) continue;
+      ++count[v];
+      consumer[v] = n;
+    }
+    for (ValueId v : graph.nodes[n].implicit_inputs) count[v] += 2;
+  }
+  for (ValueId v : graph.outputs) count[v] += 2;
+}
+
+bool IsOp(const Node& node, const char* op_type, size_t inputs, size_t outputs) {
+  if (node.op_type != op_type || !(node.domain.empty() || node.domain == "ai.onnx") ||
+      node.inputs.size() != inputs || node.outputs.size() != outputs) {
+    return false;
+  }
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue) return false;
+  }
+  for (ValueId v : node.outputs) {
+    if (v == kNoValue) return false;
+  }
+  return true;
+}
+
+std::optional<float> ScalarConstant(const TransformContext& context, ValueId id) {
+  if (id == kNoValue || !context.find_constant) return std::nullopt;
+  const Tensor* t = context.find_constant(id);
+  if (t == nullptr || t->dtype() != DataType::kFloat32 || t->NumElements() != 1) {
+    return std::nullopt;
+  }
+  return t->data<float>()[0];
+}
+
+void RemoveNodes(Graph& graph, const std::vector<bool>& removed) {
+  std::vector<Node> kept;
+  kept.reserve(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+}
+
+std::shared_ptr<const Graph> ExtractSubgraph(const Graph& graph, const std::vector<int>& indices,
+                                             const std::vector<ValueId>& inputs, ValueId output) {
+  auto sub = std::make_shared<Graph>();
+  sub->name = graph.name + "/unfused";
+  absl::flat_hash_map<ValueId, ValueId> ids;
+  auto map = [&](ValueId v) {
+    if (v == kNoValue) return kNoValue;
+    auto it = ids.find(v);
+    if (it != ids.end()) return it->second;
+    const ValueId inner = sub->AddValue(graph.values[v].name, graph.values[v].type);
+    ids.emplace(v, inner);
+    return inner;
+  };
+  // An omitted input keeps its position as a parameter nothing reads.
+  for (ValueId v : inputs) sub->inputs.push_back(v == kNoValue ? sub->AddValue("") : map(v));
+  for (int n : indices) {
+    Node node = graph.nodes[n];
+    for (ValueId& v : node.inputs) v = map(v);
+    for (ValueId& v : node.outputs) v = map(v);
+    sub->nodes.push_back(std::move(node));
+  }
+  sub->outputs.push_back(map(output));
+  return sub;
+}
+
+}  // namespace loopserve::engine::transform

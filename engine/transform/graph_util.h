@@ -1,0 +1,39 @@
+#pragma once
+
+// Helpers the passes share: who reads each value, scalar constants, removing nodes, and the
+// "unfused" subgraph a fused node keeps for the element types its kernel does not compute.
+
+#include <optional>
+#include <vector>
+
+#include "engine/ir/graph.h"
+#include "engine/transform/pass.h"
+
+namespace loopserve::engine::transform {
+
+// Readers of every value of a graph. A value that a subgraph reads (an implicit input) or that
+// the graph returns counts as read twice more, so it is never fused away.
+struct ValueUses {
+  std::vector<int> count;     // per value: reads (node inputs, +2 per implicit read or output)
+  std::vector<int> consumer;  // per value: the last node that reads it (meaningful when count 1)
+
+  explicit ValueUses(const Graph& graph);
+  bool Single(ValueId v) const { return v != kNoValue && count[v] == 1; }
+};
+
+// True for an ONNX-domain node of `op_type` with exactly these input and output counts, every
+// one present.
+bool IsOp(const Node& node, const char* op_type, size_t inputs, size_t outputs);
+
+// The float value of a one-element float32 constant, else nullopt.
+std::optional<float> ScalarConstant(const TransformContext& context, ValueId id);
+
+// Drops the nodes marked in `removed` (keeping the others' order).
+void RemoveNodes(Graph& graph, const std::vector<bool>& removed);
+
+// A graph of copies of `graph.nodes[indices]` (in that order) whose inputs are `inputs` and whose
+// output is `output`, with the values they touch renumbered: a fused node's fallback.
+std::shared_ptr<const Graph> ExtractSubgraph(const Graph& graph, const std::vector<int>& indices,
+                                             const std::vector<ValueId>& inputs, ValueId output);
+
+}  // namespace loopserve::engine::transform

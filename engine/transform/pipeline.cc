@@ -1,0 +1,63 @@
+#include "engine/transform/pipeline.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/transform/elide_loop_identities.h"
+#include "engine/transform/fuse_elementwise.h"
+#include "engine/transform/fuse_gelu.h"
+#include "engine/transform/fuse_layer_norm.h"
+#include "engine/transform/fuse_matmul.h"
+
+namespace loopserve::engine::transform {
+
+const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
+  static const std::vector<std::unique_ptr<Pass>>* passes = [] {
+    auto* list = new std::vector<std::unique_ptr<Pass>>();
+    list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
+    list->push_back(std::make_unique<FuseLayerNormPass>());
+    list->push_back(std::make_unique<FuseGeluPass>());
+    list->push_back(std::make_unique<FuseMatMulPass>());
+    list->push_back(std::make_unique<FuseElementwisePass>());
+    return list;
+  }();
+  return *passes;
+}
+
+absl::StatusOr<std::shared_ptr<const Graph>> Optimize(std::shared_ptr<const Graph> graph,
+                                                      const TransformContext& context,
+                                                      std::vector<std::string>* log) {
+  auto copy = std::make_shared<Graph>(*graph);
+  std::vector<std::string> lines;
+  for (const std::unique_ptr<Pass>& pass : DefaultPasses()) {
+    absl::Status status = pass->Run(*copy, context, lines);
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("graph '", graph->name, "': pass ",
+                                                      pass->name(), ": ", status.message()));
+    }
+  }
+  if (lines.empty()) return graph;
+  if (log != nullptr) log->insert(log->end(), lines.begin(), lines.end());
+  return std::shared_ptr<const Graph>(std::move(copy));
+}
+
+std::string DumpNodes(const Graph& graph) {
+  std::string text;
+  auto names = [&](const std::vector<ValueId>& ids) {
+    std::string s;
+    for (ValueId v : ids) {
+      absl::StrAppend(&s, s.empty() ? "" : ", ", v == kNoValue ? "-" : graph.ValueName(v));
+    }
+    return s;
+  };
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    absl::StrAppend(&text, "  [", n, "] ", node.op_type, " '", node.name, "' (", names(node.inputs),
+                    ") -> (", names(node.outputs), ")");
+    if (node.fusion != nullptr) {
+      absl::StrAppend(&text, "  {", DescribeFusion(node.op_type, *node.fusion), "}");
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  return text;
+}
+
+}  // namespace loopserve::engine::transform

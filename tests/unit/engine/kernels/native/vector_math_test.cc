@@ -1,0 +1,318 @@
+// vector_math (SLEEF on AVX-512 / AVX2, scalar floats elsewhere) against double-precision
+// definitions computed here, on every ISA this CPU has (capped with SetMaxIsa), at lengths that
+// exercise full vectors and every tail; and the elementwise chain with broadcasting against the
+// same definitions applied op by op.
+
+#include "engine/kernels/native/vector_math.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/native/elementwise_chain.h"
+#include "gtest/gtest.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+double Reference(VecUnary op, double x, double alpha, double beta) {
+  switch (op) {
+    case VecUnary::kIdentity:
+      return x;
+    case VecUnary::kRelu:
+      return x < 0 ? 0 : x;
+    case VecUnary::kTanh:
+      return std::tanh(x);
+    case VecUnary::kSigmoid:
+      return 1 / (1 + std::exp(-x));
+    case VecUnary::kExp:
+      return std::exp(x);
+    case VecUnary::kLog:
+      return std::log(x);
+    case VecUnary::kSqrt:
+      return std::sqrt(x);
+    case VecUnary::kAbs:
+      return std::fabs(x);
+    case VecUnary::kNeg:
+      return -x;
+    case VecUnary::kErf:
+      return std::erf(x);
+    case VecUnary::kSoftplus:
+      return std::log1p(std::exp(x));
+    case VecUnary::kGeluErf:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case VecUnary::kGeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case VecUnary::kSin:
+      return std::sin(x);
+    case VecUnary::kCos:
+      return std::cos(x);
+    case VecUnary::kReciprocal:
+      return 1 / x;
+    case VecUnary::kLinear:
+      return alpha * x + beta;
+    case VecUnary::kPow:
+      return std::pow(x, alpha);
+    case VecUnary::kLeakyRelu:
+      return x >= 0 ? x : alpha * x;
+    case VecUnary::kElu:
+      return x >= 0 ? x : alpha * std::expm1(x);
+    case VecUnary::kHardSigmoid:
+      return std::min(1.0, std::max(0.0, alpha * x + beta));
+    case VecUnary::kHardSwish:
+      return x * std::min(1.0, std::max(0.0, x / 6 + 0.5));
+    case VecUnary::kSoftsign:
+      return x / (1 + std::fabs(x));
+    case VecUnary::kClip:
+      return std::min(beta, std::max(alpha, x));
+    case VecUnary::kFloor:
+      return std::floor(x);
+    case VecUnary::kCeil:
+      return std::ceil(x);
+    case VecUnary::kRound:
+      return std::nearbyint(x);
+    case VecUnary::kMish:
+      return x * std::tanh(std::log1p(std::exp(x)));
+    case VecUnary::kCount:
+      break;
+  }
+  return x;
+}
+
+// The ISAs to test: every one up to what the CPU has.
+std::vector<Isa> Isas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+  if (DetectedIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
+  if (DetectedIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+class VectorMathTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override { SetMaxIsa(GetParam()); }
+  void TearDown() override { SetMaxIsa(Isa::kAvx512); }
+};
+
+// Float inputs spread over [lo, hi], with the exact ends.
+std::vector<float> Inputs(int n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  if (n > 0) x[0] = lo;
+  if (n > 1) x[n - 1] = hi;
+  return x;
+}
+
+struct UnaryCase {
+  VecUnary op;
+  float lo, hi, alpha, beta;
+};
+
+TEST_P(VectorMathTest, UnaryMatchesDoublePrecision) {
+  const UnaryCase cases[] = {
+      {VecUnary::kIdentity, -5, 5, 0, 0},
+      {VecUnary::kRelu, -5, 5, 0, 0},
+      {VecUnary::kTanh, -12, 12, 0, 0},
+      {VecUnary::kSigmoid, -30, 30, 0, 0},
+      {VecUnary::kExp, -80, 80, 0, 0},
+      {VecUnary::kLog, 1e-6f, 1e6f, 0, 0},
+      {VecUnary::kSqrt, 0, 100, 0, 0},
+      {VecUnary::kAbs, -5, 5, 0, 0},
+      {VecUnary::kNeg, -5, 5, 0, 0},
+      {VecUnary::kErf, -6, 6, 0, 0},
+      {VecUnary::kSoftplus, -40, 40, 0, 0},
+      {VecUnary::kGeluErf, -8, 8, 0, 0},
+      {VecUnary::kGeluTanh, -8, 8, 0, 0},
+      {VecUnary::kSin, -10, 10, 0, 0},
+      {VecUnary::kCos, -10, 10, 0, 0},
+      {VecUnary::kReciprocal, 0.01f, 100, 0, 0},
+      {VecUnary::kLinear, -5, 5, 1.5f, -0.25f},
+      {VecUnary::kPow, 0.01f, 10, 2.0f, 0},
+      {VecUnary::kPow, 0.01f, 10, 0.5f, 0},
+      {VecUnary::kPow, 0.01f, 10, 3.0f, 0},
+      {VecUnary::kPow, 0.01f, 10, 1.7f, 0},
+      {VecUnary::kPow, -10, 10, 2.0f, 0},
+      {VecUnary::kLeakyRelu, -5, 5, 0.01f, 0},
+      {VecUnary::kElu, -10, 5, 1.3f, 0},
+      {VecUnary::kHardSigmoid, -8, 8, 0.2f, 0.5f},
+      {VecUnary::kHardSwish, -8, 8, 0, 0},
+      {VecUnary::kSoftsign, -50, 50, 0, 0},
+      {VecUnary::kClip, -5, 5, -1.0f, 2.0f},
+      {VecUnary::kFloor, -5, 5, 0, 0},
+      {VecUnary::kCeil, -5, 5, 0, 0},
+      {VecUnary::kRound, -5, 5, 0, 0},
+      {VecUnary::kMish, -20, 20, 0, 0},
+  };
+  for (const UnaryCase& c : cases) {
+    for (int n : {1, 7, 8, 15, 16, 17, 33, 200}) {
+      SCOPED_TRACE("op " + std::to_string(static_cast<int>(c.op)) + " n " + std::to_string(n));
+      const std::vector<float> x = Inputs(n, c.lo, c.hi, 1 + n);
+      std::vector<float> y(n, -7.0f);
+      UnaryF32(c.op, x.data(), y.data(), n, c.alpha, c.beta);
+      for (int i = 0; i < n; ++i) {
+        const double want = Reference(c.op, x[i], c.alpha, c.beta);
+        ASSERT_NEAR(y[i], want, 2e-6 + 2e-6 * std::fabs(want)) << "x = " << x[i];
+      }
+      // In place gives the same.
+      std::vector<float> z = x;
+      UnaryF32(c.op, z.data(), z.data(), n, c.alpha, c.beta);
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(std::isnan(z[i]) ? 0.0f : z[i], std::isnan(y[i]) ? 0.0f : y[i]);
+    }
+  }
+}
+
+TEST_P(VectorMathTest, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {nan, inf, -inf, 0.0f, -0.0f};
+  std::vector<float> y(x.size());
+  UnaryF32(VecUnary::kRelu, x.data(), y.data(), 5);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], inf);
+  EXPECT_EQ(y[2], 0.0f);
+  UnaryF32(VecUnary::kTanh, x.data(), y.data(), 5);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], -1.0f);
+  UnaryF32(VecUnary::kExp, x.data(), y.data(), 5);
+  EXPECT_EQ(y[1], inf);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[3], 1.0f);
+  UnaryF32(VecUnary::kSigmoid, x.data(), y.data(), 5);
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  UnaryF32(VecUnary::kClip, x.data(), y.data(), 5, -1.0f, 1.0f);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], -1.0f);
+  // Max / Min: NaN wins on either side (numpy); otherwise the larger / smaller.
+  std::vector<float> a = {nan, 1.0f, 2.0f, -inf};
+  std::vector<float> b = {1.0f, nan, 3.0f, 5.0f};
+  std::vector<float> out(4);
+  BinaryF32(VecBinary::kMax, a.data(), 1, b.data(), 1, out.data(), 4);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_EQ(out[2], 3.0f);
+  EXPECT_EQ(out[3], 5.0f);
+  BinaryF32(VecBinary::kMin, a.data(), 1, b.data(), 1, out.data(), 4);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_EQ(out[2], 2.0f);
+  EXPECT_EQ(out[3], -inf);
+  std::vector<float> row(40, 1.0f);
+  row[37] = nan;
+  EXPECT_TRUE(std::isnan(MaxF32(row.data(), 40)));
+}
+
+TEST_P(VectorMathTest, BinaryWithScalarOperands) {
+  const VecBinary ops[] = {VecBinary::kAdd, VecBinary::kSub, VecBinary::kMul, VecBinary::kDiv,
+                           VecBinary::kMax, VecBinary::kMin, VecBinary::kPow};
+  for (VecBinary op : ops) {
+    for (int n : {1, 9, 16, 31}) {
+      const std::vector<float> a = Inputs(n, 0.5f, 4.0f, 3);
+      const std::vector<float> b = Inputs(n, -2.0f, 2.0f, 4);
+      for (int sa : {0, 1}) {
+        for (int sb : {0, 1}) {
+          std::vector<float> y(n);
+          BinaryF32(op, a.data(), sa, b.data(), sb, y.data(), n);
+          for (int i = 0; i < n; ++i) {
+            const double x = a[i * sa], z = b[i * sb];
+            double want = 0;
+            switch (op) {
+              case VecBinary::kAdd:
+                want = x + z;
+                break;
+              case VecBinary::kSub:
+                want = x - z;
+                break;
+              case VecBinary::kMul:
+                want = x * z;
+                break;
+              case VecBinary::kDiv:
+                want = x / z;
+                break;
+              case VecBinary::kMax:
+                want = std::max(x, z);
+                break;
+              case VecBinary::kMin:
+                want = std::min(x, z);
+                break;
+              case VecBinary::kPow:
+                want = std::pow(x, z);
+                break;
+              case VecBinary::kCount:
+                break;
+            }
+            ASSERT_NEAR(y[i], want, 1e-6 + 2e-6 * std::fabs(want))
+                << "op " << static_cast<int>(op) << " n " << n << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(VectorMathTest, Reductions) {
+  for (int n : {1, 5, 16, 17, 100, 1000}) {
+    const std::vector<float> x = Inputs(n, -3.0f, 3.0f, 9);
+    double sum = 0, max = -1e30, exp_sum = 0;
+    for (float v : x) {
+      sum += v;
+      max = std::max<double>(max, v);
+    }
+    std::vector<float> e(n);
+    const float got_exp_sum = ExpShiftSumF32(x.data(), 1.5f, e.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const double want = std::exp(static_cast<double>(x[i]) - 1.5);
+      exp_sum += want;
+      ASSERT_NEAR(e[i], want, 3e-6 * want);
+    }
+    EXPECT_NEAR(SumF32(x.data(), n), sum, 1e-4 * (1 + std::fabs(sum)));
+    EXPECT_EQ(MaxF32(x.data(), n), static_cast<float>(max));
+    EXPECT_NEAR(got_exp_sum, exp_sum, 1e-5 * exp_sum);
+  }
+}
+
+// out = Tanh((a + b) * c) - d with a [2,3,5], b [5], c [2,1,1], d scalar (d first: d - value).
+TEST_P(VectorMathTest, ChainBroadcastsEveryOperand) {
+  const ElementwiseChain chain(
+      4, {ChainStep::Binary(VecBinary::kAdd, 1), ChainStep::Binary(VecBinary::kMul, 2),
+          ChainStep::Unary(VecUnary::kTanh),
+          ChainStep::Binary(VecBinary::kSub, 3, /*operand_first=*/true)});
+  const Shape sa{2, 3, 5}, sb{5}, sc{2, 1, 1}, sd{};
+  const std::vector<float> a = Inputs(30, -1, 1, 1), b = Inputs(5, -1, 1, 2),
+                           c = Inputs(2, 0.5f, 2, 3), d = {0.25f};
+  const Shape* shapes[] = {&sa, &sb, &sc, &sd};
+  auto prepared = chain.Prepare(shapes);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->output, (Shape{2, 3, 5}));
+  std::vector<float> out(30);
+  const float* operands[] = {a.data(), b.data(), c.data(), d.data()};
+  chain.Run(*prepared, operands, out.data());
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 5; ++k) {
+        const int at = (i * 3 + j) * 5 + k;
+        const double want = 0.25 - std::tanh((static_cast<double>(a[at]) + b[k]) * c[i]);
+        ASSERT_NEAR(out[at], want, 2e-6) << i << "," << j << "," << k;
+      }
+    }
+  }
+  // Shapes that do not broadcast are refused.
+  const Shape bad{4};
+  const Shape* bad_shapes[] = {&sa, &bad, &sc, &sd};
+  EXPECT_FALSE(chain.Prepare(bad_shapes).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, VectorMathTest, ::testing::ValuesIn(Isas()),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(IsaName(info.param));
+                         });
+
+}  // namespace
+}  // namespace loopserve::engine::native
