@@ -8,6 +8,8 @@
 // PLT) use, in the test executable: each forwards to the library's own definition (dlsym
 // RTLD_NEXT) and tells TSan what happened with its mutex annotation interface. A mutex released
 // inside a call (CondVar::Wait, Mutex::Await) is annotated as unlocked before and locked after.
+// The *WithTimeout members are not wrapped: the library's own forward to *WithDeadline through
+// the PLT, which is.
 // Linked into the test executables of a TSan build only (tests/CMakeLists.txt).
 
 #include <dlfcn.h>
@@ -18,6 +20,7 @@
 
 #include "absl/base/options.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
 extern "C" {
@@ -26,6 +29,8 @@ void __tsan_mutex_post_lock(void* addr, unsigned flags, int recursion);
 int __tsan_mutex_pre_unlock(void* addr, unsigned flags);
 void __tsan_mutex_post_unlock(void* addr, unsigned flags);
 void __tsan_mutex_destroy(void* addr, unsigned flags);
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
 }
 
 namespace {
@@ -38,10 +43,12 @@ constexpr unsigned kTryLockFailed = 1 << 5;
 #define LS_STR2(x) #x
 #define LS_STR(x) LS_STR2(x)
 
-// The library's definition of `member` (its Itanium mangling after "_ZN4absl<ns>").
-void* Real(const char* member) {
+// The library's definition of `member` (its Itanium mangling after "_ZN4absl<ns>", or after
+// "_ZNK4absl<ns>" for a const member function).
+void* Real(const char* member, bool is_const) {
   const std::string ns = LS_STR(ABSL_OPTION_INLINE_NAMESPACE_NAME);
-  const std::string name = "_ZN4absl" + std::to_string(ns.size()) + ns + member;
+  const std::string name =
+      std::string(is_const ? "_ZNK4absl" : "_ZN4absl") + std::to_string(ns.size()) + ns + member;
   void* fn = dlsym(RTLD_NEXT, name.c_str());
   if (fn == nullptr) {
     std::fprintf(stderr, "absl_mutex_tsan: %s not found\n", name.c_str());
@@ -51,8 +58,8 @@ void* Real(const char* member) {
 }
 
 template <typename Fn>
-Fn RealFn(const char* member) {
-  return reinterpret_cast<Fn>(Real(member));
+Fn RealFn(const char* member, bool is_const = false) {
+  return reinterpret_cast<Fn>(Real(member, is_const));
 }
 
 void Acquired(void* mu, unsigned flags = 0) {
@@ -128,14 +135,6 @@ void Mutex::LockWhen(const Condition& cond) {
   Acquired(this);
 }
 
-bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
-  static auto real = RealFn<bool (*)(Mutex*, const Condition&, absl::Duration)>(
-      "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool result = real(this, cond, timeout);
-  Acquired(this);
-  return result;
-}
-
 bool Mutex::LockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
   static auto real = RealFn<bool (*)(Mutex*, const Condition&, absl::Time)>(
       "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
@@ -158,15 +157,6 @@ void Mutex::Await(const Condition& cond) {
   Acquired(this);
 }
 
-bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
-  static auto real = RealFn<bool (*)(Mutex*, const Condition&, absl::Duration)>(
-      "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  Released(this);
-  const bool result = real(this, cond, timeout);
-  Acquired(this);
-  return result;
-}
-
 bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
   static auto real = RealFn<bool (*)(Mutex*, const Condition&, absl::Time)>(
       "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
@@ -183,15 +173,6 @@ void CondVar::Wait(Mutex* mu) {
   Acquired(mu);
 }
 
-bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
-  static auto real = RealFn<bool (*)(CondVar*, Mutex*, absl::Duration)>(
-      "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
-  Released(mu);
-  const bool result = real(this, mu, timeout);
-  Acquired(mu);
-  return result;
-}
-
 bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time deadline) {
   static auto real = RealFn<bool (*)(CondVar*, Mutex*, absl::Time)>(
       "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
@@ -199,6 +180,37 @@ bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time deadline) {
   const bool result = real(this, mu, deadline);
   Acquired(mu);
   return result;
+}
+
+// Notification: a waiter that finds it already notified returns through an atomic flag in the
+// library, without the mutex, so the edge from Notify to the waiter is annotated directly.
+void Notification::Notify() {
+  static auto real = RealFn<void (*)(Notification*)>("12Notification6NotifyEv");
+  __tsan_release(this);
+  real(this);
+}
+
+void Notification::WaitForNotification() const {
+  static auto real =
+      RealFn<void (*)(const Notification*)>("12Notification19WaitForNotificationEv", true);
+  real(this);
+  __tsan_acquire(const_cast<Notification*>(this));
+}
+
+bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) const {
+  static auto real = RealFn<bool (*)(const Notification*, absl::Duration)>(
+      "12Notification30WaitForNotificationWithTimeoutENS0_8DurationE", true);
+  const bool notified = real(this, timeout);
+  if (notified) __tsan_acquire(const_cast<Notification*>(this));
+  return notified;
+}
+
+bool Notification::WaitForNotificationWithDeadline(absl::Time deadline) const {
+  static auto real = RealFn<bool (*)(const Notification*, absl::Time)>(
+      "12Notification31WaitForNotificationWithDeadlineENS0_4TimeE", true);
+  const bool notified = real(this, deadline);
+  if (notified) __tsan_acquire(const_cast<Notification*>(this));
+  return notified;
 }
 
 ABSL_NAMESPACE_END
