@@ -130,7 +130,8 @@ bool Mutex::ReaderTryLock() {
 }
 
 void Mutex::LockWhen(const Condition& cond) {
-  static auto real = RealFn<void (*)(Mutex*, const Condition&)>("5Mutex8LockWhenERKNS0_9ConditionE");
+  static auto real =
+      RealFn<void (*)(Mutex*, const Condition&)>("5Mutex8LockWhenERKNS0_9ConditionE");
   real(this, cond);
   Acquired(this);
 }
