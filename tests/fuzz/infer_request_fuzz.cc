@@ -15,6 +15,7 @@
 #include "grpcpp/support/slice.h"
 #include "onnx/onnx_pb.h"
 #include "proto/grpc_service.pb.h"
+#include "server/logging.h"
 #include "server/tensor_codec.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -105,6 +106,12 @@ std::shared_ptr<const Model> CounterModel() {
 }
 
 }  // namespace
+
+// As in the server: protobuf's per-field UTF-8 complaints go to the (debug-level) log.
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  loopserve::server::RouteProtobufLogs();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::shared_ptr<const Model> identity = IdentityModel();

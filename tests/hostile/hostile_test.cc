@@ -294,7 +294,9 @@ TEST(HostileTest, HostileRequestsGetCanonicalCodesAndLeaveNoTrace) {
          {std::string("\xff\xff\xff\xff", 4), std::string("\x0a\xff\xff\xff\xff\x0f", 6),
           std::string("\x0a\x05"
                       "ab",
-                      4)}) {
+                      4),
+          // Well-formed wire bytes, but model_name (a proto3 string) is not UTF-8.
+          std::string("\x0a\x02\xff\xfe", 4)}) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
       grpc::Slice slice(bytes);
@@ -311,6 +313,8 @@ TEST(HostileTest, HostileRequestsGetCanonicalCodesAndLeaveNoTrace) {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
       EXPECT_THAT(status.error_message(), HasSubstr("not a valid inference.ModelInferRequest"));
     }
+    // Protobuf's complaint about the UTF-8 goes to the debug log, not to stderr per request.
+    EXPECT_THAT((*server)->log(), Not(HasSubstr("invalid UTF-8")));
     ExpectHealthy(**server, *stub, baseline, "malformed protobuf bytes");
   }
   // A message over --max_message_bytes: gRPC answers before any handler runs.
