@@ -18,7 +18,7 @@ BUILD_PACKAGES=(
 # What the tests, benchmarks and format checks add.
 TEST_PACKAGES=(
   clang-format libgtest-dev libgmock-dev libbenchmark-dev
-  # The sanitizer stage (deploy/dev.sh): clang with its ASan/UBSan runtimes and libFuzzer.
+  # The sanitizer stage of deploy/dev.sh: clang, its ASan/UBSan runtimes, libFuzzer.
   clang libclang-rt-14-dev libfuzzer-14-dev
   libcivetweb-dev nlohmann-json3-dev
   python3-grpcio python3-requests libonnx-testdata curl openssl
