@@ -13,7 +13,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/logging.h"
 #include "server/status_util.h"
@@ -49,25 +48,6 @@ absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(deadline);
-}
-
-// Parses raw request bytes (and lets go of them): INVALID_ARGUMENT for bytes that are not a
-// ModelInferRequest. `size` receives the serialized size.
-absl::Status ParseInferRequest(absl::string_view rpc, grpc::ByteBuffer* bytes,
-                               inference::ModelInferRequest* request, size_t* size) {
-  *size = bytes->Valid() ? bytes->Length() : 0;
-  bool parsed = true;
-  if (*size > 0) {
-    grpc::ProtoBufferReader reader(bytes);
-    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
-  }
-  bytes->Clear();
-  if (!parsed) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(rpc, ": the request (", *size,
-                     " bytes) is not a valid inference.ModelInferRequest message"));
-  }
-  return absl::OkStatus();
 }
 
 template <typename Message>
@@ -160,7 +140,8 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   // ModelInferRequest.
   absl::Status Parse() {
     auto* bytes = const_cast<grpc::ByteBuffer*>(request_bytes_);  // ours until the call ends
-    return ParseInferRequest("ModelInfer", bytes, &request_, &request_size_);
+    request_size_ = bytes->Valid() ? bytes->Length() : 0;
+    return ParseInferRequest(*bytes, &request_);
   }
 
   grpc::CallbackServerContext* const context_;
@@ -246,10 +227,8 @@ class InferenceService::StreamCall final : public InferenceCall {
 
   // Parses the stream's read and submits it. On the stream's reading thread.
   void Start(grpc::ByteBuffer* bytes, InferenceRunner* runner) {
-    size_t size = 0;
-    const absl::Status parsed = CatchExceptions("ModelStreamInfer: ", [&] {
-      return ParseInferRequest("ModelStreamInfer", bytes, &request_, &size);
-    });
+    const absl::Status parsed =
+        CatchExceptions("ModelStreamInfer: ", [&] { return ParseInferRequest(*bytes, &request_); });
     if (!parsed.ok()) {
       Finish(parsed);  // no model named yet: nothing for the runner to record
       return;
