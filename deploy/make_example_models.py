@@ -380,6 +380,93 @@ def rnn_batched_example():
 
 
 # ----------------------------------------------------------------------------------------------
+# rnn_cell: a 256-wide Elman RNN cell driven for M steps by a constant input, batched for the
+# dynamic batcher: h = Tanh(x Wx + h Wh + b), M INT64 [] (no batch dim: requests merge only when
+# their M is equal), x and h0 [batch, 256]; outputs h_final [batch, 256] and the scan output
+# h_seq [M, batch, 256] (batch axis 1). Its config enables dynamic_batching and declares both.
+
+RNN_CELL_HIDDEN = 256
+
+RNN_CELL_CONFIG = """name: "rnn_cell"
+backend: "onnxruntime"
+max_batch_size: 32
+input [
+  { name: "M" data_type: TYPE_INT64 dims: [ ] },
+  { name: "x" data_type: TYPE_FP32 dims: [ 256 ] },
+  { name: "h0" data_type: TYPE_FP32 dims: [ 256 ] }
+]
+output [
+  { name: "h_final" data_type: TYPE_FP32 dims: [ 256 ] },
+  { name: "h_seq" data_type: TYPE_FP32 dims: [ -1, 256 ] }
+]
+dynamic_batching { max_queue_delay_microseconds: 500 }
+# loopserve's batching layout: M has no batch dim (requests merge when their M is equal); h_seq
+# [M, batch, 256] has its batch dim at axis 1.
+parameters { key: "unbatched_inputs" value: { string_value: "M" } }
+parameters { key: "output_batch_axes" value: { string_value: "h_seq:1" } }
+"""
+
+
+def rnn_cell_weights(hidden=RNN_CELL_HIDDEN):
+    rng = np.random.RandomState(2468)
+    scale = 0.5 / np.sqrt(hidden)  # contracting: long runs stay comparable across roundings
+    wx = (rng.standard_normal((hidden, hidden)) * scale).astype(np.float32)
+    wh = (rng.standard_normal((hidden, hidden)) * scale).astype(np.float32)
+    b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
+    return wx, wh, b
+
+
+def build_rnn_cell(hidden=RNN_CELL_HIDDEN):
+    wx, wh, b = rnn_cell_weights(hidden)
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("MatMul", ["x", "Wx"], ["xw"]),
+            helper.make_node("MatMul", ["h_in", "Wh"], ["hw"]),
+            helper.make_node("Add", ["xw", "hw"], ["sum"]),
+            helper.make_node("Add", ["sum", "b"], ["pre"]),
+            helper.make_node("Tanh", ["pre"], ["h_out"]),
+            helper.make_node("Identity", ["h_out"], ["h_scan"]),
+        ],
+        "rnn_cell_body",
+        [vi("i", INT64, []), vi("cond_in", BOOL, []), vi("h_in", FLOAT, ["batch", hidden])],
+        [vi("cond_out", BOOL, []), vi("h_out", FLOAT, ["batch", hidden]),
+         vi("h_scan", FLOAT, ["batch", hidden])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "h0"], ["h_final", "h_seq"], name="rnn_cell_loop",
+                          body=body)],
+        "rnn_cell",
+        [vi("M", INT64, []), vi("x", FLOAT, ["batch", hidden]), vi("h0", FLOAT, ["batch", hidden])],
+        [vi("h_final", FLOAT, ["batch", hidden]),
+         vi("h_seq", FLOAT, ["steps", "batch", hidden])],
+        initializer=[const("Wx", wx), const("Wh", wh), const("b", b)],
+    )
+    return make_model(graph)
+
+
+def reference_rnn_cell(m, x, h0):
+    wx, wh, b = rnn_cell_weights(h0.shape[1])
+    h = h0.astype(np.float32)
+    xw = np.matmul(x.astype(np.float32), wx)
+    seq = []
+    for _ in range(max(int(m), 0)):
+        h = np.tanh(xw + np.matmul(h, wh) + b).astype(np.float32)
+        seq.append(h)
+    h_seq = np.stack(seq) if seq else np.zeros((0,) + h0.shape, np.float32)
+    return [h, h_seq.astype(np.float32)]
+
+
+def rnn_cell_example():
+    rng = np.random.RandomState(135)
+    x = rng.uniform(-1, 1, (2, RNN_CELL_HIDDEN)).astype(np.float32)
+    h0 = rng.uniform(-1, 1, (2, RNN_CELL_HIDDEN)).astype(np.float32)
+    inputs = [np.array(4, np.int64), x, h0]
+    return Example("rnn_cell", build_rnn_cell(), {"": (inputs, reference_rnn_cell(*inputs))},
+                   config=RNN_CELL_CONFIG)
+
+
+# ----------------------------------------------------------------------------------------------
 # greedy_decoder: token -> Gather(embedding) -> MatMul -> ArgMax -> next token; stops when the
 # token is EOS (data-dependent condition) or after max_len steps; scan of the tokens.
 
@@ -681,8 +768,8 @@ def ov_counter_example():
 
 
 def example_models():
-    return [counter_example(), rnn_example(), rnn_batched_example(), greedy_decoder_example(),
-            endless_example(), nested_example(), ov_counter_example()]
+    return [counter_example(), rnn_example(), rnn_batched_example(), rnn_cell_example(),
+            greedy_decoder_example(), endless_example(), nested_example(), ov_counter_example()]
 
 
 def write_ovms_config(out_dir, examples):

@@ -1,6 +1,7 @@
 #include "server/inference_runner.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -82,7 +83,9 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   if (request.stream_iterations) {
     LS_RETURN_IF_ERROR(Annotate(PlanIterationStream(call), ModelLabel(model)));
   }
+  if (model.io.max_batch_size() > 0) call.batch_size_ = BatchSize(model.io, call.decoded_.inputs);
   call.admitted_ = true;
+  if (model.batcher != nullptr && call.stream_loop_ < 0) return Enqueue(call);
   return Dispatch(call);
 }
 
@@ -164,6 +167,264 @@ absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
   return scheduled;
 }
 
+absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
+  const std::shared_ptr<const LoadedModel> model = call.model_;
+  BatchQueue& queue = *model->batcher;
+  call.queued_ = true;
+  metrics_.queue_depth().Increment();
+  metrics_.inflight_requests().Increment();
+  bool start_collector = false;
+  {
+    absl::MutexLock lock(&queue.mutex);
+    if (static_cast<int>(queue.pending.size()) >= pool_->max_queue_size()) {
+      call.queued_ = false;
+      metrics_.queue_depth().Decrement();
+      return absl::ResourceExhaustedError(absl::StrCat(ModelLabel(*model), "the batch queue holds ",
+                                                       queue.pending.size(),
+                                                       " requests already (--max_queue_size)"));
+    }
+    call.enqueued_ = absl::Now();
+    queue.pending.push_back(&call);
+    if (queue.waiting) {
+      queue.more.Signal();
+    } else if (queue.collectors < queue.max_collectors()) {
+      ++queue.collectors;
+      start_collector = true;
+    }
+  }
+  if (!start_collector) return absl::OkStatus();
+  absl::Status scheduled =
+      pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
+  if (scheduled.ok()) return absl::OkStatus();
+  // No collector for these calls: take back `call` and, when no collector is left at all,
+  // every other call queued (their Submit returned already, so they are answered here).
+  std::vector<InferenceCall*> orphans;
+  bool taken_back = false;
+  {
+    absl::MutexLock lock(&queue.mutex);
+    --queue.collectors;
+    for (auto it = queue.pending.begin(); it != queue.pending.end();) {
+      if (*it == &call || queue.collectors == 0) {
+        taken_back |= *it == &call;
+        if (*it != &call) orphans.push_back(*it);
+        it = queue.pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (InferenceCall* orphan : orphans) {
+    orphan->queued_ = false;
+    metrics_.queue_depth().Decrement();
+    Complete(*orphan, Annotate(scheduled, ModelLabel(*model)));
+  }
+  if (!taken_back) return absl::OkStatus();  // a collector has it
+  call.queued_ = false;
+  metrics_.queue_depth().Decrement();
+  return scheduled;
+}
+
+void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
+  BatchQueue& queue = *model->batcher;
+  std::vector<InferenceCall*> batch, expired;
+  while (true) {
+    batch.clear();
+    expired.clear();
+    bool idle = false;
+    {
+      absl::MutexLock lock(&queue.mutex);
+      idle = !FormBatch(*model, queue, batch, expired);
+      if (idle) --queue.collectors;
+    }
+    for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
+    if (!batch.empty()) RunBatch(*model, batch);
+    if (idle) return;
+    // Other models' tasks wait: queue behind them (this task's collector slot moves along).
+    if (pool_->queue_size() > 0 &&
+        pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances).ok()) {
+      return;
+    }
+  }
+}
+
+bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
+                                std::vector<InferenceCall*>& batch,
+                                std::vector<InferenceCall*>& expired) {
+  const BatchingPolicy& policy = queue.policy();
+  std::vector<size_t> members;  // positions in the queue
+  while (true) {
+    const absl::Time now = absl::Now();
+    absl::Time earliest_deadline = absl::InfiniteFuture();
+    for (auto it = queue.pending.begin(); it != queue.pending.end();) {
+      InferenceCall* call = *it;
+      if (now >= call->deadline_ || call->cancelled()) {
+        expired.push_back(call);
+        it = queue.pending.erase(it);
+      } else {
+        earliest_deadline = std::min(earliest_deadline, call->deadline_);
+        ++it;
+      }
+    }
+    if (queue.pending.empty()) return false;
+    InferenceCall& head = *queue.pending.front();
+    members.assign(1, 0);
+    int64_t size = head.batch_size_;
+    bool full = size >= policy.max_batch_size;
+    if (!Mergeable(model.io, head.decoded_.inputs)) {
+      full = true;  // runs alone
+    } else {
+      for (size_t i = 1; i < queue.pending.size() && !full; ++i) {
+        const InferenceCall& call = *queue.pending[i];
+        if (!CanMerge(model.io, head.decoded_.inputs, call.decoded_.inputs)) {
+          if (policy.preserve_ordering) break;
+          continue;
+        }
+        if (size + call.batch_size_ > policy.max_batch_size) {
+          full = true;
+          break;
+        }
+        members.push_back(i);
+        size += call.batch_size_;
+        full = size >= policy.max_batch_size;
+      }
+    }
+    // A preferred size reached: the largest one the queued calls make, in arrival order.
+    bool preferred = false;
+    for (auto p = policy.preferred.rbegin(); p != policy.preferred.rend() && !full; ++p) {
+      if (*p > size) continue;
+      int64_t kept = 0;
+      size_t n = 0;
+      while (n < members.size() && kept + queue.pending[members[n]]->batch_size_ <= *p) {
+        kept += queue.pending[members[n++]]->batch_size_;
+      }
+      members.resize(std::max<size_t>(n, 1));
+      preferred = true;
+      break;
+    }
+    const absl::Time due = std::min(head.enqueued_ + policy.max_queue_delay, earliest_deadline);
+    const bool alone = queue.collectors == 1;  // no other batch of this version in the works
+    if (full || preferred || alone || now >= due) break;
+    // One collector waits for a batch to fill; another gives its slot back (the waiting one
+    // takes these calls).
+    if (queue.waiting) return false;
+    queue.waiting = true;
+    queue.more.WaitWithDeadline(&queue.mutex, due);
+    queue.waiting = false;
+  }
+  for (size_t position : members) batch.push_back(queue.pending[position]);
+  for (auto it = members.rbegin(); it != members.rend(); ++it) {
+    queue.pending.erase(queue.pending.begin() + static_cast<std::ptrdiff_t>(*it));
+  }
+  return true;
+}
+
+void InferenceRunner::RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls) {
+  if (calls.size() == 1) {
+    Run(*calls[0]);
+    return;
+  }
+  std::vector<absl::Status> statuses(calls.size());
+  const absl::Status status =
+      CatchExceptions(ModelLabel(model), [&] { return ExecuteBatch(model, calls, statuses); });
+  for (size_t k = 0; k < calls.size(); ++k) {
+    Complete(*calls[k], status.ok() ? statuses[k] : status);  // calls[k] may be gone after this
+  }
+}
+
+absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
+                                           const std::vector<InferenceCall*>& calls,
+                                           std::vector<absl::Status>& statuses) {
+  const std::string label = ModelLabel(model);
+  const absl::Time started = absl::Now();
+  absl::Time deadline = absl::InfinitePast();
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<engine::Value>*> inputs;
+  int64_t total = 0;
+  for (InferenceCall* call : calls) {
+    if (call->queued_) metrics_.queue_depth().Decrement();
+    call->queued_ = false;
+    model.metrics->RecordQueue(started - call->received_);
+    deadline = std::max(deadline, call->deadline_);
+    sizes.push_back(call->batch_size_);
+    total += call->batch_size_;
+    inputs.push_back(&call->decoded_.inputs);
+  }
+  std::vector<engine::Value> merged = MergeInputs(model.io, inputs);
+  for (InferenceCall* call : calls) call->decoded_.inputs.clear();
+
+  const int64_t members = static_cast<int64_t>(calls.size());
+  auto scaled = [members](int64_t cap) {  // 0 = unlimited stays so; saturates
+    if (cap <= 0) return cap;
+    return cap > std::numeric_limits<int64_t>::max() / members ? std::numeric_limits<int64_t>::max()
+                                                               : cap * members;
+  };
+  RunningBatch running;
+  running.calls = &calls;
+  engine::RunOptions options;
+  options.deadline = deadline;
+  options.cancelled = &running.cancelled;
+  options.max_loop_iterations = model.max_loop_iterations;
+  options.max_output_bytes = scaled(model.max_output_bytes);
+  options.max_memory_bytes = scaled(model.max_request_memory_bytes);
+  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  {
+    absl::MutexLock lock(&mutex_);
+    batches_.push_back(&running);
+  }
+  absl::StatusOr<std::vector<engine::Value>> outputs = model.model->Run(std::move(merged), options);
+  {
+    absl::MutexLock lock(&mutex_);
+    batches_.erase(std::find(batches_.begin(), batches_.end(), &running));
+  }
+  const absl::Duration computed = absl::Now() - started;
+  for (size_t k = 0; k < calls.size(); ++k) model.metrics->RecordCompute(computed);
+
+  // What a member that left while the batch ran is answered.
+  auto left = [&](const InferenceCall& call) -> absl::Status {
+    const absl::Time now = absl::Now();
+    if (now >= call.deadline_ ||
+        (call.cancelled() && now + kDeadlineClockSlack >= call.deadline_)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(label, "deadline exceeded while its batch of ", members, " requests ran"));
+    }
+    if (call.cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat(label, "cancelled while its batch of ", members, " requests ran"));
+    }
+    return absl::OkStatus();
+  };
+  if (!outputs.ok()) {
+    RecordLimit(model, outputs.status());
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const absl::Status gone = left(*calls[k]);
+      statuses[k] = gone.ok() ? Annotate(outputs.status(),
+                                         absl::StrCat(label, "batch of ", members, " requests: "))
+                              : gone;
+    }
+    return absl::OkStatus();
+  }
+  model.metrics->RecordExecution(total);
+  absl::StatusOr<std::vector<std::vector<engine::Value>>> split_or =
+      SplitOutputs(model.io, *outputs, sizes);
+  if (!split_or.ok()) return Annotate(split_or.status(), label);
+  std::vector<std::vector<engine::Value>>& split = *split_or;
+  outputs->clear();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    InferenceCall& call = *calls[k];
+    statuses[k] = [&]() -> absl::Status {
+      LS_RETURN_IF_ERROR(left(call));
+      LS_RETURN_IF_ERROR(CheckOutputBytes(call, split[k]));
+      LS_RETURN_IF_ERROR(Annotate(model.io.AdaptOutputs(split[k]), label));
+      const absl::Time encode_start = absl::Now();
+      const absl::Status encoded = call.Respond(model, call.decoded_.outputs, split[k]);
+      model.metrics->RecordComputeOutput(absl::Now() - encode_start);
+      return Annotate(encoded, label);
+    }();
+    split[k].clear();
+  }
+  return absl::OkStatus();
+}
+
 void InferenceRunner::Run(InferenceCall& call) {
   const absl::Status status =
       CatchExceptions(ModelLabel(*call.model_), [&] { return Execute(call); });
@@ -197,6 +458,7 @@ absl::Status InferenceRunner::Execute(InferenceCall& call) {
   absl::StatusOr<std::vector<engine::Value>> outputs =
       model.model->Run(std::move(call.decoded_.inputs), options);
   model.metrics->RecordCompute(absl::Now() - started);
+  if (outputs.ok()) model.metrics->RecordExecution(call.batch_size_);
   if (!outputs.ok()) {
     absl::Status status = outputs.status();
     // An expired deadline reaches the engine as the protocol's cancellation (gRPC's OnCancel) as
@@ -250,6 +512,7 @@ absl::Status InferenceRunner::CheckOutputBytes(const InferenceCall& call,
 
 void InferenceRunner::Complete(InferenceCall& call, const absl::Status& status) {
   if (call.model_ != nullptr) {  // null when the model lookup failed
+    if (status.ok()) call.model_->metrics->RecordInferences(call.batch_size_);
     call.model_->metrics->RecordRequest(call.protocol_, status.code(),
                                         absl::Now() - call.received_);
   }
@@ -306,7 +569,7 @@ void InferenceRunner::CancelAll() {
 void InferenceRunner::Watch() {
   absl::MutexLock lock(&mutex_);
   auto busy_or_stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    return polled_ > 0 || stop_watcher_;
+    return polled_ > 0 || !batches_.empty() || stop_watcher_;
   };
   auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stop_watcher_; };
   while (true) {
@@ -314,6 +577,11 @@ void InferenceRunner::Watch() {
     if (stop_watcher_) return;
     for (InferenceCall* call = calls_; call != nullptr; call = call->next_) {
       if (call->polled_ && call->ClientGone()) call->Cancel();
+    }
+    for (RunningBatch* batch : batches_) {
+      bool all = true;
+      for (const InferenceCall* call : *batch->calls) all = all && call->cancelled();
+      if (all) batch->cancelled.store(true, std::memory_order_relaxed);
     }
     if (mutex_.AwaitWithTimeout(absl::Condition(&stopping), kCancelPollInterval)) return;
   }

@@ -108,6 +108,10 @@ class InferenceCall : private engine::IterationObserver {
   DecodedRequest decoded_;
   bool admitted_ = false;  // counted in loopserve_inflight_requests
   bool queued_ = false;    // counted in loopserve_queue_depth until a worker takes it
+  // The request's inferences (its batch size with max_batch_size > 0, else 1), and when it
+  // entered its version's BatchQueue.
+  int64_t batch_size_ = 1;
+  absl::Time enqueued_;
   // The runner's list of calls in flight (guarded by its mutex).
   InferenceCall* prev_ = nullptr;
   InferenceCall* next_ = nullptr;
@@ -139,10 +143,28 @@ class InferenceCall : private engine::IterationObserver {
 //                  histograms, inflight and queue depth, Triton's statistics, and
 //                  loopserve_loop_limit_hits_total{reason} from the engine's LimitReason (or the
 //                  DEADLINE_EXCEEDED / CANCELLED code of a stopped run).
-// Exceptions stop here (INTERNAL). A batcher (issue 17) belongs between the admission and the
-// scheduling steps (Dispatch): it would collect admitted calls of one version and run them as
-// one Execute. A `stream_iterations` request runs with its call as the engine's
-// IterationObserver beside the version's LoopObserver (see InferenceCall).
+// Exceptions stop here (INTERNAL). A `stream_iterations` request runs with its call as the
+// engine's IterationObserver beside the version's LoopObserver (see InferenceCall).
+//
+// Dynamic batching (a version with `dynamic_batching`; LoadedModel::batcher): an admitted call
+// (already bound and checked alone, so a bad request fails alone) goes into the version's
+// BatchQueue instead of the pool (`stream_iterations` requests bypass it). The first call into an
+// idle queue schedules a collector task on the pool (in the version's TaskGroup; at most
+// BatchQueue::max_collectors at once). A collector takes the oldest call and every later one
+// that CanMerge with it while the batch sizes sum to at most max_batch_size; it dispatches the
+// batch at once when it is full, reaches a preferred size, when no other batch of the version is
+// collected or running (a lone client never waits), or when the oldest call has waited
+// max_queue_delay (or the earliest deadline comes); otherwise it waits for more. Calls that
+// expired or were cancelled in the queue are taken out and answered alone. A batch of one runs
+// as an unbatched request; a larger one runs as one Model::Run on the merged inputs (the
+// latest deadline of its members; caps on output bytes and memory multiplied by the member
+// count, the iteration cap unchanged since every member shares each iteration), and its outputs
+// are split per request. A member cancelled or past its deadline while its batch runs is
+// answered CANCELLED / DEADLINE_EXCEEDED when the batch ends while the others get their outputs;
+// the watcher stops the run when every member is cancelled. After each batch the collector
+// continues with the queue, or hands over to a fresh task when other work waits in the pool.
+// preserve_ordering: one collector, no call skipped, so answers leave in arrival order. The
+// queue lock is taken per request and per batch, never inside a run.
 //
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
@@ -191,6 +213,20 @@ class InferenceRunner {
   absl::Status PlanIterationStream(InferenceCall& call);
   // Scheduling: on this thread or the pool.
   absl::Status Dispatch(InferenceCall& call);
+  // Scheduling of a batching version: into its BatchQueue (RESOURCE_EXHAUSTED when it holds
+  // the pool's max_queue_size calls), starting a collector if none is free to take the call.
+  absl::Status Enqueue(InferenceCall& call);
+  // A collector task: forms and runs batches of `model` until its queue is empty.
+  void CollectBatches(std::shared_ptr<const LoadedModel> model);
+  // Under the queue's mutex: waits for a batch to be due and moves it out of the queue into
+  // `batch`; calls that expired or were cancelled go to `expired`. False when the queue is empty
+  // or another collector already waits on it (this one then gives its slot back).
+  bool FormBatch(const LoadedModel& model, BatchQueue& queue, std::vector<InferenceCall*>& batch,
+                 std::vector<InferenceCall*>& expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex);
+  // Runs a batch taken from the queue and answers each of its calls.
+  void RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls);
+  absl::Status ExecuteBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls,
+                            std::vector<absl::Status>& statuses);
   // On the thread that runs the call: Execute, then Complete.
   void Run(InferenceCall& call);
   absl::Status Execute(InferenceCall& call);
@@ -201,6 +237,12 @@ class InferenceRunner {
                                 const std::vector<engine::Value>& outputs);
   // A stopped run's limit hit: the engine's LimitReason, or its deadline/cancel code.
   void RecordLimit(const LoadedModel& model, const absl::Status& status);
+
+  // A merged batch in Model::Run: the watcher sets `cancelled` once every member is cancelled.
+  struct RunningBatch {
+    const std::vector<InferenceCall*>* calls;
+    std::atomic<bool> cancelled{false};
+  };
 
   void Link(InferenceCall* call);
   void Unlink(InferenceCall* call);
@@ -214,8 +256,9 @@ class InferenceRunner {
   std::atomic<bool> draining_{false};
   absl::Mutex mutex_;
   int in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
-  InferenceCall* calls_ ABSL_GUARDED_BY(mutex_) = nullptr;  // intrusive list of calls in flight
-  int polled_ ABSL_GUARDED_BY(mutex_) = 0;                  // calls whose ClientGone is polled
+  InferenceCall* calls_ ABSL_GUARDED_BY(mutex_) = nullptr;      // intrusive list of calls in flight
+  int polled_ ABSL_GUARDED_BY(mutex_) = 0;                      // calls whose ClientGone is polled
+  std::vector<RunningBatch*> batches_ ABSL_GUARDED_BY(mutex_);  // merged batches running
   bool cancel_all_ ABSL_GUARDED_BY(mutex_) = false;
   bool stop_watcher_ ABSL_GUARDED_BY(mutex_) = false;
   std::thread watcher_;  // Watch; joined by the destructor

@@ -179,6 +179,19 @@ void ModelVersionMetrics::RecordCompute(absl::Duration computed) {
   if (has_handles_) compute_duration_->Observe(absl::ToDoubleSeconds(computed));
 }
 
+void ModelVersionMetrics::RecordInferences(int64_t count) {
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(count, 0));
+  inferences_.fetch_add(n, std::memory_order_relaxed);
+  if (has_handles_) inferences_total_->Increment(static_cast<double>(n));
+}
+
+void ModelVersionMetrics::RecordExecution(int64_t batch_size) {
+  executions_.fetch_add(1, std::memory_order_relaxed);
+  if (!has_handles_) return;
+  executions_total_->Increment();
+  batch_size_->Observe(static_cast<double>(batch_size));
+}
+
 void ModelVersionMetrics::RecordStreamSlice(bool first, absl::Duration since_received) {
   if (!has_handles_) return;
   stream_slices_->Increment();
@@ -217,7 +230,8 @@ ModelVersionStatistics ModelVersionMetrics::Statistics() const {
   ModelVersionStatistics stats;
   stats.last_inference_ms = last_inference_ms_.load(std::memory_order_relaxed);
   stats.success = copy(success_);
-  stats.inference_count = stats.success.count;
+  stats.inference_count = inferences_.load(std::memory_order_relaxed);
+  stats.execution_count = executions_.load(std::memory_order_relaxed);
   stats.fail = copy(fail_);
   stats.queue = copy(queue_);
   stats.compute_input = copy(compute_input_);
@@ -269,6 +283,22 @@ Metrics::Metrics()
                             "Iteration responses of stream_iterations requests handed to the "
                             "protocol")
                         .Register(*registry_);
+  inferences_ = &prometheus::BuildCounter()
+                     .Name("loopserve_inferences_total")
+                     .Help(
+                         "Inferences of successful requests (a request of batch size n counts n; "
+                         "Triton's nv_inference_count)")
+                     .Register(*registry_);
+  executions_ = &prometheus::BuildCounter()
+                     .Name("loopserve_executions_total")
+                     .Help(
+                         "Successful model executions; requests the dynamic batcher merged count "
+                         "once (Triton's nv_inference_exec_count)")
+                     .Register(*registry_);
+  batch_size_ = &prometheus::BuildHistogram()
+                     .Name("loopserve_batch_size")
+                     .Help("Batch size (inferences) of each model execution")
+                     .Register(*registry_);
   model_ready_ = &prometheus::BuildGauge()
                       .Name("loopserve_model_ready")
                       .Help("1 when the model version is loaded and serving, 0 when it failed")
@@ -313,6 +343,12 @@ prometheus::Histogram::BucketBoundaries Metrics::DurationBuckets() {
   return buckets;
 }
 
+prometheus::Histogram::BucketBoundaries Metrics::BatchBuckets() {
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double size = 1; size <= 1024; size *= 2) buckets.push_back(size);
+  return buckets;
+}
+
 prometheus::Histogram::BucketBoundaries Metrics::IterationBuckets() {
   prometheus::Histogram::BucketBoundaries buckets;
   for (double decade = 1; decade < 1e6; decade *= 10) {
@@ -343,6 +379,9 @@ std::shared_ptr<ModelVersionMetrics> Metrics::ForModelVersion(
   metrics->compute_duration_ = &compute_duration_->Add(labels, DurationBuckets());
   metrics->stream_first_slice_ = &stream_first_slice_->Add(labels, DurationBuckets());
   metrics->stream_slices_ = &stream_slices_->Add(labels);
+  metrics->inferences_total_ = &inferences_->Add(labels);
+  metrics->executions_total_ = &executions_->Add(labels);
+  metrics->batch_size_ = &batch_size_->Add(labels, BatchBuckets());
   for (const std::string& loop : loop_names) {
     prometheus::Labels with_loop = labels;
     with_loop["loop"] = loop;

@@ -53,7 +53,8 @@ struct ModelVersionStatistics {
     uint64_t iterations = 0;
   };
   uint64_t last_inference_ms = 0;  // since the epoch; 0 = never
-  uint64_t inference_count = 0;    // successful requests
+  uint64_t inference_count = 0;    // inferences of successful requests (a batch of n counts n)
+  uint64_t execution_count = 0;    // successful Model::Run calls (a merged batch counts 1)
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   std::vector<Loop> loops;
 };
@@ -78,6 +79,12 @@ class ModelVersionMetrics : public engine::LoopObserver {
   void RecordComputeInput(absl::Duration decoding);   // request decoding and validation
   void RecordCompute(absl::Duration computed);        // Model::Run
   void RecordComputeOutput(absl::Duration encoding);  // response encoding
+  // A successful request's inferences: its batch size with max_batch_size > 0, else 1
+  // (Triton's inference_count; loopserve_inferences_total).
+  void RecordInferences(int64_t count);
+  // One successful Model::Run over `batch_size` inferences (Triton's execution_count;
+  // loopserve_executions_total, loopserve_batch_size).
+  void RecordExecution(int64_t batch_size);
   // One iteration's response of a `stream_iterations` request handed to the protocol:
   // loopserve_stream_slices_total, and for the request's first one (`first`) its time since the
   // request arrived in loopserve_stream_first_slice_seconds.
@@ -103,6 +110,8 @@ class ModelVersionMetrics : public engine::LoopObserver {
   };
   std::atomic<uint64_t> last_inference_ms_{0};
   DurationStat success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
+  std::atomic<uint64_t> inferences_{0};
+  std::atomic<uint64_t> executions_{0};
   std::atomic<int64_t> recent_compute_ns_{-1};    // RecentCompute; -1 before the first run
   std::vector<std::unique_ptr<LoopStat>> loops_;  // by loop index
 
@@ -116,6 +125,9 @@ class ModelVersionMetrics : public engine::LoopObserver {
   prometheus::Histogram* compute_duration_ = nullptr;
   prometheus::Histogram* stream_first_slice_ = nullptr;
   prometheus::Counter* stream_slices_ = nullptr;
+  prometheus::Counter* inferences_total_ = nullptr;
+  prometheus::Counter* executions_total_ = nullptr;
+  prometheus::Histogram* batch_size_ = nullptr;
   std::vector<prometheus::Histogram*> loop_iterations_;          // by loop index
   std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
 };
@@ -131,6 +143,14 @@ class ModelVersionMetrics : public engine::LoopObserver {
 //                                                              iteration response,
 //                                                              stream_iterations)
 //   loopserve_stream_slices_total{model,version}               counter (iteration responses sent)
+//   loopserve_inferences_total{model,version}                  counter (Triton's
+//                                                              nv_inference_count: a successful
+//                                                              request of batch size n counts n)
+//   loopserve_executions_total{model,version}                  counter (nv_inference_exec_count:
+//                                                              Model::Run calls; a merged batch
+//                                                              counts 1)
+//   loopserve_batch_size{model,version}                        histogram, batch size (inferences)
+//                                                              per execution
 //   loopserve_loop_limit_hits_total{reason}                    counter; reason = iteration_cap |
 //                                                              deadline | cancelled |
 //                                                              output_bytes | memory
@@ -178,6 +198,8 @@ class Metrics {
   // 1, 2, 5, 10, ..., 1e6.
   static prometheus::Histogram::BucketBoundaries DurationBuckets();
   static prometheus::Histogram::BucketBoundaries IterationBuckets();
+  // Batch sizes: 1, 2, 4, ..., 1024.
+  static prometheus::Histogram::BucketBoundaries BatchBuckets();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -190,6 +212,9 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* loop_iteration_duration_;
   prometheus::Family<prometheus::Histogram>* stream_first_slice_;
   prometheus::Family<prometheus::Counter>* stream_slices_;
+  prometheus::Family<prometheus::Counter>* inferences_;
+  prometheus::Family<prometheus::Counter>* executions_;
+  prometheus::Family<prometheus::Histogram>* batch_size_;
   prometheus::Family<prometheus::Gauge>* model_ready_;
   prometheus::Family<prometheus::Gauge>* model_load_duration_;
   prometheus::Counter* loads_success_;

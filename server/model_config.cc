@@ -11,12 +11,14 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "engine/base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -289,9 +291,26 @@ absl::StatusOr<int64_t> ParseParameter(const inference::ModelParameter& value,
   return n;
 }
 
-bool IsLoopserveParameter(absl::string_view key) {
+bool IsNumericParameter(absl::string_view key) {
   return key == kMaxLoopIterationsParameter || key == kMaxOutputBytesParameter ||
          key == kMaxRequestMemoryBytesParameter;
+}
+
+bool IsLoopserveParameter(absl::string_view key) {
+  return IsNumericParameter(key) || key == kUnbatchedInputsParameter ||
+         key == kOutputBatchAxesParameter;
+}
+
+// The comma-separated items of a parameter's string value, stripped; empty items kept (the
+// caller rejects them).
+std::vector<std::string> ParameterItems(const ModelConfig& config, absl::string_view key) {
+  std::vector<std::string> items;
+  auto it = config.parameters().find(std::string(key));
+  if (it == config.parameters().end()) return items;
+  for (absl::string_view item : absl::StrSplit(it->second.string_value(), ',')) {
+    items.emplace_back(absl::StripAsciiWhitespace(item));
+  }
+  return items;
 }
 
 absl::Status CheckPlatform(const ModelConfig& config) {
@@ -481,15 +500,17 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
   const std::map<std::string, inference::ModelParameter> parameters(config.parameters().begin(),
                                                                     config.parameters().end());
   for (const auto& [key, value] : parameters) {
-    if (IsLoopserveParameter(key)) {
+    if (IsNumericParameter(key)) {
       LS_RETURN_IF_ERROR(ParseParameter(value, key).status());
-    } else {
+    } else if (!IsLoopserveParameter(key)) {
       parsed.ignored.push_back(absl::StrCat(
           "parameters '", absl::CEscape(key),
           "' ignored: not a loopserve setting (loopserve reads ", kMaxLoopIterationsParameter, ", ",
-          kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ")"));
+          kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ", ",
+          kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter, ")"));
     }
   }
+  LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());
   LS_RETURN_IF_ERROR(CheckDynamicBatching(config));
   return CheckWarmup(config);
 }
@@ -502,21 +523,28 @@ std::string ConfigTypeName(engine::DataType type) {
 }
 
 // Compares the model-side dims a config declares (without the batch dim) with the model's dims
-// (with it when batching). `field` names what was declared ("dims", "reshape").
+// (with it at `batch_axis` when >= 0). `field` names what was declared ("dims", "reshape").
 absl::Status CheckAgainstModel(absl::string_view what, absl::string_view field,
                                absl::Span<const int64_t> declared,
                                const std::optional<std::vector<int64_t>>& model_dims,
-                               int max_batch_size) {
+                               int batch_axis) {
   if (!model_dims.has_value()) return absl::OkStatus();  // the model does not say
+  std::vector<int64_t> model_without_batch = *model_dims;
   absl::Span<const int64_t> model(*model_dims);
-  if (max_batch_size > 0) {
-    if (model.empty() || model[0] != -1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": max_batch_size ", max_batch_size,
-          " needs a variable first (batch) dim, but the model's is ", FormatDims(model)));
+  if (batch_axis >= 0) {
+    if (static_cast<int>(model.size()) <= batch_axis || model[batch_axis] != -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": max_batch_size > 0 needs a variable batch dim ",
+                       batch_axis == 0 ? "first" : absl::StrCat("at axis ", batch_axis),
+                       ", but the model's dims are ", FormatDims(model),
+                       batch_axis == 0 ? absl::StrCat(" (list an input without one in parameters '",
+                                                      kUnbatchedInputsParameter, "')")
+                                       : ""));
     }
-    model.remove_prefix(1);
+    model_without_batch.erase(model_without_batch.begin() + batch_axis);
+    model = model_without_batch;
   }
+  const int max_batch_size = batch_axis >= 0 ? 1 : 0;  // for the messages below
   if (declared.size() != model.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", field, " ", FormatDims(declared), " have rank ", declared.size(),
@@ -547,13 +575,16 @@ absl::Status CheckDataType(absl::string_view what, inference::DataType declared,
   return absl::OkStatus();
 }
 
-// The model's dims without the batch dim when batching (the caller has checked it is variable);
+// The model's dims without the batch dim at `batch_axis` (-1: none; the caller has checked it is
+// variable);
 // std::nullopt for an unknown rank.
-std::optional<std::vector<int64_t>> ConfigDims(const engine::TensorSpec& spec, int max_batch_size) {
+std::optional<std::vector<int64_t>> ConfigDims(const engine::TensorSpec& spec, int batch_axis) {
   if (!spec.type.dims.has_value()) return std::nullopt;
   std::vector<int64_t> dims = *spec.type.dims;
   for (int64_t& d : dims) d = d < 0 ? -1 : d;
-  if (max_batch_size > 0 && !dims.empty()) dims.erase(dims.begin());
+  if (batch_axis >= 0 && static_cast<int>(dims.size()) > batch_axis) {
+    dims.erase(dims.begin() + batch_axis);
+  }
   return dims;
 }
 
@@ -578,9 +609,11 @@ int FindSpec(const std::vector<engine::TensorSpec>& specs, absl::string_view nam
 
 // Checks the declared inputs (Proto = ModelInput) or outputs (ModelOutput) against the model's
 // `specs` and appends the ones the config leaves out. `kind` is "input" or "output".
+// `batch_axis` gives each tensor's batch axis by name (-1: none).
 template <typename Proto>
 absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::TensorSpec>& specs,
-                             int max_batch_size, const CompletionOptions& options,
+                             absl::FunctionRef<int(absl::string_view)> batch_axis,
+                             const CompletionOptions& options,
                              google::protobuf::RepeatedPtrField<Proto>& tensors) {
   constexpr bool kIsInput = std::is_same_v<Proto, inference::ModelInput>;
   std::vector<bool> declared(specs.size(), false);
@@ -606,10 +639,10 @@ absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::T
     }
     if (tensor.has_reshape()) {
       LS_RETURN_IF_ERROR(CheckAgainstModel(what, "reshape", ToVector(tensor.reshape().shape()),
-                                           spec.type.dims, max_batch_size));
+                                           spec.type.dims, batch_axis(spec.name)));
     } else {
-      LS_RETURN_IF_ERROR(
-          CheckAgainstModel(what, "dims", ToVector(tensor.dims()), spec.type.dims, max_batch_size));
+      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", ToVector(tensor.dims()), spec.type.dims,
+                                           batch_axis(spec.name)));
     }
     if constexpr (kIsInput) {
       if (tensor.optional() && spec.type.kind != engine::ValueKind::kOptional) {
@@ -627,9 +660,9 @@ absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::T
           what, ": not declared (auto-complete is disabled: declare every input and output)"));
     }
     // A batching config needs the batch dim on every tensor, declared or not.
-    const std::vector<int64_t> dims =
-        ConfigDims(spec, max_batch_size).value_or(std::vector<int64_t>());
-    LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", dims, spec.type.dims, max_batch_size));
+    const int axis = batch_axis(spec.name);
+    const std::vector<int64_t> dims = ConfigDims(spec, axis).value_or(std::vector<int64_t>());
+    LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", dims, spec.type.dims, axis));
     Proto* tensor = tensors.Add();
     tensor->set_name(spec.name);
     tensor->set_data_type(DataTypeToConfig(spec.type.dtype));
@@ -865,10 +898,30 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
                config.version_policy().latest().num_versions() == 0) {
       config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
     }
-    LS_RETURN_IF_ERROR(CompleteTensors("input", model.inputs(), config.max_batch_size(), options,
-                                       *config.mutable_input()));
-    LS_RETURN_IF_ERROR(CompleteTensors("output", model.outputs(), config.max_batch_size(), options,
-                                       *config.mutable_output()));
+    LS_ASSIGN_OR_RETURN(const BatchLayout layout, ReadBatchLayout(config));
+    for (const std::string& name : layout.unbatched_inputs) {
+      if (FindSpec(model.inputs(), name) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameters '", kUnbatchedInputsParameter, "': the model has no input '",
+                         name, "' (it has ", ListNames(model.inputs()), ")"));
+      }
+    }
+    for (const auto& [name, axis] : layout.output_axes) {
+      if (FindSpec(model.outputs(), name) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameters '", kOutputBatchAxesParameter, "': the model has no output '",
+                         name, "' (it has ", ListNames(model.outputs()), ")"));
+      }
+    }
+    const bool batching = config.max_batch_size() > 0;
+    LS_RETURN_IF_ERROR(CompleteTensors(
+        "input", model.inputs(),
+        [&](absl::string_view name) { return batching && layout.InputBatched(name) ? 0 : -1; },
+        options, *config.mutable_input()));
+    LS_RETURN_IF_ERROR(CompleteTensors(
+        "output", model.outputs(),
+        [&](absl::string_view name) { return batching ? layout.OutputAxis(name) : -1; }, options,
+        *config.mutable_output()));
     LS_RETURN_IF_ERROR(CheckWarmupAgainstInputs(config));
     CompleteInstanceGroups(config.name(), std::max(options.default_instance_count, 1), config);
     auto& parameters = *config.mutable_parameters();
@@ -882,6 +935,59 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
   }();
   if (!status.ok()) return Annotate(status, "config.pbtxt: ");
   return config;
+}
+
+bool BatchLayout::InputBatched(absl::string_view name) const {
+  return std::find(unbatched_inputs.begin(), unbatched_inputs.end(), name) ==
+         unbatched_inputs.end();
+}
+
+int BatchLayout::OutputAxis(absl::string_view name) const {
+  for (const auto& [output, axis] : output_axes) {
+    if (output == name) return axis;
+  }
+  return 0;
+}
+
+absl::StatusOr<BatchLayout> ReadBatchLayout(const inference::ModelConfig& config) {
+  BatchLayout layout;
+  const std::vector<std::string> unbatched = ParameterItems(config, kUnbatchedInputsParameter);
+  const std::vector<std::string> axes = ParameterItems(config, kOutputBatchAxesParameter);
+  if ((!unbatched.empty() || !axes.empty()) && config.max_batch_size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters '", unbatched.empty() ? kOutputBatchAxesParameter : kUnbatchedInputsParameter,
+        "' needs max_batch_size > 0 (without batching no tensor has a batch dim)"));
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& name : unbatched) {
+    if (name.empty() || !seen.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameters '", kUnbatchedInputsParameter,
+          "': ", name.empty() ? "an empty name" : absl::StrCat("'", absl::CEscape(name), "' twice"),
+          " (expected comma-separated input names)"));
+    }
+    layout.unbatched_inputs.push_back(name);
+  }
+  seen.clear();
+  for (const std::string& item : axes) {
+    const size_t colon = item.rfind(':');
+    int axis = -1;
+    std::string name = colon == std::string::npos ? "" : item.substr(0, colon);
+    absl::StripAsciiWhitespace(&name);
+    if (colon == std::string::npos || name.empty() ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(item.substr(colon + 1)), &axis) || axis < 0 ||
+        axis > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameters '", kOutputBatchAxesParameter, "': '", absl::CEscape(item),
+          "' is not NAME:AXIS with an axis from 0 to 64 (expected e.g. \"h_seq:1,y:0\")"));
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("parameters '", kOutputBatchAxesParameter,
+                                                     "': '", absl::CEscape(name), "' twice"));
+    }
+    layout.output_axes.emplace_back(std::move(name), axis);
+  }
+  return layout;
 }
 
 int64_t ParameterOr(const inference::ModelConfig& config, absl::string_view key, int64_t fallback) {
@@ -907,14 +1013,15 @@ ModelIo ModelIo::Build(const inference::ModelConfig& config, const engine::Model
   io.max_batch_size_ = config.max_batch_size();
   io.input_by_model_index_.assign(model.inputs().size(), -1);
   io.output_by_model_index_.assign(model.outputs().size(), -1);
-  // Client-side dims with the batch dim; none when the model's rank is unknown and the config
-  // gives no dims (auto-complete wrote none).
-  auto full = [&](absl::Span<const int64_t> dims,
-                  const engine::TensorSpec& spec) -> std::optional<std::vector<int64_t>> {
+  // CompleteModelConfig has checked the layout.
+  const BatchLayout layout = ReadBatchLayout(config).value_or(BatchLayout());
+  // Client-side dims with the batch dim at `axis` (-1: none); none when the model's rank is
+  // unknown and the config gives no dims (auto-complete wrote none).
+  auto full = [&](absl::Span<const int64_t> dims, const engine::TensorSpec& spec,
+                  int axis) -> std::optional<std::vector<int64_t>> {
     if (!spec.type.dims.has_value() && dims.empty()) return std::nullopt;
-    std::vector<int64_t> out;
-    if (io.max_batch_size_ > 0) out.push_back(-1);
-    out.insert(out.end(), dims.begin(), dims.end());
+    std::vector<int64_t> out(dims.begin(), dims.end());
+    if (axis >= 0) out.insert(out.begin() + std::min<size_t>(axis, out.size()), -1);
     return out;
   };
   for (const inference::ModelInput& input : config.input()) {
@@ -925,8 +1032,11 @@ ModelIo ModelIo::Build(const inference::ModelConfig& config, const engine::Model
     t.dtype = DataTypeFromConfig(input.data_type());
     t.model_index = index;
     t.optional = input.optional();
-    t.dims = full(input.dims(), model.inputs()[index]);
-    if (input.has_reshape()) t.reshape = full(input.reshape().shape(), model.inputs()[index]);
+    t.batch_axis = io.max_batch_size_ > 0 && layout.InputBatched(t.name) ? 0 : -1;
+    t.dims = full(input.dims(), model.inputs()[index], t.batch_axis);
+    if (input.has_reshape()) {
+      t.reshape = full(input.reshape().shape(), model.inputs()[index], t.batch_axis);
+    }
     io.input_by_model_index_[index] = static_cast<int>(io.inputs_.size());
     io.inputs_.push_back(std::move(t));
   }
@@ -937,9 +1047,10 @@ ModelIo ModelIo::Build(const inference::ModelConfig& config, const engine::Model
     t.name = output.name();
     t.dtype = DataTypeFromConfig(output.data_type());
     t.model_index = index;
-    t.dims = full(output.dims(), model.outputs()[index]);
+    t.batch_axis = io.max_batch_size_ > 0 ? layout.OutputAxis(t.name) : -1;
+    t.dims = full(output.dims(), model.outputs()[index], t.batch_axis);
     if (output.has_reshape()) {
-      t.reshape = full(output.reshape().shape(), model.outputs()[index]);
+      t.reshape = full(output.reshape().shape(), model.outputs()[index], t.batch_axis);
       io.any_output_reshape_ = true;
     }
     io.output_by_model_index_[index] = static_cast<int>(io.outputs_.size());
@@ -948,7 +1059,21 @@ ModelIo ModelIo::Build(const inference::ModelConfig& config, const engine::Model
   return io;
 }
 
+int ModelIo::InputBatchAxis(int model_index) const {
+  if (model_index < 0 || model_index >= static_cast<int>(input_by_model_index_.size())) return -1;
+  const int i = input_by_model_index_[model_index];
+  return i < 0 ? -1 : inputs_[i].batch_axis;
+}
+
+int ModelIo::OutputBatchAxis(int model_index) const {
+  if (model_index < 0 || model_index >= static_cast<int>(output_by_model_index_.size())) return -1;
+  const int i = output_by_model_index_[model_index];
+  return i < 0 ? -1 : outputs_[i].batch_axis;
+}
+
 absl::Status ModelIo::AdaptInputs(std::vector<engine::Value>& inputs) const {
+  int64_t batch = -1;  // the batch size of the first batched input
+  const std::string* batch_input = nullptr;
   for (size_t i = 0; i < inputs.size() && i < input_by_model_index_.size(); ++i) {
     if (input_by_model_index_[i] < 0) continue;
     const Tensor& spec = inputs_[input_by_model_index_[i]];
@@ -970,16 +1095,26 @@ absl::Status ModelIo::AdaptInputs(std::vector<engine::Value>& inputs) const {
     const std::vector<int64_t>& dims = *spec.dims;
     bool ok = shape.rank() == static_cast<int>(dims.size());
     for (int d = 0; ok && d < shape.rank(); ++d) ok = dims[d] == -1 || dims[d] == shape[d];
-    if (ok && max_batch_size_ > 0) ok = shape[0] >= 1 && shape[0] <= max_batch_size_;
+    const bool batched = spec.batch_axis == 0;
+    if (ok && batched) ok = shape[0] >= 1 && shape[0] <= max_batch_size_;
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "': shape ", shape.ToString(), " does not match the config's ",
-          FormatDims(dims),
-          max_batch_size_ > 0 ? absl::StrCat(" (batch dim 1 to ", max_batch_size_, ")") : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", spec.name, "': shape ", shape.ToString(),
+                       " does not match the config's ", FormatDims(dims),
+                       batched ? absl::StrCat(" (batch dim 1 to ", max_batch_size_, ")") : ""));
+    }
+    if (batched) {
+      if (batch_input != nullptr && shape[0] != batch) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", spec.name, "': batch size ", shape[0], " differs from input '", *batch_input,
+            "''s ", batch, " (every batched input has the same first dim)"));
+      }
+      batch = shape[0];
+      batch_input = &spec.name;
     }
     if (!spec.reshape.has_value()) continue;
     engine::Shape target(absl::MakeConstSpan(*spec.reshape));
-    if (max_batch_size_ > 0) target[0] = shape[0];
+    if (batched) target[0] = shape[0];
     if (!ResolveShape(shape.NumElements(), target)) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", spec.name, "': shape ", shape.ToString(),
@@ -999,7 +1134,10 @@ absl::Status ModelIo::AdaptOutputs(std::vector<engine::Value>& outputs) const {
     if (!value.is_tensor()) continue;
     engine::Tensor& tensor = value.mutable_tensor();
     engine::Shape target(absl::MakeConstSpan(*spec.dims));
-    if (max_batch_size_ > 0 && tensor.shape().rank() > 0) target[0] = tensor.shape()[0];
+    const int axis = spec.batch_axis;
+    if (axis >= 0 && axis < tensor.shape().rank() && axis < target.rank()) {
+      target[axis] = tensor.shape()[axis];
+    }
     if (!ResolveShape(tensor.shape().NumElements(), target)) {
       return absl::InvalidArgumentError(
           absl::StrCat("output '", spec.name, "': the model's shape ", tensor.shape().ToString(),

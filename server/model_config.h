@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,29 @@ inline constexpr char kMaxLoopIterationsParameter[] = "max_loop_iterations";
 inline constexpr char kMaxOutputBytesParameter[] = "max_output_bytes";
 inline constexpr char kMaxRequestMemoryBytesParameter[] = "max_request_memory_bytes";
 
+// loopserve's batching layout (with max_batch_size > 0; Triton assumes every tensor has the batch
+// dim first). `unbatched_inputs`: comma-separated names of inputs without a batch dim (a Loop's
+// trip count and condition): their config dims are the model's whole dims, and the dynamic
+// batcher merges requests only when these inputs are byte-equal. `output_batch_axes`:
+// comma-separated `name:axis` for outputs whose batch dim is not the first (a Loop scan output
+// [T, B, H] has it at 1); its config dims leave that axis out.
+inline constexpr char kUnbatchedInputsParameter[] = "unbatched_inputs";
+inline constexpr char kOutputBatchAxesParameter[] = "output_batch_axes";
+
+// The batching layout the two parameters above describe.
+struct BatchLayout {
+  std::vector<std::string> unbatched_inputs;
+  std::vector<std::pair<std::string, int>> output_axes;  // name, batch axis (>= 0)
+
+  bool InputBatched(absl::string_view name) const;
+  int OutputAxis(absl::string_view name) const;  // 0 unless listed
+};
+
+// Reads the layout from a config's parameters; InvalidArgument naming the parameter for a syntax
+// error, an empty or repeated name, an axis that is not a non-negative integer, or either
+// parameter without max_batch_size > 0.
+absl::StatusOr<BatchLayout> ReadBatchLayout(const inference::ModelConfig& config);
+
 // What kind of engine model a config names: from platform/backend, else from the file found.
 enum class ModelFormat { kUnknown, kOnnx, kOpenVino };
 
@@ -55,7 +79,8 @@ struct ParsedModelConfig {
 //     dynamic_batching without max_batch_size > 0 or with preferred sizes / priorities out of
 //     range; a loopserve parameter that is not a non-negative integer; a warm-up sample without
 //     a name, with batch_size above max_batch_size, an input without data or data_type, a
-//     variable dim, or a data file outside the model's warmup/ folder.
+//     variable dim, or a data file outside the model's warmup/ folder; a malformed
+//     unbatched_inputs / output_batch_axes (ReadBatchLayout).
 //   Unimplemented: Triton features loopserve does not have (sequence_batching,
 //     ensemble_scheduling, batch_input/batch_output, model_operations, model_repository_agents,
 //     decoupled transactions).
@@ -103,7 +128,9 @@ struct CompletionOptions {
 // InvalidArgument naming the tensor, the field and both values for: a declared input or output the
 // model does not have; a data_type other than the model's; dims (or reshape) of another rank or
 // with a fixed dim other than the model's; a reshape whose element count cannot match dims;
-// max_batch_size > 0 on a model whose first dim is not variable; `optional: true` on an input
+// max_batch_size > 0 on a model whose batch dim (the first, or the axis output_batch_axes gives;
+// none for unbatched_inputs) is not variable; unbatched_inputs / output_batch_axes naming a
+// tensor the model does not have; `optional: true` on an input
 // the model requires; a warm-up input that is not declared, has another data_type or dims the
 // declared ones do not admit, or a required input a warm-up sample leaves out. With auto_complete
 // false, also for a missing config.pbtxt, platform/backend, data_type or model tensor.
@@ -127,9 +154,12 @@ class ModelIo {
   struct Tensor {
     std::string name;
     engine::DataType dtype = engine::DataType::kUndefined;
-    // Client-side dims including the batch dim (-1) when batching; std::nullopt when the model's
-    // rank is unknown and the config gives none (no check).
+    // Client-side dims including the batch dim (-1, at batch_axis) when batching; std::nullopt
+    // when the model's rank is unknown and the config gives none (no check).
     std::optional<std::vector<int64_t>> dims;
+    // Where the batch dim is (0 for inputs; output_batch_axes for outputs); -1 without one
+    // (max_batch_size 0, unbatched_inputs).
+    int batch_axis = -1;
     // Model-side dims (with the batch dim) when the config reshapes this tensor.
     std::optional<std::vector<int64_t>> reshape;
     bool optional = false;  // inputs: may be left out
@@ -142,11 +172,17 @@ class ModelIo {
   const std::vector<Tensor>& inputs() const { return inputs_; }    // in config order
   const std::vector<Tensor>& outputs() const { return outputs_; }  // in config order
   int max_batch_size() const { return max_batch_size_; }
+  // The batch axis of a model input / output by its Model::inputs() / outputs() index; -1 when
+  // it has none (or the config does not list it).
+  int InputBatchAxis(int model_index) const;
+  int OutputBatchAxis(int model_index) const;
 
   // Checks decoded request inputs (Model::inputs() order; absent ones are kNone) against the
   // config and reshapes them in place: InvalidArgument naming the input for a missing required
   // input, dims the config does not admit (a batch dim outside [1, max_batch_size]), or an element
-  // count the reshape cannot take. Costs a few comparisons per input; allocates nothing.
+  // count the reshape cannot take; with max_batch_size > 0, also batched inputs whose batch dims
+  // differ (the request's batch size is ambiguous). Costs a few comparisons per input; allocates
+  // nothing.
   absl::Status AdaptInputs(std::vector<engine::Value>& inputs) const;
 
   // Reshapes model outputs (Model::outputs() order) to the config's dims where it reshapes them.

@@ -287,6 +287,16 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     explicit_count |= group.kind() != inference::ModelInstanceGroup::KIND_GPU && group.count() > 0;
   }
   if (explicit_count) loaded->instances = std::make_shared<TaskGroup>(InstanceCount(config));
+  if (std::optional<BatchingPolicy> policy = BatchingPolicy::FromConfig(config)) {
+    for (size_t j = 0; j < model->outputs().size(); ++j) {
+      if (loaded->io.OutputBatchAxis(static_cast<int>(j)) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.pbtxt: dynamic_batching: output '", model->outputs()[j].name,
+                         "' has no batch axis (a sequence), so merged batches could not be split"));
+      }
+    }
+    loaded->batcher = std::make_shared<BatchQueue>(*std::move(policy), InstanceCount(config));
+  }
   loaded->config = std::move(config);
 
   if (loaded->config.model_warmup_size() > 0) {

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "proto/model_config.pb.h"
+#include "server/batching.h"
 #include "server/metrics.h"
 #include "server/model_config.h"
 #include "server/ovms_config.h"
@@ -69,6 +70,9 @@ struct LoadedModel {
   std::shared_ptr<ModelVersionMetrics> metrics;
   // Caps the requests of this version running at once (the instance count); null = no cap.
   std::shared_ptr<TaskGroup> instances;
+  // The dynamic batcher's queue when the config has `dynamic_batching`; null otherwise. Mutable
+  // through the const LoadedModel (it is the runner's per-version state, see BatchQueue).
+  std::shared_ptr<BatchQueue> batcher;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.

@@ -172,8 +172,10 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
     if (index < 0) {
       return absl::InvalidArgumentError(absl::StrCat(input_what, ": the model has no such input"));
     }
+    // Unbatched inputs (parameters 'unbatched_inputs') take their dims as given.
+    const bool batched = io.InputBatchAxis(index) == 0;
     std::vector<int64_t> dims;
-    if (config.max_batch_size() > 0) dims.push_back(batch);
+    if (batched) dims.push_back(batch);
     dims.insert(dims.end(), input.dims().begin(), input.dims().end());
     LS_ASSIGN_OR_RETURN(engine::Shape shape, engine::ValidateDims(dims, input_what));
     engine::Tensor tensor(DataTypeFromConfig(input.data_type()), shape);
@@ -184,16 +186,14 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
       case inference::ModelWarmup::Input::kInputDataFile: {
         if (tensor.dtype() == DataType::kString) {
           // One batch element's strings, repeated for the batch.
-          const int64_t per_batch =
-              tensor.NumElements() / (config.max_batch_size() > 0 ? batch : 1);
+          const int64_t per_batch = tensor.NumElements() / (batched ? batch : 1);
           std::string* out = tensor.mutable_data<std::string>();
           LS_RETURN_IF_ERROR(
               ReadWarmupStrings(model_dir, input.input_data_file(), per_batch, input_what, out));
           for (int64_t i = per_batch; i < tensor.NumElements(); ++i) out[i] = out[i % per_batch];
           break;
         }
-        const size_t element_bytes =
-            tensor.ByteSize() / static_cast<size_t>(config.max_batch_size() > 0 ? batch : 1);
+        const size_t element_bytes = tensor.ByteSize() / static_cast<size_t>(batched ? batch : 1);
         LS_ASSIGN_OR_RETURN(std::string data, ReadWarmupFile(model_dir, input.input_data_file(),
                                                              element_bytes, input_what));
         char* out = static_cast<char*>(tensor.mutable_raw_data());

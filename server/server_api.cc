@@ -135,7 +135,7 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
     out->set_version(model->version_string);
     out->set_last_inference(stats.last_inference_ms);
     out->set_inference_count(stats.inference_count);
-    out->set_execution_count(stats.inference_count);  // no batching: one execution per request
+    out->set_execution_count(stats.execution_count);
     inference::InferStatistics* infer = out->mutable_inference_stats();
     Fill(stats.success, infer->mutable_success());
     Fill(stats.fail, infer->mutable_fail());

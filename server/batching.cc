@@ -1,0 +1,175 @@
+#include "server/batching.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/tensor.h"
+
+namespace loopserve::server {
+namespace {
+
+std::string OutputName(const ModelIo& io, int model_index) {
+  for (const ModelIo::Tensor& t : io.outputs()) {
+    if (t.model_index == model_index) return t.name;
+  }
+  return absl::StrCat("#", model_index);
+}
+
+bool SameBytes(const engine::Tensor& a, const engine::Tensor& b) {
+  return a.shape() == b.shape() && a.ByteSize() == b.ByteSize() &&
+         (a.ByteSize() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.ByteSize()) == 0);
+}
+
+// Copies rows [begin, begin + count) along `axis` of `from` into a new tensor.
+engine::Tensor SliceAxis(const engine::Tensor& from, int axis, int64_t begin, int64_t count) {
+  engine::Shape shape = from.shape();
+  shape[axis] = count;
+  engine::Tensor out(from.dtype(), shape);
+  const int64_t outer = from.shape().NumElements(0, axis);
+  const int64_t inner = from.shape().NumElements(axis + 1, from.rank());
+  const int64_t rows = from.shape()[axis];
+  if (from.dtype() == engine::DataType::kString) {
+    const std::string* src = from.data<std::string>();
+    std::string* dst = out.mutable_data<std::string>();
+    for (int64_t o = 0; o < outer; ++o) {
+      std::copy_n(src + (o * rows + begin) * inner, count * inner, dst + o * count * inner);
+    }
+    return out;
+  }
+  const size_t element = engine::DataTypeSize(from.dtype());
+  const size_t chunk = static_cast<size_t>(count * inner) * element;
+  const char* src = static_cast<const char*>(from.raw_data());
+  char* dst = static_cast<char*>(out.mutable_raw_data());
+  for (int64_t o = 0; o < outer && chunk > 0; ++o) {
+    std::memcpy(dst + o * chunk, src + static_cast<size_t>((o * rows + begin) * inner) * element,
+                chunk);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<BatchingPolicy> BatchingPolicy::FromConfig(const inference::ModelConfig& config) {
+  if (!config.has_dynamic_batching() || config.max_batch_size() <= 0) return std::nullopt;
+  const inference::ModelDynamicBatching& batching = config.dynamic_batching();
+  BatchingPolicy policy;
+  policy.max_batch_size = config.max_batch_size();
+  policy.preferred.assign(batching.preferred_batch_size().begin(),
+                          batching.preferred_batch_size().end());
+  std::sort(policy.preferred.begin(), policy.preferred.end());
+  policy.max_queue_delay = absl::Microseconds(
+      std::min<uint64_t>(batching.max_queue_delay_microseconds(), uint64_t{1} << 40));
+  policy.preserve_ordering = batching.preserve_ordering();
+  return policy;
+}
+
+BatchQueue::BatchQueue(BatchingPolicy policy, int max_collectors)
+    : policy_(std::move(policy)),
+      max_collectors_(policy_.preserve_ordering ? 1 : std::max(max_collectors, 1)) {}
+
+int64_t BatchSize(const ModelIo& io, const std::vector<engine::Value>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (io.InputBatchAxis(static_cast<int>(i)) != 0 || !inputs[i].is_tensor()) continue;
+    const engine::Tensor& tensor = inputs[i].tensor();
+    if (tensor.rank() > 0) return tensor.dim(0);
+  }
+  return 1;
+}
+
+bool Mergeable(const ModelIo& io, const std::vector<engine::Value>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const engine::Value& value = inputs[i];
+    if (value.is_none()) continue;
+    if (!value.is_tensor() || value.tensor().dtype() == engine::DataType::kString) return false;
+    if (io.InputBatchAxis(static_cast<int>(i)) == 0 && value.tensor().rank() == 0) return false;
+  }
+  return true;
+}
+
+bool CanMerge(const ModelIo& io, const std::vector<engine::Value>& first,
+              const std::vector<engine::Value>& other) {
+  if (first.size() != other.size()) return false;
+  for (size_t i = 0; i < first.size(); ++i) {
+    const engine::Value& a = first[i];
+    const engine::Value& b = other[i];
+    if (a.is_none() || b.is_none()) {
+      if (a.is_none() != b.is_none()) return false;
+      continue;
+    }
+    const engine::Tensor& x = a.tensor();
+    const engine::Tensor& y = b.tensor();
+    if (x.dtype() != y.dtype() || x.rank() != y.rank()) return false;
+    if (io.InputBatchAxis(static_cast<int>(i)) != 0) {
+      if (!SameBytes(x, y)) return false;
+      continue;
+    }
+    for (int d = 1; d < x.rank(); ++d) {
+      if (x.dim(d) != y.dim(d)) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<engine::Value> MergeInputs(const ModelIo& io,
+                                       absl::Span<std::vector<engine::Value>* const> requests) {
+  std::vector<engine::Value>& first = *requests[0];
+  std::vector<engine::Value> merged(first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (first[i].is_none()) continue;
+    if (io.InputBatchAxis(static_cast<int>(i)) != 0) {
+      merged[i] = std::move(first[i]);
+      continue;
+    }
+    const engine::Tensor& head = first[i].tensor();
+    engine::Shape shape = head.shape();
+    shape[0] = 0;
+    for (std::vector<engine::Value>* request : requests) {
+      shape[0] += (*request)[i].tensor().dim(0);
+    }
+    engine::Tensor out(head.dtype(), shape);
+    char* dst = static_cast<char*>(out.mutable_raw_data());
+    for (std::vector<engine::Value>* request : requests) {
+      const engine::Tensor& part = (*request)[i].tensor();
+      if (part.ByteSize() > 0) std::memcpy(dst, part.raw_data(), part.ByteSize());
+      dst += part.ByteSize();
+    }
+    merged[i] = engine::Value(std::move(out));
+  }
+  return merged;
+}
+
+absl::StatusOr<std::vector<std::vector<engine::Value>>> SplitOutputs(
+    const ModelIo& io, const std::vector<engine::Value>& outputs,
+    absl::Span<const int64_t> batch_sizes) {
+  int64_t total = 0;
+  for (int64_t size : batch_sizes) total += size;
+  std::vector<std::vector<engine::Value>> split(batch_sizes.size());
+  for (std::vector<engine::Value>& request : split) request.resize(outputs.size());
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const int axis = io.OutputBatchAxis(static_cast<int>(j));
+    const std::string what = absl::StrCat("output '", OutputName(io, static_cast<int>(j)), "'");
+    if (!outputs[j].is_tensor() || axis < 0) {
+      return absl::InternalError(
+          absl::StrCat(what, " has no batch axis, so a merged batch cannot be split"));
+    }
+    const engine::Tensor& tensor = outputs[j].tensor();
+    if (axis >= tensor.rank() || tensor.dim(axis) != total) {
+      return absl::InternalError(
+          absl::StrCat(what, ": shape ", tensor.shape().ToString(), " has no batch dim of ", total,
+                       " at axis ", axis, " for a merged batch of ", batch_sizes.size(),
+                       " requests (check parameters '", kOutputBatchAxesParameter, "')"));
+    }
+    int64_t begin = 0;
+    for (size_t k = 0; k < batch_sizes.size(); ++k) {
+      split[k][j] = engine::Value(SliceAxis(tensor, axis, begin, batch_sizes[k]));
+      begin += batch_sizes[k];
+    }
+  }
+  return split;
+}
+
+}  // namespace loopserve::server

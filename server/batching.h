@@ -1,0 +1,92 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/tensor/value.h"
+#include "proto/model_config.pb.h"
+#include "server/model_config.h"
+
+namespace loopserve::server {
+
+class InferenceCall;
+
+// A version's `dynamic_batching` settings (config.pbtxt), as the batcher applies them.
+struct BatchingPolicy {
+  int64_t max_batch_size = 1;      // inferences per execution (the config's max_batch_size)
+  std::vector<int64_t> preferred;  // preferred_batch_size, ascending
+  absl::Duration max_queue_delay;  // max_queue_delay_microseconds
+  bool preserve_ordering = false;  // one batch at a time, taken in arrival order
+
+  // The policy of a complete config; std::nullopt without dynamic_batching.
+  static std::optional<BatchingPolicy> FromConfig(const inference::ModelConfig& config);
+};
+
+// The requests of one model version waiting to be merged (the dynamic batcher's queue), and how
+// many batch collectors run for it. Created at load for a version with `dynamic_batching`;
+// LoadedModel owns it (shared_ptr), so it lives as long as any request pins the version. The
+// InferenceRunner drives it: it queues admitted calls and runs collectors on its worker pool
+// (see InferenceRunner). Its fields are the runner's, guarded by `mutex`; the queue holds
+// borrowed calls, each until the runner takes it out to answer it.
+class BatchQueue {
+ public:
+  // `max_collectors`: batches of this version that may be collected or run at once (the
+  // instance count; 1 with preserve_ordering).
+  BatchQueue(BatchingPolicy policy, int max_collectors);
+
+  BatchQueue(const BatchQueue&) = delete;
+  BatchQueue& operator=(const BatchQueue&) = delete;
+
+  const BatchingPolicy& policy() const { return policy_; }
+  int max_collectors() const { return max_collectors_; }
+
+ private:
+  friend class InferenceRunner;
+
+  const BatchingPolicy policy_;
+  const int max_collectors_;
+  absl::Mutex mutex;
+  absl::CondVar more;  // signalled when a call arrives while a collector waits
+  std::deque<InferenceCall*> pending ABSL_GUARDED_BY(mutex);
+  int collectors ABSL_GUARDED_BY(mutex) = 0;    // scheduled or running, <= max_collectors_
+  bool waiting ABSL_GUARDED_BY(mutex) = false;  // a collector waits out the queue delay
+};
+
+// ---- Merging and splitting (stateless; thread-safe) ----
+// `inputs` are a request's decoded, config-checked inputs in Model::inputs() order (AdaptInputs
+// has run: batched inputs agree on their first dim).
+
+// The request's batch size: the first dim of its batched inputs (1 when it has none).
+int64_t BatchSize(const ModelIo& io, const std::vector<engine::Value>& inputs);
+
+// Whether the request may share an execution at all: every input present is a tensor of a
+// fixed-size element type (strings and sequences run alone).
+bool Mergeable(const ModelIo& io, const std::vector<engine::Value>& inputs);
+
+// Whether `other` may join a batch that `first` leads (both Mergeable): the same inputs present
+// with the same element types, batched inputs with the same dims after the first, unbatched
+// inputs (parameters 'unbatched_inputs') byte-equal with the same shape.
+bool CanMerge(const ModelIo& io, const std::vector<engine::Value>& first,
+              const std::vector<engine::Value>& other);
+
+// The inputs of one execution over `requests` (mutually CanMerge, in batch order): batched
+// inputs concatenated along axis 0, unbatched ones the first request's (moved out of it).
+std::vector<engine::Value> MergeInputs(const ModelIo& io,
+                                       absl::Span<std::vector<engine::Value>* const> requests);
+
+// Splits an execution's outputs (Model::outputs() order) back into per-request outputs, each
+// along its batch axis (ModelIo::OutputBatchAxis), `batch_sizes[k]` rows for request k in
+// order. Internal naming the output when an output is no tensor, has no batch axis, or its batch
+// dim is not the sum of `batch_sizes` (the model mixes its batch, or output_batch_axes is wrong).
+absl::StatusOr<std::vector<std::vector<engine::Value>>> SplitOutputs(
+    const ModelIo& io, const std::vector<engine::Value>& outputs,
+    absl::Span<const int64_t> batch_sizes);
+
+}  // namespace loopserve::server
