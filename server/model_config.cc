@@ -537,9 +537,11 @@ absl::Status CheckAgainstModel(absl::string_view what, absl::string_view field,
           absl::StrCat(what, ": max_batch_size > 0 needs a variable batch dim ",
                        batch_axis == 0 ? "first" : absl::StrCat("at axis ", batch_axis),
                        ", but the model's dims are ", FormatDims(model),
-                       batch_axis == 0 ? absl::StrCat(" (list an input without one in parameters '",
-                                                      kUnbatchedInputsParameter, "')")
-                                       : ""));
+                       absl::StartsWith(what, "input")
+                           ? absl::StrCat(" (list an input without one in parameters '",
+                                          kUnbatchedInputsParameter, "')")
+                           : absl::StrCat(" (give an output's batch axis in parameters '",
+                                          kOutputBatchAxesParameter, "')")));
     }
     model_without_batch.erase(model_without_batch.begin() + batch_axis);
     model = model_without_batch;

@@ -32,6 +32,7 @@ constexpr Case kCases[] = {
     {"counter", "expected_negative"},
     {"rnn", "expected"},
     {"rnn_batched", "expected"},
+    {"rnn_cell", "expected"},
     {"ov_counter", "expected"},
     {"ov_counter", "expected_zero"},
     {"greedy_decoder", "expected"},

@@ -102,6 +102,10 @@ TEST(MetricsTest, ProcessLoadAndLimitMetricsAndStatistics) {
   version->RecordComputeInput(absl::Microseconds(1));
   version->RecordCompute(absl::Milliseconds(3));
   version->RecordComputeOutput(absl::Microseconds(2));
+  version->RecordInferences(1);
+  // Two executions: one alone, one merged batch of 5 inferences.
+  version->RecordExecution(1);
+  version->RecordExecution(5);
   version->OnLoopFinished(0, 100, absl::Microseconds(500));
   version->OnLoopFinished(0, 50, absl::Microseconds(250));
 
@@ -110,6 +114,11 @@ TEST(MetricsTest, ProcessLoadAndLimitMetricsAndStatistics) {
               HasSubstr("loopserve_model_load_duration_seconds{model=\"rnn\",version=\"1\"} 0.25"));
   EXPECT_THAT(text, HasSubstr("loopserve_model_loads_total{outcome=\"failure\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"output_bytes\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_executions_total{model=\"rnn\",version=\"1\"} 2"));
+  EXPECT_THAT(text, HasSubstr("loopserve_inferences_total{model=\"rnn\",version=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_batch_size_sum{model=\"rnn\",version=\"1\"} 6"));
+  EXPECT_THAT(text,
+              HasSubstr("loopserve_batch_size_bucket{model=\"rnn\",version=\"1\",le=\"4\"} 1"));
   for (const char* name : {"process_resident_memory_bytes", "process_cpu_seconds_total",
                            "process_open_fds", "process_start_time_seconds"}) {
     EXPECT_THAT(text, HasSubstr(std::string("\n") + name + " ")) << name;
@@ -117,6 +126,7 @@ TEST(MetricsTest, ProcessLoadAndLimitMetricsAndStatistics) {
 
   const ModelVersionStatistics stats = version->Statistics();
   EXPECT_EQ(stats.inference_count, 1u);
+  EXPECT_EQ(stats.execution_count, 2u);
   EXPECT_EQ(stats.success.ns, 4000000u);
   EXPECT_EQ(stats.queue.count, 1u);
   EXPECT_EQ(stats.compute_input.ns, 1000u);

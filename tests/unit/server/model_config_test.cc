@@ -30,27 +30,10 @@ using ::testing::SizeIs;
 using testing::TempDir;
 
 // A model whose outputs are its inputs (same names): enough for everything a config checks.
-struct Io {
-  std::string name;
-  DataType dtype;
-  std::optional<std::vector<int64_t>> dims;  // nullopt: unknown rank
-  ValueKind kind = ValueKind::kTensor;
-};
+using Io = testing::TensorDecl;
 
 std::shared_ptr<const engine::Model> MakeModel(const std::vector<Io>& tensors) {
-  auto graph = std::make_shared<engine::Graph>();
-  for (const Io& io : tensors) {
-    engine::ValueType type;
-    type.kind = io.kind;
-    type.dtype = io.dtype;
-    type.dims = io.dims;
-    const engine::ValueId id = graph->AddValue(io.name, type);
-    graph->inputs.push_back(id);
-    graph->outputs.push_back(id);
-  }
-  auto model = engine::Model::FromGraph(graph);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *model : nullptr;
+  return testing::PassthroughModelOf(tensors);
 }
 
 // One input and one output: out = Identity(in).
@@ -304,6 +287,17 @@ TEST(ParseModelConfigTest, BadValuesNameTheField) {
       {"name: \"other\"", "name 'other' differs from the model's name 'm'"},
       {"instance_group [ { count: -1 kind: KIND_CPU } ]", "instance_group[0].count -1"},
       {"max_batch_size: -2", "max_batch_size -2"},
+      {"parameters { key: \"unbatched_inputs\" value: { string_value: \"M\" } }",
+       "parameters 'unbatched_inputs' needs max_batch_size > 0"},
+      {"max_batch_size: 4 parameters { key: \"unbatched_inputs\" value: { string_value: "
+       "\"M,,x\" } }",
+       "parameters 'unbatched_inputs': an empty name"},
+      {"max_batch_size: 4 parameters { key: \"output_batch_axes\" value: { string_value: "
+       "\"h_seq\" } }",
+       "parameters 'output_batch_axes': 'h_seq' is not NAME:AXIS"},
+      {"max_batch_size: 4 parameters { key: \"output_batch_axes\" value: { string_value: "
+       "\"h_seq:-1\" } }",
+       "'h_seq:-1' is not NAME:AXIS"},
       {"input [ { name: \"x\" dims: [ -2 ] } ]", "input 'x': dims [-2]"},
       {"input [ { name: \"x\" }, { name: \"x\" } ]", "input 'x': declared twice"},
       {"output [ { name: \"y\" dims: [ 2 ] reshape { shape: [ 3 ] } } ]",
@@ -442,7 +436,7 @@ TEST(CompleteModelConfigTest, MismatchesNameTheTensorTheFieldAndBothValues) {
       {"input [ { name: \"y\" data_type: TYPE_INT64 dims: [ 3 ] optional: true } ]",
        {"input 'y': optional: true, but the model requires this input"}},
       {"max_batch_size: 4",
-       {"max_batch_size 4 needs a variable first (batch) dim", "input 'y'", "[3]"}},
+       {"max_batch_size > 0 needs a variable batch dim first", "input 'y'", "[3]"}},
       {"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 9 ] reshape { shape: [ 3, 3 ] } } ]",
        {"input 'x'", "reshape [3,3]", "the model's [-1,2]", "dim 1: 3 vs 2"}},
       {"model_warmup [ { name: \"w\" inputs { key: \"q\" value: { data_type: TYPE_FP32 "
@@ -547,10 +541,74 @@ TEST(ModelIoTest, BatchDimsAndNarrowedDims) {
   EXPECT_FALSE(io.AdaptInputs(empty_batch).ok());
   std::vector<engine::Value> narrowed = request({2, 5, 4}, 2);  // the model takes 5, the config 3
   EXPECT_THAT(Message(io.AdaptInputs(narrowed)), HasSubstr("input 'seq': shape [2,5,4]"));
+  std::vector<engine::Value> two_batch_sizes = request({2, 3, 4}, 3);
+  EXPECT_THAT(Message(io.AdaptInputs(two_batch_sizes)),
+              HasSubstr("input 'len': batch size 3 differs from input 'seq''s 2"));
   std::vector<engine::Value> wrong_type = request({2, 3, 4}, 2);
   wrong_type[1] = FloatTensor({2});
   EXPECT_THAT(Message(io.AdaptInputs(wrong_type)),
               HasSubstr("input 'len': float32 does not match the config's data_type TYPE_INT64"));
+}
+
+// loopserve's batching layout: inputs without a batch dim, an output batched at axis 1.
+TEST(ModelIoTest, UnbatchedInputsAndOutputBatchAxes) {
+  // Inputs are outputs of the same names: M and seq are unbatched inputs; as an output, seq
+  // [T, batch, 4] has its batch dim at axis 1.
+  std::shared_ptr<const engine::Model> model =
+      MakeModel({{"M", DataType::kInt64, std::nullopt},  // unknown rank: an output too
+                 {"x", DataType::kFloat32, std::vector<int64_t>{-1, 4}},
+                 {"seq", DataType::kFloat32, std::vector<int64_t>{-1, -1, 4}}});
+  const std::string layout =
+      "max_batch_size: 8\n"
+      "parameters { key: \"unbatched_inputs\" value: { string_value: \" M , seq\" } }\n"
+      "parameters { key: \"output_batch_axes\" value: { string_value: \"seq:1\" } }\n";
+  absl::StatusOr<inference::ModelConfig> config = Complete(layout, *model);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->input(0).dims(), IsEmpty());               // M: whole, no batch
+  EXPECT_THAT(config->input(1).dims(), ElementsAre(4));          // x: without the batch
+  EXPECT_THAT(config->input(2).dims(), ElementsAre(-1, -1, 4));  // seq in: whole
+  EXPECT_THAT(config->output(2).dims(), ElementsAre(-1, 4));     // seq out: axis 1 gone
+  const ModelIo io = ModelIo::Build(*config, *model);
+  EXPECT_EQ(io.InputBatchAxis(0), -1);
+  EXPECT_EQ(io.InputBatchAxis(1), 0);
+  EXPECT_EQ(io.InputBatchAxis(2), -1);
+  EXPECT_EQ(io.OutputBatchAxis(1), 0);
+  EXPECT_EQ(io.OutputBatchAxis(2), 1);
+  EXPECT_EQ(io.outputs()[2].dims, (std::vector<int64_t>{-1, -1, 4}));
+
+  std::vector<engine::Value> inputs;
+  inputs.push_back(engine::Value(engine::Tensor(DataType::kInt64, engine::Shape{})));
+  inputs.push_back(FloatTensor({3, 4}));
+  inputs.push_back(FloatTensor({20, 9, 4}));  // unbatched: any first dim, no batch-size check
+  EXPECT_TRUE(io.AdaptInputs(inputs).ok());
+  std::vector<engine::Value> outputs;
+  outputs.push_back(engine::Value(engine::Tensor(DataType::kInt64, engine::Shape{})));
+  outputs.push_back(FloatTensor({3, 4}));
+  outputs.push_back(FloatTensor({7, 3, 4}));
+  EXPECT_TRUE(io.AdaptOutputs(outputs).ok());
+
+  // Completion checks the names and that the batch dim is variable where the layout puts it.
+  EXPECT_THAT(Message(Complete("max_batch_size: 8\nparameters { key: \"unbatched_inputs\" "
+                               "value: { string_value: \"M,zz\" } }",
+                               *model)
+                          .status()),
+              HasSubstr("parameters 'unbatched_inputs': the model has no input 'zz'"));
+  EXPECT_THAT(Message(Complete("max_batch_size: 8\nparameters { key: \"output_batch_axes\" "
+                               "value: { string_value: \"nope:1\" } }",
+                               *model)
+                          .status()),
+              HasSubstr("parameters 'output_batch_axes': the model has no output 'nope'"));
+  // An input with a fixed first dim: the message says how to declare it unbatched.
+  EXPECT_THAT(Message(Complete("max_batch_size: 8", *Passthrough()).status()),
+              AllOf(HasSubstr("input 'y'"), HasSubstr("needs a variable batch dim first"),
+                    HasSubstr("parameters 'unbatched_inputs'")));
+  EXPECT_THAT(Message(Complete("max_batch_size: 8\nparameters { key: \"unbatched_inputs\" "
+                               "value: { string_value: \"M,seq\" } }\n"
+                               "parameters { key: \"output_batch_axes\" value: { "
+                               "string_value: \"x:1\" } }",
+                               *model)
+                          .status()),
+              HasSubstr("output 'x': max_batch_size > 0 needs a variable batch dim at axis 1"));
 }
 
 TEST(ModelIoTest, ReshapesInputsAndOutputs) {

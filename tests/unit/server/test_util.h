@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,32 @@ inline std::shared_ptr<const engine::Model> PassthroughModel() {
   const engine::ValueId b = add("b", engine::DataType::kBool, {});
   graph->inputs = {x, y, b};
   graph->outputs = {x, y, b};
+  auto model = engine::Model::FromGraph(graph);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+// A tensor of PassthroughModelOf: name, element type, dims (nullopt: unknown rank), kind.
+struct TensorDecl {
+  std::string name;
+  engine::DataType dtype;
+  std::optional<std::vector<int64_t>> dims;
+  engine::ValueKind kind = engine::ValueKind::kTensor;
+};
+
+// A graph with no nodes whose inputs are `tensors` and whose outputs are the same values.
+inline std::shared_ptr<const engine::Model> PassthroughModelOf(
+    const std::vector<TensorDecl>& tensors) {
+  auto graph = std::make_shared<engine::Graph>();
+  for (const TensorDecl& tensor : tensors) {
+    engine::ValueType type;
+    type.kind = tensor.kind;
+    type.dtype = tensor.dtype;
+    type.dims = tensor.dims;
+    const engine::ValueId id = graph->AddValue(tensor.name, type);
+    graph->inputs.push_back(id);
+    graph->outputs.push_back(id);
+  }
   auto model = engine::Model::FromGraph(graph);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *model : nullptr;
