@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -469,20 +470,25 @@ void PrintPerfResult(const std::string& model, int64_t concurrency, const PerfRe
              Percentile(all, 90), Percentile(all, 99), all.back(), sum / all.size());
 }
 
-// Parses --concurrency_range=START:END[:STEP] (perf_analyzer's --concurrency-range).
+// Parses --concurrency_range=START:END[:STEP] (perf_analyzer's --concurrency-range); a STEP
+// written xK multiplies by K (1:32:x2 = 1, 2, 4, 8, 16, 32).
 absl::StatusOr<std::vector<int64_t>> ParseConcurrencyRange(const std::string& text) {
   std::vector<std::string> parts = absl::StrSplit(text, ':');
   int64_t start = 0, end = 0, step = 1;
+  const bool geometric = parts.size() == 3 && absl::StartsWith(parts[2], "x");
   if ((parts.size() != 2 && parts.size() != 3) || !absl::SimpleAtoi(parts[0], &start) ||
       !absl::SimpleAtoi(parts[1], &end) ||
-      (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &step)) || start < 1 || end < start ||
-      step < 1) {
+      (parts.size() == 3 && !absl::SimpleAtoi(geometric ? parts[2].substr(1) : parts[2], &step)) ||
+      start < 1 || end < start || step < (geometric ? 2 : 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--concurrency_range=", text,
-                     ": expected START:END[:STEP] with 1 <= START <= END, STEP >= 1"));
+                     ": expected START:END[:STEP] with 1 <= START <= END, STEP >= 1 (or xK with "
+                     "K >= 2: multiply by K)"));
   }
   std::vector<int64_t> levels;
-  for (int64_t c = start; c <= end && levels.size() < 256; c += step) levels.push_back(c);
+  for (int64_t c = start; c <= end && levels.size() < 256; c = geometric ? c * step : c + step) {
+    levels.push_back(c);
+  }
   return levels;
 }
 
@@ -679,7 +685,8 @@ Flags (always --flag=value):
   --duration=S         perf: measure for S seconds per level instead of --requests
   --concurrency_range=START:END[:STEP]
                        perf: sweep concurrency START, START+STEP, ... END (like perf_analyzer's
-                       --concurrency-range); one result per level, then a summary table
+                       --concurrency-range; STEP xK multiplies: 1:32:x2 = 1,2,4,...,32); one
+                       result per level, then a summary table
   --warmup=W           perf: unmeasured requests first (default 10)
   --progress=auto      perf: progress line on stderr every second: auto (when stderr is a
                        terminal), true, false

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Dynamic batching against the real loopserve, from a stock grpcio client.
 
-Usage: /usr/bin/python3 python_batching_test.py --loopserve=BIN --models=DIR --repo_root=DIR
-       --work=DIR [--protoc=PROTOC]
+Usage: /usr/bin/python3 python_batching_test.py --loopserve=BIN --loopctl=BIN --models=DIR
+       --repo_root=DIR --work=DIR [--protoc=PROTOC]
 
 The model is the example rnn_cell (deploy/make_example_models.py: M INT64 [] unbatched, x and h0
 [batch, 256], h_final [batch, 256], scan output h_seq [M, batch, 256] with its batch axis at 1),
@@ -20,12 +20,14 @@ meanwhile wait in the queue (loopserve_queue_depth tells how many) and merge whe
 2. A member cancelled while its batch runs: the other finishes with the right outputs; a batch
    whose members are all cancelled stops (in-flight gauge back to 0).
 3. Stress: 16 client threads with random batch sizes and trip counts, every answer checked.
+4. `loopctl perf --concurrency_range=1:4:x2` (a geometric sweep) against the batched model.
 """
 
 import argparse
 import os
 import random
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -91,6 +93,7 @@ class Metrics:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--loopserve", required=True)
+    parser.add_argument("--loopctl", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--repo_root", required=True)
     parser.add_argument("--work", required=True)
@@ -291,8 +294,19 @@ def main():
         check(ran < 16 * 12 and merged >= 16 * 12,
               "stress: %d inferences in %d executions (expected merging)" % (merged, ran))
         metrics.wait_for("loopserve_inflight_requests", 0)
-        check(proc.poll() is None, "loopserve exited")
         print("stress: %d inferences in %d executions" % (merged, ran))
+
+        # ---- 4. loopctl perf's geometric concurrency sweep against the batcher ----
+        perf = subprocess.run(
+            [args.loopctl, "--addr=127.0.0.1:%d" % ports["grpc"], "perf", "rnn_cell",
+             "--input=M:INT64::4", "--shape=x:1,256", "--shape=h0:1,256",
+             "--concurrency_range=1:4:x2", "--requests=24", "--warmup=2"],
+            capture_output=True, text=True, timeout=120)
+        check(perf.returncode == 0, "loopctl perf: %s" % perf.stderr)
+        levels = [line for line in perf.stdout.splitlines() if line.startswith('{"model"')]
+        check(['"concurrency":%d,' % c in line for c, line in zip((1, 2, 4), levels)] ==
+              [True] * 3 and len(levels) == 3, "perf levels: %s" % perf.stdout)
+        check(proc.poll() is None, "loopserve exited")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
