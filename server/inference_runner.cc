@@ -170,6 +170,36 @@ absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
 absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
   const std::shared_ptr<const LoadedModel> model = call.model_;
   BatchQueue& queue = *model->batcher;
+  // Nothing queued or running for this version: a short run goes on this thread, as unbatched
+  // requests do (no hand-off). It holds a collector slot meanwhile, so requests that arrive
+  // queue up and merge.
+  if (model->metrics->RecentCompute() < options_.inline_run_limit) {
+    bool claimed = false;
+    {
+      absl::MutexLock lock(&queue.mutex);
+      claimed = queue.pending.empty() && queue.collectors == 0;
+      if (claimed) ++queue.collectors;
+    }
+    if (claimed) {
+      const bool ran = pool_->TryRunHere(
+          [&] {
+            metrics_.inflight_requests().Increment();
+            if (call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
+            Run(call);  // `call` may be gone after this
+          },
+          model->instances);
+      bool start_collector = false;
+      {
+        absl::MutexLock lock(&queue.mutex);
+        --queue.collectors;
+        start_collector =
+            !queue.pending.empty() && !queue.waiting && queue.collectors < queue.max_collectors();
+        if (start_collector) ++queue.collectors;
+      }
+      if (start_collector) StartCollector(model);
+      if (ran) return absl::OkStatus();
+    }
+  }
   call.queued_ = true;
   metrics_.queue_depth().Increment();
   metrics_.inflight_requests().Increment();
@@ -192,36 +222,27 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
       start_collector = true;
     }
   }
-  if (!start_collector) return absl::OkStatus();
+  if (start_collector) StartCollector(model);  // may answer `call` (the pool refused)
+  return absl::OkStatus();
+}
+
+void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& model) {
   absl::Status scheduled =
       pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
-  if (scheduled.ok()) return absl::OkStatus();
-  // No collector for these calls: take back `call` and, when no collector is left at all,
-  // every other call queued (their Submit returned already, so they are answered here).
-  std::vector<InferenceCall*> orphans;
-  bool taken_back = false;
+  if (scheduled.ok()) return;
+  // No collector for the slot taken: when none is left at all, nobody would take the calls
+  // queued, so they are answered with the pool's error here.
+  BatchQueue& queue = *model->batcher;
+  std::deque<InferenceCall*> orphans;
   {
     absl::MutexLock lock(&queue.mutex);
-    --queue.collectors;
-    for (auto it = queue.pending.begin(); it != queue.pending.end();) {
-      if (*it == &call || queue.collectors == 0) {
-        taken_back |= *it == &call;
-        if (*it != &call) orphans.push_back(*it);
-        it = queue.pending.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    if (--queue.collectors == 0) orphans.swap(queue.pending);
   }
   for (InferenceCall* orphan : orphans) {
     orphan->queued_ = false;
     metrics_.queue_depth().Decrement();
     Complete(*orphan, Annotate(scheduled, ModelLabel(*model)));
   }
-  if (!taken_back) return absl::OkStatus();  // a collector has it
-  call.queued_ = false;
-  metrics_.queue_depth().Decrement();
-  return scheduled;
 }
 
 void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {

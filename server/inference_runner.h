@@ -147,10 +147,12 @@ class InferenceCall : private engine::IterationObserver {
 // engine's IterationObserver beside the version's LoopObserver (see InferenceCall).
 //
 // Dynamic batching (a version with `dynamic_batching`; LoadedModel::batcher): an admitted call
-// (already bound and checked alone, so a bad request fails alone) goes into the version's
-// BatchQueue instead of the pool (`stream_iterations` requests bypass it). The first call into an
-// idle queue schedules a collector task on the pool (in the version's TaskGroup; at most
-// BatchQueue::max_collectors at once). A collector takes the oldest call and every later one
+// (already bound and checked alone, so a bad request fails alone) runs at once on the caller's
+// thread when nothing of its version is queued or running and the inline conditions above hold
+// (the version's collector slot is held meanwhile, so others queue); otherwise it goes into the
+// version's BatchQueue instead of the pool (`stream_iterations` requests bypass it). The first
+// call into an idle queue schedules a collector task on the pool (in the version's TaskGroup; at
+// most BatchQueue::max_collectors at once). A collector takes the oldest call and every later one
 // that CanMerge with it while the batch sizes sum to at most max_batch_size; it dispatches the
 // batch at once when it is full, reaches a preferred size, when no other batch of the version is
 // collected or running (a lone client never waits), or when the oldest call has waited
@@ -213,9 +215,14 @@ class InferenceRunner {
   absl::Status PlanIterationStream(InferenceCall& call);
   // Scheduling: on this thread or the pool.
   absl::Status Dispatch(InferenceCall& call);
-  // Scheduling of a batching version: into its BatchQueue (RESOURCE_EXHAUSTED when it holds
-  // the pool's max_queue_size calls), starting a collector if none is free to take the call.
+  // Scheduling of a batching version: on this thread when nothing of the version is queued or
+  // running and its runs are short (as Dispatch), otherwise into its BatchQueue
+  // (RESOURCE_EXHAUSTED when it holds the pool's max_queue_size calls), starting a collector if
+  // none is free to take the call.
   absl::Status Enqueue(InferenceCall& call);
+  // Schedules a collector for the slot the caller took in the version's queue; when the pool
+  // refuses and no collector is left, answers every queued call with the pool's error.
+  void StartCollector(const std::shared_ptr<const LoadedModel>& model);
   // A collector task: forms and runs batches of `model` until its queue is empty.
   void CollectBatches(std::shared_ptr<const LoadedModel> model);
   // Under the queue's mutex: waits for a batch to be due and moves it out of the queue into

@@ -19,7 +19,9 @@ meanwhile wait in the queue (loopserve_queue_depth tells how many) and merge whe
    and one cancelled in the queue CANCELLED, without touching the batch.
 2. A member cancelled while its batch runs: the other finishes with the right outputs; a batch
    whose members are all cancelled stops (in-flight gauge back to 0).
-3. Stress: 16 client threads with random batch sizes and trip counts, every answer checked.
+3. Stress: 16 client threads with random batch sizes and trip counts, every answer checked,
+   through the queue (--inline_run_limit_us=0) and again where a lone request runs on the gRPC
+   thread (it holds the collector slot; the others merge meanwhile).
 4. `loopctl perf --concurrency_range=1:4:x2` (a geometric sweep) against the batched model.
 """
 
@@ -156,6 +158,44 @@ def main():
 
     CHECKS_LOCAL = [0]
 
+    def stress(stub, metrics, what):
+        """16 client threads, 12 requests each, random M and batch sizes; every answer checked
+        against numpy; the requests must have merged."""
+        labels = {"model": "rnn_cell", "version": "1"}
+        failures = []
+        lock = threading.Lock()
+
+        def client(seed):
+            local = np.random.RandomState(seed)
+            chooser = random.Random(seed)
+            try:
+                for _ in range(12):
+                    m = chooser.choice((2, 3))
+                    b = chooser.choice((1, 2, 3))
+                    inputs = [("M", np.array(m, np.int64)),
+                              ("x", local.uniform(-1, 1, (b, HIDDEN)).astype(np.float32)),
+                              ("h0", local.uniform(-1, 1, (b, HIDDEN)).astype(np.float32))]
+                    got = outputs_of(stub.ModelInfer(request("rnn_cell", inputs), timeout=120))
+                    expect_right(got, inputs, None, "stress")
+            except Exception as e:  # noqa: BLE001  (reported below)
+                with lock:
+                    failures.append(repr(e))
+
+        executions = metrics.value("loopserve_executions_total", **labels)
+        inferences = metrics.value("loopserve_inferences_total", **labels)
+        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(not failures, "%s: stress failures: %s" % (what, failures[:3]))
+        merged = metrics.value("loopserve_inferences_total", **labels) - inferences
+        ran = metrics.value("loopserve_executions_total", **labels) - executions
+        check(ran < 16 * 12 and merged >= 16 * 12,
+              "%s: %d inferences in %d executions (expected merging)" % (what, merged, ran))
+        metrics.wait_for("loopserve_inflight_requests", 0)
+        print("%s: %d inferences in %d executions" % (what, merged, ran))
+
     proc, ports = start_server(args.loopserve, [
         "--model_repository=" + repo, "--model_control_mode=none", "--workers=2",
         "--metrics_port=0", "--inline_run_limit_us=0"])
@@ -262,39 +302,7 @@ def main():
         metrics.wait_for("loopserve_inflight_requests", 0, seconds=30)
 
         # ---- 3. Stress: many clients, random batch sizes and trip counts ----
-        failures = []
-        lock = threading.Lock()
-
-        def client(seed):
-            local = np.random.RandomState(seed)
-            chooser = random.Random(seed)
-            try:
-                for _ in range(12):
-                    m = chooser.choice((2, 3))
-                    b = chooser.choice((1, 2, 3))
-                    inputs = [("M", np.array(m, np.int64)),
-                              ("x", local.uniform(-1, 1, (b, HIDDEN)).astype(np.float32)),
-                              ("h0", local.uniform(-1, 1, (b, HIDDEN)).astype(np.float32))]
-                    got = outputs_of(stub.ModelInfer(request("rnn_cell", inputs), timeout=120))
-                    expect_right(got, inputs, None, "stress")
-            except Exception as e:  # noqa: BLE001  (reported below)
-                with lock:
-                    failures.append(repr(e))
-
-        executions = metrics.value("loopserve_executions_total", **labels)
-        inferences = metrics.value("loopserve_inferences_total", **labels)
-        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        check(not failures, "stress failures: %s" % failures[:3])
-        merged = metrics.value("loopserve_inferences_total", **labels) - inferences
-        ran = metrics.value("loopserve_executions_total", **labels) - executions
-        check(ran < 16 * 12 and merged >= 16 * 12,
-              "stress: %d inferences in %d executions (expected merging)" % (merged, ran))
-        metrics.wait_for("loopserve_inflight_requests", 0)
-        print("stress: %d inferences in %d executions" % (merged, ran))
+        stress(stub, metrics, "queued path")
 
         # ---- 4. loopctl perf's geometric concurrency sweep against the batcher ----
         perf = subprocess.run(
@@ -306,6 +314,25 @@ def main():
         levels = [line for line in perf.stdout.splitlines() if line.startswith('{"model"')]
         check(['"concurrency":%d,' % c in line for c, line in zip((1, 2, 4), levels)] ==
               [True] * 3 and len(levels) == 3, "perf levels: %s" % perf.stdout)
+        check(proc.poll() is None, "loopserve exited")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    check(proc.returncode == 0, "loopserve exit status %s" % proc.returncode)
+
+    # The same stress where a request may run on the gRPC thread (the default inline limit):
+    # a lone request runs there at once, holding the version's collector slot, and the others
+    # queue and merge meanwhile.
+    proc, ports = start_server(args.loopserve, [
+        "--model_repository=" + repo, "--model_control_mode=none", "--workers=2",
+        "--metrics_port=0", "--inline_run_limit_us=100000"])
+    try:
+        channel = grpc.insecure_channel("127.0.0.1:%d" % ports["grpc"])
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        lone = case(3, 1)
+        expect_right(outputs_of(stub.ModelInfer(request("rnn_cell", lone), timeout=120)), lone,
+                     None, "lone request")
+        stress(stub, Metrics(ports["metrics"]), "inline path")
         check(proc.poll() is None, "loopserve exited")
     finally:
         proc.terminate()
