@@ -129,6 +129,17 @@ std::vector<std::string> IgnoredSettings(const ModelConfig& config) {
   if (config.response_cache().enable()) {
     note("response_cache.enable", "loopserve keeps no response cache");
   }
+  if (config.has_dynamic_batching()) {
+    const inference::ModelDynamicBatching& batching = config.dynamic_batching();
+    if (batching.priority_levels() > 0) {
+      note("dynamic_batching.priority_levels", "the batcher has one queue, in arrival order");
+    }
+    if (batching.has_default_queue_policy() || !batching.priority_queue_policy().empty()) {
+      note("dynamic_batching queue policies",
+           "the batch queue is bounded by --max_queue_size; request deadlines come from the "
+           "client (timeout parameter or gRPC deadline)");
+    }
+  }
   for (int i = 0; i < config.instance_group_size(); ++i) {
     const inference::ModelInstanceGroup& group = config.instance_group(i);
     const std::string what = absl::StrCat("instance_group[", i, "]");
@@ -176,6 +187,13 @@ std::vector<std::string> IgnoredSettings(const ModelConfig& config) {
 // Removes what IgnoredSettings reports (KIND_GPU groups go with the instance groups' completion),
 // so that the complete config shows what loopserve applies.
 void ClearIgnored(ModelConfig& config) {
+  if (config.has_dynamic_batching()) {
+    inference::ModelDynamicBatching& batching = *config.mutable_dynamic_batching();
+    batching.clear_priority_levels();
+    batching.clear_default_priority_level();
+    batching.clear_default_queue_policy();
+    batching.clear_priority_queue_policy();
+  }
   config.clear_runtime();
   config.clear_optimization();
   config.clear_cc_model_filenames();
