@@ -3,14 +3,15 @@
 
 Usage: /usr/bin/python3 bench/batching_bench.py --loopserve=build/bin/loopserve
            --loopctl=build/bin/loopctl [--hidden=256] [--steps=32] [--levels=1:32:x2]
-           [--seconds=3] [--rounds=3] [--delay_us=500] [--workers=2]
+           [--seconds=3] [--rounds=3] [--delay_us=500] [--workers=2] [--batched_instances=N]
 
 The model is deploy/make_example_models.py's rnn_cell at width --hidden: M INT64 [] (the trip
 count, unbatched), x and h0 FP32 [batch, hidden]; h = Tanh(x Wx + h Wh + b) for M steps; outputs
 h_final [batch, hidden] and the scan h_seq [M, batch, hidden] (batch axis 1). One loopserve
 (--workers, default flags otherwise) serves it twice from a temporary repository:
   batched    max_batch_size 32, dynamic_batching { max_queue_delay_microseconds: --delay_us },
-             unbatched_inputs M, output_batch_axes h_seq:1
+             unbatched_inputs M, output_batch_axes h_seq:1; instance count --batched_instances
+             (default --workers: one collector per worker)
   unbatched  the same config without dynamic_batching
 Each client sends one request of batch size 1 (M = --steps, random x and h0) at a time
 (`loopctl perf --concurrency_range=--levels --duration=--seconds`). Each round runs both
@@ -76,6 +77,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delay_us", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batched_instances", type=int, default=0,
+                        help="instance_group count of the batched model (0: --workers)")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="loopserve_batching_bench_")
@@ -87,13 +90,18 @@ def main():
             f.write(model)
         batching = ("dynamic_batching { max_queue_delay_microseconds: %d }" % args.delay_us
                     if kind == "batched" else "")
+        if kind == "batched" and args.batched_instances > 0:
+            batching += "\ninstance_group [ { count: %d kind: KIND_CPU } ]" % (
+                args.batched_instances)
         with open(os.path.join(work, name, "config.pbtxt"), "w") as f:
             f.write(CONFIG % {"name": name, "batching": batching})
 
     print("CPU: %s, %d cores; load average before: %s" % (cpu_name(), os.cpu_count(),
                                                            load_average()))
     print("model: rnn_cell, hidden %d, M = %d steps, batch 1 per request; %d workers; "
-          "max_queue_delay %d us" % (args.hidden, args.steps, args.workers, args.delay_us))
+          "max_queue_delay %d us; batched instances %s" % (
+              args.hidden, args.steps, args.workers, args.delay_us,
+              args.batched_instances or args.workers))
     proc, ports = start_server(args.loopserve, [
         "--model_repository=" + work, "--model_control_mode=none",
         "--workers=%d" % args.workers, "--metrics_port=0", "--http_port=-1"])
