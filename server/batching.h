@@ -33,7 +33,7 @@ struct BatchingPolicy {
 // many batch collectors run for it. Created at load for a version with `dynamic_batching`;
 // LoadedModel owns it (shared_ptr), so it lives as long as any request pins the version. The
 // InferenceRunner drives it: it queues admitted calls and runs collectors on its worker pool
-// (see InferenceRunner). Its fields are the runner's, guarded by `mutex`; the queue holds
+// (see InferenceRunner). Its fields are the runner's, guarded by `mutex_`; the queue holds
 // borrowed calls, each until the runner takes it out to answer it.
 class BatchQueue {
  public:
@@ -52,11 +52,11 @@ class BatchQueue {
 
   const BatchingPolicy policy_;
   const int max_collectors_;
-  absl::Mutex mutex;
-  absl::CondVar more;  // signalled when a call arrives while a collector waits
-  std::deque<InferenceCall*> pending ABSL_GUARDED_BY(mutex);
-  int collectors ABSL_GUARDED_BY(mutex) = 0;    // scheduled or running, <= max_collectors_
-  bool waiting ABSL_GUARDED_BY(mutex) = false;  // a collector waits out the queue delay
+  absl::Mutex mutex_;
+  absl::CondVar more_;  // signalled when a call arrives while a collector waits
+  std::deque<InferenceCall*> pending_ ABSL_GUARDED_BY(mutex_);
+  int collectors_ ABSL_GUARDED_BY(mutex_) = 0;    // scheduled or running, <= max_collectors_
+  bool waiting_ ABSL_GUARDED_BY(mutex_) = false;  // a collector waits out the queue delay
 };
 
 // ---- Merging and splitting (stateless; thread-safe) ----

@@ -176,9 +176,9 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
   if (model->metrics->RecentCompute() < options_.inline_run_limit) {
     bool claimed = false;
     {
-      absl::MutexLock lock(&queue.mutex);
-      claimed = queue.pending.empty() && queue.collectors == 0;
-      if (claimed) ++queue.collectors;
+      absl::MutexLock lock(&queue.mutex_);
+      claimed = queue.pending_.empty() && queue.collectors_ == 0;
+      if (claimed) ++queue.collectors_;
     }
     if (claimed) {
       const bool ran = pool_->TryRunHere(
@@ -190,11 +190,11 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
           model->instances);
       bool start_collector = false;
       {
-        absl::MutexLock lock(&queue.mutex);
-        --queue.collectors;
-        start_collector =
-            !queue.pending.empty() && !queue.waiting && queue.collectors < queue.max_collectors();
-        if (start_collector) ++queue.collectors;
+        absl::MutexLock lock(&queue.mutex_);
+        --queue.collectors_;
+        start_collector = !queue.pending_.empty() && !queue.waiting_ &&
+                          queue.collectors_ < queue.max_collectors();
+        if (start_collector) ++queue.collectors_;
       }
       if (start_collector) StartCollector(model);
       if (ran) return absl::OkStatus();
@@ -205,20 +205,20 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
   metrics_.inflight_requests().Increment();
   bool start_collector = false;
   {
-    absl::MutexLock lock(&queue.mutex);
-    if (static_cast<int>(queue.pending.size()) >= pool_->max_queue_size()) {
+    absl::MutexLock lock(&queue.mutex_);
+    if (static_cast<int>(queue.pending_.size()) >= pool_->max_queue_size()) {
       call.queued_ = false;
       metrics_.queue_depth().Decrement();
       return absl::ResourceExhaustedError(absl::StrCat(ModelLabel(*model), "the batch queue holds ",
-                                                       queue.pending.size(),
+                                                       queue.pending_.size(),
                                                        " requests already (--max_queue_size)"));
     }
     call.enqueued_ = absl::Now();
-    queue.pending.push_back(&call);
-    if (queue.waiting) {
-      queue.more.Signal();
-    } else if (queue.collectors < queue.max_collectors()) {
-      ++queue.collectors;
+    queue.pending_.push_back(&call);
+    if (queue.waiting_) {
+      queue.more_.Signal();
+    } else if (queue.collectors_ < queue.max_collectors()) {
+      ++queue.collectors_;
       start_collector = true;
     }
   }
@@ -235,8 +235,8 @@ void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& m
   BatchQueue& queue = *model->batcher;
   std::deque<InferenceCall*> orphans;
   {
-    absl::MutexLock lock(&queue.mutex);
-    if (--queue.collectors == 0) orphans.swap(queue.pending);
+    absl::MutexLock lock(&queue.mutex_);
+    if (--queue.collectors_ == 0) orphans.swap(queue.pending_);
   }
   for (InferenceCall* orphan : orphans) {
     orphan->queued_ = false;
@@ -253,9 +253,9 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
     expired.clear();
     bool idle = false;
     {
-      absl::MutexLock lock(&queue.mutex);
+      absl::MutexLock lock(&queue.mutex_);
       idle = !FormBatch(*model, queue, batch, expired);
-      if (idle) --queue.collectors;
+      if (idle) --queue.collectors_;
     }
     for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
     if (!batch.empty()) RunBatch(*model, batch);
@@ -276,26 +276,26 @@ bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
   while (true) {
     const absl::Time now = absl::Now();
     absl::Time earliest_deadline = absl::InfiniteFuture();
-    for (auto it = queue.pending.begin(); it != queue.pending.end();) {
+    for (auto it = queue.pending_.begin(); it != queue.pending_.end();) {
       InferenceCall* call = *it;
       if (now >= call->deadline_ || call->cancelled()) {
         expired.push_back(call);
-        it = queue.pending.erase(it);
+        it = queue.pending_.erase(it);
       } else {
         earliest_deadline = std::min(earliest_deadline, call->deadline_);
         ++it;
       }
     }
-    if (queue.pending.empty()) return false;
-    InferenceCall& head = *queue.pending.front();
+    if (queue.pending_.empty()) return false;
+    InferenceCall& head = *queue.pending_.front();
     members.assign(1, 0);
     int64_t size = head.batch_size_;
     bool full = size >= policy.max_batch_size;
     if (!Mergeable(model.io, head.decoded_.inputs)) {
       full = true;  // runs alone
     } else {
-      for (size_t i = 1; i < queue.pending.size() && !full; ++i) {
-        const InferenceCall& call = *queue.pending[i];
+      for (size_t i = 1; i < queue.pending_.size() && !full; ++i) {
+        const InferenceCall& call = *queue.pending_[i];
         if (!CanMerge(model.io, head.decoded_.inputs, call.decoded_.inputs)) {
           if (policy.preserve_ordering) break;
           continue;
@@ -315,26 +315,26 @@ bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
       if (*p > size) continue;
       int64_t kept = 0;
       size_t n = 0;
-      while (n < members.size() && kept + queue.pending[members[n]]->batch_size_ <= *p) {
-        kept += queue.pending[members[n++]]->batch_size_;
+      while (n < members.size() && kept + queue.pending_[members[n]]->batch_size_ <= *p) {
+        kept += queue.pending_[members[n++]]->batch_size_;
       }
       members.resize(std::max<size_t>(n, 1));
       preferred = true;
       break;
     }
     const absl::Time due = std::min(head.enqueued_ + policy.max_queue_delay, earliest_deadline);
-    const bool alone = queue.collectors == 1;  // no other batch of this version in the works
+    const bool alone = queue.collectors_ == 1;  // no other batch of this version in the works
     if (full || preferred || alone || now >= due) break;
     // One collector waits for a batch to fill; another gives its slot back (the waiting one
     // takes these calls).
-    if (queue.waiting) return false;
-    queue.waiting = true;
-    queue.more.WaitWithDeadline(&queue.mutex, due);
-    queue.waiting = false;
+    if (queue.waiting_) return false;
+    queue.waiting_ = true;
+    queue.more_.WaitWithDeadline(&queue.mutex_, due);
+    queue.waiting_ = false;
   }
-  for (size_t position : members) batch.push_back(queue.pending[position]);
+  for (size_t position : members) batch.push_back(queue.pending_[position]);
   for (auto it = members.rbegin(); it != members.rend(); ++it) {
-    queue.pending.erase(queue.pending.begin() + static_cast<std::ptrdiff_t>(*it));
+    queue.pending_.erase(queue.pending_.begin() + static_cast<std::ptrdiff_t>(*it));
   }
   return true;
 }

@@ -229,7 +229,7 @@ class InferenceRunner {
   // `batch`; calls that expired or were cancelled go to `expired`. False when the queue is empty
   // or another collector already waits on it (this one then gives its slot back).
   bool FormBatch(const LoadedModel& model, BatchQueue& queue, std::vector<InferenceCall*>& batch,
-                 std::vector<InferenceCall*>& expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex);
+                 std::vector<InferenceCall*>& expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
   // Runs a batch taken from the queue and answers each of its calls.
   void RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls);
   absl::Status ExecuteBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls,
