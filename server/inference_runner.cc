@@ -458,8 +458,10 @@ absl::Status InferenceRunner::Execute(InferenceCall& call) {
   if (call.queued_) metrics_.queue_depth().Decrement();
   const absl::Time started = absl::Now();
   model.metrics->RecordQueue(started - call.received_);
-  // A protocol may also cancel a call whose deadline passed, so the deadline is checked first.
-  if (started >= call.deadline_) {
+  // A protocol may also cancel a call whose deadline passed, so the deadline is checked first
+  // (with the slack of the protocol's clock, see below).
+  if (started >= call.deadline_ || (call.cancelled_.load(std::memory_order_relaxed) &&
+                                    started + kDeadlineClockSlack >= call.deadline_)) {
     return absl::DeadlineExceededError(absl::StrCat(label, "deadline passed after ",
                                                     absl::FormatDuration(started - call.received_),
                                                     " in the queue"));
