@@ -127,6 +127,18 @@ Tensor TransposeRows(const float* src, int64_t row0, int64_t rows, int64_t cols)
   return t;
 }
 
+// Whether every direction's functions are sigmoid, tanh, tanh (what LstmFusedStep computes).
+bool StandardLstm(const RecurrentSpec& spec) {
+  if (static_cast<int>(spec.activations.size()) != 3 * spec.num_directions) return false;
+  for (int d = 0; d < spec.num_directions; ++d) {
+    const RecurrentActivation* a = spec.activations.data() + 3 * d;
+    if (a[0].kind != Kind::kSigmoid || a[1].kind != Kind::kTanh || a[2].kind != Kind::kTanh) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RecurrentActivation>> ParseRecurrentActivations(
@@ -239,6 +251,15 @@ absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& 
 
   out.packed_r.clear();
   out.packed_r_h.clear();
+  out.fused_lstm.clear();
+  if (pack && spec.cell == RecurrentCell::kLstm && LstmFusedStep::Available() &&
+      StandardLstm(spec)) {
+    for (int64_t dir = 0; dir < d; ++dir) {
+      out.fused_lstm.push_back(
+          std::make_unique<LstmFusedStep>(out.r.data<float>() + dir * gh * h, h));
+    }
+    return absl::OkStatus();
+  }
   if (pack && PackedGemv::Available() && h * gh <= PackedGemv::kMaxElements) {
     const bool split = spec.cell == RecurrentCell::kGru && !spec.linear_before_reset;
     for (int64_t dir = 0; dir < d; ++dir) {
@@ -392,7 +413,20 @@ class DirectionRunner {
     }
     const float* projected = scratch_.projected.data<float>();
     float* gates = scratch_.gates.mutable_data<float>();
-    const bool packed = batch == 1 && !weights_.packed_r.empty();
+    const LstmFusedStep* fused = spec_.cell == RecurrentCell::kLstm && !weights_.fused_lstm.empty()
+                                     ? weights_.fused_lstm[dir_].get()
+                                     : nullptr;
+    const bool packed = fused == nullptr && batch == 1 && !weights_.packed_r.empty();
+    LstmFusedStep::Args fused_args;
+    if (fused != nullptr) {
+      fused_args.batch = batch;
+      fused_args.c = c;
+      fused_args.projected = scratch_.projected_rows.data();
+      fused_args.active = io_.lengths != nullptr ? scratch_.active.data() : nullptr;
+      fused_args.peephole = peephole_;
+      fused_args.clip = spec_.clip;
+      fused_args.input_forget = spec_.input_forget;
+    }
     for (int64_t step = 0; step < t_steps; ++step) {
       bool any = false;
       for (int64_t b = 0; b < batch; ++b) {
@@ -404,14 +438,24 @@ class DirectionRunner {
         }
         any = true;
         const int64_t t = reverse_ ? length - 1 - step : step;
-        if (!packed) {
+        if (fused != nullptr) {
+          scratch_.projected_rows[b] = projected + Row(t, b) * gh_;
+        } else if (!packed) {
           std::memcpy(gates + b * gh_, projected + Row(t, b) * gh_, sizeof(float) * gh_);
         }
       }
       if (!any) break;  // every sequence has ended
-      Recur(packed,
-            packed ? projected + Row(reverse_ ? Length(0) - 1 - step : step, 0) * gh_ : nullptr,
-            h_prev, h_next);
+      if (fused != nullptr) {
+        fused_args.h_prev = h_prev;
+        fused_args.h_next = h_next;
+        // Alternate sweeps: the blocks read last are still in cache (lstm_fused.h).
+        fused_args.descending = (step & 1) != 0;
+        fused->Run(fused_args);
+      } else {
+        Recur(packed,
+              packed ? projected + Row(reverse_ ? Length(0) - 1 - step : step, 0) * gh_ : nullptr,
+              h_prev, h_next);
+      }
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t length = Length(b);
         float* hn = h_next + b * h;
@@ -627,6 +671,7 @@ absl::Status RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeight
   scratch.c.Resize(DataType::kFloat32, Shape{shape.batch, h});
   scratch.gated.Resize(DataType::kFloat32, Shape{shape.batch, gh});
   scratch.active.resize(shape.batch);
+  scratch.projected_rows.resize(shape.batch);
   if (io.y != nullptr && (io.lengths != nullptr || shape.batch == 0)) {
     const int64_t n = shape.steps * shape.batch * spec.num_directions * h;
     std::fill_n(io.y, n, 0.0f);
