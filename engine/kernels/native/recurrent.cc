@@ -4,10 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -367,101 +365,6 @@ Shape RecurrentStateShape(const RecurrentSpec& spec, const RecurrentShape& s) {
 
 namespace {
 
-void Pause() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// The threads of one layer's fused LSTM steps. R's blocks are split into one part per thread;
-// for each step the leader resets the parts' claim counters to the step's epoch and publishes it,
-// and every thread claims blocks, its own part first (in the step's sweep order, so the part
-// stays in its core's cache), then any left in the others'. The leader waits only for the blocks
-// to be done, not for the helpers to arrive: a helper the OS has descheduled (a loaded machine)
-// costs nothing unless it holds a claimed block, where a barrier would stall every step for it.
-// Waiting spins briefly, then yields the CPU. Lives on the leader's stack for one layer run.
-class FusedStepTeam {
- public:
-  static constexpr int kMaxParts = 8;
-  static constexpr uint32_t kQuit = 0xFFFFFFFFu;
-
-  FusedStepTeam(int64_t blocks, int parts) : blocks_(blocks), parts_(std::min(parts, kMaxParts)) {
-    for (int p = 0; p < parts_; ++p) {
-      first_[p] = blocks * p / parts_;
-      size_[p] = blocks * (p + 1) / parts_ - first_[p];
-      claims_[p].store(0, std::memory_order_relaxed);
-    }
-  }
-
-  // Runs step `epoch` (> 0, increasing) with the leader's `args`.
-  void RunStep(uint32_t epoch, const LstmFusedStep& fused, const LstmFusedStep::Args& args) {
-    done_.store(0, std::memory_order_relaxed);
-    for (int p = 0; p < parts_; ++p) {
-      claims_[p].store(uint64_t{epoch} << 32, std::memory_order_release);
-    }
-    epoch_.store(epoch, std::memory_order_release);
-    Work(0, epoch, fused, args);
-    for (int spins = 0; done_.load(std::memory_order_acquire) < blocks_; ++spins) {
-      Wait(spins);
-    }
-  }
-
-  void Quit() { epoch_.store(kQuit, std::memory_order_release); }
-
-  // A helper's loop until Quit().
-  void Help(int id, const LstmFusedStep& fused, const LstmFusedStep::Args& args) {
-    uint32_t seen = 0;
-    for (;;) {
-      uint32_t epoch = epoch_.load(std::memory_order_acquire);
-      for (int spins = 0; epoch == seen; ++spins) {
-        Wait(spins);
-        epoch = epoch_.load(std::memory_order_acquire);
-      }
-      if (epoch == kQuit) return;
-      seen = epoch;
-      Work(id % parts_, epoch, fused, args);
-    }
-  }
-
- private:
-  static void Wait(int spins) {
-    if (spins < 4096) {
-      Pause();
-    } else {
-      std::this_thread::yield();
-    }
-  }
-
-  // Claims and runs blocks of `epoch`, part `own` first; returns when none is left to claim.
-  void Work(int own, uint32_t epoch, const LstmFusedStep& fused, const LstmFusedStep::Args& args) {
-    for (int k = 0; k < parts_; ++k) {
-      const int p = (own + k) % parts_;
-      uint64_t v = claims_[p].load(std::memory_order_acquire);
-      for (;;) {
-        if ((v >> 32) != epoch) return;  // the step is over
-        const int64_t claimed = static_cast<int64_t>(v & 0xFFFFFFFFu);
-        if (claimed >= size_[p]) break;
-        if (!claims_[p].compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
-        // The args are the step's: the leader changes them only after every block is done.
-        const int64_t block =
-            args.descending ? first_[p] + size_[p] - 1 - claimed : first_[p] + claimed;
-        fused.Run(args, block, block + 1);
-        done_.fetch_add(1, std::memory_order_acq_rel);
-        v = claims_[p].load(std::memory_order_acquire);
-      }
-    }
-  }
-
-  const int64_t blocks_;
-  const int parts_;
-  int64_t first_[kMaxParts] = {};
-  int64_t size_[kMaxParts] = {};
-  // Per part: the epoch in the high 32 bits, the blocks claimed in the low 32.
-  std::atomic<uint64_t> claims_[kMaxParts];
-  std::atomic<int64_t> done_{0};
-  std::atomic<uint32_t> epoch_{0};
-};
-
 // One direction of one run: the time loop over a batch, on the scratch buffers.
 class DirectionRunner {
  public:
@@ -524,9 +427,7 @@ class DirectionRunner {
       fused_args.clip = spec_.clip;
       fused_args.input_forget = spec_.input_forget;
     }
-    // Before step `step`: which rows run and where their input projections are; false when every
-    // sequence has ended.
-    auto begin_step = [&](int64_t step) {
+    for (int64_t step = 0; step < t_steps; ++step) {
       bool any = false;
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t length = Length(b);
@@ -543,14 +444,18 @@ class DirectionRunner {
           std::memcpy(gates + b * gh_, projected + Row(t, b) * gh_, sizeof(float) * gh_);
         }
       }
-      fused_args.h_prev = h_prev;
-      fused_args.h_next = h_next;
-      // Alternate sweeps: the blocks read last are still in cache (lstm_fused.h).
-      fused_args.descending = (step & 1) != 0;
-      return any;
-    };
-    // After it: Y, the rows that did not run, the swap; false when the pacer stops the run.
-    auto end_step = [&](int64_t step) {
+      if (!any) break;  // every sequence has ended
+      if (fused != nullptr) {
+        fused_args.h_prev = h_prev;
+        fused_args.h_next = h_next;
+        // Alternate sweeps: the blocks read last are still in cache (lstm_fused.h).
+        fused_args.descending = (step & 1) != 0;
+        fused->Run(fused_args);
+      } else {
+        Recur(packed,
+              packed ? projected + Row(reverse_ ? Length(0) - 1 - step : step, 0) * gh_ : nullptr,
+              h_prev, h_next);
+      }
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t length = Length(b);
         float* hn = h_next + b * h;
@@ -565,50 +470,11 @@ class DirectionRunner {
       }
       std::swap(h_prev, h_next);
       // The step read the recurrent weights once per batch entry.
-      return pacer_ == nullptr ||
-             pacer_->Produced(static_cast<size_t>(batch * gh_ * h) * sizeof(float));
-    };
-    const int threads = fused != nullptr ? FusedThreads(*fused) : 1;
-    bool interrupted = false;
-    if (threads > 1) {
-      // This thread leads: it does each step's bookkeeping and publishes the step; every thread
-      // (this one included) then claims blocks, those of its own part of R first (which stays in
-      // its core's cache from step to step), then the others' (FusedStepTeam).
-      FusedStepTeam team(fused->blocks(), threads);
-#pragma omp parallel num_threads(threads)
-      {
-        const int id = omp_get_thread_num();
-        if (id == 0) {
-          for (int64_t step = 0; step < t_steps; ++step) {
-            if (!begin_step(step)) break;
-            team.RunStep(static_cast<uint32_t>(step + 1), *fused, fused_args);
-            if (!end_step(step)) {
-              interrupted = true;
-              break;
-            }
-          }
-          team.Quit();
-        } else {
-          team.Help(id, *fused, fused_args);
-        }
-      }
-    } else {
-      for (int64_t step = 0; step < t_steps; ++step) {
-        if (!begin_step(step)) break;  // every sequence has ended
-        if (fused != nullptr) {
-          fused->Run(fused_args);
-        } else {
-          Recur(packed,
-                packed ? projected + Row(reverse_ ? Length(0) - 1 - step : step, 0) * gh_ : nullptr,
-                h_prev, h_next);
-        }
-        if (!end_step(step)) {
-          interrupted = true;
-          break;
-        }
+      if (pacer_ != nullptr &&
+          !pacer_->Produced(static_cast<size_t>(batch * gh_ * h) * sizeof(float))) {
+        return false;
       }
     }
-    if (interrupted) return false;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t at = dir_ * s_.s_d + b * s_.s_b;
       if (io_.y_h != nullptr) std::memcpy(io_.y_h + at, h_prev + b * h, sizeof(float) * h);
@@ -621,18 +487,6 @@ class DirectionRunner {
 
  private:
   int64_t Length(int64_t b) const { return io_.lengths != nullptr ? io_.lengths[b] : s_.steps; }
-  // Threads for the fused steps: OpenMP's intra-op threads (none when already inside a parallel
-  // region), at most one per two blocks of R, and only when a step multiplies at least 2^17
-  // weights per row set (hidden 256 at batch 1): below that the two barriers of a step cost more
-  // than the split saves.
-  int FusedThreads(const LstmFusedStep& fused) const {
-    if (omp_in_parallel()) return 1;
-    const int64_t work = s_.batch * gh_ * h_;
-    if (work < (int64_t{1} << 17)) return 1;
-    return static_cast<int>(
-        std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), fused.blocks() / 2)));
-  }
-
   // The row of X (and of the projection) holding step t of batch entry b.
   int64_t Row(int64_t t, int64_t b) const { return t * s_.row_t + b * s_.row_b; }
 
