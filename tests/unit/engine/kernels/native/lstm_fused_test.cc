@@ -17,6 +17,7 @@
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/kernels/native/recurrent.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/operator_new_counter.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -234,6 +235,44 @@ TEST_P(LstmFusedTest, DirectionsAndSequenceLengths) {
 TEST_P(LstmFusedTest, BenchmarkShape) {
   std::mt19937 rng(23);
   RunCase({4, 2, 256, 256}, rng);
+}
+
+// The hot-path contract on the fused path: once the scratch has the run's shapes, another run
+// allocates nothing (no Tensor buffer, no operator new).
+TEST_P(LstmFusedTest, RepeatedRunsAllocateNothing) {
+  const int64_t T = 6, B = 5, I = 7, H = 21;
+  RecurrentSpec spec;
+  spec.hidden = H;
+  spec.gate_order = "iofc";
+  spec.activations = {{RecurrentActivation::Kind::kSigmoid, 0, 0},
+                      {RecurrentActivation::Kind::kTanh, 0, 0},
+                      {RecurrentActivation::Kind::kTanh, 0, 0}};
+  std::vector<float> w(4 * H * I, 0.05f), r(4 * H * H, -0.03f), x(T * B * I, 0.5f);
+  RecurrentWeights weights;
+  ASSERT_TRUE(CanonicalRecurrentWeights(spec, FromVector(w, Shape{1, 4 * H, I}),
+                                        FromVector(r, Shape{1, 4 * H, H}), nullptr, nullptr,
+                                        /*pack=*/true, weights)
+                  .ok());
+  ASSERT_EQ(weights.fused_lstm.size(), 1u);
+  absl::StatusOr<RecurrentShape> shape = ResolveRecurrentShape(spec, Shape{T, B, I});
+  ASSERT_TRUE(shape.ok());
+  std::vector<int32_t> lengths = {6, 0, 3, 6, 1};
+  std::vector<float> y(T * B * H), yh(B * H), yc(B * H);
+  RecurrentIo io;
+  io.x = x.data();
+  io.lengths = lengths.data();
+  io.y = y.data();
+  io.y_h = yh.data();
+  io.y_c = yc.data();
+  RecurrentScratch scratch;
+  ASSERT_TRUE(RunNativeRecurrent(spec, weights, *shape, io, scratch).ok());
+  const std::vector<float> first = y;
+  const int64_t before = OperatorNewCount();
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_TRUE(RunNativeRecurrent(spec, weights, *shape, io, scratch).ok());
+  }
+  EXPECT_EQ(OperatorNewCount(), before);
+  EXPECT_EQ(y, first);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, LstmFusedTest, ::testing::Values(false, true),
