@@ -491,19 +491,19 @@ class DirectionRunner {
   int64_t Row(int64_t t, int64_t b) const { return t * s_.row_t + b * s_.row_b; }
 
   // projected = X W^T + bias, for every step at once (the bias of GRU's Rbh is not in it). With a
-  // pacer, in pieces of rows that each multiply about kChunkBytes of W-sized work, a check after
-  // each; false when the run must stop.
+  // pacer, in pieces of rows, a check after each; false when the run must stop.
   bool Project() {
     const int64_t rows = s_.steps * s_.batch;
     float* out = scratch_.projected.mutable_data<float>();
     const size_t row_bytes =
         static_cast<size_t>(gh_ * std::max<int64_t>(s_.input, 1)) * sizeof(float);
-    // At least 64 rows a piece, so the pieces stay efficient products.
+    // Pieces of about 2^28 multiply-adds (2-3 ms), at least 64 rows: each sgemm call packs all
+    // of W again, so a piece of 64 rows of a 4 MB W (hidden 512) spent a third of the layer's
+    // projection time packing (bench/RESULTS.md, LSTM family).
     const int64_t per_piece =
         pacer_ == nullptr
             ? std::max<int64_t>(rows, 1)
-            : std::max<int64_t>(64, static_cast<int64_t>(InterruptPacer::kChunkBytes * 16 /
-                                                         std::max<size_t>(row_bytes, 1)));
+            : std::max<int64_t>(64, (int64_t{1} << 28) / std::max<int64_t>(gh_ * s_.input, 1));
     for (int64_t begin = 0; begin < rows; begin += per_piece) {
       const int64_t n = std::min(per_piece, rows - begin);
       Sgemm(true, n, gh_, s_.input, io_.x + begin * s_.input, s_.input, w_, s_.input, 0.0f,
