@@ -168,6 +168,35 @@ __attribute__((target("avx2,fma"))) void Tile256(const LstmFusedStep::Args& a, c
   }
 }
 
+// All 16 lanes of one row: 8 accumulators, so each weight cache line is read once (the two-row
+// tile reads a block's lines twice, one half per pass, which doubles the traffic of a batch-1
+// step bound by reading R).
+__attribute__((target("avx2,fma"))) void Row256(const LstmFusedStep::Args& a, const float* w,
+                                                int64_t h, int64_t j0, const TileRows& rows) {
+  __m256 acc[2][4];
+  for (int half = 0; half < 2; ++half) {
+    for (int g = 0; g < 4; ++g) acc[half][g] = _mm256_setzero_ps();
+  }
+  const float* x = rows.h_prev[0];
+  for (int64_t k = 0; k < h; ++k, w += kBlockFloats) {
+    const __m256 xk = _mm256_broadcast_ss(x + k);
+    for (int half = 0; half < 2; ++half) {
+      for (int g = 0; g < 4; ++g) {
+        acc[half][g] = _mm256_fmadd_ps(xk, _mm256_load_ps(w + g * kBlock + 8 * half), acc[half][g]);
+      }
+    }
+  }
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int half = 0; half < 2; ++half) {
+    const int64_t start = j0 + 8 * half;
+    const int left = static_cast<int>(std::min<int64_t>(h - start, 8));
+    if (left <= 0) break;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lanes);
+    Epilogue256(a, h, start, mask, acc[half][0], acc[half][1], acc[half][2], acc[half][3],
+                rows.projected[0], rows.c[0], rows.h_next[0]);
+  }
+}
+
 void RunTile512(int n, const LstmFusedStep::Args& a, const float* w, int64_t h, int64_t j0,
                 const TileRows& rows) {
   switch (n) {
@@ -188,13 +217,8 @@ void RunTile512(int n, const LstmFusedStep::Args& a, const float* w, int64_t h, 
 
 void RunTile256(int n, const LstmFusedStep::Args& a, const float* w, int64_t h, int64_t j0,
                 const TileRows& rows) {
-  for (int half = 0; half < 2; ++half) {
-    if (n == 1) {
-      Tile256<1>(a, w + 8 * half, h, j0 + 8 * half, rows);
-    } else {
-      Tile256<2>(a, w + 8 * half, h, j0 + 8 * half, rows);
-    }
-  }
+  if (n == 1) return Row256(a, w, h, j0, rows);
+  for (int half = 0; half < 2; ++half) Tile256<2>(a, w + 8 * half, h, j0 + 8 * half, rows);
 }
 
 #endif  // LS_LSTM_FUSED_X86

@@ -14,8 +14,9 @@
 // before it is needed again, while the reversed sweep starts on the blocks read last
 // (bench/lstm_bound_bench.cc measures both).
 //
-// AVX-512 tiles of up to 6 rows x 4 gates (24 zmm accumulators); AVX2 tiles of up to 2 rows x 4
-// gates x 8 lanes, twice per block (the same packing). Chosen at run time by native::ActiveIsa().
+// AVX-512 tiles of up to 6 rows x 4 gates (24 zmm accumulators); AVX2 (the same packing) tiles
+// of 2 rows x 4 gates x 8 lanes, twice per block, and a single row as 4 gates x 16 lanes (so a
+// batch-1 step reads each weight cache line once). Chosen at run time by native::ActiveIsa().
 // Only the standard LSTM (sigmoid, tanh, tanh) runs here; other activations take the generic path.
 
 #include <cstdint>
