@@ -252,8 +252,10 @@ absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& 
   out.packed_r.clear();
   out.packed_r_h.clear();
   out.fused_lstm.clear();
+  // The fused step's packed copy of R is bounded like PackedGemv's (hidden <= 512), so a large
+  // layer makes no second copy of R (16 MB at hidden 1024) and keeps the per-step sgemm.
   if (pack && spec.cell == RecurrentCell::kLstm && LstmFusedStep::Available() &&
-      StandardLstm(spec)) {
+      StandardLstm(spec) && h * gh <= PackedGemv::kMaxElements) {
     for (int64_t dir = 0; dir < d; ++dir) {
       out.fused_lstm.push_back(
           std::make_unique<LstmFusedStep>(out.r.data<float>() + dir * gh * h, h));

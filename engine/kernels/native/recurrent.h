@@ -110,8 +110,8 @@ struct RecurrentWeights {
   // all gates' R^T, or for GRU without linear_before_reset the z|r part and the h part apart.
   std::vector<std::unique_ptr<PackedGemv>> packed_r;
   std::vector<std::unique_ptr<PackedGemv>> packed_r_h;
-  // The standard LSTM's fused steps (LstmFusedStep::Available()), per direction; when present,
-  // packed_r is not built.
+  // The standard LSTM's fused steps (LstmFusedStep::Available(), 4 H x H at most
+  // PackedGemv::kMaxElements), per direction; when present, packed_r is not built.
   std::vector<std::unique_ptr<LstmFusedStep>> fused_lstm;
 };
 
