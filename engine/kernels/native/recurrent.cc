@@ -499,19 +499,22 @@ class DirectionRunner {
     float* out = scratch_.projected.mutable_data<float>();
     const size_t row_bytes =
         static_cast<size_t>(gh_ * std::max<int64_t>(s_.input, 1)) * sizeof(float);
-    // Pieces of about 2^28 multiply-adds (2-3 ms), at least 64 rows: each sgemm call packs all
-    // of W again (64-row pieces of hidden 512's 4 MB W: 8% more CPU time for the whole layer).
-    const int64_t per_piece =
-        pacer_ == nullptr
-            ? std::max<int64_t>(rows, 1)
-            : std::max<int64_t>(64, (int64_t{1} << 28) / std::max<int64_t>(gh_ * s_.input, 1));
+    // Pieces of at most about 2^28 multiply-adds (2-3 ms) and kChunkBytes of output, at least 64
+    // rows: each sgemm call packs all of W again (64-row pieces of hidden 512's 4 MB W: 8% more
+    // CPU time for the whole layer), and a narrow input makes the output the larger cost.
+    const int64_t by_work = (int64_t{1} << 28) / std::max<int64_t>(gh_ * s_.input, 1);
+    const int64_t by_output = static_cast<int64_t>(InterruptPacer::kChunkBytes / sizeof(float)) /
+                              std::max<int64_t>(gh_, 1);
+    const int64_t per_piece = pacer_ == nullptr
+                                  ? std::max<int64_t>(rows, 1)
+                                  : std::max<int64_t>(64, std::min(by_work, by_output));
     for (int64_t begin = 0; begin < rows; begin += per_piece) {
       const int64_t n = std::min(per_piece, rows - begin);
       Sgemm(true, n, gh_, s_.input, io_.x + begin * s_.input, s_.input, w_, s_.input, 0.0f,
             out + begin * gh_, gh_);
       for (int64_t row = begin; row < begin + n; ++row) {
         float* o = out + row * gh_;
-        for (int64_t j = 0; j < gh_; ++j) o[j] += bias_[j];
+        BinaryF32(VecBinary::kAdd, o, 1, bias_, 1, o, gh_);
       }
       if (pacer_ != nullptr && !pacer_->Produced(static_cast<size_t>(n) * row_bytes)) return false;
     }
