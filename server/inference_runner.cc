@@ -200,6 +200,10 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
       if (ran) return absl::OkStatus();
     }
   }
+  const bool try_here = model->metrics->RecentCompute() < options_.inline_run_limit;
+  // A batch this thread may run holds this call's client only through ClientGone (gRPC reports
+  // a cancel after the handler returns). Set before the call is queued, while it is ours.
+  if (try_here && call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
   call.queued_ = true;
   metrics_.queue_depth().Increment();
   metrics_.inflight_requests().Increment();
@@ -222,8 +226,35 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
       start_collector = true;
     }
   }
-  if (start_collector) StartCollector(model);  // may answer `call` (the pool refused)
+  if (!start_collector) return absl::OkStatus();
+  // A free collector slot: for a version of short runs, this thread collects and runs one batch
+  // (with `call` in it, or `call` left for the next collector) rather than waking a worker.
+  if (try_here && pool_->TryRunHere([&] { CollectOnce(model); }, model->instances)) {
+    return absl::OkStatus();
+  }
+  StartCollector(model);  // may answer `call` (the pool refused)
   return absl::OkStatus();
+}
+
+void InferenceRunner::CollectOnce(const std::shared_ptr<const LoadedModel>& model) {
+  BatchQueue& queue = *model->batcher;
+  std::vector<InferenceCall*> batch, expired;
+  bool idle = false;
+  {
+    absl::MutexLock lock(&queue.mutex_);
+    idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
+    if (idle) --queue.collectors_;
+  }
+  for (InferenceCall* call : expired) Run(*call);
+  if (!batch.empty()) RunBatch(*model, batch);
+  if (idle) return;
+  bool more = false;
+  {
+    absl::MutexLock lock(&queue.mutex_);
+    more = !queue.pending_.empty();
+    if (!more) --queue.collectors_;
+  }
+  if (more) StartCollector(model);  // the slot moves to a worker
 }
 
 void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& model) {
@@ -254,7 +285,7 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
     bool idle = false;
     {
       absl::MutexLock lock(&queue.mutex_);
-      idle = !FormBatch(*model, queue, batch, expired);
+      idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/true);
       if (idle) --queue.collectors_;
     }
     for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
@@ -270,7 +301,7 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
 
 bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
                                 std::vector<InferenceCall*>& batch,
-                                std::vector<InferenceCall*>& expired) {
+                                std::vector<InferenceCall*>& expired, bool may_wait) {
   const BatchingPolicy& policy = queue.policy();
   std::vector<size_t> members;  // positions in the queue
   while (true) {
@@ -324,7 +355,7 @@ bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
     }
     const absl::Time due = std::min(head.enqueued_ + policy.max_queue_delay, earliest_deadline);
     const bool alone = queue.collectors_ == 1;  // no other batch of this version in the works
-    if (full || preferred || alone || now >= due) break;
+    if (full || preferred || alone || !may_wait || now >= due) break;
     // One collector waits for a batch to fill; another gives its slot back (the waiting one
     // takes these calls).
     if (queue.waiting_) return false;

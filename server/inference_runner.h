@@ -150,13 +150,14 @@ class InferenceCall : private engine::IterationObserver {
 // (already bound and checked alone, so a bad request fails alone) runs at once on the caller's
 // thread when nothing of its version is queued or running and the inline conditions above hold
 // (the version's collector slot is held meanwhile, so others queue); otherwise it goes into the
-// version's BatchQueue instead of the pool (`stream_iterations` requests bypass it). The first
-// call into an idle queue schedules a collector task on the pool (in the version's TaskGroup; at
-// most BatchQueue::max_collectors at once). A collector takes the oldest call and every later one
-// that CanMerge with it while the batch sizes sum to at most max_batch_size; it dispatches the
-// batch at once when it is full, reaches a preferred size, when no other batch of the version is
-// collected or running (a lone client never waits), or when the oldest call has waited
-// max_queue_delay (or the earliest deadline comes); otherwise it waits for more. Calls that
+// version's BatchQueue instead of the pool (`stream_iterations` requests bypass it). A call that
+// finds a collector slot free collects and runs one batch on its own thread under the same
+// inline rule (no waiting), or else schedules a collector task on the pool (in the version's
+// TaskGroup; at most BatchQueue::max_collectors at once). A collector takes the oldest call and
+// every later one that CanMerge with it while the batch sizes sum to at most max_batch_size; it
+// dispatches the batch at once when it is full, reaches a preferred size, when no other batch of
+// the version is collected or running (a lone client never waits), or when the oldest call has
+// waited max_queue_delay (or the earliest deadline comes); otherwise it waits for more. Calls that
 // expired or were cancelled in the queue are taken out and answered alone. A batch of one runs
 // as an unbatched request; a larger one runs as one Model::Run on the merged inputs (the
 // latest deadline of its members; caps on output bytes and memory multiplied by the member
@@ -228,8 +229,13 @@ class InferenceRunner {
   // Under the queue's mutex: waits for a batch to be due and moves it out of the queue into
   // `batch`; calls that expired or were cancelled go to `expired`. False when the queue is empty
   // or another collector already waits on it (this one then gives its slot back).
+  // `may_wait` false: dispatch what the queue holds now (a collector on a protocol thread).
   bool FormBatch(const LoadedModel& model, BatchQueue& queue, std::vector<InferenceCall*>& batch,
-                 std::vector<InferenceCall*>& expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
+                 std::vector<InferenceCall*>& expired, bool may_wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
+  // One batch collected and run on the caller's thread (WorkerPool::TryRunHere) in the collector
+  // slot the caller took; the slot then goes to a worker collector if calls are left.
+  void CollectOnce(const std::shared_ptr<const LoadedModel>& model);
   // Runs a batch taken from the queue and answers each of its calls.
   void RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls);
   absl::Status ExecuteBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls,
