@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/engine.h"
 #include "server/logging.h"
 #include "server/server.h"
 
@@ -121,6 +122,7 @@ void PrintLine(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol gRPC server for ONNX and OpenVINO models with Loops.\n"
       "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--metrics_port=M] [flags]\n"

@@ -289,6 +289,47 @@ def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3):
     write_case(out_dir, name, model(g), [np.array(trips, np.int64), h0], [h, np.stack(scans[0])])
 
 
+def case_conv(out_dir, name, batch, channels, height, width, trips, seed):
+    """x = x + 0.1 * Relu(Conv3x3(x, W, b), pads 1), x carried: the iterative-refinement body. The
+    weights are an initializer, so the oneDNN Conv runs on its own (blocked) layouts with the
+    source and result reordered around it; 16 channels fill a 16-channel block, 5 leave a tail."""
+    rng = np.random.default_rng(seed)
+    W = (rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(channels * 9)).astype(np.float32)
+    b = (rng.standard_normal((channels,)) * 0.05).astype(np.float32)
+    shape = [batch, channels, height, width]
+    body = helper.make_graph(
+        [helper.make_node("Conv", ["x_in", "W", "b"], ["y"], kernel_shape=[3, 3],
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["y"], ["r"]),
+         const("step", np.array(0.1, np.float32)),
+         helper.make_node("Mul", ["r", "step"], ["d"]),
+         helper.make_node("Add", ["x_in", "d"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "conv_body", [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", F, shape)],
+        [vi("cond_out", B, []), vi("x_out", F, shape)])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x"], body=body)
+    g = helper.make_graph([loop], "conv", [vi("M", I64, []), vi("x0", F, shape)],
+                          [vi("x", F, shape)],
+                          initializer=[numpy_helper.from_array(W, "W"),
+                                       numpy_helper.from_array(b, "b")])
+    x0 = rng.standard_normal(shape).astype(np.float32)
+    w64 = W.astype(np.float64)
+
+    def conv3x3(x):
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        y = np.zeros((batch, channels, height, width))
+        for dy in range(3):
+            for dx in range(3):
+                patch = xp[:, :, dy:dy + height, dx:dx + width]
+                y += np.einsum("nchw,mc->nmhw", patch, w64[:, :, dy, dx])
+        return y + b.reshape(1, channels, 1, 1)
+
+    def body_np(i, c, x):
+        return True, (x + np.maximum(conv3x3(x), 0) * 0.1).astype(np.float32)
+    (x,), _, _ = loop_semantics(trips, None, [x0], body_np)
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), x0], [x])
+
+
 def case_scan_wide_slices(out_dir):
     """x = x * 0.5 + 1 on 1030 floats with a scan of x: 4120-byte slices, past the size at which
     scan appends stream to memory (and not a multiple of the 64-byte copy step)."""
@@ -372,6 +413,8 @@ def main():
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
+    case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
+    case_conv(out_dir, "loop_conv_c5", batch=1, channels=5, height=7, width=9, trips=4, seed=10)
 
 
 if __name__ == "__main__":
