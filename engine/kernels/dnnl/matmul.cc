@@ -213,7 +213,12 @@ class MatMulKernel final : public DnnlKernel {
     // Matrix-vector products per batch item (one query's attention, a product whose shape
     // changes every iteration) on native code: no primitive to create per shape, and no brgemm
     // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
-    if (type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
+    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
+    // at batch B): the matrix would be streamed once per row, where oneDNN's matmul on the packed
+    // weights reads it once for all B rows (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
+    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
+                                     dims.m == 1 && dims.batch.NumElements() > 1;
+    if (type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) && !rows_share_constant &&
         (constant == nullptr || Work(shapes) < kParallelWork)) {
       if (bias_input >= 0) {
         bias_input = -1;
