@@ -238,6 +238,10 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--only", default="", help="comma-separated model names (grid: substrings)")
+    p.add_argument("--ort-no-spin", action="store_true",
+                   help="ONNX Runtime's idle intra-op threads sleep instead of spinning "
+                   "(session.intra_op.allow_spinning=0), as loopserve's do (OMP_WAIT_POLICY "
+                   "PASSIVE): the fair setting at 2+ threads on a shared machine")
     args = p.parse_args()
     if not args.grid and not args.models:
         p.error("pass --models=DIR or --grid")
@@ -245,6 +249,8 @@ def main():
     args.repeat = args.repeat or (7 if args.grid else 20)
 
     env_ort = dict(os.environ, NODE_PATH=os.path.abspath(args.node_modules))
+    if args.ort_no_spin:
+        env_ort["ORT_ALLOW_SPINNING"] = "0"
     env_ours = dict(os.environ)
     if args.isa == "avx2":
         env_ours.update(LOOPSERVE_MAX_ISA="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
@@ -281,6 +287,10 @@ def main():
 
     print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
           (cpu, cpu_isa, used_isa, " (capped with --isa=%s)" % args.isa if args.isa else ""))
+    print("OpenMP wait policy (loopserve): %s; ONNX Runtime intra-op spinning: %s; load average "
+          "at the end: %s" % (os.environ.get("OMP_WAIT_POLICY", "PASSIVE (looprun's default)"),
+                              "off (--ort-no-spin)" if args.ort_no_spin else "on (ORT's default)",
+                              " ".join(open("/proc/loadavg").read().split()[:3])))
     print("\n| model | threads | loopserve median (us) | ONNX Runtime median (us) | speedup | "
           "outputs | reference steps |")
     print("|---|---|---|---|---|---|---|")

@@ -4,7 +4,7 @@
 // bytes in base64), so both engines see the same values. Prints one
 // JSON line with median_us / p90_us / min_us, timed around session.run only.
 //
-//   NODE_PATH=<node_modules> node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS [OUT_JSON]
+//   NODE_PATH=<node_modules> [ORT_ALLOW_SPINNING=0] node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS [OUT_JSON]
 //
 // With OUT_JSON, the outputs of the last run are written there (after all timing) as
 // {name: {dims, dtype, data}} in model output order. Numeric `data` is the tensor's raw
@@ -37,6 +37,10 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
+    // ORT_ALLOW_SPINNING=0 (compare_ort.py --ort-no-spin): intra-op threads sleep when idle
+    // instead of spinning (session.intra_op.allow_spinning), as loopserve's OpenMP threads do.
+    ...(process.env.ORT_ALLOW_SPINNING === '0'
+      ? {extra: {session: {intra_op: {allow_spinning: '0'}}}} : {}),
   });
   const spec = JSON.parse(fs.readFileSync(inputsJson, 'utf8'));
   const feeds = {};
