@@ -261,10 +261,11 @@ def case_if_inside_loop(out_dir):
                [x, np.stack(scans[0])])
 
 
-def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3):
+def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3, batch=1):
     """h = Tanh(MatMul(h, W) + b), scan of h: the RNN-cell body. As loop_rnn_wide, 300 hidden
     units at batch 1: the packed one-row matmul's column tail (300 = 2 x 128 + 44) inside a Loop
-    body, weights an initializer."""
+    body, weights an initializer. As loop_rnn_batch, 6 rows: a oneDNN product with packed
+    constant weights (under ONEDNN_MAX_CPU_ISA=AVX2, ctest loop_cases_avx2, a 1x1 convolution)."""
     rng = np.random.default_rng(seed)
     W = (rng.standard_normal((hidden, hidden)) * scale).astype(np.float32)
     b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
@@ -274,13 +275,13 @@ def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3):
          helper.make_node("Tanh", ["pre"], ["h_out"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"]),
          helper.make_node("Identity", ["h_out"], ["hs"])],
-        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden])],
-        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("hs", F, [1, hidden])])
+        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [batch, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [batch, hidden]), vi("hs", F, [batch, hidden])])
     loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
-    g = helper.make_graph([loop], "rnn", [vi("M", I64, []), vi("h0", F, [1, hidden])],
-                          [vi("h", F, [1, hidden]), vi("hs_all", F, [None, 1, hidden])],
+    g = helper.make_graph([loop], "rnn", [vi("M", I64, []), vi("h0", F, [batch, hidden])],
+                          [vi("h", F, [batch, hidden]), vi("hs_all", F, [None, batch, hidden])],
                           initializer=[numpy_helper.from_array(W, "W"), numpy_helper.from_array(b, "b")])
-    h0 = (rng.standard_normal((1, hidden))).astype(np.float32)
+    h0 = (rng.standard_normal((batch, hidden))).astype(np.float32)
 
     def body_np(i, c, h):
         h = np.tanh(h.astype(np.float64) @ W + b).astype(np.float32)
@@ -411,6 +412,7 @@ def main():
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
+    case_rnn(out_dir, "loop_rnn_batch", hidden=40, trips=5, seed=11, scale=0.2, batch=6)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
