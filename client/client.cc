@@ -81,10 +81,23 @@ const Tensor* InferResult::Find(absl::string_view name) const {
   return nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Create(absl::string_view address) {
+absl::StatusOr<Protocol> ParseProtocol(absl::string_view name) {
+  if (name == "grpc") return Protocol::kGrpc;
+  if (name == "http") return Protocol::kHttp;
+  return absl::InvalidArgumentError(
+      absl::StrCat("protocol '", name, "' is neither 'grpc' nor 'http'"));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(absl::string_view address,
+                                                       Protocol protocol) {
   if (address.empty() || address.find(':') == absl::string_view::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("server address '", address, "' is not HOST:PORT"));
+  }
+  if (protocol == Protocol::kHttp) {
+    std::unique_ptr<Client> client(new Client(std::string(address), nullptr));
+    client->http_ = std::make_unique<HttpClient>(address);
+    return client;
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // outputs of long loops can be large
@@ -97,10 +110,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(absl::string_view address
 Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel)
     : address_(std::move(address)),
       channel_(std::move(channel)),
-      stub_(inference::GRPCInferenceService::NewStub(channel_)),
-      health_stub_(grpc::health::v1::Health::NewStub(channel_)) {}
+      stub_(channel_ == nullptr ? nullptr : inference::GRPCInferenceService::NewStub(channel_)),
+      health_stub_(channel_ == nullptr ? nullptr : grpc::health::v1::Health::NewStub(channel_)) {}
 
 absl::StatusOr<bool> Client::ServerLive() {
+  if (http_ != nullptr) return http_->ServerLive();
   inference::ServerLiveRequest request;
   inference::ServerLiveResponse response;
   absl::Status status = RunCall(ControlCallOptions(), [&](grpc::ClientContext* context) {
@@ -111,6 +125,7 @@ absl::StatusOr<bool> Client::ServerLive() {
 }
 
 absl::StatusOr<bool> Client::ServerReady() {
+  if (http_ != nullptr) return http_->ServerReady();
   inference::ServerReadyRequest request;
   inference::ServerReadyResponse response;
   absl::Status status = RunCall(ControlCallOptions(), [&](grpc::ClientContext* context) {
@@ -121,6 +136,7 @@ absl::StatusOr<bool> Client::ServerReady() {
 }
 
 absl::StatusOr<bool> Client::ModelReady(absl::string_view model, absl::string_view version) {
+  if (http_ != nullptr) return http_->ModelReady(model, version);
   inference::ModelReadyRequest request;
   request.set_name(std::string(model));
   request.set_version(std::string(version));
@@ -133,6 +149,7 @@ absl::StatusOr<bool> Client::ModelReady(absl::string_view model, absl::string_vi
 }
 
 absl::StatusOr<inference::ServerMetadataResponse> Client::ServerMetadata() {
+  if (http_ != nullptr) return http_->ServerMetadata();
   inference::ServerMetadataRequest request;
   inference::ServerMetadataResponse response;
   absl::Status status = RunCall(ControlCallOptions(), [&](grpc::ClientContext* context) {
@@ -144,6 +161,7 @@ absl::StatusOr<inference::ServerMetadataResponse> Client::ServerMetadata() {
 
 absl::StatusOr<inference::ModelMetadataResponse> Client::ModelMetadata(absl::string_view model,
                                                                        absl::string_view version) {
+  if (http_ != nullptr) return http_->ModelMetadata(model, version);
   inference::ModelMetadataRequest request;
   request.set_name(std::string(model));
   request.set_version(std::string(version));
@@ -157,6 +175,7 @@ absl::StatusOr<inference::ModelMetadataResponse> Client::ModelMetadata(absl::str
 
 absl::StatusOr<inference::ModelConfig> Client::ModelConfig(absl::string_view model,
                                                            absl::string_view version) {
+  if (http_ != nullptr) return http_->ModelConfig(model, version);
   inference::ModelConfigRequest request;
   request.set_name(std::string(model));
   request.set_version(std::string(version));
@@ -170,6 +189,7 @@ absl::StatusOr<inference::ModelConfig> Client::ModelConfig(absl::string_view mod
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::HealthCheck(
     absl::string_view service) {
+  if (http_ != nullptr) return absl::UnimplementedError("HealthCheck is gRPC only");
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(std::string(service));
   grpc::health::v1::HealthCheckResponse response;
@@ -184,6 +204,7 @@ absl::StatusOr<InferResult> Client::Infer(absl::string_view model,
                                           const std::vector<Tensor>& inputs,
                                           const std::vector<std::string>& outputs,
                                           const InferOptions& options) {
+  if (http_ != nullptr) return http_->Infer(model, inputs, outputs, options);
   inference::ModelInferRequest request;
   request.set_model_name(std::string(model));
   request.set_model_version(options.model_version);
@@ -211,6 +232,7 @@ absl::StatusOr<InferResult> Client::Infer(absl::string_view model,
 
 absl::StatusOr<inference::ModelInferResponse> Client::InferRaw(
     const inference::ModelInferRequest& request, const InferOptions& options) {
+  if (http_ != nullptr) return absl::UnimplementedError("InferRaw sends gRPC messages");
   inference::ModelInferResponse response;
   absl::Status status = RunCall(options, [&](grpc::ClientContext* context) {
     return stub_->ModelInfer(context, request, &response);

@@ -1,7 +1,7 @@
 #pragma once
 
-// A small C++ client for the Open Inference Protocol (KServe v2) gRPC service that loopserve,
-// Triton and OpenVINO Model Server speak, plus grpc.health.v1.
+// A small C++ client for the Open Inference Protocol (KServe v2) that loopserve, Triton and
+// OpenVINO Model Server speak: over gRPC (plus grpc.health.v1) or over HTTP/REST (http_client.h).
 
 #include <memory>
 #include <string>
@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/http_client.h"
 #include "client/tensor.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
@@ -76,6 +77,12 @@ struct InferResult {
   const Tensor* Find(absl::string_view name) const;
 };
 
+// Which protocol a Client speaks.
+enum class Protocol { kGrpc, kHttp };
+
+// Parses "grpc" or "http".
+absl::StatusOr<Protocol> ParseProtocol(absl::string_view name);
+
 // A connection to one server. Create() does not connect: the first call does, and fails with
 // UNAVAILABLE when nothing listens. Calls other than Infer/InferRaw have a 30 s deadline. Every
 // method is thread-safe (one gRPC channel, shared stubs) and blocks until the server answers or the
@@ -83,7 +90,11 @@ struct InferResult {
 class Client {
  public:
   // `address` is host:port (e.g. "127.0.0.1:8001"), plaintext.
-  static absl::StatusOr<std::unique_ptr<Client>> Create(absl::string_view address);
+  // With Protocol::kHttp every call goes over KServe v2 REST except HealthCheck and InferRaw
+  // (gRPC messages; UNIMPLEMENTED); errors carry the code the HTTP status stands for
+  // (CodeForHttpStatus) and the server's message.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(absl::string_view address,
+                                                        Protocol protocol = Protocol::kGrpc);
 
   absl::StatusOr<bool> ServerLive();
   absl::StatusOr<bool> ServerReady();
@@ -124,6 +135,7 @@ class Client {
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
+  std::unique_ptr<HttpClient> http_;  // set for Protocol::kHttp (then the gRPC members are null)
 };
 
 }  // namespace loopserve::client

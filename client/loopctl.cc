@@ -29,6 +29,7 @@ namespace loopserve::client {
 namespace {
 
 constexpr char kDefaultAddress[] = "127.0.0.1:8001";
+constexpr char kDefaultHttpAddress[] = "127.0.0.1:8000";
 
 // Parsed command line: --flag=value options (repeatable ones keep every value) and positionals.
 struct CommandLine {
@@ -47,11 +48,11 @@ struct CommandLine {
   }
 };
 
-const char* const kKnownFlags[] = {
-    "addr",     "input",        "output", "timeout_ms",  "model_version",
-    "data_dir", "max_elements", "shape",  "concurrency", "requests",
-    "warmup",   "typed",        "help",   "duration",    "concurrency_range",
-    "progress"};
+const char* const kKnownFlags[] = {"addr",       "protocol",      "input",    "output",
+                                   "timeout_ms", "model_version", "data_dir", "max_elements",
+                                   "shape",      "concurrency",   "requests", "warmup",
+                                   "typed",      "help",          "duration", "concurrency_range",
+                                   "progress"};
 
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
@@ -591,9 +592,10 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
 }  // namespace
 
 std::string LoopctlUsage() {
-  return R"(loopctl: command-line client for loopserve (Open Inference Protocol / KServe v2 gRPC).
+  return R"(loopctl: command-line client for loopserve (Open Inference Protocol / KServe v2, gRPC or
+HTTP/REST).
 
-Usage: loopctl [--addr=HOST:PORT] COMMAND [ARGS] [FLAGS]
+Usage: loopctl [--protocol=grpc|http] [--addr=HOST:PORT] COMMAND [ARGS] [FLAGS]
 
 Commands:
   live                 is the server live?    (exit 0 yes, 1 no)
@@ -605,7 +607,9 @@ Commands:
   perf MODEL           load test with random inputs; prints throughput and p50/p90/p99 latency
 
 Flags (always --flag=value):
-  --addr=HOST:PORT     server gRPC address (default 127.0.0.1:8001)
+  --protocol=P         grpc (default) or http: KServe v2 REST, tensors as Triton's binary
+                       tensor data (with --typed=true: as JSON data, inputs and outputs)
+  --addr=HOST:PORT     server address (default 127.0.0.1:8001 for grpc, 127.0.0.1:8000 for http)
   --model_version=N    model version (default: the server's choice, the latest)
   --timeout_ms=MS      deadline for each request (default: none)
   --input=SPEC         an input tensor (repeat for each input):
@@ -639,6 +643,7 @@ with an error, 2 for bad usage.
 
 Examples:
   loopctl --addr=127.0.0.1:8001 metadata rnn
+  loopctl --protocol=http infer rnn --input=M:INT64::6 --input=h0:FP32:2,4:0.5
   loopctl config counter > config.pbtxt
   loopctl infer counter --input=M:INT64::5 --input=start:INT64:1:10
   loopctl infer rnn --input=M:INT64::6 --input=h0:FP32:2,4:0.5 --output=h_final
@@ -725,7 +730,14 @@ int RunLoopctl(const std::vector<std::string>& args, std::ostream& out, std::ost
                err);
     return 2;
   }
-  auto client = Client::Create(cl->Get("addr", kDefaultAddress));
+  auto protocol = ParseProtocol(cl->Get("protocol", "grpc"));
+  if (!protocol.ok()) {
+    PrintError(protocol.status(), err);
+    return 2;
+  }
+  auto client = Client::Create(
+      cl->Get("addr", *protocol == Protocol::kHttp ? kDefaultHttpAddress : kDefaultAddress),
+      *protocol);
   if (!client.ok()) {
     PrintError(client.status(), err);
     return 2;

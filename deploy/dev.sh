@@ -17,7 +17,8 @@ case "${1:-}" in
   serve)
     /usr/bin/python3 deploy/make_example_models.py deploy/models
     exec "$BUILD_DIR/bin/loopserve" --model_repository=deploy/models \
-      --grpc_port="${GRPC_PORT:-8001}" --metrics_port="${METRICS_PORT:-8002}"
+      --http_port="${HTTP_PORT:-8000}" --grpc_port="${GRPC_PORT:-8001}" \
+      --metrics_port="${METRICS_PORT:-8002}"
     ;;
   test)
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"

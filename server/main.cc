@@ -1,13 +1,15 @@
-// loopserve: the KServe v2 / Open Inference Protocol gRPC server for Loop models.
+// loopserve: the KServe v2 / Open Inference Protocol server (gRPC and HTTP/REST) for Loop models.
 //
-//   loopserve --model_repository=DIR [--grpc_port=8001] [--metrics_port=8002] ...
+//   loopserve --model_repository=DIR [--grpc_port=8001] [--http_port=8000] [--metrics_port=8002]
 //   loopserve --config_path=config.json ...          (OpenVINO Model Server's model list)
 //
 // Once the repository is loaded and the ports are bound it prints exactly these lines to stdout
 // (flushed; integration tests parse them; <address> is --address as given):
 //   loopserve: grpc listening on <address>:<port>
+//   loopserve: http listening on <address>:<port>
 //   loopserve: metrics listening on <address>:<port>
-// or, with --metrics_port=-1, "loopserve: metrics disabled" instead of the second line. Logs go to
+// or, with --http_port=-1 / --metrics_port=-1, "loopserve: http disabled" / "loopserve: metrics
+// disabled" instead. Logs go to
 // stderr, one line per event. It serves until SIGTERM or SIGINT, then reports NOT_SERVING, answers
 // new requests UNAVAILABLE, lets requests in flight finish (up to --exit_timeout_seconds), cancels
 // the rest and exits 0 -- at the latest --exit_timeout_seconds + 1 s after the signal, whatever
@@ -47,8 +49,14 @@ ABSL_FLAG(bool, disable_auto_complete_config, false,
           "As Triton's --disable-auto-complete-config: every model needs a config.pbtxt naming "
           "its platform and declaring every input and output (by default what a config leaves "
           "out is completed from the model)");
-ABSL_FLAG(std::string, address, "0.0.0.0", "Address to bind the gRPC and metrics ports on");
+ABSL_FLAG(std::string, address, "0.0.0.0", "Address to bind the gRPC, HTTP and metrics ports on");
 ABSL_FLAG(int, grpc_port, 8001, "gRPC port; 0 picks a free port");
+ABSL_FLAG(int, http_port, 8000,
+          "KServe v2 HTTP/REST port (JSON and Triton's binary tensor extension); 0 picks a free "
+          "port, -1 disables");
+ABSL_FLAG(int, http_threads, 2,
+          "HTTP event threads; each serves many keep-alive connections, none blocks on a slow "
+          "client");
 ABSL_FLAG(int, metrics_port, 8002, "Prometheus /metrics port; 0 picks a free port, -1 disables");
 ABSL_FLAG(int, workers, 2, "Worker threads running inference");
 ABSL_FLAG(int, intra_op_threads, 0,
@@ -74,7 +82,9 @@ ABSL_FLAG(int, inline_run_limit_us, 1000,
           "Requests to a model version whose recent runs averaged under this many microseconds "
           "run on the gRPC thread when a worker slot is free (saves two thread hand-offs); 0 "
           "disables");
-ABSL_FLAG(int, max_message_bytes, 1 << 30, "Largest gRPC message received or sent, in bytes");
+ABSL_FLAG(int, max_message_bytes, 1 << 30,
+          "Largest gRPC message received or sent, and largest HTTP request body (413 beyond it), "
+          "in bytes");
 ABSL_FLAG(int, exit_timeout_seconds, 30,
           "On SIGTERM/SIGINT, how long to wait for calls in flight before cancelling them; the "
           "process exits at most 1 s later");
@@ -87,7 +97,8 @@ ABSL_FLAG(int, repository_poll_seconds, 2,
           "versions); 0 disables polling");
 ABSL_FLAG(std::vector<std::string>, load_model, {},
           "Explicit mode: models to load at startup (comma-separated; '*' = all)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); enables TLS on gRPC");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM server certificate (chain); enables TLS on gRPC and HTTP");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)");
@@ -124,8 +135,10 @@ void PrintLine(const std::string& line) {
 int main(int argc, char** argv) {
   loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
-      "KServe v2 / Open Inference Protocol gRPC server for ONNX and OpenVINO models with Loops.\n"
-      "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--metrics_port=M] [flags]\n"
+      "KServe v2 / Open Inference Protocol server (gRPC, HTTP/REST) for ONNX and OpenVINO models "
+      "with Loops.\n"
+      "Usage: loopserve --model_repository=DIR [--grpc_port=N] [--http_port=H] [--metrics_port=M] "
+      "[flags]\n"
       "       loopserve --config_path=config.json [flags]");
   // --help lists the flags of this file (absl otherwise matches files named like the binary).
   absl::FlagsUsageConfig usage_config;
@@ -161,6 +174,8 @@ int main(int argc, char** argv) {
   options.address = absl::GetFlag(FLAGS_address);
   options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.http_port = absl::GetFlag(FLAGS_http_port);
+  options.http_threads = absl::GetFlag(FLAGS_http_threads);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
@@ -194,6 +209,12 @@ int main(int argc, char** argv) {
   InstallSignalHandlers();
   PrintLine(
       absl::StrCat("loopserve: grpc listening on ", options.address, ":", (*server)->grpc_port()));
+  if ((*server)->http_port() >= 0) {
+    PrintLine(absl::StrCat("loopserve: http listening on ", options.address, ":",
+                           (*server)->http_port()));
+  } else {
+    PrintLine("loopserve: http disabled");
+  }
   if ((*server)->metrics_port() >= 0) {
     PrintLine(absl::StrCat("loopserve: metrics listening on ", options.address, ":",
                            (*server)->metrics_port()));

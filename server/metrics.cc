@@ -122,7 +122,13 @@ class ServerCollectable final : public prometheus::Collectable {
   std::shared_ptr<prometheus::Registry> registry_;
 };
 
+constexpr Protocol kProtocols[] = {Protocol::kGrpc, Protocol::kHttp};
+
 }  // namespace
+
+absl::string_view ProtocolName(Protocol protocol) {
+  return protocol == Protocol::kHttp ? "http" : "grpc";
+}
 
 ModelVersionMetrics::ModelVersionMetrics(const std::vector<std::string>& loop_names) {
   for (const std::string& name : loop_names) {
@@ -136,7 +142,8 @@ std::shared_ptr<ModelVersionMetrics> ModelVersionMetrics::StatisticsOnly(
   return std::shared_ptr<ModelVersionMetrics>(new ModelVersionMetrics(loop_names));
 }
 
-void ModelVersionMetrics::RecordRequest(absl::StatusCode code, absl::Duration total) {
+void ModelVersionMetrics::RecordRequest(Protocol protocol, absl::StatusCode code,
+                                        absl::Duration total) {
   if (code == absl::StatusCode::kOk) {
     success_.Add(total);
     last_inference_ms_.store(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())),
@@ -145,12 +152,13 @@ void ModelVersionMetrics::RecordRequest(absl::StatusCode code, absl::Duration to
     fail_.Add(total);
   }
   if (!has_handles_) return;
+  const auto& counters = requests_[static_cast<int>(protocol)];
   const int index = static_cast<int>(code);
   prometheus::Counter* counter =
-      index >= 0 && index < static_cast<int>(requests_.size()) ? requests_[index] : nullptr;
-  if (counter == nullptr) counter = requests_[static_cast<int>(absl::StatusCode::kUnknown)];
+      index >= 0 && index < static_cast<int>(counters.size()) ? counters[index] : nullptr;
+  if (counter == nullptr) counter = counters[static_cast<int>(absl::StatusCode::kUnknown)];
   counter->Increment();
-  request_duration_->Observe(absl::ToDoubleSeconds(total));
+  request_duration_[static_cast<int>(protocol)]->Observe(absl::ToDoubleSeconds(total));
 }
 
 void ModelVersionMetrics::RecordQueue(absl::Duration waited) {
@@ -221,15 +229,15 @@ Metrics::Metrics()
       collectable_(std::make_shared<ServerCollectable>(registry_)) {
   requests_ = &prometheus::BuildCounter()
                    .Name("loopserve_requests_total")
-                   .Help("ModelInfer requests answered, by model version and outcome")
+                   .Help("Inference requests answered, by model version, protocol and outcome")
                    .Register(*registry_);
   request_duration_ = &prometheus::BuildHistogram()
                            .Name("loopserve_request_duration_seconds")
-                           .Help("ModelInfer time from receipt to answer")
+                           .Help("Inference request time from receipt to answer")
                            .Register(*registry_);
   queue_duration_ = &prometheus::BuildHistogram()
                          .Name("loopserve_queue_duration_seconds")
-                         .Help("ModelInfer time from receipt until a worker picked it up")
+                         .Help("Inference request time from receipt until a worker picked it up")
                          .Register(*registry_);
   compute_duration_ = &prometheus::BuildHistogram()
                            .Name("loopserve_compute_duration_seconds")
@@ -269,12 +277,12 @@ Metrics::Metrics()
   limit_memory_ = &limit_hits.Add({{"reason", "memory"}});
   inflight_ = &prometheus::BuildGauge()
                    .Name("loopserve_inflight_requests")
-                   .Help("ModelInfer requests admitted and not yet answered")
+                   .Help("Inference requests admitted and not yet answered")
                    .Register(*registry_)
                    .Add({});
   queue_depth_ = &prometheus::BuildGauge()
                       .Name("loopserve_queue_depth")
-                      .Help("ModelInfer requests waiting for a worker")
+                      .Help("Inference requests waiting for a worker")
                       .Register(*registry_)
                       .Add({});
 }
@@ -302,12 +310,18 @@ std::shared_ptr<ModelVersionMetrics> Metrics::ForModelVersion(
   std::shared_ptr<ModelVersionMetrics> metrics(new ModelVersionMetrics(loop_names));
   metrics->has_handles_ = true;
   const prometheus::Labels labels = {{"model", model}, {"version", absl::StrCat(version)}};
-  for (absl::StatusCode code : kAllCodes) {
-    prometheus::Labels with_outcome = labels;
-    with_outcome["outcome"] = OutcomeLabel(code);
-    metrics->requests_[static_cast<int>(code)] = &requests_->Add(with_outcome);
+  for (Protocol protocol : kProtocols) {
+    prometheus::Labels with_protocol = labels;
+    with_protocol["protocol"] = std::string(ProtocolName(protocol));
+    for (absl::StatusCode code : kAllCodes) {
+      prometheus::Labels with_outcome = with_protocol;
+      with_outcome["outcome"] = OutcomeLabel(code);
+      metrics->requests_[static_cast<int>(protocol)][static_cast<int>(code)] =
+          &requests_->Add(with_outcome);
+    }
+    metrics->request_duration_[static_cast<int>(protocol)] =
+        &request_duration_->Add(with_protocol, DurationBuckets());
   }
-  metrics->request_duration_ = &request_duration_->Add(labels, DurationBuckets());
   metrics->queue_duration_ = &queue_duration_->Add(labels, DurationBuckets());
   metrics->compute_duration_ = &compute_duration_->Add(labels, DurationBuckets());
   for (const std::string& loop : loop_names) {
@@ -336,32 +350,28 @@ void Metrics::RecordModelLoad(const std::string& model, int64_t version, bool ok
 void Metrics::RecordLoopLimitHit(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kDeadlineExceeded:
-      RecordLimitHit(LimitReason::kDeadline);
+      limit_deadline_->Increment();
       break;
     case absl::StatusCode::kCancelled:
-      RecordLimitHit(LimitReason::kCancelled);
+      limit_cancelled_->Increment();
       break;
     default:
       break;
   }
 }
 
-void Metrics::RecordLimitHit(LimitReason reason) {
+void Metrics::RecordLimitHit(engine::LimitReason reason) {
   switch (reason) {
-    case LimitReason::kIterationCap:
+    case engine::LimitReason::kIterationCap:
       limit_iteration_cap_->Increment();
       break;
-    case LimitReason::kDeadline:
-      limit_deadline_->Increment();
-      break;
-    case LimitReason::kCancelled:
-      limit_cancelled_->Increment();
-      break;
-    case LimitReason::kOutputBytes:
+    case engine::LimitReason::kOutputBytes:
       limit_output_bytes_->Increment();
       break;
-    case LimitReason::kMemory:
+    case engine::LimitReason::kMemory:
       limit_memory_->Increment();
+      break;
+    case engine::LimitReason::kNone:
       break;
   }
 }

@@ -24,6 +24,12 @@ namespace loopserve::server {
 
 class Metrics;
 
+// The protocol a request came over: the `protocol` label of the request metrics.
+enum class Protocol : uint8_t { kGrpc = 0, kHttp = 1 };
+inline constexpr int kNumProtocols = 2;
+// "grpc", "http".
+absl::string_view ProtocolName(Protocol protocol);
+
 // A cumulative count and duration (Triton's StatisticDuration). Thread-safe (relaxed atomics).
 struct DurationStat {
   std::atomic<uint64_t> count{0};
@@ -65,9 +71,9 @@ class ModelVersionMetrics : public engine::LoopObserver {
   static std::shared_ptr<ModelVersionMetrics> StatisticsOnly(
       const std::vector<std::string>& loop_names);
 
-  // Records one finished request: loopserve_requests_total{outcome}, its total duration, and the
-  // success/fail statistics.
-  void RecordRequest(absl::StatusCode code, absl::Duration total);
+  // Records one finished request: loopserve_requests_total{protocol,outcome}, its total duration
+  // (loopserve_request_duration_seconds{protocol}), and the success/fail statistics.
+  void RecordRequest(Protocol protocol, absl::StatusCode code, absl::Duration total);
   void RecordQueue(absl::Duration waited);
   void RecordComputeInput(absl::Duration decoding);   // request decoding and validation
   void RecordCompute(absl::Duration computed);        // Model::Run
@@ -99,20 +105,18 @@ class ModelVersionMetrics : public engine::LoopObserver {
   // Prometheus handles; null for StatisticsOnly.
 
   bool has_handles_ = false;
-  std::array<prometheus::Counter*, 17> requests_{};  // indexed by absl::StatusCode (0..16)
-  prometheus::Histogram* request_duration_ = nullptr;
+  // Indexed by Protocol, then absl::StatusCode (0..16).
+  std::array<std::array<prometheus::Counter*, 17>, kNumProtocols> requests_{};
+  std::array<prometheus::Histogram*, kNumProtocols> request_duration_{};  // by Protocol
   prometheus::Histogram* queue_duration_ = nullptr;
   prometheus::Histogram* compute_duration_ = nullptr;
   std::vector<prometheus::Histogram*> loop_iterations_;          // by loop index
   std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
 };
 
-// Why a run was stopped by a limit (loopserve_loop_limit_hits_total{reason}).
-enum class LimitReason { kIterationCap, kDeadline, kCancelled, kOutputBytes, kMemory };
-
 // The server's Prometheus registry and metric families:
-//   loopserve_requests_total{model,version,outcome}            counter
-//   loopserve_request_duration_seconds{model,version}          histogram (receipt -> answer)
+//   loopserve_requests_total{model,version,protocol,outcome}   counter
+//   loopserve_request_duration_seconds{model,version,protocol} histogram (receipt -> answer)
 //   loopserve_queue_duration_seconds{model,version}            histogram (receipt -> worker start)
 //   loopserve_compute_duration_seconds{model,version}          histogram (Model::Run)
 //   loopserve_loop_iterations{model,version,loop}              histogram, once per Loop execution
@@ -127,7 +131,8 @@ enum class LimitReason { kIterationCap, kDeadline, kCancelled, kOutputBytes, kMe
 //   loopserve_model_loads_total{outcome}                       counter; success | failure
 //   process_resident_memory_bytes, process_virtual_memory_bytes, process_cpu_seconds_total,
 //   process_open_fds, process_threads, process_start_time_seconds  (from /proc/self, at scrape)
-// `outcome` is "success" or the lower-case gRPC code name ("invalid_argument", ...). Durations
+// `protocol` is "grpc" or "http" (ProtocolName); `outcome` is "success" or the lower-case gRPC
+// code name ("invalid_argument", ...), whatever the protocol (HTTP answers map from it). Durations
 // are histograms in seconds with buckets from 1 µs to 5 min.
 //
 // Thread-safe. Owns the registry (shared with the exposer); outlives every ModelVersionMetrics.
@@ -135,7 +140,8 @@ class Metrics {
  public:
   Metrics();
 
-  // Resolves every per-version handle (17 outcome counters, 3 histograms, 2 per loop).
+  // Resolves every per-version handle (17 outcome counters and a duration histogram per protocol,
+  // 2 more histograms, 2 per loop).
   std::shared_ptr<ModelVersionMetrics> ForModelVersion(const std::string& model, int64_t version,
                                                        const std::vector<std::string>& loop_names);
   // Sets loopserve_model_ready{model,version}. Not for the request path (resolves the gauge).
@@ -144,10 +150,10 @@ class Metrics {
   void RecordModelLoad(const std::string& model, int64_t version, bool ok, absl::Duration took);
 
   // Counts a Loop limit hit for a run that ended with `code` (DeadlineExceeded or Cancelled);
-  // other codes are ignored. Engine limits (iteration cap, output bytes) are told apart by
-  // engine::GetLimitReason and recorded with RecordLimitHit.
+  // other codes are ignored. Engine limits (iteration cap, output bytes, memory) are told apart by
+  // engine::GetLimitReason and recorded with RecordLimitHit (kNone is ignored).
   void RecordLoopLimitHit(absl::StatusCode code);
-  void RecordLimitHit(LimitReason reason);
+  void RecordLimitHit(engine::LimitReason reason);
 
   prometheus::Gauge& inflight_requests() { return *inflight_; }
   prometheus::Gauge& queue_depth() { return *queue_depth_; }

@@ -129,6 +129,10 @@ absl::Status Server::Init() {
   if (options_.max_model_file_bytes < 0) {
     return absl::InvalidArgumentError("--max_model_file_bytes must be >= 0");
   }
+  if (options_.http_port < -1 || options_.http_port > 65535) {
+    return absl::InvalidArgumentError("--http_port must be -1 (disabled) or in [0, 65535]");
+  }
+  if (options_.http_threads < 1) return absl::InvalidArgumentError("--http_threads must be >= 1");
   if (options_.max_message_bytes < 1024) {
     return absl::InvalidArgumentError("--max_message_bytes must be >= 1024");
   }
@@ -207,11 +211,13 @@ absl::Status Server::Init() {
   pool_ = std::make_unique<WorkerPool>(
       options_.workers, options_.max_queue_size,
       [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); }, max_inline_runs);
-  InferenceService::Options service_options;
-  service_options.model_control = options_.model_control_mode == ModelControlMode::kExplicit;
-  service_options.inline_run_limit = options_.inline_run_limit;
-  service_ = std::make_unique<InferenceService>(registry_.get(), pool_.get(), metrics_.get(),
-                                                service_options);
+  InferenceRunner::Options runner_options;
+  runner_options.inline_run_limit = options_.inline_run_limit;
+  runner_ =
+      std::make_unique<InferenceRunner>(registry_.get(), pool_.get(), *metrics_, runner_options);
+  api_ = std::make_unique<ServerApi>(registry_.get(), runner_.get(),
+                                     options_.model_control_mode == ModelControlMode::kExplicit);
+  service_ = std::make_unique<InferenceService>(runner_.get(), api_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -231,6 +237,21 @@ absl::Status Server::Init() {
   grpc_server_->GetHealthCheckService()->SetServingStatus(true);
   LogInfo(absl::StrCat("gRPC listening on ", HostPort(options_.address, grpc_port_), " (",
                        transport, ")"));
+
+  if (options_.http_port >= 0) {
+    HttpServer::Options http;
+    http.address = options_.address;
+    http.port = options_.http_port;
+    http.threads = options_.http_threads;
+    http.max_body_bytes = static_cast<uint64_t>(options_.max_message_bytes);
+    http.tls_cert = options_.tls_cert;
+    http.tls_key = options_.tls_key;
+    http.tls_client_ca = options_.tls_client_ca;
+    LS_ASSIGN_OR_RETURN(http_, HttpService::Start(http, runner_.get(), api_.get()));
+    http_port_ = http_->port();
+    LogInfo(absl::StrCat("HTTP listening on ", HostPort(options_.address, http_port_), " (",
+                         transport, ")"));
+  }
 
   if (options_.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
@@ -285,7 +306,7 @@ void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   const absl::Time deadline = absl::Now() + options_.exit_timeout;
-  if (service_ != nullptr) service_->StartDraining();
+  if (runner_ != nullptr) runner_->StartDraining();
   stop_polling_.Notify();
   if (poller_.joinable()) poller_.join();
   if (grpc_server_ != nullptr) {
@@ -294,16 +315,19 @@ void Server::Shutdown() {
     LogInfo(absl::StrCat("shutting down: NOT_SERVING, waiting for requests in flight (up to ",
                          absl::FormatDuration(options_.exit_timeout), ")"));
     // Still answering (health NOT_SERVING, new requests UNAVAILABLE) while the in-flight finish.
-    const bool idle = service_->WaitForIdle(deadline);
+    const bool idle = runner_->WaitForIdle(deadline);
     if (!idle) {
       LogWarning("exit timeout reached: cancelling the requests still running");
       // Inline runs never see gRPC's cancellation while their handler runs, and queued ones
       // would still be started by the draining pool: the flag reaches all of them.
-      service_->CancelAll();
+      runner_->CancelAll();
     }
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
   }
+  // Every request has been answered (or cancelled and answered): their replies go out, then the
+  // connections close.
+  if (http_ != nullptr) http_->Shutdown(absl::Seconds(1));
   if (pool_ != nullptr) pool_->Shutdown();
   exposer_.reset();
   LogInfo("shutdown complete");

@@ -12,9 +12,12 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "server/http_service.h"
+#include "server/inference_runner.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/model_repository.h"
+#include "server/server_api.h"
 #include "server/worker_pool.h"
 
 namespace loopserve::server {
@@ -36,8 +39,12 @@ struct ServerOptions {
   std::string config_path;
   // Triton's --disable-auto-complete-config: every model needs a complete config.pbtxt.
   bool disable_auto_complete_config = false;
-  std::string address = "0.0.0.0";  // for both gRPC and metrics
+  std::string address = "0.0.0.0";  // for gRPC, HTTP and metrics
   int grpc_port = 8001;             // 0 = pick a free port
+  // KServe v2 REST (HttpService); 0 = pick a free port; -1 = none. The loopserve binary's
+  // --http_port defaults to 8000 (Triton's); in-process servers (tests) opt in.
+  int http_port = -1;
+  int http_threads = 2;             // HTTP event threads (each serves many connections)
   int metrics_port = 8002;          // 0 = pick a free port; -1 = no metrics endpoint
   int workers = 2;                  // worker threads running the engine
   int intra_op_threads = 0;         // oneDNN threads per worker; 0 = cores / workers (at least 1)
@@ -53,13 +60,14 @@ struct ServerOptions {
   int64_t max_request_memory_bytes = 0;
   // Largest model file read (model.onnx, model.xml, model.bin each); 0 = 2 GiB.
   int64_t max_model_file_bytes = 0;
-  int max_message_bytes = 1 << 30;                  // largest gRPC message received or sent
+  // Largest gRPC message received or sent, and largest HTTP request body (413 beyond it).
+  int max_message_bytes = 1 << 30;
   absl::Duration exit_timeout = absl::Seconds(30);  // drain limit in Shutdown
   ModelControlMode model_control_mode = ModelControlMode::kPoll;
   absl::Duration repository_poll_interval = absl::Seconds(2);  // kPoll; <= 0 disables polling
   std::vector<std::string> load_models;  // kExplicit: models loaded at startup ("*" = all)
-  // TLS for the gRPC port: PEM files. Both cert and key, or neither (plaintext). With client_ca,
-  // clients must present a certificate signed by it (mutual TLS).
+  // TLS for the gRPC and HTTP ports: PEM files. Both cert and key, or neither (plaintext). With
+  // client_ca, clients must present a certificate signed by it (mutual TLS).
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
@@ -77,17 +85,19 @@ struct ServerOptions {
 // Start loads the repository or config.json (models that fail, including their warm-up, are
 // reported not ready; the others are served),
 // starts the worker pool, the gRPC server (OIP service + grpc.health.v1 + reflection; TLS when
-// configured), the metrics endpoint and, in poll mode, the repository poller, then returns. It
-// logs one line per event but prints nothing on stdout: the loopserve binary prints exactly these
-// lines to stdout (flushed), which integration tests parse:
+// configured), the KServe v2 REST server (HttpService, same TLS), the metrics endpoint and, in poll
+// mode, the repository poller, then returns. It logs one line per event but prints nothing on
+// stdout: the loopserve binary prints exactly these lines to stdout (flushed), which integration
+// tests parse:
 //   loopserve: grpc listening on <address>:<port>
+//   loopserve: http listening on <address>:<port>          (or "loopserve: http disabled")
 //   loopserve: metrics listening on <address>:<port>       (or "loopserve: metrics disabled")
 //
 // Shutdown: health -> NOT_SERVING, ServerReady/ModelReady -> false and new ModelInfer calls get
 // UNAVAILABLE while the server still answers; the poller stops; ModelInfer calls in flight finish
 // (up to exit_timeout); then every call still in flight is cancelled (InferenceService::CancelAll:
 // a running Loop stops at its next iteration, a large kernel at its next chunk, a queued request
-// is answered without running), gRPC stops, the worker pool drains and joins, the metrics
+// is answered without running), gRPC and HTTP stop, the worker pool drains and joins, the metrics
 // endpoint closes. Idempotent; the destructor calls it.
 //
 // Thread-safe. Owns everything it starts. Destruction order (members below) keeps the service,
@@ -101,6 +111,7 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }        // -1 when disabled
   int metrics_port() const { return metrics_port_; }  // -1 when disabled
   const ServerOptions& options() const { return options_; }
 
@@ -120,10 +131,15 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<InferenceRunner> runner_;
+  // Before api_: a repository change the API finishes after Shutdown still finds the HTTP server.
+  std::unique_ptr<HttpService> http_;
+  std::unique_ptr<ServerApi> api_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsExposer> exposer_;
   int grpc_port_ = 0;
+  int http_port_ = -1;
   int metrics_port_ = -1;
   absl::Notification stop_polling_;
   std::thread poller_;

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <exception>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
@@ -22,6 +24,20 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // The `outcome` label of loopserve_requests_total: "success" for OK, otherwise the canonical code
 // name in lower case ("invalid_argument", "deadline_exceeded", ...).
 std::string OutcomeLabel(absl::StatusCode code);
+
+// Runs `body` (returning absl::Status) and turns a C++ exception that escapes it into INTERNAL,
+// its message prefixed by `context` ("ModelInfer: "): the one place exceptions stop on the
+// request paths (third-party code throws: oneDNN, protobuf, the JSON and HTTP libraries).
+template <typename Body>
+absl::Status CatchExceptions(absl::string_view context, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(context, e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(context, "unknown exception"));
+  }
+}
 
 // `text` from a client (a model name, a version) made safe to put into an error message or a log
 // line: single-quoted, C-escaped (so it never breaks a log line) and cut to 64 bytes.

@@ -1,11 +1,12 @@
 #include "server/tensor_codec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
@@ -132,31 +133,13 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
   return absl::InternalError(absl::StrCat(what, ": unhandled datatype ", datatype));
 }
 
-absl::StatusOr<Tensor> DecodeRaw(const std::string& what, const std::string& bytes, DataType dtype,
-                                 const engine::Shape& shape) {
-  const size_t element_size = engine::DataTypeSize(dtype);
-  // ValidateDims bounds the element count by 2^40, so this product cannot overflow.
-  const uint64_t expected = static_cast<uint64_t>(shape.NumElements()) * element_size;
-  if (bytes.size() != expected) {
-    return Invalid(
-        what, absl::StrCat("shape ", shape.ToString(), " of ", engine::DataTypeName(dtype),
-                           " needs ", expected, " bytes, raw_input_contents has ", bytes.size()));
-  }
-  // A view avoids copying large tensors; kernels may read elements as T, so the bytes must be
-  // aligned for T. Protobuf usually, but not always, hands out suitably aligned string storage.
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % element_size == 0) {
-    return Tensor::View(dtype, shape, bytes.data());
-  }
-  Tensor tensor(dtype, shape);
-  if (expected > 0) std::memcpy(tensor.mutable_raw_data(), bytes.data(), expected);
-  return tensor;
-}
-
 }  // namespace
 
-absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferRequest& request,
-                                                  const engine::Model& model) {
-  const auto& specs = model.inputs();
+absl::Status ToInferenceRequest(const inference::ModelInferRequest& request,
+                                InferenceRequest* out) {
+  out->model_name = request.model_name();
+  out->model_version = request.model_version();
+  out->id = request.id();
   const bool raw = request.raw_input_contents_size() > 0;
   if (raw && request.raw_input_contents_size() != request.inputs_size()) {
     return absl::InvalidArgumentError(
@@ -164,65 +147,53 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferReq
                      " entries but the request has ", request.inputs_size(),
                      " inputs; give one entry per input, in order"));
   }
-
-  DecodedRequest decoded;
-  decoded.inputs.resize(specs.size());
-  std::vector<bool> seen(specs.size(), false);
+  out->inputs.reserve(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const InputTensor& input = request.inputs(i);
-    const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name()));
-    const int index = model.FindInput(input.name());
-    if (index < 0) return Invalid(what, "the model has no such input");
-    if (seen[index]) return Invalid(what, "given more than once");
-    seen[index] = true;
-    const engine::TensorSpec& spec = specs[index];
-    if (spec.type.kind == engine::ValueKind::kSequence) {
-      return Invalid(what, "is a sequence, which KServe v2 cannot carry");
-    }
-
-    auto dtype = DataTypeFromKserve(input.datatype());
-    if (!dtype.ok()) return Invalid(what, dtype.status().message());
-    if (spec.type.dtype != DataType::kUndefined && *dtype != spec.type.dtype) {
-      return Invalid(what,
-                     absl::StrCat("datatype ", input.datatype(), " does not match the model's ",
-                                  KserveDataType(spec.type.dtype)));
-    }
-    LS_ASSIGN_OR_RETURN(engine::Shape shape, engine::ValidateDims(input.shape(), what));
-
-    const bool typed = HasTypedContents(input);
-    if (raw && typed) {
-      return Invalid(what,
+    if (raw && HasTypedContents(input)) {
+      return Invalid(absl::StrCat("input ", QuoteUntrusted(input.name())),
                      "has typed contents although raw_input_contents is used; use one or "
                      "the other for all inputs");
     }
-    absl::StatusOr<Tensor> tensor =
-        raw ? DecodeRaw(what, request.raw_input_contents(i), *dtype, shape)
-            : DecodeTyped(what, input, input.datatype(), *dtype, shape);
-    if (!tensor.ok()) return tensor.status();
-    decoded.inputs[index] = Value(*std::move(tensor));
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (!seen[i] && specs[i].type.kind != engine::ValueKind::kOptional) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", specs[i].name, "': missing from the request"));
+    InferenceRequest::Input& in = out->inputs.emplace_back();
+    in.name = input.name();
+    in.datatype = input.datatype();
+    in.shape.assign(input.shape().begin(), input.shape().end());
+    if (raw) {
+      in.raw = request.raw_input_contents(i);
+    } else {
+      in.decode = [&input](const std::string& what, DataType dtype, const engine::Shape& shape) {
+        return DecodeTyped(what, input, input.datatype(), dtype, shape);
+      };
     }
   }
+  for (const auto& output : request.outputs()) out->outputs.push_back(output.name());
 
-  if (request.outputs_size() == 0) {
-    for (size_t i = 0; i < model.outputs().size(); ++i)
-      decoded.outputs.push_back(static_cast<int>(i));
-  } else {
-    std::vector<bool> requested(model.outputs().size(), false);
-    for (const auto& output : request.outputs()) {
-      const std::string what = absl::StrCat("output ", QuoteUntrusted(output.name()));
-      const int index = model.FindOutput(output.name());
-      if (index < 0) return Invalid(what, "the model has no such output");
-      if (requested[index]) return Invalid(what, "requested more than once");
-      requested[index] = true;
-      decoded.outputs.push_back(index);
+  auto it = request.parameters().find("timeout");
+  if (it != request.parameters().end()) {
+    // Triton's per-request `timeout` parameter (microseconds; 0 = none).
+    const inference::InferParameter& p = it->second;
+    int64_t micros = -1;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+      micros = p.int64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      micros = static_cast<int64_t>(
+          std::min<uint64_t>(p.uint64_param(), std::numeric_limits<int64_t>::max()));
     }
+    if (micros < 0) {
+      return absl::InvalidArgumentError(
+          "parameter 'timeout' must be a non-negative int64 (microseconds)");
+    }
+    out->timeout_us = micros;
   }
-  return decoded;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferRequest& request,
+                                                  const engine::Model& model) {
+  InferenceRequest decoded;
+  LS_RETURN_IF_ERROR(ToInferenceRequest(request, &decoded));
+  return BindRequest(decoded, model);
 }
 
 absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<int>& outputs,
@@ -245,9 +216,8 @@ absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<in
     out->set_name(name);
     out->set_datatype(std::string(datatype));
     for (int64_t d : tensor.shape().dims()) out->add_shape(d);
-    const auto* data = static_cast<const char*>(tensor.raw_data());
-    response->add_raw_output_contents()->assign(data == nullptr ? "" : data,
-                                                data == nullptr ? 0 : tensor.ByteSize());
+    LS_RETURN_IF_ERROR(AppendRawTensor(absl::StrCat("output '", name, "'"), tensor,
+                                       response->add_raw_output_contents()));
   }
   return absl::OkStatus();
 }

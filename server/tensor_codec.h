@@ -6,26 +6,23 @@
 #include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "proto/grpc_service.pb.h"
+#include "server/infer_request.h"
 
 namespace loopserve::server {
 
-// Translation between KServe v2 messages and engine values. Stateless functions; thread-safe.
+// Translation between the KServe v2 gRPC messages and the protocol-free request (infer_request.h)
+// and engine values. Stateless functions; thread-safe.
 
-// A ModelInferRequest decoded against a model's signature.
-struct DecodedRequest {
-  // One value per model input, in Model::inputs() order. Raw inputs whose bytes are suitably
-  // aligned are zero-copy views of `request.raw_input_contents`, so the request must outlive every
-  // use of these values; the others own copies. An omitted optional input is a kNone value.
-  std::vector<engine::Value> inputs;
-  // Model output indices to return, in response order (all outputs when none were requested).
-  std::vector<int> outputs;
-};
+// Fills `out` from `request`: raw inputs view `request.raw_input_contents`, typed inputs decode
+// from `request`'s typed contents fields, so `request` must outlive `out` and every tensor bound
+// from it. InvalidArgument for a raw_input_contents count different from the input count, typed
+// contents mixed with raw_input_contents, and a `timeout` parameter that is not a non-negative
+// int64 (or uint64); the model name, version and id are filled in first even then.
+absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, InferenceRequest* out);
 
-// Validates and decodes `request` for `model`. InvalidArgument, naming the tensor, for: an unknown
-// or repeated input, a missing required input, an unknown datatype or one that differs from the
-// declared type, negative or overflowing dims, raw byte counts or typed element counts that do not
-// match the shape, typed contents in the wrong field, raw contents mixed with typed contents, a
-// raw_input_contents count different from the input count, an unknown or repeated output name.
+// ToInferenceRequest + BindRequest: `request` decoded against `model` (see BindRequest for what
+// is rejected; typed contents must be in the field of their datatype and match the shape's
+// element count).
 absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferRequest& request,
                                                   const engine::Model& model);
 

@@ -192,7 +192,7 @@ def install_deps_lists(root):
     with open(os.path.join(root, "deploy", "install_deps.sh")) as f:
         text = f.read()
     lists = {}
-    for name in ("BUILD_PACKAGES", "RUNTIME_PACKAGES"):
+    for name in ("BUILD_PACKAGES", "TEST_PACKAGES", "RUNTIME_PACKAGES"):
         m = re.search(name + r"=\((.*?)\)", text, re.DOTALL)
         check(m, "install_deps.sh: no %s=(...) list" % name)
         lists[name] = set(re.sub(r"#.*", "", m.group(1)).split()) if m else set()
@@ -307,13 +307,14 @@ def check_dockerfile(root, known_flags, ports):
     check_flags_known("Dockerfile CMD", cmd[-1], known_flags)
     f = flags_of(cmd[-1])
     grpc, metrics = int(f.get("grpc_port", 8001)), int(f.get("metrics_port", 8002))
-    check(exposed == {grpc, metrics},
-          "Dockerfile: EXPOSE %s, but CMD serves gRPC on %d and metrics on %d" %
-          (sorted(exposed), grpc, metrics))
+    http = int(f.get("http_port", 8000))
+    check(exposed == {http, grpc, metrics},
+          "Dockerfile: EXPOSE %s, but CMD serves HTTP on %d, gRPC on %d and metrics on %d" %
+          (sorted(exposed), http, grpc, metrics))
     health = [t for k, t in runtime["instructions"] if k == "HEALTHCHECK"]
     check(health and ":%d" % grpc in health[-1],
           "Dockerfile: HEALTHCHECK does not probe the gRPC port %d" % grpc)
-    ports["docker"] = (grpc, metrics)
+    ports["docker"] = (http, grpc, metrics)
     ports["docker_cmd"] = cmd[-1]
 
 
@@ -330,9 +331,11 @@ def check_compose(docs, known_flags, known_loopctl, ports):
     check_flags_known("compose.yaml loopserve.command", command, known_flags)
     f = flags_of(command)
     grpc, metrics = int(f.get("grpc_port", 8001)), int(f.get("metrics_port", 8002))
+    http = int(f.get("http_port", 8000))
     container_ports = {int(str(p).split(":")[-1].split("/")[0]) for p in ls.get("ports", [])}
-    check(container_ports == {grpc, metrics},
-          "compose.yaml: loopserve publishes %s, serves %d/%d" % (sorted(container_ports), grpc, metrics))
+    check(container_ports == {http, grpc, metrics},
+          "compose.yaml: loopserve publishes %s, serves %d/%d/%d" %
+          (sorted(container_ports), http, grpc, metrics))
     test = " ".join(ls.get("healthcheck", {}).get("test", []))
     check("--addr=127.0.0.1:%d" % grpc in test, "compose.yaml: healthcheck does not probe gRPC %d" % grpc)
     for flag in re.findall(r"--([a-z_]+)=", test):
@@ -341,7 +344,7 @@ def check_compose(docs, known_flags, known_loopctl, ports):
     grace = ls.get("stop_grace_period", "10s")
     check(int(re.sub(r"s$", "", str(grace))) > exit_timeout,
           "compose.yaml: stop_grace_period %s <= --exit_timeout_seconds %d" % (grace, exit_timeout))
-    ports["compose"] = (grpc, metrics)
+    ports["compose"] = (http, grpc, metrics)
     ports["compose_command"] = command
 
     # Prometheus scrapes loopserve's metrics port by service name, with the mounted config.
@@ -393,6 +396,7 @@ def check_kubernetes(docs, known_flags, ports):
     ports["configmap_flags"] = cm_flags_list
     cm_flags = flags_of(cm_flags_list)
     grpc, metrics = int(cm_flags.get("grpc_port", 8001)), int(cm_flags.get("metrics_port", 8002))
+    http = int(cm_flags.get("http_port", 8000))
 
     spec = deployment.get("spec", {})
     template = spec.get("template", {})
@@ -415,6 +419,7 @@ def check_kubernetes(docs, known_flags, ports):
           flagfile == os.path.join(mounts[cm_volumes[0]["name"]], "loopserve.flags"),
           "Deployment: --flagfile does not point at the mounted ConfigMap's loopserve.flags")
     check(container_port(c, "grpc") == grpc, "Deployment: containerPort grpc != ConfigMap --grpc_port %d" % grpc)
+    check(container_port(c, "http") == http, "Deployment: containerPort http != ConfigMap --http_port %d" % http)
     check(container_port(c, "metrics") == metrics,
           "Deployment: containerPort metrics != ConfigMap --metrics_port %d" % metrics)
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -450,8 +455,8 @@ def check_kubernetes(docs, known_flags, ports):
     for p in sspec.get("ports", []):
         target = p.get("targetPort")
         check(container_port(c, target) is not None if isinstance(target, str) else
-              target in (grpc, metrics), "Service: targetPort %s is not a container port" % target)
-        check(p.get("port") == {"grpc": grpc, "metrics": metrics}.get(p.get("name"), p.get("port")),
+              target in (http, grpc, metrics), "Service: targetPort %s is not a container port" % target)
+        check(p.get("port") == {"http": http, "grpc": grpc, "metrics": metrics}.get(p.get("name"), p.get("port")),
               "Service: port %s does not match the server's %s port" % (p.get("port"), p.get("name")))
 
     hspec = hpa.get("spec", {})
@@ -475,6 +480,7 @@ def check_kserve(docs, known_flags, ports):
     spec = runtime.get("spec", {})
     check(runtime.get("apiVersion") == "serving.kserve.io/v1alpha1", "ServingRuntime: apiVersion")
     check("grpc-v2" in spec.get("protocolVersions", []), "ServingRuntime: protocolVersions lacks grpc-v2")
+    check("v2" in spec.get("protocolVersions", []), "ServingRuntime: protocolVersions lacks v2 (REST)")
     formats = {f.get("name") for f in spec.get("supportedModelFormats", [])}
     check("onnx" in formats, "ServingRuntime: supportedModelFormats lacks onnx")
     containers = spec.get("containers", [])
@@ -488,7 +494,9 @@ def check_kserve(docs, known_flags, ports):
     check(f.get("model_repository") == "/mnt/models",
           "ServingRuntime: --model_repository must be /mnt/models (KServe's storage initializer)")
     grpc, metrics = int(f.get("grpc_port", 8001)), int(f.get("metrics_port", 8002))
-    check(container_port(c, "h2c") == grpc, "ServingRuntime: the h2c containerPort != --grpc_port %d" % grpc)
+    http = int(f.get("http_port", 8000))
+    check(container_port(c, "http1") == http,
+          "ServingRuntime: the http1 containerPort != --http_port %d" % http)
     annotations = spec.get("annotations", {})
     check(str(annotations.get("prometheus.kserve.io/port")) == str(metrics),
           "ServingRuntime: prometheus.kserve.io/port != --metrics_port %d" % metrics)
@@ -563,7 +571,7 @@ def run_static(args):
     check("8001" in dev and "8002" in dev, "deploy/dev.sh does not default to 8001/8002")
     lists = install_deps_lists(root)
     for needed in ("prometheus", "python3-yaml"):
-        check(needed in lists["BUILD_PACKAGES"], "install_deps.sh: BUILD_PACKAGES lacks %s" % needed)
+        check(needed in lists["TEST_PACKAGES"], "install_deps.sh: TEST_PACKAGES lacks %s" % needed)
     owner = check_runtime_packages([args.loopserve, args.loopctl], lists["RUNTIME_PACKAGES"])
     if args.verbose:
         for path, pkg in sorted(owner.items()):
@@ -588,7 +596,7 @@ class Loopserve:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [binary] + list(flags) + ["--model_repository=" + models, "--address=127.0.0.1",
-                                      "--grpc_port=0", "--metrics_port=0"],
+                                      "--grpc_port=0", "--http_port=0", "--metrics_port=0"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.grpc_port = self.metrics_port = None
         lines = []
@@ -712,7 +720,7 @@ def prom_query(port, expr):
 
 
 def substitute(expr):
-    for var, value in (("$model", ".*"), ("$version", ".*"), ("$loop", ".*"),
+    for var, value in (("$model", ".*"), ("$version", ".*"), ("$loop", ".*"), ("$protocol", ".*"),
                        ("$__rate_interval", "1m"), ("$__interval", "5s")):
         expr = expr.replace(var, value)
     return expr

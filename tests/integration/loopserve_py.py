@@ -22,7 +22,7 @@ def start_server(binary, flags, kinds=("grpc", "metrics"), timeout=60):
     """Starts `binary --address=127.0.0.1 --grpc_port=0 ...flags` and reads the ports it prints
     ("loopserve: <kind> listening on <address>:<port>") for every kind in `kinds`. Returns
     (process, {kind: port}); kills the process and raises if they do not come within `timeout`."""
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--grpc_port=0"] + list(flags),
+    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--grpc_port=0", "--http_port=0"] + list(flags),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     ports = {}
     timer = threading.Timer(timeout, proc.kill)  # bounded wait for the port lines

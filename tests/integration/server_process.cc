@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const Option
   server->log_path_ = MakeScratchDir("loopserve") + "/loopserve.log";
 
   std::vector<std::string> argv = {options.binary, "--address=127.0.0.1", "--grpc_port=0",
-                                   "--metrics_port=0"};
+                                   "--http_port=0", "--metrics_port=0"};
   if (!options.model_repository.empty()) {
     argv.push_back("--model_repository=" + options.model_repository);
   }

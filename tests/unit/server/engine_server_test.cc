@@ -150,7 +150,7 @@ TEST_F(UncappedEngineServerTest, DeadlineStopsARunningLoop) {
   WaitForWorker();  // the worker is free again: the loop stopped
   const std::string text = server_->metrics().Serialize();
   EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"deadline\"} 1"));
-  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",version=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",protocol=\"grpc\",version=\"1\"} 1"));
   ASSERT_TRUE(Infer(Request("counter", 3), &response, absl::Seconds(30)).ok());
 }
 
@@ -177,7 +177,7 @@ TEST_F(UncappedEngineServerTest, CancellationStopsARunningLoop) {
   WaitForWorker();
   const std::string text = server_->metrics().Serialize();
   EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"cancelled\"} 1"));
-  EXPECT_THAT(text, HasSubstr("outcome=\"cancelled\",version=\"1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"cancelled\",protocol=\"grpc\",version=\"1\"} 1"));
 }
 
 // Runs on the gRPC thread (InferenceService's inline path): every run qualifies once the version
@@ -255,8 +255,10 @@ TEST_F(InlineEngineServerTest, ShortRunsRunInlineAndAreCountedLikeQueuedOnes) {
   EXPECT_EQ(pool.ran_here(), 5);
   EXPECT_EQ(pool.running(), 0);
   const std::string text = server_->metrics().Serialize();
-  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"counter\",outcome=\"success\","
-                              "version=\"1\"} 6"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("loopserve_requests_total{model=\"counter\",outcome=\"success\",protocol=\"grpc\","
+                "version=\"1\"} 6"));
   EXPECT_THAT(text, HasSubstr("loopserve_queue_duration_seconds_count{model=\"counter\","
                               "version=\"1\"} 6"));
   EXPECT_THAT(text, HasSubstr("loopserve_compute_duration_seconds_count{model=\"counter\","
@@ -313,12 +315,14 @@ TEST_F(InlineEngineServerTest, InlineRunKeepsTheInstanceCapAndItsDeadline) {
       [&] { return server_->metrics().inflight_requests().Value() == 0 && pool.running() == 0; }));
   const std::string text = server_->metrics().Serialize();
   EXPECT_THAT(text, HasSubstr("loopserve_loop_limit_hits_total{reason=\"deadline\"} 1"));
-  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"single\",outcome=\"success\","
-                              "version=\"1\"} 2"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("loopserve_requests_total{model=\"single\",outcome=\"success\",protocol=\"grpc\","
+                "version=\"1\"} 2"));
   EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"single\","
-                              "outcome=\"deadline_exceeded\",version=\"1\"} 1"));
+                              "outcome=\"deadline_exceeded\",protocol=\"grpc\",version=\"1\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"single\","
-                              "outcome=\"resource_exhausted\",version=\"1\"} 1"));
+                              "outcome=\"resource_exhausted\",protocol=\"grpc\",version=\"1\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_queue_depth 0"));
 }
 

@@ -41,14 +41,18 @@ TEST(MetricsTest, ExpositionHasEveryName) {
   Metrics metrics;
   std::shared_ptr<ModelVersionMetrics> version =
       metrics.ForModelVersion("rnn", 3, {"loop_outer", "loop_inner"});
-  version->RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(3));
-  version->RecordRequest(absl::StatusCode::kInvalidArgument, absl::Microseconds(20));
+  version->RecordRequest(Protocol::kGrpc, absl::StatusCode::kOk, absl::Milliseconds(3));
+  version->RecordRequest(Protocol::kGrpc, absl::StatusCode::kInvalidArgument,
+                         absl::Microseconds(20));
+  version->RecordRequest(Protocol::kHttp, absl::StatusCode::kOk, absl::Milliseconds(1));
+  version->RecordRequest(Protocol::kHttp, absl::StatusCode::kOk, absl::Milliseconds(2));
   version->RecordQueue(absl::Microseconds(5));
   version->RecordCompute(absl::Milliseconds(2));
   version->OnLoopFinished(0, 12, absl::Microseconds(120));
   version->OnLoopFinished(1, 0, absl::ZeroDuration());
   version->OnLoopFinished(7, 1, absl::ZeroDuration());  // out of range: ignored
-  metrics.RecordLimitHit(LimitReason::kIterationCap);
+  metrics.RecordLimitHit(engine::LimitReason::kIterationCap);
+  metrics.RecordLimitHit(engine::LimitReason::kNone);  // no limit: not counted
   // Engine limits are recognised by their payload, not their code: a bare ResourceExhausted (an
   // out-of-memory, say) is not counted, nor is an error that is no limit at all.
   metrics.RecordLoopLimitHit(absl::StatusCode::kResourceExhausted);
@@ -66,11 +70,17 @@ TEST(MetricsTest, ExpositionHasEveryName) {
         "loopserve_model_ready"}) {
     EXPECT_THAT(text, HasSubstr(name)) << name;
   }
-  EXPECT_THAT(
-      text,
-      HasSubstr("loopserve_requests_total{model=\"rnn\",outcome=\"success\",version=\"3\"} 1"));
-  EXPECT_THAT(text, HasSubstr("outcome=\"invalid_argument\",version=\"3\"} 1"));
-  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",version=\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"rnn\",outcome=\"success\","
+                              "protocol=\"grpc\",version=\"3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"rnn\",outcome=\"success\","
+                              "protocol=\"http\",version=\"3\"} 2"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"invalid_argument\",protocol=\"grpc\",version=\"3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"invalid_argument\",protocol=\"http\",version=\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",protocol=\"grpc\",version=\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("loopserve_request_duration_seconds_count{model=\"rnn\","
+                              "protocol=\"http\",version=\"3\"} 2"));
+  EXPECT_THAT(text, HasSubstr("loopserve_request_duration_seconds_sum{model=\"rnn\","
+                              "protocol=\"http\",version=\"3\"} 0.003"));
   EXPECT_THAT(text, HasSubstr("loopserve_loop_iterations_count{loop=\"loop_outer\",model=\"rnn\","
                               "version=\"3\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_loop_iterations_sum{loop=\"loop_outer\",model=\"rnn\","
@@ -86,8 +96,8 @@ TEST(MetricsTest, ProcessLoadAndLimitMetricsAndStatistics) {
   std::shared_ptr<ModelVersionMetrics> version = metrics.ForModelVersion("rnn", 1, {"loop"});
   metrics.RecordModelLoad("rnn", 1, /*ok=*/true, absl::Milliseconds(250));
   metrics.RecordModelLoad("rnn", 2, /*ok=*/false, absl::Milliseconds(1));
-  metrics.RecordLimitHit(LimitReason::kOutputBytes);
-  version->RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(4));
+  metrics.RecordLimitHit(engine::LimitReason::kOutputBytes);
+  version->RecordRequest(Protocol::kGrpc, absl::StatusCode::kOk, absl::Milliseconds(4));
   version->RecordQueue(absl::Microseconds(10));
   version->RecordComputeInput(absl::Microseconds(1));
   version->RecordCompute(absl::Milliseconds(3));

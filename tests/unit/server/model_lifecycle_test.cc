@@ -367,8 +367,9 @@ TEST_F(ModelLifecycleTest, StatisticsOnlyWithoutMetrics) {
   auto model = registry.Get("m", "");
   ASSERT_TRUE(model.ok());
   ASSERT_NE((*model)->metrics, nullptr);
-  (*model)->metrics->RecordRequest(absl::StatusCode::kOk, absl::Milliseconds(2));
-  (*model)->metrics->RecordRequest(absl::StatusCode::kInternal, absl::Milliseconds(1));
+  (*model)->metrics->RecordRequest(Protocol::kGrpc, absl::StatusCode::kOk, absl::Milliseconds(2));
+  (*model)->metrics->RecordRequest(Protocol::kHttp, absl::StatusCode::kInternal,
+                                   absl::Milliseconds(1));
   const ModelVersionStatistics stats = (*model)->metrics->Statistics();
   EXPECT_EQ(stats.success.count, 1u);
   EXPECT_EQ(stats.success.ns, 2000000u);

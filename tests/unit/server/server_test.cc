@@ -257,11 +257,15 @@ TEST_F(ServerTest, InferErrorsMapToCodesAndTheServerKeepsServing) {
   response.Clear();
   ASSERT_TRUE(Infer(EchoRequest(), &response).ok());
   const std::string text = server_->metrics().Serialize();
-  EXPECT_THAT(text,
-              HasSubstr("loopserve_requests_total{model=\"echo\",outcome=\"invalid_argument\","
-                        "version=\"2\"} 3"));
-  EXPECT_THAT(text, HasSubstr("loopserve_requests_total{model=\"echo\",outcome=\"success\","
-                              "version=\"2\"} 1"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "loopserve_requests_total{model=\"echo\",outcome=\"invalid_argument\",protocol=\"grpc\","
+          "version=\"2\"} 3"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("loopserve_requests_total{model=\"echo\",outcome=\"success\",protocol=\"grpc\","
+                "version=\"2\"} 1"));
   EXPECT_THAT(text, HasSubstr("loopserve_inflight_requests 0"));
   EXPECT_THAT(text, HasSubstr("loopserve_queue_depth 0"));
 }
@@ -364,8 +368,8 @@ TEST_F(SingleWorkerServerTest, RequestExpiringInTheQueueIsNotRun) {
   release->Notify();
   WaitForQueuedTasks();
   const std::string text = server_->metrics().Serialize();
-  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",version=\"2\"} 1"));
-  EXPECT_THAT(text, HasSubstr("outcome=\"success\",version=\"2\"} 0"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"deadline_exceeded\",protocol=\"grpc\",version=\"2\"} 1"));
+  EXPECT_THAT(text, HasSubstr("outcome=\"success\",protocol=\"grpc\",version=\"2\"} 0"));
   EXPECT_THAT(text, HasSubstr("loopserve_inflight_requests 0"));
   ASSERT_TRUE(Infer(EchoRequest(), &response).ok());  // still serving
 }
@@ -400,7 +404,8 @@ TEST_F(SingleWorkerServerTest, CancelledQueuedRequestIsNotRun) {
   while (absl::Now() < pinged + absl::Milliseconds(200)) std::this_thread::yield();
   release->Notify();
   WaitForQueuedTasks();
-  EXPECT_THAT(server_->metrics().Serialize(), HasSubstr("outcome=\"cancelled\",version=\"2\"} 1"));
+  EXPECT_THAT(server_->metrics().Serialize(),
+              HasSubstr("outcome=\"cancelled\",protocol=\"grpc\",version=\"2\"} 1"));
 }
 
 TEST_F(ServerTest, ShutdownStopsServingAndIsIdempotent) {

@@ -1,0 +1,733 @@
+#include "server/http_codec.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "rapidjson/writer.h"
+#include "server/datatype.h"
+#include "server/status_util.h"
+#include "simdjson.h"
+
+namespace loopserve::server {
+namespace {
+
+using engine::DataType;
+using engine::Tensor;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+absl::Status Invalid(absl::string_view what, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+}
+
+// ---- reading JSON ----
+
+// The JSON spelling of an element's kind, for messages.
+absl::string_view KindName(const element& e) {
+  switch (e.type()) {
+    case element_type::ARRAY:
+      return "an array";
+    case element_type::OBJECT:
+      return "an object";
+    case element_type::INT64:
+    case element_type::UINT64:
+      return "an integer";
+    case element_type::DOUBLE:
+      return "a number";
+    case element_type::STRING:
+      return "a string";
+    case element_type::BOOL:
+      return "a boolean";
+    case element_type::NULL_VALUE:
+      return "null";
+  }
+  return "?";
+}
+
+// A non-negative integer field (sizes, dims, the timeout).
+absl::StatusOr<int64_t> NonNegativeInt(const element& e, absl::string_view what) {
+  if (e.type() == element_type::INT64) {
+    const int64_t v = e.get_int64().value_unsafe();
+    if (v >= 0) return v;
+  } else if (e.type() == element_type::UINT64) {
+    const uint64_t v = e.get_uint64().value_unsafe();
+    if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return static_cast<int64_t>(v);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " must be a non-negative integer, got ", KindName(e)));
+}
+
+absl::StatusOr<std::string> StringField(const element& e, absl::string_view what) {
+  if (e.type() != element_type::STRING) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a string, got ", KindName(e)));
+  }
+  return std::string(e.get_string().value_unsafe());
+}
+
+absl::StatusOr<bool> BoolField(const element& e, absl::string_view what) {
+  if (e.type() != element_type::BOOL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be true or false, got ", KindName(e)));
+  }
+  return e.get_bool().value_unsafe();
+}
+
+// The array `e` is (the caller checked its type). Copied out of the simdjson_result before use: a
+// range-for over `e.get_array().value_unsafe()` would iterate a member of a destroyed temporary.
+simdjson::dom::array AsArray(const element& e) {
+  simdjson::dom::array array;
+  if (e.get_array().get(array) != simdjson::SUCCESS) return {};
+  return array;
+}
+
+// Counts the scalars of a flat or nested `data` array (a bare scalar counts as one).
+int64_t CountElements(const element& e) {
+  if (e.type() != element_type::ARRAY) return 1;
+  int64_t n = 0;
+  for (element child : AsArray(e)) n += CountElements(child);
+  return n;
+}
+
+// Converts one JSON scalar to T, or explains why not.
+template <typename T>
+absl::Status Convert(const element& e, T* out) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (e.type() == element_type::BOOL) {
+      *out = e.get_bool().value_unsafe();
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(KindName(e), " is not a BOOL (true or false)"));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    switch (e.type()) {
+      case element_type::DOUBLE:
+        *out = static_cast<T>(e.get_double().value_unsafe());
+        return absl::OkStatus();
+      case element_type::INT64:
+        *out = static_cast<T>(e.get_int64().value_unsafe());
+        return absl::OkStatus();
+      case element_type::UINT64:
+        *out = static_cast<T>(e.get_uint64().value_unsafe());
+        return absl::OkStatus();
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(KindName(e), " is not a number"));
+    }
+  } else {
+    if (e.type() == element_type::INT64) {
+      const int64_t v = e.get_int64().value_unsafe();
+      if ((std::is_signed_v<T> && v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+           v <= static_cast<int64_t>(std::numeric_limits<T>::max())) ||
+          (!std::is_signed_v<T> && v >= 0 &&
+           static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
+        *out = static_cast<T>(v);
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrCat(v, " is out of range"));
+    }
+    if (e.type() == element_type::UINT64) {
+      const uint64_t v = e.get_uint64().value_unsafe();
+      if (v <= static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+        *out = static_cast<T>(v);
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrCat(v, " is out of range"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(KindName(e), " is not an integer"));
+  }
+}
+
+// Writes the scalars of `e` into out[*at ...] in row-major order.
+template <typename T>
+absl::Status Fill(const element& e, T* out, int64_t* at) {
+  if (e.type() == element_type::ARRAY) {
+    for (element child : AsArray(e)) LS_RETURN_IF_ERROR(Fill(child, out, at));
+    return absl::OkStatus();
+  }
+  absl::Status status = Convert(e, &out[*at]);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("element ", *at, ": ", status.message()));
+  }
+  ++*at;
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status FillTensor(const element& data, Tensor* tensor) {
+  int64_t at = 0;
+  return Fill(data, tensor->mutable_data<T>(), &at);
+}
+
+// `data` -> a tensor of `dtype` and `shape`.
+absl::StatusOr<Tensor> DecodeJsonData(const std::string& what, const element& data,
+                                      absl::string_view datatype, DataType dtype,
+                                      const engine::Shape& shape) {
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    return Invalid(what, absl::StrCat("datatype ", datatype,
+                                      " cannot be sent as JSON numbers; send it as binary data "
+                                      "(parameters.binary_data_size)"));
+  }
+  // Counted before anything is allocated for the shape.
+  const int64_t count = CountElements(data);
+  if (count != shape.NumElements()) {
+    return Invalid(what, absl::StrCat("shape ", shape.ToString(), " needs ", shape.NumElements(),
+                                      " elements, got ", count, " in data"));
+  }
+  Tensor tensor(dtype, shape);
+  absl::Status filled;
+  switch (dtype) {
+    case DataType::kBool:
+      filled = FillTensor<bool>(data, &tensor);
+      break;
+    case DataType::kInt8:
+      filled = FillTensor<int8_t>(data, &tensor);
+      break;
+    case DataType::kInt16:
+      filled = FillTensor<int16_t>(data, &tensor);
+      break;
+    case DataType::kInt32:
+      filled = FillTensor<int32_t>(data, &tensor);
+      break;
+    case DataType::kInt64:
+      filled = FillTensor<int64_t>(data, &tensor);
+      break;
+    case DataType::kUint8:
+      filled = FillTensor<uint8_t>(data, &tensor);
+      break;
+    case DataType::kUint16:
+      filled = FillTensor<uint16_t>(data, &tensor);
+      break;
+    case DataType::kUint32:
+      filled = FillTensor<uint32_t>(data, &tensor);
+      break;
+    case DataType::kUint64:
+      filled = FillTensor<uint64_t>(data, &tensor);
+      break;
+    case DataType::kFloat32:
+      filled = FillTensor<float>(data, &tensor);
+      break;
+    case DataType::kFloat64:
+      filled = FillTensor<double>(data, &tensor);
+      break;
+    default:
+      return Invalid(what, absl::StrCat("datatype ", datatype, " cannot be sent as JSON data"));
+  }
+  if (!filled.ok()) {
+    return Invalid(what, absl::StrCat("data ", filled.message(), " (datatype ", datatype, ")"));
+  }
+  return tensor;
+}
+
+// ---- writing JSON ----
+
+// RapidJSON output stream appending to a std::string.
+struct StringOut {
+  using Ch = char;
+  std::string* s;
+  void Put(char c) { s->push_back(c); }
+  void Flush() {}
+};
+using JsonWriter = rapidjson::Writer<StringOut>;
+
+// A number as std::to_chars prints it (shortest round trip); NaN and infinities as Python's json
+// module writes and reads them (JSON itself has no spelling for them).
+template <typename T>
+void WriteNumber(JsonWriter& w, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) {
+      w.RawValue("NaN", 3, rapidjson::kNumberType);
+      return;
+    }
+    if (std::isinf(v)) {
+      if (v > 0) {
+        w.RawValue("Infinity", 8, rapidjson::kNumberType);
+      } else {
+        w.RawValue("-Infinity", 9, rapidjson::kNumberType);
+      }
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    w.Bool(v);
+  } else {
+    char buf[32];
+    const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+    w.RawValue(buf, static_cast<size_t>(r.ptr - buf), rapidjson::kNumberType);
+  }
+}
+
+template <typename T>
+void WriteData(JsonWriter& w, const Tensor& tensor) {
+  w.StartArray();
+  for (T v : tensor.span<T>()) WriteNumber(w, v);
+  w.EndArray();
+}
+
+absl::Status WriteTensorData(JsonWriter& w, const std::string& what, const Tensor& tensor) {
+  switch (tensor.dtype()) {
+    case DataType::kBool:
+      WriteData<bool>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kInt8:
+      WriteData<int8_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kInt16:
+      WriteData<int16_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kInt32:
+      WriteData<int32_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kInt64:
+      WriteData<int64_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kUint8:
+      WriteData<uint8_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kUint16:
+      WriteData<uint16_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kUint32:
+      WriteData<uint32_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kUint64:
+      WriteData<uint64_t>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kFloat32:
+      WriteData<float>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kFloat64:
+      WriteData<double>(w, tensor);
+      return absl::OkStatus();
+    default:
+      return Invalid(what, absl::StrCat("datatype ", KserveDataType(tensor.dtype()),
+                                        " cannot be returned as JSON; ask for it as binary data "
+                                        "(outputs[].parameters.binary_data: true)"));
+  }
+}
+
+void WriteString(JsonWriter& w, absl::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void WriteField(JsonWriter& w, const google::protobuf::Message& message,
+                const google::protobuf::FieldDescriptor* field, int index);
+
+void WriteMessage(JsonWriter& w, const google::protobuf::Message& message) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  // As Triton prints its JSON (protobuf's always_print_primitive_fields): scalars and repeated
+  // fields always, even at their defaults (a scalar's metadata has "shape": [], an unused
+  // statistic "count": 0); message and oneof fields when set.
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    if (field->is_repeated() || !field->has_presence() || reflection->HasField(message, field)) {
+      fields.push_back(field);
+    }
+  }
+  w.StartObject();
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    WriteString(w, field->name());
+    if (field->is_map()) {
+      w.StartObject();
+      const int n = reflection->FieldSize(message, field);
+      for (int i = 0; i < n; ++i) {
+        const google::protobuf::Message& entry = reflection->GetRepeatedMessage(message, field, i);
+        const google::protobuf::Descriptor* d = entry.GetDescriptor();
+        const google::protobuf::Reflection* r = entry.GetReflection();
+        const google::protobuf::FieldDescriptor* key = d->FindFieldByNumber(1);
+        std::string key_text;
+        if (key->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+          key_text = r->GetString(entry, key);
+        } else if (key->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_BOOL) {
+          key_text = r->GetBool(entry, key) ? "true" : "false";
+        } else if (key->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_INT32 ||
+                   key->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_INT64) {
+          key_text =
+              absl::StrCat(key->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_INT32
+                               ? r->GetInt32(entry, key)
+                               : r->GetInt64(entry, key));
+        } else {
+          key_text =
+              absl::StrCat(key->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_UINT32
+                               ? r->GetUInt32(entry, key)
+                               : r->GetUInt64(entry, key));
+        }
+        WriteString(w, key_text);
+        WriteField(w, entry, d->FindFieldByNumber(2), -1);
+      }
+      w.EndObject();
+    } else if (field->is_repeated()) {
+      w.StartArray();
+      const int n = reflection->FieldSize(message, field);
+      for (int i = 0; i < n; ++i) WriteField(w, message, field, i);
+      w.EndArray();
+    } else {
+      WriteField(w, message, field, -1);
+    }
+  }
+  w.EndObject();
+}
+
+// One value of `field` (element `index` of a repeated field, or the singular value for -1).
+void WriteField(JsonWriter& w, const google::protobuf::Message& message,
+                const google::protobuf::FieldDescriptor* field, int index) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = message.GetReflection();
+  const bool rep = index >= 0;
+  switch (field->cpp_type()) {
+    case FD::CPPTYPE_INT32:
+      w.Int(rep ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field));
+      break;
+    case FD::CPPTYPE_INT64:
+      w.Int64(rep ? r->GetRepeatedInt64(message, field, index) : r->GetInt64(message, field));
+      break;
+    case FD::CPPTYPE_UINT32:
+      w.Uint(rep ? r->GetRepeatedUInt32(message, field, index) : r->GetUInt32(message, field));
+      break;
+    case FD::CPPTYPE_UINT64:
+      w.Uint64(rep ? r->GetRepeatedUInt64(message, field, index) : r->GetUInt64(message, field));
+      break;
+    case FD::CPPTYPE_DOUBLE:
+      WriteNumber(w,
+                  rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field));
+      break;
+    case FD::CPPTYPE_FLOAT:
+      WriteNumber(w,
+                  rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field));
+      break;
+    case FD::CPPTYPE_BOOL:
+      w.Bool(rep ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field));
+      break;
+    case FD::CPPTYPE_ENUM: {
+      const google::protobuf::EnumValueDescriptor* v =
+          rep ? r->GetRepeatedEnum(message, field, index) : r->GetEnum(message, field);
+      WriteString(w, v->name());
+      break;
+    }
+    case FD::CPPTYPE_STRING: {
+      const std::string s =
+          rep ? r->GetRepeatedString(message, field, index) : r->GetString(message, field);
+      WriteString(w, s);
+      break;
+    }
+    case FD::CPPTYPE_MESSAGE:
+      WriteMessage(
+          w, rep ? r->GetRepeatedMessage(message, field, index) : r->GetMessage(message, field));
+      break;
+  }
+}
+
+}  // namespace
+
+bool RestOutputs::Binary(absl::string_view name) const {
+  for (const auto& [output, binary] : requested) {
+    if (output == name) return binary;
+  }
+  return binary_default;
+}
+
+struct RestInferParser::Impl {
+  simdjson::dom::parser parser;
+};
+
+RestInferParser::RestInferParser() : impl_(std::make_unique<Impl>()) {}
+RestInferParser::~RestInferParser() = default;
+
+absl::Status RestInferParser::Parse(absl::string_view body, const char* header_length,
+                                    InferenceRequest* request, RestOutputs* outputs) {
+  if (impl_->parser.capacity() > kKeepBytes) impl_ = std::make_unique<Impl>();
+  request->raw_field = "binary data";
+  size_t json_length = body.size();
+  if (header_length != nullptr) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(header_length, &n) || n > body.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Inference-Header-Content-Length ", QuoteUntrusted(header_length),
+                       " is not a byte count within the body of ", body.size(), " bytes"));
+    }
+    json_length = static_cast<size_t>(n);
+  }
+  const absl::string_view binary = body.substr(json_length);
+
+  element root;
+  const simdjson::error_code parsed =
+      impl_->parser.parse(body.data(), json_length, /*realloc_if_needed=*/false).get(root);
+  if (parsed != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON (", simdjson::error_message(parsed), ")"));
+  }
+  if (root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body must be a JSON object, got ", KindName(root)));
+  }
+  element field;
+  if (root["id"].get(field) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(request->id, StringField(field, "'id'"));
+  }
+  if (root["parameters"].get(field) == simdjson::SUCCESS) {
+    if (field.type() != element_type::OBJECT) {
+      return absl::InvalidArgumentError("'parameters' must be an object");
+    }
+    element p;
+    if (field["timeout"].get(p) == simdjson::SUCCESS) {
+      LS_ASSIGN_OR_RETURN(request->timeout_us,
+                          NonNegativeInt(p, "parameter 'timeout' (microseconds)"));
+    }
+    if (field["binary_data_output"].get(p) == simdjson::SUCCESS) {
+      LS_ASSIGN_OR_RETURN(outputs->binary_default, BoolField(p, "parameter 'binary_data_output'"));
+    }
+  }
+
+  simdjson::dom::array inputs;
+  if (root["inputs"].get(field) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("the request has no 'inputs'");
+  }
+  if (field.get_array().get(inputs) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'inputs' must be an array, got ", KindName(field)));
+  }
+  size_t binary_used = 0;
+  int index = 0;
+  for (element input : inputs) {
+    const std::string at = absl::StrCat("inputs[", index++, "]");
+    if (input.type() != element_type::OBJECT) {
+      return absl::InvalidArgumentError(absl::StrCat(at, " must be an object"));
+    }
+    InferenceRequest::Input& in = request->inputs.emplace_back();
+    if (input["name"].get(field) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(absl::StrCat(at, " has no 'name'"));
+    }
+    LS_ASSIGN_OR_RETURN(in.name, StringField(field, absl::StrCat(at, ".name")));
+    const std::string what = absl::StrCat("input ", QuoteUntrusted(in.name));
+    if (input["datatype"].get(field) != simdjson::SUCCESS) {
+      return Invalid(what, "has no 'datatype'");
+    }
+    LS_ASSIGN_OR_RETURN(in.datatype, StringField(field, absl::StrCat(what, ": 'datatype'")));
+    simdjson::dom::array shape;
+    if (input["shape"].get(field) != simdjson::SUCCESS) return Invalid(what, "has no 'shape'");
+    if (field.get_array().get(shape) != simdjson::SUCCESS) {
+      return Invalid(what, absl::StrCat("'shape' must be an array, got ", KindName(field)));
+    }
+    for (element d : shape) {
+      LS_ASSIGN_OR_RETURN(int64_t dim, NonNegativeInt(d, absl::StrCat(what, ": each dim")));
+      in.shape.push_back(dim);
+    }
+    element data, params, size;
+    const bool has_data = input["data"].get(data) == simdjson::SUCCESS;
+    bool has_binary = false;
+    if (input["parameters"].get(params) == simdjson::SUCCESS) {
+      if (params.type() != element_type::OBJECT) {
+        return Invalid(what, "'parameters' must be an object");
+      }
+      has_binary = params["binary_data_size"].get(size) == simdjson::SUCCESS;
+    }
+    if (has_binary) {
+      if (has_data) return Invalid(what, "has both 'data' and parameters.binary_data_size");
+      LS_ASSIGN_OR_RETURN(int64_t n,
+                          NonNegativeInt(size, absl::StrCat(what, ": binary_data_size")));
+      if (static_cast<uint64_t>(n) > binary.size() - binary_used) {
+        return Invalid(what, absl::StrCat("binary_data_size ", n,
+                                          " runs past the end of the "
+                                          "body: ",
+                                          binary.size() - binary_used,
+                                          " bytes of binary data are left after the JSON header "
+                                          "and the inputs before"));
+      }
+      in.raw = binary.substr(binary_used, static_cast<size_t>(n));
+      binary_used += static_cast<size_t>(n);
+    } else {
+      if (!has_data) return Invalid(what, "has neither 'data' nor parameters.binary_data_size");
+      in.decode = [data, datatype = in.datatype](const std::string& what, DataType dtype,
+                                                 const engine::Shape& shape) {
+        return DecodeJsonData(what, data, datatype, dtype, shape);
+      };
+    }
+  }
+  if (binary_used != binary.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the body has ", binary.size(), " bytes of binary data after the ", json_length,
+        "-byte JSON header, but the inputs' binary_data_size add up to ", binary_used));
+  }
+
+  if (root["outputs"].get(field) == simdjson::SUCCESS) {
+    simdjson::dom::array list;
+    if (field.get_array().get(list) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'outputs' must be an array, got ", KindName(field)));
+    }
+    index = 0;
+    for (element output : list) {
+      const std::string at = absl::StrCat("outputs[", index++, "]");
+      element name, params, p;
+      if (output.type() != element_type::OBJECT || output["name"].get(name) != simdjson::SUCCESS) {
+        return absl::InvalidArgumentError(absl::StrCat(at, " must be an object with a 'name'"));
+      }
+      LS_ASSIGN_OR_RETURN(std::string output_name, StringField(name, absl::StrCat(at, ".name")));
+      bool binary_output = outputs->binary_default;
+      if (output["parameters"].get(params) == simdjson::SUCCESS) {
+        if (params.type() != element_type::OBJECT) {
+          return absl::InvalidArgumentError(absl::StrCat(at, ".parameters must be an object"));
+        }
+        if (params["binary_data"].get(p) == simdjson::SUCCESS) {
+          LS_ASSIGN_OR_RETURN(binary_output,
+                              BoolField(p, absl::StrCat(at, ".parameters.binary_data")));
+        }
+        if (params["classification"].get(p) == simdjson::SUCCESS) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(at, ": the classification extension is not supported"));
+        }
+      }
+      request->outputs.push_back(output_name);
+      outputs->requested.emplace_back(std::move(output_name), binary_output);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view model_name,
+                                absl::string_view model_version, absl::string_view id,
+                                const std::vector<int>& outputs,
+                                const std::vector<engine::Value>& values, const RestOutputs& binary,
+                                std::string* body, size_t* json_length) {
+  std::string& json = *body;
+  json.clear();
+  StringOut out{&json};
+  JsonWriter w(out);
+  std::vector<std::pair<std::string, const Tensor*>> blobs;  // written after the JSON
+  size_t blob_bytes = 0;
+  w.StartObject();
+  w.Key("model_name");
+  WriteString(w, model_name);
+  w.Key("model_version");
+  WriteString(w, model_version);
+  if (!id.empty()) {
+    w.Key("id");
+    WriteString(w, id);
+  }
+  w.Key("outputs");
+  w.StartArray();
+  for (int index : outputs) {
+    const std::string& name = model.outputs()[index].name;
+    const std::string what = absl::StrCat("output '", name, "'");
+    const engine::Value& value = values[index];
+    if (!value.is_tensor()) {
+      return absl::UnimplementedError(
+          absl::StrCat(what, ": ", value.is_sequence() ? "a sequence" : "an empty optional",
+                       " cannot be returned over KServe v2"));
+    }
+    const Tensor& tensor = value.tensor();
+    const absl::string_view datatype = KserveDataType(tensor.dtype());
+    if (datatype.empty())
+      return absl::InternalError(absl::StrCat(what, ": undefined element type"));
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, name);
+    w.Key("datatype");
+    WriteString(w, datatype);
+    w.Key("shape");
+    w.StartArray();
+    for (int64_t d : tensor.shape().dims()) w.Int64(d);
+    w.EndArray();
+    if (binary.Binary(name)) {
+      const size_t size = RawTensorSize(tensor);
+      blobs.emplace_back(what, &tensor);
+      blob_bytes += size;
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("binary_data_size");
+      w.Uint64(size);
+      w.EndObject();
+    } else {
+      w.Key("data");
+      LS_RETURN_IF_ERROR(WriteTensorData(w, what, tensor));
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  *json_length = json.size();
+  json.reserve(json.size() + blob_bytes);
+  for (const auto& [what, tensor] : blobs)
+    LS_RETURN_IF_ERROR(AppendRawTensor(what, *tensor, &json));
+  return absl::OkStatus();
+}
+
+std::string ProtoToJson(const google::protobuf::Message& message) {
+  std::string json;
+  StringOut out{&json};
+  JsonWriter w(out);
+  WriteMessage(w, message);
+  return json;
+}
+
+namespace {
+
+// `body` as a JSON object (nullopt-like empty element for an empty body); `what` names the
+// request in messages.
+absl::StatusOr<bool> ParseSmallObject(absl::string_view body, absl::string_view what,
+                                      absl::string_view key, bool* found, element* value,
+                                      simdjson::dom::parser& parser) {
+  *found = false;
+  if (absl::StripAsciiWhitespace(body).empty()) return true;
+  element root;
+  const simdjson::error_code parsed = parser.parse(body.data(), body.size()).get(root);
+  if (parsed != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the request body is not valid JSON (",
+                                                   simdjson::error_message(parsed), ")"));
+  }
+  if (root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the request body must be a JSON object, got ", KindName(root)));
+  }
+  *found = root[std::string_view(key.data(), key.size())].get(*value) == simdjson::SUCCESS;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ParseIndexBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  bool found = false;
+  element ready;
+  LS_RETURN_IF_ERROR(
+      ParseSmallObject(body, "RepositoryIndex", "ready", &found, &ready, parser).status());
+  if (!found) return false;
+  return BoolField(ready, "RepositoryIndex: 'ready'");
+}
+
+absl::StatusOr<bool> ParseLoadBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  bool found = false;
+  element parameters;
+  LS_RETURN_IF_ERROR(
+      ParseSmallObject(body, "RepositoryModelLoad", "parameters", &found, &parameters, parser)
+          .status());
+  if (!found) return false;
+  if (parameters.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError("RepositoryModelLoad: 'parameters' must be an object");
+  }
+  simdjson::dom::object object;
+  return parameters.get_object().get(object) == simdjson::SUCCESS && object.size() > 0;
+}
+
+std::string ErrorJson(absl::string_view message) {
+  std::string json;
+  StringOut out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  w.Key("error");
+  const std::string bounded = BoundMessage(message);
+  WriteString(w, bounded);
+  w.EndObject();
+  return json;
+}
+
+}  // namespace loopserve::server

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "engine/engine.h"
+#include "engine/tensor/value.h"
+#include "google/protobuf/message.h"
+#include "server/infer_request.h"
+
+namespace loopserve::server {
+
+// KServe v2 REST bodies <-> the protocol-free request (infer_request.h) and engine values,
+// including Triton's binary tensor data extension. JSON is parsed with simdjson (DOM; measured
+// fastest of Debian's JSON libraries on a 1 MB tensor: bench/json_bench.cc) and written with
+// RapidJSON's writer (numbers as std::to_chars prints them: the shortest text that reads back to
+// the same value).
+//
+// Datatypes in JSON `data`: BOOL as true/false; integer types as JSON integers in range; FP32 and
+// FP64 as any JSON number; FP16 and BF16 only as binary data (as Triton); BYTES as strings once
+// the engine holds them. `data` may be flat or nested (row-major); its element count must match
+// the shape.
+
+// Which outputs a REST request wants as binary data: the request's
+// parameters.binary_data_output, overridden per output by outputs[].parameters.binary_data.
+struct RestOutputs {
+  bool binary_default = false;
+  std::vector<std::pair<std::string, bool>> requested;  // requested outputs: name, binary
+  bool Binary(absl::string_view name) const;
+};
+
+// Parses inference request bodies. Reuses its buffers from body to body (up to kKeepBytes
+// worth; a larger body's are released after the next Parse). The InferenceRequest a Parse fills
+// has decoders that read the parsed document: bind it (InferenceRunner::Submit) before the next
+// Parse. One per thread; not thread-safe.
+class RestInferParser {
+ public:
+  static constexpr size_t kKeepBytes = size_t{4} << 20;
+  RestInferParser();
+  ~RestInferParser();
+
+  // Parses `body` into `request` (inputs, outputs, id, parameters; the model name and version
+  // come from the URL and are left alone) and `outputs`. `header_length` is the
+  // Inference-Header-Content-Length header (nullptr when absent: the whole body is JSON);
+  // binary inputs view the bytes after the JSON, so `body` must outlive the request. `body` must
+  // have 64 readable bytes past its end. InvalidArgument, naming the field or tensor, for
+  // malformed JSON, missing or mistyped fields, and binary sizes that do not add up.
+  absl::Status Parse(absl::string_view body, const char* header_length, InferenceRequest* request,
+                     RestOutputs* outputs);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Encodes the response: JSON, with each output's `data` or (when `outputs` says binary) its
+// bytes after the JSON and parameters.binary_data_size. `body` receives everything;
+// `json_length` the length of the JSON part (for Inference-Header-Content-Length, when any output
+// is binary; otherwise it equals body->size()). Unimplemented for sequence or empty outputs,
+// InvalidArgument for FP16/BF16 outputs asked for as JSON.
+absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view model_name,
+                                absl::string_view model_version, absl::string_view id,
+                                const std::vector<int>& outputs,
+                                const std::vector<engine::Value>& values, const RestOutputs& binary,
+                                std::string* body, size_t* json_length);
+
+// A protobuf message as JSON with the proto's field names, 64-bit integers as JSON numbers (not
+// strings, as protobuf's own printer does), enums by name, maps as objects; scalar and repeated
+// fields always (as Triton prints them), message and oneof fields when set. The REST adapter's
+// printer for metadata, config, statistics and the repository index.
+std::string ProtoToJson(const google::protobuf::Message& message);
+
+// The optional bodies of Triton's repository requests: POST /v2/repository/index
+// ({"ready": bool}) -> `ready`; POST .../load ({"parameters": {...}}) -> whether it has
+// parameters. An empty body is the default. InvalidArgument for anything else.
+absl::StatusOr<bool> ParseIndexBody(absl::string_view body);
+absl::StatusOr<bool> ParseLoadBody(absl::string_view body);
+
+// {"error": "<message>"} with the message JSON-escaped.
+std::string ErrorJson(absl::string_view message);
+
+}  // namespace loopserve::server

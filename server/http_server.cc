@@ -1,0 +1,424 @@
+#include "server/http_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "event2/buffer.h"
+#include "event2/event.h"
+#include "event2/listener.h"
+#include "event2/thread.h"
+#include "evhtp/evhtp.h"
+#include "server/logging.h"
+
+namespace loopserve::server {
+
+// The connections of one event thread, so that Shutdown can close those still open (libevhtp
+// keeps no list). Only touched on that thread.
+struct ThreadConnections {
+  std::unordered_set<evhtp_connection_t*> open;
+};
+
+// libevhtp's callbacks; all run on the event thread of the connection (OnRequest, the hooks,
+// OnPostAccept) or its own thread (OnThreadInit/Exit).
+struct HttpCallbacks {
+  static void OnRequest(evhtp_request_t* request, void* arg);
+  static evhtp_res OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg);
+  static evhtp_res OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg);
+  static evhtp_res OnRequestFini(evhtp_request_t* request, void* arg);
+  static evhtp_res OnPostAccept(evhtp_connection_t* connection, void* arg);
+  static evhtp_res OnConnectionFini(evhtp_connection_t* connection, void* arg);
+  static void OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg);
+  static void OnThreadExit(evhtp_t* htp, evthr_t* thread, void* arg);
+  static void SendDeferred(evthr_t* thread, void* arg, void* shared);
+};
+
+namespace {
+
+// libevhtp takes every hook as one generic function type and calls it with the hook's own
+// arguments; the detour through void* keeps GCC's -Wcast-function-type quiet about that.
+template <typename F>
+evhtp_hook AsHook(F* function) {
+  return reinterpret_cast<evhtp_hook>(reinterpret_cast<void*>(function));
+}
+
+// "ipv4:1.2.3.4" / "ipv6:::1" as evhtp_bind_socket wants them; names resolve as IPv4.
+std::string BindAddress(const std::string& address) {
+  std::string host = address;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.find(':') != std::string::npos) return "ipv6:" + host;
+  if (host == "localhost") host = "127.0.0.1";
+  return "ipv4:" + host;
+}
+
+// Declared body sizes above this are refused before their body is read.
+uint64_t EarlyRejectAbove(uint64_t max_body_bytes) {
+  return max_body_bytes + std::max<uint64_t>(max_body_bytes, uint64_t{64} << 20);
+}
+
+}  // namespace
+
+// ---- HttpExchange ----
+
+const char* HttpExchange::Header(const char* name) const {
+  return request_ == nullptr ? nullptr : evhtp_header_find(request_->headers_in, name);
+}
+
+bool HttpExchange::ClientGone() const {
+  const int fd = fd_.load(std::memory_order_relaxed);
+  if (fd < 0) return true;
+  pollfd p{};
+  p.fd = fd;
+  p.events = POLLRDHUP;
+  if (poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::string>> headers,
+                         std::string body) {
+  status_ = status;
+  reply_headers_ = std::move(headers);
+  reply_body_ = std::move(body);
+  if (std::this_thread::get_id() == thread_id_ && in_handler_) {
+    answered_in_handler_ = true;  // OnRequest sends it
+    return;
+  }
+  HttpServer* server = server_;
+  absl::MutexLock lock(&server->mutex_);
+  if (server->threads_stopped_) {
+    // The event threads are gone (a reply later than the shutdown's drain): so is the request.
+    --server->exchanges_;
+    Release();
+    return;
+  }
+  // evthr_defer writes to the thread's socket pair, which may be momentarily full.
+  for (int attempt = 0; evthr_defer(thread_, &HttpCallbacks::SendDeferred, this) != EVTHR_RES_OK;
+       ++attempt) {
+    if (attempt == 1000) {
+      LogError("HTTP: cannot hand a reply to its event thread; the client gets none");
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+void HttpExchange::SendReply() {
+  HttpServer* server = server_;
+  if (request_ != nullptr) {
+    evhtp_request_t* request = request_;
+    for (auto& [name, value] : reply_headers_) {
+      evhtp_headers_add_header(request->headers_out,
+                               evhtp_header_new(name.c_str(), value.c_str(), 1, 1));
+    }
+    if (!reply_body_.empty()) {
+      // The body moves into the evbuffer without a copy; libevent frees it once sent.
+      auto* body = new std::string(std::move(reply_body_));
+      evbuffer_add_reference(
+          request->buffer_out, body->data(), body->size(),
+          [](const void*, size_t, void* arg) { delete static_cast<std::string*>(arg); }, body);
+    }
+    if (paused_) evhtp_request_resume(request);
+    evhtp_send_reply(request, static_cast<evhtp_res>(status_));
+    // Done once libevhtp has written the answer and lets go of the request (OnRequestFini), so
+    // that Shutdown does not close a connection with an answer still in its output buffer.
+    sent_ = true;
+  } else {
+    server->ExchangeDone();
+  }
+  Release();
+}
+
+void HttpExchange::Release() {
+  if (--owners_ == 0) delete this;
+}
+
+// ---- callbacks ----
+
+void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
+  auto* server = static_cast<HttpServer*>(arg);
+  auto* exchange = new HttpExchange();
+  exchange->server_ = server;
+  exchange->request_ = request;
+  exchange->thread_ = request->conn->thread;
+  exchange->thread_id_ = std::this_thread::get_id();
+  exchange->fd_.store(request->conn->sock, std::memory_order_relaxed);
+  exchange->received_ = absl::Now();
+  evhtp_request_set_hook(request, evhtp_hook_on_request_fini, AsHook(&OnRequestFini), exchange);
+
+  switch (request->method) {
+    case htp_method_GET:
+      exchange->method_ = "GET";
+      break;
+    case htp_method_POST:
+      exchange->method_ = "POST";
+      break;
+    case htp_method_HEAD:
+      exchange->method_ = "HEAD";
+      break;
+    default:
+      exchange->method_ = htparser_get_methodstr_m(request->method);
+      break;
+  }
+  if (request->uri != nullptr && request->uri->path != nullptr &&
+      request->uri->path->full != nullptr) {
+    const char* raw = request->uri->path->full;
+    exchange->path_.assign(raw);
+    unsigned char* out = reinterpret_cast<unsigned char*>(exchange->path_.data());
+    unsigned char* in = reinterpret_cast<unsigned char*>(const_cast<char*>(raw));
+    if (evhtp_unescape_string(&out, in, std::strlen(raw)) == 0) {
+      exchange->path_.resize(std::strlen(exchange->path_.c_str()));
+    } else {
+      exchange->path_.assign(raw);
+    }
+  }
+  // The body, contiguous and padded (simdjson reads up to 64 bytes past the end).
+  const size_t length = evbuffer_get_length(request->buffer_in);
+  exchange->body_storage_.reserve(length + HttpExchange::kBodyPadding);
+  exchange->body_storage_.resize(length);
+  if (length > 0) evbuffer_remove(request->buffer_in, exchange->body_storage_.data(), length);
+  exchange->body_ = exchange->body_storage_;
+
+  {
+    absl::MutexLock lock(&server->mutex_);
+    ++server->exchanges_;
+  }
+  exchange->in_handler_ = true;
+  if (request->conn->body_bytes_read > server->max_body_bytes_) {
+    exchange->Reply(
+        413, {{"Content-Type", "application/json"}},
+        absl::StrCat("{\"error\":\"the request body of ", request->conn->body_bytes_read,
+                     " bytes exceeds the server's limit of ", server->max_body_bytes_,
+                     " bytes (--max_message_bytes)\"}"));
+  } else {
+    server->handler_(exchange);
+  }
+  exchange->in_handler_ = false;
+  // Not status_: another thread may have replied already, and its SendDeferred is on its way.
+  if (exchange->answered_in_handler_) {
+    exchange->SendReply();  // answered inside the handler
+  } else {
+    exchange->paused_ = true;  // another thread answers; read nothing further meanwhile
+    evhtp_request_pause(request);
+  }
+}
+
+evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg) {
+  auto* server = static_cast<HttpServer*>(arg);
+  const char* length_text = evhtp_header_find(headers, "Content-Length");
+  uint64_t length = 0;
+  if (length_text == nullptr || !absl::SimpleAtoi(length_text, &length) ||
+      length <= EarlyRejectAbove(server->max_body_bytes_)) {
+    return EVHTP_RES_OK;  // a body just over the limit is read and dropped, then answered 413
+  }
+  // A declared body far over the limit (a client that may never send it) is answered at once,
+  // before any of it is read, and the connection closes once the answer is out; what the client
+  // still sends is read and dropped (OnBody), and the request never reaches the handler. A client
+  // still sending when the connection closes may see a reset instead of the answer, which is why
+  // a body only somewhat over the limit takes the slower, clean path.
+  evhtp_headers_add_header(request->headers_out,
+                           evhtp_header_new("Content-Type", "application/json", 0, 0));
+  evbuffer_add_printf(request->buffer_out,
+                      "{\"error\":\"the request body of %llu bytes (Content-Length) exceeds the "
+                      "server's limit of %llu bytes (--max_message_bytes)\"}",
+                      static_cast<unsigned long long>(length),
+                      static_cast<unsigned long long>(server->max_body_bytes_));
+  evhtp_request_set_keepalive(request, 0);
+  request->cb = [](evhtp_request_t*, void*) {};
+  evhtp_send_reply(request, 413);
+  return EVHTP_RES_OK;
+}
+
+evhtp_res HttpCallbacks::OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg) {
+  auto* server = static_cast<HttpServer*>(arg);
+  // body_bytes_read counts what came before this chunk. Past the limit the body is read and
+  // dropped, so OnRequest can answer 413 on a connection still in step with the client.
+  if (request->conn->body_bytes_read + evbuffer_get_length(chunk) > server->max_body_bytes_) {
+    evbuffer_drain(chunk, evbuffer_get_length(chunk));
+    evbuffer_drain(request->buffer_in, evbuffer_get_length(request->buffer_in));
+  }
+  return EVHTP_RES_OK;
+}
+
+evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
+  auto* exchange = static_cast<HttpExchange*>(arg);
+  exchange->request_ = nullptr;
+  exchange->fd_.store(-1, std::memory_order_relaxed);
+  if (exchange->sent_) exchange->server_->ExchangeDone();
+  exchange->Release();
+  return EVHTP_RES_OK;
+}
+
+evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
+  auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
+  if (open != nullptr) open->open.insert(connection);
+  evhtp_connection_set_hook(connection, evhtp_hook_on_headers, AsHook(&OnHeaders), arg);
+  evhtp_connection_set_hook(connection, evhtp_hook_on_read, AsHook(&OnBody), arg);
+  evhtp_connection_set_hook(connection, evhtp_hook_on_connection_fini, AsHook(&OnConnectionFini),
+                            open);
+  return EVHTP_RES_OK;
+}
+
+evhtp_res HttpCallbacks::OnConnectionFini(evhtp_connection_t* connection, void* arg) {
+  if (arg != nullptr) static_cast<ThreadConnections*>(arg)->open.erase(connection);
+  return EVHTP_RES_OK;
+}
+
+void HttpCallbacks::OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg) {
+  evthr_set_aux(thread, new ThreadConnections());
+}
+
+void HttpCallbacks::OnThreadExit(evhtp_t* htp, evthr_t* thread, void* arg) {
+  auto* open = static_cast<ThreadConnections*>(evthr_get_aux(thread));
+  if (open == nullptr) return;
+  // Close what is still open; each close runs OnConnectionFini, which edits the set.
+  const std::vector<evhtp_connection_t*> connections(open->open.begin(), open->open.end());
+  for (evhtp_connection_t* connection : connections) evhtp_connection_free(connection);
+  evthr_set_aux(thread, nullptr);
+  delete open;
+}
+
+void HttpCallbacks::SendDeferred(evthr_t* thread, void* arg, void* shared) {
+  static_cast<HttpExchange*>(arg)->SendReply();
+}
+
+// ---- HttpServer ----
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
+                                                              Handler handler) {
+  static std::once_flag libevent_threads;
+  std::call_once(libevent_threads, [] { evthread_use_pthreads(); });
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(handler)));
+  server->max_body_bytes_ = options.max_body_bytes;
+  server->base_ = event_base_new();
+  server->htp_ = server->base_ == nullptr ? nullptr : evhtp_new(server->base_, nullptr);
+  if (server->htp_ == nullptr) return absl::InternalError("HTTP: cannot create the event loop");
+  evhtp_t* htp = server->htp_;
+  const timeval idle = absl::ToTimeval(kIdleTimeout);
+  evhtp_set_timeouts(htp, &idle, &idle);
+  if (!options.tls_cert.empty()) {
+    evhtp_ssl_cfg_t ssl{};
+    std::string cert = options.tls_cert, key = options.tls_key, ca = options.tls_client_ca;
+    ssl.pemfile = cert.data();
+    ssl.privfile = key.data();
+    if (!ca.empty()) {
+      ssl.cafile = ca.data();
+      ssl.verify_peer = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+      ssl.verify_depth = 4;
+    }
+    ssl.ssl_opts = SSL_OP_NO_SSLv2 | SSL_OP_NO_SSLv3 | SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1;
+    ssl.scache_type = evhtp_ssl_scache_type_disabled;
+    if (evhtp_ssl_init(htp, &ssl) != 0) {
+      return absl::InvalidArgumentError(
+          "HTTP: cannot set up TLS with --tls_cert/--tls_key/--tls_client_ca");
+    }
+  }
+  evhtp_set_gencb(htp, &HttpCallbacks::OnRequest, server.get());
+  evhtp_set_post_accept_cb(htp, &HttpCallbacks::OnPostAccept, server.get());
+  evhtp_use_threads_wexit(htp, &HttpCallbacks::OnThreadInit, &HttpCallbacks::OnThreadExit,
+                          std::max(1, options.threads), server.get());
+  if (evhtp_bind_socket(htp, BindAddress(options.address).c_str(),
+                        static_cast<uint16_t>(options.port), /*backlog=*/1024) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", options.address, ":",
+                                               options.port, " (address in use or invalid)"));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  if (getsockname(evconnlistener_get_fd(htp->server), reinterpret_cast<sockaddr*>(&bound),
+                  &length) != 0) {
+    return absl::InternalError("HTTP: cannot read the bound port");
+  }
+  server->port_ =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  event_base* base = server->base_;
+  server->loop_ = std::thread([base] { event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY); });
+  return server;
+}
+
+void HttpServer::ExchangeDone() {
+  absl::MutexLock lock(&mutex_);
+  --exchanges_;
+}
+
+void HttpServer::Shutdown(absl::Duration drain) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  if (htp_ == nullptr) {
+    if (base_ != nullptr) event_base_free(base_);
+    base_ = nullptr;
+    return;
+  }
+  if (loop_.joinable()) {
+    event_base_loopbreak(base_);  // stop accepting
+    loop_.join();
+  }
+  {
+    // Let the answers in flight reach their event threads and be written out.
+    absl::MutexLock lock(&mutex_);
+    auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return exchanges_ == 0; };
+    mutex_.AwaitWithTimeout(absl::Condition(&answered), drain);
+  }
+  {
+    absl::MutexLock lock(&mutex_);
+    threads_stopped_ = true;  // later replies are dropped instead of deferred
+  }
+  // Stops the event threads (each runs the replies deferred to it, then closes its connections)
+  // and frees the listener.
+  evhtp_unbind_socket(htp_);
+  evhtp_free(htp_);
+  htp_ = nullptr;
+  event_base_free(base_);
+  base_ = nullptr;
+}
+
+HttpServer::~HttpServer() { Shutdown(absl::Seconds(1)); }
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+}  // namespace loopserve::server

@@ -1,0 +1,151 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+struct evhtp_request;
+struct evhtp;
+struct evthr;
+struct event_base;
+
+namespace loopserve::server {
+
+class HttpServer;
+
+// One HTTP request and its answer. Created by the HttpServer on one of its event threads, handed
+// to the handler, and answered exactly once with Reply, from that thread or any other; the
+// exchange is freed by the server after the reply is sent (or after the client went away), so
+// nothing may use it after Reply. Reply may come long after the handler returned: the connection
+// waits (it reads no further request meanwhile, so keep-alive clients get their answers in
+// order).
+//
+// Thread-safety: the request accessors are for the handler's thread until Reply; ClientGone may
+// be called from any thread until Reply.
+class HttpExchange {
+ public:
+  const std::string& method() const { return method_; }
+  // The path as sent, percent-escapes undone, without the query string.
+  const std::string& path() const { return path_; }
+  // The value of header `name` (case-insensitive), or nullptr.
+  const char* Header(const char* name) const;
+  // The body, whole. Its storage has kBodyPadding readable bytes past the end (for SIMD parsers)
+  // and stays valid, at a fixed address, until Reply.
+  absl::string_view body() const { return body_; }
+  absl::Time received() const { return received_; }
+  static constexpr size_t kBodyPadding = 64;
+
+  // Whether the client has closed its side of the connection (or the connection is gone): polls
+  // the socket without reading. Any thread, until Reply.
+  bool ClientGone() const;
+
+  // Answers the request. `headers` are extra response headers (Content-Length is added).
+  void Reply(int status, std::vector<std::pair<std::string, std::string>> headers,
+             std::string body);
+
+ private:
+  friend class HttpServer;
+  friend struct HttpCallbacks;
+  HttpExchange() = default;
+  // On the connection's thread: sends the reply if the request still exists, then lets go.
+  void SendReply();
+  void Release();  // one of the two owners (evhtp's request, the handler) is done
+
+  HttpServer* server_ = nullptr;
+  evhtp_request* request_ = nullptr;  // null once evhtp has freed it
+  evthr* thread_ = nullptr;           // the connection's event thread
+  std::thread::id thread_id_;
+  std::atomic<int> fd_{-1};  // the connection's socket; -1 once evhtp freed the request
+  std::string method_;
+  std::string path_;
+  std::string body_storage_;
+  absl::string_view body_;
+  absl::Time received_;
+  bool in_handler_ = false;           // the handler is still running (event thread only)
+  bool answered_in_handler_ = false;  // Reply ran inside the handler (event thread only)
+  bool paused_ = false;               // the connection was paused to wait for the reply
+  bool sent_ = false;                 // the reply went to libevhtp (event thread only)
+  int owners_ = 2;                    // evhtp's request + the handler (event thread only)
+  int status_ = 0;
+  std::vector<std::pair<std::string, std::string>> reply_headers_;
+  std::string reply_body_;
+};
+
+// An HTTP/1.1 server on libevhtp (libevent): one accepting thread and `threads` event threads,
+// each serving many connections, so idle or slow clients cost a socket and a few buffers but
+// never hold a thread. Keep-alive connections are served request after request; a connection
+// idle for kIdleTimeout (or whose client does not read its answer for as long) is closed. Request
+// bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
+// reaches the handler and is answered 413 with {"error": ...}: after reading and dropping it as it
+// arrives (the connection is kept), or at once when its Content-Length declares more than twice
+// the limit (at least the limit + 64 MiB; the connection then closes). Memory stays bounded. TLS
+// (and mutual TLS) with PEM files, as for gRPC.
+//
+// The handler runs on an event thread for every request and must not block: it answers at once
+// (Reply on the event thread) or hands the exchange to another thread that replies later.
+//
+// Thread-safe. Shutdown (also from the destructor) stops accepting, waits up to `drain` for the
+// exchanges in flight to be answered, then closes every connection and joins the threads; the
+// handler must not be called into afterwards. Owns its threads and libevent state.
+class HttpServer {
+ public:
+  using Handler = std::function<void(HttpExchange* exchange)>;
+  struct Options {
+    std::string address = "0.0.0.0";
+    int port = 0;  // 0 = pick a free port
+    int threads = 2;
+    uint64_t max_body_bytes = uint64_t{1} << 30;
+    // TLS: PEM files; both or neither. With client_ca, clients must present a certificate it
+    // signed.
+    std::string tls_cert;
+    std::string tls_key;
+    std::string tls_client_ca;
+  };
+  static constexpr absl::Duration kIdleTimeout = absl::Seconds(60);
+
+  // Binds and starts serving. Unavailable when the address cannot be bound, InvalidArgument for
+  // unusable TLS files.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const Options& options, Handler handler);
+  ~HttpServer();
+
+  int port() const { return port_; }
+  void Shutdown(absl::Duration drain);
+
+ private:
+  friend class HttpExchange;
+  friend struct HttpCallbacks;  // libevhtp's callbacks (http_server.cc)
+  explicit HttpServer(Handler handler) : handler_(std::move(handler)) {}
+  void ExchangeDone();
+
+  const Handler handler_;
+  uint64_t max_body_bytes_ = 0;
+  event_base* base_ = nullptr;  // the accepting thread's
+  evhtp* htp_ = nullptr;
+  std::thread loop_;  // runs base_
+  int port_ = 0;
+  absl::Mutex mutex_;
+  // Handed to the handler and not yet answered, or answered but not yet written out.
+  int exchanges_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
+  bool threads_stopped_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+// HTTP status for an absl::Status code: the mapping Google APIs document for gRPC codes
+// (google.rpc.Code): INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE 400; NOT_FOUND 404;
+// RESOURCE_EXHAUSTED 429; UNAVAILABLE 503; DEADLINE_EXCEEDED 504; CANCELLED 499;
+// UNIMPLEMENTED 501; ALREADY_EXISTS, ABORTED 409; PERMISSION_DENIED 403; UNAUTHENTICATED 401;
+// others 500.
+int HttpStatusFor(absl::StatusCode code);
+
+}  // namespace loopserve::server

@@ -1,0 +1,263 @@
+#include "server/http_service.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "engine/base/status_macros.h"
+#include "server/http_codec.h"
+#include "server/logging.h"
+#include "server/status_util.h"
+
+namespace loopserve::server {
+namespace {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+const Headers& JsonType() {
+  static const Headers* const headers = new Headers{{"Content-Type", "application/json"}};
+  return *headers;
+}
+
+void ReplyError(HttpExchange* exchange, const absl::Status& status, Headers headers = {}) {
+  headers.emplace_back("Content-Type", "application/json");
+  exchange->Reply(HttpStatusFor(status.code()), std::move(headers), ErrorJson(status.message()));
+}
+
+void ReplyJson(HttpExchange* exchange, std::string json) {
+  exchange->Reply(200, JsonType(), std::move(json));
+}
+
+// A ServerApi answer as JSON, or its error.
+template <typename T>
+void ReplyProto(HttpExchange* exchange, const absl::StatusOr<T>& answer) {
+  if (!answer.ok()) return ReplyError(exchange, answer.status());
+  ReplyJson(exchange, ProtoToJson(*answer));
+}
+
+// The parsed path: /v2/models/{model}[/versions/{version}][/{action}] and the rest.
+struct Route {
+  std::string model;
+  std::string version;
+  std::string action;  // "", "ready", "infer", "config", "stats", "load", "unload", "index"
+  // The method the route takes, "" when the path names nothing.
+  std::string method;
+};
+
+// Parses the path of a KServe v2 / Triton request; method "" for an unknown path.
+Route Parse(const std::string& path) {
+  std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
+  Route route;
+  const size_t n = parts.size();
+  if (n == 0 || parts[0] != "v2") return route;
+  if (n == 1) {
+    route.method = "GET";  // server metadata
+    return route;
+  }
+  if (parts[1] == "health" && n == 3 && (parts[2] == "live" || parts[2] == "ready")) {
+    route.action = parts[2];
+    route.method = "GET";
+    return route;
+  }
+  if (parts[1] == "repository") {
+    if (n == 3 && parts[2] == "index") {
+      route.action = "index";
+      route.method = "POST";
+    } else if (n == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
+      route.model = parts[3];
+      route.action = parts[4];
+      route.method = "POST";
+    }
+    return route;
+  }
+  if (parts[1] != "models") return route;
+  if (n == 3 && parts[2] == "stats") {  // every model's statistics
+    route.action = "stats";
+    route.method = "GET";
+    return route;
+  }
+  if (n < 3) return route;
+  route.model = parts[2];
+  size_t next = 3;
+  if (n >= 5 && parts[3] == "versions") {
+    route.version = parts[4];
+    next = 5;
+  }
+  if (next == n) {
+    route.method = "GET";  // model metadata
+  } else if (next + 1 == n) {
+    route.action = parts[next];
+    if (route.action == "ready" || route.action == "config" || route.action == "stats") {
+      route.method = "GET";
+    } else if (route.action == "infer") {
+      route.method = "POST";
+    }
+  }
+  return route;
+}
+
+// One POST .../infer: the InferenceCall the runner takes through the request path. Created on
+// the event thread; Finish replies through the exchange (on whichever thread ran the request)
+// and deletes the call.
+class HttpInferCall final : public InferenceCall {
+ public:
+  explicit HttpInferCall(HttpExchange* exchange)
+      : InferenceCall(Protocol::kHttp, Polling::kAlways, exchange->received(),
+                      absl::InfiniteFuture()),
+        exchange_(exchange) {}
+
+  // On the event thread: parses the body into `request` and submits it. The runner answers
+  // every outcome through Finish, which deletes the call.
+  void Start(InferenceRunner* runner, const Route& route) {
+    // One parser per event thread: its document must stay until Submit has bound the request.
+    thread_local RestInferParser parser;
+    request.model_name = route.model;
+    request.model_version = route.version;
+    request.error = CatchExceptions("infer: ", [&] {
+      return parser.Parse(exchange_->body(), exchange_->Header("Inference-Header-Content-Length"),
+                          &request, &outputs_);
+    });
+    runner->Submit(this);
+  }
+
+ protected:
+  absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
+                       std::vector<engine::Value>& values) override {
+    LS_RETURN_IF_ERROR(EncodeRestResponse(*model.model, model.name, model.version_string,
+                                          request.id, outputs, values, outputs_, &body_,
+                                          &json_length_));
+    values.clear();
+    for (int index : outputs) binary_ |= outputs_.Binary(model.model->outputs()[index].name);
+    return absl::OkStatus();
+  }
+
+  void Finish(const absl::Status& status) override {
+    HttpExchange* exchange = exchange_;
+    if (!status.ok()) {
+      ReplyError(exchange, status);
+    } else if (!binary_) {
+      exchange->Reply(200, JsonType(), std::move(body_));
+    } else {
+      exchange->Reply(200,
+                      {{"Content-Type", "application/octet-stream"},
+                       {"Inference-Header-Content-Length", absl::StrCat(json_length_)}},
+                      std::move(body_));
+    }
+    delete this;
+  }
+
+  bool ClientGone() override { return exchange_->ClientGone(); }
+
+ private:
+  HttpExchange* const exchange_;  // answered in Finish; the body stays until then
+  RestOutputs outputs_;
+  std::string body_;
+  size_t json_length_ = 0;
+  bool binary_ = false;  // some output is binary data (even of 0 bytes): the header tells the split
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServer::Options& options,
+                                                                InferenceRunner* runner,
+                                                                ServerApi* api) {
+  std::unique_ptr<HttpService> service(new HttpService(runner, api));
+  HttpService* self = service.get();
+  LS_ASSIGN_OR_RETURN(service->server_, HttpServer::Start(options, [self](HttpExchange* exchange) {
+                        const absl::Status status = CatchExceptions("HTTP: ", [&] {
+                          self->Handle(exchange);
+                          return absl::OkStatus();
+                        });
+                        if (!status.ok()) {
+                          LogError(status.ToString());
+                          ReplyError(exchange, status);
+                        }
+                      }));
+  return service;
+}
+
+HttpService::~HttpService() { Shutdown(absl::Seconds(1)); }
+
+void HttpService::Shutdown(absl::Duration drain) {
+  if (server_ != nullptr) server_->Shutdown(drain);
+}
+
+void HttpService::Handle(HttpExchange* exchange) {
+  const Route route = Parse(exchange->path());
+  if (route.method.empty()) {
+    return ReplyError(exchange, absl::NotFoundError(absl::StrCat(
+                                    "no KServe v2 endpoint at ", QuoteUntrusted(exchange->path()),
+                                    " (see GET /v2/health/ready, /v2/models/{model}/infer, ...)")));
+  }
+  const std::string& method = exchange->method();
+  if (method != route.method) {
+    exchange->Reply(
+        405, {{"Allow", route.method}, {"Content-Type", "application/json"}},
+        ErrorJson(absl::StrCat(QuoteUntrusted(method), " is not allowed on ",
+                               QuoteUntrusted(exchange->path()), "; use ", route.method)));
+    return;
+  }
+  if (const char* encoding = exchange->Header("Content-Encoding");
+      encoding != nullptr &&
+      !absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(encoding), "identity")) {
+    exchange->Reply(415, {{"Content-Type", "application/json"}},
+                    ErrorJson(absl::StrCat("Content-Encoding ", QuoteUntrusted(encoding),
+                                           " is not supported; send the body uncompressed")));
+    return;
+  }
+  const std::string& a = route.action;
+  if (a == "infer") {
+    (new HttpInferCall(exchange))->Start(runner_, route);
+  } else if (a == "live") {
+    ReplyJson(exchange, "{\"live\":true}");
+  } else if (route.model.empty() && a == "ready") {
+    if (api_->ServerReady()) return ReplyJson(exchange, "{\"ready\":true}");
+    ReplyError(exchange, absl::UnavailableError("the server is not ready (shutting down)"));
+  } else if (a == "ready") {
+    absl::StatusOr<bool> ready = api_->ModelReady(route.model, route.version);
+    if (!ready.ok()) return ReplyError(exchange, ready.status());
+    if (*ready) return ReplyJson(exchange, "{\"ready\":true}");
+    std::string what = absl::StrCat("model ", QuoteUntrusted(route.model));
+    if (!route.version.empty()) absl::StrAppend(&what, " version ", QuoteUntrusted(route.version));
+    ReplyError(exchange, absl::UnavailableError(absl::StrCat(what, " is not ready")));
+  } else if (a == "config") {
+    ReplyProto(exchange, api_->ModelConfig(route.model, route.version));
+  } else if (a == "stats") {
+    ReplyProto(exchange, api_->ModelStatistics(route.model, route.version));
+  } else if (a == "index") {
+    absl::StatusOr<bool> ready = ParseIndexBody(exchange->body());
+    if (!ready.ok()) return ReplyError(exchange, ready.status());
+    const inference::RepositoryIndexResponse index = api_->RepositoryIndex(*ready);
+    std::vector<std::string> models;
+    for (const auto& model : index.models()) models.push_back(ProtoToJson(model));
+    ReplyJson(exchange, absl::StrCat("[", absl::StrJoin(models, ","), "]"));
+  } else if (a == "load" || a == "unload") {
+    const std::string rpc = a == "load" ? "RepositoryModelLoad" : "RepositoryModelUnload";
+    auto done = [exchange](const absl::Status& result) {
+      if (result.ok()) return exchange->Reply(200, JsonType(), "{}");
+      ReplyError(exchange, result);
+    };
+    absl::Status scheduled;
+    if (a == "load") {
+      absl::StatusOr<bool> has_parameters = ParseLoadBody(exchange->body());
+      scheduled = has_parameters.ok()
+                      ? api_->Load(rpc, "", route.model, *has_parameters, std::move(done))
+                      : has_parameters.status();
+    } else {
+      scheduled = api_->Unload(rpc, "", route.model, std::move(done));
+    }
+    if (!scheduled.ok()) ReplyError(exchange, scheduled);
+  } else if (route.model.empty()) {
+    ReplyJson(exchange, ProtoToJson(api_->ServerMetadata()));
+  } else {
+    ReplyProto(exchange, api_->ModelMetadata(route.model, route.version));
+  }
+}
+
+}  // namespace loopserve::server

@@ -1,0 +1,55 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/http_server.h"
+#include "server/inference_runner.h"
+#include "server/server_api.h"
+
+namespace loopserve::server {
+
+// The REST adapter: KServe v2 (Open Inference Protocol) over HTTP/1.1 on an HttpServer, over the
+// protocol-free InferenceRunner (POST .../infer) and ServerApi (everything else). Its own
+// concerns are HTTP's: routing, JSON and Triton's binary tensor data extension (http_codec.h),
+// status codes, and noticing a client that closed its connection.
+//
+//   GET  /v2/health/live, /v2/health/ready                 200, or 503 when not ready
+//   GET  /v2                                               server metadata
+//   GET  /v2/models/{m}[/versions/{v}]                     model metadata
+//   GET  /v2/models/{m}[/versions/{v}]/ready               200, 503 not ready, 404 unknown
+//   GET  /v2/models/{m}[/versions/{v}]/config              Triton: the complete model config
+//   GET  /v2/models[/{m}[/versions/{v}]]/stats             Triton: statistics
+//   POST /v2/models/{m}[/versions/{v}]/infer               inference (JSON or JSON + binary)
+//   POST /v2/repository/index                              Triton: [{name, version, state, ...}]
+//   POST /v2/repository/models/{m}/load, .../unload        Triton: explicit model control
+//
+// Errors are {"error": "<the same message gRPC would give>"} with the status HttpStatusFor maps
+// the canonical code to (400 bad request, 404 unknown model, 429 queue full or a request limit,
+// 503 not ready or shutting down, 504 deadline, 413 body over --max_message_bytes); an unknown
+// path 404, a known path with the wrong method 405 (with Allow), a compressed body 415.
+//
+// Thread-safe. Borrows the runner and the API, which must outlive it. Shutdown (also from the
+// destructor) closes the port after the answers in flight went out.
+class HttpService {
+ public:
+  static absl::StatusOr<std::unique_ptr<HttpService>> Start(const HttpServer::Options& options,
+                                                            InferenceRunner* runner,
+                                                            ServerApi* api);
+  ~HttpService();
+
+  int port() const { return server_->port(); }
+  void Shutdown(absl::Duration drain);
+
+ private:
+  HttpService(InferenceRunner* runner, ServerApi* api) : runner_(runner), api_(api) {}
+  void Handle(HttpExchange* exchange);
+
+  InferenceRunner* const runner_;
+  ServerApi* const api_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+}  // namespace loopserve::server

@@ -1,0 +1,107 @@
+#include "server/infer_request.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/tensor/shape.h"
+#include "server/datatype.h"
+#include "server/status_util.h"
+
+namespace loopserve::server {
+namespace {
+
+using engine::DataType;
+using engine::Tensor;
+using engine::Value;
+
+absl::Status Invalid(absl::string_view what, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> DecodeRawTensor(const std::string& what, absl::string_view bytes,
+                                       DataType dtype, const engine::Shape& shape,
+                                       absl::string_view field) {
+  const size_t element_size = engine::DataTypeSize(dtype);
+  // ValidateDims bounds the element count by 2^40, so this product cannot overflow.
+  const uint64_t expected = static_cast<uint64_t>(shape.NumElements()) * element_size;
+  if (bytes.size() != expected) {
+    return Invalid(what,
+                   absl::StrCat("shape ", shape.ToString(), " of ", engine::DataTypeName(dtype),
+                                " needs ", expected, " bytes, ", field, " has ", bytes.size()));
+  }
+  // A view avoids copying large tensors; kernels may read elements as T, so the bytes must be
+  // aligned for T. Protobuf and evbuffers usually, but not always, hand out aligned storage.
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % element_size == 0) {
+    return Tensor::View(dtype, shape, bytes.data());
+  }
+  Tensor tensor(dtype, shape);
+  if (expected > 0) std::memcpy(tensor.mutable_raw_data(), bytes.data(), expected);
+  return tensor;
+}
+
+size_t RawTensorSize(const Tensor& tensor) { return tensor.ByteSize(); }
+
+absl::Status AppendRawTensor(const std::string& what, const Tensor& tensor, std::string* out) {
+  const auto* data = static_cast<const char*>(tensor.raw_data());
+  if (data != nullptr) out->append(data, tensor.ByteSize());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model) {
+  const auto& specs = model.inputs();
+  DecodedRequest decoded;
+  decoded.inputs.resize(specs.size());
+  std::vector<bool> seen(specs.size(), false);
+  for (InferenceRequest::Input& input : request.inputs) {
+    const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name));
+    const int index = model.FindInput(input.name);
+    if (index < 0) return Invalid(what, "the model has no such input");
+    if (seen[index]) return Invalid(what, "given more than once");
+    seen[index] = true;
+    const engine::TensorSpec& spec = specs[index];
+    if (spec.type.kind == engine::ValueKind::kSequence) {
+      return Invalid(what, "is a sequence, which KServe v2 cannot carry");
+    }
+    absl::StatusOr<DataType> dtype = DataTypeFromKserve(input.datatype);
+    if (!dtype.ok()) return Invalid(what, dtype.status().message());
+    if (spec.type.dtype != DataType::kUndefined && *dtype != spec.type.dtype) {
+      return Invalid(what, absl::StrCat("datatype ", input.datatype, " does not match the model's ",
+                                        KserveDataType(spec.type.dtype)));
+    }
+    LS_ASSIGN_OR_RETURN(engine::Shape shape, engine::ValidateDims(input.shape, what));
+    absl::StatusOr<Tensor> tensor =
+        input.decode ? input.decode(what, *dtype, shape)
+                     : DecodeRawTensor(what, input.raw, *dtype, shape, request.raw_field);
+    if (!tensor.ok()) return tensor.status();
+    decoded.inputs[index] = Value(*std::move(tensor));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!seen[i] && specs[i].type.kind != engine::ValueKind::kOptional) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", specs[i].name, "': missing from the request"));
+    }
+  }
+
+  if (request.outputs.empty()) {
+    for (size_t i = 0; i < model.outputs().size(); ++i) {
+      decoded.outputs.push_back(static_cast<int>(i));
+    }
+  } else {
+    std::vector<bool> requested(model.outputs().size(), false);
+    for (const std::string& name : request.outputs) {
+      const std::string what = absl::StrCat("output ", QuoteUntrusted(name));
+      const int index = model.FindOutput(name);
+      if (index < 0) return Invalid(what, "the model has no such output");
+      if (requested[index]) return Invalid(what, "requested more than once");
+      requested[index] = true;
+      decoded.outputs.push_back(index);
+    }
+  }
+  return decoded;
+}
+
+}  // namespace loopserve::server

@@ -1,0 +1,88 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/engine.h"
+#include "engine/tensor/tensor.h"
+#include "engine/tensor/value.h"
+
+namespace loopserve::server {
+
+// An inference request as the protocol adapters hand it to the InferenceRunner, whatever protocol
+// it came over (gRPC ModelInfer, REST /infer): what the client asked for, with each input's
+// contents still in the protocol's encoding until the request is bound to a model (BindRequest).
+// The gRPC adapter fills it from a ModelInferRequest (tensor_codec.h), the HTTP adapter from
+// JSON and Triton's binary extension (http_codec.h). Move-only because of the decoders.
+struct InferenceRequest {
+  struct Input {
+    std::string name;
+    std::string datatype;        // KServe spelling, as sent ("FP32", ...)
+    std::vector<int64_t> shape;  // as sent, not yet validated
+    // The contents: `raw` bytes (little-endian elements back to back; BYTES elements each a
+    // 4-byte little-endian length and that many bytes) when `decode` is null, otherwise
+    // `decode`, which turns the protocol's typed representation (gRPC typed contents, JSON
+    // `data`) into a tensor of the checked type and shape. `raw` is borrowed: the adapter keeps
+    // its bytes alive until the request is finished, because the decoded tensor may view them.
+    // `decode` is called at most once, before InferenceRunner::Submit returns; `what` names the
+    // tensor for messages ("input 'x'").
+    absl::string_view raw;
+    std::function<absl::StatusOr<engine::Tensor>(const std::string& what, engine::DataType dtype,
+                                                 const engine::Shape& shape)>
+        decode;
+  };
+
+  std::string model_name;
+  std::string model_version;  // "" = the latest ready version
+  std::string id;             // echoed in the response
+  std::vector<Input> inputs;
+  // Names of the outputs wanted, in response order; empty = all of the model's outputs.
+  std::vector<std::string> outputs;
+  // Triton's `timeout` request parameter in microseconds; 0 = none. The adapters check its type.
+  int64_t timeout_us = 0;
+  // What raw contents are called in messages: "raw_input_contents" (gRPC), "binary data" (REST).
+  absl::string_view raw_field = "raw_input_contents";
+  // A malformed request (bad JSON, inconsistent contents) that still names its model: the runner
+  // answers this error once the model is known, so it counts in that model's metrics.
+  absl::Status error;
+};
+
+// A request bound to a model's signature (BindRequest).
+struct DecodedRequest {
+  // One value per model input, in Model::inputs() order. Raw inputs whose bytes are suitably
+  // aligned are zero-copy views of the request's raw bytes, so those must outlive every use of
+  // these values; the others own copies. An omitted optional input is a kNone value.
+  std::vector<engine::Value> inputs;
+  // Model output indices to return, in response order (all outputs when none were requested).
+  std::vector<int> outputs;
+};
+
+// The one validation of a request against a model, shared by every protocol. InvalidArgument,
+// naming the tensor, for: an unknown or repeated input, a missing required input, a sequence
+// input (KServe v2 cannot carry one), an unknown datatype or one that differs from the declared
+// type, negative or overflowing dims, contents that do not fit the shape (DecodeRawTensor, or
+// the adapter's decoder), an unknown or repeated output name. Checks names and types before any
+// contents are decoded, so a bad request never allocates for its declared shape.
+absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model);
+
+// Raw contents -> tensor: `bytes` must hold exactly the shape's elements of `dtype`,
+// little-endian. Aligned bytes become a zero-copy view (so they must outlive the tensor),
+// others are copied. `field` names where the bytes came from in the message
+// ("raw_input_contents", "binary data").
+absl::StatusOr<engine::Tensor> DecodeRawTensor(const std::string& what, absl::string_view bytes,
+                                               engine::DataType dtype, const engine::Shape& shape,
+                                               absl::string_view field);
+
+// How many bytes AppendRawTensor appends for `tensor`.
+size_t RawTensorSize(const engine::Tensor& tensor);
+
+// Tensor -> raw contents, as DecodeRawTensor reads them, appended to `out`. `what` names the
+// tensor in messages ("output 'y'").
+absl::Status AppendRawTensor(const std::string& what, const engine::Tensor& tensor,
+                             std::string* out);
+
+}  // namespace loopserve::server

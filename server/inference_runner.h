@@ -1,0 +1,192 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "server/infer_request.h"
+#include "server/metrics.h"
+#include "server/model_repository.h"
+#include "server/worker_pool.h"
+
+namespace loopserve::server {
+
+class InferenceRunner;
+
+// One inference request in flight, as a protocol adapter sees it. The adapter derives from it
+// (the gRPC ModelInfer call, the REST /infer call), fills `request`, and hands it to
+// InferenceRunner::Submit; the runner calls Respond with the outputs and Finish with the outcome.
+//
+// Threads: Submit's caller (a gRPC callback thread, an HTTP event thread) until the request is
+// queued, then one worker; Respond and Finish run on whichever thread ran the request, Finish on
+// Submit's caller too when the request is answered inside Submit. Cancel may be called from any
+// thread at any time until Finish. Ownership stays with the adapter: the runner borrows the
+// call from Submit until it calls Finish and never touches it afterwards, so Finish may delete it.
+class InferenceCall {
+ public:
+  // How the runner learns that the client went away. kWhileInline: the protocol reports it
+  // (gRPC's OnCancel -> Cancel) except while the request runs on the adapter's own thread, when
+  // the runner's watcher polls ClientGone. kAlways: only ClientGone tells (a TCP connection), so
+  // the watcher polls it from Submit to Finish.
+  enum class Polling { kWhileInline, kAlways };
+
+  // `received`: when the request arrived (its durations start there). `deadline`: the protocol's
+  // own deadline (gRPC's), InfiniteFuture when none; the `timeout` parameter may shorten it.
+  InferenceCall(Protocol protocol, Polling polling, absl::Time received, absl::Time deadline);
+  virtual ~InferenceCall() = default;
+
+  InferenceCall(const InferenceCall&) = delete;
+  InferenceCall& operator=(const InferenceCall&) = delete;
+
+  // Stops the request: queued, it is answered CANCELLED without running; running, the engine
+  // stops at its next Loop iteration or kernel chunk. Any thread.
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+
+  Protocol protocol() const { return protocol_; }
+  absl::Time received() const { return received_; }
+
+  // What the client asked for; the adapter fills it before Submit. Typed decoders run inside
+  // Submit; raw views must stay valid until Finish.
+  InferenceRequest request;
+
+ protected:
+  // Encodes the outputs into the protocol's response, on the thread that ran the request.
+  // `outputs` indexes `values` (Model::outputs() order) in response order. An error fails the
+  // request with that status.
+  virtual absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
+                               std::vector<engine::Value>& values) = 0;
+  // Answers the client: `status`, and when it is OK the response Respond built. Called exactly
+  // once per Submit; the runner never touches the call afterwards.
+  virtual void Finish(const absl::Status& status) = 0;
+  // Whether the client is gone (cancelled its call, closed its connection); polled by the
+  // runner's watcher every InferenceRunner::kCancelPollInterval (see Polling), under the
+  // runner's mutex, while the call is in flight. Must be cheap and must not block.
+  virtual bool ClientGone() { return false; }
+
+ private:
+  friend class InferenceRunner;
+
+  const Protocol protocol_;
+  const Polling polling_;
+  const absl::Time received_;
+  absl::Time deadline_;  // the protocol's, or the `timeout` parameter's when earlier
+  std::atomic<bool> cancelled_{false};
+  // Owned by the runner from Submit to Finish.
+  std::shared_ptr<const LoadedModel> model_;  // pinned until Finish
+  DecodedRequest decoded_;
+  bool admitted_ = false;  // counted in loopserve_inflight_requests
+  bool queued_ = false;    // counted in loopserve_queue_depth until a worker takes it
+  // The runner's list of calls in flight (guarded by its mutex).
+  InferenceCall* prev_ = nullptr;
+  InferenceCall* next_ = nullptr;
+  bool polled_ = false;  // the watcher polls ClientGone
+};
+
+// The request path every protocol shares: takes a request in whatever protocol it came, and
+//   admits it      the server is not draining; the version is pinned (ModelRegistry::Get); the
+//                  `timeout` parameter shortens the deadline; the request is bound to the
+//                  model's signature (BindRequest) and to its config (ModelIo::AdaptInputs);
+//   schedules it   on the caller's thread when the version's recent runs averaged under
+//                  Options::inline_run_limit and the pool would start it at once
+//                  (WorkerPool::TryRunHere), otherwise on the WorkerPool (full queue:
+//                  RESOURCE_EXHAUSTED at once, so a protocol thread never blocks);
+//   runs it        engine::Model::Run with the deadline, the call's cancellation flag, the
+//                  version's caps (iterations, output bytes, memory) and its LoopObserver; a
+//                  request whose deadline passed or that was cancelled while queued is answered
+//                  without running; the final outputs are held to max_output_bytes and the
+//                  config's output reshapes;
+//   answers it     InferenceCall::Respond encodes, InferenceCall::Finish sends;
+//   records it     loopserve_requests_total{protocol,outcome}, the request/queue/compute
+//                  histograms, inflight and queue depth, Triton's statistics, and
+//                  loopserve_loop_limit_hits_total{reason} from the engine's LimitReason (or the
+//                  DEADLINE_EXCEEDED / CANCELLED code of a stopped run).
+// Exceptions stop here (INTERNAL). A batcher (issue 17) belongs between the admission and the
+// scheduling steps (Dispatch): it would collect admitted calls of one version and run them as
+// one Execute; a streaming adapter (issue 16) gives its call a per-iteration sink that Execute
+// hands to the engine beside the version's LoopObserver.
+//
+// Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
+// that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
+// every kCancelPollInterval: a client's cancel or a closed connection stops a run within one
+// poll plus one Loop iteration. CancelAll cancels every call in flight and every later one.
+//
+// Thread-safe. Borrows the registry, pool and metrics, which must outlive it; every call
+// submitted must have been finished before it is destroyed (the servers' shutdown waits for it).
+class InferenceRunner {
+ public:
+  struct Options {
+    // Runs of versions whose recent runs took less on average may run on the caller's thread;
+    // zero: never.
+    absl::Duration inline_run_limit = absl::ZeroDuration();
+  };
+  InferenceRunner(ModelRegistry* registry, WorkerPool* pool, Metrics& metrics, Options options);
+  ~InferenceRunner();
+
+  InferenceRunner(const InferenceRunner&) = delete;
+  InferenceRunner& operator=(const InferenceRunner&) = delete;
+
+  // How often the watcher polls InferenceCall::ClientGone.
+  static constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(5);
+
+  // Takes `call` through the request path. Returns when the call has been answered (Finish ran
+  // on this thread: a rejected request, or a run on this thread) or handed to a worker (which
+  // will call Finish). `call` must stay alive until Finish.
+  void Submit(InferenceCall* call);
+
+  // After this, new requests get UNAVAILABLE and ready() answers false.
+  void StartDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  // Waits until no call is in flight or `deadline` passes; true when idle.
+  bool WaitForIdle(absl::Time deadline);
+
+  // Cancels every call in flight (queued, running on a worker or on a protocol thread) and every
+  // later one. For shutdown after the exit timeout.
+  void CancelAll();
+
+ private:
+  // Admission: OK when the call was run here (and answered) or queued; otherwise the error.
+  absl::Status Admit(InferenceCall& call);
+  // Scheduling: on this thread or the pool.
+  absl::Status Dispatch(InferenceCall& call);
+  // On the thread that runs the call: Execute, then Complete.
+  void Run(InferenceCall& call);
+  absl::Status Execute(InferenceCall& call);
+  // Records the outcome and calls Finish.
+  void Complete(InferenceCall& call, const absl::Status& status);
+  // The final-outputs cap (the engine caps Loop scan outputs as they grow).
+  absl::Status CheckOutputBytes(const InferenceCall& call,
+                                const std::vector<engine::Value>& outputs);
+  // A stopped run's limit hit: the engine's LimitReason, or its deadline/cancel code.
+  void RecordLimit(const LoadedModel& model, const absl::Status& status);
+
+  void Link(InferenceCall* call);
+  void Unlink(InferenceCall* call);
+  void SetPolled(InferenceCall* call, bool polled);
+  void Watch();
+
+  ModelRegistry* const registry_;
+  WorkerPool* const pool_;
+  Metrics& metrics_;
+  const Options options_;
+  std::atomic<bool> draining_{false};
+  absl::Mutex mutex_;
+  int in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
+  InferenceCall* calls_ ABSL_GUARDED_BY(mutex_) = nullptr;  // intrusive list of calls in flight
+  int polled_ ABSL_GUARDED_BY(mutex_) = 0;                  // calls whose ClientGone is polled
+  bool cancel_all_ ABSL_GUARDED_BY(mutex_) = false;
+  bool stop_watcher_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread watcher_;  // Watch; joined by the destructor
+};
+
+// "model 'rnn' v2: " for messages about a pinned version.
+std::string ModelLabel(const LoadedModel& model);
+
+}  // namespace loopserve::server

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/grpc_service.pb.h"
+#include "proto/model_config.pb.h"
+#include "server/inference_runner.h"
+#include "server/model_repository.h"
+#include "server/worker_pool.h"
+
+namespace loopserve::server {
+
+// The answers to everything but inference, whatever the protocol: health, metadata, Triton's
+// model-configuration, model-repository and statistics extensions. The gRPC adapter copies them
+// into its responses; the REST adapter prints them as JSON. The OIP messages are the common
+// vocabulary (both protocols carry the same fields).
+//
+// Repository changes (Load/Unload) take seconds: they run on a loader thread of their own (never
+// a protocol or worker thread) and only when `model_control` is set (explicit model control);
+// otherwise they fail with FAILED_PRECONDITION.
+//
+// Thread-safe. Borrows the registry and runner, which must outlive it; the destructor joins the
+// loader thread after the changes already queued have run.
+class ServerApi {
+ public:
+  ServerApi(ModelRegistry* registry, const InferenceRunner* runner, bool model_control);
+  ~ServerApi();
+
+  bool ServerReady() const { return !runner_->draining(); }
+  // NotFound for an unknown model; otherwise whether the version serves (and the server is not
+  // draining).
+  absl::StatusOr<bool> ModelReady(absl::string_view name, absl::string_view version) const;
+  inference::ServerMetadataResponse ServerMetadata() const;
+  // The version's tensors as its config declares them (-1 for variable dims and the batch dim).
+  absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(absl::string_view name,
+                                                                 absl::string_view version) const;
+  // The complete config the version runs with.
+  absl::StatusOr<inference::ModelConfig> ModelConfig(absl::string_view name,
+                                                     absl::string_view version) const;
+  // Every model's versions and states; with `ready_only`, the ready versions only.
+  inference::RepositoryIndexResponse RepositoryIndex(bool ready_only) const;
+  // Triton's statistics plus loopserve's per-Loop ones: every ready version (empty name), every
+  // ready version of a model (empty version), or one version.
+  absl::StatusOr<inference::ModelStatisticsResponse> ModelStatistics(
+      absl::string_view name, absl::string_view version) const;
+
+  // Loads (or reloads) / unloads `model` on the loader thread and calls `done` there with the
+  // outcome; or returns the error at once without calling `done` (no model control, a
+  // repository name, parameters, a full loader queue). `rpc` names the request in messages.
+  using Done = std::function<void(const absl::Status&)>;
+  absl::Status Load(absl::string_view rpc, const std::string& repository_name,
+                    const std::string& model, bool has_parameters, Done done);
+  absl::Status Unload(absl::string_view rpc, const std::string& repository_name,
+                      const std::string& model, Done done);
+
+ private:
+  absl::Status ScheduleChange(absl::string_view rpc, const std::string& repository_name,
+                              std::function<absl::Status()> change, Done done);
+
+  ModelRegistry* const registry_;
+  const InferenceRunner* const runner_;
+  const bool model_control_;
+  WorkerPool loader_;  // one thread for repository loads/unloads
+};
+
+}  // namespace loopserve::server
