@@ -62,9 +62,18 @@ ORT_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "
               "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "float16": np.float16}
 
 
+def model_paths(folder):
+    """(the model looprun runs, the ONNX model ONNX Runtime runs): model.onnx for both, or for an
+    OpenVINO IR folder model.xml and its ONNX twin peer.onnx (same inputs and outputs, in order)."""
+    if os.path.exists(os.path.join(folder, "model.xml")):
+        return os.path.join(folder, "model.xml"), os.path.join(folder, "peer.onnx")
+    onnx_path = os.path.join(folder, "model.onnx")
+    return onnx_path, onnx_path
+
+
 def inputs_json(folder):
     """The model's inputs as {name: {dtype, dims, data (base64 of the raw bytes)}}."""
-    m = onnx.load(os.path.join(folder, "model.onnx"))
+    m = onnx.load(model_paths(folder)[1])
     spec = {}
     for k, graph_input in enumerate(m.graph.input):
         path = os.path.join(folder, "test_data_set_0", "input_%d.pb" % k)
@@ -81,7 +90,8 @@ def inputs_json(folder):
 
 
 def looprun_outputs(model_path, out_dir):
-    """looprun --output_dir's output_<k>.pb as {name: array}, k in model output order."""
+    """looprun --output_dir's output_<k>.pb as {name: array}, k in the output order of the ONNX
+    model at `model_path` (an IR model's Results come in the same order as its twin's outputs)."""
     m = onnx.load(model_path, load_external_data=False)
     outputs = {}
     for k, graph_output in enumerate(m.graph.output):
@@ -178,7 +188,7 @@ def cpu_description():
 
 def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
     """Times one model folder; returns (ours_us, ort_us, agree_text, ok, looprun_json)."""
-    model = os.path.join(folder, "model.onnx")
+    model, ort_model = model_paths(folder)
     spec_path = os.path.join(tmp, name + ".json")
     if not os.path.exists(spec_path):
         with open(spec_path, "w") as f:
@@ -187,7 +197,7 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
                 "--data=" + os.path.join(folder, "test_data_set_0"),
                 "--repeat=%d" % args.repeat, "--warmup=%d" % args.warmup,
                 "--threads=%d" % threads]
-    ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), model, spec_path,
+    ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), ort_model, spec_path,
                str(args.repeat), str(args.warmup), str(threads)]
     ours_out = os.path.join(tmp, "%s.%d.looprun_out" % (name, threads))
     ort_out = os.path.join(tmp, "%s.%d.ort_out.json" % (name, threads))
@@ -206,7 +216,7 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
                 info = result
             sink.append(result["median_us"])
         if r == 0:
-            problems, max_diff = compare_outputs(looprun_outputs(model, ours_out),
+            problems, max_diff = compare_outputs(looprun_outputs(ort_model, ours_out),
                                                  ort_outputs(ort_out))
             if problems:
                 ok = False

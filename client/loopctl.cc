@@ -155,6 +155,11 @@ absl::Status AppendValue(absl::string_view datatype, absl::string_view text, std
   if (datatype == "UINT16") return AppendInt<uint16_t>(text, bytes);
   if (datatype == "UINT32") return AppendInt<uint32_t>(text, bytes);
   if (datatype == "UINT64") return AppendInt<uint64_t>(text, bytes);
+  if (datatype == "BYTES") {
+    // The element's text as given (after trimming), length-prefixed.
+    *bytes += MakeBytesTensor("", {}, {std::string(text)}).bytes;
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat("datatype ", datatype, " cannot be given inline"));
 }
 
@@ -173,6 +178,8 @@ absl::StatusOr<Tensor> RandomTensor(const std::string& name, const std::string& 
       absl::StrAppend(&text, real(*rng));
     } else if (datatype == "BOOL") {
       text += small(*rng) % 2 ? "true" : "false";
+    } else if (datatype == "BYTES") {
+      absl::StrAppend(&text, "w", small(*rng));
     } else {
       absl::StrAppend(&text, small(*rng));
     }
@@ -670,7 +677,7 @@ absl::StatusOr<Tensor> ParseTensorText(absl::string_view name, absl::string_view
   t.name = std::string(name);
   t.datatype = std::string(datatype);
   t.shape = shape;
-  if (DataTypeSize(datatype) == 0) {
+  if (!IsDataType(datatype)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown datatype '", datatype, "'"));
   }
   for (int64_t i = 0; i < *n; ++i) {
@@ -686,7 +693,7 @@ absl::StatusOr<Tensor> ParseInputSpec(absl::string_view spec) {
     return absl::InvalidArgumentError("expected NAME:DTYPE:SHAPE:VALUES or NAME:FILE.pb");
   }
   const std::string datatype = absl::AsciiStrToUpper(parts[1]);
-  if (parts.size() == 4 && DataTypeSize(datatype) > 0) {
+  if (parts.size() == 4 && IsDataType(datatype)) {
     auto dims = ParseDims(parts[2]);
     if (!dims.ok()) return dims.status();
     return ParseTensorText(parts[0], datatype, *dims, parts[3]);

@@ -91,6 +91,8 @@ absl::StatusOr<std::string> OipDataTypeFromOnnx(int t) {
       return std::string("UINT64");
     case onnx::TensorProto::BOOL:
       return std::string("BOOL");
+    case onnx::TensorProto::STRING:
+      return std::string("BYTES");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("ONNX data_type ", t, " has no Open Inference Protocol datatype"));
@@ -111,7 +113,10 @@ absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto) {
   t.name = proto.name();
   t.datatype = *datatype;
   t.shape.assign(proto.dims().begin(), proto.dims().end());
-  if (proto.has_raw_data()) {
+  if (proto.data_type() == onnx::TensorProto::STRING) {
+    std::vector<std::string> elements(proto.string_data().begin(), proto.string_data().end());
+    t.bytes = MakeBytesTensor("", {}, elements).bytes;
+  } else if (proto.has_raw_data()) {
     t.bytes = proto.raw_data();
   } else {
     absl::StatusOr<std::string> bytes = TypedBytes(proto);

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -35,10 +36,55 @@ void CopyInto(const std::string& bytes, int64_t n, Field* field) {
   for (int64_t i = 0; i < n; ++i) field->Add(Load<Elem>(bytes, i));
 }
 
+// Splits length-prefixed BYTES contents; `expected` elements (or any number when negative).
+absl::StatusOr<std::vector<std::string>> SplitBytes(const std::string& name,
+                                                    const std::string& bytes, int64_t expected) {
+  std::vector<std::string> elements;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    if (bytes.size() - at < 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': BYTES contents end inside a length"));
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
+    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                            (static_cast<uint32_t>(p[2]) << 16) |
+                            (static_cast<uint32_t>(p[3]) << 24);
+    at += 4;
+    if (length > bytes.size() - at) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': BYTES element ",
+                                                     elements.size(), " overruns the contents"));
+    }
+    if (expected >= 0 && static_cast<int64_t>(elements.size()) >= expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': more than ", expected, " BYTES elements"));
+    }
+    elements.emplace_back(bytes.data() + at, length);
+    at += length;
+  }
+  if (expected >= 0 && static_cast<int64_t>(elements.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", elements.size(),
+                                                   " BYTES elements, the shape needs ", expected));
+  }
+  return elements;
+}
+
+void AppendLengthPrefixed(absl::string_view element, std::string* bytes) {
+  const auto n = static_cast<uint32_t>(element.size());
+  const char prefix[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                          static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+  bytes->append(prefix, 4);
+  bytes->append(element.data(), element.size());
+}
+
 absl::Status ToTyped(const Tensor& t, int64_t n, inference::InferTensorContents* c) {
   const std::string& d = t.datatype;
   const std::string& b = t.bytes;
-  if (d == "BOOL") {
+  if (d == "BYTES") {
+    absl::StatusOr<std::vector<std::string>> elements = SplitBytes(t.name, b, -1);
+    if (!elements.ok()) return elements.status();
+    for (std::string& e : *elements) c->add_bytes_contents(std::move(e));
+  } else if (d == "BOOL") {
     for (int64_t i = 0; i < n; ++i) c->add_bool_contents(b[i] != 0);
   } else if (d == "INT8") {
     CopyInto<int8_t>(b, n, c->mutable_int_contents());
@@ -70,7 +116,9 @@ absl::Status ToTyped(const Tensor& t, int64_t n, inference::InferTensorContents*
 absl::StatusOr<std::string> FromTyped(const std::string& name, const std::string& d,
                                       const inference::InferTensorContents& c) {
   std::string b;
-  if (d == "BOOL") {
+  if (d == "BYTES") {
+    for (const std::string& e : c.bytes_contents()) AppendLengthPrefixed(e, &b);
+  } else if (d == "BOOL") {
     for (bool v : c.bool_contents()) b.push_back(v ? 1 : 0);
   } else if (d == "INT8") {
     AppendAs<int8_t>(c.int_contents(), &b);
@@ -125,9 +173,31 @@ absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape) {
   return n;
 }
 
+bool IsDataType(absl::string_view d) { return DataTypeSize(d) > 0 || d == "BYTES"; }
+
+Tensor MakeBytesTensor(std::string name, std::vector<int64_t> shape,
+                       const std::vector<std::string>& elements) {
+  Tensor t;
+  t.name = std::move(name);
+  t.datatype = "BYTES";
+  t.shape = std::move(shape);
+  for (const std::string& e : elements) AppendLengthPrefixed(e, &t.bytes);
+  return t;
+}
+
+absl::StatusOr<std::vector<std::string>> BytesElements(const Tensor& t) {
+  if (t.datatype != "BYTES") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' has datatype ", t.datatype, ", not BYTES"));
+  }
+  absl::StatusOr<int64_t> n = ElementCount(t.shape);
+  if (!n.ok()) return n.status();
+  return SplitBytes(t.name, t.bytes, *n);
+}
+
 absl::Status Tensor::Validate() const {
   const int64_t size = DataTypeSize(datatype);
-  if (size == 0) {
+  if (!IsDataType(datatype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': unsupported datatype '", datatype, "'"));
   }
@@ -135,6 +205,7 @@ absl::Status Tensor::Validate() const {
   if (!n.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", n.status().message()));
   }
+  if (size == 0) return BytesElements(*this).status();
   if (static_cast<int64_t>(bytes.size()) != *n * size) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': shape [", absl::StrJoin(shape, ","), "] of ", datatype,
@@ -159,7 +230,8 @@ absl::Status AddInput(const Tensor& tensor, ContentsMode mode,
     request->add_raw_input_contents(tensor.bytes);
     return absl::OkStatus();
   }
-  return ToTyped(tensor, static_cast<int64_t>(tensor.bytes.size()) / DataTypeSize(tensor.datatype),
+  const int64_t size = DataTypeSize(tensor.datatype);
+  return ToTyped(tensor, size == 0 ? 0 : static_cast<int64_t>(tensor.bytes.size()) / size,
                  input->mutable_contents());
 }
 
@@ -195,6 +267,11 @@ absl::StatusOr<std::vector<Tensor>> DecodeOutputs(const inference::ModelInferRes
 std::string FormatElement(const Tensor& t, int64_t i) {
   const std::string& d = t.datatype;
   const std::string& b = t.bytes;
+  if (d == "BYTES") {
+    absl::StatusOr<std::vector<std::string>> elements = SplitBytes(t.name, b, -1);
+    if (!elements.ok() || i < 0 || i >= static_cast<int64_t>(elements->size())) return "?";
+    return absl::StrCat("\"", absl::Utf8SafeCEscape((*elements)[i]), "\"");
+  }
   if (d == "BOOL") return b[i] != 0 ? "true" : "false";
   if (d == "INT8") return absl::StrCat(Load<int8_t>(b, i));
   if (d == "INT16") return absl::StrCat(Load<int16_t>(b, i));
@@ -214,12 +291,23 @@ std::string FormatTensor(const Tensor& t, int64_t max_elements) {
   std::string out =
       absl::StrCat(t.name, " ", t.datatype, " [", absl::StrJoin(t.shape, ","), "] = ");
   const int64_t size = DataTypeSize(t.datatype);
-  if (size == 0) return absl::StrCat(out, "<", t.bytes.size(), " bytes>");
-  const int64_t n = static_cast<int64_t>(t.bytes.size()) / size;
+  std::vector<std::string> elements;
+  int64_t n = 0;
+  if (t.datatype == "BYTES") {
+    absl::StatusOr<std::vector<std::string>> split = SplitBytes(t.name, t.bytes, -1);
+    if (!split.ok()) return absl::StrCat(out, "<", t.bytes.size(), " malformed BYTES bytes>");
+    elements = *std::move(split);
+    n = static_cast<int64_t>(elements.size());
+  } else if (size == 0) {
+    return absl::StrCat(out, "<", t.bytes.size(), " bytes>");
+  } else {
+    n = static_cast<int64_t>(t.bytes.size()) / size;
+  }
   out += "[";
   for (int64_t i = 0; i < n && i < max_elements; ++i) {
     if (i > 0) out += ", ";
-    out += FormatElement(t, i);
+    out += t.datatype == "BYTES" ? absl::StrCat("\"", absl::Utf8SafeCEscape(elements[i]), "\"")
+                                 : FormatElement(t, i);
   }
   if (n > max_elements) absl::StrAppend(&out, ", ... (", n - max_elements, " more)");
   out += "]";

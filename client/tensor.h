@@ -21,20 +21,32 @@ namespace loopserve::client {
 // for names that are not OIP datatypes.
 int64_t DataTypeSize(absl::string_view datatype);
 
+// Whether `datatype` names an OIP datatype (BYTES included).
+bool IsDataType(absl::string_view datatype);
+
 // Number of elements of `shape` (1 for a scalar). InvalidArgument for a negative dim or overflow.
 absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape);
 
 // A named tensor in host memory: OIP datatype, shape and the flattened, row-major, little-endian
-// bytes (BOOL: one byte per element, 0 or 1). A plain value type; not synchronised.
+// bytes (BOOL: one byte per element, 0 or 1; BYTES: each element as a 4-byte little-endian length
+// and that many bytes, the raw layout Triton uses). A plain value type; not synchronised.
 struct Tensor {
   std::string name;
   std::string datatype;
   std::vector<int64_t> shape;
   std::string bytes;
 
-  // OK when the datatype is known and `bytes` holds exactly shape × element size bytes.
+  // OK when the datatype is known and `bytes` holds exactly the shape's elements (shape × element
+  // size bytes, or that many length-prefixed BYTES elements with nothing left over).
   absl::Status Validate() const;
 };
+
+// A BYTES tensor of `elements` (row-major).
+Tensor MakeBytesTensor(std::string name, std::vector<int64_t> shape,
+                       const std::vector<std::string>& elements);
+
+// The elements of a BYTES tensor. InvalidArgument when it is not BYTES or is malformed.
+absl::StatusOr<std::vector<std::string>> BytesElements(const Tensor& t);
 
 // Maps a C++ element type to its OIP datatype name.
 template <typename T>
@@ -122,7 +134,7 @@ absl::StatusOr<std::vector<T>> TensorValues(const Tensor& t) {
 // How Infer puts input tensors on the wire.
 enum class ContentsMode {
   kRaw,    // raw_input_contents (what loopserve and Triton prefer)
-  kTyped,  // InferTensorContents fields (FP16/BF16/BYTES cannot go this way)
+  kTyped,  // InferTensorContents fields (FP16/BF16 cannot go this way; BYTES: bytes_contents)
 };
 
 // Appends `tensor` to `request` as an input. With kRaw, the request must not hold typed contents
@@ -139,7 +151,8 @@ absl::StatusOr<std::vector<Tensor>> DecodeOutputs(const inference::ModelInferRes
 // (then `... (N more)`). Floats with enough digits to round-trip.
 std::string FormatTensor(const Tensor& tensor, int64_t max_elements = 32);
 
-// The element at flat index `i` formatted as text ("1.5", "-3", "true").
+// The element at flat index `i` formatted as text ("1.5", "-3", "true", a BYTES element quoted
+// with C escapes).
 std::string FormatElement(const Tensor& tensor, int64_t i);
 
 }  // namespace loopserve::client

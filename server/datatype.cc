@@ -15,7 +15,7 @@ constexpr std::pair<absl::string_view, DataType> kTypes[] = {
     {"UINT32", DataType::kUint32}, {"UINT64", DataType::kUint64}, {"INT8", DataType::kInt8},
     {"INT16", DataType::kInt16},   {"INT32", DataType::kInt32},   {"INT64", DataType::kInt64},
     {"FP16", DataType::kFloat16},  {"FP32", DataType::kFloat32},  {"FP64", DataType::kFloat64},
-    {"BF16", DataType::kBFloat16},
+    {"BF16", DataType::kBFloat16}, {"BYTES", DataType::kString},
 };
 
 }  // namespace
@@ -23,9 +23,6 @@ constexpr std::pair<absl::string_view, DataType> kTypes[] = {
 absl::StatusOr<DataType> DataTypeFromKserve(absl::string_view datatype) {
   for (const auto& [name, type] : kTypes) {
     if (name == datatype) return type;
-  }
-  if (datatype == "BYTES") {
-    return absl::InvalidArgumentError("datatype BYTES is not supported by loopserve");
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown datatype ", QuoteUntrusted(datatype)));
 }

@@ -6,9 +6,8 @@
 
 namespace loopserve::server {
 
-// KServe v2 datatype strings ("BOOL", "UINT8", ..., "FP16", "FP32", "FP64", "BF16") <-> engine
-// element types. Case-sensitive, as the protocol specifies. "BYTES" is a valid KServe type that the
-// engine cannot hold: InvalidArgument saying so.
+// KServe v2 datatype strings ("BOOL", "UINT8", ..., "FP16", "FP32", "FP64", "BF16", "BYTES")
+// <-> engine element types (BYTES: kString). Case-sensitive, as the protocol specifies.
 absl::StatusOr<engine::DataType> DataTypeFromKserve(absl::string_view datatype);
 
 // The KServe string for an engine type; "" for kUndefined (an undeclared element type).

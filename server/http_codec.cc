@@ -100,7 +100,13 @@ int64_t CountElements(const element& e) {
 // Converts one JSON scalar to T, or explains why not.
 template <typename T>
 absl::Status Convert(const element& e, T* out) {
-  if constexpr (std::is_same_v<T, bool>) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (e.type() == element_type::STRING) {
+      out->assign(e.get_string().value_unsafe());
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(KindName(e), " is not a string"));
+  } else if constexpr (std::is_same_v<T, bool>) {
     if (e.type() == element_type::BOOL) {
       *out = e.get_bool().value_unsafe();
       return absl::OkStatus();
@@ -216,6 +222,9 @@ absl::StatusOr<Tensor> DecodeJsonData(const std::string& what, const element& da
     case DataType::kFloat64:
       filled = FillTensor<double>(data, &tensor);
       break;
+    case DataType::kString:
+      filled = FillTensor<std::string>(data, &tensor);
+      break;
     default:
       return Invalid(what, absl::StrCat("datatype ", datatype, " cannot be sent as JSON data"));
   }
@@ -270,6 +279,8 @@ void WriteData(JsonWriter& w, const Tensor& tensor) {
   w.EndArray();
 }
 
+void WriteString(JsonWriter& w, absl::string_view s);
+
 absl::Status WriteTensorData(JsonWriter& w, const std::string& what, const Tensor& tensor) {
   switch (tensor.dtype()) {
     case DataType::kBool:
@@ -304,6 +315,18 @@ absl::Status WriteTensorData(JsonWriter& w, const std::string& what, const Tenso
       return absl::OkStatus();
     case DataType::kFloat64:
       WriteData<double>(w, tensor);
+      return absl::OkStatus();
+    case DataType::kString:
+      // BYTES as JSON strings (Triton's JSON form); RapidJSON escapes what JSON requires.
+      w.StartArray();
+      for (const std::string& s : tensor.span<std::string>()) {
+        if (s.size() > UINT32_MAX) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat(what, ": a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
+        }
+        WriteString(w, s);
+      }
+      w.EndArray();
       return absl::OkStatus();
     default:
       return Invalid(what, absl::StrCat("datatype ", KserveDataType(tensor.dtype()),

@@ -21,9 +21,9 @@ namespace loopserve::server {
 // the same value).
 //
 // Datatypes in JSON `data`: BOOL as true/false; integer types as JSON integers in range; FP32 and
-// FP64 as any JSON number; FP16 and BF16 only as binary data (as Triton); BYTES as strings once
-// the engine holds them. `data` may be flat or nested (row-major); its element count must match
-// the shape.
+// FP64 as any JSON number; FP16 and BF16 only as binary data (as Triton); BYTES as JSON strings
+// (in binary data: each element a 4-byte little-endian length and its bytes). `data` may be flat
+// or nested (row-major); its element count must match the shape.
 
 // Which outputs a REST request wants as binary data: the request's
 // parameters.binary_data_output, overridden per output by outputs[].parameters.binary_data.

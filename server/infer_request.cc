@@ -20,11 +20,50 @@ absl::Status Invalid(absl::string_view what, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
 }
 
+// BYTES in raw contents, as Triton sends them: each element a 4-byte little-endian length and that
+// many bytes, back to back, nothing left over.
+absl::StatusOr<Tensor> DecodeRawStrings(const std::string& what, absl::string_view bytes,
+                                        const engine::Shape& shape, absl::string_view field) {
+  const int64_t n = shape.NumElements();
+  // Every element needs its 4-byte length: checked before anything is allocated for the shape.
+  if (static_cast<uint64_t>(n) > bytes.size() / 4) {
+    return Invalid(what, absl::StrCat("shape ", shape.ToString(), " needs ", n,
+                                      " length-prefixed BYTES elements, ", field, " has ",
+                                      bytes.size(), " bytes"));
+  }
+  Tensor tensor(DataType::kString, shape);
+  std::string* out = tensor.mutable_data<std::string>();
+  size_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (bytes.size() - at < 4) {
+      return Invalid(
+          what, absl::StrCat(field, " ends inside the length of BYTES element ", i, " of ", n));
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
+    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                            (static_cast<uint32_t>(p[2]) << 16) |
+                            (static_cast<uint32_t>(p[3]) << 24);
+    at += 4;
+    if (length > bytes.size() - at) {
+      return Invalid(what, absl::StrCat("BYTES element ", i, " has length ", length, " but only ",
+                                        bytes.size() - at, " bytes follow"));
+    }
+    out[i].assign(bytes.data() + at, length);
+    at += length;
+  }
+  if (at != bytes.size()) {
+    return Invalid(what, absl::StrCat(field, " has ", bytes.size() - at, " bytes after the ", n,
+                                      " BYTES elements of shape ", shape.ToString()));
+  }
+  return tensor;
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> DecodeRawTensor(const std::string& what, absl::string_view bytes,
                                        DataType dtype, const engine::Shape& shape,
                                        absl::string_view field) {
+  if (dtype == DataType::kString) return DecodeRawStrings(what, bytes, shape, field);
   const size_t element_size = engine::DataTypeSize(dtype);
   // ValidateDims bounds the element count by 2^40, so this product cannot overflow.
   const uint64_t expected = static_cast<uint64_t>(shape.NumElements()) * element_size;
@@ -43,9 +82,30 @@ absl::StatusOr<Tensor> DecodeRawTensor(const std::string& what, absl::string_vie
   return tensor;
 }
 
-size_t RawTensorSize(const Tensor& tensor) { return tensor.ByteSize(); }
+size_t RawTensorSize(const Tensor& tensor) {
+  if (tensor.dtype() != DataType::kString) return tensor.ByteSize();
+  size_t size = 0;
+  for (const std::string& s : tensor.span<std::string>()) size += 4 + s.size();
+  return size;
+}
 
 absl::Status AppendRawTensor(const std::string& what, const Tensor& tensor, std::string* out) {
+  if (tensor.dtype() == DataType::kString) {
+    // Length-prefixed, as BYTES inputs arrive.
+    for (const std::string& s : tensor.span<std::string>()) {
+      if (s.size() > UINT32_MAX) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(what, ": a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
+      }
+      const auto length = static_cast<uint32_t>(s.size());
+      const char prefix[4] = {
+          static_cast<char>(length & 0xff), static_cast<char>((length >> 8) & 0xff),
+          static_cast<char>((length >> 16) & 0xff), static_cast<char>(length >> 24)};
+      out->append(prefix, 4);
+      out->append(s);
+    }
+    return absl::OkStatus();
+  }
   const auto* data = static_cast<const char*>(tensor.raw_data());
   if (data != nullptr) out->append(data, tensor.ByteSize());
   return absl::OkStatus();

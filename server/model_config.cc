@@ -536,10 +536,6 @@ absl::Status CheckAgainstModel(absl::string_view what, absl::string_view field,
 
 absl::Status CheckDataType(absl::string_view what, inference::DataType declared,
                            engine::DataType model) {
-  if (declared == inference::TYPE_STRING) {
-    return absl::UnimplementedError(
-        absl::StrCat(what, ": data_type TYPE_STRING is not supported by loopserve"));
-  }
   if (declared == inference::TYPE_INVALID || model == engine::DataType::kUndefined) {
     return absl::OkStatus();
   }
@@ -1032,6 +1028,7 @@ constexpr std::pair<inference::DataType, engine::DataType> kDataTypes[] = {
     {inference::TYPE_FP32, engine::DataType::kFloat32},
     {inference::TYPE_FP64, engine::DataType::kFloat64},
     {inference::TYPE_BF16, engine::DataType::kBFloat16},
+    {inference::TYPE_STRING, engine::DataType::kString},
 };
 
 }  // namespace

@@ -107,7 +107,6 @@ struct CompletionOptions {
 // the model requires; a warm-up input that is not declared, has another data_type or dims the
 // declared ones do not admit, or a required input a warm-up sample leaves out. With auto_complete
 // false, also for a missing config.pbtxt, platform/backend, data_type or model tensor.
-// Unimplemented for TYPE_STRING.
 absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConfig& parsed,
                                                            const engine::Model& model,
                                                            absl::string_view model_file,
@@ -163,7 +162,8 @@ class ModelIo {
   int max_batch_size_ = 0;
 };
 
-// Triton's DataType <-> engine element types. TYPE_STRING and TYPE_INVALID map to kUndefined.
+// Triton's DataType <-> engine element types (TYPE_STRING: kString). TYPE_INVALID maps to
+// kUndefined.
 engine::DataType DataTypeFromConfig(inference::DataType type);
 inference::DataType DataTypeToConfig(engine::DataType type);
 

@@ -73,6 +73,12 @@ void FillRandom(engine::Tensor& tensor, std::mt19937_64& rng) {
       return FillRandomIntegers<int64_t>(tensor, rng);
     case DataType::kUint64:
       return FillRandomIntegers<uint64_t>(tensor, rng);
+    case DataType::kString: {
+      // Short words, as loopctl perf sends.
+      std::string* data = tensor.mutable_data<std::string>();
+      for (int64_t i = 0; i < n; ++i) data[i] = absl::StrCat("w", rng() % 8);
+      return;
+    }
     case DataType::kFloat16:
     case DataType::kUndefined:
       if (tensor.ByteSize() > 0) std::memset(tensor.mutable_raw_data(), 0, tensor.ByteSize());
@@ -106,6 +112,49 @@ absl::StatusOr<std::string> ReadWarmupFile(const std::string& model_dir, const s
   return data;
 }
 
+// Reads <model_dir>/warmup/<file> as `elements` BYTES elements, each a 4-byte little-endian
+// length and its bytes (the raw layout of BYTES inputs), nothing left over; at most
+// kMaxStringFileBytes.
+absl::Status ReadWarmupStrings(const std::string& model_dir, const std::string& file,
+                               int64_t elements, absl::string_view what, std::string* out) {
+  constexpr uintmax_t kMaxStringFileBytes = uintmax_t{64} << 20;
+  const std::filesystem::path path = std::filesystem::path(model_dir) / "warmup" / file;
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxStringFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read input_data_file warmup/",
+                                                   file, " (BYTES data up to ", kMaxStringFileBytes,
+                                                   " bytes)"));
+  }
+  LS_ASSIGN_OR_RETURN(std::string data,
+                      ReadWarmupFile(model_dir, file, static_cast<size_t>(size), what));
+  size_t at = 0;
+  for (int64_t i = 0; i < elements; ++i) {
+    if (data.size() - at < 4) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file,
+                                                     " holds fewer than ", elements,
+                                                     " length-prefixed BYTES elements"));
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(data.data() + at);
+    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                            (static_cast<uint32_t>(p[2]) << 16) |
+                            (static_cast<uint32_t>(p[3]) << 24);
+    at += 4;
+    if (length > data.size() - at) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file,
+                                                     ": BYTES element ", i, " overruns the file"));
+    }
+    out[i].assign(data.data() + at, length);
+    at += length;
+  }
+  if (at != data.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file,
+                                                   " has bytes after its ", elements,
+                                                   " BYTES elements"));
+  }
+  return absl::OkStatus();
+}
+
 // The model inputs of one sample, in Model::inputs() order (absent ones kNone), reshaped as the
 // config says.
 absl::StatusOr<std::vector<engine::Value>> BuildInputs(
@@ -133,6 +182,16 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
         FillRandom(tensor, rng);
         break;
       case inference::ModelWarmup::Input::kInputDataFile: {
+        if (tensor.dtype() == DataType::kString) {
+          // One batch element's strings, repeated for the batch.
+          const int64_t per_batch =
+              tensor.NumElements() / (config.max_batch_size() > 0 ? batch : 1);
+          std::string* out = tensor.mutable_data<std::string>();
+          LS_RETURN_IF_ERROR(
+              ReadWarmupStrings(model_dir, input.input_data_file(), per_batch, input_what, out));
+          for (int64_t i = per_batch; i < tensor.NumElements(); ++i) out[i] = out[i % per_batch];
+          break;
+        }
         const size_t element_bytes =
             tensor.ByteSize() / static_cast<size_t>(config.max_batch_size() > 0 ? batch : 1);
         LS_ASSIGN_OR_RETURN(std::string data, ReadWarmupFile(model_dir, input.input_data_file(),
@@ -144,8 +203,10 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
         }
         break;
       }
-      default:  // zero_data (ParseModelConfig rejected samples without data)
-        if (tensor.ByteSize() > 0) std::memset(tensor.mutable_raw_data(), 0, tensor.ByteSize());
+      default:  // zero_data (ParseModelConfig rejected samples without data); strings: empty
+        if (tensor.dtype() != DataType::kString && tensor.ByteSize() > 0) {
+          std::memset(tensor.mutable_raw_data(), 0, tensor.ByteSize());
+        }
         break;
     }
     inputs[index] = engine::Value(std::move(tensor));

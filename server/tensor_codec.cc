@@ -87,6 +87,9 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
     case DataType::kFloat64:
       expected_field = "fp64_contents";
       break;
+    case DataType::kString:
+      expected_field = "bytes_contents";
+      break;
     default:
       return Invalid(what,
                      absl::StrCat("datatype ", datatype,
@@ -127,6 +130,8 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
       return CopyTyped<float>(what, c.fp32_contents(), expected_field, dtype, shape);
     case DataType::kFloat64:
       return CopyTyped<double>(what, c.fp64_contents(), expected_field, dtype, shape);
+    case DataType::kString:
+      return CopyTyped<std::string>(what, c.bytes_contents(), expected_field, dtype, shape);
     default:
       break;
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
+#include "engine/import/onnx_scan.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "onnx/onnx_pb.h"
@@ -351,6 +352,8 @@ class OnnxImporter {
       }
       if (node.op_type == "Loop" && node.domain.empty()) {
         LS_RETURN_IF_ERROR(LowerOnnxLoop(node));
+      } else if (node.op_type == "Scan" && node.domain.empty()) {
+        LS_RETURN_IF_ERROR(LowerOnnxScan(node));
       }
       graph.nodes.push_back(std::move(node));
     }

@@ -70,6 +70,9 @@ absl::Status CopyTypedField(const onnx::TensorProto& proto, Tensor& tensor,
     case DataType::kUint64:
       return CopyTyped<uint64_t>(proto.uint64_data(), "uint64_data", tensor, what,
                                  Identity<uint64_t>);
+    case DataType::kString:
+      return CopyTyped<std::string>(proto.string_data(), "string_data", tensor, what,
+                                    [](const std::string& v) { return v; });
     case DataType::kUndefined:
       break;
   }
@@ -105,6 +108,10 @@ absl::StatusOr<Tensor> TensorFromOnnx(const onnx::TensorProto& proto, absl::stri
   LS_ASSIGN_OR_RETURN(
       Shape shape,
       ValidateDims(absl::MakeConstSpan(proto.dims().data(), proto.dims().size()), what));
+  if (proto.has_raw_data() && dtype == DataType::kString) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a string tensor keeps its elements in string_data, not raw_data"));
+  }
   // The sizes the dims claim are checked against the data present before anything is allocated
   // (ValidateDims bounds the element count by 2^40, so the product cannot overflow).
   const uint64_t elements = static_cast<uint64_t>(shape.NumElements());
@@ -145,6 +152,11 @@ void TensorToOnnx(const Tensor& tensor, onnx::TensorProto* proto) {
   proto->set_data_type(DataTypeToOnnx(tensor.dtype()));
   proto->clear_dims();
   for (int64_t d : tensor.shape().dims()) proto->add_dims(d);
+  if (tensor.dtype() == DataType::kString) {
+    proto->clear_string_data();
+    for (const std::string& s : tensor.span<std::string>()) proto->add_string_data(s);
+    return;
+  }
   proto->set_raw_data(tensor.raw_data(), tensor.ByteSize());
 }
 

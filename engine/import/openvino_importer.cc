@@ -199,39 +199,46 @@ class OpenVinoImporter {
     return std::shared_ptr<const Tensor>(std::move(tensor));
   }
 
-  // Checks a sliced input's or concatenated output's start/end/part_size/stride (TensorIterator
-  // writes them; Loop-5 uses the defaults) and returns the stride: +1 for the whole axis from the
-  // start, -1 for the whole axis from the end.
-  static absl::StatusOr<int64_t> SliceStride(const IrLayer& layer, const pugi::xml_node& entry) {
+  // A sliced input's or concatenated output's start/end/part_size/stride (TensorIterator writes
+  // them; Loop-5 uses the defaults), read as OpenVINO does: the inclusive index range
+  // [start, end] (negative values count from the end; defaults 0 and -1, the whole axis) is cut
+  // into parts of part_size, iterated forward for a positive stride and backward for a negative
+  // one. The stride's magnitude is the step between parts, so it must be 1 or part_size (the two
+  // spellings of contiguous parts that OpenVINO's reference and CPU plugin both read that way).
+  struct SliceAttrs {
+    int64_t stride = 1;
+    int64_t part_size = 1;
+    int64_t start = 0;
+    int64_t end = -1;
+  };
+  static absl::StatusOr<SliceAttrs> ReadSliceAttrs(const IrLayer& layer,
+                                                   const pugi::xml_node& entry) {
     const std::string what = absl::StrCat("port_map ", entry.name(), " (external_port_id ",
                                           entry.attribute("external_port_id").value(), ")");
+    SliceAttrs attrs;
     absl::StatusOr<int64_t> stride = ParseIntAttr(entry, "stride", 1);
     absl::StatusOr<int64_t> part_size = ParseIntAttr(entry, "part_size", 1);
-    absl::StatusOr<int64_t> start = ParseIntAttr(entry, "start", std::nullopt);
-    absl::StatusOr<int64_t> end = ParseIntAttr(entry, "end", std::nullopt);
-    for (const absl::Status& s : {stride.status(), part_size.status()}) {
+    absl::StatusOr<int64_t> start = ParseIntAttr(entry, "start", 0);
+    absl::StatusOr<int64_t> end = ParseIntAttr(entry, "end", -1);
+    for (const absl::Status& s :
+         {stride.status(), part_size.status(), start.status(), end.status()}) {
       if (!s.ok()) return layer.Invalid(absl::StrCat(what, ": ", s.message()));
     }
-    if (*part_size != 1) {
+    if (*part_size < 1) {
+      return layer.Invalid(absl::StrCat(what, ": part_size ", *part_size, " must be positive"));
+    }
+    if (*stride == 0) return layer.Invalid(absl::StrCat(what, ": stride must not be 0"));
+    const int64_t step = *stride < 0 ? -*stride : *stride;
+    if (step != 1 && step != *part_size) {
       return layer.Error(absl::StatusCode::kUnimplemented,
-                         absl::StrCat(what, ": part_size ", *part_size, " (only 1)"));
+                         absl::StrCat(what, ": stride ", *stride, " with part_size ", *part_size,
+                                      " (parts must be contiguous: |stride| 1 or part_size)"));
     }
-    if (*stride != 1 && *stride != -1) {
-      return layer.Error(absl::StatusCode::kUnimplemented,
-                         absl::StrCat(what, ": stride ", *stride, " (only 1 and -1)"));
-    }
-    // The whole axis: start 0 / end -1 going forward, start -1 / end 0 going backward (either
-    // spelling is accepted for the backward direction).
-    const int64_t s = start.ok() ? *start : (*stride > 0 ? 0 : -1);
-    const int64_t e = end.ok() ? *end : (*stride > 0 ? -1 : 0);
-    const bool whole =
-        *stride > 0 ? (s == 0 && e == -1) : ((s == -1 && e == 0) || (s == 0 && e == -1));
-    if (!whole) {
-      return layer.Error(
-          absl::StatusCode::kUnimplemented,
-          absl::StrCat(what, ": start ", s, " / end ", e, " (only the whole axis is supported)"));
-    }
-    return *stride;
+    attrs.stride = *stride < 0 ? -1 : 1;
+    attrs.part_size = *part_size;
+    attrs.start = *start;
+    attrs.end = *end;
+    return attrs;
   }
 
   // Loop-5 and TensorIterator-1 -> a "Loop" node with a LoopSpec.
@@ -370,14 +377,18 @@ class OpenVinoImporter {
       ip.node_input = port->second;
       ip.body_param = p;
       if (in.attribute("axis")) {
-        if (back_edge.contains(*internal)) {
-          return layer.Invalid(absl::StrCat(what, ": a sliced input cannot have a back edge"));
-        }
+        // OpenVINO's IR reader makes an entry with an axis a sliced input before it looks at
+        // back edges, so a back edge onto it is ignored: the slice wins.
+        back_edge.erase(*internal);
         absl::StatusOr<int64_t> axis = ParseIntAttr(in, "axis", std::nullopt);
         if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
-        LS_ASSIGN_OR_RETURN(ip.stride, SliceStride(layer, in));
+        LS_ASSIGN_OR_RETURN(SliceAttrs slice, ReadSliceAttrs(layer, in));
         ip.kind = LoopSpec::InputPort::Kind::kSliced;
         ip.axis = *axis;
+        ip.stride = slice.stride;
+        ip.part_size = slice.part_size;
+        ip.start = slice.start;
+        ip.end = slice.end;
       } else if (auto edge = back_edge.find(*internal); edge != back_edge.end()) {
         ip.kind = LoopSpec::InputPort::Kind::kCarried;
         ip.back_edge = bio.results[edge->second];
@@ -450,7 +461,9 @@ class OpenVinoImporter {
       if (out.attribute("axis")) {
         absl::StatusOr<int64_t> axis = ParseIntAttr(out, "axis", std::nullopt);
         if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
-        LS_ASSIGN_OR_RETURN(op.stride, SliceStride(layer, out));
+        // Each iteration's result is one part; the range only fixes the order of the parts.
+        LS_ASSIGN_OR_RETURN(SliceAttrs slice, ReadSliceAttrs(layer, out));
+        op.stride = slice.stride;
         op.kind = LoopSpec::OutputPort::Kind::kConcat;
         op.axis = *axis;
       } else {

@@ -84,6 +84,47 @@ ValueId Graph::AddValue(std::string value_name, ValueType type) {
   return static_cast<ValueId>(values.size() - 1);
 }
 
+namespace {
+
+// A string value, constant or string-making Cast anywhere in `graph` or its subgraphs.
+bool MentionsStrings(const Graph& graph) {
+  for (const ValueInfo& v : graph.values) {
+    if (v.type.dtype == DataType::kString) return true;
+  }
+  for (const auto& [id, tensor] : graph.constants) {
+    if (tensor->dtype() == DataType::kString) return true;
+  }
+  for (const Node& node : graph.nodes) {
+    for (const auto& [name, attr] : node.attributes) {
+      if (attr.tensor != nullptr && attr.tensor->dtype() == DataType::kString) return true;
+      if (attr.graph != nullptr && MentionsStrings(*attr.graph)) return true;
+      for (const auto& g : attr.graphs) {
+        if (MentionsStrings(*g)) return true;
+      }
+    }
+    if (node.op_type == "Cast" && node.domain.empty()) {
+      const Attribute* to = node.FindAttribute("to");
+      if (to != nullptr &&
+          ((to->type == Attribute::Type::kInt && to->i == DataTypeToOnnx(DataType::kString)) ||
+           (to->type == Attribute::Type::kString && to->s == "STRING"))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool GraphMayHoldStrings(const Graph& graph) {
+  // A model input whose element type is not declared takes whatever the caller sends. (Subgraph
+  // inputs only receive what the enclosing graph hands them.)
+  for (ValueId v : graph.inputs) {
+    if (graph.values[v].type.dtype == DataType::kUndefined) return true;
+  }
+  return MentionsStrings(graph);
+}
+
 absl::Status SortTopologically(Graph& graph) {
   const size_t num_values = graph.values.size();
   std::vector<bool> available(num_values, false);

@@ -109,6 +109,11 @@ class Graph {
   const std::string& ValueName(ValueId id) const { return values[id].name; }
 };
 
+// Whether a model with this graph can hold string tensors: an input's element type is not
+// declared, a value or constant (also in an attribute, or in a subgraph) is a string, or a Cast
+// makes strings. Strings arise nowhere else.
+bool GraphMayHoldStrings(const Graph& graph);
+
 // Orders `graph.nodes` topologically (stable: nodes already in order keep it). InvalidArgument
 // naming a node when a value is used but never produced, or on a cycle.
 absl::Status SortTopologically(Graph& graph);

@@ -15,7 +15,8 @@ namespace loopserve::engine {
 //
 // Per iteration i (0-based), while (no trip count || i < trip count) && condition:
 //   1. the current-iteration parameter (if any) is set to i;
-//   2. sliced inputs give their i-th part; carried parameters hold the previous iteration's
+//   2. sliced inputs give their i-th part (a sliced input also bounds the trip count by its number
+//      of parts); carried parameters hold the previous iteration's
 //      result (the initial value on iteration 0); invariant inputs hold their value throughout;
 //   3. the body runs;
 //   4. concatenated outputs append their result, and the condition result (if any) becomes the
@@ -33,8 +34,16 @@ struct LoopSpec {
     int node_input = -1;  // index into the Loop node's inputs
     int body_param = -1;  // index into body.inputs
     int back_edge = -1;   // kCarried: index into body.outputs feeding body_param next iteration
-    int64_t axis = 0;     // kSliced: axis along which the input is cut into parts of size 1
-    int64_t stride = 1;   // kSliced: +1 from the start, -1 from the end
+    // kSliced: the input is cut along `axis` into parts of `part_size` elements covering the
+    // inclusive index range [start, end] (negative values count from the end: -1 is the last
+    // index), taken first to last (stride +1) or last to first (stride -1). The part keeps the
+    // axis (dim part_size; OpenVINO) or, with `squeeze` (part_size 1), loses it (ONNX Scan).
+    int64_t axis = 0;
+    int64_t stride = 1;
+    int64_t part_size = 1;
+    int64_t start = 0;
+    int64_t end = -1;
+    bool squeeze = false;
   };
 
   struct OutputPort {
@@ -43,9 +52,11 @@ struct LoopSpec {
     int node_output = -1;  // index into the Loop node's outputs
     int body_result = -1;  // index into body.outputs
     // kConcat: axis of the result along which iterations are joined (negative counts from the
-    // end). kStack: iterations are stacked on a new axis 0 (ONNX scan outputs); axis unused.
+    // end of the result's rank). kStack: iterations are stacked on a new axis `axis` of the output
+    // (negative counts from the end of the output's rank, the result's + 1): ONNX Loop's scan
+    // outputs use axis 0, Scan's scan_output_axes any.
     int64_t axis = 0;
-    int64_t stride = 1;  // kConcat: -1 writes iterations in reverse order
+    int64_t stride = 1;  // -1 lays the iterations out in reverse order
   };
 
   NegativeTripCount negative_trip_count = NegativeTripCount::kZeroIterations;

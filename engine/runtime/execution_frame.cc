@@ -19,8 +19,22 @@ ExecutionFrame::~ExecutionFrame() = default;
 
 namespace {
 
+bool HoldsStrings(const Value& v) {
+  if (v.is_tensor()) return v.tensor().dtype() == DataType::kString;
+  return v.is_sequence() && !v.sequence().empty() &&
+         v.sequence().front().dtype() == DataType::kString;
+}
+
+bool NoStringInputs(const Step& step, const ExecutionFrame& frame) {
+  for (const int32_t slot : step.inputs) {
+    if (slot >= 0 && HoldsStrings(frame.slot(slot))) return false;
+  }
+  return true;
+}
+
 // Kernels that accept sequences and optionals (also empty optionals, kNone) are not checked.
 inline bool InputsAreTensors(const Step& step, const ExecutionFrame& frame) {
+  if (step.reject_strings && !NoStringInputs(step, frame)) return false;
   if (!step.tensor_inputs_only) return true;
   for (const int32_t slot : step.inputs) {
     if (slot >= 0 && !frame.slot(slot).is_tensor()) return false;
@@ -33,8 +47,12 @@ absl::Status InputError(const Step& step, const ExecutionFrame& frame) {
     const int slot = step.inputs[i];
     if (slot < 0) continue;
     const Value& v = frame.slot(slot);
-    if (v.is_tensor()) continue;
     const std::string& name = frame.plan().graph().ValueName(slot);
+    if (step.reject_strings && HoldsStrings(v)) {
+      return absl::UnimplementedError(
+          absl::StrCat("input ", i, " ('", name, "') holds strings, which this op does not take"));
+    }
+    if (v.is_tensor() || !step.tensor_inputs_only) continue;
     if (v.is_none()) {
       return absl::InvalidArgumentError(
           absl::StrCat("input ", i, " ('", name, "') has no value (an empty optional?)"));

@@ -75,6 +75,9 @@ class Kernel {
   virtual std::unique_ptr<KernelState> CreateState() const { return nullptr; }
   // Sequence and optional ops return true to receive non-tensor inputs.
   virtual bool AcceptsNonTensorInputs() const { return false; }
+  // Kernels that handle kString tensors (as elements, never as bytes) return true; the executor
+  // gives the others a string input as an error instead (in models that can hold strings).
+  virtual bool AcceptsStringInputs() const { return false; }
 };
 
 class KernelRegistry;

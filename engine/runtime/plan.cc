@@ -45,6 +45,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
                                                    "': subgraphs are nested more than ",
                                                    kMaxNestingDepth, " levels deep"));
   }
+  if (context.scopes_.empty()) context.strings_possible_ = GraphMayHoldStrings(*graph);
   std::vector<std::string> rewrites;
   const std::shared_ptr<const Graph> source = graph;
   if (context.transforms()) {
@@ -89,6 +90,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
     step.node = &node;
     step.label = absl::StrCat(node.Label(), ": ");
     step.tensor_inputs_only = !step.kernel->AcceptsNonTensorInputs();
+    step.reject_strings = context.strings_possible() && !step.kernel->AcceptsStringInputs();
     for (ValueId v : node.inputs) step.inputs.push_back(v);
     for (ValueId v : node.outputs) {
       if (v == kNoValue) {

@@ -22,6 +22,9 @@ struct Step {
   // !kernel->AcceptsNonTensorInputs(), resolved at compile time so the executor's per-step input
   // check is a few loads instead of a virtual call per input.
   bool tensor_inputs_only = true;
+  // The model can hold strings and the kernel does not take them: the executor checks that no
+  // input (or sequence element) is a kString tensor.
+  bool reject_strings = false;
 };
 
 // State shared while compiling one model: registry, the Loop table, the nesting depth.
@@ -45,6 +48,9 @@ class CompileContext {
   }
   int depth() const { return depth_; }
   void set_depth(int depth) const { depth_ = depth; }
+  // Whether the model being compiled can hold string tensors (GraphMayHoldStrings of the
+  // top-level graph, set when it is compiled).
+  bool strings_possible() const { return strings_possible_; }
 
   // The graphs being compiled, outermost first (Plan::Compile pushes and pops its own).
   void PushScope(const Graph* graph) const { scopes_.push_back(graph); }
@@ -61,6 +67,8 @@ class CompileContext {
   mutable std::vector<std::string> loop_names_;
   mutable int depth_ = 0;
   mutable std::vector<const Graph*> scopes_;
+  mutable bool strings_possible_ = false;
+  friend class Plan;
 };
 
 // The immutable, compiled form of a Graph: steps in execution order, one slot per graph value

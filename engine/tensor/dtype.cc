@@ -24,6 +24,8 @@ size_t DataTypeSize(DataType type) {
     case DataType::kUint8:
     case DataType::kBool:
       return 1;
+    case DataType::kString:
+      return sizeof(std::string);
     case DataType::kUndefined:
       return 0;
   }
@@ -60,6 +62,8 @@ absl::string_view DataTypeName(DataType type) {
       return "uint64";
     case DataType::kBool:
       return "bool";
+    case DataType::kString:
+      return "string";
   }
   return "undefined";
 }
@@ -75,7 +79,7 @@ constexpr struct {
     {"UINT8", DataType::kUint8},         {"INT8", DataType::kInt8},
     {"UINT16", DataType::kUint16},       {"INT16", DataType::kInt16},
     {"INT32", DataType::kInt32},         {"INT64", DataType::kInt64},
-    {"STRING", DataType::kUndefined},    {"BOOL", DataType::kBool},
+    {"STRING", DataType::kString},       {"BOOL", DataType::kBool},
     {"FLOAT16", DataType::kFloat16},     {"DOUBLE", DataType::kFloat64},
     {"UINT32", DataType::kUint32},       {"UINT64", DataType::kUint64},
     {"COMPLEX64", DataType::kUndefined}, {"COMPLEX128", DataType::kUndefined},

@@ -11,7 +11,9 @@ namespace loopserve::engine {
 
 // Element types the engine stores. Every type here can be held, copied, fed and returned; which
 // ones an op computes on is up to its kernel. kFloat16 and kBFloat16 are stored as raw 16-bit
-// patterns (uint16_t).
+// patterns (uint16_t). kString elements are std::string objects that the tensor constructs,
+// copies and destroys (tensor.h); only kernels that declare it receive them
+// (Kernel::AcceptsStringInputs), so code that moves elements as bytes never sees one.
 enum class DataType : uint8_t {
   kUndefined = 0,
   kFloat32,
@@ -27,17 +29,18 @@ enum class DataType : uint8_t {
   kInt64,
   kUint64,
   kBool,
+  kString,
 };
 
-// Size of one element in bytes (0 for kUndefined).
+// Size of one element in bytes (0 for kUndefined; sizeof(std::string) for kString).
 size_t DataTypeSize(DataType type);
 
-// Lower-case name used in messages: "float32", "int64", "bool", ...
+// Lower-case name used in messages: "float32", "int64", "bool", "string", ...
 absl::string_view DataTypeName(DataType type);
 
 // ONNX TensorProto.DataType codes (numbers fixed by the ONNX spec). Importers read them from
 // tensors and value types, kernels from attributes such as Cast's `to`. Unimplemented, naming the
-// type, for codes the engine does not hold (STRING, COMPLEX64, ...).
+// type, for codes the engine does not hold (COMPLEX64, ...).
 absl::StatusOr<DataType> DataTypeFromOnnx(int64_t onnx_type);
 int DataTypeToOnnx(DataType type);  // 0 (UNDEFINED) for kUndefined
 // The same by the code's name ("FLOAT", "INT64", ...), as opset-1 Cast writes it.
@@ -92,6 +95,10 @@ struct DataTypeOf<uint64_t> {
 template <>
 struct DataTypeOf<bool> {
   static constexpr DataType value = DataType::kBool;
+};
+template <>
+struct DataTypeOf<std::string> {
+  static constexpr DataType value = DataType::kString;
 };
 
 template <typename T>
@@ -151,9 +158,11 @@ bool DispatchNumericOrBool(DataType type, Fn&& fn) {
 }
 
 // Calls `fn(TypeTag<T>{})` with an unsigned integer type of the element's byte size, for kernels
-// that only move elements (Gather, Slice, Concat, ...). Returns false for kUndefined.
+// that only move elements (Gather, Slice, Concat, ...). Returns false for kUndefined and kString
+// (whose elements are objects, not bytes).
 template <typename Fn>
 bool DispatchBySize(DataType type, Fn&& fn) {
+  if (type == DataType::kString) return false;
   switch (DataTypeSize(type)) {
     case 1:
       fn(TypeTag<uint8_t>{});

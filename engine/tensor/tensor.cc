@@ -165,12 +165,14 @@ Tensor::Tensor(Tensor&& other) noexcept
       data_(other.data_),
       capacity_(other.capacity_),
       owned_(other.owned_),
-      charged_(other.charged_) {
+      charged_(other.charged_),
+      strings_(other.strings_) {
   other.dtype_ = DataType::kUndefined;
   other.data_ = nullptr;
   other.capacity_ = 0;
   other.owned_ = false;
   other.charged_ = false;
+  other.strings_ = 0;
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
@@ -182,11 +184,13 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     capacity_ = other.capacity_;
     owned_ = other.owned_;
     charged_ = other.charged_;
+    strings_ = other.strings_;
     other.dtype_ = DataType::kUndefined;
     other.data_ = nullptr;
     other.capacity_ = 0;
     other.owned_ = false;
     other.charged_ = false;
+    other.strings_ = 0;
   }
   return *this;
 }
@@ -203,6 +207,7 @@ Tensor Tensor::View(DataType dtype, Shape shape, const void* data) {
 Tensor Tensor::ViewOf(const Tensor& other) { return View(other.dtype_, other.shape_, other.data_); }
 
 void Tensor::Release() {
+  if (strings_ > 0) DestroyStrings(0);
   if (owned_ && data_ != nullptr) {
     if (charged_) {
       if (MemoryBudget* budget = CurrentMemoryBudget()) budget->Credit(capacity_);
@@ -215,32 +220,67 @@ void Tensor::Release() {
   charged_ = false;
 }
 
+void Tensor::DestroyStrings(int64_t keep) {
+  auto* strings = static_cast<std::string*>(data_);
+  for (int64_t i = keep; i < strings_; ++i) strings[i].~basic_string();
+  strings_ = std::min(strings_, keep);
+}
+
+void Tensor::ConstructStrings(int64_t count) {
+  auto* strings = static_cast<std::string*>(data_);
+  for (int64_t i = strings_; i < count; ++i) new (&strings[i]) std::string();
+  strings_ = std::max(strings_, count);
+}
+
 void Tensor::Resize(DataType dtype, const Shape& shape) {
+  if (strings_ > 0) DestroyStrings(0);
   dtype_ = dtype;
   if (shape_ != shape) shape_ = shape;  // kernels mostly refill a tensor with its own shape
   const size_t bytes = CheckedByteSize(shape_, dtype_);
-  if (owned_ && bytes <= capacity_) return;
-  // Growing: each allocation of a buffer above glibc's mmap threshold faults its pages in again
-  // (gpt_b4_h128's K/V Concat: a fifth of its time in the kernel, perf).
-  const size_t want = owned_ && capacity_ > 0 && bytes < (std::numeric_limits<size_t>::max() >> 2)
-                          ? std::max(bytes, std::min(capacity_ + capacity_ / 2, bytes + bytes / 2))
-                          : bytes;
-  Release();
-  data_ = AllocateBuffer(want, &capacity_, &charged_);
-  owned_ = true;
+  if (!owned_ || bytes > capacity_) {
+    // Growing: each allocation of a buffer above glibc's mmap threshold faults its pages in again
+    // (gpt_b4_h128's K/V Concat: a fifth of its time in the kernel, perf).
+    const size_t want =
+        owned_ && capacity_ > 0 && bytes < (std::numeric_limits<size_t>::max() >> 2)
+            ? std::max(bytes, std::min(capacity_ + capacity_ / 2, bytes + bytes / 2))
+            : bytes;
+    Release();
+    data_ = AllocateBuffer(want, &capacity_, &charged_);
+    owned_ = true;
+  }
+  if (dtype == DataType::kString) ConstructStrings(NumElements());
 }
 
 void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
   const size_t old_bytes = ByteSize();
+  const int64_t old_elements = NumElements();
   shape_ = shape;
   const size_t need = std::max(CheckedByteSize(shape_, dtype_), reserve_bytes);
-  if (owned_ && need <= capacity_) return;
+  const bool strings = dtype_ == DataType::kString;
+  if (owned_ && need <= capacity_) {
+    if (strings) {
+      DestroyStrings(NumElements());
+      ConstructStrings(NumElements());
+    }
+    return;
+  }
   size_t capacity = 0;
   bool charged = false;
   void* data = AllocateBuffer(need, &capacity, &charged);
-  const size_t keep = std::min(old_bytes, ByteSize());
-  if (keep > 0) std::memcpy(data, data_, keep);
-  Release();
+  if (strings) {
+    // Strings are objects: moved into the new buffer, not copied as bytes.
+    const int64_t keep = std::min(old_elements, NumElements());
+    auto* from = static_cast<std::string*>(data_);
+    auto* to = static_cast<std::string*>(data);
+    for (int64_t i = 0; i < keep; ++i) new (&to[i]) std::string(std::move(from[i]));
+    for (int64_t i = keep; i < NumElements(); ++i) new (&to[i]) std::string();
+    Release();
+    strings_ = NumElements();
+  } else {
+    const size_t keep = std::min(old_bytes, ByteSize());
+    if (keep > 0) std::memcpy(data, data_, keep);
+    Release();
+  }
   data_ = data;
   capacity_ = capacity;
   owned_ = true;
@@ -250,7 +290,25 @@ void Tensor::ResizeKeepingData(const Shape& shape, size_t reserve_bytes) {
 void Tensor::CopyFrom(const Tensor& other) {
   if (this == &other) return;
   Resize(other.dtype_, other.shape_);
-  if (other.ByteSize() > 0) std::memcpy(data_, other.data_, other.ByteSize());
+  if (dtype_ == DataType::kString) {
+    CopyElements(dtype_, other.data_, 0, data_, 0, NumElements());
+  } else if (other.ByteSize() > 0) {
+    std::memcpy(data_, other.data_, other.ByteSize());
+  }
+}
+
+void CopyElements(DataType dtype, const void* src, int64_t src_offset, void* dst,
+                  int64_t dst_offset, int64_t count) {
+  if (count <= 0) return;
+  if (dtype == DataType::kString) {
+    const std::string* from = static_cast<const std::string*>(src) + src_offset;
+    std::string* to = static_cast<std::string*>(dst) + dst_offset;
+    for (int64_t i = 0; i < count; ++i) to[i] = from[i];
+    return;
+  }
+  const size_t size = DataTypeSize(dtype);
+  std::memcpy(static_cast<char*>(dst) + dst_offset * size,
+              static_cast<const char*>(src) + src_offset * size, count * size);
 }
 
 int64_t Tensor::ScalarAsInt64() const {
@@ -294,6 +352,10 @@ std::string Tensor::DebugString(int max_elements) const {
   const int64_t n = std::min<int64_t>(NumElements(), max_elements);
   for (int64_t i = 0; i < n; ++i) {
     if (i > 0) out += ", ";
+    if (dtype_ == DataType::kString) {
+      absl::StrAppend(&out, "\"", data<std::string>()[i], "\"");
+      continue;
+    }
     const bool printed = DispatchNumericOrBool(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T v = data<T>()[i];

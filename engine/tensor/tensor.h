@@ -23,6 +23,10 @@ namespace loopserve::engine {
 //
 // Owned buffers are charged to the allocating thread's MemoryBudget (memory_budget.h); an
 // allocation past it throws MemoryBudgetExceeded, one that the system refuses std::bad_alloc.
+//
+// A kString tensor's owned buffer holds constructed std::string objects (empty after Resize); the
+// tensor copies them element by element (CopyFrom, ResizeKeepingData) and destroys them when the
+// buffer is released or resized. Its bytes must never be copied raw.
 class Tensor {
  public:
   Tensor() = default;
@@ -45,6 +49,7 @@ class Tensor {
     swap(a.capacity_, b.capacity_);
     swap(a.owned_, b.owned_);
     swap(a.charged_, b.charged_);
+    swap(a.strings_, b.strings_);
   }
 
   // A view of `data` (not owned; must outlive the tensor and every tensor viewing it).
@@ -79,15 +84,16 @@ class Tensor {
   }
 
   // Sets type and shape, keeping the owned buffer when its capacity suffices and allocating an
-  // owned one otherwise (also when the tensor was a view). Contents are unspecified afterwards.
-  // An owned buffer that grows gets up to half again as much capacity (never more than 1.5x the
-  // new size), so a slot that grows a little every Loop iteration (a KV cache's Concat) allocates
-  // O(log n) times instead of every time.
+  // owned one otherwise (also when the tensor was a view). Contents are unspecified afterwards
+  // (empty strings for kString). An owned buffer that grows gets up to half again as much
+  // capacity (never more than 1.5x the new size), so a slot that grows a little every Loop
+  // iteration (a KV cache's Concat) allocates O(log n) times instead of every time.
   void Resize(DataType dtype, const Shape& shape);
 
-  // Sets the shape (same dtype), keeping the first min(old, new) bytes of data and making sure the
+  // Sets the shape (same dtype), keeping the first min(old, new) elements and making sure the
   // owned capacity is at least max(new size, reserve_bytes). For buffers that grow by appending
   // (Loop concatenation outputs): callers pass a geometric reserve so appends are amortised O(1).
+  // kString: elements past the old size are empty strings.
   void ResizeKeepingData(const Shape& shape, size_t reserve_bytes);
 
   // Changes the shape without touching the data; the element count must not change.
@@ -108,6 +114,10 @@ class Tensor {
 
  private:
   void Release();
+  // kString: destroys the constructed strings from index `keep` on / constructs empty ones up to
+  // `count` in the owned buffer.
+  void DestroyStrings(int64_t keep);
+  void ConstructStrings(int64_t count);
 
   DataType dtype_ = DataType::kUndefined;
   Shape shape_;
@@ -115,7 +125,14 @@ class Tensor {
   size_t capacity_ = 0;
   bool owned_ = false;
   bool charged_ = false;  // the buffer was charged to the allocating thread's MemoryBudget
+  int64_t strings_ = 0;   // std::string objects constructed in the owned buffer
 };
+
+// Copies `count` elements from `src` (element offset `src_offset`) to `dst` (`dst_offset`), both
+// of element type `dtype`: a memcpy, or string assignment for kString. For the kernels that move
+// elements of any type, strings included.
+void CopyElements(DataType dtype, const void* src, int64_t src_offset, void* dst,
+                  int64_t dst_offset, int64_t count);
 
 // Total bytes ever allocated by Tensor buffers in this process; tests use it to prove that steady
 // state loop iterations do not allocate.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -102,6 +103,19 @@ std::optional<std::string> CompareExact(const Tensor& expected, const Tensor& ac
   const int64_t n = expected.NumElements();
   int64_t mismatches = 0;
   std::string first;
+  if (expected.dtype() == DataType::kString) {
+    const std::string* e = expected.data<std::string>();
+    const std::string* a = actual.data<std::string>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (e[i] == a[i]) continue;
+      if (mismatches++ == 0) {
+        first = absl::StrCat(IndexString(expected.shape(), i), ": got \"", absl::CEscape(a[i]),
+                             "\", expected \"", absl::CEscape(e[i]), "\"");
+      }
+    }
+    if (mismatches == 0) return std::nullopt;
+    return Describe(mismatches, n, first);
+  }
   engine::DispatchNumericOrBool(expected.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* e = expected.data<T>();

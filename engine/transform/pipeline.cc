@@ -6,12 +6,14 @@
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
+#include "engine/transform/lower_cell_loops.h"
 
 namespace loopserve::engine::transform {
 
 const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
   static const std::vector<std::unique_ptr<Pass>>* passes = [] {
     auto* list = new std::vector<std::unique_ptr<Pass>>();
+    list->push_back(std::make_unique<LowerCellLoopsPass>());
     list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());

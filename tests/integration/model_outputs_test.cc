@@ -40,6 +40,7 @@ constexpr Case kCases[] = {
     {"identity_dtypes", "expected"},
     {"identity_dtypes", "expected_empty"},
     {"add_scalar", "expected"},
+    {"strings", "expected"},
 };
 
 struct Param {

@@ -235,6 +235,48 @@ def main():
             compare(model, decode_response(s.post(url, data=body, headers=headers))[1], expected)
             print("ok: %s/%s in JSON (flat, nested), binary, mixed" % (model, case))
 
+        # BYTES: JSON strings, and binary data with each element's 4-byte little-endian length
+        # (as over gRPC). Expected values: the case's numpy-computed outputs.
+        inputs, expected = read_case(os.path.join(args.models, "strings", "expected"))
+        want = dict(expected)
+        url = base + "/v2/models/strings/infer"
+
+        def texts(a):
+            return [v.decode() if isinstance(v, bytes) else v for v in a.reshape(-1)]
+
+        def prefixed(a):
+            return b"".join(len(t.encode()).to_bytes(4, "little") + t.encode() for t in texts(a))
+
+        body = {"inputs": [{"name": n, "datatype": "BYTES", "shape": list(a.shape),
+                            "data": texts(a)} for n, a in inputs]}
+        r = s.post(url, json=body)
+        check(r.status_code == 200, "strings: %d %s" % (r.status_code, r.text[:300]))
+        outs = {o["name"]: o for o in r.json()["outputs"]}
+        check(outs["kept"]["datatype"] == "BYTES" and
+              outs["kept"]["shape"] == list(want["kept"].shape) and
+              outs["kept"]["data"] == texts(want["kept"]), outs["kept"])
+        np.testing.assert_array_equal(np.array(outs["values"]["data"], np.float32),
+                                      want["values"])
+        header = {"inputs": [{"name": n, "datatype": "BYTES", "shape": list(a.shape),
+                              "parameters": {"binary_data_size": len(prefixed(a))}}
+                             for n, a in inputs],
+                  "outputs": [{"name": "kept", "parameters": {"binary_data": True}}]}
+        body, headers = binary_body(header, [prefixed(a) for _, a in inputs])
+        r = s.post(url, data=body, headers=headers)
+        check(r.status_code == 200, "strings binary: %d %s" % (r.status_code, r.text[:300]))
+        length = int(r.headers["Inference-Header-Content-Length"])
+        kept = json.loads(r.content[:length])["outputs"][0]
+        check(kept["parameters"]["binary_data_size"] == len(prefixed(want["kept"])) and
+              r.content[length:] == prefixed(want["kept"]), (kept, r.content[length:]))
+        # 22 bytes for 5 elements, the first claiming 99 of them.
+        bad = dict(header, inputs=[dict(header["inputs"][0],
+                                        parameters={"binary_data_size": 22})] + header["inputs"][1:])
+        blobs = [(99).to_bytes(4, "little") + b"a" * 18] + [prefixed(a) for _, a in inputs[1:]]
+        bad_body, bad_headers = binary_body(bad, blobs)
+        expect_error(s.post(url, data=bad_body, headers=bad_headers), 400, "input 'text'",
+                     "BYTES element 0 has length 99")
+        print("ok: BYTES as JSON strings and as binary data")
+
         # Requested outputs only, in the order asked.
         inputs, expected = read_case(os.path.join(args.models, "rnn", "expected"))
         body = {"inputs": [json_input(n, a, False) for n, a in inputs],
@@ -290,7 +332,7 @@ def main():
         channel.close()
         expect_error(s.post(url, json={"inputs": [m_in, dict(h0, datatype="BYTES",
                                                               data=["a", "b", "c", "d"])]}),
-                     400, "BYTES is not supported")
+                     400, "input 'h0'", "datatype BYTES does not match the model's FP32")
         print("ok: JSON errors (same text as gRPC)")
 
         # Binary extension mistakes.
@@ -424,7 +466,7 @@ def main():
         every = s.get(base + "/v2/models/stats").json()["model_stats"]
         check({"rnn", "counter", "endless"} <= {m["name"] for m in every}, every)
         check(metric(metrics_url, "loopserve_requests_total", protocol="http",
-                     outcome="success") == 7 * 4 + 1 + 3 + 1 + mangled_ok, "http successes")
+                     outcome="success") == 7 * 4 + 2 + 1 + 3 + 1 + mangled_ok, "http successes")
         check(metric(metrics_url, "loopserve_requests_total", protocol="grpc",
                      outcome="invalid_argument") == 1, "grpc invalid_argument")
         print("ok: statistics, protocol label")

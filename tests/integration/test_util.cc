@@ -137,13 +137,17 @@ std::string CompareTensors(const client::Tensor& e, const client::Tensor& a) {
     return absl::StrCat(e.name, ": ", a.bytes.size(), " bytes, expected ", e.bytes.size());
   }
   const int64_t size = client::DataTypeSize(e.datatype);
+  if (size == 0 && e.bytes != a.bytes) {  // BYTES: the length-prefixed elements, exactly
+    return absl::StrCat(e.name, ": elements differ\n  actual:   ", client::FormatTensor(a),
+                        "\n  expected: ", client::FormatTensor(e));
+  }
   const int64_t n = size == 0 ? 0 : static_cast<int64_t>(e.bytes.size()) / size;
   for (int64_t i = 0; i < n; ++i) {
     bool equal;
     if (e.datatype == "FP32" || e.datatype == "FP64") {
       const double ev = e.datatype == "FP32" ? At<float>(e, i) : At<double>(e, i);
       const double av = a.datatype == "FP32" ? At<float>(a, i) : At<double>(a, i);
-      equal = std::abs(av - ev) <= 1e-6 + 1e-5 * std::abs(ev);
+      equal = av == ev || std::abs(av - ev) <= 1e-6 + 1e-5 * std::abs(ev);  // == for infinities
     } else {
       equal = std::memcmp(e.bytes.data() + i * size, a.bytes.data() + i * size, size) == 0;
     }

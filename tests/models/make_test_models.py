@@ -15,6 +15,9 @@ Test-only models:
                    FP64, UINT8, INT8): input `in_<t>` [N, 3] -> output `out_<t>` [N, 3]. Used by the
                    protocol tests (dtype/shape/byte-count validation, typed vs raw contents).
   add_scalar       plain (loop-free) FP32 model: y = x + 1.5, x [N, 4]. Used by the perf smoke test.
+  strings          BYTES in and out: `text` [N] -> StringNormalizer (stop word "drop", upper case)
+                   -> `kept` [M], and Cast(text, FLOAT) of `numbers` [N] -> `values` (the spec's
+                   numeric literals).
 
 Deterministic: fixed seeds, byte-identical output on every run.
 """
@@ -100,8 +103,29 @@ def add_scalar_example():
                       {"": ([x], [(x + np.float32(1.5)).astype(np.float32)])})
 
 
+def build_strings():
+    graph = helper.make_graph(
+        [helper.make_node("StringNormalizer", ["text"], ["kept"], case_change_action="UPPER",
+                          stopwords=["drop"]),
+         helper.make_node("Cast", ["numbers"], ["values"], to=TensorProto.FLOAT)],
+        "strings",
+        [ex.vi("text", TensorProto.STRING, ["N"]), ex.vi("numbers", TensorProto.STRING, ["K"])],
+        [ex.vi("kept", TensorProto.STRING, ["M"]), ex.vi("values", TensorProto.FLOAT, ["K"])],
+    )
+    return ex.make_model(graph)
+
+
+def strings_example():
+    text = np.array(["hello", "Drop", "a b", "", "naïve"], dtype=object)
+    numbers = np.array(["1.5", "-2e3", "INF", "7"], dtype=object)
+    kept = np.array([t.upper() for t in text if t.lower() != "drop"], dtype=object)
+    values = np.array([1.5, -2000.0, np.inf, 7.0], np.float32)
+    return ex.Example("strings", build_strings(), {"": ([text, numbers], [kept, values])})
+
+
 def test_models():
-    return ex.example_models() + [identity_dtypes_example(), add_scalar_example()]
+    return ex.example_models() + [identity_dtypes_example(), add_scalar_example(),
+                                  strings_example()]
 
 
 def main(argv):

@@ -160,6 +160,43 @@ absl::StatusOr<float> IrLayer::FloatAttr(const char* attr, std::optional<float> 
   return v;
 }
 
+absl::StatusOr<std::vector<float>> IrLayer::FloatsAttr(
+    const char* attr, std::optional<std::vector<float>> def) const {
+  pugi::xml_attribute a = data.attribute(attr);
+  if (a.empty()) {
+    if (def.has_value()) return *def;
+    return Invalid(absl::StrCat("attribute '", attr, "' is required"));
+  }
+  std::vector<float> values;
+  absl::string_view text = absl::StripAsciiWhitespace(a.value());
+  if (text.empty()) return values;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    float v = 0;
+    if (!absl::SimpleAtof(absl::StripAsciiWhitespace(part), &v)) {
+      return Invalid(absl::StrCat("attribute '", attr, "' = ", Quote(a.value()),
+                                  " is not a list of numbers"));
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<std::string>> IrLayer::StringsAttr(
+    const char* attr, std::optional<std::vector<std::string>> def) const {
+  pugi::xml_attribute a = data.attribute(attr);
+  if (a.empty()) {
+    if (def.has_value()) return *def;
+    return Invalid(absl::StrCat("attribute '", attr, "' is required"));
+  }
+  std::vector<std::string> values;
+  absl::string_view text = absl::StripAsciiWhitespace(a.value());
+  if (text.empty()) return values;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    values.emplace_back(absl::StripAsciiWhitespace(part));
+  }
+  return values;
+}
+
 absl::StatusOr<bool> IrLayer::BoolAttr(const char* attr, std::optional<bool> def) const {
   pugi::xml_attribute a = data.attribute(attr);
   if (a.empty()) {

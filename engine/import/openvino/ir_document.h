@@ -53,6 +53,11 @@ struct IrLayer {
   absl::StatusOr<std::vector<int64_t>> IntsAttr(const char* attr,
                                                 std::optional<std::vector<int64_t>> def) const;
   absl::StatusOr<float> FloatAttr(const char* attr, std::optional<float> def) const;
+  // Comma-separated lists ("0.5,1", "sigmoid,tanh"); an empty value is an empty list.
+  absl::StatusOr<std::vector<float>> FloatsAttr(const char* attr,
+                                                std::optional<std::vector<float>> def) const;
+  absl::StatusOr<std::vector<std::string>> StringsAttr(
+      const char* attr, std::optional<std::vector<std::string>> def) const;
   absl::StatusOr<bool> BoolAttr(const char* attr, std::optional<bool> def) const;
   absl::StatusOr<std::string> StrAttr(const char* attr, std::optional<std::string> def) const;
   // Index of the input/output port with `port_id`, or -1.

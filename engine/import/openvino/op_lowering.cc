@@ -4,12 +4,19 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
 
 namespace loopserve::engine::openvino {
 namespace {
+
+// The kernel's _layout values for OpenVINO's recurrent layouts (native::RecurrentLayout: the IR
+// does not depend on the kernels, so the two numbers are restated here).
+constexpr int64_t kRecurrentLayoutSequence = 2;
+constexpr int64_t kRecurrentLayoutCell = 3;
 
 Attribute IntAttribute(int64_t v) {
   Attribute a;
@@ -59,6 +66,10 @@ class Lowerer {
     if (t == "Select") return Select();
     if (t == "Range") return Range();
     if (t == "Transpose") return Transpose();
+    if (t == "LSTMCell" || t == "GRUCell" || t == "RNNCell" || t == "LSTMSequence" ||
+        t == "GRUSequence" || t == "RNNSequence") {
+      return Recurrent();
+    }
     return layer_.Error(
         absl::StatusCode::kUnimplemented,
         absl::StrCat("layer type '", t, "' (",
@@ -477,6 +488,107 @@ class Lowerer {
     Node& node = Emit("Transpose", {In(0)}, {Out(0)});
     // An empty order reverses the dims, as ONNX does without perm.
     if (!order.empty()) node.attributes["perm"] = IntsAttribute(std::move(order));
+    return absl::OkStatus();
+  }
+
+  // RNNCell-3, GRUCell-3, LSTMCell-1/-4 and RNN/GRU/LSTMSequence-5 (LSTMSequence-1 too) become
+  // the ONNX op of their cell with the inputs in ONNX's order and attributes the kernel reads to
+  // take OpenVINO's layouts (_layout), gate order (_gate_order: "fico"; LSTMCell-1's
+  // weights_format, "ifco" when absent as OpenVINO's IR reader defaults it) and per-gate summed
+  // biases (_bias_summed). The gate order is converted when the kernel packs the weights, once,
+  // at load.
+  absl::Status Recurrent() {
+    const std::string& t = layer_.type;
+    const bool sequence = absl::EndsWith(t, "Sequence");
+    const std::string op = absl::StartsWith(t, "LSTM") ? "LSTM"
+                           : absl::StartsWith(t, "GRU") ? "GRU"
+                                                        : "RNN";
+    const bool lstm = op == "LSTM";
+    const bool v0 = layer_.version == "opset1";
+    // OpenVINO port -> ONNX input slot (X, W, R, B, sequence_lens, initial_h, initial_c, P).
+    std::vector<int> slot_of_port;
+    if (sequence) {
+      slot_of_port = lstm ? std::vector<int>{0, 5, 6, 4, 1, 2, 3, 7}
+                          : std::vector<int>{0, 5, 4, 1, 2, 3};
+    } else {
+      slot_of_port = lstm ? std::vector<int>{0, 5, 6, 1, 2, 3, 7} : std::vector<int>{0, 5, 1, 2, 3};
+    }
+    // Required: everything up to R; then B (and LSTMCell-1's / LSTMSequence-1's P) are optional.
+    const int required = static_cast<int>(slot_of_port.size()) - (lstm ? 2 : 1);
+    const int max_inputs = static_cast<int>(slot_of_port.size()) - (lstm && !v0 ? 1 : 0);
+    const int outputs = sequence ? (lstm ? 3 : 2) : (lstm ? 2 : 1);
+    LS_RETURN_IF_ERROR(Ports(required, max_inputs, outputs));
+    std::vector<ValueId> inputs(lstm ? 8 : 6, kNoValue);
+    for (size_t port = 0; port < layer_.inputs.size(); ++port) {
+      inputs[slot_of_port[port]] = In(static_cast<int>(port));
+    }
+    std::vector<ValueId> outs = values_.outputs;
+    if (!sequence) outs.insert(outs.begin(), kNoValue);  // a cell has no Y
+    Node& node = Emit(op, std::move(inputs), std::move(outs));
+
+    LS_ASSIGN_OR_RETURN(int64_t hidden, layer_.IntAttr("hidden_size", std::nullopt));
+    node.attributes["hidden_size"] = IntAttribute(hidden);
+    LS_ASSIGN_OR_RETURN(std::vector<std::string> activations,
+                        layer_.StringsAttr("activations", std::vector<std::string>{}));
+    LS_ASSIGN_OR_RETURN(std::vector<float> alpha,
+                        layer_.FloatsAttr("activations_alpha", std::vector<float>{}));
+    LS_ASSIGN_OR_RETURN(std::vector<float> beta,
+                        layer_.FloatsAttr("activations_beta", std::vector<float>{}));
+    LS_ASSIGN_OR_RETURN(float clip, layer_.FloatAttr("clip", 0.0f));
+    if (!activations.empty()) {
+      Attribute a;
+      a.type = Attribute::Type::kStrings;
+      a.strings = std::move(activations);
+      node.attributes["activations"] = std::move(a);
+    }
+    for (auto& [name, list] : {std::pair{"activation_alpha", &alpha},
+                               std::pair{"activation_beta", &beta}}) {
+      if (list->empty()) continue;
+      Attribute a;
+      a.type = Attribute::Type::kFloats;
+      a.floats = *list;
+      node.attributes[name] = std::move(a);
+    }
+    if (clip < 0) return layer_.Invalid(absl::StrCat("clip ", clip, " is negative"));
+    if (clip > 0) {
+      Attribute a;
+      a.type = Attribute::Type::kFloat;
+      a.f = clip;
+      node.attributes["clip"] = std::move(a);
+    }
+    if (sequence) {
+      LS_ASSIGN_OR_RETURN(std::string direction, layer_.StrAttr("direction", std::nullopt));
+      direction = absl::AsciiStrToLower(direction);
+      if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+        return layer_.Invalid(absl::StrCat("direction '", direction, "' is not valid"));
+      }
+      Attribute a;
+      a.type = Attribute::Type::kString;
+      a.s = direction;
+      node.attributes["direction"] = std::move(a);
+    }
+    if (op == "GRU") {
+      LS_ASSIGN_OR_RETURN(bool lbr, layer_.BoolAttr("linear_before_reset", false));
+      node.attributes["linear_before_reset"] = IntAttribute(lbr ? 1 : 0);
+    }
+    std::string gate_order = lstm ? "fico" : op == "GRU" ? "zrh" : "i";
+    if (lstm && v0) {
+      LS_ASSIGN_OR_RETURN(bool input_forget, layer_.BoolAttr("input_forget", false));
+      node.attributes["input_forget"] = IntAttribute(input_forget ? 1 : 0);
+      LS_ASSIGN_OR_RETURN(gate_order, layer_.StrAttr("weights_format", "ifco"));
+      gate_order = absl::AsciiStrToLower(gate_order);
+      if (gate_order != "fico" && gate_order != "icof" && gate_order != "ifco" &&
+          gate_order != "ifoc" && gate_order != "iofc") {
+        return layer_.Invalid(absl::StrCat("weights_format '", gate_order, "' is not valid"));
+      }
+    }
+    Attribute order;
+    order.type = Attribute::Type::kString;
+    order.s = gate_order;
+    node.attributes["_gate_order"] = std::move(order);
+    node.attributes["_layout"] = IntAttribute(sequence ? kRecurrentLayoutSequence
+                                                       : kRecurrentLayoutCell);
+    node.attributes["_bias_summed"] = IntAttribute(1);
     return absl::OkStatus();
   }
 

@@ -17,6 +17,7 @@ class IfState : public KernelState {
 
 class IfKernel : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   IfKernel(std::shared_ptr<const Plan> then_plan, std::shared_ptr<const Plan> else_plan)
       : plans_{std::move(else_plan), std::move(then_plan)} {}
 

@@ -50,6 +50,19 @@ struct SlicedPort {
   int param_slot;
   int64_t axis;
   int64_t stride;
+  int64_t part_size;
+  int64_t start;
+  int64_t end;
+  bool squeeze;
+};
+
+// Where one execution reads a sliced input: iteration i takes `part_size` elements along `axis`
+// starting at first + i * step.
+struct SliceRun {
+  int axis = 0;
+  int64_t first = 0;
+  int64_t step = 0;
+  int64_t parts = 0;
 };
 
 struct OutputPortInfo {
@@ -67,12 +80,14 @@ class LoopState : public KernelState {
  public:
   SubgraphFrame body;
   std::vector<Value> staged;        // one per carried port that is copied rather than swapped
+  std::vector<SliceRun> slices;     // per sliced port, for the current execution
   std::vector<Shape> slice_shapes;  // per output port: the shape of one iteration's result
   std::vector<int64_t> max_rows;    // per output port: iterations that fit max_output_bytes
 };
 
 class LoopKernel : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   LoopKernel(std::shared_ptr<const Plan> body, std::shared_ptr<const LoopSpec> spec, int loop_index)
       : body_(std::move(body)), spec_(std::move(spec)), loop_index_(loop_index) {}
 
@@ -126,7 +141,13 @@ class LoopKernel : public Kernel {
             return absl::UnimplementedError(
                 absl::StrCat("sliced input stride ", port.stride, " (only 1 and -1)"));
           }
-          sliced_.push_back({port.node_input, param_slot, port.axis, port.stride});
+          if (port.part_size < 1 || (port.squeeze && port.part_size != 1)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("sliced input part size ", port.part_size, " must be ",
+                             port.squeeze ? "1 when the axis is removed" : "positive"));
+          }
+          sliced_.push_back({port.node_input, param_slot, port.axis, port.stride, port.part_size,
+                             port.start, port.end, port.squeeze});
           break;
         case InputKind::kCarried: {
           LS_RETURN_IF_ERROR(check_result(port.back_edge));
@@ -170,7 +191,7 @@ class LoopKernel : public Kernel {
       out.declared = g.values[out.result_slot].type;
       const ValueId output_id = node.outputs[port.node_output];
       if (output_id != kNoValue) out.name = outer.values[output_id].name;
-      if (out.kind == OutputKind::kConcat && out.stride != 1 && out.stride != -1) {
+      if (out.kind != OutputKind::kLastValue && out.stride != 1 && out.stride != -1) {
         return absl::UnimplementedError(
             absl::StrCat("concatenated output stride ", out.stride, " (only 1 and -1)"));
       }
@@ -187,6 +208,7 @@ class LoopKernel : public Kernel {
   std::unique_ptr<KernelState> CreateState() const override {
     auto state = std::make_unique<LoopState>();
     state->staged.resize(num_staged_);
+    state->slices.resize(sliced_.size());
     state->slice_shapes.resize(outputs_.size());
     state->max_rows.resize(outputs_.size());
     return state;
@@ -263,12 +285,11 @@ class LoopKernel : public Kernel {
         t->mutable_data<bool>()[0] = true;
       }
     }
-    for (const SlicedPort& s : sliced_) {
-      const Value& v = ctx.input_value(s.node_input);
+    for (size_t k = 0; k < sliced_.size(); ++k) {
+      const Value& v = ctx.input_value(sliced_[k].node_input);
       if (!v.is_tensor()) return absl::InvalidArgumentError("a sliced input must be a tensor");
-      absl::StatusOr<int> axis = NormalizeAxis(s.axis, v.tensor().rank());
-      if (!axis.ok()) return Annotate(axis.status(), "sliced input: ");
-      max_trip = std::min<int64_t>(max_trip, v.tensor().dim(*axis));
+      LS_RETURN_IF_ERROR(PlanSlices(sliced_[k], v.tensor(), state.slices[k]));
+      max_trip = std::min<int64_t>(max_trip, state.slices[k].parts);
     }
     const int64_t cap = run.options().max_loop_iterations;
     // The counter is sized once per execution and then written in place: nothing in the body
@@ -295,12 +316,12 @@ class LoopKernel : public Kernel {
           static_cast<int64_t*>(iteration_counter)[0] = i;
         }
       }
-      for (const SlicedPort& s : sliced_) {
-        // The axis was validated against this input's rank when the execution started.
-        const Tensor& full = ctx.input_value(s.node_input).tensor();
-        const int axis = static_cast<int>(s.axis < 0 ? s.axis + full.rank() : s.axis);
-        CopySlice(full, axis, s.stride > 0 ? i : full.dim(axis) - 1 - i,
-                  body.slot(s.param_slot).mutable_tensor());
+      for (size_t k = 0; k < sliced_.size(); ++k) {
+        // The range was validated against this input's shape when the execution started.
+        const SlicedPort& s = sliced_[k];
+        const SliceRun& run_k = state.slices[k];
+        CopySlice(ctx.input_value(s.node_input).tensor(), run_k.axis, run_k.first + i * run_k.step,
+                  s.part_size, s.squeeze, body.slot(s.param_slot).mutable_tensor());
       }
 
       LS_RETURN_IF_ERROR(body.Run());
@@ -375,20 +396,68 @@ class LoopKernel : public Kernel {
     return absl::OkStatus();
   }
 
-  // Copies index `index` along `axis` of `full` into `part` (dim `axis` becomes 1).
-  static void CopySlice(const Tensor& full, int axis, int64_t index, Tensor& part) {
+  // Resolves a sliced port against the input of this execution: its axis, the parts its index
+  // range [start, end] holds and where the first one starts. InvalidArgument when the range lies
+  // outside the axis (an empty axis gives no parts).
+  static absl::Status PlanSlices(const SlicedPort& s, const Tensor& full, SliceRun& run) {
+    absl::StatusOr<int> axis = NormalizeAxis(s.axis, full.rank());
+    if (!axis.ok()) return Annotate(axis.status(), "sliced input: ");
+    run.axis = *axis;
+    const int64_t d = full.dim(*axis);
+    const int64_t lo = s.start < 0 ? s.start + d : s.start;
+    const int64_t hi = s.end < 0 ? s.end + d : s.end;
+    if (d == 0) {
+      run.parts = 0;
+      return absl::OkStatus();
+    }
+    if (lo < 0 || lo >= d || hi < 0 || hi >= d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sliced input: the range [", s.start, ", ", s.end, "] is outside axis ",
+                       *axis, " of size ", d, " (shape ", full.shape().ToString(), ")"));
+    }
+    const int64_t first = std::min(lo, hi);
+    const int64_t last = std::max(lo, hi);
+    run.parts = (last - first + 1) / s.part_size;
+    if (s.stride > 0) {
+      run.first = first;
+      run.step = s.part_size;
+    } else {
+      run.first = last + 1 - s.part_size;
+      run.step = -s.part_size;
+    }
+    return absl::OkStatus();
+  }
+
+  // Copies `count` elements along `axis` of `full`, from `index` on, into `part` (dim `axis`
+  // becomes `count`, or disappears with `squeeze`).
+  static void CopySlice(const Tensor& full, int axis, int64_t index, int64_t count, bool squeeze,
+                        Tensor& part) {
+    const int64_t d = full.dim(axis);
     Shape shape = full.shape();
-    const int64_t d = shape[axis];
-    shape[axis] = 1;
+    if (squeeze) {
+      Shape::Dims dims(shape.dims().begin(), shape.dims().end());
+      dims.erase(dims.begin() + axis);
+      shape = Shape(dims);
+    } else {
+      shape[axis] = count;
+    }
     part.Resize(full.dtype(), shape);
-    const size_t elem = DataTypeSize(full.dtype());
     const int64_t outer = full.shape().NumElements(0, axis);
-    const size_t inner =
-        static_cast<size_t>(full.shape().NumElements(axis + 1, full.rank())) * elem;
+    const int64_t inner = full.shape().NumElements(axis + 1, full.rank());
+    if (full.dtype() == DataType::kString) {
+      for (int64_t o = 0; o < outer; ++o) {
+        CopyElements(DataType::kString, full.raw_data(), (o * d + index) * inner,
+                     part.mutable_raw_data(), o * count * inner, count * inner);
+      }
+      return;
+    }
+    const size_t elem = DataTypeSize(full.dtype());
+    const size_t row = static_cast<size_t>(inner) * elem;
+    const size_t chunk = row * static_cast<size_t>(count);
     const char* src = static_cast<const char*>(full.raw_data());
     char* dst = static_cast<char*>(part.mutable_raw_data());
     for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(dst + o * inner, src + (o * d + index) * inner, inner);
+      std::memcpy(dst + o * chunk, src + (o * d + index) * row, chunk);
     }
   }
 
@@ -421,6 +490,7 @@ class LoopKernel : public Kernel {
           absl::StrCat("concatenated output '", out.name, "' would exceed ", max_bytes,
                        " bytes (max_output_bytes) at iteration ", i));
     }
+    if (r.dtype() == DataType::kString) return AppendStrings(i, r, slice_shape, buffer);
     if (i == 0) {
       slice_shape = r.shape();
       // Reserve for the known trip count when it is small; otherwise grow geometrically.
@@ -448,6 +518,24 @@ class LoopKernel : public Kernel {
       AppendCopy(static_cast<char*>(buffer.mutable_raw_data()) + static_cast<size_t>(i) * bytes,
                  r.raw_data(), bytes);
     }
+    return absl::OkStatus();
+  }
+
+  // Append for string elements: the buffer's recorded rows are always constructed strings, so it
+  // grows row by row (its capacity still geometrically) and the row is copied by element.
+  static absl::Status AppendStrings(int64_t i, const Tensor& r, Shape& slice_shape,
+                                    Tensor& buffer) {
+    Shape::Dims dims{i + 1};
+    if (i == 0) slice_shape = r.shape();
+    dims.insert(dims.end(), slice_shape.dims().begin(), slice_shape.dims().end());
+    if (i == 0) {
+      buffer.Resize(DataType::kString, Shape(dims));
+    } else {
+      const size_t need = static_cast<size_t>(i + 1) * r.ByteSize();
+      buffer.ResizeKeepingData(Shape(dims), need > buffer.capacity() ? need * 2 : 0);
+    }
+    CopyElements(DataType::kString, r.raw_data(), 0, buffer.mutable_raw_data(), i * r.NumElements(),
+                 r.NumElements());
     return absl::OkStatus();
   }
 
@@ -490,10 +578,20 @@ class LoopKernel : public Kernel {
   // Turns the stacked [n, slice...] buffer into the output's final layout.
   static absl::Status FinishConcat(const OutputPortInfo& out, const Shape& slice_shape, int64_t n,
                                    Tensor& buffer) {
-    if (out.kind == OutputKind::kStack) return absl::OkStatus();  // already [n, slice...]
-    // kConcat: join along `axis` of the slice (a rank-0 result counts as [1]).
-    Shape slice = slice_shape.rank() == 0 ? Shape{1} : slice_shape;
-    LS_ASSIGN_OR_RETURN(int axis, NormalizeAxis(out.axis, slice.rank()));
+    // Each iteration's part as laid out in the output: kConcat joins along `axis` of the result
+    // (a rank-0 result counts as [1]); kStack along a new axis, a dim of 1 inserted there.
+    Shape slice = slice_shape;
+    int axis = 0;
+    if (out.kind == OutputKind::kStack) {
+      LS_ASSIGN_OR_RETURN(axis, NormalizeAxis(out.axis, slice_shape.rank() + 1));
+      if (axis == 0 && out.stride > 0) return absl::OkStatus();  // already [n, slice...]
+      Shape::Dims dims(slice_shape.dims().begin(), slice_shape.dims().end());
+      dims.insert(dims.begin() + axis, 1);
+      slice = Shape(dims);
+    } else {
+      if (slice.rank() == 0) slice = Shape{1};
+      LS_ASSIGN_OR_RETURN(axis, NormalizeAxis(out.axis, slice.rank()));
+    }
     Shape final_shape = slice;
     final_shape[axis] = slice[axis] * n;
     if (axis == 0 && out.stride > 0) {
@@ -501,6 +599,20 @@ class LoopKernel : public Kernel {
       return absl::OkStatus();
     }
     Tensor joined(buffer.dtype(), final_shape);
+    if (buffer.dtype() == DataType::kString) {
+      const int64_t outer = slice.NumElements(0, axis);
+      const int64_t chunk = slice.NumElements(axis, slice.rank());
+      const int64_t slice_elements = slice.NumElements();
+      for (int64_t it = 0; it < n; ++it) {
+        const int64_t pos = out.stride > 0 ? it : n - 1 - it;
+        for (int64_t o = 0; o < outer; ++o) {
+          CopyElements(DataType::kString, buffer.raw_data(), it * slice_elements + o * chunk,
+                       joined.mutable_raw_data(), (o * n + pos) * chunk, chunk);
+        }
+      }
+      buffer = std::move(joined);
+      return absl::OkStatus();
+    }
     const size_t elem = DataTypeSize(buffer.dtype());
     const int64_t outer = slice.NumElements(0, axis);
     const size_t chunk = static_cast<size_t>(slice.NumElements(axis, slice.rank())) * elem;
@@ -521,9 +633,12 @@ class LoopKernel : public Kernel {
   // stacked output a leading 0.
   static absl::Status EmptyLike(const OutputPortInfo& out, Tensor& t, bool stacked) {
     Shape::Dims dims;
-    if (stacked) dims.push_back(0);
     if (out.declared.dims.has_value()) {
       for (int64_t d : *out.declared.dims) dims.push_back(d < 0 ? 0 : d);
+    }
+    if (stacked) {
+      absl::StatusOr<int> axis = NormalizeAxis(out.axis, static_cast<int>(dims.size()) + 1);
+      dims.insert(dims.begin() + (axis.ok() ? *axis : 0), 0);
     }
     if (!stacked && out.kind == OutputKind::kConcat) {
       if (dims.empty()) dims.push_back(0);
@@ -533,7 +648,9 @@ class LoopKernel : public Kernel {
     const DataType dtype =
         out.declared.dtype == DataType::kUndefined ? DataType::kFloat32 : out.declared.dtype;
     t.Resize(dtype, Shape(dims));
-    if (t.ByteSize() > 0) std::memset(t.mutable_raw_data(), 0, t.ByteSize());
+    if (dtype != DataType::kString && t.ByteSize() > 0) {
+      std::memset(t.mutable_raw_data(), 0, t.ByteSize());
+    }
     return absl::OkStatus();
   }
 

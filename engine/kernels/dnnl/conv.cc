@@ -130,7 +130,126 @@ class ConvKernel final : public DnnlKernel {
   const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
 };
 
+// ConvTranspose on oneDNN's deconvolution, with constant weights reordered once into the
+// primitive's layout. Windows oneDNN cannot express (an output extended past what the input
+// reaches, by output_padding or output_shape: a negative padding), more than 3 spatial dims and
+// empty inputs run on the reference kernel.
+class ConvTransposeKernel final : public DnnlKernel {
+ public:
+  ConvTransposeKernel(reference::ConvTransposeAttrs attrs, const Tensor* constant_weights)
+      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
+        attrs_(std::move(attrs)),
+        constant_weights_(constant_weights) {}
+
+ protected:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    const Shape& w = *shapes[1];
+    reference::Window window;
+    LS_ASSIGN_OR_RETURN(Shape out,
+                        reference::ConvTransposeShapes(x, w, shapes[2], attrs_, &window));
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = out;
+    if (out.NumElements() == 0) {
+      prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    bool expressible = x.NumElements() > 0 && w.NumElements() > 0 && window.rank <= 3;
+    for (int i = 0; i < window.rank; ++i) {
+      expressible = expressible && window.pads_begin[i] >= 0 && window.pads_end[i] >= 0;
+    }
+    if (!expressible) {
+      prepared->mode = PreparedOp::Mode::kReference;
+      return prepared;
+    }
+    const dnnl::memory::desc src = Desc(x.dims(), type);
+    const dnnl::memory::desc dst = Desc(out.dims(), type);
+    // ONNX's [C, M / group, k...] as oneDNN's (group,) output, input, k... dims, by strides.
+    const int64_t group = attrs_.group;
+    const int64_t c_group = w[0] / group, m_group = w[1];
+    const int64_t k_size = w.NumElements(2, w.rank());
+    dnnl::memory::dims dims, strides;
+    if (group > 1) {
+      dims = {group, m_group, c_group};
+      strides = {c_group * m_group * k_size, k_size, m_group * k_size};
+    } else {
+      dims = {m_group, c_group};
+      strides = {k_size, m_group * k_size};
+    }
+    int64_t inner = k_size;
+    for (int i = 2; i < w.rank(); ++i) {
+      dims.push_back(w[i]);
+      inner /= w[i];
+      strides.push_back(inner);
+    }
+    const dnnl::memory::desc weights(dims, ToDnnl(type), strides);
+    const Tensor* constant = constant_weights_ != nullptr && constant_weights_->dtype() == type &&
+                                     constant_weights_->shape() == w
+                                 ? constant_weights_
+                                 : nullptr;
+    const dnnl::memory::desc weights_any(dims, ToDnnl(type), dnnl::memory::format_tag::any);
+    const bool has_bias = shapes[2] != nullptr;
+    const dnnl::memory::desc bias = has_bias ? Desc({out[1]}, type) : dnnl::memory::desc();
+    const DnnlWindow win = ToDnnlWindow(window);
+    const dnnl::deconvolution_forward::primitive_desc pd(
+        dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::deconvolution_direct, src,
+                                          constant != nullptr ? weights_any : weights, bias, dst,
+                                          win.strides, win.dilations, win.padding_l, win.padding_r),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::deconvolution_forward(pd);
+    bool packed = false;
+    if (constant != nullptr) {
+      PackConstant(*constant, weights, pd.weights_desc(), *prepared);
+      packed = true;
+    }
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
+                           packed ? pd.weights_desc() : weights},
+                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+    if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  int64_t Work(absl::Span<const Shape* const> shapes) const override {
+    // Multiply-adds: every input element through every kernel tap of its group's outputs.
+    return shapes[0]->NumElements() * shapes[1]->NumElements(1, shapes[1]->rank());
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return reference::ConvTranspose(ctx.input(0), ctx.input(1),
+                                    ctx.has_input(2) ? &ctx.input(2) : nullptr, attrs_,
+                                    ctx.output_value(0).mutable_tensor());
+  }
+
+ private:
+  const reference::ConvTransposeAttrs attrs_;
+  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const KernelInit& init) {
+  const Node& node = init.node();
+  if (init.num_inputs() < 2 || init.num_inputs() > 3 || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 2 or 3 inputs and 1 output, got ",
+                                                   init.num_inputs(), " and ",
+                                                   node.outputs.size()));
+  }
+  reference::ConvTransposeAttrs attrs;
+  LS_ASSIGN_OR_RETURN(attrs.window, ParseWindowAttrs(node, /*require_kernel_shape=*/false));
+  LS_ASSIGN_OR_RETURN(attrs.group, node.GetInt("group", 1));
+  if (attrs.group < 1 || attrs.group > reference::kMaxWindowAttr) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", attrs.group, " must be positive"));
+  }
+  LS_ASSIGN_OR_RETURN(attrs.output_padding, node.GetInts("output_padding", std::vector<int64_t>{}));
+  LS_ASSIGN_OR_RETURN(attrs.output_shape, node.GetInts("output_shape", std::vector<int64_t>{}));
+  auto kernel = std::make_unique<ConvTransposeKernel>(std::move(attrs), init.constant_input(1));
+  kernel->WarmUp(init);
+  return kernel;
+}
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init) {
   const Node& node = init.node();

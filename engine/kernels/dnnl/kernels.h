@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kernels/reference/reference.h"
 #include "engine/runtime/kernel.h"
+#include "engine/kernels/registry.h"
 
 namespace loopserve::engine {
 
@@ -39,6 +40,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPReluKernel(const KernelInit& 
 
 // Conv: 1-D to 3-D on oneDNN (more spatial dims on the reference).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init);
+// ConvInteger and QLinearConv (int_conv.cc): int32 products of im2col with the weights, zero
+// points subtracted; natively (oneDNN 2.6's int8 convolution takes neither uint8 weights nor
+// weight zero points, which these ops allow).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateConvIntegerKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateQLinearConvKernel(const KernelInit& init);
+// ConvTranspose: 1-D to 3-D on oneDNN's deconvolution; extended outputs on the reference.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const KernelInit& init);
 // MaxPool (Indices on the reference), AveragePool, LpPool (reference only).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPoolKernel(reference::PoolKind kind,
                                                              const KernelInit& init);
@@ -52,5 +60,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBatchNormKernel(const KernelIn
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlInstanceNormKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLayerNormKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlLrnKernel(const KernelInit& init);
+
+// RNN, GRU, LSTM (recurrent.cc): oneDNN's RNN primitives, the native implementation
+// (kernels/native/recurrent.h) for what they lack.
+void RegisterDnnlRecurrentKernels(KernelRegistry& registry);
 
 }  // namespace loopserve::engine

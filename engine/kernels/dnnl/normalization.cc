@@ -1,4 +1,5 @@
-// oneDNN BatchNormalization (inference), InstanceNormalization, LayerNormalization and LRN.
+// oneDNN BatchNormalization (inference and opset-14 training mode), InstanceNormalization,
+// LayerNormalization and LRN.
 
 #include <cmath>
 
@@ -22,10 +23,81 @@ std::unique_ptr<PreparedOp> Mode(PreparedOp::Mode mode, const Shape& out) {
   return prepared;
 }
 
+// Training mode (opset 14+): the statistics of the batch (mean and biased variance over N and
+// the spatial dims) normalise X, and the running statistics come out as
+// input * momentum + batch * (1 - momentum).
+struct BatchNormTraining {
+  bool enabled = false;
+  float momentum = 0.9f;
+  int outputs = 1;  // 1 to 3: Y, running_mean, running_var
+};
+
+// The reference of training mode, in double: y and the running statistics.
+absl::Status BatchNormTrainingReference(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                        const Tensor& mean, const Tensor& var, float epsilon,
+                                        float momentum, Tensor& y, Tensor* running_mean,
+                                        Tensor* running_var) {
+  if (!IsFloatingPoint(x.dtype()) || x.rank() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("BatchNormalization training: input ",
+                                                   x.DebugString(4), " is not float of rank >= 2"));
+  }
+  const int64_t n = x.dim(0), c = x.dim(1), spatial = x.shape().NumElements(2, x.rank());
+  for (const Tensor* t : {&scale, &bias, &mean, &var}) {
+    if (t->dtype() != x.dtype() || t->NumElements() != c) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchNormalization: scale, B, mean and var ",
+                                                     "must have ", c,
+                                                     " elements of the input's "
+                                                     "type, got ",
+                                                     t->DebugString(4)));
+    }
+  }
+  y.Resize(x.dtype(), x.shape());
+  if (running_mean != nullptr) running_mean->Resize(x.dtype(), Shape{c});
+  if (running_var != nullptr) running_var->Resize(x.dtype(), Shape{c});
+  auto at = [](const Tensor& t, int64_t i) {
+    return t.dtype() == DataType::kFloat32 ? t.data<float>()[i] : t.data<double>()[i];
+  };
+  auto put = [](Tensor& t, int64_t i, double v) {
+    if (t.dtype() == DataType::kFloat32) {
+      t.mutable_data<float>()[i] = static_cast<float>(v);
+    } else {
+      t.mutable_data<double>()[i] = v;
+    }
+  };
+  const double count = static_cast<double>(n * spatial);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0, sq = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t s = 0; s < spatial; ++s) sum += at(x, (b * c + ch) * spatial + s);
+    }
+    const double m = count > 0 ? sum / count : 0;
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t s = 0; s < spatial; ++s) {
+        const double d = at(x, (b * c + ch) * spatial + s) - m;
+        sq += d * d;
+      }
+    }
+    const double v = count > 0 ? sq / count : 0;
+    const double inv = 1.0 / std::sqrt(v + epsilon);
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t s = 0; s < spatial; ++s) {
+        const int64_t i = (b * c + ch) * spatial + s;
+        put(y, i, at(scale, ch) * (at(x, i) - m) * inv + at(bias, ch));
+      }
+    }
+    if (running_mean != nullptr)
+      put(*running_mean, ch, at(mean, ch) * momentum + m * (1 - momentum));
+    if (running_var != nullptr) put(*running_var, ch, at(var, ch) * momentum + v * (1 - momentum));
+  }
+  return absl::OkStatus();
+}
+
 class BatchNormKernel final : public DnnlKernel {
  public:
-  explicit BatchNormKernel(float epsilon)
-      : DnnlKernel(/*num_inputs=*/5, /*required_inputs=*/5), epsilon_(epsilon) {}
+  BatchNormKernel(float epsilon, BatchNormTraining training)
+      : DnnlKernel(/*num_inputs=*/5, /*required_inputs=*/5),
+        epsilon_(epsilon),
+        training_(training) {}
 
  protected:
   bool UsesDnnl(DataType type) const override { return IsFloat32(type); }
@@ -50,6 +122,12 @@ class BatchNormKernel final : public DnnlKernel {
     if (x.NumElements() == 0) return Mode(PreparedOp::Mode::kEmpty, x);
     // The opset < 9 spatial = 0 form (per-element statistics) is the reference's.
     if (stats != channels) return Mode(PreparedOp::Mode::kReference, x);
+    if (training_.enabled) {
+      // The primitive writes the batch statistics into outputs 1 and 2: a node without them
+      // runs the reference.
+      if (training_.outputs < 3) return Mode(PreparedOp::Mode::kReference, x);
+      return PrepareTraining(type, x);
+    }
     auto prepared = Mode(PreparedOp::Mode::kExecute, x);
     // Normalised per channel: any rank is [N, C, spatial] to oneDNN.
     const dnnl::memory::desc data = Desc({x[0], channels, spatial}, type);
@@ -72,12 +150,60 @@ class BatchNormKernel final : public DnnlKernel {
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
+    if (training_.enabled) {
+      return BatchNormTrainingReference(
+          ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3), ctx.input(4), epsilon_,
+          training_.momentum, ctx.output_value(0).mutable_tensor(),
+          training_.outputs > 1 ? &ctx.output_value(1).mutable_tensor() : nullptr,
+          training_.outputs > 2 ? &ctx.output_value(2).mutable_tensor() : nullptr);
+    }
     return reference::BatchNorm(ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3),
                                 ctx.input(4), epsilon_, ctx.output_value(0).mutable_tensor());
   }
 
+  // The running statistics from the batch's (written into outputs 1 and 2 by the primitive).
+  absl::Status Finish(const PreparedOp& /*op*/, KernelContext& ctx) const override {
+    if (!training_.enabled) return absl::OkStatus();
+    const float m = training_.momentum;
+    for (int k = 1; k <= 2; ++k) {
+      Tensor& out = ctx.output_value(k).mutable_tensor();
+      const float* in = ctx.input(2 + k).data<float>();
+      float* v = out.mutable_data<float>();
+      for (int64_t i = 0; i < out.NumElements(); ++i) v[i] = in[i] * m + v[i] * (1 - m);
+    }
+    return absl::OkStatus();
+  }
+
  private:
+  absl::StatusOr<std::unique_ptr<PreparedOp>> PrepareTraining(DataType type, const Shape& x) const {
+    auto prepared = Mode(PreparedOp::Mode::kExecute, x);
+    const int64_t channels = x[1];
+    const dnnl::memory::desc data = Desc({x[0], channels, x.NumElements(2, x.rank())}, type);
+    const dnnl::memory::desc vec = Desc({channels}, type);
+    const dnnl::batch_normalization_forward::primitive_desc pd(
+        dnnl::batch_normalization_forward::desc(
+            dnnl::prop_kind::forward_training, data, epsilon_,
+            dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift),
+        UserScratchpadAttr(), CpuEngine());
+    prepared->primitive = dnnl::batch_normalization_forward(pd);
+    // The batch statistics land in outputs 1 and 2 and Finish turns them into the running ones
+    // (an omitted output is a scratch slot).
+    prepared->extra_outputs = {{type, Shape{channels}}, {type, Shape{channels}}};
+    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, data},
+                          {DNNL_ARG_SCALE, BufferSource::kInput1, vec},
+                          {DNNL_ARG_SHIFT, BufferSource::kInput2, vec},
+                          {DNNL_ARG_MEAN, BufferSource::kOutput1, vec},
+                          {DNNL_ARG_VARIANCE, BufferSource::kOutput2, vec},
+                          {DNNL_ARG_DST, BufferSource::kOutput, data}};
+    if (pd.workspace_desc().get_size() > 0) {
+      return Mode(PreparedOp::Mode::kReference, x);  // no workspace without fused ReLU
+    }
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
   const float epsilon_;
+  const BatchNormTraining training_;
 };
 
 class InstanceNormKernel final : public DnnlKernel {
@@ -301,14 +427,21 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBatchNormKernel(const KernelIn
     LS_ASSIGN_OR_RETURN(const int64_t is_test, node.GetInt("is_test", 0));
     training |= is_test == 0 && node.outputs.size() > 1;
   }
+  BatchNormTraining train;
   if (training) {
-    return absl::UnimplementedError(
-        "BatchNormalization in training mode (training_mode=1 or the running/saved statistics "
-        "outputs) is not supported; only inference");
+    // Opset 14's form (Y, running_mean, running_var); the older saved-statistics outputs are not.
+    if (node.opset < 14 || training_mode == 0 || node.outputs.size() > 3) {
+      return absl::UnimplementedError(
+          "BatchNormalization training statistics outputs are supported from opset 14 with "
+          "training_mode=1 (Y, running_mean, running_var)");
+    }
+    train.enabled = true;
+    LS_ASSIGN_OR_RETURN(train.momentum, node.GetFloat("momentum", 0.9f));
+    train.outputs = static_cast<int>(node.outputs.size());
   }
   LS_ASSIGN_OR_RETURN(const float epsilon, node.GetFloat("epsilon", 1e-5f));
   LS_RETURN_IF_ERROR(CheckEpsilon(epsilon));
-  auto kernel = std::make_unique<BatchNormKernel>(epsilon);
+  auto kernel = std::make_unique<BatchNormKernel>(epsilon, train);
   kernel->WarmUp(init);
   return kernel;
 }

@@ -46,6 +46,9 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
 
   using reference::PoolKind;
   registry.Register("Conv", CreateDnnlConvKernel);
+  registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
+  registry.Register("ConvInteger", CreateConvIntegerKernel, 10);
+  registry.Register("QLinearConv", CreateQLinearConvKernel, 10);
   const std::pair<const char*, PoolKind> pools[] = {
       {"MaxPool", PoolKind::kMax}, {"AveragePool", PoolKind::kAverage}, {"LpPool", PoolKind::kLp}};
   for (const auto& [name, kind] : pools) {
@@ -63,6 +66,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   registry.Register("InstanceNormalization", CreateDnnlInstanceNormKernel);
   registry.Register("LayerNormalization", CreateDnnlLayerNormKernel, /*min_opset=*/17);
   registry.Register("LRN", CreateDnnlLrnKernel);
+  RegisterDnnlRecurrentKernels(registry);
 }
 
 }  // namespace loopserve::engine

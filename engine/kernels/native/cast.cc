@@ -1,14 +1,20 @@
 // Identity, Cast, CastLike and (inference) Dropout.
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
+#include "engine/kernels/native/half.h"
 #include "engine/kernels/native/register_families.h"
 #include "engine/tensor/value.h"
 
@@ -19,6 +25,7 @@ namespace {
 // From opset 14 the input may be a sequence, from 16 an optional (possibly empty).
 class IdentityKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     return std::unique_ptr<Kernel>(new IdentityKernel());
@@ -43,73 +50,6 @@ struct Half {
 struct BFloat {
   uint16_t bits;
 };
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: normalise.
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000u) {  // inf or NaN
-    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
-  }
-  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                       // below the smallest normal half: subnormal
-    if (abs < 0x33000000u) return sign;          // rounds to zero
-    const uint32_t e = abs >> 23;
-    const uint32_t mant = (abs & 0x7fffff) | 0x800000;
-    const uint32_t shift = 126 - e;  // 14..24
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return sign | static_cast<uint16_t>(half);
-  }
-  // Normal: rebias and round to nearest even on the 13 dropped bits.
-  uint32_t h = ((abs >> 13) - (112u << 10));
-  const uint32_t rem = abs & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
-  return sign | static_cast<uint16_t>(h);
-}
-
-float BFloatToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t FloatToBFloat(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffff) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7fff + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
 
 // Reads any storage type as a C++ arithmetic value.
 template <typename T>
@@ -166,8 +106,72 @@ bool DispatchAll(DataType type, Fn&& fn) {
   return DispatchNumericOrBool(type, std::forward<Fn>(fn));
 }
 
+// A number as Cast writes it into a string: integers in decimal, floating-point values in the
+// shortest plain form that reads back to the same value ("0.039187793"), and the spec's literals
+// "NaN", "INF" and "-INF"; bool as "1" or "0".
+template <typename T>
+void FormatElement(T raw, std::string& out) {
+  const auto v = Load(raw);
+  using V = decltype(v);
+  if constexpr (std::is_same_v<V, bool>) {
+    out = v ? "1" : "0";
+  } else if constexpr (std::is_floating_point_v<V>) {
+    if (std::isnan(v)) {
+      out = "NaN";
+    } else if (std::isinf(v)) {
+      out = v > 0 ? "INF" : "-INF";
+    } else {
+      char buffer[64];
+      const std::to_chars_result r = std::to_chars(buffer, buffer + sizeof(buffer), v);
+      out.assign(buffer, r.ptr);
+    }
+  } else {
+    out = absl::StrCat(v);
+  }
+}
+
+// A string as Cast reads it into a number: plain or scientific notation, the case-insensitive
+// literals "INF", "+INF", "-INF" and "NaN"; an integer type takes an integer literal directly and
+// truncates a decimal one. InvalidArgument for anything else.
+template <typename T>
+absl::StatusOr<T> ParseElement(const std::string& text) {
+  const absl::string_view s = absl::StripAsciiWhitespace(text);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (std::is_signed_v<T>) {
+      int64_t i = 0;
+      if (absl::SimpleAtoi(s, &i)) return Convert<T>(i);
+    } else {
+      uint64_t u = 0;
+      if (absl::SimpleAtoi(s, &u)) return Convert<T>(u);
+    }
+  }
+  double d = 0;
+  const std::string lower = absl::AsciiStrToLower(s);
+  if (lower == "inf" || lower == "+inf") {
+    d = std::numeric_limits<double>::infinity();
+  } else if (lower == "-inf") {
+    d = -std::numeric_limits<double>::infinity();
+  } else if (lower == "nan" || lower == "+nan" || lower == "-nan") {
+    d = std::numeric_limits<double>::quiet_NaN();
+  } else if (!absl::SimpleAtod(s, &d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the string \"", absl::CHexEscape(text.substr(0, 64)), "\" is not a number"));
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    // Rounded once, from the text, so "0.1" gives the float nearest 0.1.
+    if (std::isfinite(d)) {
+      float f = 0;
+      if (absl::SimpleAtof(s, &f)) return f;
+    }
+    return static_cast<float>(d);
+  } else {
+    return Convert<T>(d);
+  }
+}
+
 class CastKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     const Attribute* to = init.node().FindAttribute("to");
@@ -199,6 +203,37 @@ class CastKernel final : public Kernel {
     if (from == to) {
       CopyBytes(x, y);
       return absl::OkStatus();
+    }
+    if (to == DataType::kString) {
+      std::string* out = y->mutable_data<std::string>();
+      const bool ok = DispatchAll(from, [&](auto from_tag) {
+        using F = typename decltype(from_tag)::type;
+        const F* in = static_cast<const F*>(x.raw_data());
+        for (int64_t i = 0; i < n; ++i) FormatElement(in[i], out[i]);
+      });
+      if (!ok) return UnsupportedType("input", from);
+      return absl::OkStatus();
+    }
+    if (from == DataType::kString) {
+      const std::string* in = x.data<std::string>();
+      absl::Status status;
+      const bool ok = DispatchAll(to, [&](auto to_tag) {
+        using T = typename decltype(to_tag)::type;
+        T* out = static_cast<T*>(y->mutable_raw_data());
+        for (int64_t i = 0; i < n && status.ok(); ++i) {
+          if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat>) {
+            absl::StatusOr<float> v = ParseElement<float>(in[i]);
+            if (v.ok()) out[i] = Convert<T>(*v);
+            status = v.status();
+          } else {
+            absl::StatusOr<T> v = ParseElement<T>(in[i]);
+            if (v.ok()) out[i] = *v;
+            status = v.status();
+          }
+        }
+      });
+      if (!ok) return UnsupportedType("target type", to);
+      return status;
     }
     const bool ok = DispatchAll(from, [&](auto from_tag) {
       using F = typename decltype(from_tag)::type;

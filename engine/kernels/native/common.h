@@ -65,8 +65,13 @@ void RowMajorStrides(const Shape& shape, DimVector* strides);
 // "[1,2,3]" for messages.
 std::string ListToString(absl::Span<const int64_t> values);
 
-// Copies `in` into the output tensor `out` (already resized with the same byte size).
+// Copies `in` into the output tensor `out` (already resized to as many elements of its type):
+// the bytes, or the strings of a kString tensor.
 inline void CopyBytes(const Tensor& in, Tensor* out) {
+  if (in.dtype() == DataType::kString) {
+    CopyElements(in.dtype(), in.raw_data(), 0, out->mutable_raw_data(), 0, in.NumElements());
+    return;
+  }
   const size_t bytes = in.ByteSize();
   if (bytes > 0) std::memcpy(out->mutable_raw_data(), in.raw_data(), bytes);
 }

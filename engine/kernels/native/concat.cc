@@ -11,6 +11,7 @@ namespace {
 
 class ConcatKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1 << 20));
     for (int i = 0; i < init.num_inputs(); ++i) {
@@ -54,6 +55,22 @@ class ConcatKernel final : public Kernel {
     out_shape[axis] = axis_total;
     LS_RETURN_IF_ERROR(ValidateDims(out_shape.dims(), "output").status());
     Tensor* y = ctx.output(0, first.dtype(), out_shape);
+    if (first.dtype() == DataType::kString) {
+      // Strings are objects: copied by element, the same walk as the bytes below.
+      const int64_t outer = out_shape.NumElements(0, axis);
+      const int64_t inner = out_shape.NumElements(axis + 1, rank);
+      int64_t offset = 0;
+      for (int i = 0; i < n; ++i) {
+        const Tensor& t = ctx.input(i);
+        const int64_t row = t.dim(axis) * inner;
+        for (int64_t o = 0; o < outer; ++o) {
+          CopyElements(DataType::kString, t.raw_data(), o * row, y->mutable_raw_data(),
+                       o * axis_total * inner + offset, row);
+        }
+        offset += row;
+      }
+      return absl::OkStatus();
+    }
     const size_t elem = DataTypeSize(first.dtype());
     const int64_t outer = out_shape.NumElements(0, axis);
     const size_t inner_bytes = static_cast<size_t>(out_shape.NumElements(axis + 1, rank)) * elem;

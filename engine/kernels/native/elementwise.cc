@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/kernels/native/half.h"
 #include "engine/kernels/native/register_families.h"
 
 namespace loopserve::engine::native {
@@ -147,6 +148,13 @@ class PowKernel final : public Kernel {
 
 // Mod: integer mod (sign of the divisor) by default; fmod=1 gives C fmod (sign of the dividend),
 // which floating-point inputs require.
+// Float copies of 16-bit float inputs and the float result, reused from run to run.
+class HalfState : public KernelState {
+ public:
+  std::vector<Tensor> widened;
+  Tensor result;
+};
+
 class ModKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -158,10 +166,33 @@ class ModKernel final : public Kernel {
     return std::unique_ptr<Kernel>(new ModKernel(fmod == 1));
   }
 
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<HalfState>();
+  }
+
   absl::Status Run(KernelContext& ctx) const override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
     if (a.dtype() != b.dtype()) return TypeMismatch("input A", a.dtype(), "input B", b.dtype());
+    if (!IsHalfType(a.dtype())) {
+      return Compute(a, b, [&](const Shape& shape) { return ctx.output(0, a.dtype(), shape); });
+    }
+    // 16-bit floats: fmod in float (exact for values of the narrower type), rounded back.
+    HalfState& state = *ctx.state<HalfState>();
+    state.widened.resize(2);
+    WidenHalf(a, state.widened[0]);
+    WidenHalf(b, state.widened[1]);
+    LS_RETURN_IF_ERROR(Compute(state.widened[0], state.widened[1], [&](const Shape& shape) {
+      state.result.Resize(DataType::kFloat32, shape);
+      return &state.result;
+    }));
+    NarrowHalf(state.result, *ctx.output(0, a.dtype(), state.result.shape()));
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename Output>
+  absl::Status Compute(const Tensor& a, const Tensor& b, Output output) const {
     if (IsFloatingPoint(a.dtype()) && !fmod_) {
       return absl::InvalidArgumentError(
           absl::StrCat("attribute fmod must be 1 for ", DataTypeName(a.dtype()), " inputs"));
@@ -171,7 +202,7 @@ class ModKernel final : public Kernel {
     bool divided_by_zero = false;
     const bool ok = DispatchNumeric(a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, a.dtype(), bc.out_shape);
+      Tensor* y = output(bc.out_shape);
       const T* pa = a.data<T>();
       const T* pb = b.data<T>();
       T* out = y->mutable_data<T>();
@@ -207,7 +238,6 @@ class ModKernel final : public Kernel {
     return absl::OkStatus();
   }
 
- private:
   explicit ModKernel(bool fmod) : fmod_(fmod) {}
   bool fmod_;
 };
@@ -226,30 +256,57 @@ class MinMaxKernel final : public Kernel {
     return std::unique_ptr<Kernel>(new MinMaxKernel());
   }
 
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<HalfState>();
+  }
+
   absl::Status Run(KernelContext& ctx) const override {
     const int n = ctx.num_inputs();
-    const Tensor& first = ctx.input(0);
-    if (n == 2) {
-      const Tensor& second = ctx.input(1);
-      if (second.dtype() != first.dtype()) {
-        return TypeMismatch("input 1", second.dtype(), "input 0", first.dtype());
-      }
-      return RunBinary(ctx, first, second);
-    }
-    Shape out_shape = first.shape();
-    for (int i = 1; i < n; ++i) {
+    absl::InlinedVector<const Tensor*, 4> inputs;
+    for (int i = 0; i < n; ++i) {
       const Tensor& t = ctx.input(i);
-      if (t.dtype() != first.dtype()) {
-        return TypeMismatch(absl::StrCat("input ", i), t.dtype(), "input 0", first.dtype());
+      if (t.dtype() != ctx.input(0).dtype()) {
+        return TypeMismatch(absl::StrCat("input ", i), t.dtype(), "input 0", ctx.input(0).dtype());
       }
+      inputs.push_back(&t);
+    }
+    const DataType type = inputs[0]->dtype();
+    if (!IsHalfType(type)) {
+      return Compute(inputs, [&](const Shape& shape) { return ctx.output(0, type, shape); });
+    }
+    // 16-bit floats: computed in float and rounded back (min/max are exact either way).
+    HalfState& state = *ctx.state<HalfState>();
+    state.widened.resize(n);
+    for (int i = 0; i < n; ++i) {
+      WidenHalf(*inputs[i], state.widened[i]);
+      inputs[i] = &state.widened[i];
+    }
+    LS_RETURN_IF_ERROR(Compute(inputs, [&](const Shape& shape) {
+      state.result.Resize(DataType::kFloat32, shape);
+      return &state.result;
+    }));
+    NarrowHalf(state.result, *ctx.output(0, type, state.result.shape()));
+    return absl::OkStatus();
+  }
+
+ private:
+  MinMaxKernel() = default;
+
+  // The result of `inputs` into the tensor `output(shape)` returns.
+  template <typename Output>
+  absl::Status Compute(absl::Span<const Tensor* const> inputs, Output output) const {
+    const Tensor& first = *inputs[0];
+    if (inputs.size() == 2) return RunBinary(first, *inputs[1], output);
+    Shape out_shape = first.shape();
+    for (size_t i = 1; i < inputs.size(); ++i) {
       Broadcast<2> bc;
-      LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&out_shape, &t.shape()}, &bc));
+      LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&out_shape, &inputs[i]->shape()}, &bc));
       out_shape = bc.out_shape;
     }
     absl::Status status;
     const bool ok = DispatchNumeric(first.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, first.dtype(), out_shape);
+      Tensor* y = output(out_shape);
       T* out = y->mutable_data<T>();
       // out = first broadcast to out_shape, then out = op(out, input i) in place.
       Broadcast<2> bc;
@@ -258,8 +315,8 @@ class MinMaxKernel final : public Kernel {
       const T* p0 = first.data<T>();
       ForEachBroadcast<2>(bc,
                           [&](int64_t o, const std::array<int64_t, 2>& in) { out[o] = p0[in[1]]; });
-      for (int i = 1; i < n; ++i) {
-        const Tensor& t = ctx.input(i);
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        const Tensor& t = *inputs[i];
         status = PrepareBroadcast<2>({&out_shape, &t.shape()}, &bc);
         if (!status.ok()) return;
         const T* p = t.data<T>();
@@ -272,16 +329,14 @@ class MinMaxKernel final : public Kernel {
     return status;
   }
 
- private:
-  MinMaxKernel() = default;
-
   // The common two-input case in one broadcast pass.
-  absl::Status RunBinary(KernelContext& ctx, const Tensor& a, const Tensor& b) const {
+  template <typename Output>
+  absl::Status RunBinary(const Tensor& a, const Tensor& b, Output output) const {
     Broadcast<2> bc;
     LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&a.shape(), &b.shape()}, &bc));
     const bool ok = DispatchNumeric(a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, a.dtype(), bc.out_shape);
+      Tensor* y = output(bc.out_shape);
       const T* pa = a.data<T>();
       const T* pb = b.data<T>();
       T* out = y->mutable_data<T>();

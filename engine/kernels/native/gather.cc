@@ -12,6 +12,7 @@ namespace {
 
 class GatherKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
     LS_ASSIGN_OR_RETURN(int64_t axis, init.node().GetInt("axis", 0));
@@ -53,6 +54,17 @@ class GatherKernel final : public Kernel {
     Tensor* y = ctx.output(0, data.dtype(), out_shape);
     const int64_t outer = data.shape().NumElements(0, axis);
     const int64_t inner = data.shape().NumElements(axis + 1, rank);
+    if (data.dtype() == DataType::kString) {
+      int64_t at = 0;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t j = 0; j < n; ++j, at += inner) {
+          const int64_t k = idx[j] < 0 ? idx[j] + axis_dim : idx[j];
+          CopyElements(DataType::kString, data.raw_data(), (o * axis_dim + k) * inner,
+                       y->mutable_raw_data(), at, inner);
+        }
+      }
+      return absl::OkStatus();
+    }
     DispatchBySize(data.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* in = data.data<T>();

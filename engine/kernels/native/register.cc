@@ -30,6 +30,10 @@ void RegisterNativeKernels(KernelRegistry& registry) {
   native::RegisterQuantizeKernels(registry);
   native::RegisterUniqueKernels(registry);
   native::RegisterIntMatMulKernels(registry);
+  native::RegisterStringKernels(registry);
+  native::RegisterGridSampleKernels(registry);
+  native::RegisterSpectralKernels(registry);
+  native::RegisterPoolingExtraKernels(registry);
 }
 
 }  // namespace loopserve::engine

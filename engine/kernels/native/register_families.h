@@ -34,5 +34,9 @@ void RegisterResizeKernels(KernelRegistry& registry);       // resize.cc: Resize
 void RegisterQuantizeKernels(KernelRegistry& registry);     // quantize.cc: (De)QuantizeLinear
 void RegisterUniqueKernels(KernelRegistry& registry);       // unique.cc
 void RegisterIntMatMulKernels(KernelRegistry& registry);    // int_matmul.cc: MatMulInteger, ...
+void RegisterStringKernels(KernelRegistry& registry);  // strings.cc: StringNormalizer, TfIdf
+void RegisterGridSampleKernels(KernelRegistry& registry);  // grid_sample.cc
+void RegisterSpectralKernels(KernelRegistry& registry);    // spectral.cc: DFT, STFT, MelWeight
+void RegisterPoolingExtraKernels(KernelRegistry& registry);  // pooling_extra.cc: MVN, MaxUnpool..
 
 }  // namespace loopserve::engine::native

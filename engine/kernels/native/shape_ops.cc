@@ -18,6 +18,7 @@ void EmitReshaped(KernelContext& ctx, const Tensor& x, const Shape& shape) {
 
 class ShapeKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     const Node& node = init.node();
@@ -50,6 +51,7 @@ class ShapeKernel final : public Kernel {
 
 class SizeKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     return std::unique_ptr<Kernel>(new SizeKernel());
@@ -65,6 +67,7 @@ class SizeKernel final : public Kernel {
 // opset 14 adds allowzero.
 class ReshapeKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init, ListFrom from) {
     const Node& node = init.node();
     auto kernel = std::unique_ptr<ReshapeKernel>(new ReshapeKernel());
@@ -156,6 +159,7 @@ class ReshapeKernel final : public Kernel {
 // Squeeze, required for Unsqueeze).
 class SqueezeKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init, bool unsqueeze,
                                                         ListFrom from) {
     const Node& node = init.node();
@@ -227,6 +231,7 @@ class SqueezeKernel final : public Kernel {
 
 class FlattenKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     LS_ASSIGN_OR_RETURN(int64_t axis, init.node().GetInt("axis", 1));

@@ -120,6 +120,25 @@ absl::StatusOr<Window> ResolveWindow(const Shape& x, absl::Span<const int64_t> k
 absl::StatusOr<Shape> ConvShapes(const Shape& x, const Shape& w, const Shape* b,
                                  const WindowAttrs& attrs, int64_t group, Window* window);
 
+// ConvTranspose's attributes: the window ones (kernel_shape, strides, dilations, pads, auto_pad),
+// group, output_padding and output_shape (empty when absent).
+struct ConvTransposeAttrs {
+  WindowAttrs window;
+  int64_t group = 1;
+  std::vector<int64_t> output_padding;
+  std::vector<int64_t> output_shape;
+};
+
+// ConvTranspose: x [N, C, s...], w [C, M / group, k...], optional b [M] -> [N, M, o...]. Input
+// element i of an axis reaches output i * stride + k * dilation - pads_begin for every kernel
+// tap k; `window` gets the input and output sizes and pads_begin / pads_end (either may be
+// negative: an output_shape or output_padding larger than what the input covers extends the
+// output with zeros). The output size is output_shape when given (pads from the spec's
+// total_padding rule), input * stride for SAME_UPPER / SAME_LOWER, and otherwise
+// stride * (input - 1) + output_padding + (k - 1) * dilation + 1 - pads.
+absl::StatusOr<Shape> ConvTransposeShapes(const Shape& x, const Shape& w, const Shape* b,
+                                          const ConvTransposeAttrs& attrs, Window* window);
+
 enum class PoolKind : uint8_t { kMax, kAverage, kLp };
 struct PoolAttrs {
   PoolKind kind = PoolKind::kMax;
@@ -187,6 +206,10 @@ absl::Status LogSoftmax(const Tensor& x, int64_t axis, bool coerce_2d, Tensor& o
 // Floating-point Conv; see ConvShapes.
 absl::Status Conv(const Tensor& x, const Tensor& w, const Tensor* b, const WindowAttrs& attrs,
                   int64_t group, Tensor& out);
+
+// Floating-point ConvTranspose; see ConvTransposeShapes.
+absl::Status ConvTranspose(const Tensor& x, const Tensor& w, const Tensor* b,
+                           const ConvTransposeAttrs& attrs, Tensor& out);
 
 // MaxPool (any numeric type), AveragePool and LpPool (floating point). `indices` (may be null)
 // receives MaxPool's int64 argmax indices into the flattened input. A max over a window that lies

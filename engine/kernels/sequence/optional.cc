@@ -13,6 +13,7 @@ namespace {
 // attribute, which only matters statically) when input is omitted.
 class OptionalKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 0, 1));
     return std::unique_ptr<Kernel>(new OptionalKernel());
@@ -32,6 +33,7 @@ class OptionalKernel final : public Kernel {
 // (false) or be a plain tensor or sequence (true).
 class OptionalHasElementKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, init.node().opset >= 18 ? 0 : 1, 1));
     return std::unique_ptr<Kernel>(new OptionalHasElementKernel());
@@ -47,6 +49,7 @@ class OptionalHasElementKernel final : public Kernel {
 // OptionalGetElement(input): the value an optional holds (a copy); an error when it is empty.
 class OptionalGetElementKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     return std::unique_ptr<Kernel>(new OptionalGetElementKernel());

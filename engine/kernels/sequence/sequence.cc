@@ -24,6 +24,7 @@ absl::Status CheckElementType(const std::vector<Tensor>& seq, const Tensor& t,
 // SequenceEmpty: an empty sequence. The dtype attribute only types the (absent) elements.
 class SequenceEmptyKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 0, 0));
     return std::unique_ptr<Kernel>(new SequenceEmptyKernel());
@@ -37,6 +38,7 @@ class SequenceEmptyKernel final : public Kernel {
 // SequenceConstruct: a sequence of its (one or more) tensor inputs, all of one element type.
 class SequenceConstructKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1 << 20));
     for (int i = 0; i < init.num_inputs(); ++i) {
@@ -64,6 +66,7 @@ class SequenceConstructKernel final : public Kernel {
 // SequenceInsert(S, T, position?): S with T inserted at position (default: appended).
 class SequenceInsertKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 2, 3));
     return std::unique_ptr<Kernel>(new SequenceInsertKernel());
@@ -91,6 +94,7 @@ class SequenceInsertKernel final : public Kernel {
 // SequenceAt(S, position): a copy of the element at position.
 class SequenceAtKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 2, 2));
     return std::unique_ptr<Kernel>(new SequenceAtKernel());
@@ -109,6 +113,7 @@ class SequenceAtKernel final : public Kernel {
 // SequenceErase(S, position?): S without the element at position (default: the last).
 class SequenceEraseKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 2));
     return std::unique_ptr<Kernel>(new SequenceEraseKernel());
@@ -135,6 +140,7 @@ class SequenceEraseKernel final : public Kernel {
 // SequenceLength(S): the number of elements as an int64 scalar.
 class SequenceLengthKernel final : public Kernel {
  public:
+  bool AcceptsStringInputs() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
     return std::unique_ptr<Kernel>(new SequenceLengthKernel());

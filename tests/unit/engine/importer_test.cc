@@ -154,8 +154,8 @@ TEST(OnnxImporterTest, InputDtypeAndShapeAreChecked) {
 TEST(OnnxImporterTest, UnsupportedElementTypeOfAnInputIsUnimplemented) {
   onnx::ModelProto m = BaseModel();
   auto* g = m.mutable_graph();
-  AddValueInfo(g->mutable_input(), "s", onnx::TensorProto::STRING, {1});
-  AddValueInfo(g->mutable_output(), "t", onnx::TensorProto::STRING, {1});
+  AddValueInfo(g->mutable_input(), "s", onnx::TensorProto::COMPLEX64, {1});
+  AddValueInfo(g->mutable_output(), "t", onnx::TensorProto::COMPLEX64, {1});
   AddNode(g, "Identity", {"s"}, {"t"});
   auto model = Load(m);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented) << model.status();

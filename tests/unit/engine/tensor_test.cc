@@ -146,5 +146,66 @@ TEST(TensorTest, CopyFromAndSwapValues) {
   EXPECT_EQ(vb.tensor().raw_data(), pa);
 }
 
+// Strings long enough to live on the heap (past libstdc++'s 15-byte inline buffer), so a byte copy
+// or a missed destructor would show as a double free or a leak under ASan/valgrind.
+std::string Long(char c) { return std::string(40, c); }
+
+TEST(StringTensorTest, ResizeConstructsEmptyStringsAndReleasesThem) {
+  Tensor t(DataType::kString, Shape{3});
+  ASSERT_EQ(t.dtype(), DataType::kString);
+  for (const std::string& s : t.span<std::string>()) EXPECT_TRUE(s.empty());
+  t.mutable_data<std::string>()[1] = Long('a');
+  // Same size again: the old strings are destroyed and fresh empty ones made.
+  t.Resize(DataType::kString, Shape{3});
+  EXPECT_TRUE(t.data<std::string>()[1].empty());
+  t.mutable_data<std::string>()[2] = Long('b');
+  // Another element type: the strings go before the buffer is reused as bytes.
+  t.Resize(DataType::kFloat32, Shape{3});
+  t.mutable_data<float>()[0] = 1.5f;
+  EXPECT_EQ(t.data<float>()[0], 1.5f);
+}
+
+TEST(StringTensorTest, CopyFromIsDeepAndResizeKeepingDataMovesStrings) {
+  Tensor a(DataType::kString, Shape{2});
+  a.mutable_data<std::string>()[0] = Long('x');
+  a.mutable_data<std::string>()[1] = "y";
+  Tensor b;
+  b.CopyFrom(a);
+  a.mutable_data<std::string>()[0] = "changed";
+  EXPECT_EQ(b.data<std::string>()[0], Long('x'));
+  EXPECT_EQ(b.data<std::string>()[1], "y");
+  // Grow past the capacity (reallocation moves the strings), then within it, then shrink.
+  b.ResizeKeepingData(Shape{64}, 0);
+  EXPECT_EQ(b.data<std::string>()[0], Long('x'));
+  EXPECT_TRUE(b.data<std::string>()[63].empty());
+  b.mutable_data<std::string>()[63] = Long('z');
+  b.ResizeKeepingData(Shape{1}, 0);
+  EXPECT_EQ(b.data<std::string>()[0], Long('x'));
+  b.ResizeKeepingData(Shape{3}, 0);
+  EXPECT_TRUE(b.data<std::string>()[2].empty());
+}
+
+TEST(StringTensorTest, MovesSwapsAndViews) {
+  Tensor a(DataType::kString, Shape{1});
+  a.mutable_data<std::string>()[0] = Long('m');
+  Tensor view = Tensor::ViewOf(a);
+  EXPECT_EQ(view.data<std::string>()[0], Long('m'));
+  Tensor moved = std::move(a);
+  EXPECT_EQ(moved.data<std::string>()[0], Long('m'));
+  Tensor other(DataType::kString, Shape{2});
+  swap(moved, other);
+  EXPECT_EQ(other.data<std::string>()[0], Long('m'));
+  EXPECT_EQ(moved.NumElements(), 2);
+  Value v(std::move(other));
+  Value w;
+  w.CopyFrom(v);
+  EXPECT_EQ(w.tensor().data<std::string>()[0], Long('m'));
+  // CopyElements assigns strings element by element.
+  Tensor dst(DataType::kString, Shape{3});
+  CopyElements(DataType::kString, w.tensor().raw_data(), 0, dst.mutable_raw_data(), 2, 1);
+  EXPECT_EQ(dst.data<std::string>()[2], Long('m'));
+  EXPECT_EQ(dst.DebugString(), "string[3]{\"\", \"\", \"" + Long('m') + "\"}");
+}
+
 }  // namespace
 }  // namespace loopserve::engine

@@ -18,11 +18,12 @@ TEST(DatatypeTest, RoundTripsEveryKserveType) {
   EXPECT_EQ(*DataTypeFromKserve("INT64"), DataType::kInt64);
 }
 
-TEST(DatatypeTest, RejectsUnknownLowerCaseAndBytes) {
+TEST(DatatypeTest, RejectsUnknownAndLowerCaseNamesAndMapsBytesToStrings) {
   EXPECT_EQ(DataTypeFromKserve("fp32").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataTypeFromKserve("").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataTypeFromKserve("FLOAT").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DataTypeFromKserve("BYTES").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*DataTypeFromKserve("BYTES"), DataType::kString);
+  EXPECT_EQ(KserveDataType(DataType::kString), "BYTES");
   EXPECT_EQ(KserveDataType(DataType::kUndefined), "");
 }
 

@@ -5,6 +5,8 @@
                 cancellation or iteration cap stops it.
   matmul.onnx:  y = Relu(x @ W), x float32 [N, 64], W a 64x64 constant: its oneDNN primitive is
                 made on the first run of each N (the warm-up tests).
+  string_counter.onnx: counter.onnx whose trip count comes as a string: s (string [1], a decimal
+                number) -> Cast to int64 -> Reshape to a scalar -> M (the BYTES warm-up tests).
 
 Usage: /usr/bin/python3 make_server_test_models.py OUT_DIR
 """
@@ -74,11 +76,35 @@ def matmul_model():
     return model
 
 
+def string_counter_model():
+    counter = counter_model()
+    scalar = helper.make_tensor("scalar", TensorProto.INT64, [0], [])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["s"], ["m1"], to=TensorProto.INT64),
+            helper.make_node("Reshape", ["m1", "scalar"], ["M"]),
+            counter.graph.node[0],
+        ],
+        "string_counter",
+        [
+            helper.make_tensor_value_info("s", TensorProto.STRING, [1]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [scalar],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     onnx.save(counter_model(), os.path.join(out_dir, "counter.onnx"))
     onnx.save(matmul_model(), os.path.join(out_dir, "matmul.onnx"))
+    onnx.save(string_counter_model(), os.path.join(out_dir, "string_counter.onnx"))
 
 
 if __name__ == "__main__":

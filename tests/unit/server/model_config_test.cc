@@ -468,9 +468,10 @@ TEST(CompleteModelConfigTest, MismatchesNameTheTensorTheFieldAndBothValues) {
     }
     EXPECT_THAT(Message(config.status()), HasSubstr("config.pbtxt: ")) << c.text;
   }
+  // x is FP32 in the model: a TYPE_STRING declaration is a mismatch like any other.
   absl::StatusOr<inference::ModelConfig> strings =
       Complete("input [ { name: \"x\" data_type: TYPE_STRING dims: [ -1, 2 ] } ]", *Passthrough());
-  EXPECT_EQ(strings.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(strings.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       Message(Complete("platform: \"onnxruntime_onnx\"", *Passthrough(), {}, "/r/m/1/model.xml")
                   .status()),
@@ -647,12 +648,11 @@ TEST(DataTypeTest, TritonTypesMapToEngineTypes) {
       {4, DataType::kUint32},   {5, DataType::kUint64},   {6, DataType::kInt8},
       {7, DataType::kInt16},    {8, DataType::kInt32},    {9, DataType::kInt64},
       {10, DataType::kFloat16}, {11, DataType::kFloat32}, {12, DataType::kFloat64},
-      {14, DataType::kBFloat16}};
+      {13, DataType::kString},  {14, DataType::kBFloat16}};
   for (const auto& [number, type] : expected) {
     EXPECT_EQ(DataTypeFromConfig(static_cast<inference::DataType>(number)), type) << number;
     EXPECT_EQ(static_cast<int>(DataTypeToConfig(type)), number);
   }
-  EXPECT_EQ(DataTypeFromConfig(inference::TYPE_STRING), DataType::kUndefined);
   EXPECT_EQ(DataTypeToConfig(DataType::kUndefined), inference::TYPE_INVALID);
 }
 

@@ -183,6 +183,83 @@ TEST(ModelWarmupTest, BadDataFileIsALoadError) {
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("has 3 bytes; 8 expected"));
 }
 
+// BYTES warm-up data as Triton's raw contents lay it out: per element a 4-byte little-endian
+// length, then its bytes.
+std::string LengthPrefixed(const std::vector<std::string>& elements) {
+  std::string out;
+  for (const std::string& e : elements) {
+    const uint32_t n = static_cast<uint32_t>(e.size());
+    for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((n >> (8 * k)) & 0xff));
+    out += e;
+  }
+  return out;
+}
+
+constexpr char kStringWarmup[] = R"pb(
+  model_warmup
+  [ {
+    name: "s"
+    inputs {
+      key: "s"
+      value: {
+        data_type: TYPE_STRING
+        dims: [ 1 ]
+        input_data_file: "s.bin"
+      }
+    }
+    inputs {
+      key: "x"
+      value: {
+        data_type: TYPE_FP32
+        dims: [ 2 ]
+        zero_data: true
+      }
+    }
+  }]
+)pb";
+
+TEST(ModelWarmupTest, StringInputsReadLengthPrefixedDataFiles) {
+  TempDir root;
+  CopyModel(root, "string_counter.onnx", "m/1/model.onnx");
+  root.WriteFile("m/warmup/s.bin", LengthPrefixed({"7"}));
+  root.WriteFile("m/config.pbtxt", kStringWarmup);
+  ModelRegistry registry({root.path(), 0, nullptr, nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = registry.Get("m", "");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config.input(0).data_type(), inference::TYPE_STRING);
+
+  // The string "7" reaches the model as its trip count: a cap of 7 passes, 6 stops it.
+  WarmupOptions seven;
+  seven.max_loop_iterations = 7;
+  absl::StatusOr<int64_t> runs = RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model,
+                                                root.path() + "/m", seven);
+  EXPECT_TRUE(runs.ok()) << runs.status();
+  WarmupOptions six;
+  six.max_loop_iterations = 6;
+  absl::StatusOr<int64_t> capped =
+      RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model, root.path() + "/m", six);
+  EXPECT_EQ(capped.status().code(), absl::StatusCode::kResourceExhausted) << capped.status();
+
+  // Files that do not hold exactly one length-prefixed element.
+  const struct {
+    std::string bytes;
+    const char* message;
+  } bad[] = {
+      {"", "holds fewer than 1 length-prefixed BYTES elements"},
+      {std::string("\x05\0\0\0abc", 7), "BYTES element 0 overruns the file"},
+      {LengthPrefixed({"7", "8"}), "has bytes after its 1 BYTES elements"},
+  };
+  for (const auto& c : bad) {
+    root.WriteFile("m/warmup/s.bin", c.bytes);
+    absl::StatusOr<int64_t> failed = RunModelWarmup(
+        (*loaded)->config, (*loaded)->io, *(*loaded)->model, root.path() + "/m", WarmupOptions());
+    EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(failed.status().message()), HasSubstr(c.message));
+    EXPECT_THAT(std::string(failed.status().message()), HasSubstr("input 's'"));
+  }
+}
+
 TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   TempDir root;
   CopyModel(root, "counter.onnx", "m/1/model.onnx");

@@ -161,7 +161,7 @@ TEST_F(TensorCodecTest, RejectsUnknownDatatype) {
   }
   Request request = RawRequest();
   request.mutable_inputs(0)->set_datatype("BYTES");
-  ExpectInvalid(request, "input 'x': datatype BYTES is not supported");
+  ExpectInvalid(request, "input 'x': datatype BYTES does not match the model's FP32");
 }
 
 TEST_F(TensorCodecTest, RejectsNegativeDims) {
@@ -254,6 +254,117 @@ TEST_F(TensorCodecTest, SequenceOutputsAreUnimplemented) {
   inference::ModelInferResponse response;
   EXPECT_EQ(EncodeInferOutputs(*model_, {0}, values, &response).code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// BYTES: the model takes s string [-1] and returns it as t.
+std::shared_ptr<const engine::Model> StringModel() {
+  auto graph = std::make_shared<engine::Graph>();
+  engine::ValueType type;
+  type.dtype = engine::DataType::kString;
+  type.dims = std::vector<int64_t>{-1};
+  const engine::ValueId s = graph->AddValue("s", type);
+  graph->inputs = {s};
+  graph->outputs = {s};
+  auto model = engine::Model::FromGraph(graph);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+// Triton's raw BYTES layout: a 4-byte little-endian length before each element.
+std::string LengthPrefixed(std::initializer_list<std::string> elements) {
+  std::string out;
+  for (const std::string& e : elements) {
+    const uint32_t n = static_cast<uint32_t>(e.size());
+    out.push_back(static_cast<char>(n & 0xff));
+    out.push_back(static_cast<char>((n >> 8) & 0xff));
+    out.push_back(static_cast<char>((n >> 16) & 0xff));
+    out.push_back(static_cast<char>(n >> 24));
+    out += e;
+  }
+  return out;
+}
+
+Request BytesRequest(int64_t elements) {
+  Request request;
+  auto* s = request.add_inputs();
+  s->set_name("s");
+  s->set_datatype("BYTES");
+  s->add_shape(elements);
+  return request;
+}
+
+TEST(BytesCodecTest, DecodesRawAndTypedBytes) {
+  auto model = StringModel();
+  ASSERT_NE(model, nullptr);
+  const std::string binary("\0\xff\x01", 3);
+  const std::string long_text(300, 'z');  // a length past one byte
+  Request raw = BytesRequest(4);
+  raw.add_raw_input_contents(LengthPrefixed({"hello", "", binary, long_text}));
+  Request typed = BytesRequest(4);
+  for (const std::string& e : {std::string("hello"), std::string(), binary, long_text}) {
+    typed.mutable_inputs(0)->mutable_contents()->add_bytes_contents(e);
+  }
+  for (const Request& request : {raw, typed}) {
+    absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    const engine::Tensor& t = decoded->inputs[0].tensor();
+    ASSERT_EQ(t.dtype(), engine::DataType::kString);
+    ASSERT_EQ(t.NumElements(), 4);
+    EXPECT_EQ(t.data<std::string>()[0], "hello");
+    EXPECT_EQ(t.data<std::string>()[1], "");
+    EXPECT_EQ(t.data<std::string>()[2], binary);
+    EXPECT_EQ(t.data<std::string>()[3], long_text);
+  }
+}
+
+TEST(BytesCodecTest, RejectsMalformedRawBytes) {
+  auto model = StringModel();
+  ASSERT_NE(model, nullptr);
+  auto expect_invalid = [&](std::string raw, int64_t elements, const std::string& fragment) {
+    Request request = BytesRequest(elements);
+    request.add_raw_input_contents(std::move(raw));
+    absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(request, *model);
+    ASSERT_FALSE(decoded.ok()) << fragment;
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(decoded.status().message()), HasSubstr(fragment));
+  };
+  // A length that runs past the end.
+  std::string overrun = LengthPrefixed({"abc"});
+  overrun.resize(overrun.size() - 1);
+  expect_invalid(overrun, 1, "has length 3 but only 2 bytes follow");
+  // A length cut short, a missing element, bytes left over.
+  expect_invalid(LengthPrefixed({"abcdefgh"}) + std::string(2, '\0'), 2, "ends inside the length");
+  expect_invalid(LengthPrefixed({"a", "b"}), 3, "length-prefixed");
+  expect_invalid(LengthPrefixed({"a", "b"}), 1, "bytes after the 1 BYTES elements");
+  // A huge shape with a few bytes is refused before anything is allocated for it.
+  expect_invalid(LengthPrefixed({"a"}), int64_t{1} << 38, "needs 274877906944 length-prefixed");
+  // Typed contents in another field, or too few.
+  Request wrong_field = BytesRequest(1);
+  wrong_field.mutable_inputs(0)->mutable_contents()->add_int_contents(1);
+  absl::StatusOr<DecodedRequest> decoded = DecodeInferRequest(wrong_field, *model);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_THAT(std::string(decoded.status().message()), HasSubstr("expects bytes_contents"));
+  Request too_few = BytesRequest(2);
+  too_few.mutable_inputs(0)->mutable_contents()->add_bytes_contents("x");
+  decoded = DecodeInferRequest(too_few, *model);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_THAT(std::string(decoded.status().message()), HasSubstr("needs 2 elements, got 1"));
+}
+
+TEST(BytesCodecTest, EncodesLengthPrefixedOutputs) {
+  auto model = StringModel();
+  ASSERT_NE(model, nullptr);
+  engine::Tensor t(engine::DataType::kString, engine::Shape({3}));
+  t.mutable_data<std::string>()[0] = "ab";
+  t.mutable_data<std::string>()[2] = std::string(260, 'q');
+  std::vector<engine::Value> values;
+  values.emplace_back(std::move(t));
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(EncodeInferOutputs(*model, {0}, values, &response).ok());
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).datatype(), "BYTES");
+  EXPECT_THAT(response.outputs(0).shape(), ::testing::ElementsAre(3));
+  EXPECT_EQ(response.raw_output_contents(0), LengthPrefixed({"ab", "", std::string(260, 'q')}));
 }
 
 }  // namespace

@@ -368,6 +368,179 @@ def case_scan_only(out_dir):
                [np.array([i * i for i in range(5)], np.int64)])
 
 
+def scan_semantics(states, scans, in_axes, in_dirs, out_axes, out_dirs, body):
+    """The ONNX Scan-9/11/16 pseudo-code (onnx/defs/controlflow/defs.cc). body(*states,
+    *slices) -> (states..., scan outputs...). Axes may be negative (inputs: of the input's rank;
+    outputs: of the output's, one more than the body result's)."""
+    axes = [a % s.ndim for a, s in zip(in_axes, scans)]
+    n = scans[0].shape[axes[0]]
+    per = []
+    for t in range(n):
+        slices = [np.take(s, t if d == 0 else n - 1 - t, axis=a)
+                  for s, a, d in zip(scans, axes, in_dirs)]
+        outs = body(*states, *slices)
+        states = list(outs[:len(states)])
+        per.append([np.asarray(o) for o in outs[len(states):]])
+    outputs = []
+    for k, (axis, d) in enumerate(zip(out_axes, out_dirs)):
+        parts = [p[k] for p in per]
+        if not parts:
+            outputs.append(None)  # zero iterations: the caller knows the empty shape
+            continue
+        if d == 1:
+            parts = parts[::-1]
+        outputs.append(np.stack(parts, axis=axis % (parts[0].ndim + 1)))
+    return states, outputs
+
+
+def scan_body_two_inputs():
+    """States (acc [2], scale []), scan slices (a [2], b [3]) -> acc' = acc + a * scale,
+    scale' = scale * 0.5 + sum(b), outputs acc' * 2 and b + scale."""
+    return helper.make_graph(
+        [const("half", np.array(0.5, np.float32)), const("two", np.array(2.0, np.float32)),
+         helper.make_node("Mul", ["a", "scale_in"], ["a_scaled"]),
+         helper.make_node("Add", ["acc_in", "a_scaled"], ["acc_out"]),
+         helper.make_node("ReduceSum", ["b"], ["b_sum"], keepdims=0),
+         helper.make_node("Mul", ["scale_in", "half"], ["scale_half"]),
+         helper.make_node("Add", ["scale_half", "b_sum"], ["scale_out"]),
+         helper.make_node("Mul", ["acc_out", "two"], ["y1"]),
+         helper.make_node("Add", ["b", "scale_in"], ["y2"])],
+        "scan_body",
+        [vi("acc_in", F, [2]), vi("scale_in", F, []), vi("a", F, [2]), vi("b", F, [3])],
+        [vi("acc_out", F, [2]), vi("scale_out", F, []), vi("y1", F, [2]), vi("y2", F, [3])])
+
+
+def scan_body_two_inputs_np(acc, scale, a, b):
+    f = np.float32
+    acc2 = (acc + a * scale).astype(f)
+    return acc2, f(scale * f(0.5) + b.sum(dtype=f)), acc2 * f(2), (b + scale).astype(f)
+
+
+def case_scan(out_dir):
+    """ONNX Scan at opsets 9, 11 and 16: two states, two scan inputs on different (and negative)
+    axes, one read in reverse, two scan outputs stacked on different (and negative) axes, one in
+    reverse; a zero-length scan; a body that reads an outer value; Scan-8 with a batch axis and
+    sequence_lens (outputs past a sequence's end are zeros)."""
+    rng = np.random.default_rng(11)
+    f = np.float32
+    # a: [2, T=4] scanned on axis 1 (forward); b: [4, 3] scanned on axis -2 (reverse).
+    configs = [
+        ("scan9_axes_directions", 9, [1, 0], [0, 1], [0, 1], [0, 1], 4),
+        ("scan11_negative_axes", 11, [-1, -2], [1, 0], [-1, -2], [1, 0], 4),
+        ("scan16_zero_length", 16, [1, 0], [0, 0], [0, 0], [0, 0], 0),
+    ]
+    for name, opset, in_axes, in_dirs, out_axes, out_dirs, t in configs:
+        a = rng.standard_normal((2, t)).astype(f)
+        b = rng.standard_normal((t, 3)).astype(f)
+        acc0 = rng.standard_normal((2,)).astype(f)
+        scale0 = np.array(0.75, f)
+        attrs = dict(num_scan_inputs=2)
+        if opset >= 9:
+            attrs.update(scan_input_axes=in_axes, scan_input_directions=in_dirs,
+                         scan_output_axes=out_axes, scan_output_directions=out_dirs)
+        node = helper.make_node("Scan", ["acc0", "scale0", "a", "b"],
+                                ["acc", "scale", "y1", "y2"], body=scan_body_two_inputs(),
+                                **attrs)
+        g = helper.make_graph([node], name,
+                              [vi("acc0", F, [2]), vi("scale0", F, []), vi("a", F, [2, None]),
+                               vi("b", F, [None, 3])],
+                              [vi("acc", F, [2]), vi("scale", F, []), vi("y1", F, [None, None]),
+                               vi("y2", F, [None, None])])
+        (acc, scale), (y1, y2) = scan_semantics(
+            [acc0, scale0], [a, b], in_axes, in_dirs, out_axes, out_dirs, scan_body_two_inputs_np)
+        if t == 0:
+            y1 = np.zeros((0, 2), f)
+            y2 = np.zeros((0, 3), f)
+        write_case(out_dir, name, model(g, opset), [acc0, scale0, a, b],
+                   [acc, np.asarray(scale, f), y1, y2])
+
+    # An outer-scope read: y = x_t * w + s, s' = y, with w an input of the main graph.
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["x_t", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "s_in"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["y"])],
+        "outer_read", [vi("s_in", F, [3]), vi("x_t", F, [3])],
+        [vi("s_out", F, [3]), vi("y", F, [3])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1)
+    g = helper.make_graph([node], "scan_outer_read",
+                          [vi("w", F, [3]), vi("s0", F, [3]), vi("x", F, [5, 3])],
+                          [vi("s", F, [3]), vi("ys", F, [5, 3])])
+    w = rng.standard_normal((3,)).astype(f)
+    s0 = rng.standard_normal((3,)).astype(f)
+    x = rng.standard_normal((5, 3)).astype(f)
+    (s,), (ys,) = scan_semantics([s0], [x], [0], [0], [0], [0],
+                                 lambda si, xt: ((xt * w + si).astype(f),) * 2)
+    write_case(out_dir, "scan16_outer_scope_read", model(g, 16), [w, s0, x], [s, ys])
+
+    # Scan-8: batch axis 0, scan axis 1; sequence_lens [3, 1]; the scan input read in reverse.
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "x_t"], ["y"])],
+        "scan8_body", [vi("s_in", F, [2]), vi("x_t", F, [2])],
+        [vi("s_out", F, [2]), vi("y", F, [2])])
+    batch, t = 2, 4
+    s0 = rng.standard_normal((batch, 2)).astype(f)
+    x = rng.standard_normal((batch, t, 2)).astype(f)
+    for with_lens in (False, True):
+        lens = np.array([3, 1] if with_lens else [t, t], np.int64)
+        inputs = ["lens" if with_lens else "", "s0", "x"]
+        node = helper.make_node("Scan", inputs, ["s", "ys"], body=body, num_scan_inputs=1,
+                                directions=[1])
+        graph_inputs = ([vi("lens", I64, [batch])] if with_lens else []) + [
+            vi("s0", F, [batch, 2]), vi("x", F, [batch, t, 2])]
+        name = "scan8_batch_reverse" + ("_sequence_lens" if with_lens else "")
+        g = helper.make_graph([node], name, graph_inputs,
+                              [vi("s", F, [batch, 2]), vi("ys", F, [batch, t, 2])])
+        s_out = np.zeros_like(s0)
+        ys = np.zeros((batch, t, 2), f)
+        for bi in range(batch):
+            n = int(lens[bi])
+
+            def body_np(si, xt):
+                so = (si + xt).astype(f)
+                return so, (so * xt).astype(f)
+            (sb,), (yb,) = scan_semantics([s0[bi]], [x[bi, :n]], [0], [1], [0], [0], body_np)
+            s_out[bi] = sb
+            ys[bi, :n] = yb
+        vals = ([lens] if with_lens else []) + [s0, x]
+        write_case(out_dir, name, model(g, 8), vals, [s_out, ys])
+
+
+def case_strings(out_dir):
+    """String tensors through the loop machinery: a Scan over a string input (sliced), a string
+    state carried from step to step, string scan outputs (Concat of strings, and a Loop stacking
+    Cast(iteration, STRING))."""
+    S = TensorProto.STRING
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["x_t"], ["s_out"]),
+         helper.make_node("Concat", ["x_t", "s_in"], ["y"], axis=0)],
+        "string_scan_body", [vi("s_in", S, [2]), vi("x_t", S, [2])],
+        [vi("s_out", S, [2]), vi("y", S, [4])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
+                            scan_output_directions=[1])
+    g = helper.make_graph([node], "string_scan", [vi("s0", S, [2]), vi("x", S, [3, 2])],
+                          [vi("s", S, [2]), vi("ys", S, [3, 4])])
+    s0 = np.array(["start-" + "a" * 30, "b"], dtype=object)
+    x = np.array([["x0", "y0"], ["x1-" + "q" * 30, "y1"], ["x2", "y2"]], dtype=object)
+    (s_final,), (ys,) = scan_semantics(
+        [s0], [x], [0], [0], [0], [1],
+        lambda si, xt: (xt, np.concatenate([xt, si])))
+    write_case(out_dir, "scan16_strings", model(g, 16), [s0, x], [s_final, ys])
+
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["i_text"], to=S),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["t_in"], ["t_out"])],
+        "string_loop_body", [vi("i", I64, []), vi("cond_in", B, []), vi("t_in", S, [1])],
+        [vi("cond_out", B, []), vi("t_out", S, [1]), vi("i_text", S, [])])
+    loop = helper.make_node("Loop", ["M", "", "t0"], ["t", "texts"], body=body)
+    g = helper.make_graph([loop], "string_loop", [vi("M", I64, []), vi("t0", S, [1])],
+                          [vi("t", S, [1]), vi("texts", S, [None])])
+    t0 = np.array(["carried"], dtype=object)
+    write_case(out_dir, "loop_string_scan_output", model(g, 13), [np.array(3, np.int64), t0],
+               [t0, np.array(["0", "1", "2"], dtype=object)])
+
+
 def special_models(models_dir):
     """Models the C++ tests drive directly (no expected-output data set)."""
     os.makedirs(models_dir, exist_ok=True)
@@ -398,6 +571,16 @@ def special_models(models_dir):
     loop = helper.make_node("Loop", ["M", ""], ["rs"], body=body)
     g = helper.make_graph([loop], "bad_scan", [vi("M", I64, [])], [vi("rs", I64, [None, None])])
     onnx.save(model(g), os.path.join(models_dir, "changing_scan.onnx"))
+    # long_lstm: one LSTM layer (input 8, hidden 1024, constant weights) over X [T, B, 8] of any
+    # length: a long sequence is one long kernel step that must still notice the deadline.
+    rng = np.random.RandomState(21)
+    shapes = (("W", (1, 4096, 8)), ("R", (1, 4096, 1024)), ("Bias", (1, 8192)))
+    weights = [numpy_helper.from_array((rng.uniform(-1, 1, shape) * 0.03).astype(np.float32), name)
+               for name, shape in shapes]
+    lstm = helper.make_node("LSTM", ["X", "W", "R", "Bias"], ["", "Y_h"], hidden_size=1024)
+    g = helper.make_graph([lstm], "long_lstm", [vi("X", TensorProto.FLOAT, ["T", "B", 8])],
+                          [vi("Y_h", TensorProto.FLOAT, [1, "B", 1024])], weights)
+    onnx.save(model(g, 14), os.path.join(models_dir, "long_lstm.onnx"))
 
 
 def main():
@@ -417,6 +600,8 @@ def main():
     case_scan_only(out_dir)
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
     case_conv(out_dir, "loop_conv_c5", batch=1, channels=5, height=7, width=9, trips=4, seed=10)
+    case_scan(out_dir)
+    case_strings(out_dir)
 
 
 if __name__ == "__main__":

@@ -712,6 +712,313 @@ def ops_case(out):
     write_case(out, "ops_outside_loop", net, [xv, iv, av], res)
 
 
+# --------------------------------------------------------------------------------------------
+# Recurrent cells and sequences (RNNCell-3, GRUCell-3, LSTMCell-1/-4, *Sequence-5), in numpy
+# from the OpenVINO op specs: gate order fico (LSTM), zrh (GRU), B the per-gate sum Wb + Rb (GRU
+# with linear_before_reset: [z, r, Wbh, Rbh]); f, g, h activations; clip on every activation's
+# input. Sequences: X [B,T,I], states [B,D,H], Y [B,D,T,H]; outputs past a sequence's length are 0.
+# And TensorIterator slicing as OpenVINO's core op reads it: the inclusive range [start, end]
+# (negative from the end) cut into parts of part_size, taken in the stride's direction.
+# --------------------------------------------------------------------------------------------
+def act(name):
+    return {"sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
+            "relu": lambda v: np.maximum(v, 0)}[name]
+
+
+def ov_lstm_cell(x, h, c, W, R, B, acts=("sigmoid", "tanh", "tanh"), clip=0.0, order="fico"):
+    f, g, hf = (act(a) for a in acts)
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip > 0 else (lambda v: v)
+    gates = x @ W.T + h @ R.T + B
+    parts = dict(zip(order, np.split(gates, 4, axis=-1)))
+    i, fg, cc, o = f(cl(parts["i"])), f(cl(parts["f"])), g(cl(parts["c"])), f(cl(parts["o"]))
+    c_new = fg * c + i * cc
+    return (o * hf(c_new)).astype(np.float32), c_new.astype(np.float32)
+
+
+def ov_gru_cell(x, h, W, R, B, acts=("sigmoid", "tanh"), clip=0.0, lbr=False):
+    f, g = act(acts[0]), act(acts[1])
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip > 0 else (lambda v: v)
+    H = h.shape[-1]
+    wz, wr, wh = np.split(W, 3)
+    rz, rr, rh = np.split(R, 3)
+    bz, br, bh = B[:H], B[H:2 * H], B[2 * H:3 * H]
+    z = f(cl(x @ wz.T + h @ rz.T + bz))
+    r = f(cl(x @ wr.T + h @ rr.T + br))
+    if lbr:
+        hh = g(cl(x @ wh.T + bh + r * (h @ rh.T + B[3 * H:])))
+    else:
+        hh = g(cl(x @ wh.T + (r * h) @ rh.T + bh))
+    return ((1 - z) * hh + z * h).astype(np.float32)
+
+
+def ov_rnn_cell(x, h, W, R, B, acts=("tanh",), clip=0.0):
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip > 0 else (lambda v: v)
+    return act(acts[0])(cl(x @ W.T + h @ R.T + B)).astype(np.float32)
+
+
+def ti_slices(arr, axis, stride=1, part=1, start=0, end=-1):
+    """The parts a TensorIterator sliced input gives, in iteration order."""
+    d = arr.shape[axis]
+    lo = start if start >= 0 else d + start
+    hi = end if end >= 0 else d + end
+    first, last = min(lo, hi), max(lo, hi)
+    n = (last - first + 1) // part
+    offs = [first + k * part if stride > 0 else last + 1 - (k + 1) * part for k in range(n)]
+    return [np.take(arr, range(o, o + part), axis=axis) for o in offs]
+
+
+def cell_layer(b, kind, inputs, B_, H_, data, version):
+    n_out = 2 if kind == "LSTMCell" else 1
+    return b.add(kind, inputs, [(np.float32, [B_, H_])] * n_out, data=data, version=version)
+
+
+def ti_cell_case(out, name, kind, reverse=False, version=None, data=None, acts=None, clip=0.0,
+                 lbr=False, order="fico", explicit_format=None, loop5=False):
+    """A TensorIterator (or Loop-5) over x [B, T, I] on axis 1 whose body is one cell:
+    Squeeze -> cell -> Unsqueeze, states carried by back edges; outputs: the concatenated hidden
+    states and the last states."""
+    B_, T_, I_, H_ = 2, 5, 3, 4
+    G = {"LSTMCell": 4, "GRUCell": 3, "RNNCell": 1}[kind]
+    net = new_net()
+    x = net.param("x", np.float32, [B_, T_, I_])
+    h0 = net.param("h0", np.float32, [B_, H_])
+    xv, hv = randf(B_, T_, I_), randf(B_, H_)
+    inputs_v = [xv, hv]
+    outer = [x, h0]
+    if kind == "LSTMCell":
+        c0 = net.param("c0", np.float32, [B_, H_])
+        cv = randf(B_, H_)
+        outer.append(c0)
+        inputs_v.append(cv)
+    W = randf(G * H_, I_) * 0.5
+    R = randf(G * H_, H_) * 0.5
+    Bv = randf((G + (1 if lbr else 0)) * H_) * 0.3
+    b = body_net(net)
+    p_x = b.param("xt", np.float32, [B_, 1, I_])
+    p_h = b.param("h", np.float32, [B_, H_])
+    p_c = b.param("c", np.float32, [B_, H_]) if kind == "LSTMCell" else None
+    xt = b.op("Squeeze", [p_x, b.const(np.array([1], np.int64))], np.float32, [B_, I_])
+    attrs = {"hidden_size": H_}
+    if acts:
+        attrs["activations"] = ",".join(acts)
+    if clip:
+        attrs["clip"] = clip
+    if lbr:
+        attrs["linear_before_reset"] = "true"
+    if explicit_format:
+        attrs["weights_format"] = explicit_format
+    attrs.update(data or {})
+    cell_in = [xt, p_h] + ([p_c] if p_c else []) + [b.const(W), b.const(R), b.const(Bv)]
+    ver = version or {"LSTMCell": "opset4", "GRUCell": "opset3", "RNNCell": "opset3"}[kind]
+    cell = cell_layer(b, kind, cell_in, B_, H_, attrs, ver)
+    hu = b.op("Unsqueeze", [cell[0], b.const(np.array([1], np.int64))], np.float32,
+              [B_, 1, H_])
+    b.result(cell[0])
+    r_h = max(b.used)
+    b.result(hu)
+    r_hu = max(b.used)
+    r_c = None
+    if p_c:
+        b.result(cell[1])
+        r_c = max(b.used)
+    sl = {"axis": 1}
+    if reverse:
+        sl.update({"stride": -1, "start": -1, "end": 0})
+    back = [(r_h, p_h.layer)] + ([(r_c, p_c.layer)] if p_c else [])
+    outs_spec = [(np.float32, [B_, T_, H_]), (np.float32, [B_, H_])] + (
+        [(np.float32, [B_, H_])] if p_c else [])
+    if loop5:
+        b.result(b.const(np.bool_(True)))
+        r_cond = max(b.used)
+        pin = [(2, p_x.layer, sl), (3, p_h.layer, {})] + ([(4, p_c.layer, {})] if p_c else [])
+        base = 2 + len(outer)
+        pout = [(base, r_hu, dict(sl)), (base + 1, r_h, {})] + (
+            [(base + 2, r_c, {})] if p_c else []) + [
+            (-1, r_cond, {"purpose": "execution_condition"})]
+        outs = net.loop([net.const(np.int64(-1)), net.const(np.bool_(True))] + outer, b, pin,
+                        pout, back, outs_spec)
+    else:
+        pin = [(0, p_x.layer, sl), (1, p_h.layer, {})] + ([(2, p_c.layer, {})] if p_c else [])
+        base = len(outer)
+        pout = [(base, r_hu, dict(sl)), (base + 1, r_h, {})] + (
+            [(base + 2, r_c, {})] if p_c else [])
+        outs = net.loop(outer, b, pin, pout, back, outs_spec, type_="TensorIterator")
+    net.result(outs[0], "hs")
+    net.result(outs[1], "h_last")
+    if p_c:
+        net.result(outs[2], "c_last")
+    h, c = hv, (cv if p_c else None)
+    hs = []
+    for xt_v in ti_slices(xv, 1, -1 if reverse else 1):
+        xt_v = xt_v[:, 0]
+        if kind == "LSTMCell":
+            h, c = ov_lstm_cell(xt_v, h, c, W, R, Bv, acts or ("sigmoid", "tanh", "tanh"), clip,
+                                order)
+        elif kind == "GRUCell":
+            h = ov_gru_cell(xt_v, h, W, R, Bv, acts or ("sigmoid", "tanh"), clip, lbr)
+        else:
+            h = ov_rnn_cell(xt_v, h, W, R, Bv, acts or ("tanh",), clip)
+        hs.append(h[:, None])
+    if reverse:
+        hs = hs[::-1]
+    expected = [np.concatenate(hs, axis=1), h] + ([c] if p_c else [])
+    write_case(out, name, net, inputs_v, expected)
+
+
+def sequence_case(out, name, kind, direction="forward", lens=None, lbr=False, acts=None,
+                  clip=0.0):
+    """RNN/GRU/LSTMSequence-5 on x [B, T, I] with sequence_lengths; Y [B, D, T, H]."""
+    B_, T_, I_, H_ = 2, 5, 3, 4
+    D = 2 if direction == "bidirectional" else 1
+    cell = kind.replace("Sequence", "")
+    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[cell]
+    net = new_net()
+    x = net.param("x", np.float32, [B_, T_, I_])
+    h0 = net.param("h0", np.float32, [B_, D, H_])
+    xv, hv = randf(B_, T_, I_), randf(B_, D, H_)
+    ins, vals = [x, h0], [xv, hv]
+    if cell == "LSTM":
+        c0 = net.param("c0", np.float32, [B_, D, H_])
+        cv = randf(B_, D, H_)
+        ins.append(c0)
+        vals.append(cv)
+    lv = np.array(lens if lens else [T_] * B_, np.int32)
+    seq = net.param("lens", np.int32, [B_])
+    ins.append(seq)
+    vals.append(lv)
+    W = randf(D, G * H_, I_) * 0.5
+    R = randf(D, G * H_, H_) * 0.5
+    Bv = randf(D, (G + (1 if lbr else 0)) * H_) * 0.3
+    ins += [net.const(W), net.const(R), net.const(Bv)]
+    attrs = {"hidden_size": H_, "direction": direction}
+    if acts:
+        attrs["activations"] = ",".join(acts)
+    if clip:
+        attrs["clip"] = clip
+    if lbr:
+        attrs["linear_before_reset"] = "true"
+    n_out = 3 if cell == "LSTM" else 2
+    outs = net.add(kind, ins, [(np.float32, [B_, D, T_, H_])] + [(np.float32, [B_, D, H_])] *
+                   (n_out - 1), data=attrs, version="opset5")
+    for k, o in enumerate(outs):
+        net.result(o, ["Y", "Ho", "Co"][k])
+    Y = np.zeros((B_, D, T_, H_), np.float32)
+    Ho = np.zeros((B_, D, H_), np.float32)
+    Co = np.zeros((B_, D, H_), np.float32)
+    for d in range(D):
+        rev = direction == "reverse" or d == 1
+        for bb in range(B_):
+            h = hv[bb, d:d + 1]
+            c = cv[bb, d:d + 1] if cell == "LSTM" else None
+            n = int(lv[bb])
+            for s in range(n):
+                t = n - 1 - s if rev else s
+                xt_v = xv[bb, t:t + 1]
+                if cell == "LSTM":
+                    h, c = ov_lstm_cell(xt_v, h, c, W[d], R[d], Bv[d],
+                                        acts or ("sigmoid", "tanh", "tanh"), clip)
+                elif cell == "GRU":
+                    h = ov_gru_cell(xt_v, h, W[d], R[d], Bv[d], acts or ("sigmoid", "tanh"),
+                                    clip, lbr)
+                else:
+                    h = ov_rnn_cell(xt_v, h, W[d], R[d], Bv[d], acts or ("tanh",), clip)
+                Y[bb, d, t] = h[0]
+            Ho[bb, d] = h[0]
+            if cell == "LSTM":
+                Co[bb, d] = c[0]
+    write_case(out, name, net, vals, [Y, Ho, Co][:n_out])
+
+
+def ti_slicing_case(out, name, part=1, stride=1, start=None, end=None, back_edge_on_slice=False,
+                    out_stride=None):
+    """TensorIterator slicing x [2, 8, 3] on axis 1: parts of `part` along [start, end] in the
+    stride's direction; the body adds its part to a carried [2, part, 3] accumulator and outputs
+    2 * part, concatenated on axis 1 (in reverse for a negative output stride)."""
+    net = new_net()
+    x = net.param("x", np.float32, [2, 8, 3])
+    a0 = net.param("a0", np.float32, [2, part, 3])
+    xv, av = randf(2, 8, 3), randf(2, part, 3)
+    b = body_net(net)
+    p_x = b.param("xt", np.float32, [2, part, 3])
+    p_a = b.param("acc", np.float32, [2, part, 3])
+    acc = b.op("Add", [p_a, p_x], np.float32, [2, part, 3])
+    dbl = b.op("Multiply", [p_x, b.const(np.float32(2))], np.float32, [2, part, 3])
+    b.result(acc)
+    r_a = max(b.used)
+    b.result(dbl)
+    r_d = max(b.used)
+    sl = {"axis": 1}
+    if part != 1:
+        sl["part_size"] = part
+    if stride != 1:
+        sl["stride"] = stride
+    if start is not None:
+        sl["start"] = start
+    if end is not None:
+        sl["end"] = end
+    osl = {"axis": 1}
+    os_ = out_stride if out_stride is not None else (1 if stride > 0 else -1)
+    if os_ != 1:
+        osl["stride"] = os_
+    back = [(r_a, p_a.layer)]
+    if back_edge_on_slice:
+        # Listed by the IR; OpenVINO's reader makes the Parameter a sliced input and ignores it.
+        back.append((r_d, p_x.layer))
+    parts = ti_slices(xv, 1, stride, part, 0 if start is None else start,
+                      -1 if end is None else end)
+    outs = net.loop([x, a0], b, [(0, p_x.layer, sl), (1, p_a.layer, {})],
+                    [(2, r_d, osl), (3, r_a, {})], back,
+                    [(np.float32, [2, part * len(parts), 3]), (np.float32, [2, part, 3])],
+                    type_="TensorIterator")
+    net.result(outs[0], "doubled")
+    net.result(outs[1], "acc_out")
+    accv = av
+    per = []
+    for pv in parts:
+        accv = (accv + pv).astype(np.float32)
+        per.append(pv * np.float32(2))
+    if os_ < 0:
+        per = per[::-1]
+    write_case(out, name, net, [xv, av], [np.concatenate(per, axis=1), accv])
+
+
+def recurrent_cases(out):
+    ti_cell_case(out, "ti_lstm_cell4", "LSTMCell")
+    ti_cell_case(out, "ti_lstm_cell4_reverse_clip", "LSTMCell", reverse=True, clip=0.9)
+    ti_cell_case(out, "loop5_lstm_cell4", "LSTMCell", loop5=True)
+    ti_cell_case(out, "ti_lstm_cell1_default_format_ifco", "LSTMCell", version="opset1",
+                 order="ifco")
+    ti_cell_case(out, "ti_lstm_cell1_format_fico", "LSTMCell", version="opset1", order="fico",
+                 explicit_format="fico")
+    ti_cell_case(out, "ti_lstm_cell4_relu_activations", "LSTMCell",
+                 acts=("sigmoid", "relu", "tanh"))
+    ti_cell_case(out, "ti_gru_cell3", "GRUCell")
+    ti_cell_case(out, "ti_gru_cell3_linear_before_reset_reverse", "GRUCell", lbr=True,
+                 reverse=True)
+    ti_cell_case(out, "ti_gru_cell3_clip", "GRUCell", clip=0.5)
+    ti_cell_case(out, "ti_rnn_cell3", "RNNCell")
+    ti_cell_case(out, "ti_rnn_cell3_relu", "RNNCell", acts=("relu",))
+    ti_cell_case(out, "loop5_rnn_cell3_sigmoid", "RNNCell", acts=("sigmoid",), loop5=True)
+    sequence_case(out, "lstm_sequence5", "LSTMSequence")
+    sequence_case(out, "lstm_sequence5_bidirectional_lengths", "LSTMSequence",
+                  direction="bidirectional", lens=[5, 3])
+    sequence_case(out, "lstm_sequence5_reverse_clip", "LSTMSequence", direction="reverse",
+                  clip=0.6)
+    sequence_case(out, "gru_sequence5_linear_before_reset", "GRUSequence", lbr=True)
+    sequence_case(out, "gru_sequence5_bidirectional_lengths", "GRUSequence",
+                  direction="bidirectional", lens=[2, 5])
+    sequence_case(out, "rnn_sequence5_reverse", "RNNSequence", direction="reverse")
+    sequence_case(out, "rnn_sequence5_relu_lengths", "RNNSequence", acts=("relu",), lens=[4, 1])
+    ti_slicing_case(out, "ti_part_size_2", part=2, stride=2)
+    ti_slicing_case(out, "ti_part_size_2_stride_1", part=2)
+    ti_slicing_case(out, "ti_part_size_2_reverse", part=2, stride=-2, start=-1, end=0)
+    ti_slicing_case(out, "ti_range_1_to_4", start=1, end=4)
+    ti_slicing_case(out, "ti_range_negative", start=-6, end=-3)
+    ti_slicing_case(out, "ti_reverse_default_start_end", stride=-1)
+    ti_slicing_case(out, "ti_back_edge_on_sliced_input", back_edge_on_slice=True)
+    ti_slicing_case(out, "ti_forward_slices_reverse_concat", out_stride=-1)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -741,6 +1048,7 @@ def main():
     rnn(out, "loop_rnn_batch_first", "loop")
     gru_like_loop(out)
     ops_case(out)
+    recurrent_cases(out)
 
 
 if __name__ == "__main__":

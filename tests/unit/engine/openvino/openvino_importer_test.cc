@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "engine/engine.h"
 #include "gmock/gmock.h"
@@ -17,6 +18,7 @@ namespace loopserve::engine {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // y = x + c, c = [1, 2] from the .bin.
 constexpr char kAdd[] = R"(<?xml version="1.0"?>
@@ -287,6 +289,27 @@ TEST(OpenVinoImporterTest, LoadsGeneratedModelsFromDisk) {
   EXPECT_EQ((*model)->loop_names().size(), 1u);
   auto missing = Model::Load(std::string(LOOPSERVE_OV_CASES_DIR) + "/nowhere/model.xml");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+// A TensorIterator whose body is one cell runs as the recurrent layer (transform
+// lower_cell_loops): no Loop is left. Its outputs are checked against numpy by the
+// openvino_loop_cases test (ti_*_cell* cases); a Loop-5 with a trip count keeps its Loop.
+TEST(OpenVinoImporterTest, TensorIteratorOverOneCellRunsAsTheLayer) {
+  LoadOptions options;
+  options.dump_plan = true;
+  for (const char* name : {"ti_lstm_cell4", "ti_lstm_cell4_reverse_clip",
+                           "ti_gru_cell3_linear_before_reset_reverse", "ti_rnn_cell3"}) {
+    auto model =
+        Model::Load(absl::StrCat(LOOPSERVE_OV_CASES_DIR, "/", name, "/model.xml"), options);
+    ASSERT_TRUE(model.ok()) << name << ": " << model.status();
+    EXPECT_THAT((*model)->plan_dump(), HasSubstr("lower_cell_loops")) << name;
+    EXPECT_TRUE((*model)->loop_names().empty()) << name;
+  }
+  auto loop5 =
+      Model::Load(std::string(LOOPSERVE_OV_CASES_DIR) + "/loop5_lstm_cell4/model.xml", options);
+  ASSERT_TRUE(loop5.ok()) << loop5.status();
+  EXPECT_THAT((*loop5)->plan_dump(), Not(HasSubstr("lower_cell_loops")));
+  EXPECT_EQ((*loop5)->loop_names().size(), 1u);
 }
 
 }  // namespace

@@ -145,11 +145,14 @@ TEST(TensorFromProtoTest, RejectsMalformed) {
   for (int i = 0; i < 4; ++i) huge.add_dims(int64_t{1} << 20);
   EXPECT_EQ(TensorFromProto(huge, "h").status().code(), absl::StatusCode::kInvalidArgument);
 
+  // Strings live in string_data: raw bytes or a wrong count are malformed.
   onnx::TensorProto strings;
   strings.set_data_type(onnx::TensorProto::STRING);
-  strings.add_dims(1);
+  strings.add_dims(2);
   strings.add_string_data("a");
-  EXPECT_EQ(TensorFromProto(strings, "s").status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(TensorFromProto(strings, "s").status().code(), absl::StatusCode::kInvalidArgument);
+  strings.set_raw_data("ab");
+  EXPECT_EQ(TensorFromProto(strings, "s").status().code(), absl::StatusCode::kInvalidArgument);
 
   onnx::TensorProto complex;
   complex.set_data_type(onnx::TensorProto::COMPLEX64);
@@ -172,6 +175,20 @@ TEST(TensorToProtoTest, RoundTripsEveryType) {
     EXPECT_EQ(back->shape(), t.shape());
     EXPECT_EQ(std::memcmp(back->raw_data(), t.raw_data(), t.ByteSize()), 0);
   }
+}
+
+TEST(TensorToProtoTest, RoundTripsStrings) {
+  Tensor t(DataType::kString, engine::Shape({2}));
+  t.mutable_data<std::string>()[0] = "hello";
+  t.mutable_data<std::string>()[1] = std::string("a\0b", 3);
+  const onnx::TensorProto proto = TensorToProto(t, "s");
+  ASSERT_EQ(proto.string_data_size(), 2);
+  EXPECT_EQ(proto.string_data(1), std::string("a\0b", 3));
+  auto back = TensorFromProto(proto, "s");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->dtype(), DataType::kString);
+  EXPECT_EQ(back->data<std::string>()[0], "hello");
+  EXPECT_EQ(back->data<std::string>()[1], std::string("a\0b", 3));
 }
 
 TEST(ValueFileTest, SequenceAndOptionalRoundTrip) {

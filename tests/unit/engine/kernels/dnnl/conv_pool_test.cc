@@ -100,6 +100,100 @@ TEST(ConvTest, RandomWindowsMatchReference) {
   }
 }
 
+TEST(ConvTransposeTest, RandomWindowsMatchReference) {
+  // oneDNN's deconvolution (constant and runtime weights, groups, strides, dilations, pads,
+  // auto_pad) against the reference scatter; extended outputs (output_padding, an output_shape
+  // past the input's reach) run on the reference and are checked by the spec examples below.
+  std::mt19937 rng(33);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int rank = 1 + trial % 3;
+    const int64_t group = Pick(rng, 1, 2);
+    const int64_t c = group * Pick(rng, 1, 3);
+    const int64_t m = group * Pick(rng, 1, 3);
+    reference::ConvTransposeAttrs ct;
+    Attributes attrs;
+    Shape::Dims x_dims = {Pick(rng, 1, 2), c};
+    std::vector<int64_t> begin, end;
+    for (int i = 0; i < rank; ++i) {
+      const int64_t k = Pick(rng, 1, 3);
+      const int64_t d = Pick(rng, 1, 2);
+      ct.window.kernel_shape.push_back(k);
+      ct.window.dilations.push_back(d);
+      ct.window.strides.push_back(Pick(rng, 1, 3));
+      begin.push_back(Pick(rng, 0, (k - 1) * d));
+      end.push_back(Pick(rng, 0, (k - 1) * d));
+      x_dims.push_back(Pick(rng, 1, rank == 3 ? 3 : 5));
+    }
+    const bool same = trial % 4 == 1;
+    if (same) {
+      ct.window.auto_pad = reference::AutoPad::kSameLower;
+      attrs["auto_pad"] = StringAttr("SAME_LOWER");
+    } else {
+      ct.window.pads = begin;
+      ct.window.pads.insert(ct.window.pads.end(), end.begin(), end.end());
+      attrs["pads"] = IntsAttr(ct.window.pads);
+    }
+    ct.group = group;
+    attrs["strides"] = IntsAttr(ct.window.strides);
+    attrs["dilations"] = IntsAttr(ct.window.dilations);
+    attrs["group"] = IntAttr(group);
+    Shape::Dims w_dims = {c, m / group};
+    w_dims.insert(w_dims.end(), ct.window.kernel_shape.begin(), ct.window.kernel_shape.end());
+    const Tensor x = RandomTensor(DataType::kFloat32, Shape(x_dims), rng);
+    const Tensor w = RandomTensor(DataType::kFloat32, Shape(w_dims), rng);
+    const Tensor b = RandomTensor(DataType::kFloat32, Shape{m}, rng);
+    const Tensor* bias = trial % 3 ? &b : nullptr;
+    SCOPED_TRACE(::testing::Message() << "x " << Shape(x_dims).ToString() << " w "
+                                      << Shape(w_dims).ToString() << " group " << group);
+    Tensor expected;
+    absl::Status ref = reference::ConvTranspose(x, w, bias, ct, expected);
+    if (!ref.ok()) {
+      // Pads larger than the output: the kernel must reject them too.
+      EXPECT_FALSE(RunOnce("ConvTranspose", 11, {&x, &w, bias}, attrs).ok());
+      continue;
+    }
+    const int64_t created = DnnlPrimitiveCreationCount();
+    absl::StatusOr<Tensor> actual = RunOnce("ConvTranspose", 11, {&x, &w, bias}, attrs);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    if (expected.NumElements() > 0 && !same) {
+      EXPECT_EQ(DnnlPrimitiveCreationCount(), created + 1);
+    }
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-4, 1e-4));
+  }
+}
+
+TEST(ConvTransposeSpecTest, ValuesByHand) {
+  // test_convtranspose_dilations: a 3x3 input, a 2x2 kernel dilated by 2.
+  const Tensor x = MakeTensor<float>({1, 1, 3, 3}, {3, 8, 1, 9, 5, 7, 3, 2, 6});
+  const Tensor w = MakeTensor<float>({1, 1, 2, 2}, {7, 2, 1, 9});
+  absl::StatusOr<Tensor> dilated =
+      RunOnce("ConvTranspose", 11, {&x, &w}, {{"dilations", IntsAttr({2, 2})}});
+  ASSERT_TRUE(dilated.ok()) << dilated.status();
+  EXPECT_TRUE(TensorsNear(
+      *dilated, MakeTensor<float>({1, 1, 5, 5}, {21, 56, 13, 16, 2,  63, 35, 67, 10, 14, 24, 22, 76,
+                                                 76, 21, 9,  5,  88, 45, 63, 3,  2,  33, 18, 54})));
+  // test_convtranspose_pad: output_padding adds a zero row and column at the end; a stride 3 x 2
+  // with a 3x3 ones kernel over the 0..8 ramp. Rows 0-2 come from input row 0, and so on.
+  const Tensor ramp = MakeTensor<float>({1, 1, 3, 3}, Iota(9));
+  const Tensor ones = MakeTensor<float>({1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+  absl::StatusOr<Tensor> padded =
+      RunOnce("ConvTranspose", 11, {&ramp, &ones},
+              {{"strides", IntsAttr({3, 2})}, {"output_padding", IntsAttr({1, 1})}});
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  ASSERT_EQ(padded->shape(), Shape({1, 1, 10, 8}));
+  const float row0[8] = {0, 0, 1, 1, 3, 2, 2, 0};
+  const float row3[8] = {3, 3, 7, 4, 9, 5, 5, 0};
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(padded->data<float>()[j], row0[j]) << j;
+    EXPECT_EQ(padded->data<float>()[3 * 8 + j], row3[j]) << j;
+    EXPECT_EQ(padded->data<float>()[9 * 8 + j], 0.0f) << j;
+  }
+  // Bad weights: W[0] must be the input channels.
+  const Tensor w_bad = MakeTensor<float>({2, 1, 3, 3}, std::vector<float>(18, 1.0f));
+  absl::StatusOr<Tensor> bad = RunOnce("ConvTranspose", 11, {&ramp, &w_bad});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ConvSpecTest, ValuesByHand) {
   // test_basic_conv_with_padding / _without_padding: a 5x5 ramp under a 3x3 box of ones.
   const Tensor x = MakeTensor<float>({1, 1, 5, 5}, Iota(25));

@@ -56,6 +56,24 @@ std::vector<Case> Cases() {
       {"LRN", 13, {Shape{2, 5, 3}}, {{"size", IntAttr(3)}}},
       {"LeakyRelu", 6, {Shape{4, 16}}, {{"alpha", FloatAttr(0.2f)}}},
       {"PRelu", 16, {Shape{2, 3, 4}, Shape{3, 1}}, {}},
+      // Recurrent layers: on lstm_forward / gru_forward / vanilla_rnn_forward, and (clip) on the
+      // native implementation, whose scratch is kept in the frame.
+      {"LSTM",
+       14,
+       {Shape{5, 2, 3}, Shape{1, 16, 3}, Shape{1, 16, 4}, Shape{1, 32}},
+       {{"hidden_size", IntAttr(4)}}},
+      {"LSTM",
+       14,
+       {Shape{5, 2, 3}, Shape{1, 16, 3}, Shape{1, 16, 4}, Shape{1, 32}},
+       {{"hidden_size", IntAttr(4)}, {"clip", FloatAttr(0.5f)}}},
+      {"GRU",
+       14,
+       {Shape{5, 2, 3}, Shape{1, 12, 3}, Shape{1, 12, 4}, Shape{1, 24}},
+       {{"hidden_size", IntAttr(4)}, {"linear_before_reset", IntAttr(1)}}},
+      {"RNN",
+       14,
+       {Shape{5, 2, 3}, Shape{1, 4, 3}, Shape{1, 4, 4}, Shape{1, 8}},
+       {{"hidden_size", IntAttr(4)}}},
   };
 }
 

@@ -1,0 +1,228 @@
+// ConvInteger and QLinearConv: 8-bit convolutions with zero points (per tensor for x, per tensor
+// or per output channel for w), accumulated in int32; QLinearConv requantises with
+// x_scale * w_scale / y_scale, rounding half to even, and saturates to the type of y_zero_point.
+//
+// The accumulation is an int32 matrix product of the weights (zero point subtracted) with the
+// im2col of the input (zero point subtracted, so padding contributes 0), over the frame's reused
+// buffers; the inner loop runs over output positions, contiguous, which the compiler vectorises.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/dnnl/window_attrs.h"
+
+namespace loopserve::engine {
+namespace {
+
+bool Is8Bit(DataType t) { return t == DataType::kInt8 || t == DataType::kUint8; }
+
+int32_t At8(const Tensor& t, int64_t i) {
+  return t.dtype() == DataType::kInt8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
+}
+
+class IntConvState : public KernelState {
+ public:
+  std::vector<int32_t> weights;  // [M, Cg * K] minus the weight zero points
+  std::vector<int32_t> columns;  // [Cg * K, P] im2col minus the input zero point
+  std::vector<int32_t> acc;      // QLinearConv: [M, P] per image
+};
+
+class IntConvKernel final : public Kernel {
+ public:
+  IntConvKernel(reference::WindowAttrs attrs, int64_t group, bool qlinear)
+      : attrs_(std::move(attrs)), group_(group), qlinear_(qlinear) {}
+
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<IntConvState>();
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    // ConvInteger: x, w, x_zero_point?, w_zero_point?. QLinearConv: x, x_scale, x_zero_point, w,
+    // w_scale, w_zero_point, y_scale, y_zero_point, B?.
+    const Tensor& x = ctx.input(0);
+    const Tensor& w = ctx.input(qlinear_ ? 3 : 1);
+    const int x_zp_input = 2;  // the same slot in both ops
+    const int w_zp_input = qlinear_ ? 5 : 3;
+    const Tensor* x_zp = ctx.has_input(x_zp_input) ? &ctx.input(x_zp_input) : nullptr;
+    const Tensor* w_zp = ctx.has_input(w_zp_input) ? &ctx.input(w_zp_input) : nullptr;
+    if (!Is8Bit(x.dtype()) || !Is8Bit(w.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat("x (", DataTypeName(x.dtype()), ") and w (",
+                                                     DataTypeName(w.dtype()),
+                                                     ") must be int8 or uint8"));
+    }
+    reference::Window win;
+    LS_ASSIGN_OR_RETURN(const Shape out_shape,
+                        reference::ConvShapes(x.shape(), w.shape(), nullptr, attrs_, group_, &win));
+    const int64_t m_total = w.dim(0);
+    if (x_zp != nullptr && (x_zp->dtype() != x.dtype() || x_zp->NumElements() != 1)) {
+      return absl::InvalidArgumentError("x_zero_point must be one value of x's type");
+    }
+    if (w_zp != nullptr && (w_zp->dtype() != w.dtype() ||
+                            (w_zp->NumElements() != 1 && w_zp->NumElements() != m_total))) {
+      return absl::InvalidArgumentError(
+          "w_zero_point must be one value of w's type, or one per output channel");
+    }
+    const int32_t xz = x_zp != nullptr ? At8(*x_zp, 0) : 0;
+    // Requantisation: scales and the output's zero point.
+    const Tensor* x_scale = nullptr;
+    const Tensor* w_scale = nullptr;
+    const Tensor* y_scale = nullptr;
+    const Tensor* y_zp = nullptr;
+    const Tensor* bias = nullptr;
+    if (qlinear_) {
+      x_scale = &ctx.input(1);
+      w_scale = &ctx.input(4);
+      y_scale = &ctx.input(6);
+      y_zp = &ctx.input(7);
+      bias = ctx.has_input(8) ? &ctx.input(8) : nullptr;
+      for (const Tensor* s : {x_scale, y_scale}) {
+        if (s->dtype() != DataType::kFloat32 || s->NumElements() != 1) {
+          return absl::InvalidArgumentError("x_scale and y_scale must be one float32");
+        }
+      }
+      if (w_scale->dtype() != DataType::kFloat32 ||
+          (w_scale->NumElements() != 1 && w_scale->NumElements() != m_total)) {
+        return absl::InvalidArgumentError("w_scale must be one float32, or one per output channel");
+      }
+      if (!Is8Bit(y_zp->dtype()) || y_zp->NumElements() != 1) {
+        return absl::InvalidArgumentError("y_zero_point must be one int8 or uint8");
+      }
+      if (bias != nullptr &&
+          (bias->dtype() != DataType::kInt32 || bias->rank() != 1 || bias->dim(0) != m_total)) {
+        return absl::InvalidArgumentError(absl::StrCat("B must be int32 [", m_total, "]"));
+      }
+    }
+    Tensor* y = ctx.output(0, qlinear_ ? y_zp->dtype() : DataType::kInt32, out_shape);
+    if (y->NumElements() == 0) return absl::OkStatus();
+
+    IntConvState& state = *ctx.state<IntConvState>();
+    const int64_t batch = x.dim(0), channels = x.dim(1);
+    const int64_t c_group = channels / group_, m_group = m_total / group_;
+    const int64_t k_size = w.shape().NumElements(2, w.rank());
+    const int64_t rows = c_group * k_size;  // per group: input channels x kernel taps
+    const int64_t positions = out_shape.NumElements(2, out_shape.rank());
+    const int64_t in_size = x.shape().NumElements(2, x.rank());
+    state.weights.resize(static_cast<size_t>(m_total * rows));
+    for (int64_t m = 0; m < m_total; ++m) {
+      const int32_t wz = w_zp == nullptr ? 0 : At8(*w_zp, w_zp->NumElements() == 1 ? 0 : m);
+      for (int64_t r = 0; r < rows; ++r) state.weights[m * rows + r] = At8(w, m * rows + r) - wz;
+    }
+    state.columns.resize(static_cast<size_t>(rows * positions));
+    state.acc.resize(static_cast<size_t>(m_group * positions));
+    Shape::Dims out_index(win.rank), k_index(win.rank);
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t g = 0; g < group_; ++g) {
+        // im2col of this image's group: column p holds the taps of output position p.
+        for (int64_t c = 0; c < c_group; ++c) {
+          const int64_t plane = (n * channels + g * c_group + c) * in_size;
+          for (int64_t k = 0; k < k_size; ++k) {
+            int64_t krem = k;
+            for (int d = win.rank - 1; d >= 0; --d) {
+              k_index[d] = krem % win.kernel[d];
+              krem /= win.kernel[d];
+            }
+            int32_t* col = state.columns.data() + (c * k_size + k) * positions;
+            for (int64_t p = 0; p < positions; ++p) {
+              int64_t prem = p, offset = 0;
+              bool inside = true;
+              for (int d = win.rank - 1; d >= 0; --d) {
+                out_index[d] = prem % win.output[d];
+                prem /= win.output[d];
+              }
+              for (int d = 0; d < win.rank; ++d) {
+                const int64_t pos = out_index[d] * win.strides[d] - win.pads_begin[d] +
+                                    k_index[d] * win.dilations[d];
+                inside = inside && pos >= 0 && pos < win.input[d];
+                offset = offset * win.input[d] + pos;
+              }
+              col[p] = inside ? At8(x, plane + offset) - xz : 0;
+            }
+          }
+        }
+        // acc[m, p] = sum_r weights[m, r] * columns[r, p].
+        int32_t* acc = state.acc.data();
+        std::fill(acc, acc + m_group * positions, 0);
+        for (int64_t m = 0; m < m_group; ++m) {
+          const int32_t* wrow = state.weights.data() + (g * m_group + m) * rows;
+          int32_t* arow = acc + m * positions;
+          for (int64_t r = 0; r < rows; ++r) {
+            const int32_t wv = wrow[r];
+            if (wv == 0) continue;
+            const int32_t* col = state.columns.data() + r * positions;
+            for (int64_t p = 0; p < positions; ++p) arow[p] += wv * col[p];
+          }
+        }
+        for (int64_t m = 0; m < m_group; ++m) {
+          const int64_t mo = g * m_group + m;
+          const int64_t at = (n * m_total + mo) * positions;
+          const int32_t* arow = acc + m * positions;
+          if (!qlinear_) {
+            std::copy(arow, arow + positions, y->mutable_data<int32_t>() + at);
+            continue;
+          }
+          const double scale = static_cast<double>(x_scale->data<float>()[0]) *
+                               w_scale->data<float>()[w_scale->NumElements() == 1 ? 0 : mo] /
+                               y_scale->data<float>()[0];
+          const int32_t b = bias != nullptr ? bias->data<int32_t>()[mo] : 0;
+          const int32_t yz = At8(*y_zp, 0);
+          const bool is_signed = y_zp->dtype() == DataType::kInt8;
+          const double lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
+          for (int64_t p = 0; p < positions; ++p) {
+            const double q = std::nearbyint(static_cast<double>(arow[p] + b) * scale) + yz;
+            const double v = std::min(std::max(q, lo), hi);
+            if (is_signed) {
+              y->mutable_data<int8_t>()[at + p] = static_cast<int8_t>(v);
+            } else {
+              y->mutable_data<uint8_t>()[at + p] = static_cast<uint8_t>(v);
+            }
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const reference::WindowAttrs attrs_;
+  const int64_t group_;
+  const bool qlinear_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateIntConv(const KernelInit& init, bool qlinear) {
+  const Node& node = init.node();
+  const int min_inputs = qlinear ? 8 : 2, max_inputs = qlinear ? 9 : 4;
+  if (init.num_inputs() < min_inputs || init.num_inputs() > max_inputs ||
+      node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", min_inputs, " to ", max_inputs,
+                                                   " inputs and 1 output, got ", init.num_inputs(),
+                                                   " and ", node.outputs.size()));
+  }
+  for (int i = 0; i < min_inputs; ++i) {
+    if (!init.has_input(i))
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, " is required"));
+  }
+  LS_ASSIGN_OR_RETURN(reference::WindowAttrs attrs,
+                      ParseWindowAttrs(node, /*require_kernel_shape=*/false));
+  LS_ASSIGN_OR_RETURN(const int64_t group, node.GetInt("group", 1));
+  if (group < 1 || group > reference::kMaxWindowAttr) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
+  }
+  return std::unique_ptr<Kernel>(new IntConvKernel(std::move(attrs), group, qlinear));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateConvIntegerKernel(const KernelInit& init) {
+  return CreateIntConv(init, /*qlinear=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateQLinearConvKernel(const KernelInit& init) {
+  return CreateIntConv(init, /*qlinear=*/true);
+}
+
+}  // namespace loopserve::engine

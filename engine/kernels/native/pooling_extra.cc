@@ -1,0 +1,344 @@
+// MeanVarianceNormalization, MaxUnpool and RoiAlign.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/kernels/native/common.h"
+#include "engine/kernels/native/register_families.h"
+
+namespace loopserve::engine::native {
+namespace {
+
+double LoadFloat(const Tensor& t, int64_t i) {
+  return t.dtype() == DataType::kFloat32 ? t.data<float>()[i] : t.data<double>()[i];
+}
+
+void StoreFloat(Tensor& t, int64_t i, double v) {
+  if (t.dtype() == DataType::kFloat32) {
+    t.mutable_data<float>()[i] = static_cast<float>(v);
+  } else {
+    t.mutable_data<double>()[i] = v;
+  }
+}
+
+class MvnState : public KernelState {
+ public:
+  std::vector<double> mean, squares;
+  std::vector<int64_t> group;  // per element: its statistics group
+};
+
+// MeanVarianceNormalization(X; axes = [0, 2, 3]): (X - mean) / (sqrt(variance) + 1e-9), mean and
+// variance over `axes` (the function body of the spec), accumulated in double.
+class MvnKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    LS_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                        init.node().GetInts("axes", std::vector<int64_t>{0, 2, 3}));
+    return std::unique_ptr<Kernel>(new MvnKernel(std::move(axes)));
+  }
+
+  std::unique_ptr<KernelState> CreateState() const override { return std::make_unique<MvnState>(); }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    if (!IsFloatingPoint(x.dtype())) return UnsupportedType("X", x.dtype());
+    DimVector axes(axes_.begin(), axes_.end());
+    LS_RETURN_IF_ERROR(NormalizeAxes(axes, x.rank(), "axes"));
+    Tensor* y = ctx.output(0, x.dtype(), x.shape());
+    const int rank = x.rank();
+    bool reduced[kMaxRank] = {};
+    if (rank > kMaxRank) return absl::InvalidArgumentError("input rank is too large");
+    for (int64_t a : axes) reduced[a] = true;
+    DimVector strides;
+    RowMajorStrides(x.shape(), &strides);
+    int64_t groups = 1, group_size = 1;
+    for (int d = 0; d < rank; ++d) (reduced[d] ? group_size : groups) *= x.dim(d);
+    MvnState& s = *ctx.state<MvnState>();
+    const int64_t n = x.NumElements();
+    s.mean.assign(groups, 0.0);
+    s.squares.assign(groups, 0.0);
+    s.group.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t g = 0;
+      for (int d = 0; d < rank; ++d) {
+        if (!reduced[d]) g = g * x.dim(d) + (i / strides[d]) % x.dim(d);
+      }
+      s.group[i] = g;
+      s.mean[g] += LoadFloat(x, i);
+    }
+    for (int64_t g = 0; g < groups; ++g) s.mean[g] /= static_cast<double>(group_size);
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = LoadFloat(x, i) - s.mean[s.group[i]];
+      s.squares[s.group[i]] += d * d;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = s.group[i];
+      const double sd = std::sqrt(s.squares[g] / static_cast<double>(group_size));
+      StoreFloat(*y, i, (LoadFloat(x, i) - s.mean[g]) / (sd + 1e-9));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr int kMaxRank = 64;
+  explicit MvnKernel(std::vector<int64_t> axes) : axes_(std::move(axes)) {}
+  std::vector<int64_t> axes_;
+};
+
+// MaxUnpool(X, I, output_shape?; kernel_shape, strides, pads): zeros with X[i] at the flat index
+// I[i] of the tensor MaxPool read, [N, C, (in - 1) * stride + kernel - pads...]. With an
+// output_shape of other spatial dims, each index is read as coordinates of that pooled-input
+// shape and placed at the same coordinates of the output (as the ONNX reference does).
+class MaxUnpoolKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 3));
+    const Node& node = init.node();
+    auto kernel = std::unique_ptr<MaxUnpoolKernel>(new MaxUnpoolKernel());
+    LS_ASSIGN_OR_RETURN(kernel->kernel_, node.GetInts("kernel_shape", std::nullopt));
+    LS_ASSIGN_OR_RETURN(kernel->strides_, node.GetInts("strides", std::vector<int64_t>{}));
+    LS_ASSIGN_OR_RETURN(kernel->pads_, node.GetInts("pads", std::vector<int64_t>{}));
+    const size_t r = kernel->kernel_.size();
+    if ((!kernel->strides_.empty() && kernel->strides_.size() != r) ||
+        (!kernel->pads_.empty() && kernel->pads_.size() != 2 * r)) {
+      return absl::InvalidArgumentError("strides and pads must match kernel_shape's length");
+    }
+    constexpr int64_t kMaxAttr = int64_t{1} << 31;
+    for (const auto* list : {&kernel->kernel_, &kernel->strides_, &kernel->pads_}) {
+      for (int64_t v : *list) {
+        if (v < 0 || v > kMaxAttr || (list != &kernel->pads_ && v == 0)) {
+          return absl::InvalidArgumentError(absl::StrCat("window attribute value ", v));
+        }
+      }
+    }
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    const int rank = x.rank() - 2;
+    if (rank != static_cast<int>(kernel_.size()) || indices.shape() != x.shape() ||
+        indices.dtype() != DataType::kInt64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("X ", x.shape().ToString(), " and I ", indices.DebugString(4),
+                       " must have the same shape, with as many spatial dims as kernel_shape (",
+                       kernel_.size(), "), and I must be int64"));
+    }
+    Shape::Dims pooled = {x.dim(0), x.dim(1)};
+    for (int i = 0; i < rank; ++i) {
+      const int64_t s = strides_.empty() ? 1 : strides_[i];
+      const int64_t pad = pads_.empty() ? 0 : pads_[i] + pads_[i + rank];
+      pooled.push_back((x.dim(i + 2) - 1) * s + kernel_[i] - pad);
+    }
+    LS_ASSIGN_OR_RETURN(Shape pooled_shape, ValidateDims(pooled, "unpooled shape"));
+    Shape out_shape = pooled_shape;
+    if (ctx.has_input(2)) {
+      DimVector dims;
+      LS_RETURN_IF_ERROR(ReadIndexList(ctx.input(2), "output_shape", &dims));
+      LS_ASSIGN_OR_RETURN(out_shape, ValidateDims(dims, "output_shape"));
+      if (out_shape.rank() != x.rank()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output_shape ", out_shape.ToString(), " must have rank ", x.rank()));
+      }
+    }
+    Tensor* y = ctx.output(0, x.dtype(), out_shape);
+    std::memset(y->mutable_raw_data(), 0, y->ByteSize());
+    const int64_t total = pooled_shape.NumElements();
+    const size_t elem = DataTypeSize(x.dtype());
+    if (elem == 0 || x.dtype() == DataType::kString) return UnsupportedType("X", x.dtype());
+    const int64_t* idx = indices.data<int64_t>();
+    const bool remap = out_shape != pooled_shape;
+    for (int64_t i = 0; i < x.NumElements(); ++i) {
+      int64_t at = idx[i];
+      if (at < 0 || at >= total) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("index ", at, " is outside the unpooled tensor of ", total, " elements"));
+      }
+      if (remap) {
+        int64_t rem = at, out_at = 0, scale = 1;
+        bool inside = true;
+        for (int d = x.rank() - 1; d >= 0; --d) {
+          const int64_t c = rem % pooled_shape[d];
+          rem /= pooled_shape[d];
+          inside = inside && c < out_shape[d];
+          out_at += c * scale;
+          scale *= out_shape[d];
+        }
+        if (!inside) continue;
+        at = out_at;
+      }
+      std::memcpy(static_cast<char*>(y->mutable_raw_data()) + at * elem,
+                  static_cast<const char*>(x.raw_data()) + i * elem, elem);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  MaxUnpoolKernel() = default;
+  std::vector<int64_t> kernel_, strides_, pads_;
+};
+
+// RoiAlign(X [N, C, H, W], rois [R, 4], batch_indices [R]; mode, output_height, output_width,
+// sampling_ratio, spatial_scale, coordinate_transformation_mode): bilinear samples on a regular
+// grid in each bin, averaged (or their largest corner-weighted value, mode 'max'), as ONNX
+// Runtime computes it.
+class RoiAlignKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 3, 3));
+    const Node& node = init.node();
+    auto kernel = std::unique_ptr<RoiAlignKernel>(new RoiAlignKernel());
+    LS_ASSIGN_OR_RETURN(const std::string mode, node.GetString("mode", "avg"));
+    LS_ASSIGN_OR_RETURN(kernel->out_h_, node.GetInt("output_height", 1));
+    LS_ASSIGN_OR_RETURN(kernel->out_w_, node.GetInt("output_width", 1));
+    LS_ASSIGN_OR_RETURN(kernel->sampling_ratio_, node.GetInt("sampling_ratio", 0));
+    LS_ASSIGN_OR_RETURN(kernel->spatial_scale_, node.GetFloat("spatial_scale", 1.0f));
+    LS_ASSIGN_OR_RETURN(const std::string transform,
+                        node.GetString("coordinate_transformation_mode",
+                                       node.opset >= 16 ? "half_pixel" : "output_half_pixel"));
+    if (mode != "avg" && mode != "max") {
+      return absl::InvalidArgumentError(absl::StrCat("mode '", mode, "' is not avg or max"));
+    }
+    if (transform != "half_pixel" && transform != "output_half_pixel") {
+      return absl::InvalidArgumentError(absl::StrCat("coordinate_transformation_mode '", transform,
+                                                     "' is not half_pixel or "
+                                                     "output_half_pixel"));
+    }
+    constexpr int64_t kMaxOut = int64_t{1} << 20;
+    if (kernel->out_h_ < 1 || kernel->out_w_ < 1 || kernel->out_h_ > kMaxOut ||
+        kernel->out_w_ > kMaxOut || kernel->sampling_ratio_ < 0 ||
+        kernel->sampling_ratio_ > kMaxOut) {
+      return absl::InvalidArgumentError("output size and sampling_ratio are out of range");
+    }
+    kernel->max_ = mode == "max";
+    kernel->half_pixel_ = transform == "half_pixel";
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& rois = ctx.input(1);
+    const Tensor& batch = ctx.input(2);
+    if (!IsFloatingPoint(x.dtype()) || x.rank() != 4 || rois.dtype() != x.dtype() ||
+        rois.rank() != 2 || rois.dim(1) != 4 || batch.rank() != 1 || batch.dim(0) != rois.dim(0) ||
+        !IsInteger(batch.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "X ", x.shape().ToString(), ", rois ", rois.shape().ToString(), " and batch_indices ",
+          batch.shape().ToString(), " must be float [N, C, H, W], [R, 4] and integer [R]"));
+    }
+    const int64_t num_rois = rois.dim(0), channels = x.dim(1), h = x.dim(2), w = x.dim(3);
+    Tensor* y = ctx.output(0, x.dtype(), Shape{num_rois, channels, out_h_, out_w_});
+    constexpr double kMaxGrid = 1 << 12;
+    for (int64_t r = 0; r < num_rois; ++r) {
+      int64_t image = 0;
+      DispatchNumeric(batch.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        image = static_cast<int64_t>(batch.data<T>()[r]);
+      });
+      if (image < 0 || image >= x.dim(0)) {
+        return absl::InvalidArgumentError(absl::StrCat("batch_indices[", r, "] = ", image,
+                                                       " is outside the batch of ", x.dim(0)));
+      }
+      const double offset = half_pixel_ ? 0.5 : 0.0;
+      const double x1 = LoadFloat(rois, r * 4) * spatial_scale_ - offset;
+      const double y1 = LoadFloat(rois, r * 4 + 1) * spatial_scale_ - offset;
+      const double x2 = LoadFloat(rois, r * 4 + 2) * spatial_scale_ - offset;
+      const double y2 = LoadFloat(rois, r * 4 + 3) * spatial_scale_ - offset;
+      double roi_w = x2 - x1, roi_h = y2 - y1;
+      if (!half_pixel_) {
+        roi_w = std::max(roi_w, 1.0);
+        roi_h = std::max(roi_h, 1.0);
+      }
+      const double bin_h = roi_h / out_h_, bin_w = roi_w / out_w_;
+      const double grid_hd = sampling_ratio_ > 0 ? sampling_ratio_ : std::ceil(roi_h / out_h_);
+      const double grid_wd = sampling_ratio_ > 0 ? sampling_ratio_ : std::ceil(roi_w / out_w_);
+      if (!(grid_hd <= kMaxGrid) || !(grid_wd <= kMaxGrid)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("roi ", r, " needs a sampling grid of ", grid_hd, " x ", grid_wd));
+      }
+      const int64_t grid_h = std::max<int64_t>(static_cast<int64_t>(grid_hd), 0);
+      const int64_t grid_w = std::max<int64_t>(static_cast<int64_t>(grid_wd), 0);
+      const double count = std::max<double>(static_cast<double>(grid_h * grid_w), 1.0);
+      for (int64_t c = 0; c < channels; ++c) {
+        const int64_t plane = (image * channels + c) * h * w;
+        for (int64_t ph = 0; ph < out_h_; ++ph) {
+          for (int64_t pw = 0; pw < out_w_; ++pw) {
+            double acc = max_ ? -std::numeric_limits<double>::infinity() : 0.0;
+            bool any = false;
+            for (int64_t iy = 0; iy < grid_h; ++iy) {
+              const double sy = y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h;
+              for (int64_t ix = 0; ix < grid_w; ++ix) {
+                const double sx = x1 + pw * bin_w + (ix + 0.5) * bin_w / grid_w;
+                double v = 0, vmax = 0;
+                Bilinear(x, plane, h, w, sy, sx, &v, &vmax);
+                if (max_) {
+                  acc = any ? std::max(acc, vmax) : vmax;
+                  any = true;
+                } else {
+                  acc += v;
+                }
+              }
+            }
+            const int64_t out = ((r * channels + c) * out_h_ + ph) * out_w_ + pw;
+            StoreFloat(*y, out, max_ ? (any ? acc : 0.0) : acc / count);
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  RoiAlignKernel() = default;
+
+  // The bilinear value at (sy, sx) of the plane, and the largest of its weighted corners; both 0
+  // outside the image by more than a pixel.
+  static void Bilinear(const Tensor& x, int64_t plane, int64_t h, int64_t w, double sy, double sx,
+                       double* value, double* max_corner) {
+    *value = *max_corner = 0;
+    if (!(sy >= -1.0 && sy <= h && sx >= -1.0 && sx <= w)) return;
+    sy = std::max(sy, 0.0);
+    sx = std::max(sx, 0.0);
+    int64_t y0 = static_cast<int64_t>(sy), x0 = static_cast<int64_t>(sx), y1, x1;
+    if (y0 >= h - 1) {
+      y0 = y1 = h - 1;
+      sy = static_cast<double>(y0);
+    } else {
+      y1 = y0 + 1;
+    }
+    if (x0 >= w - 1) {
+      x0 = x1 = w - 1;
+      sx = static_cast<double>(x0);
+    } else {
+      x1 = x0 + 1;
+    }
+    const double ly = sy - y0, lx = sx - x0, hy = 1 - ly, hx = 1 - lx;
+    const double c[4] = {
+        hy * hx * LoadFloat(x, plane + y0 * w + x0), hy * lx * LoadFloat(x, plane + y0 * w + x1),
+        ly * hx * LoadFloat(x, plane + y1 * w + x0), ly * lx * LoadFloat(x, plane + y1 * w + x1)};
+    *value = c[0] + c[1] + c[2] + c[3];
+    *max_corner = std::max(std::max(c[0], c[1]), std::max(c[2], c[3]));
+  }
+
+  int64_t out_h_ = 1, out_w_ = 1, sampling_ratio_ = 0;
+  float spatial_scale_ = 1.0f;
+  bool max_ = false;
+  bool half_pixel_ = true;
+};
+
+}  // namespace
+
+void RegisterPoolingExtraKernels(KernelRegistry& registry) {
+  registry.Register("MeanVarianceNormalization", FactoryOf<MvnKernel>(), 9);
+  registry.Register("MaxUnpool", FactoryOf<MaxUnpoolKernel>(), 9);
+  registry.Register("RoiAlign", FactoryOf<RoiAlignKernel>(), 10);
+}
+
+}  // namespace loopserve::engine::native

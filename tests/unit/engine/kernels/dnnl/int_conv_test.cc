@@ -1,0 +1,152 @@
+// ConvInteger and QLinearConv against the reference float Conv of the zero-point-shifted values
+// (exact in double for 8-bit inputs), and BatchNormalization's training mode against the batch
+// statistics computed here.
+
+#include <cmath>
+#include <random>
+
+#include "engine/kernels/reference/reference.h"
+#include "gtest/gtest.h"
+#include "tests/unit/engine/kernels/dnnl/test_util.h"
+
+namespace loopserve::engine::testing {
+namespace {
+
+using Attributes = absl::flat_hash_map<std::string, Attribute>;
+
+int64_t Pick(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+}
+
+Tensor Random8(DataType type, const Shape& shape, std::mt19937& rng) {
+  Tensor t(type, shape);
+  for (int64_t i = 0; i < t.NumElements(); ++i) {
+    if (type == DataType::kUint8) {
+      t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+    } else {
+      t.mutable_data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+    }
+  }
+  return t;
+}
+
+double At(const Tensor& t, int64_t i) {
+  return t.dtype() == DataType::kUint8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
+}
+
+// `t` minus its zero point(s) as float64 (per channel along axis 0 when `zp` has C values).
+Tensor Shifted(const Tensor& t, const Tensor& zp) {
+  Tensor out(DataType::kFloat64, t.shape());
+  const int64_t channel = t.NumElements() / t.dim(0);
+  for (int64_t i = 0; i < t.NumElements(); ++i) {
+    const double z = At(zp, zp.NumElements() == 1 ? 0 : i / channel);
+    out.mutable_data<double>()[i] = At(t, i) - z;
+  }
+  return out;
+}
+
+TEST(IntConvTest, MatchesShiftedFloatConv) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int rank = 1 + trial % 2;
+    const int64_t group = Pick(rng, 1, 2);
+    const int64_t c = group * Pick(rng, 1, 2), m = group * Pick(rng, 1, 3);
+    reference::WindowAttrs window;
+    Shape::Dims x_dims = {Pick(rng, 1, 2), c}, w_dims = {m, c / group};
+    for (int i = 0; i < rank; ++i) {
+      const int64_t k = Pick(rng, 1, 3);
+      window.kernel_shape.push_back(k);
+      window.strides.push_back(Pick(rng, 1, 2));
+      window.dilations.push_back(1);
+      x_dims.push_back(k + Pick(rng, 0, 4));
+      w_dims.push_back(k);
+    }
+    for (int i = 0; i < 2 * rank; ++i) window.pads.push_back(Pick(rng, 0, 1));
+    const DataType xt = trial % 2 ? DataType::kUint8 : DataType::kInt8;
+    const DataType wt = trial % 3 ? DataType::kUint8 : DataType::kInt8;
+    const Tensor x = Random8(xt, Shape(x_dims), rng);
+    const Tensor w = Random8(wt, Shape(w_dims), rng);
+    const Tensor x_zp = Random8(xt, Shape{}, rng);
+    const Tensor w_zp = Random8(wt, trial % 4 ? Shape{} : Shape{m}, rng);
+    Attributes attrs = {{"strides", IntsAttr(window.strides)},
+                        {"pads", IntsAttr(window.pads)},
+                        {"group", IntAttr(group)}};
+    SCOPED_TRACE(::testing::Message()
+                 << "x " << Shape(x_dims).ToString() << " w " << Shape(w_dims).ToString());
+    Tensor expected;
+    ASSERT_TRUE(
+        reference::Conv(Shifted(x, x_zp), Shifted(w, w_zp), nullptr, window, group, expected).ok());
+    absl::StatusOr<Tensor> conv = RunOnce("ConvInteger", 10, {&x, &w, &x_zp, &w_zp}, attrs);
+    ASSERT_TRUE(conv.ok()) << conv.status();
+    ASSERT_EQ(conv->dtype(), DataType::kInt32);
+    ASSERT_EQ(conv->shape(), expected.shape());
+    for (int64_t i = 0; i < expected.NumElements(); ++i) {
+      ASSERT_EQ(conv->data<int32_t>()[i], static_cast<int32_t>(expected.data<double>()[i])) << i;
+    }
+    // QLinearConv of the same: (acc + B) * x_scale * w_scale / y_scale, rounded half to even,
+    // plus y_zero_point, saturated.
+    const Tensor x_scale = MakeTensor<float>({}, {0.02f});
+    const Tensor w_scale = MakeTensor<float>({}, {0.05f});
+    const Tensor y_scale = MakeTensor<float>({}, {0.7f});
+    const Tensor y_zp = MakeTensor<uint8_t>({}, {100});
+    Tensor bias(DataType::kInt32, Shape{m});
+    for (int64_t i = 0; i < m; ++i)
+      bias.mutable_data<int32_t>()[i] = static_cast<int32_t>(i * 37 - 50);
+    absl::StatusOr<Tensor> q =
+        RunOnce("QLinearConv", 10,
+                {&x, &x_scale, &x_zp, &w, &w_scale, &w_zp, &y_scale, &y_zp, &bias}, attrs);
+    ASSERT_TRUE(q.ok()) << q.status();
+    const int64_t per_channel = expected.NumElements() / (expected.dim(0) * m);
+    for (int64_t i = 0; i < expected.NumElements(); ++i) {
+      const int64_t channel = (i / per_channel) % m;
+      const double v = std::nearbyint((expected.data<double>()[i] + bias.data<int32_t>()[channel]) *
+                                      static_cast<double>(0.02f) * static_cast<double>(0.05f) /
+                                      static_cast<double>(0.7f)) +
+                       100;
+      EXPECT_EQ(q->data<uint8_t>()[i], static_cast<uint8_t>(std::min(std::max(v, 0.0), 255.0)))
+          << i;
+    }
+  }
+}
+
+TEST(BatchNormTrainingTest, BatchStatisticsAndRunningUpdate) {
+  std::mt19937 rng(9);
+  for (DataType type : {DataType::kFloat32, DataType::kFloat64}) {
+    const Tensor x = RandomTensor(type, Shape{3, 2, 4}, rng);
+    const Tensor scale = RandomTensor(type, Shape{2}, rng);
+    const Tensor bias = RandomTensor(type, Shape{2}, rng);
+    const Tensor mean = RandomTensor(type, Shape{2}, rng);
+    const Tensor var = RandomTensor(type, Shape{2}, rng, Range::kPositive);
+    absl::StatusOr<std::vector<Tensor>> out =
+        RunOnceOutputs("BatchNormalization", 15, {&x, &scale, &bias, &mean, &var},
+                       {{"training_mode", IntAttr(1)},
+                        {"momentum", FloatAttr(0.8f)},
+                        {"epsilon", FloatAttr(0.01f)}},
+                       3);
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto at = [](const Tensor& t, int64_t i) {
+      return t.dtype() == DataType::kFloat32 ? t.data<float>()[i] : t.data<double>()[i];
+    };
+    for (int64_t c = 0; c < 2; ++c) {
+      double m = 0, v = 0;
+      for (int64_t n = 0; n < 3; ++n) {
+        for (int64_t s = 0; s < 4; ++s) m += at(x, (n * 2 + c) * 4 + s) / 12;
+      }
+      for (int64_t n = 0; n < 3; ++n) {
+        for (int64_t s = 0; s < 4; ++s) v += std::pow(at(x, (n * 2 + c) * 4 + s) - m, 2) / 12;
+      }
+      for (int64_t n = 0; n < 3; ++n) {
+        for (int64_t s = 0; s < 4; ++s) {
+          const int64_t i = (n * 2 + c) * 4 + s;
+          EXPECT_NEAR(at((*out)[0], i),
+                      at(scale, c) * (at(x, i) - m) / std::sqrt(v + 0.01) + at(bias, c), 1e-4);
+        }
+      }
+      EXPECT_NEAR(at((*out)[1], c), at(mean, c) * 0.8 + m * 0.2, 1e-5);
+      EXPECT_NEAR(at((*out)[2], c), at(var, c) * 0.8 + v * 0.2, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loopserve::engine::testing
