@@ -18,6 +18,8 @@ BUILD_PACKAGES=(
 # What the tests, benchmarks and format checks add.
 TEST_PACKAGES=(
   clang-format libgtest-dev libgmock-dev libbenchmark-dev
+  # The sanitizer stage of deploy/dev.sh: clang, its ASan/UBSan runtimes, libFuzzer.
+  clang libclang-rt-14-dev libfuzzer-14-dev
   libcivetweb-dev nlohmann-json3-dev
   python3-grpcio python3-requests libonnx-testdata curl openssl
   prometheus python3-yaml

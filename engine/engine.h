@@ -119,6 +119,10 @@ class Model {
   // Loads an ONNX ModelProto from serialized bytes.
   static absl::StatusOr<std::shared_ptr<const Model>> LoadOnnx(absl::string_view bytes,
                                                                const LoadOptions& options = {});
+  // Loads an OpenVINO IR from the text of its .xml and the bytes of its .bin (empty: no weights).
+  static absl::StatusOr<std::shared_ptr<const Model>> LoadOpenVino(absl::string_view xml,
+                                                                   absl::string_view weights,
+                                                                   const LoadOptions& options = {});
   // Compiles an already-imported graph (engine/ir/graph.h; used by importers and tests).
   static absl::StatusOr<std::shared_ptr<const Model>> FromGraph(std::shared_ptr<Graph> graph,
                                                                 const LoadOptions& options = {});

@@ -213,6 +213,15 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path
   return GuardedLoad(options, [&] { return LoadFile(path, options); });
 }
 
+absl::StatusOr<std::shared_ptr<const Model>> Model::LoadOpenVino(absl::string_view xml,
+                                                                 absl::string_view weights,
+                                                                 const LoadOptions& options) {
+  return GuardedLoad(options, [&]() -> absl::StatusOr<std::shared_ptr<const Model>> {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<Graph> graph, ImportOpenVinoModel(xml, weights));
+    return FromGraph(std::move(graph), options);
+  });
+}
+
 absl::StatusOr<std::shared_ptr<const Model>> Model::LoadOnnx(absl::string_view bytes,
                                                              const LoadOptions& options) {
   return GuardedLoad(options, [&]() -> absl::StatusOr<std::shared_ptr<const Model>> {

@@ -11,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/logging.h"
 #include "server/status_util.h"
@@ -132,18 +131,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   absl::Status Parse() {
     auto* bytes = const_cast<grpc::ByteBuffer*>(request_bytes_);  // ours until the call ends
     request_size_ = bytes->Valid() ? bytes->Length() : 0;
-    bool parsed = true;
-    if (request_size_ > 0) {
-      grpc::ProtoBufferReader reader(bytes);
-      parsed = reader.status().ok() && request_.ParseFromZeroCopyStream(&reader);
-    }
-    bytes->Clear();
-    if (!parsed) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ModelInfer: the request (", request_size_,
-                       " bytes) is not a valid inference.ModelInferRequest message"));
-    }
-    return absl::OkStatus();
+    return ParseInferRequest(*bytes, &request_);
   }
 
   grpc::CallbackServerContext* const context_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "google/protobuf/stubs/logging.h"
 
 namespace loopserve::server {
 namespace {
@@ -28,7 +29,16 @@ char LevelLetter(LogLevel level) {
   return '?';
 }
 
+void ProtobufLog(google::protobuf::LogLevel level, const char* filename, int line,
+                 const std::string& message) {
+  Log(level == google::protobuf::LOGLEVEL_FATAL ? LogLevel::kError : LogLevel::kDebug,
+      absl::StrCat("protobuf: ", absl::StripTrailingAsciiWhitespace(message), " (", filename, ":",
+                   line, ")"));
+}
+
 }  // namespace
+
+void RouteProtobufLogs() { google::protobuf::SetLogHandler(&ProtobufLog); }
 
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);

@@ -22,4 +22,10 @@ inline void LogInfo(absl::string_view message) { Log(LogLevel::kInfo, message); 
 inline void LogWarning(absl::string_view message) { Log(LogLevel::kWarning, message); }
 inline void LogError(absl::string_view message) { Log(LogLevel::kError, message); }
 
+// Routes protobuf's own log lines through Log: FATAL ones at error level, the others at debug
+// level. Protobuf logs an ERROR line for every string field with invalid UTF-8 it parses, so any
+// client could otherwise flood stderr with bytes it sends (the request itself is refused with
+// INVALID_ARGUMENT). Process-wide; call once at start-up.
+void RouteProtobufLogs();
+
 }  // namespace loopserve::server

@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   loopserve::server::SetLogLevel(*level);
+  loopserve::server::RouteProtobufLogs();
 
   // SIGTERM/SIGINT only write a byte to a pipe (async-signal-safe); the main thread waits on it.
   // (Blocking the signals instead is unreliable: libraries may start threads during static

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -266,7 +267,17 @@ absl::Status Server::Init() {
       options_.repository_poll_interval > absl::ZeroDuration()) {
     poller_ = std::thread([this] { PollRepository(); });
   }
+  trimmer_ = std::thread([this] { TrimHeap(); });
   return absl::OkStatus();
+}
+
+void Server::TrimHeap() {
+  // gRPC reads a message whole before checking its size, into many small blocks that glibc keeps
+  // in its arenas after they are freed: without this, one rejected 300 MB message leaves the
+  // resident set tens of megabytes higher for good.
+  while (!stop_polling_.WaitForNotificationWithTimeout(kTrimInterval)) {
+    if (mallinfo2().fordblks > kTrimAboveBytes) malloc_trim(0);
+  }
 }
 
 absl::Status Server::LoadInitialModels() {
@@ -309,6 +320,7 @@ void Server::Shutdown() {
   if (runner_ != nullptr) runner_->StartDraining();
   stop_polling_.Notify();
   if (poller_.joinable()) poller_.join();
+  if (trimmer_.joinable()) trimmer_.join();
   if (grpc_server_ != nullptr) {
     grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
     if (health != nullptr) health->SetServingStatus(false);

@@ -126,6 +126,11 @@ class Server {
   absl::Status Init();
   absl::Status LoadInitialModels();
   void PollRepository();
+  // Every kTrimInterval, hands free heap pages back to the kernel when glibc holds more than
+  // kTrimAboveBytes of them (a large message gRPC read and then rejected, or any burst).
+  void TrimHeap();
+  static constexpr absl::Duration kTrimInterval = absl::Seconds(5);
+  static constexpr size_t kTrimAboveBytes = size_t{32} << 20;
 
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
@@ -141,8 +146,9 @@ class Server {
   int grpc_port_ = 0;
   int http_port_ = -1;
   int metrics_port_ = -1;
-  absl::Notification stop_polling_;
+  absl::Notification stop_polling_;  // also stops the heap trimmer
   std::thread poller_;
+  std::thread trimmer_;
   absl::Mutex shutdown_mutex_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mutex_) = false;
 };

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "server/datatype.h"
 #include "server/status_util.h"
 
@@ -139,6 +140,22 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
 }
 
 }  // namespace
+
+absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, inference::ModelInferRequest* request) {
+  const size_t size = bytes.Valid() ? bytes.Length() : 0;
+  bool parsed = true;
+  if (size > 0) {
+    grpc::ProtoBufferReader reader(&bytes);
+    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
+  }
+  bytes.Clear();
+  if (!parsed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ModelInfer: the request (", size,
+                     " bytes) is not a valid inference.ModelInferRequest message"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ToInferenceRequest(const inference::ModelInferRequest& request,
                                 InferenceRequest* out) {

@@ -56,7 +56,7 @@ class KernelContext {
 
  private:
   ExecutionFrame& frame_;
-  const Step& step_;
+  [[maybe_unused]] const Step& step_;  // for diagnostics; clang warns it is unread
   KernelState* state_;
   Value* slots_;
   const int32_t* inputs_;

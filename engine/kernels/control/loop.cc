@@ -501,8 +501,9 @@ class LoopKernel : public Kernel {
           static_cast<size_t>(max_trip) <= kMaxUpfrontBytes / slice_bytes) {
         reserve = slice_bytes * static_cast<size_t>(max_trip);
       }
-      Shape::Dims dims{1};
-      dims.insert(dims.end(), slice_shape.dims().begin(), slice_shape.dims().end());
+      // (Filled, not built from {1}: GCC 12 with -fsanitize warns maybe-uninitialized on that.)
+      Shape::Dims dims(slice_shape.rank() + 1, 1);
+      std::copy(slice_shape.dims().begin(), slice_shape.dims().end(), dims.begin() + 1);
       buffer.Resize(r.dtype(), Shape(dims));
       buffer.ResizeKeepingData(Shape(dims), reserve);
     } else if (static_cast<size_t>(i + 1) * bytes > buffer.capacity()) {
@@ -632,7 +633,9 @@ class LoopKernel : public Kernel {
   // The output of a loop that ran zero times: declared dims with unknown ones as 0, and for a
   // stacked output a leading 0.
   static absl::Status EmptyLike(const OutputPortInfo& out, Tensor& t, bool stacked) {
-    Shape::Dims dims;
+    // A std::vector (cold path): GCC 12 with -fsanitize reports a false maybe-uninitialized on an
+    // InlinedVector grown by push_back here.
+    std::vector<int64_t> dims;
     if (out.declared.dims.has_value()) {
       for (int64_t d : *out.declared.dims) dims.push_back(d < 0 ? 0 : d);
     }
@@ -647,7 +650,7 @@ class LoopKernel : public Kernel {
     }
     const DataType dtype =
         out.declared.dtype == DataType::kUndefined ? DataType::kFloat32 : out.declared.dtype;
-    t.Resize(dtype, Shape(dims));
+    t.Resize(dtype, Shape(absl::MakeConstSpan(dims)));
     if (dtype != DataType::kString && t.ByteSize() > 0) {
       std::memset(t.mutable_raw_data(), 0, t.ByteSize());
     }

@@ -146,7 +146,9 @@ class QLinearMatMulKernel final : public Kernel {
         plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
         [&](int64_t i, int32_t acc) {
           double v = std::nearbyint(static_cast<double>(static_cast<float>(acc) * multiplier)) + z;
-          v = std::min(std::max(v, lo), hi);
+          // NaN (a zero y_scale with a zero product scale or sum) is the lowest value, as in
+          // QuantizeLinear, never an undefined float-to-integer conversion.
+          v = std::isnan(v) ? lo : std::min(std::max(v, lo), hi);
           if (is_signed) {
             static_cast<int8_t*>(out)[i] = static_cast<int8_t>(v);
           } else {

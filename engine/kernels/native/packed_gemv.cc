@@ -9,7 +9,9 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12's AVX-512 min/max intrinsics pass _mm512_undefined_ps() as the unused merge source,
 // which -Wmaybe-uninitialized reports once they are inlined (a known false positive).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define LS_PACKED_GEMV_X86 1
 #endif

@@ -12,9 +12,11 @@
 namespace loopserve::engine::native {
 namespace {
 
-// Round half to even, then saturate to Q's range.
+// Round half to even, then saturate to Q's range. NaN (0 / 0 with a zero scale) becomes Q's
+// lowest value, as ONNX Runtime's x86-64 build gives (converting NaN to an integer is undefined).
 template <typename Q>
 Q Saturate(double v) {
+  if (std::isnan(v)) return std::numeric_limits<Q>::lowest();
   v = std::nearbyint(v);
   v = std::min<double>(std::max<double>(v, std::numeric_limits<Q>::lowest()),
                        std::numeric_limits<Q>::max());

@@ -79,6 +79,10 @@ class SplitKernel final : public Kernel {
     for (int64_t len : lengths) {
       if (len < 0)
         return absl::InvalidArgumentError(absl::StrCat("split length ", len, " is negative"));
+      if (len > dim) {  // also keeps the sum from overflowing
+        return absl::InvalidArgumentError(
+            absl::StrCat("split length ", len, " exceeds axis ", axis, " of size ", dim));
+      }
       sum += len;
     }
     if (sum != dim) {

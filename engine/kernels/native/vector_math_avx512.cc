@@ -4,8 +4,10 @@
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused merge source, which
 // -W(maybe-)uninitialized reports once they are inlined (a known false positive; packed_gemv.cc
 // has the same pragma).
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized (an error under -Werror)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #include <sleef.h>
 

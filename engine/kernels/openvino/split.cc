@@ -51,6 +51,10 @@ class SplitKernel final : public Kernel {
         } else if (lengths[k] < 0) {
           return absl::InvalidArgumentError(
               absl::StrCat("split_lengths ", native::ListToString(lengths), " is invalid"));
+        } else if (lengths[k] > d) {  // also keeps the sum from overflowing
+          return absl::InvalidArgumentError(absl::StrCat("split_lengths ",
+                                                         native::ListToString(lengths),
+                                                         " do not add up to the axis size ", d));
         } else {
           sum += lengths[k];
         }

@@ -105,8 +105,11 @@ class StridedSliceKernel final : public Kernel {
         ++axis;
         continue;
       }
-      const int64_t s = stride[i];
-      if (s == 0) return absl::InvalidArgumentError(absl::StrCat("stride[", i, "] is 0"));
+      if (stride[i] == 0) return absl::InvalidArgumentError(absl::StrCat("stride[", i, "] is 0"));
+      // A step of at least the axis size takes at most one element, so it is capped there: the
+      // length and the input stride below cannot overflow, whatever the model says.
+      const int64_t cap = std::max<int64_t>(d, 1);
+      const int64_t s = std::min(std::max(stride[i], -cap), cap);
       int64_t b;
       int64_t e;
       int64_t len;

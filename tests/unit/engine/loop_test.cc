@@ -12,21 +12,8 @@
 #include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/operator_new_counter.h"
 #include "tests/unit/engine/test_paths.h"
-
-// Counts every heap allocation in this test binary, so a test can prove a code path allocates
-// nothing at all (not only no tensor buffers).
-namespace {
-std::atomic<int64_t> g_heap_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace loopserve::engine {
 namespace {
@@ -232,10 +219,10 @@ struct Allocations {
 Allocations AllocationsForTripCount(const Model& model, int64_t m,
                                     std::vector<Value> (*inputs)(int64_t)) {
   std::vector<Value> in = inputs(m);
-  const Allocations before{g_heap_allocations.load(), TensorAllocationCount(),
+  const Allocations before{OperatorNewCount(), TensorAllocationCount(),
                            DnnlPrimitiveCreationCount()};
   auto result = model.Run(std::move(in), RunOptions());
-  const Allocations after{g_heap_allocations.load(), TensorAllocationCount(),
+  const Allocations after{OperatorNewCount(), TensorAllocationCount(),
                           DnnlPrimitiveCreationCount()};
   EXPECT_TRUE(result.ok()) << result.status();
   return {after.heap - before.heap, after.tensors - before.tensors,

@@ -68,9 +68,11 @@ TEST(WorkerPoolTest, ShutdownDrainsQueueThenRejects) {
 }
 
 TEST(WorkerPoolTest, RunsTasksConcurrentlyOnEveryWorker) {
-  WorkerPool pool(3, 10);
+  // Declared before the pool, so they outlive its workers (ThreadSanitizer saw a worker still in
+  // WaitForNotification when `release` went out of scope before the pool's destructor joined).
   absl::Notification release;
   std::vector<absl::Notification> started(3);
+  WorkerPool pool(3, 10);
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(pool.TrySchedule([&, i] {
                       started[i].Notify();

@@ -651,6 +651,17 @@ def ops_case(out):
                 data={"begin_mask": "0,0", "end_mask": "0,0", "ellipsis_mask": "1,0",
                       "shrink_axis_mask": "0,1"}, version="opset1")
     ret(se, xv[..., 2], "ellipsis")
+    # StridedSlice with steps far past the axis sizes (an openvino_importer_fuzz finding: the
+    # step times the input stride overflowed): x[:, ::2**62, ::-2**62]
+    big = 1 << 62
+    sb = net.op("StridedSlice", [x, net.const(np.array([0, 0, 0], np.int64)),
+                                 net.const(np.array([0, 0, 0], np.int64)),
+                                 net.const(np.array([1, big, -big], np.int64))],
+                np.float32, [2, 1, 1],
+                data={"begin_mask": "1,1,1", "end_mask": "1,1,1", "new_axis_mask": "0,0,0",
+                      "shrink_axis_mask": "0,0,0", "ellipsis_mask": "0,0,0"},
+                version="opset1")
+    ret(sb, xv[:, ::big, ::-big], "strided_big_step")
     # Slice-8: x[:, 2:0:-1, ::3] with axes [1, 2]
     sl = net.op("Slice", [x, net.const(np.array([2, 0], np.int64)),
                           net.const(np.array([0, 100], np.int64)),

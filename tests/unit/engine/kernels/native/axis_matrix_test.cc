@@ -35,6 +35,13 @@ TEST(SplitTest, EqualGivenAndUneven) {
               absl::StatusCode::kInvalidArgument, "evenly");
   ExpectError(OpCase("Split", 13).In(Make<float>({5}, {1, 2, 3, 4, 5})).In(I64({1, 1})).Outputs(2),
               absl::StatusCode::kInvalidArgument, "sum to 2");
+  // Lengths whose int64 sum wraps around to the axis size (4 * 2^62 + 5 = 5 mod 2^64).
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  ExpectError(OpCase("Split", 13)
+                  .In(Make<float>({5}, {1, 2, 3, 4, 5}))
+                  .In(I64({kHuge, kHuge, kHuge, kHuge + 5}))
+                  .Outputs(4),
+              absl::StatusCode::kInvalidArgument, "exceeds axis 0 of size 5");
 }
 
 TEST(TopKTest, LargestSmallestAndTies) {

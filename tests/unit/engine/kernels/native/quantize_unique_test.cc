@@ -29,6 +29,22 @@ TEST(QuantizeTest, SpecExamples) {
       absl::StatusCode::kInvalidArgument, "axis 1 has size 3");
 }
 
+// A zero scale (found by onnx_importer_fuzz: the node test's model run on zeros): x / 0 is +-inf,
+// saturated, and 0 / 0 is NaN, which becomes the lowest value (what ONNX Runtime's x86-64 build
+// gives) instead of an undefined float-to-integer conversion.
+TEST(QuantizeTest, ZeroScaleSaturatesAndNanIsTheLowestValue) {
+  ExpectTensor<uint8_t>(RunOk(OpCase("QuantizeLinear", 13)
+                                  .In(Make<float>({3}, {0, 5, -5}))
+                                  .In(Scalar<float>(0))
+                                  .In(Scalar<uint8_t>(10))),
+                        {3}, {0, 255, 0});
+  ExpectTensor<int8_t>(RunOk(OpCase("QuantizeLinear", 13)
+                                 .In(Make<float>({3}, {0, 5, -5}))
+                                 .In(Scalar<float>(0))
+                                 .In(Scalar<int8_t>(0))),
+                       {3}, {-128, 127, -128});
+}
+
 TEST(QuantizeTest, Dynamic) {
   absl::StatusOr<std::vector<Value>> out =
       RunOp(OpCase("DynamicQuantizeLinear", 11).In(Make<float>({3}, {0, 2, -3})).Outputs(3));
@@ -61,6 +77,25 @@ TEST(IntMatMulTest, SpecExamples) {
                   .In(Make<uint8_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
                   .In(Make<uint8_t>({2, 2}, {1, 2, 3, 4})),
               absl::StatusCode::kInvalidArgument, "cannot be multiplied");
+}
+
+// A zero y_scale (found by onnx_importer_fuzz: the node test's model run on zeros): sums of
+// 10, -10 and 0 become +inf, -inf and NaN; the infinities saturate and NaN is the lowest value,
+// as in QuantizeLinear, instead of an undefined float-to-integer conversion.
+TEST(IntMatMulTest, ZeroOutputScaleSaturatesAndNanIsTheLowestValue) {
+  auto zero_scale = [](Tensor y_zero_point) {
+    return RunOk(OpCase("QLinearMatMul", 10)
+                     .In(Make<uint8_t>({3, 2}, {10, 20, 10, 0, 10, 10}))
+                     .In(Scalar<float>(1))
+                     .In(Scalar<uint8_t>(10))
+                     .In(Make<uint8_t>({2, 1}, {0, 1}))
+                     .In(Scalar<float>(1))
+                     .In(Scalar<uint8_t>(0))
+                     .In(Scalar<float>(0))
+                     .In(std::move(y_zero_point)));
+  };
+  ExpectTensor<uint8_t>(zero_scale(Scalar<uint8_t>(7)), {3, 1}, {255, 0, 0});
+  ExpectTensor<int8_t>(zero_scale(Scalar<int8_t>(0)), {3, 1}, {127, -128, -128});
 }
 
 TEST(UniqueTest, SortedUnsortedAndAxis) {

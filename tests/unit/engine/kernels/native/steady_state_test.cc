@@ -10,9 +10,8 @@
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
 #include "tests/unit/engine/kernels/native/test_util.h"
+#include "tests/unit/engine/operator_new_counter.h"
 
-// Defined in operator_new_counter.cc (kept apart so no call site sees the replacement inline).
-int64_t OperatorNewCount();
 
 namespace loopserve::engine::native_test {
 namespace {

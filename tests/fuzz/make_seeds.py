@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/README.md) from the project's test models.
+
+Usage: /usr/bin/python3 tests/fuzz/make_seeds.py OUT_DIR --repo_root=DIR [--protoc=PROTOC]
+           [--onnx_dir=DIR ...] [--openvino_dir=DIR ...]
+
+OUT_DIR/<target>/ receives, for
+  onnx_importer_fuzz      every *.onnx file found under the --onnx_dir folders (the ONNX backend node
+                          tests, the Loop cases, the integration-test repository)
+  openvino_importer_fuzz  every model.xml (+ model.bin) under the --openvino_dir folders, packed as
+                          the target reads them: 4-byte little-endian XML length, XML, .bin bytes
+  infer_request_fuzz      serialized ModelInferRequests for the target's two models (raw and typed
+                          contents, every datatype, wrong counts, requested outputs, parameters)
+  model_config_fuzz       Triton config.pbtxt texts using the fields loopserve reads, and every
+                          config.pbtxt under the --onnx_dir folders
+  ovms_config_fuzz        OpenVINO Model Server config.json texts, and every .json under them
+Deterministic; nothing here is checked in.
+"""
+
+import argparse
+import glob
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+def onnx_seeds(out, dirs):
+    n = 0
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "**", "*.onnx"), recursive=True)):
+            if os.path.getsize(path) > 1 << 20:
+                continue  # large weights add nothing but time
+            shutil.copyfile(path, os.path.join(out, "seed_%04d.onnx" % n))
+            n += 1
+    return n
+
+
+def openvino_seeds(out, dirs):
+    n = 0
+    for d in dirs:
+        for xml_path in sorted(glob.glob(os.path.join(d, "**", "*.xml"), recursive=True)):
+            with open(xml_path, "rb") as f:
+                xml = f.read()
+            bin_path = xml_path[:-4] + ".bin"
+            weights = b""
+            if os.path.exists(bin_path):
+                with open(bin_path, "rb") as f:
+                    weights = f.read()
+            with open(os.path.join(out, "seed_%04d.ir" % n), "wb") as f:
+                f.write(struct.pack("<I", len(xml)) + xml + weights)
+            n += 1
+    return n
+
+
+def infer_request_seeds(out, repo_root, protoc):
+    work = tempfile.mkdtemp(prefix="loopserve_seeds_")
+    try:
+        protos = sorted(glob.glob(os.path.join(repo_root, "proto", "*.proto")))
+        subprocess.run([protoc, "-I", repo_root, "--python_out=" + work] + protos, check=True)
+        open(os.path.join(work, "proto", "__init__.py"), "w").close()
+        sys.path.insert(0, work)
+        from proto import grpc_service_pb2 as pb  # noqa: E402
+
+        seeds = []
+
+        def identity(datatype, raw, rows=2, mangle=None):
+            r = pb.ModelInferRequest(model_name="identity", id="seed")
+            t = r.inputs.add(name="in_" + datatype.lower(), datatype=datatype, shape=[rows, 3])
+            size = {"BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2,
+                    "INT32": 4, "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8}[datatype]
+            if raw:
+                r.raw_input_contents.append(bytes(range(rows * 3 * size)) if rows * 3 * size < 256
+                                            else b"\x01" * (rows * 3 * size))
+            else:
+                field = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
+                         "INT32": "int_contents", "INT64": "int64_contents",
+                         "UINT8": "uint_contents", "UINT16": "uint_contents",
+                         "UINT32": "uint_contents", "UINT64": "uint64_contents",
+                         "FP32": "fp32_contents", "FP64": "fp64_contents"}.get(datatype)
+                if field is None:
+                    return
+                values = [True, False] * (rows * 3) if field == "bool_contents" else \
+                    list(range(rows * 3))
+                getattr(t.contents, field).extend(values[:rows * 3])
+            r.outputs.add(name="out_" + datatype.lower())
+            if mangle:
+                mangle(r)
+            seeds.append(r)
+
+        for dt in ["FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
+                   "UINT64", "BOOL", "FP16"]:
+            identity(dt, raw=True)
+            identity(dt, raw=False)
+        identity("FP32", raw=True, rows=0)
+        identity("FP32", raw=True, mangle=lambda r: r.inputs[0].shape.append(1))
+        identity("INT64", raw=True, mangle=lambda r: r.raw_input_contents.append(b"x"))
+        identity("FP32", raw=False, mangle=lambda r: r.inputs[0].contents.int64_contents.append(1))
+        def negative_timeout(r):
+            r.parameters["timeout"].int64_param = -5
+
+        identity("FP32", raw=True, mangle=negative_timeout)
+        for m in (0, 1, 3, 1000, -1):
+            r = pb.ModelInferRequest(model_name="counter", model_version="1")
+            r.inputs.add(name="M", datatype="INT64", shape=[]).contents.int64_contents.append(m)
+            r.inputs.add(name="x", datatype="FP32", shape=[2]).contents.fp32_contents.extend(
+                [0.5, -2.0])
+            r.parameters["timeout"].int64_param = 1000
+            seeds.append(r)
+        r = pb.ModelInferRequest(model_name="counter")
+        r.inputs.add(name="M", datatype="INT64", shape=[])
+        r.inputs.add(name="x", datatype="FP32", shape=[2])
+        r.raw_input_contents.append(struct.pack("<q", 5))
+        r.raw_input_contents.append(struct.pack("<2f", 1.0, 2.0))
+        seeds.append(r)
+        for i, r in enumerate(seeds):
+            with open(os.path.join(out, "seed_%04d.pb" % i), "wb") as f:
+                f.write(r.SerializeToString())
+        return len(seeds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# Triton ModelConfig texts (besides every config.pbtxt under the --onnx_dir folders).
+CONFIGS = [
+    "",
+    'name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+    'version_policy { latest { num_versions: 2 } }\n'
+    'parameters { key: "max_loop_iterations" value { string_value: "100000" } }\n',
+    'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]\n'
+    'output [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]\n'
+    'instance_group [ { count: 2 kind: KIND_CPU } ]\n',
+    'input [ { name: "M" data_type: TYPE_INT64 dims: [ 1 ] reshape { shape: [ ] } } ]\n'
+    'parameters { key: "max_request_memory_bytes" value { string_value: "1073741824" } }\n'
+    'parameters { key: "max_output_bytes" value { string_value: "-3" } }\n',
+    "max_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 2, 4 ] }\n",
+    'version_policy { specific { versions: [1, 3] } }\nbackend: "openvino"\n',
+    'model_warmup [ { name: "w" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
+    'dims: [ 1, 2 ] zero_data: true } } } ]\n',
+    "max_loop_iterations: 5\n",
+    'name: "other"\n',
+    "sequence_batching { }\n",
+    "version_policy { latest { num_versions: 4294967295 } } # comment\n",
+]
+
+OVMS_CONFIGS = [
+    '{"model_config_list": [{"config": {"name": "m", "base_path": "m"}}]}',
+    '{"model_config_list": [{"config": {"name": "a", "base_path": "/models/a", "nireq": 2, '
+    '"model_version_policy": {"latest": {"num_versions": 2}}}}, {"config": {"name": "b", '
+    '"base_path": "gs://bucket/b", "shape": "auto"}}], "pipeline_config_list": []}',
+    '{"model_config_list": [{"config": {"name": "../x", "base_path": "x", '
+    '"model_version_policy": {"specific": {"versions": [1, 0]}}}}]}',
+    "[]",
+    "{",
+]
+
+
+def config_seeds(out, dirs):
+    texts = list(CONFIGS)
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "**", "config.pbtxt"), recursive=True)):
+            with open(path) as f:
+                texts.append(f.read())
+    for i, text in enumerate(texts):
+        with open(os.path.join(out, "seed_%04d.pbtxt" % i), "w") as f:
+            f.write(text)
+    return len(texts)
+
+
+def ovms_seeds(out, dirs):
+    texts = list(OVMS_CONFIGS)
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "**", "*.json"), recursive=True)):
+            with open(path) as f:
+                texts.append(f.read())
+    for i, text in enumerate(texts):
+        with open(os.path.join(out, "seed_%04d.json" % i), "w") as f:
+            f.write(text)
+    return len(texts)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--repo_root", required=True)
+    parser.add_argument("--protoc", default="protoc")
+    parser.add_argument("--onnx_dir", action="append", default=[])
+    parser.add_argument("--openvino_dir", action="append", default=[])
+    args = parser.parse_args()
+    counts = {}
+    for target, make in [
+        ("onnx_importer_fuzz", lambda d: onnx_seeds(d, args.onnx_dir)),
+        ("openvino_importer_fuzz", lambda d: openvino_seeds(d, args.openvino_dir)),
+        ("infer_request_fuzz", lambda d: infer_request_seeds(d, args.repo_root, args.protoc)),
+        ("model_config_fuzz", lambda d: config_seeds(d, args.onnx_dir)),
+        ("ovms_config_fuzz", lambda d: ovms_seeds(d, args.onnx_dir)),
+    ]:
+        d = os.path.join(args.out_dir, target)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        counts[target] = make(d)
+    print("seeds: " + ", ".join("%s %d" % kv for kv in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

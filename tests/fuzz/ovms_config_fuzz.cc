@@ -1,0 +1,14 @@
+// Fuzz target: OpenVINO Model Server config.json text -> ParseOvmsConfig (protobuf's JSON parser
+// into a Struct, then the schema checks and base paths).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "server/ovms_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  (void)loopserve::server::ParseOvmsConfig(
+      absl::string_view(reinterpret_cast<const char*>(data), size), "/nonexistent/models");
+  return 0;
+}
