@@ -120,7 +120,7 @@ TEST_F(ProtocolTest, ModelMetadataListsEveryDatatype) {
   ASSERT_TRUE(md.ok()) << md.status();
   std::vector<std::string> datatypes;
   for (const auto& input : md->inputs()) datatypes.push_back(input.datatype());
-  EXPECT_EQ(absl::StrJoin(datatypes, ","), "FP32,INT64,BOOL,INT32,FP64,UINT8,INT8");
+  EXPECT_EQ(absl::StrJoin(datatypes, ","), "FP32,INT64,BOOL,INT32,FP64,UINT8,INT8,INT16,UINT16,UINT32,UINT64");
 }
 
 TEST_F(ProtocolTest, ModelMetadataOfUnknownModelIsNotFound) {
