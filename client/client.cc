@@ -230,6 +230,62 @@ absl::StatusOr<InferResult> Client::Infer(absl::string_view model,
   return result;
 }
 
+absl::StatusOr<InferResult> Client::StreamInfer(
+    absl::string_view model, const std::vector<Tensor>& inputs,
+    const std::vector<std::string>& outputs, const InferOptions& options,
+    absl::FunctionRef<void(int64_t iteration, const std::vector<Tensor>& slices)> on_slice) {
+  if (http_ != nullptr) return absl::UnimplementedError("--stream needs gRPC (ModelStreamInfer)");
+  inference::ModelInferRequest request;
+  request.set_model_name(std::string(model));
+  request.set_model_version(options.model_version);
+  request.set_id(options.request_id);
+  for (const Tensor& input : inputs) {
+    absl::Status added = AddInput(input, options.contents, &request);
+    if (!added.ok()) return added;
+  }
+  for (const std::string& name : outputs) request.add_outputs()->set_name(name);
+  (*request.mutable_parameters())["stream_iterations"].set_bool_param(true);
+
+  InferResult result;
+  absl::Status failed;
+  bool finished = false;
+  absl::Status status = RunCall(options, [&](grpc::ClientContext* context) {
+    auto stream = stub_->ModelStreamInfer(context);
+    if (stream->Write(request)) stream->WritesDone();
+    inference::ModelStreamInferResponse message;
+    while (stream->Read(&message)) {
+      const inference::ModelInferResponse& response = message.infer_response();
+      if (!message.error_message().empty()) {
+        failed = absl::UnknownError(message.error_message());
+        continue;
+      }
+      absl::StatusOr<std::vector<Tensor>> decoded = DecodeOutputs(response);
+      if (!decoded.ok()) {
+        failed = absl::InternalError(
+            absl::StrCat("model '", model, "': malformed response: ", decoded.status().message()));
+        continue;
+      }
+      auto final_flag = response.parameters().find("triton_final_response");
+      if (final_flag != response.parameters().end() && !final_flag->second.bool_param()) {
+        auto iteration = response.parameters().find("iteration");
+        on_slice(iteration == response.parameters().end() ? -1 : iteration->second.int64_param(),
+                 *decoded);
+        continue;
+      }
+      result.model_name = response.model_name();
+      result.model_version = response.model_version();
+      result.id = response.id();
+      result.outputs = *std::move(decoded);
+      finished = true;
+    }
+    return stream->Finish();
+  });
+  if (!status.ok()) return status;
+  if (!failed.ok()) return failed;
+  if (!finished) return absl::InternalError("the stream ended without a final response");
+  return result;
+}
+
 absl::StatusOr<inference::ModelInferResponse> Client::InferRaw(
     const inference::ModelInferRequest& request, const InferOptions& options) {
   if (http_ != nullptr) return absl::UnimplementedError("InferRaw sends gRPC messages");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -113,6 +114,15 @@ class Client {
   absl::StatusOr<InferResult> Infer(absl::string_view model, const std::vector<Tensor>& inputs,
                                     const std::vector<std::string>& outputs = {},
                                     const InferOptions& options = {});
+  // Runs `model` through ModelStreamInfer with `stream_iterations: true`: `on_slice` gets each
+  // iteration's slices of the requested scan outputs as they arrive (on the calling thread), and
+  // the final outputs are returned. gRPC only (UNIMPLEMENTED over HTTP). A request the server
+  // rejects comes back with the server's message under UNKNOWN: the stream carries errors as
+  // text (Triton's `error_message`), without a code.
+  absl::StatusOr<InferResult> StreamInfer(
+      absl::string_view model, const std::vector<Tensor>& inputs,
+      const std::vector<std::string>& outputs, const InferOptions& options,
+      absl::FunctionRef<void(int64_t iteration, const std::vector<Tensor>& slices)> on_slice);
   // Sends `request` as is (for callers that build requests themselves, e.g. malformed ones in
   // tests). Only timeout, deadline and cancel of `options` apply.
   absl::StatusOr<inference::ModelInferResponse> InferRaw(

@@ -52,7 +52,7 @@ const char* const kKnownFlags[] = {"addr",       "protocol",      "input",    "o
                                    "timeout_ms", "model_version", "data_dir", "max_elements",
                                    "shape",      "concurrency",   "requests", "warmup",
                                    "typed",      "help",          "duration", "concurrency_range",
-                                   "progress"};
+                                   "progress",   "stream"};
 
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
@@ -311,14 +311,52 @@ int CmdInfer(Client& client, const std::string& model, const CommandLine& cl, st
     max_elements = *v;
   }
   const absl::Time start = absl::Now();
-  auto result = client.Infer(model, *inputs, cl.All("output"), *options);
+  absl::StatusOr<InferResult> result;
+  absl::Duration first_slice = absl::InfiniteDuration();
+  int64_t slices = 0;
+  if (cl.Has("stream") && cl.Get("stream") != "false") {
+    // Single-element slices (a token per iteration) go on one line per output as they come;
+    // larger ones get a line per iteration.
+    std::string line_output;  // the output whose elements are being printed on one line
+    result = client.StreamInfer(model, *inputs, cl.All("output"), *options,
+                                [&](int64_t iteration, const std::vector<Tensor>& outputs) {
+                                  if (slices++ == 0) first_slice = absl::Now() - start;
+                                  const bool one_line =
+                                      outputs.size() == 1 &&
+                                      ElementCount(outputs[0].shape).value_or(0) == 1;
+                                  if (one_line) {
+                                    if (line_output != outputs[0].name) {
+                                      if (!line_output.empty()) out << "\n";
+                                      line_output = outputs[0].name;
+                                      out << line_output << ":";
+                                    }
+                                    out << " " << FormatElement(outputs[0], 0);
+                                  } else {
+                                    if (!line_output.empty()) out << "\n";
+                                    line_output.clear();
+                                    out << "iteration " << iteration << ":";
+                                    for (const Tensor& t : outputs)
+                                      out << " " << FormatTensor(t, max_elements);
+                                    out << "\n";
+                                  }
+                                  out.flush();
+                                });
+    if (!line_output.empty()) out << "\n";
+  } else {
+    result = client.Infer(model, *inputs, cl.All("output"), *options);
+  }
   const absl::Duration elapsed = absl::Now() - start;
   if (!result.ok()) {
     PrintError(result.status(), err);
     return 1;
   }
   out << "model: " << result->model_name << " version " << result->model_version << " ("
-      << absl::StrFormat("%.3f", absl::ToDoubleMilliseconds(elapsed)) << " ms)\n";
+      << absl::StrFormat("%.3f", absl::ToDoubleMilliseconds(elapsed)) << " ms";
+  if (slices > 0) {
+    out << absl::StrFormat(", %d slices, first after %.3f ms", slices,
+                           absl::ToDoubleMilliseconds(first_slice));
+  }
+  out << ")\n";
   for (const Tensor& t : result->outputs) out << FormatTensor(t, max_elements) << "\n";
   return 0;
 }
@@ -631,6 +669,9 @@ Flags (always --flag=value):
                        after the model inputs); --input overrides single ones
   --output=NAME        infer: request only this output (repeat; default: all)
   --max_elements=N     infer: print at most N values per output (default 32)
+  --stream             infer: ModelStreamInfer with stream_iterations: print each iteration's
+                       scan-output slices as they arrive (single values on one line), then the
+                       final outputs (gRPC only)
   --typed=true         send typed contents instead of raw_input_contents
   --shape=NAME:d0,...  perf: dims for an input with variable dims (default: each -1 becomes 1)
   --concurrency=N      perf: concurrent clients (default 1)
@@ -656,6 +697,7 @@ Examples:
   loopctl infer rnn --input=M:INT64::6 --input=h0:FP32:2,4:0.5 --output=h_final
   loopctl infer rnn --data_dir=deploy/models/rnn/expected
   loopctl infer endless --input=x:INT64:1:0 --timeout_ms=1000
+  loopctl infer greedy_decoder --input=start_token:INT64:1:4 --input=max_len:INT64::12 --stream
   loopctl perf rnn --input=M:INT64::16 --shape=h0:8,4 --concurrency=4 --requests=1000
   loopctl perf rnn --input=M:INT64::16 --shape=h0:8,4 --concurrency_range=1:4 --duration=5
 )";

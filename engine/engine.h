@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/value.h"
 
@@ -65,6 +66,31 @@ class LoopObserver {
   virtual void OnLoopFinished(int loop_index, int64_t iterations, absl::Duration elapsed) = 0;
 };
 
+// One model output's part of one Loop iteration: the body result the Loop appends to a scan
+// (stacked or concatenated) output that is also a model output (Model::scan_output_loops). For an
+// ONNX scan output it is the output without its scan axis. Valid only during the call that
+// receives it.
+struct ScanSlice {
+  int output;  // index into Model::outputs()
+  const Tensor* tensor;
+};
+
+// Receives each iteration of the model's top-level Loops as it finishes: the streaming hook
+// (RunOptions::iteration_observer). Called on the thread running the request, after the
+// iteration's scan slices were appended and before the next iteration starts, so the Loop waits
+// for it: an implementation may block (back-pressure) and should return within the run's
+// deadline. Only top-level Loops with at least one scan output that is a model output call it;
+// nested Loops never do. One observer per run; it need not be thread-safe.
+class IterationObserver {
+ public:
+  virtual ~IterationObserver() = default;
+  // `loop_index` indexes Model::loop_names(); `iteration` counts from 0; `slices` holds one entry
+  // per model output that is a scan output of that Loop, in Model::outputs() order. An error
+  // stops the run with that status.
+  virtual absl::Status OnIteration(int loop_index, int64_t iteration,
+                                   absl::Span<const ScanSlice> slices) = 0;
+};
+
 // What the caller of Model::Run controls about one run.
 struct RunOptions {
   absl::Time deadline = absl::InfiniteFuture();
@@ -82,6 +108,9 @@ struct RunOptions {
   // past it fails with ResourceExhausted (LimitReason::kMemory) before the allocation.
   int64_t max_memory_bytes = 0;
   LoopObserver* loop_observer = nullptr;  // not owned; may be null
+  // Streams the top-level Loops' iterations (see IterationObserver). Not owned; may be null, and
+  // when it is the Loop pays one pointer test per iteration for it.
+  IterationObserver* iteration_observer = nullptr;
 };
 
 // Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
@@ -136,6 +165,10 @@ class Model {
   // Names of every Loop node in the model (nested ones included), indexed as in
   // LoopObserver::OnLoopFinished.
   const std::vector<std::string>& loop_names() const { return loop_names_; }
+  // Per model output (Model::outputs() order): the index (into loop_names()) of the top-level Loop
+  // whose scan output it is, when the output is a Loop's stacked or concatenated output as it is
+  // (streamable through IterationObserver); -1 otherwise.
+  const std::vector<int>& scan_output_loops() const { return scan_output_loops_; }
 
   // With LoadOptions::dump_plan: each graph (Loop bodies included) before and after the graph
   // optimizer, the rewrites that fired and the nodes the plan runs. Empty otherwise.
@@ -157,6 +190,7 @@ class Model {
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
   std::vector<std::string> loop_names_;
+  std::vector<int> scan_output_loops_;
   std::string plan_dump_;
 };
 

@@ -246,6 +246,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   if (options.dump_plan) context.set_dump(&model->plan_dump_);
   LS_ASSIGN_OR_RETURN(model->plan_, Plan::Compile(std::move(graph), context));
   model->loop_names_ = context.loop_names();
+  model->scan_output_loops_ = context.scan_output_loops();
+  model->scan_output_loops_.resize(model->outputs_.size(), -1);
   return std::shared_ptr<const Model>(std::move(model));
 }
 

@@ -504,6 +504,10 @@ absl::Status RestInferParser::Parse(absl::string_view body, const char* header_l
       LS_ASSIGN_OR_RETURN(request->timeout_us,
                           NonNegativeInt(p, "parameter 'timeout' (microseconds)"));
     }
+    if (field["stream_iterations"].get(p) == simdjson::SUCCESS) {
+      LS_ASSIGN_OR_RETURN(request->stream_iterations,
+                          BoolField(p, "parameter 'stream_iterations'"));
+    }
     if (field["binary_data_output"].get(p) == simdjson::SUCCESS) {
       LS_ASSIGN_OR_RETURN(outputs->binary_default, BoolField(p, "parameter 'binary_data_output'"));
     }

@@ -44,6 +44,10 @@ struct InferenceRequest {
   std::vector<std::string> outputs;
   // Triton's `timeout` request parameter in microseconds; 0 = none. The adapters check its type.
   int64_t timeout_us = 0;
+  // The `stream_iterations` request parameter (bool): one response per iteration of the model's
+  // top-level Loop (only where the protocol can stream: ModelStreamInfer). The adapters check its
+  // type; the runner checks that the call can stream and the model has scan outputs to stream.
+  bool stream_iterations = false;
   // What raw contents are called in messages: "raw_input_contents" (gRPC), "binary data" (REST).
   absl::string_view raw_field = "raw_input_contents";
   // A malformed request (bad JSON, inconsistent contents) that still names its model: the runner

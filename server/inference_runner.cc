@@ -25,6 +25,20 @@ InferenceCall::InferenceCall(Protocol protocol, Polling polling, absl::Time rece
                              absl::Time deadline)
     : protocol_(protocol), polling_(polling), received_(received), deadline_(deadline) {}
 
+absl::Status InferenceCall::RespondIteration(const LoadedModel& model, int64_t iteration,
+                                             absl::Span<const engine::ScanSlice> slices) {
+  return absl::UnimplementedError("this protocol cannot stream iterations");
+}
+
+absl::Status InferenceCall::OnIteration(int loop_index, int64_t iteration,
+                                        absl::Span<const engine::ScanSlice> slices) {
+  if (loop_index != stream_loop_) return absl::OkStatus();
+  for (size_t k = 0; k < stream_picks_.size(); ++k) stream_slices_[k] = slices[stream_picks_[k]];
+  LS_RETURN_IF_ERROR(RespondIteration(*model_, iteration, stream_slices_));
+  model_->metrics->RecordStreamSlice(slices_sent_++ == 0, absl::Now() - received_);
+  return absl::OkStatus();
+}
+
 InferenceRunner::InferenceRunner(ModelRegistry* registry, WorkerPool* pool, Metrics& metrics,
                                  Options options)
     : registry_(registry), pool_(pool), metrics_(metrics), options_(options) {
@@ -65,13 +79,70 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   if (!adapted.ok()) return Annotate(adapted, ModelLabel(model));
   call.decoded_ = *std::move(decoded);
   request.inputs.clear();  // the protocol's decoders are done
+  if (request.stream_iterations) {
+    LS_RETURN_IF_ERROR(Annotate(PlanIterationStream(call), ModelLabel(model)));
+  }
   call.admitted_ = true;
   return Dispatch(call);
 }
 
+absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
+  if (!call.CanStreamIterations()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter 'stream_iterations' needs a streaming call (gRPC ModelStreamInfer); ",
+        ProtocolName(call.protocol_), " answers once per request"));
+  }
+  const engine::Model& model = *call.model_->model;
+  if (model.loop_names().empty()) {
+    return absl::InvalidArgumentError(
+        "parameter 'stream_iterations': the model has no Loop to stream");
+  }
+  const std::vector<int>& loops = model.scan_output_loops();
+  std::string scan_outputs;  // for the messages
+  for (size_t j = 0; j < loops.size(); ++j) {
+    if (loops[j] < 0) continue;
+    absl::StrAppend(&scan_outputs, scan_outputs.empty() ? "" : ", ", "'", model.outputs()[j].name,
+                    "'");
+  }
+  if (scan_outputs.empty()) {
+    return absl::InvalidArgumentError(
+        "parameter 'stream_iterations': no output of the model is a scan output of a top-level "
+        "Loop, so there is nothing to stream per iteration");
+  }
+  int loop = -1;
+  for (int output : call.decoded_.outputs) {
+    const int l = loops[output];
+    if (l < 0) continue;
+    if (loop >= 0 && l != loop) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter 'stream_iterations': the requested scan outputs come from two Loops ('",
+          model.loop_names()[loop], "' and '", model.loop_names()[l],
+          "'); request the scan outputs of one"));
+    }
+    loop = l;
+  }
+  if (loop < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter 'stream_iterations': none of the requested outputs is a scan "
+                     "output of a top-level Loop (the model's are ",
+                     scan_outputs, ")"));
+  }
+  call.stream_loop_ = loop;
+  call.stream_picks_.clear();
+  for (int output : call.decoded_.outputs) {
+    if (loops[output] != loop) continue;
+    int position = 0;  // among the Loop's slices, which come in Model::outputs() order
+    for (int j = 0; j < output; ++j) position += loops[j] == loop ? 1 : 0;
+    call.stream_picks_.push_back(position);
+  }
+  call.stream_slices_.resize(call.stream_picks_.size());
+  return absl::OkStatus();
+}
+
 absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
   const LoadedModel& model = *call.model_;
-  if (model.metrics->RecentCompute() < options_.inline_run_limit &&
+  // A streamed run waits for its client's reads: never on the protocol's thread.
+  if (call.stream_loop_ < 0 && model.metrics->RecentCompute() < options_.inline_run_limit &&
       pool_->TryRunHere(
           [&] {
             metrics_.inflight_requests().Increment();
@@ -122,6 +193,7 @@ absl::Status InferenceRunner::Execute(InferenceCall& call) {
   options.max_output_bytes = model.max_output_bytes;
   options.max_memory_bytes = model.max_request_memory_bytes;
   if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  if (call.stream_loop_ >= 0) options.iteration_observer = &call;
   absl::StatusOr<std::vector<engine::Value>> outputs =
       model.model->Run(std::move(call.decoded_.inputs), options);
   model.metrics->RecordCompute(absl::Now() - started);

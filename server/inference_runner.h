@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/engine.h"
 #include "server/infer_request.h"
 #include "server/metrics.h"
@@ -29,7 +30,14 @@ class InferenceRunner;
 // Submit's caller too when the request is answered inside Submit. Cancel may be called from any
 // thread at any time until Finish. Ownership stays with the adapter: the runner borrows the
 // call from Submit until it calls Finish and never touches it afterwards, so Finish may delete it.
-class InferenceCall {
+//
+// Streaming (`stream_iterations`): an adapter that can send several responses per request
+// (ModelStreamInfer) overrides CanStreamIterations and RespondIteration; the runner then checks the
+// request against the model (a top-level Loop with scan outputs among the requested outputs),
+// runs it on a worker (never on the adapter's thread, which the client's reading paces), hands
+// the engine the call as its IterationObserver, and calls RespondIteration once per iteration
+// before Respond and Finish.
+class InferenceCall : private engine::IterationObserver {
  public:
   // How the runner learns that the client went away. kWhileInline: the protocol reports it
   // (gRPC's OnCancel -> Cancel) except while the request runs on the adapter's own thread, when
@@ -70,8 +78,25 @@ class InferenceCall {
   // runner's mutex, while the call is in flight. Must be cheap and must not block.
   virtual bool ClientGone() { return false; }
 
+  // Whether the adapter implements RespondIteration; a request asking for `stream_iterations`
+  // otherwise gets INVALID_ARGUMENT.
+  virtual bool CanStreamIterations() const { return false; }
+  // Sends one iteration's slices of the requested scan outputs (`slices[k].output` indexes
+  // Model::outputs(); response order), on the thread running the request, while the Loop waits.
+  // May wait for the client to read earlier responses (a bounded window), up to deadline() and
+  // while !cancelled(); an error (DEADLINE_EXCEEDED, CANCELLED) stops the run with it.
+  virtual absl::Status RespondIteration(const LoadedModel& model, int64_t iteration,
+                                        absl::Span<const engine::ScanSlice> slices);
+
+  absl::Time deadline() const { return deadline_; }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
  private:
   friend class InferenceRunner;
+
+  // engine::IterationObserver: the requested slices of the streamed Loop -> RespondIteration.
+  absl::Status OnIteration(int loop_index, int64_t iteration,
+                           absl::Span<const engine::ScanSlice> slices) override;
 
   const Protocol protocol_;
   const Polling polling_;
@@ -87,6 +112,13 @@ class InferenceCall {
   InferenceCall* prev_ = nullptr;
   InferenceCall* next_ = nullptr;
   bool polled_ = false;  // the watcher polls ClientGone
+  // `stream_iterations`: the top-level Loop streamed (-1: none), which of its slices (positions
+  // in OnIteration's span) go out in response order, and a buffer for them (no allocation per
+  // iteration).
+  int stream_loop_ = -1;
+  std::vector<int> stream_picks_;
+  std::vector<engine::ScanSlice> stream_slices_;
+  int64_t slices_sent_ = 0;
 };
 
 // The request path every protocol shares: takes a request in whatever protocol it came, and
@@ -109,8 +141,8 @@ class InferenceCall {
 //                  DEADLINE_EXCEEDED / CANCELLED code of a stopped run).
 // Exceptions stop here (INTERNAL). A batcher (issue 17) belongs between the admission and the
 // scheduling steps (Dispatch): it would collect admitted calls of one version and run them as
-// one Execute; a streaming adapter (issue 16) gives its call a per-iteration sink that Execute
-// hands to the engine beside the version's LoopObserver.
+// one Execute. A `stream_iterations` request runs with its call as the engine's
+// IterationObserver beside the version's LoopObserver (see InferenceCall).
 //
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
@@ -154,6 +186,9 @@ class InferenceRunner {
  private:
   // Admission: OK when the call was run here (and answered) or queued; otherwise the error.
   absl::Status Admit(InferenceCall& call);
+  // `stream_iterations`: checks the call can stream and the requested outputs include scan
+  // outputs of one top-level Loop; fills the call's stream_* fields.
+  absl::Status PlanIterationStream(InferenceCall& call);
   // Scheduling: on this thread or the pool.
   absl::Status Dispatch(InferenceCall& call);
   // On the thread that runs the call: Execute, then Complete.

@@ -8,6 +8,23 @@
 
 namespace loopserve::server {
 
+namespace internal {
+using Grpc = inference::GRPCInferenceService;
+// GRPCInferenceService::CallbackService with ModelInfer and ModelStreamInfer raw. The raw and the
+// typed ModelStreamInfer differ only in their return type, so the typed one is left out of the
+// chain rather than overridden.
+using InferenceServiceBase =
+    Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
+        Grpc::WithCallbackMethod_ServerLive<Grpc::WithCallbackMethod_ServerReady<
+            Grpc::WithCallbackMethod_ModelReady<Grpc::WithCallbackMethod_ServerMetadata<
+                Grpc::WithCallbackMethod_ModelMetadata<Grpc::WithCallbackMethod_ModelInfer<
+                    Grpc::WithCallbackMethod_ModelConfig<Grpc::WithCallbackMethod_ModelStatistics<
+                        Grpc::WithCallbackMethod_RepositoryIndex<
+                            Grpc::WithCallbackMethod_RepositoryModelLoad<
+                                Grpc::WithCallbackMethod_RepositoryModelUnload<
+                                    Grpc::Service>>>>>>>>>>>>>;
+}  // namespace internal
+
 // The gRPC adapter: inference.GRPCInferenceService on gRPC's callback API over the protocol-free
 // InferenceRunner (ModelInfer) and ServerApi (everything else). Its own concerns are gRPC's:
 // messages in and out, the call's deadline, its cancellation and its completion protocol.
@@ -26,18 +43,33 @@ namespace loopserve::server {
 // context's default reactor, whose completion gRPC handles without a thread hop; a queued call is
 // its own reactor so that OnCancel reaches the running engine.
 //
-// Not implemented (gRPC answers UNIMPLEMENTED): ModelStreamInfer.
+// ModelStreamInfer (Triton's bidirectional stream, also raw): each request read from the stream
+// goes through the runner like a ModelInfer call (same validation, limits, deadline — the
+// stream's and the request's `timeout` —, metrics), several at once; each answer is a
+// ModelStreamInferResponse (`error_message` for a failed request, which leaves the stream open),
+// written in the order produced, so one request's responses keep their order. With
+// `stream_iterations: true` a request gets one response per iteration of the model's top-level
+// Loop (its scan outputs' slices, parameters `iteration` and `triton_final_response: false`),
+// then the final one (`triton_final_response: true`, as every response of a request without it).
+// At most kStreamWindow iteration responses of one request wait to be written; past that its Loop
+// waits for the client to read (up to the request's deadline, stopping within a poll interval of
+// a cancel). A stream with kStreamMaxPending requests in flight or answers unwritten reads no
+// further request until the client has read half of them. A client that cancels or breaks the
+// stream cancels its requests in flight; the stream ends (OK) once the client has half-closed it
+// and every request is answered.
 //
 // Thread-safe. Borrows the runner and the API, which must outlive the grpc::Server serving this
 // service (including its Shutdown).
-class InferenceService final
-    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-          inference::GRPCInferenceService::CallbackService> {
+class InferenceService final : public internal::InferenceServiceBase {
  public:
   InferenceService(InferenceRunner* runner, ServerApi* api) : runner_(runner), api_(api) {}
 
   // Requests at least this large are followed by malloc_trim.
   static constexpr size_t kTrimAfterRequestBytes = size_t{64} << 20;
+  // Iteration responses of one streamed request queued unwritten before its Loop waits.
+  static constexpr int kStreamWindow = 8;
+  // Requests in flight plus responses unwritten on one stream before it reads no more requests.
+  static constexpr size_t kStreamMaxPending = 64;
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -62,6 +94,10 @@ class InferenceService final
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
+  // Raw: requests are serialized inference.ModelInferRequest, responses
+  // inference.ModelStreamInferResponse.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
@@ -77,6 +113,8 @@ class InferenceService final
 
  private:
   class InferCall;
+  class Stream;
+  class StreamCall;
 
   // Finishes a repository change's call with the outcome of ServerApi::Load/Unload.
   static grpc::ServerUnaryReactor* RepositoryChange(

@@ -179,6 +179,12 @@ void ModelVersionMetrics::RecordCompute(absl::Duration computed) {
   if (has_handles_) compute_duration_->Observe(absl::ToDoubleSeconds(computed));
 }
 
+void ModelVersionMetrics::RecordStreamSlice(bool first, absl::Duration since_received) {
+  if (!has_handles_) return;
+  stream_slices_->Increment();
+  if (first) stream_first_slice_->Observe(absl::ToDoubleSeconds(since_received));
+}
+
 absl::Duration ModelVersionMetrics::RecentCompute() const {
   const int64_t recent = recent_compute_ns_.load(std::memory_order_relaxed);
   return recent < 0 ? absl::InfiniteDuration() : absl::Nanoseconds(recent);
@@ -252,6 +258,17 @@ Metrics::Metrics()
            .Name("loopserve_loop_iteration_duration_seconds")
            .Help("Mean time per iteration of one Loop execution, by Loop node")
            .Register(*registry_);
+  stream_first_slice_ =
+      &prometheus::BuildHistogram()
+           .Name("loopserve_stream_first_slice_seconds")
+           .Help("Time from receipt to the first iteration response of a stream_iterations request")
+           .Register(*registry_);
+  stream_slices_ = &prometheus::BuildCounter()
+                        .Name("loopserve_stream_slices_total")
+                        .Help(
+                            "Iteration responses of stream_iterations requests handed to the "
+                            "protocol")
+                        .Register(*registry_);
   model_ready_ = &prometheus::BuildGauge()
                       .Name("loopserve_model_ready")
                       .Help("1 when the model version is loaded and serving, 0 when it failed")
@@ -324,6 +341,8 @@ std::shared_ptr<ModelVersionMetrics> Metrics::ForModelVersion(
   }
   metrics->queue_duration_ = &queue_duration_->Add(labels, DurationBuckets());
   metrics->compute_duration_ = &compute_duration_->Add(labels, DurationBuckets());
+  metrics->stream_first_slice_ = &stream_first_slice_->Add(labels, DurationBuckets());
+  metrics->stream_slices_ = &stream_slices_->Add(labels);
   for (const std::string& loop : loop_names) {
     prometheus::Labels with_loop = labels;
     with_loop["loop"] = loop;

@@ -78,6 +78,10 @@ class ModelVersionMetrics : public engine::LoopObserver {
   void RecordComputeInput(absl::Duration decoding);   // request decoding and validation
   void RecordCompute(absl::Duration computed);        // Model::Run
   void RecordComputeOutput(absl::Duration encoding);  // response encoding
+  // One iteration's response of a `stream_iterations` request handed to the protocol:
+  // loopserve_stream_slices_total, and for the request's first one (`first`) its time since the
+  // request arrived in loopserve_stream_first_slice_seconds.
+  void RecordStreamSlice(bool first, absl::Duration since_received);
   // A moving average of the recent Model::Run times (each new run weighs 1/8); InfiniteDuration
   // before the first run.
   absl::Duration RecentCompute() const;
@@ -110,6 +114,8 @@ class ModelVersionMetrics : public engine::LoopObserver {
   std::array<prometheus::Histogram*, kNumProtocols> request_duration_{};  // by Protocol
   prometheus::Histogram* queue_duration_ = nullptr;
   prometheus::Histogram* compute_duration_ = nullptr;
+  prometheus::Histogram* stream_first_slice_ = nullptr;
+  prometheus::Counter* stream_slices_ = nullptr;
   std::vector<prometheus::Histogram*> loop_iterations_;          // by loop index
   std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
 };
@@ -121,6 +127,10 @@ class ModelVersionMetrics : public engine::LoopObserver {
 //   loopserve_compute_duration_seconds{model,version}          histogram (Model::Run)
 //   loopserve_loop_iterations{model,version,loop}              histogram, once per Loop execution
 //   loopserve_loop_iteration_duration_seconds{model,version,loop} histogram, mean per execution
+//   loopserve_stream_first_slice_seconds{model,version}        histogram (receipt -> first
+//                                                              iteration response,
+//                                                              stream_iterations)
+//   loopserve_stream_slices_total{model,version}               counter (iteration responses sent)
 //   loopserve_loop_limit_hits_total{reason}                    counter; reason = iteration_cap |
 //                                                              deadline | cancelled |
 //                                                              output_bytes | memory
@@ -141,7 +151,7 @@ class Metrics {
   Metrics();
 
   // Resolves every per-version handle (17 outcome counters and a duration histogram per protocol,
-  // 2 more histograms, 2 per loop).
+  // 4 more handles, 2 per loop).
   std::shared_ptr<ModelVersionMetrics> ForModelVersion(const std::string& model, int64_t version,
                                                        const std::vector<std::string>& loop_names);
   // Sets loopserve_model_ready{model,version}. Not for the request path (resolves the gauge).
@@ -178,6 +188,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* compute_duration_;
   prometheus::Family<prometheus::Histogram>* loop_iterations_;
   prometheus::Family<prometheus::Histogram>* loop_iteration_duration_;
+  prometheus::Family<prometheus::Histogram>* stream_first_slice_;
+  prometheus::Family<prometheus::Counter>* stream_slices_;
   prometheus::Family<prometheus::Gauge>* model_ready_;
   prometheus::Family<prometheus::Gauge>* model_load_duration_;
   prometheus::Counter* loads_success_;

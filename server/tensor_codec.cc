@@ -208,6 +208,13 @@ absl::Status ToInferenceRequest(const inference::ModelInferRequest& request,
     }
     out->timeout_us = micros;
   }
+  it = request.parameters().find("stream_iterations");
+  if (it != request.parameters().end()) {
+    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+      return absl::InvalidArgumentError("parameter 'stream_iterations' must be a bool");
+    }
+    out->stream_iterations = it->second.bool_param();
+  }
   return absl::OkStatus();
 }
 
@@ -229,19 +236,23 @@ absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<in
           "output '", name, "': ", value.is_sequence() ? "a sequence" : "an empty optional",
           " cannot be returned over KServe v2"));
     }
-    const Tensor& tensor = value.tensor();
-    const absl::string_view datatype = KserveDataType(tensor.dtype());
-    if (datatype.empty()) {
-      return absl::InternalError(absl::StrCat("output '", name, "': undefined element type"));
-    }
-    auto* out = response->add_outputs();
-    out->set_name(name);
-    out->set_datatype(std::string(datatype));
-    for (int64_t d : tensor.shape().dims()) out->add_shape(d);
-    LS_RETURN_IF_ERROR(AppendRawTensor(absl::StrCat("output '", name, "'"), tensor,
-                                       response->add_raw_output_contents()));
+    LS_RETURN_IF_ERROR(EncodeOutputTensor(name, value.tensor(), response));
   }
   return absl::OkStatus();
+}
+
+absl::Status EncodeOutputTensor(const std::string& name, const Tensor& tensor,
+                                inference::ModelInferResponse* response) {
+  const absl::string_view datatype = KserveDataType(tensor.dtype());
+  if (datatype.empty()) {
+    return absl::InternalError(absl::StrCat("output '", name, "': undefined element type"));
+  }
+  auto* out = response->add_outputs();
+  out->set_name(name);
+  out->set_datatype(std::string(datatype));
+  for (int64_t d : tensor.shape().dims()) out->add_shape(d);
+  return AppendRawTensor(absl::StrCat("output '", name, "'"), tensor,
+                         response->add_raw_output_contents());
 }
 
 }  // namespace loopserve::server

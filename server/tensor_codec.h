@@ -21,8 +21,9 @@ absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, inference::ModelInferReq
 // Fills `out` from `request`: raw inputs view `request.raw_input_contents`, typed inputs decode
 // from `request`'s typed contents fields, so `request` must outlive `out` and every tensor bound
 // from it. InvalidArgument for a raw_input_contents count different from the input count, typed
-// contents mixed with raw_input_contents, and a `timeout` parameter that is not a non-negative
-// int64 (or uint64); the model name, version and id are filled in first even then.
+// contents mixed with raw_input_contents, a `timeout` parameter that is not a non-negative
+// int64 (or uint64), and a `stream_iterations` parameter that is not a bool; the model name,
+// version and id are filled in first even then.
 absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, InferenceRequest* out);
 
 // ToInferenceRequest + BindRequest: `request` decoded against `model` (see BindRequest for what
@@ -36,6 +37,11 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferReq
 // Unimplemented for outputs that are sequences or empty optionals (not expressible in KServe v2).
 absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values,
+                                inference::ModelInferResponse* response);
+
+// Appends one tensor to `response` as output `name` (datatype, shape, one raw_output_contents
+// entry): an iteration's slice when streaming.
+absl::Status EncodeOutputTensor(const std::string& name, const engine::Tensor& tensor,
                                 inference::ModelInferResponse* response);
 
 }  // namespace loopserve::server

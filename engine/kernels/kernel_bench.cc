@@ -17,57 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_model.h"
 #include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/kernels/native/vector_math.h"
-#include "engine/tools/looprun.h"
 
 namespace loopserve {
 namespace {
 
-std::string g_models_dir = "bench_models";
-
-struct Loaded {
-  std::shared_ptr<const engine::Model> model;
-  std::vector<engine::Value> inputs;
-};
-
-Loaded LoadBenchModel(const std::string& name) {
-  const std::string folder = g_models_dir + "/" + name;
-  Loaded l;
-  auto model = engine::Model::Load(folder + "/model.onnx");
-  if (!model.ok()) return l;
-  auto inputs = tools::ReadInputs(**model, folder + "/test_data_set_0");
-  if (!inputs.ok()) return l;
-  l.model = *model;
-  l.inputs = *std::move(inputs);
-  return l;
-}
-
-void RunModel(benchmark::State& state, const std::string& name, int64_t trips) {
-  Loaded l = LoadBenchModel(name);
-  if (l.model == nullptr) {
-    state.SkipWithError(("cannot load " + g_models_dir + "/" + name).c_str());
-    return;
-  }
-  if (trips > 0) {  // input 0 is the trip count M
-    l.inputs[0].mutable_tensor().mutable_data<int64_t>()[0] = trips;
-  }
-  engine::RunOptions options;
-  int64_t iterations = 0;
-  for (auto _ : state) {
-    engine::RunStats stats;
-    auto out = l.model->Run(tools::ViewInputs(l.inputs), options, &stats);
-    if (!out.ok()) {
-      state.SkipWithError(std::string(out.status().message()).c_str());
-      return;
-    }
-    iterations += stats.loop_iterations;
-    benchmark::DoNotOptimize(out);
-  }
-  state.SetItemsProcessed(iterations);
-}
+using bench::RunBenchModel;
 
 // The crossover between a oneDNN binary primitive (execute floor ~0.2 us, plus its internal heap
 // allocations) and a plain loop, for an f32 add of n elements.
@@ -269,7 +228,7 @@ class ScopedPackedGemv {
 // whole benchmark, not just the load.
 void BM_ModelPackedGemv(benchmark::State& state, const char* name, bool enabled) {
   const ScopedPackedGemv scope(enabled);
-  RunModel(state, name, 0);
+  RunBenchModel(state, name, 0);
 }
 BENCHMARK_CAPTURE(BM_ModelPackedGemv, rnn_b1_packed, "rnn_b1", true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ModelPackedGemv, rnn_b1_dnnl, "rnn_b1", false)->Unit(benchmark::kMillisecond);
@@ -284,7 +243,7 @@ int main(int argc, char** argv) {
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--models=", 9) == 0) {
-      loopserve::g_models_dir = argv[i] + 9;
+      loopserve::bench::ModelsDir() = argv[i] + 9;
     } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       threads = std::atoi(argv[i] + 10);
     } else {

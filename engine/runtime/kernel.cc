@@ -55,4 +55,10 @@ absl::StatusOr<std::shared_ptr<const Plan>> KernelInit::CompileUnfused(
 
 int KernelInit::RegisterLoop(const std::string& name) const { return context_.RegisterLoop(name); }
 
+bool KernelInit::top_level() const { return context_.depth() == 0; }
+
+void KernelInit::RegisterScanOutput(int model_output, int loop_index) const {
+  context_.RegisterScanOutput(model_output, loop_index);
+}
+
 }  // namespace loopserve::engine

@@ -108,6 +108,10 @@ class KernelInit {
       std::shared_ptr<const Graph> subgraph) const;
   // Registers a Loop node and returns its index for LoopObserver / Model::loop_names().
   int RegisterLoop(const std::string& name) const;
+  // Whether the node belongs to the model's top-level graph (not a Loop body or If branch).
+  bool top_level() const;
+  // Records that model output `model_output` is a scan output of top-level Loop `loop_index`.
+  void RegisterScanOutput(int model_output, int loop_index) const;
 
  private:
   const Node& node_;

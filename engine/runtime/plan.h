@@ -46,6 +46,15 @@ class CompileContext {
     loop_names_.push_back(name);
     return static_cast<int>(loop_names_.size() - 1);
   }
+  // A model output (index into the top-level graph's outputs) that is the scan output of the
+  // top-level Loop `loop_index` (Model::scan_output_loops).
+  void RegisterScanOutput(int model_output, int loop_index) const {
+    if (scan_output_loops_.size() <= static_cast<size_t>(model_output)) {
+      scan_output_loops_.resize(model_output + 1, -1);
+    }
+    scan_output_loops_[model_output] = loop_index;
+  }
+  const std::vector<int>& scan_output_loops() const { return scan_output_loops_; }
   int depth() const { return depth_; }
   void set_depth(int depth) const { depth_ = depth; }
   // Whether the model being compiled can hold string tensors (GraphMayHoldStrings of the
@@ -65,6 +74,7 @@ class CompileContext {
   mutable bool transforms_ = true;
   mutable std::string* dump_ = nullptr;
   mutable std::vector<std::string> loop_names_;
+  mutable std::vector<int> scan_output_loops_;
   mutable int depth_ = 0;
   mutable std::vector<const Graph*> scopes_;
   mutable bool strings_possible_ = false;

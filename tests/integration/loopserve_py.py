@@ -1,10 +1,42 @@
-"""What the Python integration tests share: stubs generated from our protos, and a loopserve
-process on kernel-picked ports."""
+"""What the Python integration tests share: stubs generated from our protos, a loopserve process
+on kernel-picked ports, the Open Inference Protocol datatype table and the test models' numpy
+expected cases."""
 
 import os
 import subprocess
 import sys
 import threading
+
+import numpy as np
+
+np.float, np.int, np.bool, np.object = float, int, bool, object  # onnx 1.12 vs numpy 1.24
+
+# Open Inference Protocol datatype <-> numpy dtype (the fixed-size ones; BYTES is handled apart).
+DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
+          "INT16": np.int16, "INT8": np.int8, "UINT8": np.uint8, "UINT16": np.uint16,
+          "UINT32": np.uint32, "UINT64": np.uint64, "BOOL": np.bool_}
+OIP = {v: k for k, v in DTYPES.items()}
+
+
+def read_case(case_dir):
+    """([(name, array)] inputs, [(name, array)] outputs) of a case folder written by the model
+    generators (input_<k>.pb, output_<k>.pb: ONNX TensorProtos computed with numpy)."""
+    import onnx
+    from onnx import numpy_helper
+
+    def read(path):
+        t = onnx.TensorProto()
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        return t.name, numpy_helper.to_array(t)
+
+    inputs, outputs = [], []
+    for prefix, into in (("input", inputs), ("output", outputs)):
+        k = 0
+        while os.path.exists(os.path.join(case_dir, "%s_%d.pb" % (prefix, k))):
+            into.append(read(os.path.join(case_dir, "%s_%d.pb" % (prefix, k))))
+            k += 1
+    return inputs, outputs
 
 
 def make_stubs(protoc, repo_root, work, protos):

@@ -29,22 +29,11 @@ import time
 
 import numpy as np
 
-np.float = float  # onnx 1.12 vs numpy 1.24
-np.int = int
-np.bool = bool
-np.object = object
-
 import grpc  # noqa: E402
-import onnx  # noqa: E402
 import requests  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
 
-from loopserve_py import make_stubs, start_server  # noqa: E402
+from loopserve_py import DTYPES, OIP, make_stubs, read_case, start_server  # noqa: E402
 
-DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
-          "INT16": np.int16, "INT8": np.int8, "UINT8": np.uint8, "UINT16": np.uint16,
-          "UINT32": np.uint32, "UINT64": np.uint64, "BOOL": np.bool_}
-OIP = {v: k for k, v in DTYPES.items()}
 CHECKS = 0
 
 
@@ -53,22 +42,6 @@ def check(condition, message):
     CHECKS += 1
     if not condition:
         raise AssertionError(message)
-
-
-def read_case(case_dir):
-    def read(path):
-        t = onnx.TensorProto()
-        with open(path, "rb") as f:
-            t.ParseFromString(f.read())
-        return t.name, numpy_helper.to_array(t)
-
-    inputs, outputs = [], []
-    for prefix, into in (("input", inputs), ("output", outputs)):
-        k = 0
-        while os.path.exists(os.path.join(case_dir, "%s_%d.pb" % (prefix, k))):
-            into.append(read(os.path.join(case_dir, "%s_%d.pb" % (prefix, k))))
-            k += 1
-    return inputs, outputs
 
 
 def json_input(name, array, nested):

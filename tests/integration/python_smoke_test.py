@@ -19,39 +19,10 @@ import time
 
 import numpy as np
 
-np.float = float  # onnx 1.12 vs numpy 1.24
-np.int = int
-np.bool = bool
-np.object = object
-
 import grpc  # noqa: E402
-import onnx  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
 
-from loopserve_py import make_stubs, start_server  # noqa: E402
+from loopserve_py import DTYPES, OIP, make_stubs, read_case, start_server  # noqa: E402
 
-DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
-          "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}
-OIP = {v: k for k, v in DTYPES.items()}
-
-
-def read_pb(path):
-    t = onnx.TensorProto()
-    with open(path, "rb") as f:
-        t.ParseFromString(f.read())
-    return t.name, numpy_helper.to_array(t)
-
-
-def read_case(model_dir):
-    inputs, outputs, k = [], [], 0
-    while os.path.exists(os.path.join(model_dir, "input_%d.pb" % k)):
-        inputs.append(read_pb(os.path.join(model_dir, "input_%d.pb" % k)))
-        k += 1
-    k = 0
-    while os.path.exists(os.path.join(model_dir, "output_%d.pb" % k)):
-        outputs.append(read_pb(os.path.join(model_dir, "output_%d.pb" % k)))
-        k += 1
-    return inputs, outputs
 
 
 def main():

@@ -173,8 +173,8 @@ absl::StatusOr<std::vector<float>> IrLayer::FloatsAttr(
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     float v = 0;
     if (!absl::SimpleAtof(absl::StripAsciiWhitespace(part), &v)) {
-      return Invalid(absl::StrCat("attribute '", attr, "' = ", Quote(a.value()),
-                                  " is not a list of numbers"));
+      return Invalid(
+          absl::StrCat("attribute '", attr, "' = ", Quote(a.value()), " is not a list of numbers"));
     }
     values.push_back(v);
   }

@@ -500,7 +500,7 @@ class Lowerer {
   absl::Status Recurrent() {
     const std::string& t = layer_.type;
     const bool sequence = absl::EndsWith(t, "Sequence");
-    const std::string op = absl::StartsWith(t, "LSTM") ? "LSTM"
+    const std::string op = absl::StartsWith(t, "LSTM")  ? "LSTM"
                            : absl::StartsWith(t, "GRU") ? "GRU"
                                                         : "RNN";
     const bool lstm = op == "LSTM";
@@ -508,8 +508,8 @@ class Lowerer {
     // OpenVINO port -> ONNX input slot (X, W, R, B, sequence_lens, initial_h, initial_c, P).
     std::vector<int> slot_of_port;
     if (sequence) {
-      slot_of_port = lstm ? std::vector<int>{0, 5, 6, 4, 1, 2, 3, 7}
-                          : std::vector<int>{0, 5, 4, 1, 2, 3};
+      slot_of_port =
+          lstm ? std::vector<int>{0, 5, 6, 4, 1, 2, 3, 7} : std::vector<int>{0, 5, 4, 1, 2, 3};
     } else {
       slot_of_port = lstm ? std::vector<int>{0, 5, 6, 1, 2, 3, 7} : std::vector<int>{0, 5, 1, 2, 3};
     }
@@ -541,8 +541,8 @@ class Lowerer {
       a.strings = std::move(activations);
       node.attributes["activations"] = std::move(a);
     }
-    for (auto& [name, list] : {std::pair{"activation_alpha", &alpha},
-                               std::pair{"activation_beta", &beta}}) {
+    for (auto& [name, list] :
+         {std::pair{"activation_alpha", &alpha}, std::pair{"activation_beta", &beta}}) {
       if (list->empty()) continue;
       Attribute a;
       a.type = Attribute::Type::kFloats;
@@ -586,8 +586,8 @@ class Lowerer {
     order.type = Attribute::Type::kString;
     order.s = gate_order;
     node.attributes["_gate_order"] = std::move(order);
-    node.attributes["_layout"] = IntAttribute(sequence ? kRecurrentLayoutSequence
-                                                       : kRecurrentLayoutCell);
+    node.attributes["_layout"] =
+        IntAttribute(sequence ? kRecurrentLayoutSequence : kRecurrentLayoutCell);
     node.attributes["_bias_summed"] = IntAttribute(1);
     return absl::OkStatus();
   }

@@ -79,10 +79,11 @@ struct OutputPortInfo {
 class LoopState : public KernelState {
  public:
   SubgraphFrame body;
-  std::vector<Value> staged;        // one per carried port that is copied rather than swapped
-  std::vector<SliceRun> slices;     // per sliced port, for the current execution
-  std::vector<Shape> slice_shapes;  // per output port: the shape of one iteration's result
-  std::vector<int64_t> max_rows;    // per output port: iterations that fit max_output_bytes
+  std::vector<Value> staged;           // one per carried port that is copied rather than swapped
+  std::vector<SliceRun> slices;        // per sliced port, for the current execution
+  std::vector<Shape> slice_shapes;     // per output port: the shape of one iteration's result
+  std::vector<int64_t> max_rows;       // per output port: iterations that fit max_output_bytes
+  std::vector<ScanSlice> scan_slices;  // per streamed output: IterationObserver's argument
 };
 
 class LoopKernel : public Kernel {
@@ -211,10 +212,30 @@ class LoopKernel : public Kernel {
     state->slices.resize(sliced_.size());
     state->slice_shapes.resize(outputs_.size());
     state->max_rows.resize(outputs_.size());
+    state->scan_slices.resize(streamed_.size());
+    for (size_t s = 0; s < streamed_.size(); ++s) {
+      state->scan_slices[s] = ScanSlice{streamed_[s].model_output, nullptr};
+    }
     return state;
   }
 
   bool AcceptsNonTensorInputs() const override { return true; }
+
+  // A Loop of the top-level graph: records which of its scan outputs are model outputs as they are,
+  // for IterationObserver (Model::scan_output_loops).
+  void RegisterStreamedOutputs(const KernelInit& init) {
+    if (!init.top_level()) return;
+    const Graph& graph = init.graph();
+    for (int j = 0; j < static_cast<int>(graph.outputs.size()); ++j) {
+      for (size_t k = 0; k < outputs_.size(); ++k) {
+        if (outputs_[k].kind == OutputKind::kLastValue) continue;
+        if (init.node().outputs[outputs_[k].node_output] != graph.outputs[j]) continue;
+        streamed_.push_back({static_cast<int>(k), j});
+        init.RegisterScanOutput(j, loop_index_);
+        break;
+      }
+    }
+  }
 
   absl::Status Run(KernelContext& ctx) const override {
     RunContext& run = ctx.run_context();
@@ -342,6 +363,15 @@ class LoopKernel : public Kernel {
                                   state.max_rows[k],
                                   ctx.output_value(out.node_output).mutable_tensor(), max_trip,
                                   run.options().max_output_bytes));
+      }
+      if (!streamed_.empty()) {
+        if (IterationObserver* observer = run.options().iteration_observer; observer != nullptr) {
+          for (size_t s = 0; s < streamed_.size(); ++s) {
+            state.scan_slices[s].tensor =
+                &body.slot(outputs_[streamed_[s].port].result_slot).tensor();
+          }
+          LS_RETURN_IF_ERROR(observer->OnIteration(loop_index_, i, state.scan_slices));
+        }
       }
       // Back edges: first stage every copied value (sources may alias), then hand over.
       for (size_t k = 0; k < carried_.size(); ++k) {
@@ -670,6 +700,11 @@ class LoopKernel : public Kernel {
   std::vector<int> staged_index_;
   int num_staged_ = 0;
   std::vector<OutputPortInfo> outputs_;
+  struct StreamedOutput {
+    int port;          // index into outputs_
+    int model_output;  // index into the model's outputs
+  };
+  std::vector<StreamedOutput> streamed_;  // top-level Loops only; model output order
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
@@ -683,6 +718,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
   const int loop_index = init.RegisterLoop(node.name);
   auto kernel = std::make_unique<LoopKernel>(std::move(plan), node.loop, loop_index);
   LS_RETURN_IF_ERROR(kernel->Init(node, init.graph()));
+  kernel->RegisterStreamedOutputs(init);
   return kernel;
 }
 

@@ -174,7 +174,9 @@ class IntConvKernel final : public Kernel {
           const double lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
           for (int64_t p = 0; p < positions; ++p) {
             const double q = std::nearbyint(static_cast<double>(arow[p] + b) * scale) + yz;
-            const double v = std::min(std::max(q, lo), hi);
+            // NaN (a zero y_scale on a zero sum) is the lowest value, as in QLinearMatMul and
+            // QuantizeLinear (converting NaN to an integer is undefined).
+            const double v = std::isnan(q) ? lo : std::min(std::max(q, lo), hi);
             if (is_signed) {
               y->mutable_data<int8_t>()[at + p] = static_cast<int8_t>(v);
             } else {

@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/kernels/reference/reference.h"
-#include "engine/runtime/kernel.h"
 #include "engine/kernels/registry.h"
+#include "engine/runtime/kernel.h"
 
 namespace loopserve::engine {
 

@@ -13,30 +13,30 @@ void RegisterConcatKernels(KernelRegistry& registry);  // concat.cc
 void RegisterSliceKernels(KernelRegistry& registry);   // slice.cc
 void RegisterGatherKernels(
     KernelRegistry& registry);  // gather.cc: Gather, GatherElements, GatherND
-void RegisterLayoutKernels(KernelRegistry& registry);       // layout.cc: Transpose, Expand, Tile
-void RegisterCompareKernels(KernelRegistry& registry);      // compare.cc, incl. logical ops
-void RegisterElementwiseKernels(KernelRegistry& registry);  // elementwise.cc
-void RegisterReduceKernels(KernelRegistry& registry);       // reduce.cc, incl. ArgMax/ArgMin
-void RegisterGeneratorKernels(KernelRegistry& registry);    // generator.cc: Range, ConstantOfShape
-void RegisterMathKernels(KernelRegistry& registry);         // math.cc: trig, Erf, Clip, Sum, ...
-void RegisterScatterKernels(KernelRegistry& registry);      // scatter.cc
-void RegisterSplitKernels(KernelRegistry& registry);        // split.cc
-void RegisterAxisKernels(KernelRegistry& registry);         // axis_ops.cc: CumSum, Hardmax, TopK
-void RegisterMatrixKernels(KernelRegistry& registry);       // matrix.cc: Trilu, Det
-void RegisterIndexKernels(KernelRegistry& registry);        // indices.cc: OneHot, NonZero
-void RegisterPadKernels(KernelRegistry& registry);          // pad.cc
-void RegisterEinsumKernels(KernelRegistry& registry);       // einsum.cc
-void RegisterNmsKernels(KernelRegistry& registry);          // nms.cc: NonMaxSuppression
-void RegisterLossKernels(KernelRegistry& registry);         // loss.cc: NLL, SoftmaxCrossEntropy
-void RegisterRearrangeKernels(KernelRegistry& registry);    // rearrange.cc: DepthToSpace, ...
-void RegisterWindowKernels(KernelRegistry& registry);       // window.cc: EyeLike, *Window
-void RegisterResizeKernels(KernelRegistry& registry);       // resize.cc: Resize, Upsample
-void RegisterQuantizeKernels(KernelRegistry& registry);     // quantize.cc: (De)QuantizeLinear
-void RegisterUniqueKernels(KernelRegistry& registry);       // unique.cc
-void RegisterIntMatMulKernels(KernelRegistry& registry);    // int_matmul.cc: MatMulInteger, ...
-void RegisterStringKernels(KernelRegistry& registry);  // strings.cc: StringNormalizer, TfIdf
-void RegisterGridSampleKernels(KernelRegistry& registry);  // grid_sample.cc
-void RegisterSpectralKernels(KernelRegistry& registry);    // spectral.cc: DFT, STFT, MelWeight
+void RegisterLayoutKernels(KernelRegistry& registry);        // layout.cc: Transpose, Expand, Tile
+void RegisterCompareKernels(KernelRegistry& registry);       // compare.cc, incl. logical ops
+void RegisterElementwiseKernels(KernelRegistry& registry);   // elementwise.cc
+void RegisterReduceKernels(KernelRegistry& registry);        // reduce.cc, incl. ArgMax/ArgMin
+void RegisterGeneratorKernels(KernelRegistry& registry);     // generator.cc: Range, ConstantOfShape
+void RegisterMathKernels(KernelRegistry& registry);          // math.cc: trig, Erf, Clip, Sum, ...
+void RegisterScatterKernels(KernelRegistry& registry);       // scatter.cc
+void RegisterSplitKernels(KernelRegistry& registry);         // split.cc
+void RegisterAxisKernels(KernelRegistry& registry);          // axis_ops.cc: CumSum, Hardmax, TopK
+void RegisterMatrixKernels(KernelRegistry& registry);        // matrix.cc: Trilu, Det
+void RegisterIndexKernels(KernelRegistry& registry);         // indices.cc: OneHot, NonZero
+void RegisterPadKernels(KernelRegistry& registry);           // pad.cc
+void RegisterEinsumKernels(KernelRegistry& registry);        // einsum.cc
+void RegisterNmsKernels(KernelRegistry& registry);           // nms.cc: NonMaxSuppression
+void RegisterLossKernels(KernelRegistry& registry);          // loss.cc: NLL, SoftmaxCrossEntropy
+void RegisterRearrangeKernels(KernelRegistry& registry);     // rearrange.cc: DepthToSpace, ...
+void RegisterWindowKernels(KernelRegistry& registry);        // window.cc: EyeLike, *Window
+void RegisterResizeKernels(KernelRegistry& registry);        // resize.cc: Resize, Upsample
+void RegisterQuantizeKernels(KernelRegistry& registry);      // quantize.cc: (De)QuantizeLinear
+void RegisterUniqueKernels(KernelRegistry& registry);        // unique.cc
+void RegisterIntMatMulKernels(KernelRegistry& registry);     // int_matmul.cc: MatMulInteger, ...
+void RegisterStringKernels(KernelRegistry& registry);        // strings.cc: StringNormalizer, TfIdf
+void RegisterGridSampleKernels(KernelRegistry& registry);    // grid_sample.cc
+void RegisterSpectralKernels(KernelRegistry& registry);      // spectral.cc: DFT, STFT, MelWeight
 void RegisterPoolingExtraKernels(KernelRegistry& registry);  // pooling_extra.cc: MVN, MaxUnpool..
 
 }  // namespace loopserve::engine::native

@@ -109,6 +109,36 @@ TEST(IntConvTest, MatchesShiftedFloatConv) {
   }
 }
 
+// A zero y_scale (found by onnx_importer_fuzz on the node test's model run on zeros): sums of
+// 10, -10 and 0 become +inf, -inf and NaN; the infinities saturate and NaN is the lowest value,
+// as in QLinearMatMul and QuantizeLinear, instead of an undefined float-to-integer conversion.
+TEST(IntConvTest, QLinearConvZeroOutputScaleSaturatesAndNanIsTheLowestValue) {
+  // x [1, 1, 3] (zero point 10): shifted 0, 10, -10; w [1, 1, 1] = 1: sums 0, 10, -10.
+  const Tensor x = MakeTensor<uint8_t>({1, 1, 3}, {10, 20, 0});
+  const Tensor x_scale = MakeTensor<float>({}, {1.0f});
+  const Tensor x_zp = MakeTensor<uint8_t>({}, {10});
+  const Tensor w = MakeTensor<uint8_t>({1, 1, 1}, {1});
+  const Tensor w_scale = MakeTensor<float>({}, {1.0f});
+  const Tensor w_zp = MakeTensor<uint8_t>({}, {0});
+  const Tensor y_scale = MakeTensor<float>({}, {0.0f});
+  const Tensor y_zp_u8 = MakeTensor<uint8_t>({}, {7});
+  const Tensor y_zp_s8 = MakeTensor<int8_t>({}, {0});
+  absl::StatusOr<Tensor> u8 = RunOnce(
+      "QLinearConv", 10, {&x, &x_scale, &x_zp, &w, &w_scale, &w_zp, &y_scale, &y_zp_u8}, {});
+  ASSERT_TRUE(u8.ok()) << u8.status();
+  ASSERT_EQ(u8->NumElements(), 3);
+  EXPECT_EQ(u8->data<uint8_t>()[0], 0);    // NaN
+  EXPECT_EQ(u8->data<uint8_t>()[1], 255);  // +inf
+  EXPECT_EQ(u8->data<uint8_t>()[2], 0);    // -inf
+  absl::StatusOr<Tensor> s8 = RunOnce(
+      "QLinearConv", 10, {&x, &x_scale, &x_zp, &w, &w_scale, &w_zp, &y_scale, &y_zp_s8}, {});
+  ASSERT_TRUE(s8.ok()) << s8.status();
+  ASSERT_EQ(s8->NumElements(), 3);
+  EXPECT_EQ(s8->data<int8_t>()[0], -128);
+  EXPECT_EQ(s8->data<int8_t>()[1], 127);
+  EXPECT_EQ(s8->data<int8_t>()[2], -128);
+}
+
 TEST(BatchNormTrainingTest, BatchStatisticsAndRunningUpdate) {
   std::mt19937 rng(9);
   for (DataType type : {DataType::kFloat32, DataType::kFloat64}) {

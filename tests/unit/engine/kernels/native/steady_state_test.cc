@@ -12,7 +12,6 @@
 #include "tests/unit/engine/kernels/native/test_util.h"
 #include "tests/unit/engine/operator_new_counter.h"
 
-
 namespace loopserve::engine::native_test {
 namespace {
 
