@@ -290,6 +290,49 @@ def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3, bat
     write_case(out_dir, name, model(g), [np.array(trips, np.int64), h0], [h, np.stack(scans[0])])
 
 
+def case_input_projection(out_dir, name, batch, hidden, inputs, trips, seed):
+    """An RNN over a sequence input as exporters write it: x_t = Gather(X, i), h = Tanh(x_t W +
+    Gemm(x_t, G, c, alpha=0.5, beta=2, transB=1) + h U). engine/transform/hoist_loop_projections
+    computes x_t W and the Gemm for all steps before the Loop; the Loop runs only trips of the
+    X's steps (fewer than X has)."""
+    rng = np.random.default_rng(seed)
+    steps = trips + 2
+    X = (rng.standard_normal((steps, batch, inputs)) * 0.5).astype(np.float32)
+    W = (rng.standard_normal((inputs, hidden)) / np.sqrt(inputs)).astype(np.float32)
+    G = (rng.standard_normal((hidden, inputs)) / np.sqrt(inputs)).astype(np.float32)
+    c = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
+    U = (rng.standard_normal((hidden, hidden)) * 0.8 / np.sqrt(hidden)).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Gather", ["X", "i"], ["x_t"], axis=0),
+         helper.make_node("MatMul", ["x_t", "W"], ["xw"]),
+         helper.make_node("Gemm", ["x_t", "G", "c"], ["xg"], alpha=0.5, beta=2.0, transB=1),
+         helper.make_node("MatMul", ["h_in", "U"], ["hu"]),
+         helper.make_node("Add", ["xw", "xg"], ["s1"]),
+         helper.make_node("Add", ["s1", "hu"], ["s2"]),
+         helper.make_node("Tanh", ["s2"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"])],
+        "proj_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [batch, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [batch, hidden]), vi("hs", F, [batch, hidden])])
+    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
+    g = helper.make_graph([loop], name,
+                          [vi("M", I64, []), vi("h0", F, [batch, hidden]),
+                           vi("X", F, [steps, batch, inputs])],
+                          [vi("h", F, [batch, hidden]), vi("hs_all", F, [None, batch, hidden])],
+                          initializer=[numpy_helper.from_array(a, n) for a, n in
+                                       ((W, "W"), (G, "G"), (c, "c"), (U, "U"))])
+    h0 = rng.standard_normal((batch, hidden)).astype(np.float32)
+
+    def body_np(i, cond, h):
+        x = X[i].astype(np.float64)
+        h = np.tanh(x @ W + 0.5 * (x @ G.T) + 2.0 * c + h.astype(np.float64) @ U)
+        h = h.astype(np.float32)
+        return True, h, h
+    (h,), scans, _ = loop_semantics(trips, None, [h0], body_np)
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), h0, X],
+               [h, np.stack(scans[0])])
+
+
 def case_conv(out_dir, name, batch, channels, height, width, trips, seed):
     """x = x + 0.1 * Relu(Conv3x3(x, W, b), pads 1), x carried: the iterative-refinement body. The
     weights are an initializer, so the oneDNN Conv runs on its own (blocked) layouts with the
@@ -596,6 +639,10 @@ def main():
     case_rnn(out_dir)
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
     case_rnn(out_dir, "loop_rnn_batch", hidden=40, trips=5, seed=11, scale=0.2, batch=6)
+    case_input_projection(out_dir, "loop_input_projection", batch=1, hidden=24, inputs=10,
+                          trips=9, seed=12)
+    case_input_projection(out_dir, "loop_input_projection_batch", batch=5, hidden=40, inputs=33,
+                          trips=6, seed=13)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
