@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -80,11 +79,14 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, int out_fd,
 }  // namespace
 
 std::string MakeScratchDir(const std::string& prefix) {
-  static std::atomic<int> counter{0};
   std::string base = ::testing::TempDir();
   if (!base.empty() && base.back() == '/') base.pop_back();
-  const std::string dir = absl::StrCat(base, "/", prefix, "_", getpid(), "_", counter.fetch_add(1));
-  mkdir(dir.c_str(), 0755);
+  // mkdtemp, not the pid and a counter: a directory a finished run left under a reused pid would
+  // be handed out again, non-empty (fs::copy into it then fails with "File exists").
+  std::string dir = absl::StrCat(base, "/", prefix, "_", getpid(), "_XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp(" << dir << "): " << std::strerror(errno);
+  }
   return dir;
 }
 
