@@ -51,6 +51,26 @@ struct Hoist {
   std::shared_ptr<Tensor> bias;  // beta * C of a Gemm, or null
 };
 
+// The most rows a step's product may have for it to move out. Fewer rows make a product closer to
+// a matrix-vector one, which streams the weights from L2/L3 every step, for a few FLOPs each:
+// hoisted, batch-1 cells ran 1.3-1.4x faster (CPU time, AMD EPYC Zen 4, AVX-512). With more rows
+// the product already runs at the GEMM rate in the body, with its result in cache, while the
+// hoisted one writes T times that result to memory and the body copies each step back: batch 8
+// 3% slower, 32 8%, 64 8% (AVX-512); batch 32-64 16-22% slower on the AVX2 path.
+constexpr int64_t kMaxRowsPerStep = 4;
+
+// The rows of one step's product (X's dims between the step axis and the inner one), when X's
+// dims are known.
+std::optional<int64_t> RowsPerStep(const std::optional<std::vector<int64_t>>& x_dims) {
+  if (!x_dims.has_value() || x_dims->size() < 2) return std::nullopt;
+  int64_t rows = 1;
+  for (size_t d = 1; d + 1 < x_dims->size(); ++d) {
+    if ((*x_dims)[d] < 0) return std::nullopt;
+    rows *= (*x_dims)[d];
+  }
+  return rows;
+}
+
 // Whether the last dim of `x` can be K (unknown counts as yes).
 bool InnerDimFits(const std::optional<std::vector<int64_t>>& x, int64_t k) {
   return !x.has_value() || x->empty() || x->back() < 0 || k < 0 || x->back() == k;
@@ -117,6 +137,8 @@ std::vector<Hoist> FindHoists(const Graph& graph, const Node& loop, const Graph&
     if (!axis.ok() || *axis != 0) continue;
     std::optional<Invariant> x = FindInvariant(body, gather.inputs[0]);
     if (!x.has_value() || x->constant != nullptr) continue;
+    const std::optional<int64_t> rows = RowsPerStep(graph.values[x->outer].type.dims);
+    if (!rows.has_value() || *rows > kMaxRowsPerStep) continue;
     const ValueId step = gather.outputs[0];
     for (int n = 0; n < static_cast<int>(body.nodes.size()); ++n) {
       const Node& product = body.nodes[n];

@@ -293,8 +293,8 @@ def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3, bat
 def case_input_projection(out_dir, name, batch, hidden, inputs, trips, seed):
     """An RNN over a sequence input as exporters write it: x_t = Gather(X, i), h = Tanh(x_t W +
     Gemm(x_t, G, c, alpha=0.5, beta=2, transB=1) + h U). engine/transform/hoist_loop_projections
-    computes x_t W and the Gemm for all steps before the Loop; the Loop runs only trips of the
-    X's steps (fewer than X has)."""
+    computes x_t W and the Gemm for all steps before the Loop at batch <= 4 (at 5 they stay in
+    the body); the Loop runs only `trips` of X's steps (fewer than X has)."""
     rng = np.random.default_rng(seed)
     steps = trips + 2
     X = (rng.standard_normal((steps, batch, inputs)) * 0.5).astype(np.float32)
@@ -641,8 +641,10 @@ def main():
     case_rnn(out_dir, "loop_rnn_batch", hidden=40, trips=5, seed=11, scale=0.2, batch=6)
     case_input_projection(out_dir, "loop_input_projection", batch=1, hidden=24, inputs=10,
                           trips=9, seed=12)
-    case_input_projection(out_dir, "loop_input_projection_batch", batch=5, hidden=40, inputs=33,
+    case_input_projection(out_dir, "loop_input_projection_batch", batch=4, hidden=40, inputs=33,
                           trips=6, seed=13)
+    case_input_projection(out_dir, "loop_input_projection_batch_in_body", batch=5, hidden=40,
+                          inputs=33, trips=6, seed=14)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)

@@ -446,18 +446,20 @@ struct RnnLoop {
   std::shared_ptr<Graph> graph;
   std::shared_ptr<const Graph> original_body;
   Tensor x, w, g, c, u, h0;
+  int64_t batch = 0;
 };
 
-constexpr int64_t kSteps = 7, kBatch = 3, kIn = 5, kHidden = 4;
+constexpr int64_t kSteps = 7, kIn = 5, kHidden = 4;
 
-RnnLoop MakeRnnLoop(bool index_is_i) {
+RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3) {
   RnnLoop r;
-  r.x = Random(Shape{kSteps, kBatch, kIn}, 1);
+  r.batch = batch;
+  r.x = Random(Shape{kSteps, batch, kIn}, 1);
   r.w = Random(Shape{kIn, kHidden}, 2, -0.5f, 0.5f);
   r.g = Random(Shape{kHidden, kIn}, 3, -0.5f, 0.5f);  // Gemm transB: [N, K]
   r.c = Random(Shape{kHidden}, 4);
   r.u = Random(Shape{kHidden, kHidden}, 5, -0.5f, 0.5f);
-  r.h0 = Random(Shape{kBatch, kHidden}, 6);
+  r.h0 = Random(Shape{batch, kHidden}, 6);
 
   auto type = [](DataType dtype, std::vector<int64_t> dims) {
     ValueType t;
@@ -478,9 +480,9 @@ RnnLoop MakeRnnLoop(bool index_is_i) {
   outer->name = "rnn";
   const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
   const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
-  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {kBatch, kHidden}));
-  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, kBatch, kIn}));
-  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {kBatch, kHidden}));
+  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {batch, kHidden}));
+  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, batch, kIn}));
+  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {batch, kHidden}));
   outer->inputs = {m, cond, h0, x};
   outer->outputs = {h};
   std::vector<ValueId> constants;
@@ -497,9 +499,9 @@ RnnLoop MakeRnnLoop(bool index_is_i) {
   body->name = "rnn_body";
   const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
   const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
-  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {kBatch, kHidden}));
+  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {batch, kHidden}));
   const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
-  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {kBatch, kHidden}));
+  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {batch, kHidden}));
   const ValueId x_in = body->AddValue("X_in");
   body->captures.push_back({x_in, x});
   std::vector<ValueId> inner;  // W, G, c, U
@@ -575,13 +577,14 @@ RnnLoop MakeRnnLoop(bool index_is_i) {
 
 // The same recurrence in double precision from the ops' definitions.
 std::vector<double> RnnLoopExpected(const RnnLoop& r, bool index_is_i) {
+  const int64_t batch = r.batch;
   const float* x = r.x.data<float>();
-  std::vector<double> h(r.h0.data<float>(), r.h0.data<float>() + kBatch * kHidden);
+  std::vector<double> h(r.h0.data<float>(), r.h0.data<float>() + batch * kHidden);
   for (int64_t t = 0; t < kSteps; ++t) {
     const int64_t step = index_is_i ? t : 2;
-    std::vector<double> next(kBatch * kHidden);
-    for (int64_t b = 0; b < kBatch; ++b) {
-      const float* xt = x + (step * kBatch + b) * kIn;
+    std::vector<double> next(batch * kHidden);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* xt = x + (step * batch + b) * kIn;
       for (int64_t n = 0; n < kHidden; ++n) {
         double xw = 0, xg = 0, hu = 0;
         for (int64_t k = 0; k < kIn; ++k) {
@@ -634,11 +637,25 @@ TEST(HoistLoopProjectionsTest, HoistedLoopComputesTheRecurrence) {
   Tensor cond(DataType::kBool, Shape{});
   cond.mutable_data<bool>()[0] = true;
   const Tensor h = RunModel(r.graph, {&m, &cond, &r.h0, &r.x});
-  ASSERT_EQ(h.shape(), (Shape{kBatch, kHidden}));
+  ASSERT_EQ(h.shape(), (Shape{r.batch, kHidden}));
   const std::vector<double> expected = RnnLoopExpected(r, true);
   for (int64_t e = 0; e < h.NumElements(); ++e) {
     EXPECT_NEAR(h.data<float>()[e], expected[e], 1e-5) << "element " << e;
   }
+}
+
+TEST(HoistLoopProjectionsTest, StepsOfMoreThanFourRowsStayInTheBody) {
+  // At batch 5 each step's product is already a small GEMM: left in the body.
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true, /*batch=*/5);
+  Builder b;
+  b.graph() = *r.graph;
+  EXPECT_TRUE(RunPass(HoistLoopProjectionsPass(), b).empty());
+  EXPECT_EQ(OpTypes(b.graph()), std::vector<std::string>{"Loop"});
+  // At 4 they move.
+  RnnLoop four = MakeRnnLoop(/*index_is_i=*/true, /*batch=*/4);
+  Builder b4;
+  b4.graph() = *four.graph;
+  EXPECT_EQ(RunPass(HoistLoopProjectionsPass(), b4).size(), 1u);
 }
 
 TEST(HoistLoopProjectionsTest, StepNotIndexedByTheIterationIsLeftAlone) {
