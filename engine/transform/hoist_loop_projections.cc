@@ -51,13 +51,22 @@ struct Hoist {
   std::shared_ptr<Tensor> bias;  // beta * C of a Gemm, or null
 };
 
-// The most rows a step's product may have for it to move out. Fewer rows make a product closer to
-// a matrix-vector one, which streams the weights from L2/L3 every step, for a few FLOPs each:
-// hoisted, batch-1 cells ran 1.3-1.4x faster (CPU time, AMD EPYC Zen 4, AVX-512). With more rows
-// the product already runs at the GEMM rate in the body, with its result in cache, while the
-// hoisted one writes T times that result to memory and the body copies each step back: batch 8
-// 3% slower, 32 8%, 64 8% (AVX-512); batch 32-64 16-22% slower on the AVX2 path.
+// When a step's product moves out: when it has at most kMaxRowsPerStep rows, or weights of at
+// least kStreamedWeightBytes. A product of few rows is close to a matrix-vector one, and weights
+// larger than L2 (1 MB on the Zen 4 measured) come from L3 every step: either way the step
+// streams the weights for a few FLOPs each. Hoisted, batch-1 cells ran 1.3-1.4x faster and
+// lstm_b64_h512 ([64, 512] x [512, 2048], 4 MB) 6% (CPU time, AMD EPYC Zen 4, AVX-512). A product
+// of more rows on weights that stay in L2 already runs at the GEMM rate in the body, its result
+// in cache, while hoisted it writes T times that result to memory and the body copies each step
+// back: batch 8 3% slower, 32 8%, 64 8% at hidden 64-128 (AVX-512), 16-22% on the AVX2 path.
 constexpr int64_t kMaxRowsPerStep = 4;
+constexpr int64_t kStreamedWeightBytes = int64_t{2} << 20;
+
+// Whether a step's product of `rows` rows on [k, n] weights of `element_bytes` moves out.
+bool WorthHoisting(int64_t rows, int64_t k, int64_t n, int64_t element_bytes) {
+  if (rows <= kMaxRowsPerStep) return true;
+  return k > 0 && n > 0 && k * n * element_bytes >= kStreamedWeightBytes;
+}
 
 // The rows of one step's product (X's dims between the step axis and the inner one), when X's
 // dims are known.
@@ -138,7 +147,7 @@ std::vector<Hoist> FindHoists(const Graph& graph, const Node& loop, const Graph&
     std::optional<Invariant> x = FindInvariant(body, gather.inputs[0]);
     if (!x.has_value() || x->constant != nullptr) continue;
     const std::optional<int64_t> rows = RowsPerStep(graph.values[x->outer].type.dims);
-    if (!rows.has_value() || *rows > kMaxRowsPerStep) continue;
+    if (!rows.has_value()) continue;
     const ValueId step = gather.outputs[0];
     for (int n = 0; n < static_cast<int>(body.nodes.size()); ++n) {
       const Node& product = body.nodes[n];
@@ -154,6 +163,8 @@ std::vector<Hoist> FindHoists(const Graph& graph, const Node& loop, const Graph&
         const std::optional<std::vector<int64_t>>& x_dims = graph.values[x->outer].type.dims;
         if (!x_dims.has_value() || x_dims->size() < 2) continue;
         if (!InnerDimFits(x_dims, (*w_dims)[0])) continue;
+        // Element size: float32 (other types move out only with few rows).
+        if (!WorthHoisting(*rows, (*w_dims)[0], (*w_dims)[1], 4)) continue;
         Hoist h;
         h.node = n;
         h.step = step;
@@ -163,6 +174,8 @@ std::vector<Hoist> FindHoists(const Graph& graph, const Node& loop, const Graph&
       } else if (product.op_type == "Gemm" && product.domain.empty() && product.inputs[1] != step) {
         std::optional<Hoist> h = GemmHoist(body, graph, product, x->outer, context);
         if (!h.has_value()) continue;
+        const Shape& w = h->weights.constant->shape();
+        if (!WorthHoisting(*rows, w[0], w[1], 4)) continue;
         h->node = n;
         h->step = step;
         hoists.push_back(*std::move(h));

@@ -446,20 +446,23 @@ struct RnnLoop {
   std::shared_ptr<Graph> graph;
   std::shared_ptr<const Graph> original_body;
   Tensor x, w, g, c, u, h0;
-  int64_t batch = 0;
+  int64_t batch = 0, in = 0, hidden = 0;
 };
 
 constexpr int64_t kSteps = 7, kIn = 5, kHidden = 4;
 
-RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3) {
+RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
+                    int64_t hidden = kHidden) {
   RnnLoop r;
   r.batch = batch;
-  r.x = Random(Shape{kSteps, batch, kIn}, 1);
-  r.w = Random(Shape{kIn, kHidden}, 2, -0.5f, 0.5f);
-  r.g = Random(Shape{kHidden, kIn}, 3, -0.5f, 0.5f);  // Gemm transB: [N, K]
-  r.c = Random(Shape{kHidden}, 4);
-  r.u = Random(Shape{kHidden, kHidden}, 5, -0.5f, 0.5f);
-  r.h0 = Random(Shape{batch, kHidden}, 6);
+  r.in = in;
+  r.hidden = hidden;
+  r.x = Random(Shape{kSteps, batch, in}, 1);
+  r.w = Random(Shape{in, hidden}, 2, -0.5f, 0.5f);
+  r.g = Random(Shape{hidden, in}, 3, -0.5f, 0.5f);  // Gemm transB: [N, K]
+  r.c = Random(Shape{hidden}, 4);
+  r.u = Random(Shape{hidden, hidden}, 5, -0.5f, 0.5f);
+  r.h0 = Random(Shape{batch, hidden}, 6);
 
   auto type = [](DataType dtype, std::vector<int64_t> dims) {
     ValueType t;
@@ -480,9 +483,9 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3) {
   outer->name = "rnn";
   const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
   const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
-  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {batch, kHidden}));
-  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, batch, kIn}));
-  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {batch, kHidden}));
+  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, batch, in}));
+  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {batch, hidden}));
   outer->inputs = {m, cond, h0, x};
   outer->outputs = {h};
   std::vector<ValueId> constants;
@@ -499,9 +502,9 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3) {
   body->name = "rnn_body";
   const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
   const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
-  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {batch, kHidden}));
+  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {batch, hidden}));
   const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
-  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {batch, kHidden}));
+  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {batch, hidden}));
   const ValueId x_in = body->AddValue("X_in");
   body->captures.push_back({x_in, x});
   std::vector<ValueId> inner;  // W, G, c, U
@@ -577,23 +580,23 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3) {
 
 // The same recurrence in double precision from the ops' definitions.
 std::vector<double> RnnLoopExpected(const RnnLoop& r, bool index_is_i) {
-  const int64_t batch = r.batch;
+  const int64_t batch = r.batch, in = r.in, hidden = r.hidden;
   const float* x = r.x.data<float>();
-  std::vector<double> h(r.h0.data<float>(), r.h0.data<float>() + batch * kHidden);
+  std::vector<double> h(r.h0.data<float>(), r.h0.data<float>() + batch * hidden);
   for (int64_t t = 0; t < kSteps; ++t) {
     const int64_t step = index_is_i ? t : 2;
-    std::vector<double> next(batch * kHidden);
+    std::vector<double> next(batch * hidden);
     for (int64_t b = 0; b < batch; ++b) {
-      const float* xt = x + (step * batch + b) * kIn;
-      for (int64_t n = 0; n < kHidden; ++n) {
+      const float* xt = x + (step * batch + b) * in;
+      for (int64_t n = 0; n < hidden; ++n) {
         double xw = 0, xg = 0, hu = 0;
-        for (int64_t k = 0; k < kIn; ++k) {
-          xw += double{xt[k]} * r.w.data<float>()[k * kHidden + n];
-          xg += double{xt[k]} * r.g.data<float>()[n * kIn + k];
+        for (int64_t k = 0; k < in; ++k) {
+          xw += double{xt[k]} * r.w.data<float>()[k * hidden + n];
+          xg += double{xt[k]} * r.g.data<float>()[n * in + k];
         }
-        for (int64_t k = 0; k < kHidden; ++k)
-          hu += h[b * kHidden + k] * r.u.data<float>()[k * kHidden + n];
-        next[b * kHidden + n] = std::tanh(xw + 0.5 * xg + 2.0 * r.c.data<float>()[n] + hu);
+        for (int64_t k = 0; k < hidden; ++k)
+          hu += h[b * hidden + k] * r.u.data<float>()[k * hidden + n];
+        next[b * hidden + n] = std::tanh(xw + 0.5 * xg + 2.0 * r.c.data<float>()[n] + hu);
       }
     }
     h = std::move(next);
@@ -656,6 +659,27 @@ TEST(HoistLoopProjectionsTest, StepsOfMoreThanFourRowsStayInTheBody) {
   Builder b4;
   b4.graph() = *four.graph;
   EXPECT_EQ(RunPass(HoistLoopProjectionsPass(), b4).size(), 1u);
+}
+
+TEST(HoistLoopProjectionsTest, WeightsBeyondTwoMegabytesMoveAtAnyBatch) {
+  // [1024, 512] float weights (2 MB, beyond L2) at batch 5: both products move out (the Gemm's
+  // [512, 1024] transposed is 2 MB too); the result still follows the recurrence.
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true, /*batch=*/5, /*in=*/1024, /*hidden=*/512);
+  Builder b;
+  b.graph() = *r.graph;
+  ASSERT_EQ(RunPass(HoistLoopProjectionsPass(), b).size(), 1u);
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"MatMul", "MatMul", "Add", "Loop"}));
+  Tensor m(DataType::kInt64, Shape{});
+  m.mutable_data<int64_t>()[0] = kSteps;
+  Tensor cond(DataType::kBool, Shape{});
+  cond.mutable_data<bool>()[0] = true;
+  const Tensor h = RunModel(r.graph, {&m, &cond, &r.h0, &r.x});
+  const std::vector<double> expected = RnnLoopExpected(r, true);
+  ASSERT_EQ(h.NumElements(), static_cast<int64_t>(expected.size()));
+  // Float sums of 1024 products of up to 1 in magnitude: a few 1e-4 of rounding before the Tanh.
+  for (int64_t e = 0; e < h.NumElements(); ++e) {
+    EXPECT_NEAR(h.data<float>()[e], expected[e], 1e-3) << "element " << e;
+  }
 }
 
 TEST(HoistLoopProjectionsTest, StepNotIndexedByTheIterationIsLeftAlone) {
