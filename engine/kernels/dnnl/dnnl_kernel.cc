@@ -467,11 +467,16 @@ absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& s
 }
 
 void DnnlKernel::WarmUp(const KernelInit& init) const {
+  if (init.num_inputs() < required_inputs_) return;
   Shape shapes[kMaxInputs];
   const Shape* present[kMaxInputs] = {};
   DataType type = DataType::kUndefined;
   for (int i = 0; i < num_inputs_ && i < init.num_inputs(); ++i) {
-    if (!init.has_input(i)) continue;
+    if (!init.has_input(i)) {
+      // A missing required input fails every run (Run says which); nothing to prepare.
+      if (i < required_inputs_) return;
+      continue;
+    }
     const ValueType& declared = init.input_type(i);
     if (declared.kind != ValueKind::kTensor || !declared.dims.has_value()) return;
     if (type != DataType::kUndefined && declared.dtype != type) return;
