@@ -26,7 +26,10 @@ ONNX Runtime comes from the npm package onnxruntime-node (install it once, outsi
 `npm install --prefix build/ort --ignore-scripts onnxruntime-node`, then pass
 --node-modules=build/ort/node_modules). Each round runs looprun then ORT (or the reverse on odd
 rounds) with --repeat runs after --warmup; the reported figure per engine is the median over all
-rounds of each round's median, and speedup = ORT / loopserve.
+rounds of each round's median, and speedup = ORT / loopserve. With --cpu-time the figure is the
+process's CPU time per run (looprun's and ort_time.js's cpu_median_us) instead of wall time: on a
+machine other processes load, at 1 thread, it measures the work rather than the share of a core
+the scheduler gave.
 
 On the first round of each model both engines also write the outputs of their last run (looprun
 --output_dir, ort_time.js's 6th argument; writing happens after the timed runs) and every output
@@ -214,7 +217,7 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
             result = run_json(cmd, e)
             if sink is ours:
                 info = result
-            sink.append(result["median_us"])
+            sink.append(result["cpu_median_us" if args.cpu_time else "median_us"])
         if r == 0:
             problems, max_diff = compare_outputs(looprun_outputs(ort_model, ours_out),
                                                  ort_outputs(ort_out))
@@ -248,6 +251,15 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--only", default="", help="comma-separated model names (grid: substrings)")
+    p.add_argument("--ort-no-spin", action="store_true",
+                   help="ONNX Runtime's idle intra-op threads sleep instead of spinning "
+                   "(session.intra_op.allow_spinning=0), as loopserve's do (OMP_WAIT_POLICY "
+                   "PASSIVE): the fair setting at 2+ threads on a shared machine")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="compare the processes' CPU time per run (every thread) instead of wall "
+                   "time: at 1 thread the work itself, which other processes on a loaded machine "
+                   "inflate far less than wall time; at 2+ threads it also counts spinning and "
+                   "idle-thread wake-ups, so use it at 1 thread")
     args = p.parse_args()
     if not args.grid and not args.models:
         p.error("pass --models=DIR or --grid")
@@ -255,6 +267,8 @@ def main():
     args.repeat = args.repeat or (7 if args.grid else 20)
 
     env_ort = dict(os.environ, NODE_PATH=os.path.abspath(args.node_modules))
+    if args.ort_no_spin:
+        env_ort["ORT_ALLOW_SPINNING"] = "0"
     env_ours = dict(os.environ)
     if args.isa == "avx2":
         env_ours.update(LOOPSERVE_MAX_ISA="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
@@ -291,8 +305,15 @@ def main():
 
     print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
           (cpu, cpu_isa, used_isa, " (capped with --isa=%s)" % args.isa if args.isa else ""))
-    print("\n| model | threads | loopserve median (us) | ONNX Runtime median (us) | speedup | "
-          "outputs | reference steps |")
+    print("OpenMP wait policy (loopserve): %s; ONNX Runtime intra-op spinning: %s; load average "
+          "at the end: %s" % (os.environ.get("OMP_WAIT_POLICY", "PASSIVE (looprun's default)"),
+                              "off (--ort-no-spin)" if args.ort_no_spin else "on (ORT's default)",
+                              " ".join(open("/proc/loadavg").read().split()[:3])))
+    what = "CPU time" if args.cpu_time else "median"
+    print("\nTimes: %s per run (us)" % ("process CPU time (--cpu-time)" if args.cpu_time
+                                        else "wall clock"))
+    print("\n| model | threads | loopserve %s (us) | ONNX Runtime %s (us) | speedup | "
+          "outputs | reference steps |" % (what, what))
     print("|---|---|---|---|---|---|---|")
     for name, threads, o, t, ratio, agree, ref in rows:
         if o is None:

@@ -2,9 +2,10 @@
 // `looprun --repeat --warmup --threads [--output_dir]`. Inputs come from a JSON file written by
 // compare_ort.py ({name: {dtype, dims, data}}, data a list of numbers or the raw little-endian
 // bytes in base64), so both engines see the same values. Prints one
-// JSON line with median_us / p90_us / min_us, timed around session.run only.
+// JSON line with median_us / p90_us / min_us, timed around session.run only, and
+// cpu_median_us (the process's CPU time per run, process.cpuUsage: every thread).
 //
-//   NODE_PATH=<node_modules> node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS [OUT_JSON]
+//   NODE_PATH=<node_modules> [ORT_ALLOW_SPINNING=0] node ort_time.js MODEL INPUTS_JSON REPEAT WARMUP THREADS [OUT_JSON]
 //
 // With OUT_JSON, the outputs of the last run are written there (after all timing) as
 // {name: {dims, dtype, data}} in model output order. Numeric `data` is the tensor's raw
@@ -37,6 +38,10 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
+    // ORT_ALLOW_SPINNING=0 (compare_ort.py --ort-no-spin): intra-op threads sleep when idle
+    // instead of spinning (session.intra_op.allow_spinning), as loopserve's OpenMP threads do.
+    ...(process.env.ORT_ALLOW_SPINNING === '0'
+      ? {extra: {session: {intra_op: {allow_spinning: '0'}}}} : {}),
   });
   const spec = JSON.parse(fs.readFileSync(inputsJson, 'utf8'));
   const feeds = {};
@@ -54,20 +59,28 @@ async function main() {
     feeds[name] = new ort.Tensor(t.dtype, data, t.dims);
   }
   const times = [];
+  const cpuTimes = [];
   let results = null;
   for (let i = 0; i < Number(warmup) + Number(repeat); ++i) {
+    const cpuStart = process.cpuUsage();
     const start = process.hrtime.bigint();
     results = await session.run(feeds);
     const us = Number(process.hrtime.bigint() - start) / 1000;
-    if (i >= Number(warmup)) times.push(us);
+    const cpu = process.cpuUsage(cpuStart);
+    if (i >= Number(warmup)) {
+      times.push(us);
+      cpuTimes.push(cpu.user + cpu.system);
+    }
   }
   if (outputsJson) fs.writeFileSync(outputsJson, JSON.stringify(encodeOutputs(session, results)));
   times.sort((a, b) => a - b);
+  cpuTimes.sort((a, b) => a - b);
   const n = times.length;
-  const median = n % 2 ? times[(n - 1) / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  const middle = (v) => (n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
   console.log(JSON.stringify({
-    model, repeat: n, median_us: median, p90_us: times[Math.min(n - 1, Math.floor(n * 0.9))],
-    min_us: times[0],
+    model, repeat: n, median_us: middle(times),
+    p90_us: times[Math.min(n - 1, Math.floor(n * 0.9))], min_us: times[0],
+    cpu_median_us: middle(cpuTimes),
   }));
 }
 

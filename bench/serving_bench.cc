@@ -368,4 +368,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace loopserve
 
-int main(int argc, char** argv) { return loopserve::Main(argc, argv); }
+int main(int argc, char** argv) {
+  loopserve::engine::UsePassiveOpenMpWait(argv);
+  return loopserve::Main(argc, argv);
+}

@@ -204,6 +204,16 @@ void SetIntraOpThreads(int threads);
 // Threads available to this process (at least 1).
 int AvailableCores();
 
+// Makes OpenMP's idle threads sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE) unless the
+// environment already sets OMP_WAIT_POLICY or GOMP_SPINCOUNT. libgomp reads its environment once,
+// before main() runs, so this sets the variable and re-executes the program (/proc/self/exe, same
+// argv); if the exec fails it returns and the process keeps OpenMP's default. Call first thing in
+// main() of a program that runs models, before any other thread exists. Why passive: a Loop body
+// alternates short multi-threaded primitives with serial work; with libgomp's default an idle team
+// thread spins for ~300k iterations after every parallel region, taking the core the serial
+// thread needs wherever cores are shared (bench/RESULTS.md: up to 6x slower at 2 threads).
+void UsePassiveOpenMpWait(char** argv);
+
 // The vector instruction set the engine's own kernels dispatch to: "avx512", "avx2" or "scalar",
 // the best the CPU has, capped by the environment variable LOOPSERVE_MAX_ISA (avx2 | scalar).
 // oneDNN dispatches on its own (capped by ONEDNN_MAX_CPU_ISA).

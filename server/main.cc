@@ -34,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/engine.h"
 #include "server/logging.h"
 #include "server/server.h"
 
@@ -132,6 +133,7 @@ void PrintLine(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol server (gRPC, HTTP/REST) for ONNX and OpenVINO models "
       "with Loops.\n"

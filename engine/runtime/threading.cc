@@ -1,6 +1,8 @@
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "engine/engine.h"
@@ -15,6 +17,14 @@ void SetIntraOpThreads(int threads) {
 int AvailableCores() {
   const int cores = omp_get_num_procs();
   return cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void UsePassiveOpenMpWait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (argv == nullptr || argv[0] == nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0) != 0) return;
+  execv("/proc/self/exe", argv);
+  // The exec failed (no /proc, ...): run on with the policy libgomp already read.
 }
 
 const char* ActiveVectorIsa() { return native::IsaName(native::ActiveIsa()); }

@@ -85,7 +85,9 @@ class Tensor {
 
   // Sets type and shape, keeping the owned buffer when its capacity suffices and allocating an
   // owned one otherwise (also when the tensor was a view). Contents are unspecified afterwards
-  // (empty strings for kString).
+  // (empty strings for kString). An owned buffer that grows gets up to half again as much
+  // capacity (never more than 1.5x the new size), so a slot that grows a little every Loop
+  // iteration (a KV cache's Concat) allocates O(log n) times instead of every time.
   void Resize(DataType dtype, const Shape& shape);
 
   // Sets the shape (same dtype), keeping the first min(old, new) elements and making sure the

@@ -32,7 +32,9 @@ struct RunModelOptions {
 
 // `looprun --model=...`: loads the model, feeds the inputs, runs warmup + repeat times, writes and
 // compares the outputs of the last run, prints one JSON line of timings on stdout and any mismatch
-// or error on stderr. The JSON line has median_us, p90_us, min_us, loop_iterations,
+// or error on stderr. The JSON line has median_us, p90_us, min_us (wall clock per run),
+// cpu_median_us (the process's CPU time per run, all threads: at 1 thread the work itself, which
+// other processes on a shared machine do not inflate the way they do wall time), loop_iterations,
 // loop_executions, reference_steps (RunStats; 0 unless a float op ran on a reference kernel) and
 // isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or kExitError.
 int RunModelMain(const RunModelOptions& options);

@@ -41,6 +41,7 @@ ABSL_FLAG(absl::Duration, case_timeout, absl::Seconds(20),
           "With --conformance: a case still running after this long fails as timed out.");
 
 int main(int argc, char** argv) {
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
       "[--threads=N] [--dump_plan] [--verbose]\n  looprun --conformance=DIR [--list_file=PATH] "

@@ -6,6 +6,7 @@
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
+#include "engine/transform/hoist_loop_projections.h"
 #include "engine/transform/lower_cell_loops.h"
 
 namespace loopserve::engine::transform {
@@ -15,6 +16,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     auto* list = new std::vector<std::unique_ptr<Pass>>();
     list->push_back(std::make_unique<LowerCellLoopsPass>());
     list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
+    list->push_back(std::make_unique<HoistLoopProjectionsPass>());
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());
     list->push_back(std::make_unique<FuseMatMulPass>());

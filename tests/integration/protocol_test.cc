@@ -120,7 +120,8 @@ TEST_F(ProtocolTest, ModelMetadataListsEveryDatatype) {
   ASSERT_TRUE(md.ok()) << md.status();
   std::vector<std::string> datatypes;
   for (const auto& input : md->inputs()) datatypes.push_back(input.datatype());
-  EXPECT_EQ(absl::StrJoin(datatypes, ","), "FP32,INT64,BOOL,INT32,FP64,UINT8,INT8");
+  EXPECT_EQ(absl::StrJoin(datatypes, ","),
+            "FP32,INT64,BOOL,INT32,FP64,UINT8,INT8,INT16,UINT16,UINT32,UINT64");
 }
 
 TEST_F(ProtocolTest, ModelMetadataOfUnknownModelIsNotFound) {
@@ -191,7 +192,9 @@ TEST_F(ProtocolTest, ConcurrentRequestsAllCorrect) {
 TEST_F(ProtocolTest, ValidRequestIsAccepted) {
   auto response = client().InferRaw(ValidRequest());
   ASSERT_TRUE(response.ok()) << response.status();
-  EXPECT_EQ(response->outputs_size(), 7);
+  // identity_dtypes echoes one output per fixed-size datatype: FP32, FP64, INT8/16/32/64,
+  // UINT8/16/32/64, BOOL.
+  EXPECT_EQ(response->outputs_size(), 11);
 }
 
 TEST_F(ProtocolTest, UnknownModelIsNotFound) {

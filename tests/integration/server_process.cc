@@ -7,10 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -81,15 +79,14 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, int out_fd,
 }  // namespace
 
 std::string MakeScratchDir(const std::string& prefix) {
-  static std::atomic<int> counter{0};
   std::string base = ::testing::TempDir();
   if (!base.empty() && base.back() == '/') base.pop_back();
-  const std::string dir = absl::StrCat(base, "/", prefix, "_", getpid(), "_", counter.fetch_add(1));
-  // A directory of this name is a leftover of a finished process that had our pid (no live one
-  // can): without this, its files made the test's copies fail with "File exists".
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
-  mkdir(dir.c_str(), 0755);
+  // mkdtemp, not the pid and a counter: a directory a finished run left under a reused pid would
+  // be handed out again, non-empty (fs::copy into it then fails with "File exists").
+  std::string dir = absl::StrCat(base, "/", prefix, "_", getpid(), "_XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp(" << dir << "): " << std::strerror(errno);
+  }
   return dir;
 }
 

@@ -11,8 +11,8 @@ test-only models below, all in the same layout:
 and OUT_DIR/ovms_config.json listing them all in OpenVINO Model Server's format.
 
 Test-only models:
-  identity_dtypes  seven independent Identity ops, one per OIP datatype (FP32, INT64, BOOL, INT32,
-                   FP64, UINT8, INT8): input `in_<t>` [N, 3] -> output `out_<t>` [N, 3]. Used by the
+  identity_dtypes  eleven independent Identity ops, one per fixed-size OIP datatype (FP32, INT64,
+                   BOOL, INT32, FP64, UINT8, INT8, INT16, UINT16, UINT32, UINT64): input `in_<t>` [N, 3] -> output `out_<t>` [N, 3]. Used by the
                    protocol tests (dtype/shape/byte-count validation, typed vs raw contents).
   add_scalar       plain (loop-free) FP32 model: y = x + 1.5, x [N, 4]. Used by the perf smoke test.
   strings          BYTES in and out: `text` [N] -> StringNormalizer (stop word "drop", upper case)
@@ -41,6 +41,10 @@ IDENTITY_DTYPES = [
     ("fp64", TensorProto.DOUBLE, np.float64),
     ("uint8", TensorProto.UINT8, np.uint8),
     ("int8", TensorProto.INT8, np.int8),
+    ("int16", TensorProto.INT16, np.int16),
+    ("uint16", TensorProto.UINT16, np.uint16),
+    ("uint32", TensorProto.UINT32, np.uint32),
+    ("uint64", TensorProto.UINT64, np.uint64),
 ]
 
 
@@ -75,6 +79,10 @@ def identity_dtypes_inputs(rows):
         values[3][0, 0] = np.iinfo(np.int32).min
         values[5][0, 0] = 255
         values[6][0, 0] = -128
+        values[7][0, 0] = np.iinfo(np.int16).min
+        values[8][0, 0] = np.iinfo(np.uint16).max
+        values[9][0, 0] = np.iinfo(np.uint32).max
+        values[10][0, 0] = np.iinfo(np.uint64).max
     return values
 
 

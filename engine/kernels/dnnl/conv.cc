@@ -1,5 +1,7 @@
 // oneDNN Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad, optional bias).
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
@@ -12,10 +14,11 @@ namespace {
 
 class ConvKernel final : public DnnlKernel {
  public:
-  ConvKernel(reference::WindowAttrs attrs, int64_t group)
+  ConvKernel(reference::WindowAttrs attrs, int64_t group, const Tensor* constant_weights)
       : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
         attrs_(std::move(attrs)),
-        group_(group) {}
+        group_(group),
+        constant_weights_(constant_weights) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -48,11 +51,47 @@ class ConvKernel final : public DnnlKernel {
     const DnnlWindow win = ToDnnlWindow(window);
     const bool has_bias = shapes[2] != nullptr;
     const dnnl::memory::desc bias = has_bias ? Desc({w[0]}, type) : dnnl::memory::desc();
-    const dnnl::convolution_forward::primitive_desc pd(
-        dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, weights,
-            bias, dst, win.strides, win.dilations, win.padding_l, win.padding_r),
-        UserScratchpadAttr(), CpuEngine());
+    const auto make_pd = [&](const dnnl::memory::desc& s, const dnnl::memory::desc& k,
+                             const dnnl::memory::desc& d) {
+      return dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::convolution_direct, s, k, bias, d,
+                                          win.strides, win.dilations, win.padding_l, win.padding_r),
+          UserScratchpadAttr(), CpuEngine());
+    };
+    // Constant weights: let oneDNN choose every layout (blocked nChw16c / nChw8c: its direct or
+    // brgemm kernels instead of the im2col + gemm that plain layouts get). The weights are
+    // reordered once, here; the source and result are reordered around each execute, which costs
+    // far less than it saves: 1x16x32x32 3x3 110 us -> 52 us with both reorders (AVX-512),
+    // 159 -> 61 us (AVX2); 8x32x16x16 675 -> 338 us.
+    const Tensor* constant = constant_weights_ != nullptr && constant_weights_->dtype() == type &&
+                                     constant_weights_->shape() == w
+                                 ? constant_weights_
+                                 : nullptr;
+    if (constant != nullptr) {
+      const dnnl::memory::desc any_src(src.dims(), src.data_type(), dnnl::memory::format_tag::any);
+      const dnnl::memory::desc any_w(weights.dims(), weights.data_type(),
+                                     dnnl::memory::format_tag::any);
+      const dnnl::memory::desc any_dst(dst.dims(), dst.data_type(), dnnl::memory::format_tag::any);
+      const dnnl::convolution_forward::primitive_desc pd = make_pd(any_src, any_w, any_dst);
+      const bool staged = pd.src_desc() != src || pd.dst_desc() != dst;
+      if (!staged || AddStaging(src, pd.src_desc(), pd.dst_desc(), dst, *prepared)) {
+        prepared->primitive = dnnl::convolution_forward(pd);
+        const bool packed = pd.weights_desc() != weights;
+        if (packed) PackConstant(*constant, weights, pd.weights_desc(), *prepared);
+        prepared->bindings = {
+            {DNNL_ARG_SRC, staged ? BufferSource::kStagedSrc : BufferSource::kInput0,
+             pd.src_desc()},
+            {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
+             pd.weights_desc()},
+            {DNNL_ARG_DST, staged ? BufferSource::kStagedDst : BufferSource::kOutput,
+             pd.dst_desc()}};
+        if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
+        AddScratchpad(pd, *prepared);
+        return prepared;
+      }
+    }
+    const dnnl::convolution_forward::primitive_desc pd = make_pd(src, weights, dst);
     prepared->primitive = dnnl::convolution_forward(pd);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
                           {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
@@ -60,6 +99,24 @@ class ConvKernel final : public DnnlKernel {
     if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
     AddScratchpad(pd, *prepared);
     return prepared;
+  }
+
+  // Multiply-adds: the output's elements times the inputs each one reads.
+  int64_t Work(absl::Span<const Shape* const> shapes) const override {
+    if (shapes[0] == nullptr || shapes[1] == nullptr || shapes[1]->rank() < 2) {
+      return DnnlKernel::Work(shapes);
+    }
+    const Shape& w = *shapes[1];
+    int64_t per_output = 1;
+    for (int i = 1; i < w.rank(); ++i) per_output *= w.dims()[i];
+    // The output has about as many elements per image as the input has per channel, times M.
+    const Shape& x = *shapes[0];
+    int64_t spatial = 1;
+    for (int i = 2; i < x.rank(); ++i) spatial *= x.dims()[i];
+    const int64_t batch = x.rank() > 0 ? x.dims()[0] : 1;
+    const double work = static_cast<double>(batch) * static_cast<double>(w.dims()[0]) *
+                        static_cast<double>(spatial) * static_cast<double>(per_output);
+    return work > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(work);
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
@@ -70,6 +127,7 @@ class ConvKernel final : public DnnlKernel {
  private:
   const reference::WindowAttrs attrs_;
   const int64_t group_;
+  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
 };
 
 // ConvTranspose on oneDNN's deconvolution, with constant weights reordered once into the
@@ -206,7 +264,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& i
   if (group < 1 || group > reference::kMaxWindowAttr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
   }
-  auto kernel = std::make_unique<ConvKernel>(std::move(attrs), group);
+  auto kernel = std::make_unique<ConvKernel>(std::move(attrs), group, init.constant_input(1));
   kernel->WarmUp(init);
   return kernel;
 }

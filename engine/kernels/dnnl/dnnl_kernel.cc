@@ -52,9 +52,13 @@ class DnnlKernel::State : public KernelState {
   bool present[kMaxInputs] = {};
   Shape shapes[kMaxInputs];
   std::shared_ptr<const PreparedOp> op;
-  std::vector<dnnl::memory> memories;       // one per op->bindings entry
-  std::vector<dnnl_exec_arg_t> args;        // the same, as oneDNN's C argument table
-  Tensor aux[kMaxAux];                      // op->expansions' broadcast copies
+  std::vector<dnnl::memory> memories;  // one per op->bindings entry
+  std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
+  Tensor aux[kMaxAux];                 // op->expansions' broadcast copies
+  // op->staging's buffers (kUint8) and memories: plain input 0, staged source, staged destination,
+  // plain output 0 (the plain ones get their data handles on each run).
+  Tensor staged[2];
+  dnnl::memory stage_memories[4];
   std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
   bool reference_counted = false;           // this step is in RunStats::reference_steps
 };
@@ -86,6 +90,25 @@ dnnl::primitive_attr DnnlKernel::UserScratchpadAttr() {
   // A user scratchpad (the run's) lets one const primitive run on any thread concurrently.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
+}
+
+bool DnnlKernel::AddStaging(const dnnl::memory::desc& plain_src,
+                            const dnnl::memory::desc& staged_src,
+                            const dnnl::memory::desc& staged_dst,
+                            const dnnl::memory::desc& plain_dst, PreparedOp& op) {
+  const dnnl::primitive_attr attr = UserScratchpadAttr();
+  const dnnl::reorder::primitive_desc in(CpuEngine(), plain_src, CpuEngine(), staged_src, attr);
+  const dnnl::reorder::primitive_desc out(CpuEngine(), staged_dst, CpuEngine(), plain_dst, attr);
+  if (in.scratchpad_desc().get_size() != 0 || out.scratchpad_desc().get_size() != 0) return false;
+  auto staging = std::make_unique<PreparedOp::Staging>();
+  staging->stage_in = dnnl::reorder(in);
+  staging->stage_out = dnnl::reorder(out);
+  staging->plain_src = plain_src;
+  staging->staged_src = staged_src;
+  staging->staged_dst = staged_dst;
+  staging->plain_dst = plain_dst;
+  op.staging = std::move(staging);
+  return true;
 }
 
 void DnnlKernel::AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& op) {
@@ -203,6 +226,21 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, State&
     }
     for (size_t k = 0; k < op->expansions.size(); ++k) {
       state.aux[k].Resize(type, op->expansions[k].shape);
+    }
+    if (op->staging != nullptr) {
+      const PreparedOp::Staging& staging = *op->staging;
+      state.staged[0].Resize(DataType::kUint8,
+                             Shape{static_cast<int64_t>(staging.staged_src.get_size())});
+      state.staged[1].Resize(DataType::kUint8,
+                             Shape{static_cast<int64_t>(staging.staged_dst.get_size())});
+      state.stage_memories[0] =
+          dnnl::memory(staging.plain_src, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
+      state.stage_memories[1] =
+          dnnl::memory(staging.staged_src, CpuEngine(), state.staged[0].mutable_raw_data());
+      state.stage_memories[2] =
+          dnnl::memory(staging.staged_dst, CpuEngine(), state.staged[1].mutable_raw_data());
+      state.stage_memories[3] =
+          dnnl::memory(staging.plain_dst, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
     }
   }
   state.dtype = type;
@@ -345,8 +383,19 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
         case BufferSource::kPacked:
           handle = const_cast<void*>(op.packed.raw_data());  // oneDNN only reads weights
           break;
+        case BufferSource::kStagedSrc:
+        case BufferSource::kStagedDst:
+          handle = state
+                       .staged[static_cast<int>(op.bindings[i].source) -
+                               static_cast<int>(BufferSource::kStagedSrc)]
+                       .mutable_raw_data();
+          break;
       }
       state.memories[i].set_data_handle(handle);
+    }
+    if (op.staging != nullptr) {
+      state.stage_memories[0].set_data_handle(const_cast<void*>(inputs[0]->raw_data()));
+      state.stage_memories[3].set_data_handle(out->mutable_raw_data());
     }
   } catch (const dnnl::error& e) {
     return FromDnnlError(e);
@@ -355,10 +404,29 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   // an unordered_map on every call.
   dnnl_stream_t stream = run.stream().get();
   ScopedSingleThread scope(op.single_threaded);
+  if (op.staging != nullptr) {
+    const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[0].get()},
+                                     {DNNL_ARG_TO, state.stage_memories[1].get()}};
+    const dnnl_status_t status =
+        dnnl_primitive_execute(op.staging->stage_in.get(), stream, 2, args);
+    if (status != dnnl_success) {
+      return absl::InternalError(absl::StrCat("oneDNN reorder failed (status ", status, ")"));
+    }
+  }
   const dnnl_status_t status = dnnl_primitive_execute(
       op.primitive.get(), stream, static_cast<int>(state.args.size()), state.args.data());
   if (status != dnnl_success) {
     return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
+  }
+  if (op.staging != nullptr) {
+    const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[2].get()},
+                                     {DNNL_ARG_TO, state.stage_memories[3].get()}};
+    const dnnl_status_t reorder_status =
+        dnnl_primitive_execute(op.staging->stage_out.get(), stream, 2, args);
+    if (reorder_status != dnnl_success) {
+      return absl::InternalError(
+          absl::StrCat("oneDNN reorder failed (status ", reorder_status, ")"));
+    }
   }
   RunEpilogue(op, inputs, out);
   return Finish(op, ctx);
@@ -399,11 +467,16 @@ absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& s
 }
 
 void DnnlKernel::WarmUp(const KernelInit& init) const {
+  if (init.num_inputs() < required_inputs_) return;
   Shape shapes[kMaxInputs];
   const Shape* present[kMaxInputs] = {};
   DataType type = DataType::kUndefined;
   for (int i = 0; i < num_inputs_ && i < init.num_inputs(); ++i) {
-    if (!init.has_input(i)) continue;
+    if (!init.has_input(i)) {
+      // A missing required input fails every run (Run says which); nothing to prepare.
+      if (i < required_inputs_) return;
+      continue;
+    }
     const ValueType& declared = init.input_type(i);
     if (declared.kind != ValueKind::kTensor || !declared.dims.has_value()) return;
     if (type != DataType::kUndefined && declared.dtype != type) return;

@@ -70,7 +70,9 @@ enum class BufferSource : uint8_t {
   kScratchpad,
   kAux0,
   kAux1,
-  kPacked,  // PreparedOp::packed: a constant input reordered once into oneDNN's preferred layout
+  kPacked,     // PreparedOp::packed: a constant input reordered once into oneDNN's preferred layout
+  kStagedSrc,  // the frame's copy of input 0 in the primitive's layout (PreparedOp::Staging)
+  kStagedDst,  // the frame's buffer for output 0 in the primitive's layout (PreparedOp::Staging)
 };
 
 struct ArgBinding {
@@ -117,6 +119,16 @@ struct PreparedOp {
   // A constant operand (MatMul weights) already in the primitive's preferred layout, made when the
   // signature is prepared (at load when shapes are declared) and bound as BufferSource::kPacked.
   Tensor packed;
+  // kExecute on the primitive's own layouts for input 0 and output 0 (a convolution's blocked
+  // nChw16c, ~2x faster than its plain-layout gemm path): input 0 is reordered into the frame's
+  // staged source before executing, and the result out of the staged destination into output 0
+  // after (both reorders take no scratchpad). Absent (stage_in null) for plain-layout ops.
+  struct Staging {
+    dnnl::primitive stage_in;   // plain input 0 -> staged_src
+    dnnl::primitive stage_out;  // staged_dst -> plain output 0
+    dnnl::memory::desc plain_src, staged_src, staged_dst, plain_dst;
+  };
+  std::unique_ptr<const Staging> staging;
   // kPackedGemv: the packed weights and fused epilogue; computes output 0 from input 0 and, when
   // gemv_bias_input >= 0, that input as the bias.
   std::shared_ptr<const native::PackedGemv> gemv;
@@ -202,6 +214,13 @@ class DnnlKernel : public Kernel {
   static dnnl::memory::desc Desc(absl::Span<const int64_t> dims, DataType type);
   static dnnl::primitive_attr UserScratchpadAttr();
   static void AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& op);
+  // Sets op.staging for a primitive whose source `staged_src` and destination `staged_dst` differ
+  // from the plain `plain_src` / `plain_dst` of input 0 and output 0; false (op unchanged) when a
+  // reorder between them would need a scratchpad. Bind the primitive's SRC as kStagedSrc and DST
+  // as kStagedDst when it returns true.
+  static bool AddStaging(const dnnl::memory::desc& plain_src, const dnnl::memory::desc& staged_src,
+                         const dnnl::memory::desc& staged_dst, const dnnl::memory::desc& plain_dst,
+                         PreparedOp& op);
 
  private:
   class State;

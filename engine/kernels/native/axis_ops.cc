@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -136,8 +138,68 @@ class HardmaxKernel final : public Kernel {
 
 class TopKState : public KernelState {
  public:
-  std::vector<int64_t> order;  // index scratch for one row, reused across runs
+  std::vector<int64_t> order;                   // index scratch for one row, reused across runs
+  std::vector<std::pair<float, int64_t>> best;  // TopKByThreshold's, for float rows
 };
+
+// The k largest (`largest`) or smallest elements of a contiguous row of n, in order, equal values
+// by lower index first, into out_v / out_i, by one pass that keeps the best k seen so far sorted
+// and compares each further element with the worst of them (in blocks of 16, which the compiler
+// vectorises; on random data O(k log(n / k)) elements ever enter). False, having written
+// nothing, when the row holds a NaN (the caller sorts it instead). A beam search's TopK over
+// beams x vocabulary logits (k 16 of 16000): 8% of beam_k16_h512's time in std::partial_sort.
+template <typename T>
+bool TopKByThreshold(const T* row, int64_t n, int64_t k, bool largest, T* out_v, int64_t* out_i,
+                     std::vector<std::pair<T, int64_t>>& best) {
+  // `a` ranks before `b` (a from a lower index than b when equal).
+  auto ranks_before = [largest](T a, T b) { return largest ? b < a : a < b; };
+  best.clear();
+  for (int64_t j = 0; j < k; ++j) {
+    const T v = row[j];
+    if (v != v) return false;
+    auto at = std::upper_bound(best.begin(), best.end(), v, [&](T value, const auto& entry) {
+      return ranks_before(value, entry.first);
+    });
+    best.insert(at, {v, j});
+  }
+  // An element enters only if it ranks strictly before the worst kept: an equal one comes from a
+  // higher index and ranks after it.
+  auto admit = [&](int64_t j) {
+    const T v = row[j];
+    if (v != v) return false;
+    if (!ranks_before(v, best.back().first)) return true;
+    best.pop_back();
+    auto at = std::upper_bound(best.begin(), best.end(), v, [&](T value, const auto& entry) {
+      return ranks_before(value, entry.first);
+    });
+    best.insert(at, {v, j});
+    return true;
+  };
+  int64_t j = k;
+  constexpr int kBlock = 16;
+  for (; j + kBlock <= n; j += kBlock) {
+    const T worst = best.back().first;
+    bool any = false;
+    // True for an element that ranks before the worst, or a NaN.
+    if (largest) {
+      for (int t = 0; t < kBlock; ++t) any |= !(row[j + t] <= worst);
+    } else {
+      for (int t = 0; t < kBlock; ++t) any |= !(row[j + t] >= worst);
+    }
+    if (!any) continue;
+    for (int t = 0; t < kBlock; ++t) {
+      if (!admit(j + t)) return false;
+    }
+  }
+  for (; j < n; ++j) {
+    if (!admit(j)) return false;
+  }
+  for (int64_t e = 0; e < k; ++e) {
+    out_v[e] = best[e].first;
+    out_i[e] = best[e].second;
+  }
+  return true;
+}
 
 // TopK(X, K; axis, largest, sorted): the K largest (or smallest) elements along the axis and their
 // int64 indices; equal values keep the lower index first. K is an attribute before opset 10.
@@ -194,6 +256,13 @@ class TopKKernel final : public Kernel {
       T* out_v = values->mutable_data<T>();
       int64_t* out_i = indices->mutable_data<int64_t>();
       for (int64_t o = 0; o < v.outer; ++o) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (v.inner == 1 && k > 0 && k * 8 <= v.n &&
+              TopKByThreshold(in + o * v.n, v.n, k, largest_, out_v + o * k, out_i + o * k,
+                              ctx.state<TopKState>()->best)) {
+            continue;
+          }
+        }
         for (int64_t i = 0; i < v.inner; ++i) {
           const T* row = in + o * v.n * v.inner + i;
           for (int64_t j = 0; j < v.n; ++j) order[j] = j;

@@ -44,21 +44,21 @@ void BatchedGemv::Run(const float* a, const float* b, float* out) const {
     const float* pa = a + a_offsets_[i];
     const float* pb = b + b_offsets_[i];
     float* po = out + i * m_ * n_;
-    if (m_ == 1) {
+    if (k_ == 0) {
+      std::memset(po, 0, static_cast<size_t>(m_ * n_) * sizeof(float));
+    } else if (m_ == 1) {
       // out[j] = sum_k a[k] B[k, j].
       if (trans_b_) {  // B stored [n, k]: a dot product per column
-        for (int64_t j = 0; j < n_; ++j) po[j] = DotF32(pa, pb + j * k_, k_);
+        RowDotsF32(pa, pb, k_, n_, po);
       } else {
-        std::memset(po, 0, static_cast<size_t>(n_) * sizeof(float));
-        for (int64_t kk = 0; kk < k_; ++kk) AxpyF32(pa[kk], pb + kk * n_, po, n_);
+        VecMatF32(pa, pb, n_, k_, n_, po);
       }
     } else {
       // n == 1: out[r] = sum_k A[r, k] b[k].
-      if (trans_a_) {  // A stored [k, m]: rows of A^T scaled by b[k]
-        std::memset(po, 0, static_cast<size_t>(m_) * sizeof(float));
-        for (int64_t kk = 0; kk < k_; ++kk) AxpyF32(pb[kk], pa + kk * m_, po, m_);
+      if (trans_a_) {  // A stored [k, m]: b times A^T's [k, m] storage
+        VecMatF32(pb, pa, m_, k_, m_, po);
       } else {
-        for (int64_t r = 0; r < m_; ++r) po[r] = DotF32(pa + r * k_, pb, k_);
+        RowDotsF32(pb, pa, k_, m_, po);
       }
     }
   }

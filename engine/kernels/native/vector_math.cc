@@ -194,4 +194,30 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+void VecMatF32(const float* x, const float* b, int64_t ldb, int64_t k, int64_t n, float* y) {
+  if (n <= 0) return;
+  if (const vecmath::Table* table = Vectorised()) {
+    table->vec_mat(x, b, ldb, k, n, y);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    float total = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) total += x[kk] * b[kk * ldb + j];
+    y[j] = total;
+  }
+}
+
+void RowDotsF32(const float* x, const float* b, int64_t k, int64_t n, float* y) {
+  if (n <= 0) return;
+  if (const vecmath::Table* table = Vectorised()) {
+    table->row_dots(x, b, k, n, y);
+    return;
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    float total = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) total += x[kk] * b[r * k + kk];
+    y[r] = total;
+  }
+}
+
 }  // namespace loopserve::engine::native

@@ -67,6 +67,12 @@ float MaxF32(const float* x, int64_t n);
 float DotF32(const float* x, const float* y, int64_t n);
 void AxpyF32(float a, const float* x, float* y, int64_t n);
 
+// y[j] = sum_kk x[kk] b[kk * ldb + j] for j < n: a row vector times a [k, n] matrix with row
+// stride ldb (accumulators in registers across k; y is written once).
+void VecMatF32(const float* x, const float* b, int64_t ldb, int64_t k, int64_t n, float* y);
+// y[r] = sum_kk x[kk] b[r * k + kk] for r < n: x against n contiguous rows of b.
+void RowDotsF32(const float* x, const float* b, int64_t k, int64_t n, float* y);
+
 // y[i] = exp(x[i] - shift), returning the sum of the y[i] (a softmax's numerator and denominator
 // in one pass). `y` may be `x`.
 float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n);

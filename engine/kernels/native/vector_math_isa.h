@@ -36,6 +36,10 @@ struct Table {
   float (*dot)(const float* x, const float* y, int64_t n);
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // y[j] = sum_kk x[kk] * b[kk * ldb + j] for j < n (a row vector times a [k, n] matrix).
+  void (*vec_mat)(const float* x, const float* b, int64_t ldb, int64_t k, int64_t n, float* y);
+  // y[r] = sum_kk x[kk] * b[r * k + kk] for r < n (the dot products of x with n rows of b).
+  void (*row_dots)(const float* x, const float* b, int64_t k, int64_t n, float* y);
 };
 
 // The table of the active ISA, or null on CPUs without AVX2 (vector_math.cc).

@@ -261,10 +261,11 @@ def case_if_inside_loop(out_dir):
                [x, np.stack(scans[0])])
 
 
-def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3):
+def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3, batch=1):
     """h = Tanh(MatMul(h, W) + b), scan of h: the RNN-cell body. As loop_rnn_wide, 300 hidden
     units at batch 1: the packed one-row matmul's column tail (300 = 2 x 128 + 44) inside a Loop
-    body, weights an initializer."""
+    body, weights an initializer. As loop_rnn_batch, 6 rows: a oneDNN product with packed
+    constant weights (under ONEDNN_MAX_CPU_ISA=AVX2, ctest loop_cases_avx2, a 1x1 convolution)."""
     rng = np.random.default_rng(seed)
     W = (rng.standard_normal((hidden, hidden)) * scale).astype(np.float32)
     b = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
@@ -274,19 +275,103 @@ def case_rnn(out_dir, name="loop_rnn", hidden=8, trips=6, seed=7, scale=0.3):
          helper.make_node("Tanh", ["pre"], ["h_out"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"]),
          helper.make_node("Identity", ["h_out"], ["hs"])],
-        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, hidden])],
-        [vi("cond_out", B, []), vi("h_out", F, [1, hidden]), vi("hs", F, [1, hidden])])
+        "rnn_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [batch, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [batch, hidden]), vi("hs", F, [batch, hidden])])
     loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
-    g = helper.make_graph([loop], "rnn", [vi("M", I64, []), vi("h0", F, [1, hidden])],
-                          [vi("h", F, [1, hidden]), vi("hs_all", F, [None, 1, hidden])],
+    g = helper.make_graph([loop], "rnn", [vi("M", I64, []), vi("h0", F, [batch, hidden])],
+                          [vi("h", F, [batch, hidden]), vi("hs_all", F, [None, batch, hidden])],
                           initializer=[numpy_helper.from_array(W, "W"), numpy_helper.from_array(b, "b")])
-    h0 = (rng.standard_normal((1, hidden))).astype(np.float32)
+    h0 = (rng.standard_normal((batch, hidden))).astype(np.float32)
 
     def body_np(i, c, h):
         h = np.tanh(h.astype(np.float64) @ W + b).astype(np.float32)
         return True, h, h
     (h,), scans, _ = loop_semantics(trips, None, [h0], body_np)
     write_case(out_dir, name, model(g), [np.array(trips, np.int64), h0], [h, np.stack(scans[0])])
+
+
+def case_input_projection(out_dir, name, batch, hidden, inputs, trips, seed):
+    """An RNN over a sequence input as exporters write it: x_t = Gather(X, i), h = Tanh(x_t W +
+    Gemm(x_t, G, c, alpha=0.5, beta=2, transB=1) + h U). engine/transform/hoist_loop_projections
+    computes x_t W and the Gemm for all steps before the Loop at batch <= 4 (at 5 they stay in
+    the body); the Loop runs only `trips` of X's steps (fewer than X has)."""
+    rng = np.random.default_rng(seed)
+    steps = trips + 2
+    X = (rng.standard_normal((steps, batch, inputs)) * 0.5).astype(np.float32)
+    W = (rng.standard_normal((inputs, hidden)) / np.sqrt(inputs)).astype(np.float32)
+    G = (rng.standard_normal((hidden, inputs)) / np.sqrt(inputs)).astype(np.float32)
+    c = (rng.standard_normal((hidden,)) * 0.1).astype(np.float32)
+    U = (rng.standard_normal((hidden, hidden)) * 0.8 / np.sqrt(hidden)).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Gather", ["X", "i"], ["x_t"], axis=0),
+         helper.make_node("MatMul", ["x_t", "W"], ["xw"]),
+         helper.make_node("Gemm", ["x_t", "G", "c"], ["xg"], alpha=0.5, beta=2.0, transB=1),
+         helper.make_node("MatMul", ["h_in", "U"], ["hu"]),
+         helper.make_node("Add", ["xw", "xg"], ["s1"]),
+         helper.make_node("Add", ["s1", "hu"], ["s2"]),
+         helper.make_node("Tanh", ["s2"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"])],
+        "proj_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [batch, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [batch, hidden]), vi("hs", F, [batch, hidden])])
+    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=body)
+    g = helper.make_graph([loop], name,
+                          [vi("M", I64, []), vi("h0", F, [batch, hidden]),
+                           vi("X", F, [steps, batch, inputs])],
+                          [vi("h", F, [batch, hidden]), vi("hs_all", F, [None, batch, hidden])],
+                          initializer=[numpy_helper.from_array(a, n) for a, n in
+                                       ((W, "W"), (G, "G"), (c, "c"), (U, "U"))])
+    h0 = rng.standard_normal((batch, hidden)).astype(np.float32)
+
+    def body_np(i, cond, h):
+        x = X[i].astype(np.float64)
+        h = np.tanh(x @ W + 0.5 * (x @ G.T) + 2.0 * c + h.astype(np.float64) @ U)
+        h = h.astype(np.float32)
+        return True, h, h
+    (h,), scans, _ = loop_semantics(trips, None, [h0], body_np)
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), h0, X],
+               [h, np.stack(scans[0])])
+
+
+def case_conv(out_dir, name, batch, channels, height, width, trips, seed):
+    """x = x + 0.1 * Relu(Conv3x3(x, W, b), pads 1), x carried: the iterative-refinement body. The
+    weights are an initializer, so the oneDNN Conv runs on its own (blocked) layouts with the
+    source and result reordered around it; 16 channels fill a 16-channel block, 5 leave a tail."""
+    rng = np.random.default_rng(seed)
+    W = (rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(channels * 9)).astype(np.float32)
+    b = (rng.standard_normal((channels,)) * 0.05).astype(np.float32)
+    shape = [batch, channels, height, width]
+    body = helper.make_graph(
+        [helper.make_node("Conv", ["x_in", "W", "b"], ["y"], kernel_shape=[3, 3],
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["y"], ["r"]),
+         const("step", np.array(0.1, np.float32)),
+         helper.make_node("Mul", ["r", "step"], ["d"]),
+         helper.make_node("Add", ["x_in", "d"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "conv_body", [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", F, shape)],
+        [vi("cond_out", B, []), vi("x_out", F, shape)])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x"], body=body)
+    g = helper.make_graph([loop], "conv", [vi("M", I64, []), vi("x0", F, shape)],
+                          [vi("x", F, shape)],
+                          initializer=[numpy_helper.from_array(W, "W"),
+                                       numpy_helper.from_array(b, "b")])
+    x0 = rng.standard_normal(shape).astype(np.float32)
+    w64 = W.astype(np.float64)
+
+    def conv3x3(x):
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        y = np.zeros((batch, channels, height, width))
+        for dy in range(3):
+            for dx in range(3):
+                patch = xp[:, :, dy:dy + height, dx:dx + width]
+                y += np.einsum("nchw,mc->nmhw", patch, w64[:, :, dy, dx])
+        return y + b.reshape(1, channels, 1, 1)
+
+    def body_np(i, c, x):
+        return True, (x + np.maximum(conv3x3(x), 0) * 0.1).astype(np.float32)
+    (x,), _, _ = loop_semantics(trips, None, [x0], body_np)
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), x0], [x])
 
 
 def case_scan_wide_slices(out_dir):
@@ -553,8 +638,17 @@ def main():
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
+    case_rnn(out_dir, "loop_rnn_batch", hidden=40, trips=5, seed=11, scale=0.2, batch=6)
+    case_input_projection(out_dir, "loop_input_projection", batch=1, hidden=24, inputs=10,
+                          trips=9, seed=12)
+    case_input_projection(out_dir, "loop_input_projection_batch", batch=4, hidden=40, inputs=33,
+                          trips=6, seed=13)
+    case_input_projection(out_dir, "loop_input_projection_batch_in_body", batch=5, hidden=40,
+                          inputs=33, trips=6, seed=14)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
+    case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
+    case_conv(out_dir, "loop_conv_c5", batch=1, channels=5, height=7, width=9, trips=4, seed=10)
     case_scan(out_dir)
     case_strings(out_dir)
 

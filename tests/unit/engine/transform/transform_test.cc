@@ -15,6 +15,7 @@
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
+#include "engine/transform/hoist_loop_projections.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::engine::transform {
@@ -435,6 +436,294 @@ TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   EXPECT_EQ(rewritten.outputs[0], cond_in);  // the condition is handed straight back
   EXPECT_EQ(rewritten.outputs[2], x_out);    // the scan reads the Add's result
   EXPECT_EQ(body->nodes.size(), 3u);         // the original body is not modified
+}
+
+// An RNN over a sequence as exporters write it: body(i, cond_in, h_in) -> (cond_out, h_out) with
+// x_t = Gather(X, i), h_out = Tanh(MatMul(x_t, W) + Gemm(x_t, G, c, alpha, beta, transB) +
+// MatMul(h_in, U)); X, W, G, c and U are the enclosing graph's. `index_is_i` false gathers with a
+// constant index instead of the iteration counter.
+struct RnnLoop {
+  std::shared_ptr<Graph> graph;
+  std::shared_ptr<const Graph> original_body;
+  Tensor x, w, g, c, u, h0;
+  int64_t batch = 0, in = 0, hidden = 0;
+};
+
+constexpr int64_t kSteps = 7, kIn = 5, kHidden = 4;
+
+RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
+                    int64_t hidden = kHidden) {
+  RnnLoop r;
+  r.batch = batch;
+  r.in = in;
+  r.hidden = hidden;
+  r.x = Random(Shape{kSteps, batch, in}, 1);
+  r.w = Random(Shape{in, hidden}, 2, -0.5f, 0.5f);
+  r.g = Random(Shape{hidden, in}, 3, -0.5f, 0.5f);  // Gemm transB: [N, K]
+  r.c = Random(Shape{hidden}, 4);
+  r.u = Random(Shape{hidden, hidden}, 5, -0.5f, 0.5f);
+  r.h0 = Random(Shape{batch, hidden}, 6);
+
+  auto type = [](DataType dtype, std::vector<int64_t> dims) {
+    ValueType t;
+    t.dtype = dtype;
+    t.dims = std::move(dims);
+    return t;
+  };
+  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
+    Node n;
+    n.op_type = op;
+    n.name = std::string(op) + "_" + std::to_string(out);
+    n.opset = 13;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    return n;
+  };
+  auto outer = std::make_shared<Graph>();
+  outer->name = "rnn";
+  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, batch, in}));
+  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {batch, hidden}));
+  outer->inputs = {m, cond, h0, x};
+  outer->outputs = {h};
+  std::vector<ValueId> constants;
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"W", &r.w}, {"G", &r.g}, {"c", &r.c}, {"U", &r.u}}) {
+    auto copy = std::make_shared<Tensor>();
+    copy->CopyFrom(*t);
+    const ValueId v = outer->AddValue(name);
+    outer->constants.push_back({v, copy});
+    constants.push_back(v);
+  }
+
+  auto body = std::make_shared<Graph>();
+  body->name = "rnn_body";
+  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId x_in = body->AddValue("X_in");
+  body->captures.push_back({x_in, x});
+  std::vector<ValueId> inner;  // W, G, c, U
+  for (ValueId v : constants) {
+    inner.push_back(body->AddValue(outer->ValueName(v) + "_in"));
+    body->captures.push_back({inner.back(), v});
+  }
+  ValueId index = i;
+  if (!index_is_i) {
+    index = body->AddValue("two");
+    auto two = std::make_shared<Tensor>();
+    two->Resize(DataType::kInt64, Shape{});
+    two->mutable_data<int64_t>()[0] = 2;
+    body->constants.push_back({index, two});
+  }
+  const ValueId x_t = body->AddValue("x_t");
+  const ValueId xw = body->AddValue("xw");
+  const ValueId xg = body->AddValue("xg");
+  const ValueId hu = body->AddValue("hu");
+  const ValueId s1 = body->AddValue("s1");
+  const ValueId s2 = body->AddValue("s2");
+  body->inputs = {i, cond_in, h_in};
+  body->outputs = {cond_out, h_out};
+  Node gemm = node("Gemm", {x_t, inner[1], inner[2]}, xg);
+  Attribute one;
+  one.type = Attribute::Type::kInt;
+  one.i = 1;
+  gemm.attributes["transB"] = one;
+  Attribute alpha;
+  alpha.type = Attribute::Type::kFloat;
+  alpha.f = 0.5f;
+  gemm.attributes["alpha"] = alpha;
+  Attribute beta = alpha;
+  beta.f = 2.0f;
+  gemm.attributes["beta"] = beta;
+  Node gather = node("Gather", {x_in, index}, x_t);
+  body->nodes = {node("Identity", {cond_in}, cond_out),
+                 gather,
+                 node("MatMul", {x_t, inner[0]}, xw),
+                 gemm,
+                 node("MatMul", {h_in, inner[3]}, hu),
+                 node("Add", {xw, xg}, s1),
+                 node("Add", {s1, hu}, s2),
+                 node("Tanh", {s2}, h_out)};
+  r.original_body = body;
+
+  auto spec = std::make_shared<LoopSpec>();
+  spec->current_iteration_param = 0;
+  spec->condition_result = 0;
+  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
+                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
+  LoopSpec::OutputPort last;
+  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
+  last.node_output = 0;
+  last.body_result = 1;
+  spec->outputs = {last};
+  Node loop;
+  loop.op_type = "Loop";
+  loop.name = "loop";
+  loop.opset = 13;
+  loop.loop = spec;
+  loop.inputs = {m, cond, h0};
+  loop.outputs = {h};
+  loop.implicit_inputs = {x, constants[0], constants[1], constants[2], constants[3]};
+  Attribute attr;
+  attr.type = Attribute::Type::kGraph;
+  attr.graph = body;
+  loop.attributes["body"] = attr;
+  outer->nodes.push_back(loop);
+  r.graph = outer;
+  return r;
+}
+
+// The same recurrence in double precision from the ops' definitions.
+std::vector<double> RnnLoopExpected(const RnnLoop& r, bool index_is_i) {
+  const int64_t batch = r.batch, in = r.in, hidden = r.hidden;
+  const float* x = r.x.data<float>();
+  std::vector<double> h(r.h0.data<float>(), r.h0.data<float>() + batch * hidden);
+  for (int64_t t = 0; t < kSteps; ++t) {
+    const int64_t step = index_is_i ? t : 2;
+    std::vector<double> next(batch * hidden);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* xt = x + (step * batch + b) * in;
+      for (int64_t n = 0; n < hidden; ++n) {
+        double xw = 0, xg = 0, hu = 0;
+        for (int64_t k = 0; k < in; ++k) {
+          xw += double{xt[k]} * r.w.data<float>()[k * hidden + n];
+          xg += double{xt[k]} * r.g.data<float>()[n * in + k];
+        }
+        for (int64_t k = 0; k < hidden; ++k)
+          hu += h[b * hidden + k] * r.u.data<float>()[k * hidden + n];
+        next[b * hidden + n] = std::tanh(xw + 0.5 * xg + 2.0 * r.c.data<float>()[n] + hu);
+      }
+    }
+    h = std::move(next);
+  }
+  return h;
+}
+
+TEST(HoistLoopProjectionsTest, InputProjectionsMoveBeforeTheLoop) {
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true);
+  Builder b;
+  b.graph() = *r.graph;
+  const std::vector<std::string> log = RunPass(HoistLoopProjectionsPass(), b);
+  ASSERT_EQ(log.size(), 1u);
+  // MatMul(X, W), then MatMul(X, 0.5 G^T) + 2 c, then the Loop.
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"MatMul", "MatMul", "Add", "Loop"}));
+  const Node& loop = b.graph().nodes[3];
+  EXPECT_EQ(loop.implicit_inputs.size(), 7u);  // X, W, G, c, U and the two products
+  const Graph& body = *loop.attributes.at("body").graph;
+  // Each product became a Gather of the iteration's step; the x_t Gather is gone.
+  EXPECT_EQ(OpTypes(body), (std::vector<std::string>{"Identity", "Gather", "Gather", "MatMul",
+                                                     "Add", "Add", "Tanh"}));
+  EXPECT_EQ(body.nodes[1].inputs[1], body.inputs[0]);
+  EXPECT_EQ(body.captures.back().outer, b.graph().nodes[2].outputs[0]);
+  EXPECT_EQ(r.original_body->nodes.size(), 8u);  // the original body is not modified
+  // The hoisted Gemm weights: 0.5 * G^T.
+  const Tensor* w = nullptr;
+  for (const auto& [v, t] : b.graph().constants) {
+    if (v == b.graph().nodes[1].inputs[1]) w = t.get();
+  }
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->shape(), (Shape{kIn, kHidden}));
+  EXPECT_FLOAT_EQ(w->data<float>()[1 * kHidden + 2], 0.5f * r.g.data<float>()[2 * kIn + 1]);
+}
+
+TEST(HoistLoopProjectionsTest, HoistedLoopComputesTheRecurrence) {
+  // The whole pipeline (the pass, then the fusions of the outer graph and of the body) against
+  // the recurrence in double precision.
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true);
+  Tensor m(DataType::kInt64, Shape{});
+  m.mutable_data<int64_t>()[0] = kSteps;
+  Tensor cond(DataType::kBool, Shape{});
+  cond.mutable_data<bool>()[0] = true;
+  const Tensor h = RunModel(r.graph, {&m, &cond, &r.h0, &r.x});
+  ASSERT_EQ(h.shape(), (Shape{r.batch, kHidden}));
+  const std::vector<double> expected = RnnLoopExpected(r, true);
+  for (int64_t e = 0; e < h.NumElements(); ++e) {
+    EXPECT_NEAR(h.data<float>()[e], expected[e], 1e-5) << "element " << e;
+  }
+}
+
+TEST(HoistLoopProjectionsTest, StepsOfMoreThanFourRowsStayInTheBody) {
+  // At batch 5 each step's product is already a small GEMM: left in the body.
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true, /*batch=*/5);
+  Builder b;
+  b.graph() = *r.graph;
+  EXPECT_TRUE(RunPass(HoistLoopProjectionsPass(), b).empty());
+  EXPECT_EQ(OpTypes(b.graph()), std::vector<std::string>{"Loop"});
+  // At 4 they move.
+  RnnLoop four = MakeRnnLoop(/*index_is_i=*/true, /*batch=*/4);
+  Builder b4;
+  b4.graph() = *four.graph;
+  EXPECT_EQ(RunPass(HoistLoopProjectionsPass(), b4).size(), 1u);
+}
+
+TEST(HoistLoopProjectionsTest, WeightsBeyondTwoMegabytesMoveAtAnyBatch) {
+  // [1024, 512] float weights (2 MB, beyond L2) at batch 5: both products move out (the Gemm's
+  // [512, 1024] transposed is 2 MB too); the result still follows the recurrence.
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true, /*batch=*/5, /*in=*/1024, /*hidden=*/512);
+  Builder b;
+  b.graph() = *r.graph;
+  ASSERT_EQ(RunPass(HoistLoopProjectionsPass(), b).size(), 1u);
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"MatMul", "MatMul", "Add", "Loop"}));
+  Tensor m(DataType::kInt64, Shape{});
+  m.mutable_data<int64_t>()[0] = kSteps;
+  Tensor cond(DataType::kBool, Shape{});
+  cond.mutable_data<bool>()[0] = true;
+  const Tensor h = RunModel(r.graph, {&m, &cond, &r.h0, &r.x});
+  const std::vector<double> expected = RnnLoopExpected(r, true);
+  ASSERT_EQ(h.NumElements(), static_cast<int64_t>(expected.size()));
+  // Float sums of 1024 products of up to 1 in magnitude: a few 1e-4 of rounding before the Tanh.
+  for (int64_t e = 0; e < h.NumElements(); ++e) {
+    EXPECT_NEAR(h.data<float>()[e], expected[e], 1e-3) << "element " << e;
+  }
+}
+
+TEST(HoistLoopProjectionsTest, StepNotIndexedByTheIterationIsLeftAlone) {
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/false);
+  Builder b;
+  b.graph() = *r.graph;
+  EXPECT_TRUE(RunPass(HoistLoopProjectionsPass(), b).empty());
+  EXPECT_EQ(OpTypes(b.graph()), std::vector<std::string>{"Loop"});
+  Tensor m(DataType::kInt64, Shape{});
+  m.mutable_data<int64_t>()[0] = kSteps;
+  Tensor cond(DataType::kBool, Shape{});
+  cond.mutable_data<bool>()[0] = true;
+  const Tensor h = RunModel(r.graph, {&m, &cond, &r.h0, &r.x});
+  const std::vector<double> expected = RnnLoopExpected(r, false);
+  ASSERT_EQ(h.NumElements(), static_cast<int64_t>(expected.size()));
+  for (int64_t e = 0; e < h.NumElements(); ++e) {
+    EXPECT_NEAR(h.data<float>()[e], expected[e], 1e-5) << "element " << e;
+  }
+}
+
+TEST(HoistLoopProjectionsTest, WeightsComputedInTheBodyAreLeftAlone) {
+  RnnLoop r = MakeRnnLoop(/*index_is_i=*/true);
+  // W becomes a body value (Identity of the captured W): not invariant as far as the pass knows;
+  // the Gemm still moves out.
+  auto body = std::make_shared<Graph>(*r.original_body);
+  const ValueId w_copy = body->AddValue("w_copy");
+  Node identity;
+  identity.op_type = "Identity";
+  identity.name = "copy_w";
+  identity.opset = 13;
+  identity.inputs = {body->nodes[2].inputs[1]};
+  identity.outputs = {w_copy};
+  body->nodes[2].inputs[1] = w_copy;
+  body->nodes.insert(body->nodes.begin() + 2, identity);
+  r.graph->nodes[0].attributes["body"].graph = body;
+  Builder b;
+  b.graph() = *r.graph;
+  ASSERT_EQ(RunPass(HoistLoopProjectionsPass(), b).size(), 1u);
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"MatMul", "Add", "Loop"}));
+  const Graph& rewritten = *b.graph().nodes[2].attributes.at("body").graph;
+  // The x_t Gather stays for the MatMul that remains.
+  EXPECT_EQ(OpTypes(rewritten),
+            (std::vector<std::string>{"Identity", "Gather", "Identity", "MatMul", "Gather",
+                                      "MatMul", "Add", "Add", "Tanh"}));
 }
 
 }  // namespace

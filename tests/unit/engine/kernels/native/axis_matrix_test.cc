@@ -1,7 +1,10 @@
 // Split, TopK, CumSum, Hardmax, Trilu, Det, Pad, Einsum, NonMaxSuppression and the Reduce ops
 // added with them (L1, L2, LogSum, LogSumExp, SumSquare).
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -65,6 +68,45 @@ TEST(TopKTest, LargestSmallestAndTies) {
   ExpectTensor<int64_t>((*out)[1].tensor(), {3}, {1, 3, 0});
   ExpectError(OpCase("TopK", 11).In(x()).In(I64({5})).Outputs(2),
               absl::StatusCode::kInvalidArgument, "out of range");
+}
+
+TEST(TopKTest, LongRowsMatchAStableSortOfTheRow) {
+  // Rows much longer than K (the one-pass threshold scan), with many ties (values drawn from 40
+  // levels), largest and smallest, and a row holding a NaN (sorted the general way): each row's
+  // expected values and indices are the first K of the row's indices stably sorted by value.
+  std::mt19937 rng(5);
+  constexpr int64_t kRows = 3, kN = 1000;
+  for (int largest : {1, 0}) {
+    for (int64_t k : {1, 7, 16, 100}) {
+      std::vector<float> data(kRows * kN);
+      for (float& v : data) v = static_cast<float>(static_cast<int>(rng() % 40) - 20) * 0.5f;
+      data[2 * kN + 321] = std::nanf("");  // the last row runs the general sort
+      Tensor x(DataType::kFloat32, Shape{kRows, kN});
+      std::copy(data.begin(), data.end(), x.mutable_data<float>());
+      absl::StatusOr<std::vector<Value>> out = RunOp(OpCase("TopK", 11)
+                                                         .In(std::move(x))
+                                                         .In(I64({k}))
+                                                         .Attr("largest", IntAttr(largest))
+                                                         .Outputs(2));
+      ASSERT_TRUE(out.ok()) << out.status();
+      const Tensor& values = (*out)[0].tensor();
+      const Tensor& indices = (*out)[1].tensor();
+      ASSERT_EQ(values.shape(), (Shape{kRows, k}));
+      for (int64_t r = 0; r < 2; ++r) {  // the rows without a NaN
+        std::vector<int64_t> order(kN);
+        for (int64_t j = 0; j < kN; ++j) order[j] = j;
+        const float* row = data.data() + r * kN;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          return largest ? row[a] > row[b] : row[a] < row[b];
+        });
+        for (int64_t e = 0; e < k; ++e) {
+          EXPECT_EQ(indices.data<int64_t>()[r * k + e], order[e])
+              << "row " << r << " k " << k << " largest " << largest << " rank " << e;
+          EXPECT_EQ(values.data<float>()[r * k + e], row[order[e]]);
+        }
+      }
+    }
+  }
 }
 
 TEST(CumSumTest, SpecExamples) {

@@ -60,6 +60,14 @@ TEST_P(BatchedGemvTest, MatchesTheReferenceMatMul) {
       {Shape{8, 50, 24}, Shape{8, 24, 1}, false, false},  // N = 1 (memory @ query)
       {Shape{8, 50, 24}, Shape{8, 24, 1}, true, false},   // A stored [k, m]
       {Shape{1, 1, 70}, Shape{5, 70, 1}, false, false},   // M = N = 1
+      // Wide enough for the four-vector column blocks (64 floats on AVX-512, 32 on AVX2), then
+      // single vectors and a scalar tail; and rows in groups of four with a k tail.
+      {Shape{1, 45}, Shape{45, 150}, false, false},
+      {Shape{3, 1, 40}, Shape{3, 40, 71}, false, true},
+      {Shape{2, 130, 20}, Shape{2, 20, 1}, true, false},
+      {Shape{2, 131, 36}, Shape{2, 36, 1}, false, false},
+      {Shape{4, 1, 37}, Shape{4, 37, 32}, false, false},  // two vectors (AVX-512), odd k
+      {Shape{1, 1, 39}, Shape{1, 39, 24}, false, false},  // one vector + tail (AVX2), k % 4 = 3
   };
   std::mt19937 rng(11);
   for (const Case& c : cases) {
