@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -50,6 +52,10 @@ class InferenceCall : private engine::IterationObserver {
   InferenceCall(Protocol protocol, Polling polling, absl::Time received, absl::Time deadline);
   virtual ~InferenceCall() = default;
 
+  // Iteration responses of one `stream_iterations` request handed to the protocol and not yet
+  // written to the client before its Loop waits (RespondIteration's bound, every protocol).
+  static constexpr int kStreamWindow = 8;
+
   InferenceCall(const InferenceCall&) = delete;
   InferenceCall& operator=(const InferenceCall&) = delete;
 
@@ -90,6 +96,14 @@ class InferenceCall : private engine::IterationObserver {
 
   absl::Time deadline() const { return deadline_; }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  // The back-pressure wait of RespondIteration, for every protocol: calls `room(until)` (which
+  // waits until the adapter has room for another response — true — or `until` passes — false)
+  // with `until` at most InferenceRunner::kCancelPollInterval ahead, until it answers true.
+  // CANCELLED once the call is cancelled, DEADLINE_EXCEEDED once its deadline passed; `what`
+  // names the wait in the latter's message.
+  absl::Status AwaitClient(absl::FunctionRef<bool(absl::Time until)> room,
+                           absl::string_view what) const;
 
  private:
   friend class InferenceRunner;
