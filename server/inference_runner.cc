@@ -101,7 +101,8 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
 absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
   if (!call.CanStreamIterations()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "parameter 'stream_iterations' needs a streaming call (gRPC ModelStreamInfer); ",
+        "parameter 'stream_iterations' needs a streaming call (gRPC ModelStreamInfer, or REST "
+        "generate_stream / server-sent events); ",
         ProtocolName(call.protocol_), " answers once per request"));
   }
   const engine::Model& model = *call.model_->model;

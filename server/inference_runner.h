@@ -34,11 +34,11 @@ class InferenceRunner;
 // call from Submit until it calls Finish and never touches it afterwards, so Finish may delete it.
 //
 // Streaming (`stream_iterations`): an adapter that can send several responses per request
-// (ModelStreamInfer) overrides CanStreamIterations and RespondIteration; the runner then checks the
-// request against the model (a top-level Loop with scan outputs among the requested outputs),
-// runs it on a worker (never on the adapter's thread, which the client's reading paces), hands
-// the engine the call as its IterationObserver, and calls RespondIteration once per iteration
-// before Respond and Finish.
+// (ModelStreamInfer, REST server-sent events) overrides CanStreamIterations and RespondIteration;
+// the runner then checks the request against the model (a top-level Loop with scan outputs among
+// the requested outputs), runs it on a worker (never on the adapter's thread, which the client's
+// reading paces), hands the engine the call as its IterationObserver, and calls RespondIteration
+// once per iteration before Respond and Finish.
 class InferenceCall : private engine::IterationObserver {
  public:
   // How the runner learns that the client went away. kWhileInline: the protocol reports it
