@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -205,6 +207,11 @@ void HttpExchange::FlushChunks() {
                                evhtp_header_new(name.c_str(), value.c_str(), 1, 1));
     }
     evhtp_send_reply_chunk_start(request, static_cast<evhtp_res>(status_));
+    // Each chunk goes out as it comes: without this, Nagle's algorithm holds a small chunk until
+    // the client acknowledges the previous one, which a client delaying its ACKs sends 40 ms
+    // later (measured: a 200-event stream on a kept-alive connection took 44 ms instead of 3).
+    const int on = 1;
+    setsockopt(request->conn->sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     // The connection stays paused (it reads no further request until the end); some libevhtp
     // versions stop writing when they pause.
     bufferevent_enable(request->conn->bev, EV_WRITE);
@@ -232,6 +239,12 @@ void HttpExchange::FlushChunks() {
     evbuffer_free(piece);
   }
   if (end) {
+    // Back to the state Reply leaves a paused connection in (libevhtp's pause stops writing):
+    // resuming clears the pause at once but resumes writing only later, so a write completing in
+    // between would let libevhtp finish the request early, and the resume's own write callback
+    // would then find no request and close the kept-alive connection (measured: 1 in ~100
+    // streams on a reused connection).
+    if (paused_) bufferevent_disable(request->conn->bev, EV_WRITE);
     evhtp_send_reply_chunk_end(request);
     if (paused_) evhtp_request_resume(request);
     sent_ = true;  // done once libevhtp lets go of the request (OnRequestFini)

@@ -197,6 +197,26 @@ def main():
         print("sse: %d slice events in order equal to numpy's and /infer's; finals equal /infer's"
               % streamed_slices)
 
+        # One kept-alive connection serves stream after stream, and other requests between them.
+        conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=30)
+        _, tokens = ex.reference_greedy_decoder(np.array([4], np.int64), np.array(3, np.int64))
+        for k in range(150):
+            path = "generate_stream" if k % 3 else "infer"
+            conn.request("POST", "/v2/models/greedy_decoder/" + path, body(decoder(4, 3)))
+            r = conn.getresponse()
+            text = r.read().decode()
+            check(r.status == 200, "kept-alive request %d: status %d" % (k, r.status))
+            if path == "infer":
+                np.testing.assert_array_equal(arrays(json.loads(text))["tokens"], tokens)
+            else:
+                events = [json.loads(line[6:]) for line in text.split("\n")
+                          if line.startswith("data: ")]
+                check(len(events) == 4, "kept-alive stream %d: %d events" % (k, len(events)))
+                np.testing.assert_array_equal(arrays(events[-1])["tokens"], tokens)
+        check(conn.sock is not None, "the connection was closed")
+        conn.close()
+        print("sse: 100 streams and 50 /infer requests on one kept-alive connection")
+
         # Only the requested scan outputs stream; stream_iterations: false on generate_stream
         # answers one event.
         final_c, counts = ex.reference_counter(np.array(4, np.int64), np.array([10], np.int64))
