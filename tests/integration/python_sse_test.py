@@ -135,8 +135,11 @@ def main():
     sys.path.insert(0, os.path.join(args.repo_root, "deploy"))
     import make_example_models as ex  # noqa: E402  (numpy references)
 
+    # No repository poller: its rescans every 2 s would show in the RSS of the stalled-reader
+    # check under a sanitizer, whose allocator keeps freed memory in quarantine.
     proc, ports = start_server(args.loopserve, ["--model_repository=" + args.models,
-                                                "--metrics_port=0", "--workers=2"],
+                                                "--metrics_port=0", "--workers=2",
+                                                "--model_control_mode=none"],
                                kinds=("http", "metrics"))
     http_port, metrics_port = ports["http"], ports["metrics"]
     try:
@@ -340,9 +343,7 @@ def main():
         # Unbounded buffering would let the Loop run on at tens of thousands of slices a second.
         check(slices_c - slices_b < 1000, "slices went on while nobody read: %d -> %d" %
               (slices_b, slices_c))
-        # Release builds grow by ~0.05 MB here, sanitizer builds by up to ~1 MB (their allocator's
-        # own bookkeeping); events queued without bound would add ~250 bytes each.
-        check(rss_b - rss_a < 4 << 20, "RSS grew %d bytes in 2 s while the reader stalled" %
+        check(rss_b - rss_a < 1 << 20, "RSS grew %d bytes in 2 s while the reader stalled" %
               (rss_b - rss_a))
         ahead = int(slices_c - slices_before)
         # Reading again resumes it: the events arrive in order.
