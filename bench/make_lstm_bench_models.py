@@ -16,6 +16,11 @@ hidden state and the last cell state [B, 256] (the ONNX model squeezes its direc
 bench/compare_ort.py times each folder against ONNX Runtime. Run with Debian's /usr/bin/python3:
 
     /usr/bin/python3 make_lstm_bench_models.py OUT_DIR
+
+With --family it writes instead the ONNX form over a family of shapes, lstm_h<H>_b<B> for hidden
+(= input) 128, 256, 512 and batch 1, 4, 16, 32 (64 steps), each with its own fixed-seed weights:
+
+    /usr/bin/python3 make_lstm_bench_models.py --family OUT_DIR
 """
 import os
 import sys
@@ -31,9 +36,10 @@ STEPS, INPUT, HIDDEN = 64, 256, 256
 RNG = np.random.default_rng(11)
 
 
-def onnx_lstm(batch, W, R, B):
+def onnx_lstm(batch, W, R, B, hidden=HIDDEN, inputs=INPUT):
     """ONNX LSTM, gate order iofc; outputs hs [T, B, H], h [B, H], c [B, H]."""
     f = TensorProto.FLOAT
+    HIDDEN, INPUT = hidden, inputs  # noqa: N806
     nodes = [
         helper.make_node("Unsqueeze", ["h0", "axis0"], ["initial_h"]),
         helper.make_node("Unsqueeze", ["c0", "axis0"], ["initial_c"]),
@@ -165,9 +171,28 @@ def write_inputs(folder, names, arrays):
             f.write(numpy_helper.from_array(a, n).SerializeToString())
 
 
+def family(out):
+    for hidden in (128, 256, 512):
+        rng = np.random.default_rng(hidden)
+        scale = 1 / np.sqrt(hidden)
+        W = (rng.standard_normal((4 * hidden, hidden)) * scale).astype(np.float32)
+        R = (rng.standard_normal((4 * hidden, hidden)) * scale).astype(np.float32)
+        B = (rng.standard_normal(8 * hidden) * 0.1).astype(np.float32)
+        for batch in (1, 4, 16, 32):
+            x = rng.standard_normal((STEPS, batch, hidden)).astype(np.float32)
+            h0 = (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32)
+            c0 = (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32)
+            folder = os.path.join(out, "lstm_h%d_b%d" % (hidden, batch))
+            os.makedirs(folder, exist_ok=True)
+            onnx.save(onnx_lstm(batch, W, R, B, hidden, hidden), os.path.join(folder, "model.onnx"))
+            write_inputs(folder, ["X", "h0", "c0"], [x, h0, c0])
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--family":
+        return family(sys.argv[2])
     if len(sys.argv) != 2:
-        sys.exit("usage: make_lstm_bench_models.py OUT_DIR")
+        sys.exit("usage: make_lstm_bench_models.py [--family] OUT_DIR")
     out = sys.argv[1]
     scale = 1 / np.sqrt(HIDDEN)
     W = (RNG.standard_normal((4 * HIDDEN, INPUT)) * scale).astype(np.float32)

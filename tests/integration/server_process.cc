@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -84,6 +85,10 @@ std::string MakeScratchDir(const std::string& prefix) {
   std::string base = ::testing::TempDir();
   if (!base.empty() && base.back() == '/') base.pop_back();
   const std::string dir = absl::StrCat(base, "/", prefix, "_", getpid(), "_", counter.fetch_add(1));
+  // A directory of this name is a leftover of a finished process that had our pid (no live one
+  // can): without this, its files made the test's copies fail with "File exists".
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
   mkdir(dir.c_str(), 0755);
   return dir;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/native/rational_tanh.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12's AVX-512 min/max intrinsics pass _mm512_undefined_ps() as the unused merge source,
@@ -28,36 +29,8 @@ std::atomic<bool> g_enabled{true};
 
 #if defined(LS_PACKED_GEMV_X86)
 
-// tanh(x) ~ x P(x^2) / Q(x^2), degrees 13/6, on x clamped to where float tanh rounds to +-1: the
-// approximation of Eigen and ONNX Runtime's MLAS (MlasTanhConstants).
-constexpr float kTanhClamp = 7.90531110763549805f;
-constexpr float kAlpha13 = -2.76076847742355e-16f;
-constexpr float kAlpha11 = 2.00018790482477e-13f;
-constexpr float kAlpha9 = -8.60467152213735e-11f;
-constexpr float kAlpha7 = 5.12229709037114e-08f;
-constexpr float kAlpha5 = 1.48572235717979e-05f;
-constexpr float kAlpha3 = 6.37261928875436e-04f;
-constexpr float kAlpha1 = 4.89352455891786e-03f;
-constexpr float kBeta6 = 1.19825839466702e-06f;
-constexpr float kBeta4 = 1.18534705686654e-04f;
-constexpr float kBeta2 = 2.26843463243900e-03f;
-constexpr float kBeta0 = 4.89352518554385e-03f;
-
-__attribute__((target("avx512f,fma"))) __m512 Tanh512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-kTanhClamp)), _mm512_set1_ps(kTanhClamp));
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(kAlpha13), _mm512_set1_ps(kAlpha11));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha9));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha7));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha5));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha3));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha1));
-  p = _mm512_mul_ps(p, x);
-  __m512 q = _mm512_fmadd_ps(x2, _mm512_set1_ps(kBeta6), _mm512_set1_ps(kBeta4));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kBeta2));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(kBeta0));
-  return _mm512_div_ps(p, q);
-}
+using rational_tanh::Tanh256;
+using rational_tanh::Tanh512;
 
 __attribute__((target("avx512f,fma"))) __m512 Activate512(__m512 v,
                                                           PackedGemv::Activation activation) {
@@ -116,22 +89,6 @@ __attribute__((target("avx512f,fma"))) void RunAvx512(const float* x, const floa
       _mm512_mask_storeu_ps(y + col, mask, Activate512(v, activation));
     }
   }
-}
-
-__attribute__((target("avx2,fma"))) __m256 Tanh256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-kTanhClamp)), _mm256_set1_ps(kTanhClamp));
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 p = _mm256_fmadd_ps(x2, _mm256_set1_ps(kAlpha13), _mm256_set1_ps(kAlpha11));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha9));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha7));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha5));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha3));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha1));
-  p = _mm256_mul_ps(p, x);
-  __m256 q = _mm256_fmadd_ps(x2, _mm256_set1_ps(kBeta6), _mm256_set1_ps(kBeta4));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kBeta2));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(kBeta0));
-  return _mm256_div_ps(p, q);
 }
 
 __attribute__((target("avx2,fma"))) __m256 Activate256(__m256 v,

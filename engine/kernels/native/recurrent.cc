@@ -127,6 +127,18 @@ Tensor TransposeRows(const float* src, int64_t row0, int64_t rows, int64_t cols)
   return t;
 }
 
+// Whether every direction's functions are sigmoid, tanh, tanh (what LstmFusedStep computes).
+bool StandardLstm(const RecurrentSpec& spec) {
+  if (static_cast<int>(spec.activations.size()) != 3 * spec.num_directions) return false;
+  for (int d = 0; d < spec.num_directions; ++d) {
+    const RecurrentActivation* a = spec.activations.data() + 3 * d;
+    if (a[0].kind != Kind::kSigmoid || a[1].kind != Kind::kTanh || a[2].kind != Kind::kTanh) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RecurrentActivation>> ParseRecurrentActivations(
@@ -239,6 +251,17 @@ absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& 
 
   out.packed_r.clear();
   out.packed_r_h.clear();
+  out.fused_lstm.clear();
+  // The fused step's packed copy of R is bounded like PackedGemv's (hidden <= 512), so a large
+  // layer makes no second copy of R (16 MB at hidden 1024) and keeps the per-step sgemm.
+  if (pack && spec.cell == RecurrentCell::kLstm && LstmFusedStep::Available() &&
+      StandardLstm(spec) && h * gh <= PackedGemv::kMaxElements) {
+    for (int64_t dir = 0; dir < d; ++dir) {
+      out.fused_lstm.push_back(
+          std::make_unique<LstmFusedStep>(out.r.data<float>() + dir * gh * h, h));
+    }
+    return absl::OkStatus();
+  }
   if (pack && PackedGemv::Available() && h * gh <= PackedGemv::kMaxElements) {
     const bool split = spec.cell == RecurrentCell::kGru && !spec.linear_before_reset;
     for (int64_t dir = 0; dir < d; ++dir) {
@@ -392,7 +415,20 @@ class DirectionRunner {
     }
     const float* projected = scratch_.projected.data<float>();
     float* gates = scratch_.gates.mutable_data<float>();
-    const bool packed = batch == 1 && !weights_.packed_r.empty();
+    const LstmFusedStep* fused = spec_.cell == RecurrentCell::kLstm && !weights_.fused_lstm.empty()
+                                     ? weights_.fused_lstm[dir_].get()
+                                     : nullptr;
+    const bool packed = fused == nullptr && batch == 1 && !weights_.packed_r.empty();
+    LstmFusedStep::Args fused_args;
+    if (fused != nullptr) {
+      fused_args.batch = batch;
+      fused_args.c = c;
+      fused_args.projected = scratch_.projected_rows.data();
+      fused_args.active = io_.lengths != nullptr ? scratch_.active.data() : nullptr;
+      fused_args.peephole = peephole_;
+      fused_args.clip = spec_.clip;
+      fused_args.input_forget = spec_.input_forget;
+    }
     for (int64_t step = 0; step < t_steps; ++step) {
       bool any = false;
       for (int64_t b = 0; b < batch; ++b) {
@@ -404,14 +440,24 @@ class DirectionRunner {
         }
         any = true;
         const int64_t t = reverse_ ? length - 1 - step : step;
-        if (!packed) {
+        if (fused != nullptr) {
+          scratch_.projected_rows[b] = projected + Row(t, b) * gh_;
+        } else if (!packed) {
           std::memcpy(gates + b * gh_, projected + Row(t, b) * gh_, sizeof(float) * gh_);
         }
       }
       if (!any) break;  // every sequence has ended
-      Recur(packed,
-            packed ? projected + Row(reverse_ ? Length(0) - 1 - step : step, 0) * gh_ : nullptr,
-            h_prev, h_next);
+      if (fused != nullptr) {
+        fused_args.h_prev = h_prev;
+        fused_args.h_next = h_next;
+        // Alternate sweeps: the blocks read last are still in cache (lstm_fused.h).
+        fused_args.descending = (step & 1) != 0;
+        fused->Run(fused_args);
+      } else {
+        Recur(packed,
+              packed ? projected + Row(reverse_ ? Length(0) - 1 - step : step, 0) * gh_ : nullptr,
+              h_prev, h_next);
+      }
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t length = Length(b);
         float* hn = h_next + b * h;
@@ -447,26 +493,28 @@ class DirectionRunner {
   int64_t Row(int64_t t, int64_t b) const { return t * s_.row_t + b * s_.row_b; }
 
   // projected = X W^T + bias, for every step at once (the bias of GRU's Rbh is not in it). With a
-  // pacer, in pieces of rows that each multiply about kChunkBytes of W-sized work, a check after
-  // each; false when the run must stop.
+  // pacer, in pieces of rows, a check after each; false when the run must stop.
   bool Project() {
     const int64_t rows = s_.steps * s_.batch;
     float* out = scratch_.projected.mutable_data<float>();
     const size_t row_bytes =
         static_cast<size_t>(gh_ * std::max<int64_t>(s_.input, 1)) * sizeof(float);
-    // At least 64 rows a piece, so the pieces stay efficient products.
-    const int64_t per_piece =
-        pacer_ == nullptr
-            ? std::max<int64_t>(rows, 1)
-            : std::max<int64_t>(64, static_cast<int64_t>(InterruptPacer::kChunkBytes * 16 /
-                                                         std::max<size_t>(row_bytes, 1)));
+    // Pieces of at most about 2^28 multiply-adds (2-3 ms) and kChunkBytes of output, at least 64
+    // rows: each sgemm call packs all of W again (64-row pieces of hidden 512's 4 MB W: 8% more
+    // CPU time for the whole layer), and a narrow input makes the output the larger cost.
+    const int64_t by_work = (int64_t{1} << 28) / std::max<int64_t>(gh_ * s_.input, 1);
+    const int64_t by_output = static_cast<int64_t>(InterruptPacer::kChunkBytes / sizeof(float)) /
+                              std::max<int64_t>(gh_, 1);
+    const int64_t per_piece = pacer_ == nullptr
+                                  ? std::max<int64_t>(rows, 1)
+                                  : std::max<int64_t>(64, std::min(by_work, by_output));
     for (int64_t begin = 0; begin < rows; begin += per_piece) {
       const int64_t n = std::min(per_piece, rows - begin);
       Sgemm(true, n, gh_, s_.input, io_.x + begin * s_.input, s_.input, w_, s_.input, 0.0f,
             out + begin * gh_, gh_);
       for (int64_t row = begin; row < begin + n; ++row) {
         float* o = out + row * gh_;
-        for (int64_t j = 0; j < gh_; ++j) o[j] += bias_[j];
+        BinaryF32(VecBinary::kAdd, o, 1, bias_, 1, o, gh_);
       }
       if (pacer_ != nullptr && !pacer_->Produced(static_cast<size_t>(n) * row_bytes)) return false;
     }
@@ -627,6 +675,7 @@ absl::Status RunNativeRecurrent(const RecurrentSpec& spec, const RecurrentWeight
   scratch.c.Resize(DataType::kFloat32, Shape{shape.batch, h});
   scratch.gated.Resize(DataType::kFloat32, Shape{shape.batch, gh});
   scratch.active.resize(shape.batch);
+  scratch.projected_rows.resize(shape.batch);
   if (io.y != nullptr && (io.lengths != nullptr || shape.batch == 0)) {
     const int64_t n = shape.steps * shape.batch * spec.num_directions * h;
     std::fill_n(io.y, n, 0.0f);

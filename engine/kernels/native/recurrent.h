@@ -9,6 +9,8 @@
 // steps is one sgemm, each step's recurrent product one sgemm (or, for a batch of one with
 // constant weights, the packed one-row kernel fed the input projection as its bias), and the gate
 // nonlinearities the SLEEF array functions of vector_math.h (AVX-512 / AVX2 by native::ActiveIsa).
+// The standard LSTM (sigmoid, tanh, tanh) with constant weights recurs on LstmFusedStep instead:
+// the recurrent product and the gate math of a step in one pass over R (lstm_fused.h).
 // Nothing is allocated per step; the per-frame scratch is reused across runs.
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/kernels/native/lstm_fused.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/runtime/run_context.h"
 #include "engine/tensor/tensor.h"
@@ -107,11 +110,14 @@ struct RecurrentWeights {
   // all gates' R^T, or for GRU without linear_before_reset the z|r part and the h part apart.
   std::vector<std::unique_ptr<PackedGemv>> packed_r;
   std::vector<std::unique_ptr<PackedGemv>> packed_r_h;
+  // The standard LSTM's fused steps (LstmFusedStep::Available(), 4 H x H at most
+  // PackedGemv::kMaxElements), per direction; when present, packed_r is not built.
+  std::vector<std::unique_ptr<LstmFusedStep>> fused_lstm;
 };
 
 // Converts the node's W [D?, G*H, I], R [D?, G*H, H], B and P (null when absent) into the
-// canonical form; `pack` also prepares the batch-1 packed products. InvalidArgument naming the
-// input whose shape does not fit the spec.
+// canonical form; `pack` also prepares the batch-1 packed products or the fused LSTM steps.
+// InvalidArgument naming the input whose shape does not fit the spec.
 absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& w, const Tensor& r,
                                        const Tensor* b, const Tensor* p, bool pack,
                                        RecurrentWeights& out);
@@ -144,6 +150,7 @@ struct RecurrentScratch {
   Tensor c;                     // [B, H]
   Tensor gated;                 // [B, G*H]: GRU's r (.) h, or its recurrent product
   std::vector<uint8_t> active;  // [B]: whether entry b's sequence runs at the current step
+  std::vector<const float*> projected_rows;  // [B]: the fused LSTM step's input projections
 };
 
 // The tensors of one run. `lengths` is null or holds B sequence lengths within [0, T]; y, y_h,
