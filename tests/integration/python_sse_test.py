@@ -336,6 +336,7 @@ def main():
         slices_b = samples[-1]
         check(len(set(samples[-5:])) == 1 and slices_b > slices_before,
               "the Loop did not stop for a reader that read nothing (%s)" % samples[-5:])
+        time.sleep(0.5)  # the last /metrics scrape's tail (its thread) settles first
         rss_a = rss_bytes(proc.pid)
         time.sleep(2.0)
         rss_b = rss_bytes(proc.pid)
@@ -343,7 +344,10 @@ def main():
         # Unbounded buffering would let the Loop run on at tens of thousands of slices a second.
         check(slices_c - slices_b < 1000, "slices went on while nobody read: %d -> %d" %
               (slices_b, slices_c))
-        check(rss_b - rss_a < 1 << 20, "RSS grew %d bytes in 2 s while the reader stalled" %
+        # AddressSanitizer's quarantine keeps freed memory resident (a /metrics scrape's ~1.8 MB
+        # stays), so under it the bound is looser; the slice count above bounds the queue there.
+        rss_bound = (8 << 20) if "ASAN_OPTIONS" in os.environ else (1 << 20)
+        check(rss_b - rss_a < rss_bound, "RSS grew %d bytes in 2 s while the reader stalled" %
               (rss_b - rss_a))
         ahead = int(slices_c - slices_before)
         # Reading again resumes it: the events arrive in order.
