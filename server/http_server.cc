@@ -97,28 +97,47 @@ void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::str
     answered_in_handler_ = true;  // OnRequest sends it
     return;
   }
-  Defer(&HttpCallbacks::SendDeferred);
+  if (!Defer(&HttpCallbacks::SendDeferred)) {
+    server_->ExchangeDone();
+    Release();
+  }
 }
 
-void HttpExchange::Defer(void (*callback)(evthr_t*, void*, void*)) {
-  {
-    HttpServer* server = server_;
-    absl::MutexLock lock(&server->mutex_);
-    if (!server->threads_stopped_) {
-      // evthr_defer writes to the thread's socket pair, which may be momentarily full.
-      for (int attempt = 0; evthr_defer(thread_, callback, this) != EVTHR_RES_OK; ++attempt) {
-        if (attempt == 1000) {
-          LogError("HTTP: cannot hand an answer to its event thread; the client gets none");
-          return;
-        }
-        absl::SleepFor(absl::Milliseconds(1));
-      }
-      return;
+bool HttpExchange::Defer(void (*callback)(evthr_t*, void*, void*)) {
+  HttpServer* server = server_;
+  absl::MutexLock lock(&server->mutex_);
+  // Past the shutdown's drain the event threads are stopping (or gone) with their connections:
+  // the answer is dropped without touching the request, which is not this thread's.
+  if (server->threads_stopped_) return false;
+  // evthr_defer writes to the thread's socket pair, which may be momentarily full.
+  for (int attempt = 0; evthr_defer(thread_, callback, this) != EVTHR_RES_OK; ++attempt) {
+    if (attempt == 1000) {
+      LogError("HTTP: cannot hand an answer to its event thread; the client gets none");
+      return true;
     }
+    absl::SleepFor(absl::Milliseconds(1));
   }
-  // The event threads are gone (an answer later than the shutdown's drain), and so is the
-  // request: the callback only lets go.
-  callback(nullptr, this, nullptr);
+  return true;
+}
+
+void HttpExchange::DropChunks() {
+  std::vector<std::string> chunks;
+  bool end;
+  {
+    absl::MutexLock lock(&chunks_mutex_);
+    chunks.swap(chunks_);
+    end = end_;
+    flush_scheduled_ = false;
+  }
+  {
+    absl::MutexLock lock(&window_->mutex);
+    window_->unwritten -= static_cast<int>(chunks.size());
+    window_->closed = true;
+  }
+  if (end) {
+    server_->ExchangeDone();
+    Release();
+  }
 }
 
 void HttpExchange::StartChunks(int status,
@@ -140,7 +159,7 @@ void HttpExchange::SendChunk(std::string chunk) {
     schedule = !flush_scheduled_;
     flush_scheduled_ = true;
   }
-  if (schedule) Defer(&HttpCallbacks::FlushDeferred);
+  if (schedule && !Defer(&HttpCallbacks::FlushDeferred)) DropChunks();
 }
 
 void HttpExchange::EndChunks(std::string last_chunk) {
@@ -156,7 +175,7 @@ void HttpExchange::EndChunks(std::string last_chunk) {
     schedule = !flush_scheduled_;
     flush_scheduled_ = true;
   }
-  if (schedule) Defer(&HttpCallbacks::FlushDeferred);
+  if (schedule && !Defer(&HttpCallbacks::FlushDeferred)) DropChunks();
 }
 
 bool HttpExchange::AwaitChunkRoom(int limit, absl::Time until) {
@@ -179,6 +198,7 @@ struct HeldChunk {
 }  // namespace
 
 void HttpExchange::FlushChunks() {
+  if (request_ == nullptr) return DropChunks();  // the client is gone
   std::vector<std::string> chunks;
   bool end;
   {
@@ -186,18 +206,6 @@ void HttpExchange::FlushChunks() {
     chunks.swap(chunks_);
     end = end_;
     flush_scheduled_ = false;
-  }
-  if (request_ == nullptr) {  // the client is gone: drop them
-    {
-      absl::MutexLock lock(&window_->mutex);
-      window_->unwritten -= static_cast<int>(chunks.size());
-      window_->closed = true;
-    }
-    if (end) {
-      server_->ExchangeDone();
-      Release();
-    }
-    return;
   }
   evhtp_request_t* request = request_;
   if (!chunks_started_) {

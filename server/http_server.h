@@ -84,9 +84,13 @@ class HttpExchange {
   // On the connection's thread: writes the chunks handed over so far (and the headers first,
   // the end last), or drops them when the request is gone.
   void FlushChunks();
-  // Runs `callback` (an evthr callback taking this exchange) on the connection's thread; here
-  // when the event threads are gone (after Shutdown's drain), when so is the request.
-  void Defer(void (*callback)(evthr* thread, void* exchange, void* shared));
+  // Hands `callback` (an evthr callback taking this exchange) to the connection's thread; false
+  // once Shutdown's drain is over (the threads and their requests are going): the caller lets
+  // go instead, without touching the request.
+  bool Defer(void (*callback)(evthr* thread, void* exchange, void* shared));
+  // Drops the chunks handed over (the client or the event threads are gone); at the end, lets
+  // go of the exchange.
+  void DropChunks();
   void Release();  // one of the two owners (evhtp's request, the handler) is done
 
   HttpServer* server_ = nullptr;
