@@ -17,9 +17,14 @@
 //                      response, time to the final response, and every slice read;
 //   ModelStreamInfer   without stream_iterations (one response), to separate the stream's own
 //                      cost from the per-iteration responses.
-// The three alternate request by request; medians over all requests. Then --clients closed-loop
+//   REST /infer        the same request as JSON over HTTP/1.1 (libcurl, keep-alive): the whole
+//                      answer;
+//   REST SSE           POST .../generate_stream: time to the first server-sent event, time to
+//                      the final one, every event read.
+// The modes alternate request by request; medians over all requests. Then --clients closed-loop
 // clients run each mode for --seconds: requests per second.
 
+#include <curl/curl.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -122,13 +127,102 @@ Timing Streamed(inference::GRPCInferenceService::Stub& stub,
   return t;
 }
 
-enum Mode { kUnary, kStreamIterations, kStreamOnce, kModes };
+// The decoder's request as a KServe v2 JSON body.
+std::string DecoderJson(bool bench_greedy, int64_t steps) {
+  const std::string n = std::to_string(steps);
+  if (!bench_greedy) {
+    return R"({"inputs":[{"name":"start_token","datatype":"INT64","shape":[1],"data":[4]},)"
+           R"({"name":"max_len","datatype":"INT64","shape":[],"data":[)" +
+           n + "]}]}";
+  }
+  std::string zeros;
+  for (int64_t i = 0; i < kBenchHidden; ++i) zeros += i == 0 ? "0" : ",0";
+  return R"({"inputs":[{"name":"M","datatype":"INT64","shape":[],"data":[)" + n +
+         R"(]},{"name":"cond","datatype":"BOOL","shape":[],"data":[true]},)"
+         R"({"name":"h0","datatype":"FP32","shape":[1,256],"data":[)" +
+         zeros + R"(]},{"name":"tok0","datatype":"INT64","shape":[1],"data":[1]}]})";
+}
+
+// One client's HTTP connection (a libcurl easy handle, kept alive from request to request).
+class RestClient {
+ public:
+  RestClient(int port, const std::string& model) : curl_(curl_easy_init()) {
+    const std::string base = "http://127.0.0.1:" + std::to_string(port) + "/v2/models/" + model;
+    infer_url_ = base + "/infer";
+    sse_url_ = base + "/generate_stream";
+    headers_ = curl_slist_append(nullptr, "Content-Type: application/json");
+  }
+  ~RestClient() {
+    curl_slist_free_all(headers_);
+    curl_easy_cleanup(curl_);
+  }
+
+  // POST `body` to /infer (`events` false) or generate_stream; counts server-sent events (each
+  // ends with a blank line) as they arrive.
+  Timing Post(const std::string& body, bool events) {
+    start_ = Clock::now();
+    timing_ = Timing();
+    events_ = events;
+    previous_ = '\0';
+    curl_easy_setopt(curl_, CURLOPT_URL, events ? sse_url_.c_str() : infer_url_.c_str());
+    curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers_);
+    curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &RestClient::Write);
+    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, this);
+    long status = 0;
+    timing_.ok = curl_easy_perform(curl_) == CURLE_OK &&
+                 curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+                 status == 200;
+    timing_.total_us = Micros(Clock::now() - start_);
+    if (!events) {
+      timing_.first_us = timing_.total_us;
+      timing_.responses = 1;
+    }
+    return timing_;
+  }
+
+ private:
+  static size_t Write(char* data, size_t size, size_t count, void* self) {
+    auto* client = static_cast<RestClient*>(self);
+    const size_t n = size * count;
+    if (!client->events_) return n;
+    for (size_t i = 0; i < n; ++i) {
+      if (data[i] == '\n' && client->previous_ == '\n' && client->timing_.responses++ == 0) {
+        client->timing_.first_us = Micros(Clock::now() - client->start_);
+      }
+      client->previous_ = data[i];
+    }
+    return n;
+  }
+
+  CURL* const curl_;
+  curl_slist* headers_ = nullptr;
+  std::string infer_url_, sse_url_;
+  Clock::time_point start_;
+  Timing timing_;
+  bool events_ = false;
+  char previous_ = '\0';
+};
+
+enum Mode { kUnary, kStreamIterations, kStreamOnce, kRestUnary, kRestEvents, kModes };
 const char* const kModeNames[] = {"ModelInfer", "ModelStreamInfer stream_iterations",
-                                  "ModelStreamInfer one response"};
+                                  "ModelStreamInfer one response", "REST /infer",
+                                  "REST generate_stream (SSE)"};
 
 Timing RunOne(Mode mode, inference::GRPCInferenceService::Stub& stub,
-              const inference::ModelInferRequest* requests) {
-  return mode == kUnary ? Unary(stub, requests[kUnary]) : Streamed(stub, requests[mode]);
+              const inference::ModelInferRequest* requests, RestClient& rest,
+              const std::string& json) {
+  switch (mode) {
+    case kUnary:
+      return Unary(stub, requests[kUnary]);
+    case kRestUnary:
+      return rest.Post(json, /*events=*/false);
+    case kRestEvents:
+      return rest.Post(json, /*events=*/true);
+    default:
+      return Streamed(stub, requests[mode]);
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -179,6 +273,7 @@ int Main(int argc, char** argv) {
   options.model_repository = models;
   options.address = "127.0.0.1";
   options.grpc_port = 0;
+  options.http_port = 0;
   options.metrics_port = -1;
   options.model_control_mode = server::ModelControlMode::kNone;
   auto server = server::Server::Start(options);
@@ -189,25 +284,37 @@ int Main(int argc, char** argv) {
   const int port = (*server)->grpc_port();
   const inference::ModelInferRequest reqs[kModes] = {DecoderRequest(bench_greedy, steps, false),
                                                      DecoderRequest(bench_greedy, steps, true),
-                                                     DecoderRequest(bench_greedy, steps, false)};
+                                                     DecoderRequest(bench_greedy, steps, false),
+                                                     {},
+                                                     {}};
+  const int http_port = (*server)->http_port();
+  const std::string model = bench_greedy ? "greedy" : "greedy_decoder";
+  const std::string json = DecoderJson(bench_greedy, steps);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
 
   auto stub = NewStub(port);
+  RestClient rest(http_port, model);
   const Timing check = Streamed(*stub, reqs[kStreamIterations]);
-  if (!check.ok || check.responses != steps + 1) {
-    std::fprintf(stderr, "stream_iterations: %lld responses (ok %d), expected %lld\n",
+  const Timing check_events = rest.Post(json, /*events=*/true);
+  if (!check.ok || check.responses != steps + 1 || !check_events.ok ||
+      check_events.responses != steps + 1) {
+    std::fprintf(stderr,
+                 "stream_iterations: %lld responses (ok %d), %lld events (ok %d), expected "
+                 "%lld\n",
                  static_cast<long long>(check.responses), check.ok,
+                 static_cast<long long>(check_events.responses), check_events.ok,
                  static_cast<long long>(steps + 1));
     return 1;
   }
   for (int m = 0; m < kModes; ++m) {
-    for (int i = 0; i < 50; ++i) RunOne(static_cast<Mode>(m), *stub, reqs);  // warm-up
+    for (int i = 0; i < 50; ++i) RunOne(static_cast<Mode>(m), *stub, reqs, rest, json);  // warm-up
   }
   std::vector<double> first[kModes], total[kModes];
   // Modes interleave request by request, so drifting machine load hits them alike.
   for (int64_t r = 0; r < rounds; ++r) {
     for (int64_t i = 0; i < requests; ++i) {
       for (int m = 0; m < kModes; ++m) {
-        const Timing t = RunOne(static_cast<Mode>(m), *stub, reqs);
+        const Timing t = RunOne(static_cast<Mode>(m), *stub, reqs, rest, json);
         if (!t.ok) {
           std::fprintf(stderr, "%s failed\n", kModeNames[m]);
           return 1;
@@ -230,6 +337,12 @@ int Main(int argc, char** argv) {
               Median(first[kStreamIterations]), Median(first[kStreamIterations]) / unary, unary);
   std::printf("whole answer streamed: %.2fx ModelInfer's\n",
               Median(total[kStreamIterations]) / unary);
+  const double rest_unary = Median(total[kRestUnary]);
+  std::printf(
+      "REST: first event %.1f us = %.3fx /infer's whole answer (%.1f us); whole answer "
+      "as events %.2fx /infer's\n",
+      Median(first[kRestEvents]), Median(first[kRestEvents]) / rest_unary, rest_unary,
+      Median(total[kRestEvents]) / rest_unary);
 
   double rps[kModes];
   for (int m = 0; m < kModes; ++m) {
@@ -239,8 +352,9 @@ int Main(int argc, char** argv) {
     for (int64_t c = 0; c < clients; ++c) {
       threads.emplace_back([&, m] {
         auto own = NewStub(port);
+        RestClient own_rest(http_port, model);
         while (!stop.load()) {
-          if (RunOne(static_cast<Mode>(m), *own, reqs).ok) done.fetch_add(1);
+          if (RunOne(static_cast<Mode>(m), *own, reqs, own_rest, json).ok) done.fetch_add(1);
         }
       });
     }
@@ -252,10 +366,12 @@ int Main(int argc, char** argv) {
   }
   std::printf("throughput, %lld closed-loop clients:\n", static_cast<long long>(clients));
   for (int m = 0; m < kModes; ++m) {
-    std::printf("  %-36s %10.1f req/s  (%.2fx ModelInfer)\n", kModeNames[m], rps[m],
-                rps[m] / rps[kUnary]);
+    const int peer = m >= kRestUnary ? kRestUnary : kUnary;
+    std::printf("  %-36s %10.1f req/s  (%.2fx %s)\n", kModeNames[m], rps[m], rps[m] / rps[peer],
+                kModeNames[peer]);
   }
   (*server)->Shutdown();
+  curl_global_cleanup();
   if (!temp.empty()) std::filesystem::remove_all(temp);
   return 0;
 }

@@ -619,18 +619,11 @@ absl::Status RestInferParser::Parse(absl::string_view body, const char* header_l
   return absl::OkStatus();
 }
 
-absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view model_name,
-                                absl::string_view model_version, absl::string_view id,
-                                const std::vector<int>& outputs,
-                                const std::vector<engine::Value>& values, const RestOutputs& binary,
-                                std::string* body, size_t* json_length) {
-  std::string& json = *body;
-  json.clear();
-  StringOut out{&json};
-  JsonWriter w(out);
-  std::vector<std::pair<std::string, const Tensor*>> blobs;  // written after the JSON
-  size_t blob_bytes = 0;
-  w.StartObject();
+namespace {
+
+// The response's head: model_name, model_version, id and (for a streamed response) parameters.
+void WriteResponseHead(JsonWriter& w, absl::string_view model_name, absl::string_view model_version,
+                       absl::string_view id, const RestStreamParameters* stream) {
   w.Key("model_name");
   WriteString(w, model_name);
   w.Key("model_version");
@@ -639,6 +632,77 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
     w.Key("id");
     WriteString(w, id);
   }
+  if (stream != nullptr) {
+    w.Key("parameters");
+    w.StartObject();
+    if (stream->iteration >= 0) {
+      w.Key("iteration");
+      w.Int64(stream->iteration);
+    }
+    w.Key("triton_final_response");
+    w.Bool(stream->final_response);
+    w.EndObject();
+  }
+}
+
+// One output's name, datatype and shape (the caller writes data or parameters and closes it).
+absl::Status WriteOutputHead(JsonWriter& w, const std::string& name, const Tensor& tensor) {
+  const absl::string_view datatype = KserveDataType(tensor.dtype());
+  if (datatype.empty()) {
+    return absl::InternalError(absl::StrCat("output '", name, "': undefined element type"));
+  }
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, name);
+  w.Key("datatype");
+  WriteString(w, datatype);
+  w.Key("shape");
+  w.StartArray();
+  for (int64_t d : tensor.shape().dims()) w.Int64(d);
+  w.EndArray();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EncodeRestSlices(const engine::Model& model, absl::string_view model_name,
+                              absl::string_view model_version, absl::string_view id,
+                              int64_t iteration, absl::Span<const engine::ScanSlice> slices,
+                              std::string* json) {
+  json->clear();
+  StringOut out{json};
+  JsonWriter w(out);
+  w.StartObject();
+  const RestStreamParameters stream{iteration, /*final_response=*/false};
+  WriteResponseHead(w, model_name, model_version, id, &stream);
+  w.Key("outputs");
+  w.StartArray();
+  for (const engine::ScanSlice& slice : slices) {
+    const std::string& name = model.outputs()[slice.output].name;
+    LS_RETURN_IF_ERROR(WriteOutputHead(w, name, *slice.tensor));
+    w.Key("data");
+    LS_RETURN_IF_ERROR(WriteTensorData(w, absl::StrCat("output '", name, "'"), *slice.tensor));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return absl::OkStatus();
+}
+
+absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view model_name,
+                                absl::string_view model_version, absl::string_view id,
+                                const std::vector<int>& outputs,
+                                const std::vector<engine::Value>& values, const RestOutputs& binary,
+                                std::string* body, size_t* json_length,
+                                const RestStreamParameters* stream) {
+  std::string& json = *body;
+  json.clear();
+  StringOut out{&json};
+  JsonWriter w(out);
+  std::vector<std::pair<std::string, const Tensor*>> blobs;  // written after the JSON
+  size_t blob_bytes = 0;
+  w.StartObject();
+  WriteResponseHead(w, model_name, model_version, id, stream);
   w.Key("outputs");
   w.StartArray();
   for (int index : outputs) {
@@ -651,18 +715,7 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                        " cannot be returned over KServe v2"));
     }
     const Tensor& tensor = value.tensor();
-    const absl::string_view datatype = KserveDataType(tensor.dtype());
-    if (datatype.empty())
-      return absl::InternalError(absl::StrCat(what, ": undefined element type"));
-    w.StartObject();
-    w.Key("name");
-    WriteString(w, name);
-    w.Key("datatype");
-    WriteString(w, datatype);
-    w.Key("shape");
-    w.StartArray();
-    for (int64_t d : tensor.shape().dims()) w.Int64(d);
-    w.EndArray();
+    LS_RETURN_IF_ERROR(WriteOutputHead(w, name, tensor));
     if (binary.Binary(name)) {
       const size_t size = RawTensorSize(tensor);
       blobs.emplace_back(what, &tensor);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "google/protobuf/message.h"
@@ -62,11 +63,27 @@ class RestInferParser {
 // `json_length` the length of the JSON part (for Inference-Header-Content-Length, when any output
 // is binary; otherwise it equals body->size()). Unimplemented for sequence or empty outputs,
 // InvalidArgument for FP16/BF16 outputs asked for as JSON.
+// `stream`, for a response of a streamed request (server-sent events), adds its response
+// parameters.
+struct RestStreamParameters {
+  int64_t iteration = -1;       // parameters.iteration; -1: none (the final response)
+  bool final_response = false;  // parameters.triton_final_response
+};
 absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view model_name,
                                 absl::string_view model_version, absl::string_view id,
                                 const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values, const RestOutputs& binary,
-                                std::string* body, size_t* json_length);
+                                std::string* body, size_t* json_length,
+                                const RestStreamParameters* stream = nullptr);
+
+// One iteration's response of a `stream_iterations` request, as JSON (all data as JSON, none
+// binary): `slices` (Model::outputs() indices, response order) as outputs, and the parameters
+// iteration and triton_final_response: false. InvalidArgument for FP16/BF16 slices (JSON
+// cannot carry them).
+absl::Status EncodeRestSlices(const engine::Model& model, absl::string_view model_name,
+                              absl::string_view model_version, absl::string_view id,
+                              int64_t iteration, absl::Span<const engine::ScanSlice> slices,
+                              std::string* json);
 
 // A protobuf message as JSON with the proto's field names, 64-bit integers as JSON numbers (not
 // strings, as protobuf's own printer does), enums by name, maps as objects; scalar and repeated

@@ -54,19 +54,51 @@ class HttpExchange {
   void Reply(int status, std::vector<std::pair<std::string, std::string>> headers,
              std::string body);
 
+  // Answers with a body sent piece by piece as it is produced (chunked transfer encoding; a
+  // server-sent event stream), instead of Reply: StartChunks once (the status and headers go out
+  // with the first chunk), SendChunk any number of times, EndChunks once, which ends the exchange
+  // as Reply does. From a thread other than the event thread while the handler runs; one thread
+  // at a time, in that order. The chunks move to the connection's event thread, which writes
+  // them; once the client is gone they are dropped.
+  void StartChunks(int status, std::vector<std::pair<std::string, std::string>> headers);
+  void SendChunk(std::string chunk);
+  void EndChunks(std::string last_chunk);
+  // Waits until fewer than `limit` of the chunks given to SendChunk are waiting to be written to
+  // the socket (handed to the event thread or in libevent's output buffer: a client that does
+  // not read keeps them there), or the client is gone: true; false once `until` passed first.
+  bool AwaitChunkRoom(int limit, absl::Time until);
+
  private:
   friend class HttpServer;
   friend struct HttpCallbacks;
+  // The chunks of a chunked answer not yet written out, shared with libevent's buffers, which
+  // may let go of them after the exchange is gone.
+  struct ChunkWindow {
+    absl::Mutex mutex;
+    int unwritten ABSL_GUARDED_BY(mutex) = 0;
+    bool closed ABSL_GUARDED_BY(mutex) = false;  // the request is gone
+  };
   HttpExchange() = default;
   // On the connection's thread: sends the reply if the request still exists, then lets go.
   void SendReply();
+  // On the connection's thread: writes the chunks handed over so far (and the headers first,
+  // the end last), or drops them when the request is gone.
+  void FlushChunks();
+  // Hands `callback` (an evthr callback taking this exchange) to the connection's thread; false
+  // once Shutdown's drain is over (the threads and their requests are going): the caller lets
+  // go instead, without touching the request.
+  bool Defer(void (*callback)(evthr* thread, void* exchange, void* shared));
+  // Drops the chunks handed over (the client or the event threads are gone); at the end, lets
+  // go of the exchange.
+  void DropChunks();
   void Release();  // one of the two owners (evhtp's request, the handler) is done
 
   HttpServer* server_ = nullptr;
   evhtp_request* request_ = nullptr;  // null once evhtp has freed it
   evthr* thread_ = nullptr;           // the connection's event thread
   std::thread::id thread_id_;
-  std::atomic<int> fd_{-1};  // the connection's socket; -1 once evhtp freed the request
+  std::atomic<int> fd_{-1};          // the connection's socket; -1 once evhtp freed the request
+  std::atomic<bool> broken_{false};  // a write to the client failed or timed out
   std::string method_;
   std::string path_;
   std::string body_storage_;
@@ -80,6 +112,13 @@ class HttpExchange {
   int status_ = 0;
   std::vector<std::pair<std::string, std::string>> reply_headers_;
   std::string reply_body_;
+  // A chunked answer.
+  std::shared_ptr<ChunkWindow> window_;  // set by StartChunks
+  absl::Mutex chunks_mutex_;
+  std::vector<std::string> chunks_ ABSL_GUARDED_BY(chunks_mutex_);  // not yet on the event thread
+  bool flush_scheduled_ ABSL_GUARDED_BY(chunks_mutex_) = false;
+  bool end_ ABSL_GUARDED_BY(chunks_mutex_) = false;  // EndChunks ran
+  bool chunks_started_ = false;                      // the headers went out (event thread only)
 };
 
 // An HTTP/1.1 server on libevhtp (libevent): one accepting thread and `threads` event threads,

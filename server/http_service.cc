@@ -95,16 +95,32 @@ Route Parse(const std::string& path) {
     route.action = parts[next];
     if (route.action == "ready" || route.action == "config" || route.action == "stats") {
       route.method = "GET";
-    } else if (route.action == "infer") {
+    } else if (route.action == "infer" || route.action == "generate_stream") {
       route.method = "POST";
     }
   }
   return route;
 }
 
-// One POST .../infer: the InferenceCall the runner takes through the request path. Created on
-// the event thread; Finish replies through the exchange (on whichever thread ran the request)
-// and deletes the call.
+// Server-sent events: each response is one event, `data: <JSON>` and a blank line.
+std::string SseEvent(absl::string_view json) { return absl::StrCat("data: ", json, "\n\n"); }
+
+const Headers& SseType() {
+  static const Headers* const headers =
+      new Headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
+  return *headers;
+}
+
+// One POST .../infer or .../generate_stream: the InferenceCall the runner takes through the
+// request path. Created on the event thread; Finish replies through the exchange (on whichever
+// thread ran the request) and deletes the call.
+//
+// Streamed (generate_stream, or `stream_iterations: true` on /infer) the answer is a stream of
+// server-sent events, as Triton's generate_stream answers: one per iteration (RespondIteration,
+// on the worker running the Loop; the first one sends the headers), then the final response, or
+// after the headers an error event {"error": ...}; an error before them is an ordinary error
+// status. At most kStreamWindow events wait to be written to the socket; past that the Loop
+// waits for the client to read.
 class HttpInferCall final : public InferenceCall {
  public:
   explicit HttpInferCall(HttpExchange* exchange)
@@ -119,28 +135,56 @@ class HttpInferCall final : public InferenceCall {
     thread_local RestInferParser parser;
     request.model_name = route.model;
     request.model_version = route.version;
+    // generate_stream streams iterations unless the request says `stream_iterations: false`.
+    request.stream_iterations = route.action == "generate_stream";
     request.error = CatchExceptions("infer: ", [&] {
       return parser.Parse(exchange_->body(), exchange_->Header("Inference-Header-Content-Length"),
                           &request, &outputs_);
     });
+    events_ = route.action == "generate_stream" || request.stream_iterations;
+    if (request.error.ok() && events_) request.error = CheckNoBinaryOutputs();
     runner->Submit(this);
   }
 
  protected:
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
+    const RestStreamParameters final_response{-1, /*final_response=*/true};
     LS_RETURN_IF_ERROR(EncodeRestResponse(*model.model, model.name, model.version_string,
                                           request.id, outputs, values, outputs_, &body_,
-                                          &json_length_));
+                                          &json_length_, events_ ? &final_response : nullptr));
     values.clear();
     for (int index : outputs) binary_ |= outputs_.Binary(model.model->outputs()[index].name);
     return absl::OkStatus();
   }
 
+  bool CanStreamIterations() const override { return true; }
+
+  absl::Status RespondIteration(const LoadedModel& model, int64_t iteration,
+                                absl::Span<const engine::ScanSlice> slices) override {
+    LS_RETURN_IF_ERROR(EncodeRestSlices(*model.model, model.name, model.version_string, request.id,
+                                        iteration, slices, &event_json_));
+    if (!started_) {
+      started_ = true;
+      exchange_->StartChunks(200, SseType());
+    } else {
+      LS_RETURN_IF_ERROR(AwaitClient(
+          [this](absl::Time until) { return exchange_->AwaitChunkRoom(kStreamWindow, until); },
+          "the client was not reading the server-sent events"));
+    }
+    exchange_->SendChunk(SseEvent(event_json_));
+    return absl::OkStatus();
+  }
+
   void Finish(const absl::Status& status) override {
     HttpExchange* exchange = exchange_;
-    if (!status.ok()) {
+    if (started_) {
+      // The headers went out: the outcome is the last event (Triton sends errors as events too).
+      exchange->EndChunks(SseEvent(status.ok() ? body_ : ErrorJson(status.message())));
+    } else if (!status.ok()) {
       ReplyError(exchange, status);
+    } else if (events_) {
+      exchange->Reply(200, SseType(), SseEvent(body_));  // no iteration: one event
     } else if (!binary_) {
       exchange->Reply(200, JsonType(), std::move(body_));
     } else {
@@ -155,11 +199,24 @@ class HttpInferCall final : public InferenceCall {
   bool ClientGone() override { return exchange_->ClientGone(); }
 
  private:
+  // Server-sent events are text: every output goes as JSON.
+  absl::Status CheckNoBinaryOutputs() const {
+    bool binary = outputs_.binary_default;
+    for (const auto& [name, output_binary] : outputs_.requested) binary |= output_binary;
+    if (!binary) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "binary data outputs (binary_data_output, outputs[].parameters.binary_data) cannot be "
+        "sent as server-sent events; ask for JSON data when streaming");
+  }
+
   HttpExchange* const exchange_;  // answered in Finish; the body stays until then
   RestOutputs outputs_;
   std::string body_;
   size_t json_length_ = 0;
   bool binary_ = false;  // some output is binary data (even of 0 bytes): the header tells the split
+  bool events_ = false;  // answered as server-sent events
+  bool started_ = false;    // the event stream's headers are on their way
+  std::string event_json_;  // the iteration's response, reused from iteration to iteration
 };
 
 }  // namespace
@@ -212,7 +269,7 @@ void HttpService::Handle(HttpExchange* exchange) {
     return;
   }
   const std::string& a = route.action;
-  if (a == "infer") {
+  if (a == "infer" || a == "generate_stream") {
     (new HttpInferCall(exchange))->Start(runner_, route);
   } else if (a == "live") {
     ReplyJson(exchange, "{\"live\":true}");

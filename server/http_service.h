@@ -23,8 +23,17 @@ namespace loopserve::server {
 //   GET  /v2/models/{m}[/versions/{v}]/config              Triton: the complete model config
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats             Triton: statistics
 //   POST /v2/models/{m}[/versions/{v}]/infer               inference (JSON or JSON + binary)
+//   POST /v2/models/{m}[/versions/{v}]/generate_stream     Triton: server-sent events, one per
+//                                                          Loop iteration, then the final one
 //   POST /v2/repository/index                              Triton: [{name, version, state, ...}]
 //   POST /v2/repository/models/{m}/load, .../unload        Triton: explicit model control
+//
+// `stream_iterations` (default true on generate_stream; asked for on /infer) answers
+// text/event-stream: one `data: {json}` event per iteration of the model's top-level Loop (the
+// KServe v2 response form with that iteration's scan slices, parameters iteration and
+// triton_final_response: false), then the final response (triton_final_response: true); an error
+// after the headers is the last event, data: {"error": ...}. At most
+// InferenceCall::kStreamWindow events wait unwritten; past that the Loop waits for the client.
 //
 // Errors are {"error": "<the same message gRPC would give>"} with the status HttpStatusFor maps
 // the canonical code to (400 bad request, 404 unknown model, 429 queue full or a request limit,

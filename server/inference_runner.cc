@@ -31,6 +31,18 @@ absl::Status InferenceCall::RespondIteration(const LoadedModel& model, int64_t i
   return absl::UnimplementedError("this protocol cannot stream iterations");
 }
 
+absl::Status InferenceCall::AwaitClient(absl::FunctionRef<bool(absl::Time until)> room,
+                                        absl::string_view what) const {
+  // Cancel() sets an atomic that no wait is told about, so the wait wakes up to look.
+  while (!room(std::min(deadline_, absl::Now() + InferenceRunner::kCancelPollInterval))) {
+    if (cancelled()) return absl::CancelledError("the request was cancelled");
+    if (absl::Now() >= deadline_) {
+      return absl::DeadlineExceededError(absl::StrCat("deadline exceeded while ", what));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InferenceCall::OnIteration(int loop_index, int64_t iteration,
                                         absl::Span<const engine::ScanSlice> slices) {
   if (loop_index != stream_loop_) return absl::OkStatus();
@@ -92,7 +104,8 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
 absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
   if (!call.CanStreamIterations()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "parameter 'stream_iterations' needs a streaming call (gRPC ModelStreamInfer); ",
+        "parameter 'stream_iterations' needs a streaming call (gRPC ModelStreamInfer, or REST "
+        "generate_stream / server-sent events); ",
         ProtocolName(call.protocol_), " answers once per request"));
   }
   const engine::Model& model = *call.model_->model;

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -32,11 +34,11 @@ class InferenceRunner;
 // call from Submit until it calls Finish and never touches it afterwards, so Finish may delete it.
 //
 // Streaming (`stream_iterations`): an adapter that can send several responses per request
-// (ModelStreamInfer) overrides CanStreamIterations and RespondIteration; the runner then checks the
-// request against the model (a top-level Loop with scan outputs among the requested outputs),
-// runs it on a worker (never on the adapter's thread, which the client's reading paces), hands
-// the engine the call as its IterationObserver, and calls RespondIteration once per iteration
-// before Respond and Finish.
+// (ModelStreamInfer, REST server-sent events) overrides CanStreamIterations and RespondIteration;
+// the runner then checks the request against the model (a top-level Loop with scan outputs among
+// the requested outputs), runs it on a worker (never on the adapter's thread, which the client's
+// reading paces), hands the engine the call as its IterationObserver, and calls RespondIteration
+// once per iteration before Respond and Finish.
 class InferenceCall : private engine::IterationObserver {
  public:
   // How the runner learns that the client went away. kWhileInline: the protocol reports it
@@ -49,6 +51,10 @@ class InferenceCall : private engine::IterationObserver {
   // own deadline (gRPC's), InfiniteFuture when none; the `timeout` parameter may shorten it.
   InferenceCall(Protocol protocol, Polling polling, absl::Time received, absl::Time deadline);
   virtual ~InferenceCall() = default;
+
+  // Iteration responses of one `stream_iterations` request handed to the protocol and not yet
+  // written to the client before its Loop waits (RespondIteration's bound, every protocol).
+  static constexpr int kStreamWindow = 8;
 
   InferenceCall(const InferenceCall&) = delete;
   InferenceCall& operator=(const InferenceCall&) = delete;
@@ -90,6 +96,14 @@ class InferenceCall : private engine::IterationObserver {
 
   absl::Time deadline() const { return deadline_; }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  // The back-pressure wait of RespondIteration, for every protocol: calls `room(until)` (which
+  // waits until the adapter has room for another response — true — or `until` passes — false)
+  // with `until` at most InferenceRunner::kCancelPollInterval ahead, until it answers true.
+  // CANCELLED once the call is cancelled, DEADLINE_EXCEEDED once its deadline passed; `what`
+  // names the wait in the latter's message.
+  absl::Status AwaitClient(absl::FunctionRef<bool(absl::Time until)> room,
+                           absl::string_view what) const;
 
  private:
   friend class InferenceRunner;

@@ -399,16 +399,11 @@ absl::Status InferenceService::Stream::Send(StreamCall* call, grpc::ByteBuffer b
       auto room = [this, call]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
         return call->queued_ < kStreamWindow || broken_;
       };
-      // Cancel() sets an atomic without this mutex, so the wait wakes up to look.
-      while (!mutex_.AwaitWithDeadline(
-          absl::Condition(&room),
-          std::min(call->deadline(), absl::Now() + InferenceRunner::kCancelPollInterval))) {
-        if (call->cancelled()) return absl::CancelledError("the request was cancelled");
-        if (absl::Now() >= call->deadline()) {
-          return absl::DeadlineExceededError(
-              "deadline exceeded while the client was not reading the stream's responses");
-        }
-      }
+      LS_RETURN_IF_ERROR(call->AwaitClient(
+          [&](absl::Time until) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mutex_
+            return mutex_.AwaitWithDeadline(absl::Condition(&room), until);
+          },
+          "the client was not reading the stream's responses"));
     }
     if (broken_) return absl::CancelledError("the stream was cancelled or closed by the client");
     queue_.push_back(Outgoing{std::move(bytes), call});

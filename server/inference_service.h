@@ -67,7 +67,7 @@ class InferenceService final : public internal::InferenceServiceBase {
   // Requests at least this large are followed by malloc_trim.
   static constexpr size_t kTrimAfterRequestBytes = size_t{64} << 20;
   // Iteration responses of one streamed request queued unwritten before its Loop waits.
-  static constexpr int kStreamWindow = 8;
+  static constexpr int kStreamWindow = InferenceCall::kStreamWindow;
   // Requests in flight plus responses unwritten on one stream before it reads no more requests.
   static constexpr size_t kStreamMaxPending = 64;
 

@@ -188,6 +188,37 @@ TEST_F(HttpCodecTest, ResponseCarriesJsonAndBinaryOutputs) {
   EXPECT_THAT(raw, ElementsAre(-7, 3, 13));
 }
 
+// Server-sent events: an iteration's slices (JSON data only, with the iteration parameters), and
+// the final response marked as Triton marks the last response of a decoupled request.
+TEST_F(HttpCodecTest, StreamedResponsesCarryTheirParameters) {
+  engine::Tensor y(engine::DataType::kInt64, engine::Shape{3});
+  for (int i = 0; i < 3; ++i) y.mutable_data<int64_t>()[i] = 5 - i;
+  engine::Tensor x(engine::DataType::kFloat32, engine::Shape{2});
+  x.mutable_data<float>()[0] = 0.5f;
+  x.mutable_data<float>()[1] = -1.f;
+  const engine::ScanSlice slices[] = {{1, &y}, {0, &x}};  // response order, not model order
+  std::string json;
+  ASSERT_TRUE(EncodeRestSlices(*model_, "m", "2", "", 17, slices, &json).ok());
+  EXPECT_EQ(json, R"({"model_name":"m","model_version":"2","parameters":)"
+                  R"({"iteration":17,"triton_final_response":false},"outputs":[)"
+                  R"({"name":"y","datatype":"INT64","shape":[3],"data":[5,4,3]},)"
+                  R"({"name":"x","datatype":"FP32","shape":[2],"data":[0.5,-1]}]})");
+
+  std::vector<engine::Value> values;
+  values.emplace_back(engine::Tensor(engine::DataType::kFloat32, engine::Shape{0, 2}));
+  values.emplace_back(std::move(y));
+  const RestStreamParameters final_response{-1, true};
+  std::string body;
+  size_t json_length = 0;
+  ASSERT_TRUE(EncodeRestResponse(*model_, "m", "2", "r", {1}, values, RestOutputs(), &body,
+                                 &json_length, &final_response)
+                  .ok());
+  EXPECT_EQ(body, R"({"model_name":"m","model_version":"2","id":"r","parameters":)"
+                  R"({"triton_final_response":true},"outputs":[)"
+                  R"({"name":"y","datatype":"INT64","shape":[3],"data":[5,4,3]}]})");
+  EXPECT_EQ(json_length, body.size());
+}
+
 TEST(ProtoToJsonTest, PrintsAsTritonDoes) {
   inference::ModelMetadataResponse metadata;
   metadata.set_name("rnn");
