@@ -6,6 +6,7 @@
 
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/saturate.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -133,8 +134,14 @@ class ClipKernel final : public Kernel {
       T lo = std::numeric_limits<T>::lowest();
       T hi = std::numeric_limits<T>::max();
       if (from_ == ListFrom::kAttribute) {
-        lo = static_cast<T>(attr_min_);
-        hi = static_cast<T>(attr_max_);
+        // Float bounds on an integer input saturate (the default -FLT_MAX is lowest()).
+        if constexpr (std::is_integral_v<T>) {
+          lo = SaturatingCast<T>(attr_min_);
+          hi = SaturatingCast<T>(attr_max_);
+        } else {
+          lo = static_cast<T>(attr_min_);
+          hi = static_cast<T>(attr_max_);
+        }
       } else {
         if (ctx.has_input(1)) lo = ctx.input(1).data<T>()[0];
         if (ctx.has_input(2)) hi = ctx.input(2).data<T>()[0];
