@@ -41,6 +41,8 @@ struct HttpCallbacks {
   static void OnEvent(evhtp_connection_t* connection, short events, void* arg);
   static void OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg);
   static void OnThreadExit(evhtp_t* htp, evthr_t* thread, void* arg);
+  static void CloseConnections(evthr_t* thread, void* arg, void* shared);
+  static void Barrier(evthr_t* thread, void* arg, void* shared);
   static void SendDeferred(evthr_t* thread, void* arg, void* shared);
   static void FlushDeferred(evthr_t* thread, void* arg, void* shared);
 };
@@ -448,14 +450,28 @@ evhtp_res HttpCallbacks::OnConnectionFini(evhtp_connection_t* connection, void* 
 
 void HttpCallbacks::OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg) {
   evthr_set_aux(thread, new ThreadConnections());
+  auto* server = static_cast<HttpServer*>(arg);
+  absl::MutexLock lock(&server->mutex_);
+  server->threads_.push_back(thread);
 }
+
+void HttpCallbacks::CloseConnections(evthr_t* thread, void* arg, void* shared) {
+  auto* open = static_cast<ThreadConnections*>(evthr_get_aux(thread));
+  if (open == nullptr) return;
+  // Each close runs OnConnectionFini, which edits the set. libevent finishes freeing a
+  // bufferevent (and an SSL one's SSL object) in callbacks of the thread's loop, which is why
+  // Shutdown has this run while the loop still turns: closed after it stopped (OnThreadExit),
+  // a connection's bufferevent was now and then never freed (LeakSanitizer at exit).
+  const std::vector<evhtp_connection_t*> connections(open->open.begin(), open->open.end());
+  for (evhtp_connection_t* connection : connections) evhtp_connection_free(connection);
+}
+
+void HttpCallbacks::Barrier(evthr_t* thread, void* arg, void* shared) {}
 
 void HttpCallbacks::OnThreadExit(evhtp_t* htp, evthr_t* thread, void* arg) {
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(thread));
   if (open == nullptr) return;
-  // Close what is still open; each close runs OnConnectionFini, which edits the set.
-  const std::vector<evhtp_connection_t*> connections(open->open.begin(), open->open.end());
-  for (evhtp_connection_t* connection : connections) evhtp_connection_free(connection);
+  CloseConnections(thread, nullptr, nullptr);  // none left unless a command could not be sent
   evthr_set_aux(thread, nullptr);
   delete open;
 }
@@ -552,12 +568,24 @@ void HttpServer::Shutdown(absl::Duration drain) {
     auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return exchanges_ == 0; };
     mutex_.AwaitWithTimeout(absl::Condition(&answered), drain);
   }
+  std::vector<evthr*> threads;
   {
     absl::MutexLock lock(&mutex_);
     threads_stopped_ = true;  // later replies are dropped instead of deferred
+    threads = threads_;
   }
-  // Stops the event threads (each runs the replies deferred to it, then closes its connections)
-  // and frees the listener.
+  // Each event thread runs the replies deferred to it, then closes its connections, then turns
+  // its loop once more (a thread reads one command per turn) so that libevent's deferred frees
+  // run before the stop command evhtp_free sends.
+  for (evthr* thread : threads) {
+    for (auto* command : {&HttpCallbacks::CloseConnections, &HttpCallbacks::Barrier}) {
+      for (int attempt = 0; evthr_defer(thread, command, nullptr) != EVTHR_RES_OK; ++attempt) {
+        if (attempt == 1000) break;  // OnThreadExit closes them, later
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+    }
+  }
+  // Stops the event threads and frees the listener.
   evhtp_unbind_socket(htp_);
   evhtp_free(htp_);
   htp_ = nullptr;

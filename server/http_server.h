@@ -178,6 +178,7 @@ class HttpServer {
   int exchanges_ ABSL_GUARDED_BY(mutex_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
   bool threads_stopped_ ABSL_GUARDED_BY(mutex_) = false;
+  std::vector<evthr*> threads_ ABSL_GUARDED_BY(mutex_);  // libevhtp's event threads
 };
 
 // HTTP status for an absl::Status code: the mapping Google APIs document for gRPC codes

@@ -50,12 +50,14 @@ def make_stubs(protoc, repo_root, work, protos):
     sys.path.insert(0, work)
 
 
-def start_server(binary, flags, kinds=("grpc", "metrics"), timeout=60):
+def start_server(binary, flags, kinds=("grpc", "metrics"), timeout=60, stderr=None):
     """Starts `binary --address=127.0.0.1 --grpc_port=0 ...flags` and reads the ports it prints
     ("loopserve: <kind> listening on <address>:<port>") for every kind in `kinds`. Returns
-    (process, {kind: port}); kills the process and raises if they do not come within `timeout`."""
+    (process, {kind: port}); kills the process and raises if they do not come within `timeout`.
+    The server's stderr goes to `stderr` (an open file) if given, else to /dev/null."""
     proc = subprocess.Popen([binary, "--address=127.0.0.1", "--grpc_port=0", "--http_port=0"] + list(flags),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL if stderr is None else stderr, text=True)
     ports = {}
     timer = threading.Timer(timeout, proc.kill)  # bounded wait for the port lines
     timer.start()

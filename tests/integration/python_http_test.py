@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -100,13 +101,20 @@ def expect_error(response, status, *fragments):
 @contextlib.contextmanager
 def serving(binary, flags, kinds):
     """A loopserve for the `with` block (yields the process and its ports); SIGTERM at the end,
-    and the exit code must be 0 when the block did not fail."""
-    proc, ports = start_server(binary, flags, kinds=kinds)
-    try:
-        yield proc, ports
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
+    and the exit code must be 0 when the block did not fail. The server's stderr goes to a
+    temporary file, printed when it exits with another code (a sanitizer's report, say)."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc, ports = start_server(binary, flags, kinds=kinds, stderr=log)
+        try:
+            yield proc, ports
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+            if code != 0:
+                log.seek(0)
+                sys.stdout.write("---- loopserve stderr (exit %d) ----\n%s---- end ----\n" %
+                                 (code, log.read()))
+                sys.stdout.flush()
     check(code == 0, "loopserve exited with %d" % code)
 
 

@@ -16,6 +16,7 @@
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/half.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/saturate.h"
 #include "engine/tensor/value.h"
 
 namespace loopserve::engine::native {
@@ -63,18 +64,6 @@ auto Load(T v) {
   }
 }
 
-// Float to integer: truncation toward zero, saturating at the type's limits (NaN gives 0) so
-// out-of-range values are defined instead of undefined behaviour.
-template <typename To, typename From>
-To FloatToInt(From v) {
-  if (std::isnan(v)) return 0;
-  constexpr From lo = static_cast<From>(std::numeric_limits<To>::lowest());
-  constexpr From hi = static_cast<From>(std::numeric_limits<To>::max());
-  if (v <= lo) return std::numeric_limits<To>::lowest();
-  if (v >= hi) return std::numeric_limits<To>::max();
-  return static_cast<To>(v);
-}
-
 template <typename To, typename From>
 To Convert(From raw) {
   const auto v = Load(raw);
@@ -86,7 +75,7 @@ To Convert(From raw) {
   } else if constexpr (std::is_same_v<To, BFloat>) {
     return BFloat{FloatToBFloat(static_cast<float>(v))};
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<V>) {
-    return FloatToInt<To>(v);
+    return SaturatingCast<To>(v);
   } else {
     return static_cast<To>(v);
   }

@@ -7,6 +7,7 @@
 
 #include "engine/kernels/native/half.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/saturate.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -56,19 +57,6 @@ struct SignOp {
     }
   }
 };
-
-// A float-to-integer conversion that saturates instead of being undefined out of range.
-template <typename To>
-To SaturatingCast(double v) {
-  if (std::isnan(v)) return 0;
-  if (v <= static_cast<double>(std::numeric_limits<To>::lowest())) {
-    return std::numeric_limits<To>::lowest();
-  }
-  if (v >= static_cast<double>(std::numeric_limits<To>::max())) {
-    return std::numeric_limits<To>::max();
-  }
-  return static_cast<To>(v);
-}
 
 // Integer power by squaring; wraps on overflow like the integer types do (computed unsigned to
 // keep it defined). A negative exponent gives the truncated result: 0 unless |base| is 1.

@@ -7,6 +7,7 @@
 
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/saturate.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -134,23 +135,15 @@ class ClipKernel final : public Kernel {
       T lo = std::numeric_limits<T>::lowest();
       T hi = std::numeric_limits<T>::max();
       if (from_ == ListFrom::kAttribute) {
-        // Clip-6's float bounds on a model that feeds it integers (the spec allows floats only):
-        // saturated into T's range (NaN is no bound) instead of an undefined conversion.
-        auto bound = [](float v, T none) -> T {
-          if constexpr (std::is_integral_v<T>) {
-            const double d = v;
-            if (std::isnan(d)) return none;
-            if (d <= static_cast<double>(std::numeric_limits<T>::lowest())) {
-              return std::numeric_limits<T>::lowest();
-            }
-            if (d >= static_cast<double>(std::numeric_limits<T>::max())) {
-              return std::numeric_limits<T>::max();
-            }
-          }
-          return static_cast<T>(v);
-        };
-        lo = bound(attr_min_, std::numeric_limits<T>::lowest());
-        hi = bound(attr_max_, std::numeric_limits<T>::max());
+        // Float bounds on an integer input saturate (the default -FLT_MAX is lowest()); a NaN
+        // bound is no bound.
+        if constexpr (std::is_integral_v<T>) {
+          if (!std::isnan(attr_min_)) lo = SaturatingCast<T>(attr_min_);
+          if (!std::isnan(attr_max_)) hi = SaturatingCast<T>(attr_max_);
+        } else {
+          lo = static_cast<T>(attr_min_);
+          hi = static_cast<T>(attr_max_);
+        }
       } else {
         if (ctx.has_input(1)) lo = ctx.input(1).data<T>()[0];
         if (ctx.has_input(2)) hi = ctx.input(2).data<T>()[0];

@@ -10,6 +10,7 @@
 
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/saturate.h"
 #include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine::native {
@@ -59,25 +60,70 @@ bool IsNan(T v) {
   }
 }
 
+// Integer sums, squares, products and |x| wrap modulo 2^bits like the integer types do: computed
+// unsigned (at least `unsigned int` wide, past the promotion to int) so overflow is defined.
+template <typename T>
+using WrapT = std::make_unsigned_t<std::common_type_t<T, unsigned>>;
+
+template <typename T>
+T Add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapT<T>>(a) + static_cast<WrapT<T>>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+T Mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapT<T>>(a) * static_cast<WrapT<T>>(b));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename T>
+T Abs(T v) {
+  if constexpr (std::is_signed_v<T> && std::is_integral_v<T>) {
+    return v < 0 ? static_cast<T>(WrapT<T>{0} - static_cast<WrapT<T>>(v)) : v;
+  } else if constexpr (std::is_signed_v<T>) {
+    return std::abs(v);
+  } else {
+    return v;
+  }
+}
+
+// A double result (sqrt, log) stored as T: saturating for the integer types, where
+// log(0) = -inf, NaN or an overflowing exp would make a plain static_cast undefined.
+template <typename T>
+T FromDouble(double v) {
+  if constexpr (std::is_integral_v<T>) {
+    return SaturatingCast<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
 template <ReduceOp kOp, typename T>
 void Accumulate(T* out, const T* in, const Broadcast<2>& walk) {
   ForEachBroadcast<2>(walk, [&](int64_t i, const std::array<int64_t, 2>& off) {
     T& acc = out[off[1]];
     const T v = in[i];
     if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kMean || kOp == ReduceOp::kLogSum) {
-      acc = static_cast<T>(acc + v);
+      acc = Add(acc, v);
     } else if constexpr (kOp == ReduceOp::kL1) {
-      if constexpr (std::is_signed_v<T>) {
-        acc = static_cast<T>(acc + (v < 0 ? -v : v));
-      } else {
-        acc = static_cast<T>(acc + v);
-      }
+      acc = Add(acc, Abs(v));
     } else if constexpr (kOp == ReduceOp::kL2 || kOp == ReduceOp::kSumSquare) {
-      acc = static_cast<T>(acc + v * v);
+      acc = Add(acc, Mul(v, v));
     } else if constexpr (kOp == ReduceOp::kLogSumExp) {
-      acc = static_cast<T>(acc + std::exp(v));
+      if constexpr (std::is_integral_v<T>) {
+        acc = SaturatingCast<T>(static_cast<double>(acc) + std::exp(static_cast<double>(v)));
+      } else {
+        acc = static_cast<T>(acc + std::exp(v));
+      }
     } else if constexpr (kOp == ReduceOp::kProd) {
-      acc = static_cast<T>(acc * v);
+      acc = Mul(acc, v);
     } else if constexpr (kOp == ReduceOp::kMax) {
       if (IsNan(v) || acc < v) acc = v;
     } else {
@@ -189,19 +235,19 @@ class ReduceKernel final : public Kernel {
         case ReduceOp::kL2:
           Accumulate<ReduceOp::kL2>(out, in, walk);
           for (int64_t i = 0; i < n_out; ++i) {
-            out[i] = static_cast<T>(std::sqrt(static_cast<double>(out[i])));
+            out[i] = FromDouble<T>(std::sqrt(static_cast<double>(out[i])));
           }
           break;
         case ReduceOp::kLogSum:
           Accumulate<ReduceOp::kLogSum>(out, in, walk);
           for (int64_t i = 0; i < n_out; ++i) {
-            out[i] = static_cast<T>(std::log(static_cast<double>(out[i])));
+            out[i] = FromDouble<T>(std::log(static_cast<double>(out[i])));
           }
           break;
         case ReduceOp::kLogSumExp:
           Accumulate<ReduceOp::kLogSumExp>(out, in, walk);
           for (int64_t i = 0; i < n_out; ++i) {
-            out[i] = static_cast<T>(std::log(static_cast<double>(out[i])));
+            out[i] = FromDouble<T>(std::log(static_cast<double>(out[i])));
           }
           break;
         case ReduceOp::kSumSquare:
@@ -210,10 +256,16 @@ class ReduceKernel final : public Kernel {
       }
       if (op_ == ReduceOp::kMean) {
         for (int64_t i = 0; i < n_out; ++i) {
-          if (count != 0) {
+          if (count == 0) {
+            if constexpr (std::is_floating_point_v<T>) {
+              out[i] = std::numeric_limits<T>::quiet_NaN();  // mean of nothing
+            }
+          } else if constexpr (std::is_integral_v<T>) {
+            // Divided as int64 / uint64: static_cast<T>(count) can be 0 (256 uint8 elements).
+            using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+            out[i] = static_cast<T>(static_cast<Wide>(out[i]) / static_cast<Wide>(count));
+          } else {
             out[i] = static_cast<T>(out[i] / static_cast<T>(count));
-          } else if constexpr (std::is_floating_point_v<T>) {
-            out[i] = std::numeric_limits<T>::quiet_NaN();  // mean of nothing
           }
         }
       }

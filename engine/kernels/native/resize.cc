@@ -12,6 +12,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/saturate.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -264,7 +265,7 @@ class ResizeKernel final : public Kernel {
       for (int64_t o = 0; o < n; ++o) {
         const double v = Eval(in, 0, 0, coord, tables, strides);
         if constexpr (std::is_integral_v<T>) {
-          out[o] = static_cast<T>(std::nearbyint(v));
+          out[o] = SaturatingCast<T>(std::nearbyint(v));  // cubic overshoot, extrapolation
         } else {
           out[o] = static_cast<T>(v);
         }

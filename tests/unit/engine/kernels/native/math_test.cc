@@ -66,6 +66,17 @@ TEST(ClipTest, InputsAttributesAndIntegers) {
       {0, 3, 9});
   ExpectError(OpCase("Clip", 13).In(Make<float>({1}, {1})).In(Make<float>({2}, {0, 1})),
               absl::StatusCode::kInvalidArgument, "scalar");
+  // Clip-6's float bounds on an integer input saturate to its range: the default min (-FLT_MAX,
+  // once undefined as uint8: tests/fuzz/regressions/onnx_importer_fuzz/
+  // clip6_uint8_default_min_out_of_range.onnx) clips nothing, as np.clip with -3.4e38 does.
+  ExpectTensor<uint8_t>(RunOk(OpCase("Clip", 6).In(Make<uint8_t>({3}, {0, 7, 255}))), {3},
+                        {0, 7, 255});
+  // np.clip(np.int8([-128, 1, 100]), -1000, 3) == [-128, 1, 3].
+  ExpectTensor<int8_t>(RunOk(OpCase("Clip", 6)
+                                 .In(Make<int8_t>({3}, {-128, 1, 100}))
+                                 .Attr("min", FloatAttr(-1000))
+                                 .Attr("max", FloatAttr(3))),
+                       {3}, {-128, 1, 3});
 }
 
 TEST(ShrinkTest, SpecExamples) {

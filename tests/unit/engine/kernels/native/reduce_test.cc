@@ -1,4 +1,4 @@
-// ReduceSum/Mean/Max/Min/Prod, ArgMax/ArgMin.
+// ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin.
 
 #include <algorithm>
 #include <cmath>
@@ -93,6 +93,53 @@ TEST(ReduceOtherTest, MeanMaxMinProd) {
   ExpectTensor<int64_t>(
       RunOk(OpCase("ReduceMin", 18).In(Make<int64_t>({2, 2}, {4, 1, 3, 2})).In(I64({0}))), {1, 2},
       {3, 1});
+}
+
+// Integer element types: what numpy gives for the same dtype (sums, squares and products wrap
+// modulo 2^bits), and a float result (log, sqrt) stored as the integer type saturates instead of
+// being undefined: log(0) = -inf is the type's lowest value (the fuzzer's ReduceLogSum on uint16
+// zeros, tests/fuzz/regressions/onnx_importer_fuzz/reduce_log_sum_uint16_zeros_neg_inf.onnx).
+TEST(ReduceTest, IntegerTypesWrapAndSaturate) {
+  ExpectTensor<uint16_t>(RunOk(OpCase("ReduceLogSum", 13).In(Make<uint16_t>({2, 2}, {0, 0, 0, 0}))),
+                         {1, 1}, {0});
+  ExpectTensor<int32_t>(RunOk(OpCase("ReduceLogSum", 13).In(Make<int32_t>({2}, {0, 0}))), {1},
+                        {std::numeric_limits<int32_t>::min()});
+  // log(1 + 2 + 4) = 1.9459..., truncated toward zero.
+  ExpectTensor<int32_t>(RunOk(OpCase("ReduceLogSum", 13).In(Make<int32_t>({3}, {1, 2, 4}))), {1},
+                        {1});
+  // log(e^3 + e^3) = 3 + log 2 = 3.693...
+  ExpectTensor<int64_t>(RunOk(OpCase("ReduceLogSumExp", 13).In(Make<int64_t>({2}, {3, 3}))), {1},
+                        {3});
+  // sqrt(3^2 + 4^2) = 5.
+  ExpectTensor<uint8_t>(RunOk(OpCase("ReduceL2", 13).In(Make<uint8_t>({2}, {3, 4}))), {1}, {5});
+  // numpy: np.array([2**31 - 1, 1], np.int32).sum(dtype=np.int32) == -2**31.
+  ExpectTensor<int32_t>(
+      RunOk(
+          OpCase("ReduceSum", 13).In(Make<int32_t>({2}, {std::numeric_limits<int32_t>::max(), 1}))),
+      {1}, {std::numeric_limits<int32_t>::min()});
+  // np.prod(np.array([65535, 65535], np.uint16), dtype=np.uint16) == 1 (65535^2 mod 2^16).
+  ExpectTensor<uint16_t>(RunOk(OpCase("ReduceProd", 13).In(Make<uint16_t>({2}, {65535, 65535}))),
+                         {1}, {1});
+  // np.abs(np.int32(-2**31)) == -2**31; 65536^2 mod 2^32 == 0.
+  ExpectTensor<int32_t>(
+      RunOk(OpCase("ReduceL1", 13).In(Make<int32_t>({1}, {std::numeric_limits<int32_t>::min()}))),
+      {1}, {std::numeric_limits<int32_t>::min()});
+  ExpectTensor<int32_t>(RunOk(OpCase("ReduceSumSquare", 13).In(Make<int32_t>({1}, {65536}))), {1},
+                        {0});
+  // Mean of int8 rows: (1 + 2 + 3) / 3 and (-4 - 5 - 6) / 3.
+  ExpectTensor<int8_t>(RunOk(OpCase("ReduceMean", 13)
+                                 .In(Make<int8_t>({2, 3}, {1, 2, 3, -4, -5, -6}))
+                                 .Attr("axes", IntsAttr({1}))
+                                 .Attr("keepdims", IntAttr(0))),
+                       {2}, {2, -5});
+  // 300 uint8 elements summing to 255: 255 / 300 truncates to 0 (the count does not fit uint8, so
+  // dividing by it as uint8 would divide by 44, and by 256 elements by 0).
+  for (int64_t n : {300, 256}) {
+    Tensor many(DataType::kUint8, {n});
+    std::fill_n(many.mutable_data<uint8_t>(), n, 0);
+    many.mutable_data<uint8_t>()[7] = 255;
+    ExpectTensor<uint8_t>(RunOk(OpCase("ReduceMean", 13).In(std::move(many))), {1}, {0});
+  }
 }
 
 TEST(ReduceTest, Errors) {
