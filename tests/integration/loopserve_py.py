@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 
 import numpy as np
 
@@ -73,3 +75,46 @@ def start_server(binary, flags, kinds=("grpc", "metrics"), timeout=60, stderr=No
         proc.kill()
         raise RuntimeError("loopserve did not report its ports")
     return proc, ports
+
+
+class Metrics:
+    """A loopserve /metrics endpoint on 127.0.0.1, read as Prometheus text. With strict=True,
+    wait_for raises AssertionError when the value is not reached in time."""
+
+    def __init__(self, port, seconds=10, strict=False):
+        self.url = "http://127.0.0.1:%d/metrics" % port
+        self.seconds = seconds
+        self.strict = strict
+
+    def value(self, name, **labels):
+        """Sum of the samples of `name` whose labels include `labels`."""
+        text = urllib.request.urlopen(self.url, timeout=10).read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] != name:
+                continue
+            if all('%s="%s"' % (k, v) in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def wait_for(self, name, want, seconds=None, **labels):
+        """Polls until `name` (summed over `labels`) equals `want`; returns the last value."""
+        deadline = time.time() + (self.seconds if seconds is None else seconds)
+        while time.time() < deadline:
+            got = self.value(name, **labels)
+            if got == want:
+                return got
+            time.sleep(0.005)
+        got = self.value(name, **labels)
+        if self.strict and got != want:
+            raise AssertionError("%s%s: %s, expected %s" % (name, labels, got, want))
+        return got
+
+
+def rss_bytes(pid):
+    """The resident set of process `pid`, in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")

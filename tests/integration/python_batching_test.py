@@ -32,14 +32,12 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 
 import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import DTYPES, OIP, make_stubs, start_server  # noqa: E402
+from loopserve_py import DTYPES, OIP, Metrics, make_stubs, start_server  # noqa: E402
 
 CHECKS = 0
 HIDDEN = 256
@@ -60,36 +58,6 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "unbatched_inputs" value: { string_value: "M" } }
 parameters { key: "output_batch_axes" value: { string_value: "h_seq:1" } }
 """
-
-
-class Metrics:
-    def __init__(self, port):
-        self.url = "http://127.0.0.1:%d/metrics" % port
-
-    def value(self, name, **labels):
-        """Sum of the samples of `name` whose labels include `labels`."""
-        text = urllib.request.urlopen(self.url, timeout=10).read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("#"):
-                continue
-            metric = line.split("{", 1)[0].split(" ", 1)[0]
-            if metric != name:
-                continue
-            if all('%s="%s"' % (k, v) in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def wait_for(self, name, want, seconds=60, **labels):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            got = self.value(name, **labels)
-            if got == want:
-                return got
-            time.sleep(0.01)
-        got = self.value(name, **labels)
-        check(got == want, "%s%s: %s, expected %s" % (name, labels, got, want))
-        return got
 
 
 def main():
@@ -202,7 +170,7 @@ def main():
     try:
         channel = grpc.insecure_channel("127.0.0.1:%d" % ports["grpc"])
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        metrics = Metrics(ports["metrics"])
+        metrics = Metrics(ports["metrics"], seconds=60, strict=True)
         labels = {"model": "rnn_cell", "version": "1"}
 
         def unbatched(inputs, outputs=()):
@@ -329,7 +297,7 @@ def main():
     try:
         channel = grpc.insecure_channel("127.0.0.1:%d" % ports["grpc"])
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        metrics = Metrics(ports["metrics"])
+        metrics = Metrics(ports["metrics"], seconds=60, strict=True)
         labels = {"model": "rnn_cell", "version": "1"}
         lone = case(3, 1)
         expect_right(outputs_of(stub.ModelInfer(request("rnn_cell", lone), timeout=120)), lone,

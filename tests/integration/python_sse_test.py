@@ -23,11 +23,10 @@ import signal
 import socket
 import sys
 import time
-import urllib.request
 
 import numpy as np
 
-from loopserve_py import DTYPES, OIP, start_server  # noqa: E402
+from loopserve_py import DTYPES, OIP, Metrics, rss_bytes, start_server  # noqa: E402
 
 CHECKS = 0
 
@@ -40,33 +39,11 @@ def check(condition, message):
 
 
 def metric(port, name, **labels):
-    """Sum of the samples of `name` whose labels include `labels`."""
-    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] != name:
-            continue
-        if all('%s="%s"' % (k, v) in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return Metrics(port).value(name, **labels)
 
 
 def wait_metric(port, name, want, seconds=10, **labels):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        got = metric(port, name, **labels)
-        if got == want:
-            return got
-        time.sleep(0.005)
-    return metric(port, name, **labels)
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
+    return Metrics(port).wait_for(name, want, seconds, **labels)
 
 
 def body(inputs, outputs=(), **params):

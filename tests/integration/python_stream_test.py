@@ -28,13 +28,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import DTYPES, OIP, make_stubs, read_case, start_server  # noqa: E402
+from loopserve_py import (DTYPES, OIP, Metrics, make_stubs, read_case, rss_bytes,  # noqa: E402
+                         start_server)
 
 CHECKS = 0
 
@@ -44,42 +44,6 @@ def check(condition, message):
     CHECKS += 1
     if not condition:
         raise AssertionError(message)
-
-
-class Metrics:
-    def __init__(self, port):
-        self.url = "http://127.0.0.1:%d/metrics" % port
-
-    def value(self, name, **labels):
-        """Sum of the samples of `name` whose labels include `labels`."""
-        text = urllib.request.urlopen(self.url, timeout=10).read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("#"):
-                continue
-            metric = line.split("{", 1)[0].split(" ", 1)[0]
-            if metric != name:
-                continue
-            if all('%s="%s"' % (k, v) in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def wait_for(self, name, want, seconds=10, **labels):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            got = self.value(name, **labels)
-            if got == want:
-                return got
-            time.sleep(0.01)
-        return self.value(name, **labels)
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def main():

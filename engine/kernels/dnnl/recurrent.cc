@@ -238,8 +238,8 @@ class RecurrentKernel final : public Kernel {
     // steps in one uninterruptible call: so only up to kMaxPrimitiveWork multiply-adds (tens of
     // milliseconds). Longer runs take the native path, which checks the deadline and
     // cancellation every few steps.
-    const bool packed_batch1 = shape.batch == 1 &&
-                               (!weights->packed_r.empty() || !weights->fused_lstm.empty());
+    const bool packed_batch1 =
+        shape.batch == 1 && (!weights->packed_r.empty() || !weights->fused_lstm.empty());
     const double work = static_cast<double>(shape.steps) * static_cast<double>(shape.batch) *
                         spec_.num_directions * spec_.gates() * spec_.hidden *
                         static_cast<double>(spec_.hidden + shape.input);
