@@ -77,6 +77,18 @@ def start_server(binary, flags, kinds=("grpc", "metrics"), timeout=60, stderr=No
     return proc, ports
 
 
+class Checks:
+    """How many check() calls a test made (its closing line prints the count)."""
+    count = 0
+
+
+def check(condition, message):
+    """One assertion of an integration test: counted, AssertionError(message) when false."""
+    Checks.count += 1
+    if not condition:
+        raise AssertionError(message)
+
+
 class Metrics:
     """A loopserve /metrics endpoint on 127.0.0.1, read as Prometheus text. With strict=True,
     wait_for raises AssertionError when the value is not reached in time."""

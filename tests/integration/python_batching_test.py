@@ -37,17 +37,10 @@ import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import DTYPES, OIP, Metrics, make_stubs, start_server  # noqa: E402
+from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, make_stubs,  # noqa: E402
+                         start_server)
 
-CHECKS = 0
 HIDDEN = 256
-
-
-def check(condition, message):
-    global CHECKS
-    CHECKS += 1
-    if not condition:
-        raise AssertionError(message)
 
 
 CONFIG = """name: "%(name)s"
@@ -325,7 +318,7 @@ def main():
         proc.wait(timeout=30)
     check(proc.returncode == 0, "loopserve exit status %s" % proc.returncode)
     print("python batching test: %d checks, %d output comparisons passed" %
-          (CHECKS, CHECKS_LOCAL[0]))
+          (Checks.count, CHECKS_LOCAL[0]))
 
 
 if __name__ == "__main__":

@@ -33,17 +33,8 @@ import numpy as np
 import grpc  # noqa: E402
 import requests  # noqa: E402
 
-from loopserve_py import DTYPES, OIP, make_stubs, read_case, start_server  # noqa: E402
-
-CHECKS = 0
-
-
-def check(condition, message):
-    global CHECKS
-    CHECKS += 1
-    if not condition:
-        raise AssertionError(message)
-
+from loopserve_py import (DTYPES, OIP, Checks, check, make_stubs, read_case,  # noqa: E402
+                         start_server)
 
 def json_input(name, array, nested):
     data = array.tolist() if nested else array.reshape(-1).tolist()
@@ -569,7 +560,7 @@ def main():
                 except requests.exceptions.RequestException:
                     check(True, "")
     print("ok: HTTPS, mutual TLS")
-    print("ok: %d checks, SIGTERM -> exit 0" % CHECKS)
+    print("ok: %d checks, SIGTERM -> exit 0" % Checks.count)
     return 0
 
 

@@ -26,17 +26,8 @@ import time
 
 import numpy as np
 
-from loopserve_py import DTYPES, OIP, Metrics, rss_bytes, start_server  # noqa: E402
-
-CHECKS = 0
-
-
-def check(condition, message):
-    global CHECKS
-    CHECKS += 1
-    if not condition:
-        raise AssertionError(message)
-
+from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, rss_bytes,  # noqa: E402
+                         start_server)
 
 def metric(port, name, **labels):
     return Metrics(port).value(name, **labels)
@@ -330,7 +321,7 @@ def main():
         # Reading again resumes it: the events arrive in order.
         reader = sock.makefile("rb")
         check(reader.readline().startswith(b"HTTP/1.1 200"), "stalled stream: status line")
-        seen, data = 0, b""
+        seen = 0
         while seen < ahead + 200:
             line = reader.readline()
             if line.startswith(b"data: "):
@@ -371,7 +362,7 @@ def main():
         # A stream left open by a failed check holds its Loop until the exit timeout cancels it.
         code = proc.wait(timeout=60)
     check(code == 0, "loopserve exited with %d" % code)
-    print("%d checks passed" % CHECKS)
+    print("%d checks passed" % Checks.count)
     return 0
 
 

@@ -33,18 +33,8 @@ import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import (DTYPES, OIP, Metrics, make_stubs, read_case, rss_bytes,  # noqa: E402
-                         start_server)
-
-CHECKS = 0
-
-
-def check(condition, message):
-    global CHECKS
-    CHECKS += 1
-    if not condition:
-        raise AssertionError(message)
-
+from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, make_stubs, read_case,  # noqa: E402
+                         rss_bytes, start_server)
 
 def main():
     parser = argparse.ArgumentParser()
@@ -399,7 +389,7 @@ def main():
     check(code == 0, "loopserve exited with %d" % code)
     # Every stream finished: gRPC's shutdown does not wait for a stream left open.
     check(time.time() - stopping < 5, "shutdown took %.1f s" % (time.time() - stopping))
-    print("%d checks passed" % CHECKS)
+    print("%d checks passed" % Checks.count)
     return 0
 
 
