@@ -65,7 +65,12 @@ constexpr int64_t kStreamedWeightBytes = int64_t{2} << 20;
 // Whether a step's product of `rows` rows on [k, n] weights of `element_bytes` moves out.
 bool WorthHoisting(int64_t rows, int64_t k, int64_t n, int64_t element_bytes) {
   if (rows <= kMaxRowsPerStep) return true;
-  return k > 0 && n > 0 && k * n * element_bytes >= kStreamedWeightBytes;
+  int64_t bytes = 0;
+  if (k <= 0 || n <= 0 || __builtin_mul_overflow(k, n, &bytes) ||
+      __builtin_mul_overflow(bytes, element_bytes, &bytes)) {
+    return false;  // unknown, or dims no tensor can have
+  }
+  return bytes >= kStreamedWeightBytes;
 }
 
 // The rows of one step's product (X's dims between the step axis and the inner one), when X's
@@ -74,8 +79,7 @@ std::optional<int64_t> RowsPerStep(const std::optional<std::vector<int64_t>>& x_
   if (!x_dims.has_value() || x_dims->size() < 2) return std::nullopt;
   int64_t rows = 1;
   for (size_t d = 1; d + 1 < x_dims->size(); ++d) {
-    if ((*x_dims)[d] < 0) return std::nullopt;
-    rows *= (*x_dims)[d];
+    if ((*x_dims)[d] < 0 || __builtin_mul_overflow(rows, (*x_dims)[d], &rows)) return std::nullopt;
   }
   return rows;
 }
@@ -163,7 +167,8 @@ std::vector<Hoist> FindHoists(const Graph& graph, const Node& loop, const Graph&
         const std::optional<std::vector<int64_t>>& x_dims = graph.values[x->outer].type.dims;
         if (!x_dims.has_value() || x_dims->size() < 2) continue;
         if (!InnerDimFits(x_dims, (*w_dims)[0])) continue;
-        // Element size: float32 (other types move out only with few rows).
+        // Weights counted at float32's 4 bytes an element, the type the thresholds were measured
+        // on.
         if (!WorthHoisting(*rows, (*w_dims)[0], (*w_dims)[1], 4)) continue;
         Hoist h;
         h.node = n;

@@ -58,9 +58,9 @@ __attribute__((target("avx512f,fma"))) inline void Epilogue512(
   }
   const __m512 lo = _mm512_set1_ps(-a.clip), hi = _mm512_set1_ps(a.clip);
   if (a.clip > 0) {
-    gi = _mm512_min_ps(_mm512_max_ps(gi, lo), hi);
-    gf = _mm512_min_ps(_mm512_max_ps(gf, lo), hi);
-    gc = _mm512_min_ps(_mm512_max_ps(gc, lo), hi);
+    gi = _mm512_min_ps(hi, _mm512_max_ps(lo, gi));
+    gf = _mm512_min_ps(hi, _mm512_max_ps(lo, gf));
+    gc = _mm512_min_ps(hi, _mm512_max_ps(lo, gc));
   }
   const __m512 i = Sigmoid512(gi);
   const __m512 f = a.input_forget ? _mm512_sub_ps(_mm512_set1_ps(1.0f), i) : Sigmoid512(gf);
@@ -69,7 +69,7 @@ __attribute__((target("avx512f,fma"))) inline void Epilogue512(
   if (a.peephole != nullptr) {
     go = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a.peephole + 2 * h + j0), c_next, go);
   }
-  if (a.clip > 0) go = _mm512_min_ps(_mm512_max_ps(go, lo), hi);
+  if (a.clip > 0) go = _mm512_min_ps(hi, _mm512_max_ps(lo, go));
   const __m512 o = Sigmoid512(go);
   _mm512_mask_storeu_ps(c_row + j0, mask, c_next);
   _mm512_mask_storeu_ps(h_row + j0, mask, _mm512_mul_ps(o, Tanh512(c_next)));
@@ -120,9 +120,9 @@ __attribute__((target("avx2,fma"))) inline void Epilogue256(const LstmFusedStep:
   }
   const __m256 lo = _mm256_set1_ps(-a.clip), hi = _mm256_set1_ps(a.clip);
   if (a.clip > 0) {
-    gi = _mm256_min_ps(_mm256_max_ps(gi, lo), hi);
-    gf = _mm256_min_ps(_mm256_max_ps(gf, lo), hi);
-    gc = _mm256_min_ps(_mm256_max_ps(gc, lo), hi);
+    gi = _mm256_min_ps(hi, _mm256_max_ps(lo, gi));
+    gf = _mm256_min_ps(hi, _mm256_max_ps(lo, gf));
+    gc = _mm256_min_ps(hi, _mm256_max_ps(lo, gc));
   }
   const __m256 i = Sigmoid256(gi);
   const __m256 f = a.input_forget ? _mm256_sub_ps(_mm256_set1_ps(1.0f), i) : Sigmoid256(gf);
@@ -131,7 +131,7 @@ __attribute__((target("avx2,fma"))) inline void Epilogue256(const LstmFusedStep:
   if (a.peephole != nullptr) {
     go = _mm256_fmadd_ps(_mm256_maskload_ps(a.peephole + 2 * h + j0, mask), c_next, go);
   }
-  if (a.clip > 0) go = _mm256_min_ps(_mm256_max_ps(go, lo), hi);
+  if (a.clip > 0) go = _mm256_min_ps(hi, _mm256_max_ps(lo, go));
   const __m256 o = Sigmoid256(go);
   _mm256_maskstore_ps(c_row + j0, mask, c_next);
   _mm256_maskstore_ps(h_row + j0, mask, _mm256_mul_ps(o, Tanh256(c_next)));

@@ -29,6 +29,8 @@ std::atomic<bool> g_enabled{true};
 
 #if defined(LS_PACKED_GEMV_X86)
 
+using rational_tanh::Sigmoid256;
+using rational_tanh::Sigmoid512;
 using rational_tanh::Tanh256;
 using rational_tanh::Tanh512;
 
@@ -41,10 +43,8 @@ __attribute__((target("avx512f,fma"))) __m512 Activate512(__m512 v,
       return Tanh512(v);
     case PackedGemv::Activation::kRelu:
       return _mm512_max_ps(v, _mm512_setzero_ps());
-    case PackedGemv::Activation::kSigmoid: {
-      const __m512 half = _mm512_set1_ps(0.5f);
-      return _mm512_fmadd_ps(Tanh512(_mm512_mul_ps(v, half)), half, half);
-    }
+    case PackedGemv::Activation::kSigmoid:
+      return Sigmoid512(v);
   }
   return v;
 }
@@ -100,10 +100,8 @@ __attribute__((target("avx2,fma"))) __m256 Activate256(__m256 v,
       return Tanh256(v);
     case PackedGemv::Activation::kRelu:
       return _mm256_max_ps(v, _mm256_setzero_ps());
-    case PackedGemv::Activation::kSigmoid: {
-      const __m256 half = _mm256_set1_ps(0.5f);
-      return _mm256_fmadd_ps(Tanh256(_mm256_mul_ps(v, half)), half, half);
-    }
+    case PackedGemv::Activation::kSigmoid:
+      return Sigmoid256(v);
   }
   return v;
 }

@@ -25,8 +25,10 @@ constexpr float kBeta4 = 1.18534705686654e-04f;
 constexpr float kBeta2 = 2.26843463243900e-03f;
 constexpr float kBeta0 = 4.89352518554385e-03f;
 
+// The bound comes first in max/min, which return their second operand for a NaN: NaN stays NaN,
+// as std::tanh keeps it.
 __attribute__((target("avx512f,fma"))) inline __m512 Tanh512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-kClamp)), _mm512_set1_ps(kClamp));
+  x = _mm512_min_ps(_mm512_set1_ps(kClamp), _mm512_max_ps(_mm512_set1_ps(-kClamp), x));
   const __m512 x2 = _mm512_mul_ps(x, x);
   __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(kAlpha13), _mm512_set1_ps(kAlpha11));
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kAlpha9));
@@ -48,7 +50,7 @@ __attribute__((target("avx512f,fma"))) inline __m512 Sigmoid512(__m512 x) {
 }
 
 __attribute__((target("avx2,fma"))) inline __m256 Tanh256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-kClamp)), _mm256_set1_ps(kClamp));
+  x = _mm256_min_ps(_mm256_set1_ps(kClamp), _mm256_max_ps(_mm256_set1_ps(-kClamp), x));
   const __m256 x2 = _mm256_mul_ps(x, x);
   __m256 p = _mm256_fmadd_ps(x2, _mm256_set1_ps(kAlpha13), _mm256_set1_ps(kAlpha11));
   p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(kAlpha9));

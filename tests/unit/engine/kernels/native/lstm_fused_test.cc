@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct Case {
   float clip = 0;
   bool input_forget = false;
   bool lengths = false;
+  bool nan_input = false;  // x[0] (step 0, row 0, feature 0) is NaN
 };
 
 struct OnnxLstm {
@@ -104,6 +106,10 @@ Tensor FromVector(const std::vector<float>& v, const Shape& shape) {
 
 void ExpectNear(const std::vector<double>& want, const float* got, const char* what) {
   for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << "[" << i << "] = " << got[i] << ", not NaN";
+      continue;
+    }
     ASSERT_NEAR(got[i], want[i], 2e-5 + 1e-3 * std::fabs(want[i])) << what << "[" << i << "]";
   }
 }
@@ -127,7 +133,8 @@ void RunCase(const Case& c, std::mt19937& rng) {
   m.r = random(D * 4 * H * H, 2 * scale);
   m.b = random(D * 8 * H, 0.5f);
   m.p = random(D * 3 * H, 0.5f);
-  const std::vector<float> x = random(T * B * I, 1.0f);
+  std::vector<float> x = random(T * B * I, 1.0f);
+  if (c.nan_input) x[0] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> h0 = random(D * B * H, 0.8f);
   const std::vector<float> c0 = random(D * B * H, 0.8f);
   std::vector<int32_t> lengths;
@@ -229,6 +236,20 @@ TEST_P(LstmFusedTest, DirectionsAndSequenceLengths) {
     c.directions = 1;
     c.reverse = true;
     RunCase(c, rng);
+  }
+}
+
+// A NaN input makes its row's outputs NaN, as the equations (and the generic kernel) give, with
+// and without clip: the clamps in the gates and in tanh must not turn it into a bound.
+TEST_P(LstmFusedTest, NanInputStaysNan) {
+  std::mt19937 rng(17);
+  for (float clip : {0.0f, 3.0f}) {
+    for (int64_t batch : {1, 3}) {
+      Case c{4, batch, 5, 17};
+      c.clip = clip;
+      c.nan_input = true;
+      RunCase(c, rng);
+    }
   }
 }
 
