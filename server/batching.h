@@ -50,10 +50,17 @@ class BatchQueue {
  private:
   friend class InferenceRunner;
 
+  // A collector slot is given back. A collector waiting out the queue delay is woken: it may now
+  // be the only one, and then it sends what it holds at once.
+  void ReleaseCollector() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    --collectors_;
+    if (waiting_) more_.Signal();
+  }
+
   const BatchingPolicy policy_;
   const int max_collectors_;
   absl::Mutex mutex_;
-  absl::CondVar more_;  // signalled when a call arrives while a collector waits
+  absl::CondVar more_;  // signalled when a call arrives or a slot frees while a collector waits
   std::deque<InferenceCall*> pending_ ABSL_GUARDED_BY(mutex_);
   int collectors_ ABSL_GUARDED_BY(mutex_) = 0;    // scheduled or running, <= max_collectors_
   bool waiting_ ABSL_GUARDED_BY(mutex_) = false;  // a collector waits out the queue delay

@@ -204,7 +204,7 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
       bool start_collector = false;
       {
         absl::MutexLock lock(&queue.mutex_);
-        --queue.collectors_;
+        queue.ReleaseCollector();
         start_collector = !queue.pending_.empty() && !queue.waiting_ &&
                           queue.collectors_ < queue.max_collectors();
         if (start_collector) ++queue.collectors_;
@@ -256,7 +256,7 @@ void InferenceRunner::CollectOnce(const std::shared_ptr<const LoadedModel>& mode
   {
     absl::MutexLock lock(&queue.mutex_);
     idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
-    if (idle) --queue.collectors_;
+    if (idle) queue.ReleaseCollector();
   }
   for (InferenceCall* call : expired) Run(*call);
   if (!batch.empty()) RunBatch(*model, batch);
@@ -265,7 +265,7 @@ void InferenceRunner::CollectOnce(const std::shared_ptr<const LoadedModel>& mode
   {
     absl::MutexLock lock(&queue.mutex_);
     more = !queue.pending_.empty();
-    if (!more) --queue.collectors_;
+    if (!more) queue.ReleaseCollector();
   }
   if (more) StartCollector(model);  // the slot moves to a worker
 }
@@ -280,7 +280,8 @@ void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& m
   std::deque<InferenceCall*> orphans;
   {
     absl::MutexLock lock(&queue.mutex_);
-    if (--queue.collectors_ == 0) orphans.swap(queue.pending_);
+    queue.ReleaseCollector();
+    if (queue.collectors_ == 0) orphans.swap(queue.pending_);
   }
   for (InferenceCall* orphan : orphans) {
     orphan->queued_ = false;
@@ -299,7 +300,7 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
     {
       absl::MutexLock lock(&queue.mutex_);
       idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/true);
-      if (idle) --queue.collectors_;
+      if (idle) queue.ReleaseCollector();
     }
     for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
     if (!batch.empty()) RunBatch(*model, batch);
