@@ -1110,18 +1110,19 @@ absl::Status ModelIo::AdaptInputs(std::vector<engine::Value>& inputs) const {
           absl::StrCat("input '", spec.name, "': ", engine::DataTypeName(tensor.dtype()),
                        " does not match the config's data_type ", ConfigTypeName(spec.dtype)));
     }
-    if (!spec.dims.has_value()) continue;
     const engine::Shape& shape = tensor.shape();
-    const std::vector<int64_t>& dims = *spec.dims;
-    bool ok = shape.rank() == static_cast<int>(dims.size());
-    for (int d = 0; ok && d < shape.rank(); ++d) ok = dims[d] == -1 || dims[d] == shape[d];
     const bool batched = spec.batch_axis == 0;
-    if (ok && batched) ok = shape[0] >= 1 && shape[0] <= max_batch_size_;
+    // Dims unknown (a model input of unknown rank): the batch dim is still checked.
+    bool ok = !spec.dims.has_value() || shape.rank() == static_cast<int>(spec.dims->size());
+    for (int d = 0; ok && spec.dims.has_value() && d < shape.rank(); ++d) {
+      ok = (*spec.dims)[d] == -1 || (*spec.dims)[d] == shape[d];
+    }
+    if (ok && batched) ok = shape.rank() >= 1 && shape[0] >= 1 && shape[0] <= max_batch_size_;
     if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", spec.name, "': shape ", shape.ToString(),
-                       " does not match the config's ", FormatDims(dims),
-                       batched ? absl::StrCat(" (batch dim 1 to ", max_batch_size_, ")") : ""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec.name, "': shape ", shape.ToString(), " does not match the config's ",
+          spec.dims.has_value() ? FormatDims(*spec.dims) : "dims",
+          batched ? absl::StrCat(" (batch dim 1 to ", max_batch_size_, ")") : ""));
     }
     if (batched) {
       if (batch_input != nullptr && shape[0] != batch) {
@@ -1132,7 +1133,7 @@ absl::Status ModelIo::AdaptInputs(std::vector<engine::Value>& inputs) const {
       batch = shape[0];
       batch_input = &spec.name;
     }
-    if (!spec.reshape.has_value()) continue;
+    if (!spec.reshape.has_value() || !spec.dims.has_value()) continue;
     engine::Shape target(absl::MakeConstSpan(*spec.reshape));
     if (batched) target[0] = shape[0];
     if (!ResolveShape(shape.NumElements(), target)) {

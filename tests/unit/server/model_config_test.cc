@@ -550,6 +550,35 @@ TEST(ModelIoTest, BatchDimsAndNarrowedDims) {
               HasSubstr("input 'len': float32 does not match the config's data_type TYPE_INT64"));
 }
 
+// A batched input of unknown rank still has its batch dim checked: in range and equal to the
+// other batched inputs' (otherwise the batcher would merge an inconsistent request).
+TEST(ModelIoTest, BatchDimOfAnInputOfUnknownRank) {
+  std::shared_ptr<const engine::Model> model =
+      MakeModel({{"x", DataType::kFloat32, std::nullopt},
+                 {"y", DataType::kFloat32, std::vector<int64_t>{-1, 4}}});
+  absl::StatusOr<inference::ModelConfig> config = Complete("max_batch_size: 8", *model);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const ModelIo io = ModelIo::Build(*config, *model);
+  ASSERT_EQ(io.InputBatchAxis(0), 0);
+  auto request = [](std::vector<int64_t> x_dims, std::vector<int64_t> y_dims) {
+    std::vector<engine::Value> inputs;
+    inputs.push_back(FloatTensor(std::move(x_dims)));
+    inputs.push_back(FloatTensor(std::move(y_dims)));
+    return inputs;
+  };
+  std::vector<engine::Value> ok = request({2, 7, 5}, {2, 4});
+  EXPECT_TRUE(io.AdaptInputs(ok).ok());
+  std::vector<engine::Value> mismatch = request({3, 7}, {2, 4});
+  absl::Status status = io.AdaptInputs(mismatch);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("input 'y': batch size 2 differs from input 'x''s 3"));
+  std::vector<engine::Value> scalar = request({}, {2, 4});
+  EXPECT_THAT(Message(io.AdaptInputs(scalar)),
+              AllOf(HasSubstr("input 'x': shape []"), HasSubstr("batch dim 1 to 8")));
+  std::vector<engine::Value> too_big = request({9, 1}, {9, 4});
+  EXPECT_THAT(Message(io.AdaptInputs(too_big)), HasSubstr("input 'x': shape [9,1]"));
+}
+
 // loopserve's batching layout: inputs without a batch dim, an output batched at axis 1.
 TEST(ModelIoTest, UnbatchedInputsAndOutputBatchAxes) {
   // Inputs are outputs of the same names: M and seq are unbatched inputs; as an output, seq
