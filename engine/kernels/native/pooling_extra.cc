@@ -299,11 +299,11 @@ class RoiAlignKernel final : public Kernel {
   RoiAlignKernel() = default;
 
   // The bilinear value at (sy, sx) of the plane, and the largest of its weighted corners; both 0
-  // outside the image by more than a pixel.
+  // outside the image by more than a pixel, and on an empty image.
   static void Bilinear(const Tensor& x, int64_t plane, int64_t h, int64_t w, double sy, double sx,
                        double* value, double* max_corner) {
     *value = *max_corner = 0;
-    if (!(sy >= -1.0 && sy <= h && sx >= -1.0 && sx <= w)) return;
+    if (h <= 0 || w <= 0 || !(sy >= -1.0 && sy <= h && sx >= -1.0 && sx <= w)) return;
     sy = std::max(sy, 0.0);
     sx = std::max(sx, 0.0);
     int64_t y0 = static_cast<int64_t>(sy), x0 = static_cast<int64_t>(sx), y1, x1;
