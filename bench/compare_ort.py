@@ -56,6 +56,7 @@ from onnx import numpy_helper  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import grid_models  # noqa: E402
+import roofline  # noqa: E402
 
 DEFAULT_MODELS = [
     "counter", "rnn_b1", "rnn_b16", "greedy", "large_scan", "nested", "lstm_b1", "gemm_rnn",
@@ -235,6 +236,71 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def roofline_flops(names, models_dir, loop_iterations):
+    """{name: (product FLOPs per run, [what could not be counted])} by bench/roofline.py's graph
+    walk of each model's ONNX twin."""
+    flops = {}
+    for name in names:
+        folder = os.path.join(models_dir, name)
+        try:
+            flops[name] = roofline.model_flops(model_paths(folder)[1],
+                                               os.path.join(folder, "test_data_set_0"),
+                                               loop_iterations.get(name))
+        except (OSError, ValueError, onnx.shape_inference.InferenceError) as e:
+            flops[name] = (0, ["graph walk failed: %s" % e])
+    return flops
+
+
+def print_roofline(rows, flops, peaks, used_isa, threads_list, cpu_time):
+    """The roofline table: per case the products' FLOPs per run, each engine's FLOP/s and % of
+    the FMA peak (one core's peak x threads), the floor (FLOPs / peak) and the cap (ORT's time /
+    floor: the most any engine could gain over ORT); then the geometric means of the caps and of
+    the speedups over the cases the products bound, and the cases with headroom."""
+    width = "zmm" if "avx512" in used_isa and "zmm" in peaks else "ymm"
+    peak = peaks[width]
+    print("\nRoofline: FP32 FMA peak of one core %.1f GFLOP/s (%s, lstm_bound_bench --peak%s); "
+          "at N threads the peak is taken as N x that. FLOPs = 2 x multiply-adds of MatMul, "
+          "Gemm, Conv per run (bench/roofline.py graph walk); cap = ONNX Runtime's time / "
+          "(FLOPs / peak)%s." % (peak / 1e9, width, "; ymm %.1f" % (peaks["ymm"] / 1e9)
+                                 if width == "zmm" else "",
+                                 "; times are CPU time (--cpu-time)" if cpu_time else ""))
+    print("\n| model | threads | GFLOP per run | loopserve GFLOP/s | loopserve % of peak | "
+          "ONNX Runtime GFLOP/s | ONNX Runtime % of peak | floor (us) | cap | speedup |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, threads, o, t, ratio, _, _ in rows:
+        f, unknown = flops.get(name, (0, []))
+        note = (" (not counted: %s)" % "; ".join(unknown)) if unknown else ""
+        if o is None or f == 0:
+            print("| %s | %d | %s | - | - | - | - | - | - | %s |" %
+                  (name, threads, ("0" + note) if o is not None else "-",
+                   "%.2fx" % ratio if ratio else "-"))
+            continue
+        p = peak * threads
+        floor_us = f / p * 1e6
+        print("| %s | %d | %.3f%s | %.1f | %.0f%% | %.1f | %.0f%% | %.1f | %.2fx | %.2fx |" %
+              (name, threads, f / 1e9, note, f / o / 1e3, 100 * f * 1e6 / (o * p),
+               f / t / 1e3, 100 * f * 1e6 / (t * p), floor_us, t / floor_us, ratio))
+    print()
+    for threads in threads_list:
+        bound = [(name, o, t, ratio) for name, th, o, t, ratio, _, _ in rows
+                 if th == threads and o is not None and flops.get(name, (0,))[0] > 0]
+        if not bound:
+            continue
+        caps = [t / (flops[name][0] / (peak * threads) * 1e6) for name, o, t, _ in bound]
+        all_ratios = [r[4] for r in rows if r[1] == threads and r[4] is not None]
+        print("%d thread%s: %d cases with products: geometric mean of the caps %.2fx, of the "
+              "speedups %.2fx (all %d cases: %.2fx)" %
+              (threads, "" if threads == 1 else "s", len(bound), geomean(caps),
+               geomean([b[3] for b in bound]), len(all_ratios), geomean(all_ratios)))
+        # Headroom: loopserve below half the peak on a case whose cap is above 1.5x.
+        room = ["%s (%.0f%% of peak, cap %.2fx)" %
+                (name, 100 * flops[name][0] * 1e6 / (o * peak * threads), cap)
+                for (name, o, t, _), cap in zip(bound, caps)
+                if flops[name][0] / o * 1e6 < 0.5 * peak * threads and cap > 1.5]
+        print("  headroom (loopserve < 50%% of peak, cap > 1.5x): %s" % (", ".join(room) or
+                                                                       "none"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", help="folder written by make_bench_models.py")
@@ -260,6 +326,10 @@ def main():
                    "time: at 1 thread the work itself, which other processes on a loaded machine "
                    "inflate far less than wall time; at 2+ threads it also counts spinning and "
                    "idle-thread wake-ups, so use it at 1 thread")
+    p.add_argument("--no-roofline", action="store_true",
+                   help="skip the roofline table (FLOPs per case, % of the FMA peak, caps)")
+    p.add_argument("--peak-bench", default="", help="lstm_bound_bench for the FMA peak "
+                   "(default: beside --looprun)")
     args = p.parse_args()
     if not args.grid and not args.models:
         p.error("pass --models=DIR or --grid")
@@ -283,7 +353,7 @@ def main():
         else:
             models_dir = args.models
             names = (args.only or ",".join(DEFAULT_MODELS)).split(",")
-        rows, failed, used_isa = [], [], "?"
+        rows, failed, used_isa, loop_iterations = [], [], "?", {}
         for threads in threads_list:
             for name in names:
                 folder = os.path.join(models_dir, name)
@@ -296,12 +366,18 @@ def main():
                     rows.append((name, threads, None, None, None, "FAILED", "-"))
                     continue
                 used_isa = info.get("isa", used_isa)
+                if info.get("loop_executions") == 1:
+                    loop_iterations[name] = info.get("loop_iterations")
                 if not ok:
                     failed.append("%s (%d threads)" % (name, threads))
                 ref = info.get("reference_steps", "?")
                 rows.append((name, threads, o, t, t / o, agree, ref))
                 print("%-20s %d thr  loopserve %10.1f us   onnxruntime %10.1f us   speedup %6.2fx"
                       "   %s" % (name, threads, o, t, t / o, agree), file=sys.stderr, flush=True)
+        if not args.no_roofline:
+            flops = roofline_flops(names, models_dir, loop_iterations)
+            peaks = roofline.fma_peaks(args.peak_bench or os.path.join(
+                os.path.dirname(os.path.abspath(args.looprun)), "lstm_bound_bench"))
 
     print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
           (cpu, cpu_isa, used_isa, " (capped with --isa=%s)" % args.isa if args.isa else ""))
@@ -321,6 +397,8 @@ def main():
         else:
             print("| %s | %d | %.1f | %.1f | %.2fx | %s | %s |" % (name, threads, o, t, ratio,
                                                                   agree, ref))
+    if not args.no_roofline:
+        print_roofline(rows, flops, peaks, used_isa, threads_list, args.cpu_time)
     print()
     for threads in threads_list:
         ratios = [(r[4], r[0]) for r in rows if r[1] == threads and r[4] is not None]

@@ -5,6 +5,8 @@
 // count; medians of 9.
 //
 //   build/bin/lstm_bound_bench [hidden=256] [input=256] [steps=64]
+//   build/bin/lstm_bound_bench --peak   (only the FMA peaks: zmm if the CPU has AVX-512, and ymm;
+//                                        bench/roofline.py reads them)
 //
 // Floors printed, for batch 1 and 16:
 // - compute: 2 B T 4H (I + H) flops (the input projection and the recurrent products) at the FMA
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -112,6 +115,22 @@ double ReadSeconds(long bytes, bool alternate) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr long kIterations = 20000000;
+  if (argc == 2 && std::strcmp(argv[1], "--peak") == 0) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+      std::fprintf(stderr, "needs AVX2 + FMA\n");
+      return 1;
+    }
+    if (__builtin_cpu_supports("avx512f")) {
+      const double t = Median([] { Fma512(kIterations); });
+      std::printf("FMA peak (zmm): %.1f GFLOP/s\n",
+                  static_cast<double>(kIterations) * 12 * 32 / t / 1e9);
+    }
+    const double t = Median([] { Fma256(kIterations); });
+    std::printf("FMA peak (ymm): %.1f GFLOP/s\n",
+                static_cast<double>(kIterations) * 12 * 16 / t / 1e9);
+    return 0;
+  }
   const long h = argc > 1 ? std::atol(argv[1]) : 256;
   const long in = argc > 2 ? std::atol(argv[2]) : 256;
   const long steps = argc > 3 ? std::atol(argv[3]) : 64;
@@ -121,7 +140,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool avx512 = __builtin_cpu_supports("avx512f");
-  constexpr long kIterations = 20000000;
   const double fma_time =
       avx512 ? Median([] { Fma512(kIterations); }) : Median([] { Fma256(kIterations); });
   const double peak = static_cast<double>(kIterations) * 12 * (avx512 ? 32 : 16) / fma_time;
