@@ -236,69 +236,86 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def roofline_flops(names, models_dir, loop_iterations):
-    """{name: (product FLOPs per run, [what could not be counted])} by bench/roofline.py's graph
-    walk of each model's ONNX twin."""
-    flops = {}
+def roofline_work(names, models_dir, loop_iterations):
+    """{name: roofline.Work} by bench/roofline.py's graph walk of each model's ONNX twin."""
+    work = {}
     for name in names:
         folder = os.path.join(models_dir, name)
         try:
-            flops[name] = roofline.model_flops(model_paths(folder)[1],
-                                               os.path.join(folder, "test_data_set_0"),
-                                               loop_iterations.get(name))
+            work[name] = roofline.model_work(model_paths(folder)[1],
+                                             os.path.join(folder, "test_data_set_0"),
+                                             loop_iterations.get(name))
         except (OSError, ValueError, onnx.shape_inference.InferenceError) as e:
-            flops[name] = (0, ["graph walk failed: %s" % e])
-    return flops
+            work[name] = roofline.Work(0, 0, 0, ["graph walk failed: %s" % e])
+    return work
 
 
-def print_roofline(rows, flops, peaks, used_isa, threads_list, cpu_time):
-    """The roofline table: per case the products' FLOPs per run, each engine's FLOP/s and % of
-    the FMA peak (one core's peak x threads), the floor (FLOPs / peak) and the cap (ORT's time /
-    floor: the most any engine could gain over ORT); then the geometric means of the caps and of
-    the speedups over the cases the products bound, and the cases with headroom."""
+def print_roofline(rows, work, bounds, used_isa, threads_list, cpu_time):
+    """The roofline table: per case the products' FLOPs and the weight bytes they re-read per
+    run, each engine's FLOP/s and % of the FMA peak (one core's x threads), the floor (the least
+    time any engine could take: FLOPs at the peak or the weights at the cache's re-read rate) and
+    the cap (ORT's time / floor: the most any engine could gain over ORT); then per thread count
+    the geometric means of the caps and of the speedups over the cases with products, the
+    geometric mean over all cases if every such case ran at its floor, and the cases with
+    headroom."""
+    peaks, rates = bounds
     width = "zmm" if "avx512" in used_isa and "zmm" in peaks else "ymm"
     peak = peaks[width]
-    print("\nRoofline: FP32 FMA peak of one core %.1f GFLOP/s (%s, lstm_bound_bench --peak%s); "
-          "at N threads the peak is taken as N x that. FLOPs = 2 x multiply-adds of MatMul, "
-          "Gemm, Conv per run (bench/roofline.py graph walk); cap = ONNX Runtime's time / "
-          "(FLOPs / peak)%s." % (peak / 1e9, width, "; ymm %.1f" % (peaks["ymm"] / 1e9)
-                                 if width == "zmm" else "",
-                                 "; times are CPU time (--cpu-time)" if cpu_time else ""))
-    print("\n| model | threads | GFLOP per run | loopserve GFLOP/s | loopserve % of peak | "
-          "ONNX Runtime GFLOP/s | ONNX Runtime % of peak | floor (us) | cap | speedup |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\nRoofline (bench/roofline.py): FP32 FMA peak of one core %.1f GFLOP/s (%s%s); cache "
+          "re-read rates %s (lstm_bound_bench --peak, CPU time). At N threads the peak and the "
+          "rates are taken as N x these. FLOPs = 2 x multiply-adds of MatMul, Gemm, Conv per run "
+          "(graph walk); weights = loop-invariant product operands re-read every iteration; "
+          "floor = max(FLOPs / peak, weights / re-read rate of the body's weight footprint); "
+          "cap = ONNX Runtime's time / floor%s." %
+          (peak / 1e9, width, ", ymm %.1f" % (peaks["ymm"] / 1e9) if width == "zmm" else "",
+           ", ".join("%d KB %.0f GB/s" % (b // 1024, r / 1e9) for b, r in rates),
+           "; times are CPU time (--cpu-time)" if cpu_time else ""))
+    print("\n| model | threads | GFLOP per run | weights read per run (MB) | weight footprint (KB) "
+          "| bound | loopserve GFLOP/s | loopserve % of peak | ONNX Runtime GFLOP/s | "
+          "ONNX Runtime % of peak | floor (us) | loopserve % of floor | cap | speedup |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, threads, o, t, ratio, _, _ in rows:
-        f, unknown = flops.get(name, (0, []))
-        note = (" (not counted: %s)" % "; ".join(unknown)) if unknown else ""
-        if o is None or f == 0:
-            print("| %s | %d | %s | - | - | - | - | - | - | %s |" %
-                  (name, threads, ("0" + note) if o is not None else "-",
+        w = work.get(name)
+        if o is None or w is None or w.flops == 0:
+            note = "; ".join(w.unknown) if w is not None and w.unknown else ""
+            print("| %s | %d | %s | - | - | no products%s | - | - | - | - | - | - | - | %s |" %
+                  (name, threads, "0" if o is not None else "-", " (%s)" % note if note else "",
                    "%.2fx" % ratio if ratio else "-"))
             continue
         p = peak * threads
-        floor_us = f / p * 1e6
-        print("| %s | %d | %.3f%s | %.1f | %.0f%% | %.1f | %.0f%% | %.1f | %.2fx | %.2fx |" %
-              (name, threads, f / 1e9, note, f / o / 1e3, 100 * f * 1e6 / (o * p),
-               f / t / 1e3, 100 * f * 1e6 / (t * p), floor_us, t / floor_us, ratio))
+        scaled = [(b, r * threads) for b, r in rates]
+        floor_us = w.floor_seconds(p, scaled) * 1e6
+        print("| %s | %d | %.3f%s | %.1f | %d | %s | %.1f | %.0f%% | %.1f | %.0f%% | %.1f | %.0f%% "
+              "| %.2fx | %.2fx |" %
+              (name, threads, w.flops / 1e9, " (not counted: %s)" % "; ".join(w.unknown)
+               if w.unknown else "", w.invariant_bytes / 1e6, w.footprint // 1024,
+               w.bound(p, scaled), w.flops / o / 1e3, 100 * w.flops * 1e6 / (o * p),
+               w.flops / t / 1e3, 100 * w.flops * 1e6 / (t * p), floor_us, 100 * floor_us / o,
+               t / floor_us, ratio))
     print()
     for threads in threads_list:
-        bound = [(name, o, t, ratio) for name, th, o, t, ratio, _, _ in rows
-                 if th == threads and o is not None and flops.get(name, (0,))[0] > 0]
+        p = peak * threads
+        scaled = [(b, r * threads) for b, r in rates]
+        bound = [(name, o, t, ratio, work[name].floor_seconds(p, scaled) * 1e6)
+                 for name, th, o, t, ratio, _, _ in rows
+                 if th == threads and o is not None and name in work and work[name].flops > 0]
         if not bound:
             continue
-        caps = [t / (flops[name][0] / (peak * threads) * 1e6) for name, o, t, _ in bound]
-        all_ratios = [r[4] for r in rows if r[1] == threads and r[4] is not None]
+        caps = [t / floor for _, _, t, _, floor in bound]
+        with_products = {b[0] for b in bound}
+        others = [r[4] for r in rows if r[1] == threads and r[4] is not None and
+                  r[0] not in with_products]
         print("%d thread%s: %d cases with products: geometric mean of the caps %.2fx, of the "
-              "speedups %.2fx (all %d cases: %.2fx)" %
+              "speedups %.2fx; all %d cases: speedups %.2fx, %.2fx if every case with products "
+              "ran at its floor" %
               (threads, "" if threads == 1 else "s", len(bound), geomean(caps),
-               geomean([b[3] for b in bound]), len(all_ratios), geomean(all_ratios)))
-        # Headroom: loopserve below half the peak on a case whose cap is above 1.5x.
-        room = ["%s (%.0f%% of peak, cap %.2fx)" %
-                (name, 100 * flops[name][0] * 1e6 / (o * peak * threads), cap)
-                for (name, o, t, _), cap in zip(bound, caps)
-                if flops[name][0] / o * 1e6 < 0.5 * peak * threads and cap > 1.5]
-        print("  headroom (loopserve < 50%% of peak, cap > 1.5x): %s" % (", ".join(room) or
-                                                                       "none"))
+               geomean([b[3] for b in bound]), len(bound) + len(others),
+               geomean([b[3] for b in bound] + others), geomean(caps + others)))
+        # Headroom: loopserve takes more than 1.5x its floor on a case whose cap is above 1.5x.
+        room = ["%s (%.0f%% of floor, cap %.2fx)" % (name, 100 * floor / o, t / floor)
+                for name, o, t, _, floor in bound if o > 1.5 * floor and t > 1.5 * floor]
+        print("  headroom (loopserve > 1.5x its floor, cap > 1.5x): %s" % (", ".join(room) or
+                                                                         "none"))
 
 
 def main():
@@ -327,7 +344,8 @@ def main():
                    "inflate far less than wall time; at 2+ threads it also counts spinning and "
                    "idle-thread wake-ups, so use it at 1 thread")
     p.add_argument("--no-roofline", action="store_true",
-                   help="skip the roofline table (FLOPs per case, % of the FMA peak, caps)")
+                   help="skip the roofline table (FLOPs and weight reads per case, %% of the FMA "
+                   "peak, floors, caps)")
     p.add_argument("--peak-bench", default="", help="lstm_bound_bench for the FMA peak "
                    "(default: beside --looprun)")
     args = p.parse_args()
@@ -375,8 +393,8 @@ def main():
                 print("%-20s %d thr  loopserve %10.1f us   onnxruntime %10.1f us   speedup %6.2fx"
                       "   %s" % (name, threads, o, t, t / o, agree), file=sys.stderr, flush=True)
         if not args.no_roofline:
-            flops = roofline_flops(names, models_dir, loop_iterations)
-            peaks = roofline.fma_peaks(args.peak_bench or os.path.join(
+            work = roofline_work(names, models_dir, loop_iterations)
+            bounds = roofline.machine_bounds(args.peak_bench or os.path.join(
                 os.path.dirname(os.path.abspath(args.looprun)), "lstm_bound_bench"))
 
     print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
@@ -398,7 +416,7 @@ def main():
             print("| %s | %d | %.1f | %.1f | %.2fx | %s | %s |" % (name, threads, o, t, ratio,
                                                                   agree, ref))
     if not args.no_roofline:
-        print_roofline(rows, flops, peaks, used_isa, threads_list, args.cpu_time)
+        print_roofline(rows, work, bounds, used_isa, threads_list, args.cpu_time)
     print()
     for threads in threads_list:
         ratios = [(r[4], r[0]) for r in rows if r[1] == threads and r[4] is not None]

@@ -5,8 +5,9 @@
 // count; medians of 9.
 //
 //   build/bin/lstm_bound_bench [hidden=256] [input=256] [steps=64]
-//   build/bin/lstm_bound_bench --peak   (only the FMA peaks: zmm if the CPU has AVX-512, and ymm;
-//                                        bench/roofline.py reads them)
+//   build/bin/lstm_bound_bench --peak   (only the FMA peaks, zmm if the CPU has AVX-512 and ymm,
+//                                        and the re-read rates of buffers of 16 KB to 8 MB with
+//                                        eight independent sums; bench/roofline.py reads them)
 //
 // Floors printed, for batch 1 and 16:
 // - compute: 2 B T 4H (I + H) flops (the input projection and the recurrent products) at the FMA
@@ -98,6 +99,50 @@ __attribute__((target("avx2"), noinline)) void ReadPass(const float* buffer, lon
   g_sink = out[0];
 }
 
+// One pass over `n` floats (a multiple of 128), eight independent sums: the read rate of the cache
+// level holding the buffer, not of an add chain.
+__attribute__((target("avx512f"), noinline)) void ReadPass512(const float* p, long n) {
+  __m512 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm512_setzero_ps();
+  for (long j = 0; j < n; j += 128) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) a[i] = _mm512_add_ps(a[i], _mm512_load_ps(p + j + 16 * i));
+  }
+  for (int i = 1; i < 8; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  float out[16];
+  _mm512_storeu_ps(out, a[0]);
+  g_sink = out[0];
+}
+
+__attribute__((target("avx2"), noinline)) void ReadPass256(const float* p, long n) {
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+  for (long j = 0; j < n; j += 64) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_add_ps(a[i], _mm256_load_ps(p + j + 8 * i));
+  }
+  for (int i = 1; i < 8; ++i) a[0] = _mm256_add_ps(a[0], a[i]);
+  float out[8];
+  _mm256_storeu_ps(out, a[0]);
+  g_sink = out[0];
+}
+
+// Bytes per second of re-reading a buffer of `kb` KB with the widest loads the CPU has.
+double ReReadRate(long kb) {
+  const long n = kb * 256;
+  float* buffer = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
+  for (long i = 0; i < n; ++i) buffer[i] = 1e-6f * static_cast<float>(i % 7);
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const long passes = std::max(10L, 20000 / kb);
+  auto pass = [&] {
+    for (long p = 0; p < passes; ++p) avx512 ? ReadPass512(buffer, n) : ReadPass256(buffer, n);
+  };
+  pass();
+  const double t = Median(pass);
+  std::free(buffer);
+  return static_cast<double>(kb) * 1024 * static_cast<double>(passes) / t;
+}
+
 // Seconds per pass of re-reading `bytes` (rounded to 64 KB blocks).
 double ReadSeconds(long bytes, bool alternate) {
   const long n = std::max(1L, bytes / 65536) * 16384;
@@ -129,6 +174,9 @@ int main(int argc, char** argv) {
     const double t = Median([] { Fma256(kIterations); });
     std::printf("FMA peak (ymm): %.1f GFLOP/s\n",
                 static_cast<double>(kIterations) * 12 * 16 / t / 1e9);
+    for (long kb : {16L, 64L, 256L, 512L, 1024L, 2048L, 8192L}) {
+      std::printf("re-read %ld KB: %.1f GB/s\n", kb, ReReadRate(kb) / 1e9);
+    }
     return 0;
   }
   const long h = argc > 1 ? std::atol(argv[1]) : 256;

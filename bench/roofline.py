@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Roofline accounting for Loop models: the floating-point work of the products (MatMul, Gemm,
-Conv) a model runs per inference, from a walk of its ONNX graph with static shapes, and the FP32
-FMA peak of one core, from which `bench/compare_ort.py --grid` prints each case's FLOP/s, % of
-peak and cap (the most any engine could gain on that case: ORT's time over FLOPs / peak).
+Conv) a model runs per inference and the bytes of loop-invariant operands (weights) they read
+again every iteration, from a walk of its ONNX graph with static shapes; and the FP32 FMA peak
+and cache re-read rates of one core, from which `bench/compare_ort.py --grid` prints each case's
+FLOP/s, % of peak, floor (the least time any engine could take: FLOPs at the peak, or the weights
+re-read at the cache's rate, whichever is longer) and cap (ORT's time over the floor: the most
+any engine could gain on that case).
 
     /usr/bin/python3 bench/roofline.py MODEL_DIR...   (prints FLOPs per run of each folder)
 
@@ -80,11 +83,19 @@ class Counter:
     def __init__(self, loop_iterations=None):
         self.loop_iterations = loop_iterations
         self.unknown = []
+        # Bytes of loop-invariant product operands (weights, a Loop's outer-scope inputs) read
+        # per run, and the largest set of them one Loop body reads every iteration.
+        self.invariant_bytes = 0
+        self.footprint = 0
         self._cache = {}
 
-    def graph(self, g, env):
+    def graph(self, g, env, in_loop=False):
         """FLOPs of one run of graph `g` whose inputs (and outer-scope names) are in `env`
-        ({name: Value}); returns (flops, {output name: Value})."""
+        ({name: Value}); returns (flops, {output name: Value}). In a Loop body (`in_loop`), the
+        product operands that are the same every iteration (outer-scope names, initializers) are
+        counted in invariant_bytes and footprint."""
+        invariant = set(env) - {i.name for i in g.input} if in_loop else set()
+        invariant |= {t.name for t in g.initializer} if in_loop else set()
         env = dict(env)
         for t in g.initializer:
             env[t.name] = value_of_tensor(t)
@@ -97,7 +108,7 @@ class Counter:
         for name, shape in shapes.items():
             if name not in env or env[name].shape is None:
                 env[name] = Value(0, shape)
-        flops = 0
+        flops, read = 0, {}
         for n in g.node:
             if n.op_type in PRODUCT_OPS:
                 macs = product_macs(n, shapes)
@@ -105,8 +116,14 @@ class Counter:
                     self.unknown.append("%s %s (shape unknown)" % (n.op_type, n.output[0]))
                 else:
                     flops += 2 * macs
+                for x in n.input[:2]:
+                    if x in invariant and shapes.get(x) is not None and None not in shapes[x]:
+                        size = 4 * int(np.prod(shapes[x], dtype=np.int64))
+                        self.invariant_bytes += size
+                        read[x] = size
             elif n.op_type == "Loop":
                 flops += self.loop(n, env, shapes)
+        self.footprint = max(self.footprint, sum(read.values()))
         return flops, {o.name: env.get(o.name) for o in g.output}
 
     def loop(self, n, env, shapes):
@@ -130,7 +147,7 @@ class Counter:
             for vi, v in zip(body.input[2:], carried):
                 body_env[vi.name] = v if v is not None else Value(
                     vi.type.tensor_type.elem_type, shape_of(vi) or ())
-            flops, outs = self.graph(body, body_env)
+            flops, outs = self.graph(body, body_env, in_loop=True)
             total += flops
             carried = [outs.get(o.name) for o in body.output[1:1 + len(carried)]]
         return total
@@ -188,8 +205,35 @@ def subgraph_free_names(g):
     return free
 
 
-def model_flops(model_path, data_dir, loop_iterations=None):
-    """(product FLOPs per run of the model, [what could not be counted])."""
+class Work:
+    """What one run of a model does: product FLOPs, bytes of loop-invariant product operands
+    read (each iteration reads its weights again, from cache at best), the largest set of them
+    one body iteration reads (which cache level they come from), what could not be counted."""
+
+    def __init__(self, flops, invariant_bytes, footprint, unknown):
+        self.flops, self.invariant_bytes = flops, invariant_bytes
+        self.footprint, self.unknown = footprint, unknown
+
+    def floor_seconds(self, peak, read_rates):
+        """The least time any engine can take: the products at the FMA peak, or the weights
+        read at the re-read rate of a buffer of the footprint's size, whichever is longer
+        (read_rates: [(bytes, bytes/s)], ascending; the rate of the largest size measured that
+        the footprint reaches or, below all, the smallest size's: the rate falls with the size,
+        so this is an upper bound on the footprint's rate, and the floor a lower bound)."""
+        compute = self.flops / peak
+        if not read_rates or self.invariant_bytes == 0:
+            return compute
+        rate = [r for size, r in read_rates if size <= max(self.footprint, read_rates[0][0])][-1]
+        return max(compute, self.invariant_bytes / rate)
+
+    def bound(self, peak, read_rates):
+        """"compute" or "cache reads": which term of floor_seconds is the larger."""
+        return ("cache reads" if self.floor_seconds(peak, read_rates) > self.flops / peak
+                else "compute")
+
+
+def model_work(model_path, data_dir, loop_iterations=None):
+    """The Work of one run of the model."""
     m = onnx.load(model_path)
     OPSET[0] = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 13)
     env = {}
@@ -204,32 +248,35 @@ def model_flops(model_path, data_dir, loop_iterations=None):
             env[gi.name] = Value(gi.type.tensor_type.elem_type, shape_of(gi) or ())
     counter = Counter(loop_iterations)
     flops, _ = counter.graph(m.graph, env)
-    return flops, counter.unknown
+    return Work(flops, counter.invariant_bytes, counter.footprint, counter.unknown)
 
 
-def fma_peaks(lstm_bound_bench):
-    """{"zmm": FLOP/s, "ymm": FLOP/s} (zmm only on an AVX-512 CPU): the core's FP32 FMA peak per
-    register width, from lstm_bound_bench --peak (CPU time of 12 independent FMA chains, median
-    of 9)."""
+def machine_bounds(lstm_bound_bench):
+    """({"zmm": FLOP/s, "ymm": FLOP/s}, [(bytes, bytes/s)]): the core's FP32 FMA peak per register
+    width (zmm only on an AVX-512 CPU) and the rates of re-reading buffers of 16 KB to 8 MB, from
+    lstm_bound_bench --peak (thread CPU time, medians of 9)."""
     out = subprocess.run([lstm_bound_bench, "--peak"], capture_output=True, text=True,
                          check=True).stdout
-    peaks = {}
+    peaks, rates = {}, []
     for line in out.splitlines():
         if line.startswith("FMA peak"):
             width = line.split("(")[1].split(")")[0]
             peaks[width] = float(line.split(":")[1].split()[0]) * 1e9
-    if "ymm" not in peaks:
-        raise RuntimeError("no 'FMA peak (ymm)' line from %s: %s" % (lstm_bound_bench, out))
-    return peaks
+        elif line.startswith("re-read"):
+            kb = int(line.split()[1])
+            rates.append((kb * 1024, float(line.split(":")[1].split()[0]) * 1e9))
+    if "ymm" not in peaks or not rates:
+        raise RuntimeError("no FMA peak or re-read lines from %s: %s" % (lstm_bound_bench, out))
+    return peaks, sorted(rates)
 
 
 def main():
     for folder in sys.argv[1:]:
-        flops, unknown = model_flops(os.path.join(folder, "model.onnx"),
-                                     os.path.join(folder, "test_data_set_0"))
-        print("%-24s %14d FLOPs%s" % (os.path.basename(folder.rstrip("/")), flops,
-                                     ("  (not counted: %s)" % "; ".join(unknown)) if unknown
-                                     else ""))
+        w = model_work(os.path.join(folder, "model.onnx"),
+                       os.path.join(folder, "test_data_set_0"))
+        print("%-24s %14d FLOPs %12d invariant bytes read, footprint %9d%s" %
+              (os.path.basename(folder.rstrip("/")), w.flops, w.invariant_bytes, w.footprint,
+               ("  (not counted: %s)" % "; ".join(w.unknown)) if w.unknown else ""))
 
 
 if __name__ == "__main__":
