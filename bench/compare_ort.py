@@ -264,7 +264,9 @@ def print_roofline(rows, work, bounds, used_isa, threads_list, cpu_time):
     print("\nRoofline (bench/roofline.py): FP32 FMA peak of one core %.1f GFLOP/s (%s%s); cache "
           "re-read rates %s (lstm_bound_bench --peak, CPU time). At N threads the peak and the "
           "rates are taken as N x these. FLOPs = 2 x multiply-adds of MatMul, Gemm, Conv per run "
-          "(graph walk); weights = loop-invariant product operands re-read every iteration; "
+          "(graph walk); weights = loop-invariant operands of the products that depend on the carried state, "
+          "re-read every iteration (a product that does not could be hoisted out of the loop: "
+          "FLOPs only); "
           "floor = max(FLOPs / peak, weights / re-read rate of the body's weight footprint); "
           "cap = ONNX Runtime's time / floor%s." %
           (peak / 1e9, width, ", ymm %.1f" % (peaks["ymm"] / 1e9) if width == "zmm" else "",

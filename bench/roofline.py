@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Roofline accounting for Loop models: the floating-point work of the products (MatMul, Gemm,
 Conv) a model runs per inference and the bytes of loop-invariant operands (weights) they read
-again every iteration, from a walk of its ONNX graph with static shapes; and the FP32 FMA peak
+again every iteration (those of the products that depend on the carried state: the others
+could be hoisted out of the loop), from a walk of its ONNX graph with static shapes; and the FP32 FMA peak
 and cache re-read rates of one core, from which `bench/compare_ort.py --grid` prints each case's
 FLOP/s, % of peak, floor (the least time any engine could take: FLOPs at the peak, or the weights
 re-read at the cache's rate, whichever is longer) and cap (ORT's time over the floor: the most
@@ -96,6 +97,16 @@ class Counter:
         counted in invariant_bytes and footprint."""
         invariant = set(env) - {i.name for i in g.input} if in_loop else set()
         invariant |= {t.name for t in g.initializer} if in_loop else set()
+        # Values that depend on the carried state (not only on the iteration number and
+        # loop-invariant data): a product of two values that do not could be hoisted out of the
+        # loop as one batched product over all iterations (x_t W with x_t = Gather(X, i)), which
+        # reads its weights once; only the others re-read their weights every iteration.
+        carried = {i.name for i in g.input[2:]} if in_loop else set()
+        for n in g.node:
+            reads = list(n.input) + [x for a in n.attribute if a.type == a.GRAPH
+                                     for x in subgraph_free_names(a.g)]
+            if any(x in carried for x in reads):
+                carried.update(o for o in n.output if o)
         env = dict(env)
         for t in g.initializer:
             env[t.name] = value_of_tensor(t)
@@ -116,7 +127,7 @@ class Counter:
                     self.unknown.append("%s %s (shape unknown)" % (n.op_type, n.output[0]))
                 else:
                     flops += 2 * macs
-                for x in n.input[:2]:
+                for x in n.input[:2] if any(y in carried for y in n.input[:2]) else ():
                     if x in invariant and shapes.get(x) is not None and None not in shapes[x]:
                         size = 4 * int(np.prod(shapes[x], dtype=np.int64))
                         self.invariant_bytes += size
@@ -207,8 +218,10 @@ def subgraph_free_names(g):
 
 class Work:
     """What one run of a model does: product FLOPs, bytes of loop-invariant product operands
-    read (each iteration reads its weights again, from cache at best), the largest set of them
-    one body iteration reads (which cache level they come from), what could not be counted."""
+    read by products that depend on the carried state (each iteration reads those weights
+    again, from cache at best; a product that does not could be hoisted out of the loop and is
+    counted as FLOPs only), the largest set of them one body iteration reads (which cache level
+    they come from), what could not be counted."""
 
     def __init__(self, flops, invariant_bytes, footprint, unknown):
         self.flops, self.invariant_bytes = flops, invariant_bytes
