@@ -253,7 +253,8 @@ def roofline_work(names, models_dir, loop_iterations):
 def print_roofline(rows, work, bounds, used_isa, threads_list, cpu_time):
     """The roofline table: per case the products' FLOPs and the weight bytes they re-read per
     run, each engine's FLOP/s and % of the FMA peak (one core's x threads), the floor (the least
-    time any engine could take: FLOPs at the peak or the weights at the cache's re-read rate) and
+    time any engine could take: per product its FLOPs at the peak or its weights at the cache's
+    re-read rate, whichever is longer, summed) and
     the cap (ORT's time / floor: the most any engine could gain over ORT); then per thread count
     the geometric means of the caps and of the speedups over the cases with products, the
     geometric mean over all cases if every such case ran at its floor, and the cases with
@@ -264,10 +265,11 @@ def print_roofline(rows, work, bounds, used_isa, threads_list, cpu_time):
     print("\nRoofline (bench/roofline.py): FP32 FMA peak of one core %.1f GFLOP/s (%s%s); cache "
           "re-read rates %s (lstm_bound_bench --peak, CPU time). At N threads the peak and the "
           "rates are taken as N x these. FLOPs = 2 x multiply-adds of MatMul, Gemm, Conv per run "
-          "(graph walk); weights = loop-invariant operands of the products that depend on the carried state, "
-          "re-read every iteration (a product that does not could be hoisted out of the loop: "
-          "FLOPs only); "
-          "floor = max(FLOPs / peak, weights / re-read rate of the body's weight footprint); "
+          "(graph walk); weights = loop-invariant operands of the products that depend on the "
+          "carried state, re-read every iteration (a product that does not could be hoisted out "
+          "of the loop: FLOPs only); "
+          "floor = sum over the products of max(FLOPs / peak, weights / re-read rate of the "
+          "body's weight footprint); "
           "cap = ONNX Runtime's time / floor%s." %
           (peak / 1e9, width, ", ymm %.1f" % (peaks["ymm"] / 1e9) if width == "zmm" else "",
            ", ".join("%d KB %.0f GB/s" % (b // 1024, r / 1e9) for b, r in rates),

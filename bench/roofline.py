@@ -1,14 +1,14 @@
 #!/usr/bin/python3
 """Roofline accounting for Loop models: the floating-point work of the products (MatMul, Gemm,
 Conv) a model runs per inference and the bytes of loop-invariant operands (weights) they read
-again every iteration (those of the products that depend on the carried state: the others
-could be hoisted out of the loop), from a walk of its ONNX graph with static shapes; and the FP32 FMA peak
-and cache re-read rates of one core, from which `bench/compare_ort.py --grid` prints each case's
-FLOP/s, % of peak, floor (the least time any engine could take: FLOPs at the peak, or the weights
-re-read at the cache's rate, whichever is longer) and cap (ORT's time over the floor: the most
-any engine could gain on that case).
+again every iteration (those of the products that depend on the carried state: the others could
+be hoisted out of the loop), from a walk of its ONNX graph with static shapes; and the FP32 FMA
+peak and cache re-read rates of one core, from which `bench/compare_ort.py --grid` prints each
+case's FLOP/s, % of peak, floor (the least time any engine could take: per product the longer of
+its FLOPs at the peak and its weights re-read at the cache's rate, summed) and cap (ORT's time
+over the floor: the most any engine could gain on that case).
 
-    /usr/bin/python3 bench/roofline.py MODEL_DIR...   (prints FLOPs per run of each folder)
+    /usr/bin/python3 bench/roofline.py MODEL_DIR...   (FLOPs and weight bytes per run of each)
 
 Counting: a product's multiply-adds are (elements of its output) x (its reduction length):
 MatMul K = A's last dim (batched and broadcast MatMul included), Gemm K = A's dim 0 with transA
@@ -88,6 +88,8 @@ class Counter:
         # per run, and the largest set of them one Loop body reads every iteration.
         self.invariant_bytes = 0
         self.footprint = 0
+        # Per product node (by output name): [FLOPs, invariant bytes read] over the run.
+        self.products = {}
         self._cache = {}
 
     def graph(self, g, env, in_loop=False):
@@ -123,14 +125,17 @@ class Counter:
         for n in g.node:
             if n.op_type in PRODUCT_OPS:
                 macs = product_macs(n, shapes)
+                tally = self.products.setdefault(n.output[0], [0, 0])
                 if macs is None:
                     self.unknown.append("%s %s (shape unknown)" % (n.op_type, n.output[0]))
                 else:
                     flops += 2 * macs
+                    tally[0] += 2 * macs
                 for x in n.input[:2] if any(y in carried for y in n.input[:2]) else ():
                     if x in invariant and shapes.get(x) is not None and None not in shapes[x]:
                         size = 4 * int(np.prod(shapes[x], dtype=np.int64))
                         self.invariant_bytes += size
+                        tally[1] += size
                         read[x] = size
             elif n.op_type == "Loop":
                 flops += self.loop(n, env, shapes)
@@ -220,29 +225,42 @@ class Work:
     """What one run of a model does: product FLOPs, bytes of loop-invariant product operands
     read by products that depend on the carried state (each iteration reads those weights
     again, from cache at best; a product that does not could be hoisted out of the loop and is
-    counted as FLOPs only), the largest set of them one body iteration reads (which cache level
-    they come from), what could not be counted."""
+    counted as FLOPs only), both per product node, the largest set of them one body iteration
+    reads (which cache level they come from), what could not be counted."""
 
-    def __init__(self, flops, invariant_bytes, footprint, unknown):
+    def __init__(self, flops, invariant_bytes, footprint, unknown, products=()):
         self.flops, self.invariant_bytes = flops, invariant_bytes
         self.footprint, self.unknown = footprint, unknown
+        self.products = list(products)  # [(FLOPs, invariant bytes)] per product node
+
+    def _rate(self, read_rates):
+        """The re-read rate for the footprint: that of the largest size measured that the
+        footprint reaches or, below all, the smallest size's (read_rates: [(bytes, bytes/s)],
+        ascending). The rate falls with the size, so this is an upper bound on the footprint's."""
+        return [r for size, r in read_rates if size <= max(self.footprint, read_rates[0][0])][-1]
+
+    def _terms(self, peak, read_rates):
+        """(compute seconds, read seconds) per product node."""
+        rate = self._rate(read_rates) if read_rates else None
+        return [(f / peak, b / rate if rate else 0.0) for f, b in self.products]
 
     def floor_seconds(self, peak, read_rates):
-        """The least time any engine can take: the products at the FMA peak, or the weights
-        read at the re-read rate of a buffer of the footprint's size, whichever is longer
-        (read_rates: [(bytes, bytes/s)], ascending; the rate of the largest size measured that
-        the footprint reaches or, below all, the smallest size's: the rate falls with the size,
-        so this is an upper bound on the footprint's rate, and the floor a lower bound)."""
-        compute = self.flops / peak
-        if not read_rates or self.invariant_bytes == 0:
-            return compute
-        rate = [r for size, r in read_rates if size <= max(self.footprint, read_rates[0][0])][-1]
-        return max(compute, self.invariant_bytes / rate)
+        """The least time any engine can take for the products: per product node the longer of
+        its FLOPs at the FMA peak and its weights read at the footprint's re-read rate, summed
+        over the nodes (the per-kernel roofline: a matrix-vector product is bound by its reads,
+        a matrix-matrix one by the FMAs, and one core runs them one after the other)."""
+        return sum(max(c, r) for c, r in self._terms(peak, read_rates))
 
     def bound(self, peak, read_rates):
-        """"compute" or "cache reads": which term of floor_seconds is the larger."""
-        return ("cache reads" if self.floor_seconds(peak, read_rates) > self.flops / peak
-                else "compute")
+        """"compute", "cache reads", or "mixed (N% reads)": which term bounds the floor."""
+        terms = self._terms(peak, read_rates)
+        floor = sum(max(c, r) for c, r in terms)
+        reads = sum(r for c, r in terms if r > c)
+        if reads == 0:
+            return "compute"
+        if reads >= 0.95 * floor:
+            return "cache reads"
+        return "mixed (%.0f%% reads)" % (100 * reads / floor)
 
 
 def model_work(model_path, data_dir, loop_iterations=None):
@@ -261,7 +279,8 @@ def model_work(model_path, data_dir, loop_iterations=None):
             env[gi.name] = Value(gi.type.tensor_type.elem_type, shape_of(gi) or ())
     counter = Counter(loop_iterations)
     flops, _ = counter.graph(m.graph, env)
-    return Work(flops, counter.invariant_bytes, counter.footprint, counter.unknown)
+    return Work(flops, counter.invariant_bytes, counter.footprint, counter.unknown,
+                [tuple(v) for v in counter.products.values()])
 
 
 def machine_bounds(lstm_bound_bench):
