@@ -138,7 +138,7 @@ void CopyElements(DataType dtype, const void* src, int64_t src_offset, void* dst
 // state loop iterations do not allocate.
 int64_t TensorAllocationCount();
 
-// Freed tensor buffers of 1 MB or more are kept for reuse, up to this many bytes in all (default
+// Freed tensor buffers of 256 KB or more are kept for reuse, up to this many bytes in all (default
 // kDefaultTensorBufferCacheBytes), so a request that fills a large output does not fault in fresh
 // pages from the kernel every time. 0 turns the cache off (and frees what it holds). Thread-safe.
 inline constexpr size_t kDefaultTensorBufferCacheBytes = size_t{64} << 20;

@@ -85,7 +85,7 @@ TEST(TensorTest, ResizeReusesCapacity) {
   EXPECT_EQ(TensorAllocationCount(), allocations + 1);
 }
 
-// A freed buffer of 1 MB or more is kept and handed to the next tensor of about its size (no new
+// A freed buffer of 256 KB or more is kept and handed to the next tensor of about its size (no new
 // pages from the kernel); one more than twice as large is not handed to a small request; the limit
 // bounds what is kept and 0 frees it all.
 TEST(TensorTest, LargeBuffersAreReused) {
@@ -103,6 +103,15 @@ TEST(TensorTest, LargeBuffersAreReused) {
     Tensor again(DataType::kFloat32, Shape{(1 << 20) - 16});
     EXPECT_EQ(again.raw_data(), first);
     again.mutable_data<float>()[(1 << 20) - 17] = 1.0f;  // the whole buffer is usable
+  }
+  // Under 1 MB too: a 1,024,000-byte buffer (a [2000, 128] float scan output) is kept.
+  SetTensorBufferCacheBytes(0);
+  SetTensorBufferCacheBytes(kDefaultTensorBufferCacheBytes);
+  { Tensor t(DataType::kFloat32, Shape{256000}); }
+  EXPECT_GE(TensorBufferCachedBytes(), size_t{1024000});
+  {
+    Tensor again(DataType::kFloat32, Shape{256000});
+    EXPECT_EQ(TensorBufferCachedBytes(), 0u);  // taken from the cache
   }
   SetTensorBufferCacheBytes(size_t{5} << 20);
   EXPECT_LE(TensorBufferCachedBytes(), size_t{5} << 20);
