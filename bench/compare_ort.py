@@ -31,6 +31,14 @@ process's CPU time per run (looprun's and ort_time.js's cpu_median_us) instead o
 machine other processes load, at 1 thread, it measures the work rather than the share of a core
 the scheduler gave.
 
+After the speedups comes a roofline table (--no-roofline skips it): per case the FLOPs of its
+products and the weight bytes they read again every iteration (bench/roofline.py's walk of the
+ONNX graph), each engine's FLOP/s and % of the core's FMA peak, the floor (the least time any
+engine could take, from the peak and the cache re-read rates lstm_bound_bench --peak measures at
+the start of the run: it must sit beside --looprun, or pass --peak-bench) and the cap (ORT's
+time / floor: the most any engine could gain); then the geometric means of the caps and of the
+speedups, and the cases with headroom.
+
 On the first round of each model both engines also write the outputs of their last run (looprun
 --output_dir, ort_time.js's 6th argument; writing happens after the timed runs) and every output
 is compared: same shape, integers and booleans exactly, floats with
