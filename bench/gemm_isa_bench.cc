@@ -38,9 +38,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/fma_kernels.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
+
+using loopserve::bench::Fma256;
 
 // The process's CPU time: every thread a library might use counts (all run one thread here).
 double ThreadSeconds() {
@@ -64,23 +67,6 @@ double TimePerCall(const std::function<void()>& f) {
   }
   std::sort(times.begin(), times.end());
   return times[4];
-}
-
-volatile float g_sink;
-
-__attribute__((target("avx2,fma"), noinline)) void Fma256(long iterations) {
-  __m256 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-  const __m256 x = _mm256_set1_ps(0.9999f), y = _mm256_set1_ps(0.0001f);
-  for (long n = 0; n < iterations; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
-  }
-  __m256 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  g_sink = out[0];
 }
 
 struct Shape {

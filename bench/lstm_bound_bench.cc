@@ -26,7 +26,12 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/fma_kernels.h"
+
 namespace {
+
+using loopserve::bench::Fma256;
+using loopserve::bench::Fma512;
 
 double ThreadSeconds() {
   timespec t;
@@ -47,37 +52,6 @@ double Median(F&& f) {
 }
 
 volatile float g_sink;
-
-// 12 independent FMA chains (latency 4 x 2 pipes + slack).
-__attribute__((target("avx512f,fma"), noinline)) void Fma512(long iterations) {
-  __m512 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-  const __m512 x = _mm512_set1_ps(0.9999f), y = _mm512_set1_ps(0.0001f);
-  for (long n = 0; n < iterations; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
-  }
-  __m512 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
-  float out[16];
-  _mm512_storeu_ps(out, s);
-  g_sink = out[0];
-}
-
-__attribute__((target("avx2,fma"), noinline)) void Fma256(long iterations) {
-  __m256 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-  const __m256 x = _mm256_set1_ps(0.9999f), y = _mm256_set1_ps(0.0001f);
-  for (long n = 0; n < iterations; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
-  }
-  __m256 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  g_sink = out[0];
-}
 
 // One pass over `n` floats in blocks of 64 KB, first block to last or last to first.
 __attribute__((target("avx2"), noinline)) void ReadPass(const float* buffer, long n,
