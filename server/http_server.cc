@@ -67,6 +67,53 @@ std::string BindAddress(const std::string& address) {
   return "ipv4:" + host;
 }
 
+// FailHandOffsForTesting's orders: how many hand-offs still fail, and whether their fallback does.
+std::atomic<int> failing_hand_offs{0};
+std::atomic<bool> failing_loop_hand_offs{false};
+
+// A callback handed to an event thread through its event loop instead of its command pipe.
+struct LoopHandOff {
+  evthr_cb callback;
+  evthr_t* thread;
+  void* arg;
+};
+
+void RunLoopHandOff(evutil_socket_t, short, void* arg) {
+  auto* hand_off = static_cast<LoopHandOff*>(arg);
+  hand_off->callback(hand_off->thread, hand_off->arg, nullptr);
+  delete hand_off;
+}
+
+// Has `thread` run `callback(thread, arg)`: see HttpExchange::Defer. The caller holds the
+// server's mutex with the threads still running.
+bool HandOff(evthr_t* thread, evthr_cb callback, void* arg) {
+  bool fail_loop = false;
+  bool fail_pipe = false;
+  for (int left = failing_hand_offs.load(); left > 0 && !fail_pipe;) {
+    fail_pipe = failing_hand_offs.compare_exchange_weak(left, left - 1);
+    fail_loop = fail_pipe && failing_loop_hand_offs.load();
+  }
+  // evthr_defer writes to the thread's socket pair, full while the thread is busy and many
+  // callbacks wait for it.
+  const absl::Time give_up = absl::Now() + HttpServer::kHandOffPatience;
+  while (fail_pipe || evthr_defer(thread, callback, arg) != EVTHR_RES_OK) {
+    if (absl::Now() >= give_up) {
+      LogError("HTTP: an event thread's command pipe stayed full; handing over through its loop");
+      auto* hand_off = new LoopHandOff{callback, thread, arg};
+      const timeval now{0, 0};
+      if (!fail_loop && event_base_once(evthr_get_base(thread), -1, EV_TIMEOUT, &RunLoopHandOff,
+                                        hand_off, &now) == 0) {
+        return true;
+      }
+      delete hand_off;
+      LogError("HTTP: cannot hand an answer to its event thread; the exchange is abandoned");
+      return false;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
 // Declared body sizes above this are refused before their body is read.
 uint64_t EarlyRejectAbove(uint64_t max_body_bytes) {
   return max_body_bytes + std::max<uint64_t>(max_body_bytes, uint64_t{64} << 20);
@@ -106,20 +153,24 @@ void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::str
 }
 
 bool HttpExchange::Defer(void (*callback)(evthr_t*, void*, void*)) {
-  HttpServer* server = server_;
-  absl::MutexLock lock(&server->mutex_);
-  // Past the shutdown's drain the event threads are stopping (or gone) with their connections:
-  // the answer is dropped without touching the request, which is not this thread's.
-  if (server->threads_stopped_) return false;
-  // evthr_defer writes to the thread's socket pair, which may be momentarily full.
-  for (int attempt = 0; evthr_defer(thread_, callback, this) != EVTHR_RES_OK; ++attempt) {
-    if (attempt == 1000) {
-      LogError("HTTP: cannot hand an answer to its event thread; the client gets none");
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(1));
+  bool handed = false;
+  {
+    HttpServer* server = server_;
+    absl::MutexLock lock(&server->mutex_);
+    // Past the shutdown's drain the event threads are stopping (or gone) with their connections:
+    // the answer is dropped without touching the request, which is not this thread's.
+    if (!server->threads_stopped_) handed = HandOff(thread_, callback, this);
   }
-  return true;
+  if (!handed) {
+    // Whatever produces the answer stops (ClientGone), and no further chunk is taken.
+    abandoned_.store(true);
+    broken_.store(true);
+    if (window_ != nullptr) {
+      absl::MutexLock lock(&window_->mutex);
+      window_->closed = true;
+    }
+  }
+  return handed;
 }
 
 void HttpExchange::DropChunks() {
@@ -149,7 +200,8 @@ void HttpExchange::StartChunks(int status,
   window_ = std::make_shared<ChunkWindow>();
 }
 
-void HttpExchange::SendChunk(std::string chunk) {
+bool HttpExchange::SendChunk(std::string chunk) {
+  if (abandoned_.load()) return false;
   {
     absl::MutexLock lock(&window_->mutex);
     ++window_->unwritten;
@@ -161,10 +213,22 @@ void HttpExchange::SendChunk(std::string chunk) {
     schedule = !flush_scheduled_;
     flush_scheduled_ = true;
   }
-  if (schedule && !Defer(&HttpCallbacks::FlushDeferred)) DropChunks();
+  if (schedule && !Defer(&HttpCallbacks::FlushDeferred)) {
+    DropChunks();
+    return false;
+  }
+  return true;
 }
 
 void HttpExchange::EndChunks(std::string last_chunk) {
+  if (abandoned_.load()) {
+    // No flush is on its way (the last hand-off failed): only let go.
+    {
+      absl::MutexLock lock(&chunks_mutex_);
+      end_ = true;
+    }
+    return DropChunks();
+  }
   if (!last_chunk.empty()) {
     absl::MutexLock lock(&window_->mutex);
     ++window_->unwritten;
@@ -289,7 +353,7 @@ void HttpExchange::SendReply() {
 }
 
 void HttpExchange::Release() {
-  if (--owners_ == 0) delete this;
+  if (owners_.fetch_sub(1) == 1) delete this;
 }
 
 // ---- callbacks ----
@@ -594,6 +658,11 @@ void HttpServer::Shutdown(absl::Duration drain) {
 }
 
 HttpServer::~HttpServer() { Shutdown(absl::Seconds(1)); }
+
+void HttpServer::FailHandOffsForTesting(int count, bool loop_too) {
+  failing_loop_hand_offs.store(loop_too);
+  failing_hand_offs.store(count);
+}
 
 int HttpStatusFor(absl::StatusCode code) {
   switch (code) {

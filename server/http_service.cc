@@ -172,7 +172,12 @@ class HttpInferCall final : public InferenceCall {
           [this](absl::Time until) { return exchange_->AwaitChunkRoom(kStreamWindow, until); },
           "the client was not reading the server-sent events"));
     }
-    exchange_->SendChunk(SseEvent(event_json_));
+    if (!exchange_->SendChunk(SseEvent(event_json_))) {
+      // The connection's event thread could not take the event: the stream is abandoned, and
+      // the run stops here rather than computing iterations nobody receives.
+      return absl::UnavailableError(
+          "HTTP: the server-sent event could not be handed to the connection's event thread");
+    }
     return absl::OkStatus();
   }
 
