@@ -137,9 +137,11 @@ class HttpInferCall final : public InferenceCall {
     request.model_version = route.version;
     // generate_stream streams iterations unless the request says `stream_iterations: false`.
     request.stream_iterations = route.action == "generate_stream";
-    request.error = CatchExceptions("infer: ", [&] {
-      return parser.Parse(exchange_->body(), exchange_->Header("Inference-Header-Content-Length"),
-                          &request, &outputs_);
+    const std::string& endpoint = route.action;
+    request.error = CatchExceptions(absl::StrCat(endpoint, ": "), [&] {
+      return parser.Parse(endpoint, exchange_->body(),
+                          exchange_->Header("Inference-Header-Content-Length"), &request,
+                          &outputs_);
     });
     events_ = route.action == "generate_stream" || request.stream_iterations;
     if (request.error.ok() && events_) request.error = CheckNoBinaryOutputs();

@@ -119,7 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   grpc::Slice slice(data, size);
   grpc::ByteBuffer bytes(&slice, 1);
   inference::ModelInferRequest request;
-  if (!loopserve::server::ParseInferRequest(bytes, &request).ok()) return 0;
+  if (!loopserve::server::ParseInferRequest(bytes, "ModelInfer", &request).ok()) return 0;
   const Model& model = request.model_name() == "counter" ? *counter : *identity;
   auto decoded = loopserve::server::DecodeInferRequest(request, model);
   if (!decoded.ok()) return 0;
