@@ -62,6 +62,10 @@ absl::StatusOr<int64_t> NonNegativeInt(const element& e, absl::string_view what)
       return static_cast<int64_t>(v);
     }
   }
+  if (e.type() == element_type::INT64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be a non-negative integer, got ", e.get_int64().value_unsafe()));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(what, " must be a non-negative integer, got ", KindName(e)));
 }
@@ -486,7 +490,9 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
       impl_->parser.parse(body.data(), json_length, /*realloc_if_needed=*/false).get(root);
   if (parsed != simdjson::SUCCESS) {
     return absl::InvalidArgumentError(absl::StrCat(
-        endpoint, ": the request body is not valid JSON (", simdjson::error_message(parsed), ")"));
+        endpoint, ": the request body is not valid JSON (", simdjson::error_message(parsed),
+        parsed == simdjson::NUMBER_ERROR ? "; numbers must fit a 64-bit integer or a double" : "",
+        ")"));
   }
   if (root.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError(

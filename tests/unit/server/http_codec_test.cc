@@ -131,7 +131,16 @@ TEST_F(HttpCodecTest, BadBodiesNameTheProblem) {
        nullptr, "both 'data' and parameters.binary_data_size"},
       {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2]}]})", nullptr,
        "neither 'data' nor parameters.binary_data_size"},
-      {R"({"inputs": [], "parameters": {"timeout": -5}})", nullptr, "'timeout'"},
+      {R"({"inputs": [], "parameters": {"timeout": -5}})", nullptr,
+       "'timeout' (microseconds) must be a non-negative integer, got -5"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 1e999]}]})",
+       nullptr, "not valid JSON (Problem while parsing a number; numbers must fit a 64-bit"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+          "data": [1, 18446744073709551616]}]})",
+       nullptr, "numbers must fit a 64-bit integer or a double"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": )" +
+           std::string(2000, '[') + "1" + std::string(2000, ']') + "}]}",
+       nullptr, "too deep"},
       {R"({"inputs": [], "outputs": [{"name": "y", "parameters": {"classification": 2}}]})",
        nullptr, "classification"},
   };
