@@ -84,34 +84,28 @@ void RunLoopHandOff(evutil_socket_t, short, void* arg) {
   delete hand_off;
 }
 
-// Has `thread` run `callback(thread, arg)`: see HttpExchange::Defer. The caller holds the
-// server's mutex with the threads still running.
-bool HandOff(evthr_t* thread, evthr_cb callback, void* arg) {
-  bool fail_loop = false;
-  bool fail_pipe = false;
-  for (int left = failing_hand_offs.load(); left > 0 && !fail_pipe;) {
-    fail_pipe = failing_hand_offs.compare_exchange_weak(left, left - 1);
-    fail_loop = fail_pipe && failing_loop_hand_offs.load();
-  }
-  // evthr_defer writes to the thread's socket pair, full while the thread is busy and many
-  // callbacks wait for it.
-  const absl::Time give_up = absl::Now() + HttpServer::kHandOffPatience;
-  while (fail_pipe || evthr_defer(thread, callback, arg) != EVTHR_RES_OK) {
-    if (absl::Now() >= give_up) {
-      LogError("HTTP: an event thread's command pipe stayed full; handing over through its loop");
-      auto* hand_off = new LoopHandOff{callback, thread, arg};
-      const timeval now{0, 0};
-      if (!fail_loop && event_base_once(evthr_get_base(thread), -1, EV_TIMEOUT, &RunLoopHandOff,
-                                        hand_off, &now) == 0) {
-        return true;
-      }
-      delete hand_off;
-      LogError("HTTP: cannot hand an answer to its event thread; the exchange is abandoned");
-      return false;
+// Whether the next hand-off is to fail (FailHandOffsForTesting): its command pipe, and its
+// fallback through the event loop.
+std::pair<bool, bool> TakeHandOffFailure() {
+  for (int left = failing_hand_offs.load(); left > 0;) {
+    if (failing_hand_offs.compare_exchange_weak(left, left - 1)) {
+      return {true, failing_loop_hand_offs.load()};
     }
-    absl::SleepFor(absl::Milliseconds(1));
   }
-  return true;
+  return {false, false};
+}
+
+// Has `thread` run `callback(thread, arg, nullptr)` from its event loop: a one-shot event, which
+// wakes the loop through libevent's own notification (an eventfd: it does not fill up).
+bool HandOffThroughLoop(evthr_t* thread, evthr_cb callback, void* arg) {
+  auto* hand_off = new LoopHandOff{callback, thread, arg};
+  const timeval now{0, 0};
+  if (event_base_once(evthr_get_base(thread), -1, EV_TIMEOUT, &RunLoopHandOff, hand_off, &now) ==
+      0) {
+    return true;
+  }
+  delete hand_off;
+  return false;
 }
 
 // Declared body sizes above this are refused before their body is read.
@@ -153,13 +147,34 @@ void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::str
 }
 
 bool HttpExchange::Defer(void (*callback)(evthr_t*, void*, void*)) {
+  HttpServer* server = server_;
+  const auto [fail_pipe, fail_loop] = TakeHandOffFailure();
+  const absl::Time give_up = absl::Now() + HttpServer::kHandOffPatience;
   bool handed = false;
-  {
-    HttpServer* server = server_;
-    absl::MutexLock lock(&server->mutex_);
-    // Past the shutdown's drain the event threads are stopping (or gone) with their connections:
-    // the answer is dropped without touching the request, which is not this thread's.
-    if (!server->threads_stopped_) handed = HandOff(thread_, callback, this);
+  while (true) {
+    {
+      // Held while handing over, not while waiting: an event thread finishing an exchange
+      // (ExchangeDone) takes it too, and must go on draining its pipe meanwhile.
+      absl::MutexLock lock(&server->mutex_);
+      // Past the shutdown's drain the event threads are stopping (or gone) with their
+      // connections: the answer is dropped without touching the request, not this thread's.
+      if (server->threads_stopped_) break;
+      // evthr_defer writes to the thread's socket pair, full while the thread is busy and many
+      // callbacks wait for it.
+      if (!fail_pipe && evthr_defer(thread_, callback, this) == EVTHR_RES_OK) {
+        handed = true;
+        break;
+      }
+      if (absl::Now() >= give_up) {
+        LogError("HTTP: an event thread's command pipe stayed full; handing over through its loop");
+        handed = !fail_loop && HandOffThroughLoop(thread_, callback, this);
+        if (!handed) {
+          LogError("HTTP: cannot hand an answer to its event thread; the exchange is abandoned");
+        }
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(1));
   }
   if (!handed) {
     // Whatever produces the answer stops (ClientGone), and no further chunk is taken.
