@@ -33,6 +33,7 @@ struct ThreadConnections {
 // OnPostAccept) or its own thread (OnThreadInit/Exit).
 struct HttpCallbacks {
   static void OnRequest(evhtp_request_t* request, void* arg);
+  static evhtp_res OnHeader(evhtp_request_t* request, evhtp_header_t* header, void* arg);
   static evhtp_res OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg);
   static evhtp_res OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg);
   static evhtp_res OnRequestFini(evhtp_request_t* request, void* arg);
@@ -106,6 +107,34 @@ bool HandOffThroughLoop(evthr_t* thread, evthr_cb callback, void* arg) {
   }
   delete hand_off;
   return false;
+}
+
+// How many headers `headers` has and how many bytes their names and values take.
+std::pair<int, size_t> HeaderSizes(const evhtp_headers_t* headers) {
+  int count = 0;
+  size_t bytes = 0;
+  const evhtp_header_t* header;
+  TAILQ_FOREACH(header, headers, next) {
+    ++count;
+    bytes += header->klen + header->vlen;
+  }
+  return {count, bytes};
+}
+
+bool HeadersOverBounds(int count, size_t bytes) {
+  return count > HttpServer::kMaxHeaders || bytes > HttpServer::kMaxHeaderBytes;
+}
+
+// Answers `request` at once with `status` and {"error": message} (keep_alive 0: the connection
+// closes once the answer is out), before the request reaches the handler, which it never does.
+void RefuseEarly(evhtp_request_t* request, int status, const std::string& message) {
+  evhtp_headers_add_header(request->headers_out,
+                           evhtp_header_new("Content-Type", "application/json", 0, 0));
+  const std::string body = absl::StrCat("{\"error\":\"", message, "\"}");
+  evbuffer_add(request->buffer_out, body.data(), body.size());
+  evhtp_request_set_keepalive(request, 0);
+  request->cb = [](evhtp_request_t*, void*) {};
+  evhtp_send_reply(request, static_cast<evhtp_res>(status));
 }
 
 // Declared body sizes above this are refused before their body is read.
@@ -441,8 +470,26 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
   }
 }
 
+evhtp_res HttpCallbacks::OnHeader(evhtp_request_t* request, evhtp_header_t* header, void* arg) {
+  // `header` is the last of headers_in. Past the bounds, the first header over them stays (it
+  // marks the request for OnHeaders) and every later one is dropped as it arrives, so a client
+  // streaming headers without end costs no memory.
+  const auto [count, bytes] = HeaderSizes(request->headers_in);
+  if (HeadersOverBounds(count - 1, bytes - header->klen - header->vlen)) {
+    evhtp_header_rm_and_free(request->headers_in, header);
+  }
+  return EVHTP_RES_OK;
+}
+
 evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg) {
   auto* server = static_cast<HttpServer*>(arg);
+  if (const auto [count, bytes] = HeaderSizes(headers); HeadersOverBounds(count, bytes)) {
+    RefuseEarly(request, 431,
+                absl::StrCat("the request has more than ", HttpServer::kMaxHeaders,
+                             " headers or more than ", HttpServer::kMaxHeaderBytes,
+                             " bytes of header names and values"));
+    return EVHTP_RES_OK;
+  }
   const char* length_text = evhtp_header_find(headers, "Content-Length");
   uint64_t length = 0;
   if (length_text == nullptr || !absl::SimpleAtoi(length_text, &length) ||
@@ -454,16 +501,10 @@ evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* he
   // still sends is read and dropped (OnBody), and the request never reaches the handler. A client
   // still sending when the connection closes may see a reset instead of the answer, which is why
   // a body only somewhat over the limit takes the slower, clean path.
-  evhtp_headers_add_header(request->headers_out,
-                           evhtp_header_new("Content-Type", "application/json", 0, 0));
-  evbuffer_add_printf(request->buffer_out,
-                      "{\"error\":\"the request body of %llu bytes (Content-Length) exceeds the "
-                      "server's limit of %llu bytes (--max_message_bytes)\"}",
-                      static_cast<unsigned long long>(length),
-                      static_cast<unsigned long long>(server->max_body_bytes_));
-  evhtp_request_set_keepalive(request, 0);
-  request->cb = [](evhtp_request_t*, void*) {};
-  evhtp_send_reply(request, 413);
+  RefuseEarly(request, 413,
+              absl::StrCat("the request body of ", length,
+                           " bytes (Content-Length) exceeds the server's limit of ",
+                           server->max_body_bytes_, " bytes (--max_message_bytes)"));
   return EVHTP_RES_OK;
 }
 
@@ -494,6 +535,7 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
 evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
   if (open != nullptr) open->open.insert(connection);
+  evhtp_connection_set_hook(connection, evhtp_hook_on_header, AsHook(&OnHeader), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_headers, AsHook(&OnHeaders), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_read, AsHook(&OnBody), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_connection_fini, AsHook(&OnConnectionFini),

@@ -137,7 +137,8 @@ class HttpExchange {
 // bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
 // reaches the handler and is answered 413 with {"error": ...}: after reading and dropping it as it
 // arrives (the connection is kept), or at once when its Content-Length declares more than twice
-// the limit (at least the limit + 64 MiB; the connection then closes). Memory stays bounded. TLS
+// the limit (at least the limit + 64 MiB; the connection then closes). Headers are bounded too
+// (kMaxHeaders, kMaxHeaderBytes: 431). Memory stays bounded. TLS
 // (and mutual TLS) with PEM files, as for gRPC.
 //
 // The handler runs on an event thread for every request and must not block: it answers at once
@@ -161,6 +162,11 @@ class HttpServer {
     std::string tls_client_ca;
   };
   static constexpr absl::Duration kIdleTimeout = absl::Seconds(60);
+  // A request with more headers, or more bytes of header names and values, is answered 431
+  // once its headers are in (the headers past the bound are dropped as they arrive) and never
+  // reaches the handler; the connection then closes.
+  static constexpr int kMaxHeaders = 100;
+  static constexpr size_t kMaxHeaderBytes = size_t{64} << 10;
   // How long a hand-off to an event thread waits for room in the thread's command pipe before it
   // goes through the thread's event loop instead (HttpExchange::Defer).
   static constexpr absl::Duration kHandOffPatience = absl::Seconds(1);
