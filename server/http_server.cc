@@ -125,15 +125,20 @@ bool HeadersOverBounds(int count, size_t bytes) {
   return count > HttpServer::kMaxHeaders || bytes > HttpServer::kMaxHeaderBytes;
 }
 
-// Answers `request` at once with `status` and {"error": message} (keep_alive 0: the connection
-// closes once the answer is out), before the request reaches the handler, which it never does.
-void RefuseEarly(evhtp_request_t* request, int status, const std::string& message) {
+// Has libevhtp close the connection once the answer to `request` is out. (Its
+// evhtp_request_set_keepalive(request, 0) does nothing: it only ever sets the flag.)
+void CloseAfterReply(evhtp_request_t* request) {
+  request->flags &= static_cast<uint16_t>(~EVHTP_REQ_FLAG_KEEPALIVE);
+}
+
+// The answer to a request refused before the handler: `status` and {"error": message}, and the
+// connection closes once it is out.
+void Refuse(evhtp_request_t* request, int status, const std::string& message) {
   evhtp_headers_add_header(request->headers_out,
                            evhtp_header_new("Content-Type", "application/json", 0, 0));
   const std::string body = absl::StrCat("{\"error\":\"", message, "\"}");
   evbuffer_add(request->buffer_out, body.data(), body.size());
-  evhtp_request_set_keepalive(request, 0);
-  request->cb = [](evhtp_request_t*, void*) {};
+  CloseAfterReply(request);
   evhtp_send_reply(request, static_cast<evhtp_res>(status));
 }
 
@@ -484,10 +489,14 @@ evhtp_res HttpCallbacks::OnHeader(evhtp_request_t* request, evhtp_header_t* head
 evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg) {
   auto* server = static_cast<HttpServer*>(arg);
   if (const auto [count, bytes] = HeaderSizes(headers); HeadersOverBounds(count, bytes)) {
-    RefuseEarly(request, 431,
-                absl::StrCat("the request has more than ", HttpServer::kMaxHeaders,
-                             " headers or more than ", HttpServer::kMaxHeaderBytes,
-                             " bytes of header names and values"));
+    // Answered once the request is in (its body, if any, is bounded as any other's): an answer
+    // written before that would leave libevhtp waiting for the request's end, never closing.
+    request->cb = [](evhtp_request_t* request, void*) {
+      Refuse(request, 431,
+             absl::StrCat("the request has more than ", HttpServer::kMaxHeaders,
+                          " headers or more than ", HttpServer::kMaxHeaderBytes,
+                          " bytes of header names and values"));
+    };
     return EVHTP_RES_OK;
   }
   const char* length_text = evhtp_header_find(headers, "Content-Length");
@@ -501,10 +510,11 @@ evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* he
   // still sends is read and dropped (OnBody), and the request never reaches the handler. A client
   // still sending when the connection closes may see a reset instead of the answer, which is why
   // a body only somewhat over the limit takes the slower, clean path.
-  RefuseEarly(request, 413,
-              absl::StrCat("the request body of ", length,
-                           " bytes (Content-Length) exceeds the server's limit of ",
-                           server->max_body_bytes_, " bytes (--max_message_bytes)"));
+  request->cb = [](evhtp_request_t*, void*) {};
+  Refuse(request, 413,
+         absl::StrCat("the request body of ", length,
+                      " bytes (Content-Length) exceeds the server's limit of ",
+                      server->max_body_bytes_, " bytes (--max_message_bytes)"));
   return EVHTP_RES_OK;
 }
 
