@@ -34,7 +34,7 @@ import grpc  # noqa: E402
 import requests  # noqa: E402
 
 from loopserve_py import (DTYPES, OIP, Checks, check, make_stubs, read_case,  # noqa: E402
-                         rss_bytes, start_server)
+                         start_server)
 
 def json_input(name, array, nested):
     data = array.tolist() if nested else array.reshape(-1).tolist()
@@ -408,8 +408,9 @@ def main():
         expect_error(s.post(url, data=big_chunks), 413, "--max_message_bytes")
         check(s.get(base + "/v2/health/live").status_code == 200, "server died")
 
-        # Headers: more than 100 (or 64 KiB of them) are answered 431, and a client streaming
-        # headers without end costs the server no memory.
+        # Headers: more than 100 (or 64 KiB of them) are answered 431, also when they stream on
+        # (the hostile suite checks that this costs the server no memory: under AddressSanitizer
+        # its quarantine keeps the freed headers, so RSS says nothing here).
         def header_answer(headers, flood_mib=0):
             with socket.create_connection(("127.0.0.1", ports["http"]), timeout=30) as sock:
                 sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + headers)
@@ -424,11 +425,8 @@ def main():
         answer = header_answer(b"".join(b"X-%d: y\r\n" % i for i in range(100)))
         check(answer.startswith(b"HTTP/1.1 431") and b"more than 100 headers" in answer,
               "101 headers: %r" % answer[:200])
-        rss_before = rss_bytes(proc.pid)
         answer = header_answer(b"", flood_mib=64)
-        rss_growth = rss_bytes(proc.pid) - rss_before
         check(answer.startswith(b"HTTP/1.1 431"), "64 MiB of headers: %r" % answer[:100])
-        check(rss_growth < 16 << 20, "64 MiB of headers grew the server by %d bytes" % rss_growth)
         check(s.get(base + "/v2/health/live").status_code == 200, "server died")
         # A chunked body (no Content-Length) is read whole like any other.
         chunks = iter([json.dumps(rnn_body)[:20].encode(), json.dumps(rnn_body)[20:].encode()])
