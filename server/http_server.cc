@@ -38,6 +38,7 @@ struct HttpCallbacks {
   static evhtp_res OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg);
   static evhtp_res OnRequestFini(evhtp_request_t* request, void* arg);
   static evhtp_res OnPostAccept(evhtp_connection_t* connection, void* arg);
+  static void OnRead(bufferevent* bev, void* connection);
   static evhtp_res OnConnectionFini(evhtp_connection_t* connection, void* arg);
   static void OnEvent(evhtp_connection_t* connection, short events, void* arg);
   static void OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg);
@@ -140,6 +141,26 @@ void Refuse(evhtp_request_t* request, int status, const std::string& message) {
   evbuffer_add(request->buffer_out, body.data(), body.size());
   CloseAfterReply(request);
   evhtp_send_reply(request, static_cast<evhtp_res>(status));
+}
+
+// libevhtp's own read callback (the same for every connection), which OnRead calls.
+std::atomic<bufferevent_data_cb> evhtp_read{nullptr};
+
+// Past this many buffered bytes without the end of the request line, OnRead lets libevhtp's
+// parser see them anyway (it refuses a path over its 8 KiB token limit and closes).
+constexpr size_t kMaxRequestLineWait = 16 << 10;
+
+// Whether `input` holds a whole request line (empty lines before it skipped).
+bool HasRequestLine(evbuffer* input) {
+  evbuffer_ptr at;
+  evbuffer_ptr_set(input, &at, 0, EVBUFFER_PTR_SET);
+  while (true) {
+    size_t eol_length = 0;
+    const evbuffer_ptr eol = evbuffer_search_eol(input, &at, &eol_length, EVBUFFER_EOL_ANY);
+    if (eol.pos < 0) return false;
+    if (eol.pos > at.pos) return true;
+    evbuffer_ptr_set(input, &at, eol_length, EVBUFFER_PTR_ADD);
+  }
 }
 
 // Declared body sizes above this are refused before their body is read.
@@ -542,7 +563,30 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
   return EVHTP_RES_OK;
 }
 
+void HttpCallbacks::OnRead(bufferevent* bev, void* connection) {
+  const evhtp_request_t* request = static_cast<evhtp_connection_t*>(connection)->request;
+  // The request line not parsed yet (libevhtp sets the request's uri once it has the path).
+  if (request == nullptr || request->uri == nullptr) {
+    evbuffer* input = bufferevent_get_input(bev);
+    if (evbuffer_get_length(input) < kMaxRequestLineWait && !HasRequestLine(input)) return;
+  }
+  evhtp_read.load()(bev, connection);
+}
+
 evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
+  // libevhtp 1.2.18 misparses a request line that arrives in more than one read: the path keeps
+  // what the first read brought (GET /v2/health/live sent a byte at a time was answered 404, a
+  // path split after 50 bytes routed to another endpoint, some splits were never answered), so
+  // its parser gets a connection's bytes only once the request line is whole (OnRead).
+  bufferevent_data_cb read = nullptr;
+  bufferevent_data_cb write = nullptr;
+  bufferevent_event_cb event = nullptr;
+  void* callback_arg = nullptr;
+  bufferevent_getcb(connection->bev, &read, &write, &event, &callback_arg);
+  if (read != nullptr && read != &OnRead) {
+    evhtp_read.store(read);
+    bufferevent_setcb(connection->bev, &OnRead, write, event, callback_arg);
+  }
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
   if (open != nullptr) open->open.insert(connection);
   evhtp_connection_set_hook(connection, evhtp_hook_on_header, AsHook(&OnHeader), arg);
