@@ -62,6 +62,10 @@ absl::StatusOr<int64_t> NonNegativeInt(const element& e, absl::string_view what)
       return static_cast<int64_t>(v);
     }
   }
+  if (e.type() == element_type::INT64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be a non-negative integer, got ", e.get_int64().value_unsafe()));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(what, " must be a non-negative integer, got ", KindName(e)));
 }
@@ -464,17 +468,18 @@ struct RestInferParser::Impl {
 RestInferParser::RestInferParser() : impl_(std::make_unique<Impl>()) {}
 RestInferParser::~RestInferParser() = default;
 
-absl::Status RestInferParser::Parse(absl::string_view body, const char* header_length,
-                                    InferenceRequest* request, RestOutputs* outputs) {
+absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_view body,
+                                    const char* header_length, InferenceRequest* request,
+                                    RestOutputs* outputs) {
   if (impl_->parser.capacity() > kKeepBytes) impl_ = std::make_unique<Impl>();
   request->raw_field = "binary data";
   size_t json_length = body.size();
   if (header_length != nullptr) {
     uint64_t n = 0;
     if (!absl::SimpleAtoi(header_length, &n) || n > body.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Inference-Header-Content-Length ", QuoteUntrusted(header_length),
-                       " is not a byte count within the body of ", body.size(), " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          endpoint, ": Inference-Header-Content-Length ", QuoteUntrusted(header_length),
+          " is not a byte count within the body of ", body.size(), " bytes"));
     }
     json_length = static_cast<size_t>(n);
   }
@@ -484,12 +489,14 @@ absl::Status RestInferParser::Parse(absl::string_view body, const char* header_l
   const simdjson::error_code parsed =
       impl_->parser.parse(body.data(), json_length, /*realloc_if_needed=*/false).get(root);
   if (parsed != simdjson::SUCCESS) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON (", simdjson::error_message(parsed), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        endpoint, ": the request body is not valid JSON (", simdjson::error_message(parsed),
+        parsed == simdjson::NUMBER_ERROR ? "; numbers must fit a 64-bit integer or a double" : "",
+        ")"));
   }
   if (root.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the request body must be a JSON object, got ", KindName(root)));
+        absl::StrCat(endpoint, ": the request body must be a JSON object, got ", KindName(root)));
   }
   element field;
   if (root["id"].get(field) == simdjson::SUCCESS) {
@@ -515,7 +522,7 @@ absl::Status RestInferParser::Parse(absl::string_view body, const char* header_l
 
   simdjson::dom::array inputs;
   if (root["inputs"].get(field) != simdjson::SUCCESS) {
-    return absl::InvalidArgumentError("the request has no 'inputs'");
+    return absl::InvalidArgumentError(absl::StrCat(endpoint, ": the request has no 'inputs'"));
   }
   if (field.get_array().get(inputs) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError(

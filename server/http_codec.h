@@ -45,13 +45,14 @@ class RestInferParser {
   ~RestInferParser();
 
   // Parses `body` into `request` (inputs, outputs, id, parameters; the model name and version
-  // come from the URL and are left alone) and `outputs`. `header_length` is the
+  // come from the URL and are left alone) and `outputs`. `endpoint` ("infer", "generate_stream")
+  // names the request in the errors about the body as a whole. `header_length` is the
   // Inference-Header-Content-Length header (nullptr when absent: the whole body is JSON);
   // binary inputs view the bytes after the JSON, so `body` must outlive the request. `body` must
   // have 64 readable bytes past its end. InvalidArgument, naming the field or tensor, for
   // malformed JSON, missing or mistyped fields, and binary sizes that do not add up.
-  absl::Status Parse(absl::string_view body, const char* header_length, InferenceRequest* request,
-                     RestOutputs* outputs);
+  absl::Status Parse(absl::string_view endpoint, absl::string_view body, const char* header_length,
+                     InferenceRequest* request, RestOutputs* outputs);
 
  private:
   struct Impl;

@@ -33,10 +33,12 @@ struct ThreadConnections {
 // OnPostAccept) or its own thread (OnThreadInit/Exit).
 struct HttpCallbacks {
   static void OnRequest(evhtp_request_t* request, void* arg);
+  static evhtp_res OnHeader(evhtp_request_t* request, evhtp_header_t* header, void* arg);
   static evhtp_res OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg);
   static evhtp_res OnBody(evhtp_request_t* request, evbuffer* chunk, void* arg);
   static evhtp_res OnRequestFini(evhtp_request_t* request, void* arg);
   static evhtp_res OnPostAccept(evhtp_connection_t* connection, void* arg);
+  static void OnRead(bufferevent* bev, void* connection);
   static evhtp_res OnConnectionFini(evhtp_connection_t* connection, void* arg);
   static void OnEvent(evhtp_connection_t* connection, short events, void* arg);
   static void OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg);
@@ -65,6 +67,100 @@ std::string BindAddress(const std::string& address) {
   if (host.find(':') != std::string::npos) return "ipv6:" + host;
   if (host == "localhost") host = "127.0.0.1";
   return "ipv4:" + host;
+}
+
+// FailHandOffsForTesting's orders: how many hand-offs still fail, and whether their fallback does.
+std::atomic<int> failing_hand_offs{0};
+std::atomic<bool> failing_loop_hand_offs{false};
+
+// A callback handed to an event thread through its event loop instead of its command pipe.
+struct LoopHandOff {
+  evthr_cb callback;
+  evthr_t* thread;
+  void* arg;
+};
+
+void RunLoopHandOff(evutil_socket_t, short, void* arg) {
+  auto* hand_off = static_cast<LoopHandOff*>(arg);
+  hand_off->callback(hand_off->thread, hand_off->arg, nullptr);
+  delete hand_off;
+}
+
+// Whether the next hand-off is to fail (FailHandOffsForTesting): its command pipe, and its
+// fallback through the event loop.
+std::pair<bool, bool> TakeHandOffFailure() {
+  for (int left = failing_hand_offs.load(); left > 0;) {
+    if (failing_hand_offs.compare_exchange_weak(left, left - 1)) {
+      return {true, failing_loop_hand_offs.load()};
+    }
+  }
+  return {false, false};
+}
+
+// Has `thread` run `callback(thread, arg, nullptr)` from its event loop: a one-shot event, which
+// wakes the loop through libevent's own notification (an eventfd: it does not fill up).
+bool HandOffThroughLoop(evthr_t* thread, evthr_cb callback, void* arg) {
+  auto* hand_off = new LoopHandOff{callback, thread, arg};
+  const timeval now{0, 0};
+  if (event_base_once(evthr_get_base(thread), -1, EV_TIMEOUT, &RunLoopHandOff, hand_off, &now) ==
+      0) {
+    return true;
+  }
+  delete hand_off;
+  return false;
+}
+
+// How many headers `headers` has and how many bytes their names and values take.
+std::pair<int, size_t> HeaderSizes(const evhtp_headers_t* headers) {
+  int count = 0;
+  size_t bytes = 0;
+  const evhtp_header_t* header;
+  TAILQ_FOREACH(header, headers, next) {
+    ++count;
+    bytes += header->klen + header->vlen;
+  }
+  return {count, bytes};
+}
+
+bool HeadersOverBounds(int count, size_t bytes) {
+  return count > HttpServer::kMaxHeaders || bytes > HttpServer::kMaxHeaderBytes;
+}
+
+// Has libevhtp close the connection once the answer to `request` is out. (Its
+// evhtp_request_set_keepalive(request, 0) does nothing: it only ever sets the flag.)
+void CloseAfterReply(evhtp_request_t* request) {
+  request->flags &= static_cast<uint16_t>(~EVHTP_REQ_FLAG_KEEPALIVE);
+}
+
+// The answer to a request refused before the handler: `status` and {"error": message}, and the
+// connection closes once it is out.
+void Refuse(evhtp_request_t* request, int status, const std::string& message) {
+  evhtp_headers_add_header(request->headers_out,
+                           evhtp_header_new("Content-Type", "application/json", 0, 0));
+  const std::string body = absl::StrCat("{\"error\":\"", message, "\"}");
+  evbuffer_add(request->buffer_out, body.data(), body.size());
+  CloseAfterReply(request);
+  evhtp_send_reply(request, static_cast<evhtp_res>(status));
+}
+
+// libevhtp's own read callback (the same for every connection), which OnRead calls.
+std::atomic<bufferevent_data_cb> evhtp_read{nullptr};
+
+// Past this many buffered bytes without the end of the request line, OnRead lets libevhtp's
+// parser see them anyway (it refuses a path over its 8 KiB token limit and closes).
+constexpr size_t kMaxRequestLineWait = 16 << 10;
+
+// Whether `input` holds a whole request line (empty lines before it skipped).
+bool HasRequestLine(evbuffer* input) {
+  evbuffer_ptr at;
+  evbuffer_ptr_set(input, &at, 0, EVBUFFER_PTR_SET);
+  while (true) {
+    size_t eol_length = 0;
+    const evbuffer_ptr eol = evbuffer_search_eol(input, &at, &eol_length, EVBUFFER_EOL_ANY);
+    if (eol.pos < 0) return false;
+    if (eol.pos > at.pos) return true;
+    evbuffer_ptr_set(input, &at, eol_length, EVBUFFER_PTR_ADD);
+  }
 }
 
 // Declared body sizes above this are refused before their body is read.
@@ -107,19 +203,44 @@ void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::str
 
 bool HttpExchange::Defer(void (*callback)(evthr_t*, void*, void*)) {
   HttpServer* server = server_;
-  absl::MutexLock lock(&server->mutex_);
-  // Past the shutdown's drain the event threads are stopping (or gone) with their connections:
-  // the answer is dropped without touching the request, which is not this thread's.
-  if (server->threads_stopped_) return false;
-  // evthr_defer writes to the thread's socket pair, which may be momentarily full.
-  for (int attempt = 0; evthr_defer(thread_, callback, this) != EVTHR_RES_OK; ++attempt) {
-    if (attempt == 1000) {
-      LogError("HTTP: cannot hand an answer to its event thread; the client gets none");
-      return true;
+  const auto [fail_pipe, fail_loop] = TakeHandOffFailure();
+  const absl::Time give_up = absl::Now() + HttpServer::kHandOffPatience;
+  bool handed = false;
+  while (true) {
+    {
+      // Held while handing over, not while waiting: an event thread finishing an exchange
+      // (ExchangeDone) takes it too, and must go on draining its pipe meanwhile.
+      absl::MutexLock lock(&server->mutex_);
+      // Past the shutdown's drain the event threads are stopping (or gone) with their
+      // connections: the answer is dropped without touching the request, not this thread's.
+      if (server->threads_stopped_) break;
+      // evthr_defer writes to the thread's socket pair, full while the thread is busy and many
+      // callbacks wait for it.
+      if (!fail_pipe && evthr_defer(thread_, callback, this) == EVTHR_RES_OK) {
+        handed = true;
+        break;
+      }
+      if (absl::Now() >= give_up) {
+        LogError("HTTP: an event thread's command pipe stayed full; handing over through its loop");
+        handed = !fail_loop && HandOffThroughLoop(thread_, callback, this);
+        if (!handed) {
+          LogError("HTTP: cannot hand an answer to its event thread; the exchange is abandoned");
+        }
+        break;
+      }
     }
     absl::SleepFor(absl::Milliseconds(1));
   }
-  return true;
+  if (!handed) {
+    // Whatever produces the answer stops (ClientGone), and no further chunk is taken.
+    abandoned_.store(true);
+    broken_.store(true);
+    if (window_ != nullptr) {
+      absl::MutexLock lock(&window_->mutex);
+      window_->closed = true;
+    }
+  }
+  return handed;
 }
 
 void HttpExchange::DropChunks() {
@@ -149,7 +270,8 @@ void HttpExchange::StartChunks(int status,
   window_ = std::make_shared<ChunkWindow>();
 }
 
-void HttpExchange::SendChunk(std::string chunk) {
+bool HttpExchange::SendChunk(std::string chunk) {
+  if (abandoned_.load()) return false;
   {
     absl::MutexLock lock(&window_->mutex);
     ++window_->unwritten;
@@ -161,10 +283,22 @@ void HttpExchange::SendChunk(std::string chunk) {
     schedule = !flush_scheduled_;
     flush_scheduled_ = true;
   }
-  if (schedule && !Defer(&HttpCallbacks::FlushDeferred)) DropChunks();
+  if (schedule && !Defer(&HttpCallbacks::FlushDeferred)) {
+    DropChunks();
+    return false;
+  }
+  return true;
 }
 
 void HttpExchange::EndChunks(std::string last_chunk) {
+  if (abandoned_.load()) {
+    // No flush is on its way (the last hand-off failed): only let go.
+    {
+      absl::MutexLock lock(&chunks_mutex_);
+      end_ = true;
+    }
+    return DropChunks();
+  }
   if (!last_chunk.empty()) {
     absl::MutexLock lock(&window_->mutex);
     ++window_->unwritten;
@@ -289,7 +423,7 @@ void HttpExchange::SendReply() {
 }
 
 void HttpExchange::Release() {
-  if (--owners_ == 0) delete this;
+  if (owners_.fetch_sub(1) == 1) delete this;
 }
 
 // ---- callbacks ----
@@ -362,8 +496,30 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
   }
 }
 
+evhtp_res HttpCallbacks::OnHeader(evhtp_request_t* request, evhtp_header_t* header, void* arg) {
+  // `header` is the last of headers_in. Past the bounds, the first header over them stays (it
+  // marks the request for OnHeaders) and every later one is dropped as it arrives, so a client
+  // streaming headers without end costs no memory.
+  const auto [count, bytes] = HeaderSizes(request->headers_in);
+  if (HeadersOverBounds(count - 1, bytes - header->klen - header->vlen)) {
+    evhtp_header_rm_and_free(request->headers_in, header);
+  }
+  return EVHTP_RES_OK;
+}
+
 evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* headers, void* arg) {
   auto* server = static_cast<HttpServer*>(arg);
+  if (const auto [count, bytes] = HeaderSizes(headers); HeadersOverBounds(count, bytes)) {
+    // Answered once the request is in (its body, if any, is bounded as any other's): an answer
+    // written before that would leave libevhtp waiting for the request's end, never closing.
+    request->cb = [](evhtp_request_t* request, void*) {
+      Refuse(request, 431,
+             absl::StrCat("the request has more than ", HttpServer::kMaxHeaders,
+                          " headers or more than ", HttpServer::kMaxHeaderBytes,
+                          " bytes of header names and values"));
+    };
+    return EVHTP_RES_OK;
+  }
   const char* length_text = evhtp_header_find(headers, "Content-Length");
   uint64_t length = 0;
   if (length_text == nullptr || !absl::SimpleAtoi(length_text, &length) ||
@@ -375,16 +531,11 @@ evhtp_res HttpCallbacks::OnHeaders(evhtp_request_t* request, evhtp_headers_t* he
   // still sends is read and dropped (OnBody), and the request never reaches the handler. A client
   // still sending when the connection closes may see a reset instead of the answer, which is why
   // a body only somewhat over the limit takes the slower, clean path.
-  evhtp_headers_add_header(request->headers_out,
-                           evhtp_header_new("Content-Type", "application/json", 0, 0));
-  evbuffer_add_printf(request->buffer_out,
-                      "{\"error\":\"the request body of %llu bytes (Content-Length) exceeds the "
-                      "server's limit of %llu bytes (--max_message_bytes)\"}",
-                      static_cast<unsigned long long>(length),
-                      static_cast<unsigned long long>(server->max_body_bytes_));
-  evhtp_request_set_keepalive(request, 0);
   request->cb = [](evhtp_request_t*, void*) {};
-  evhtp_send_reply(request, 413);
+  Refuse(request, 413,
+         absl::StrCat("the request body of ", length,
+                      " bytes (Content-Length) exceeds the server's limit of ",
+                      server->max_body_bytes_, " bytes (--max_message_bytes)"));
   return EVHTP_RES_OK;
 }
 
@@ -412,9 +563,33 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
   return EVHTP_RES_OK;
 }
 
+void HttpCallbacks::OnRead(bufferevent* bev, void* connection) {
+  const evhtp_request_t* request = static_cast<evhtp_connection_t*>(connection)->request;
+  // The request line not parsed yet (libevhtp sets the request's uri once it has the path).
+  if (request == nullptr || request->uri == nullptr) {
+    evbuffer* input = bufferevent_get_input(bev);
+    if (evbuffer_get_length(input) < kMaxRequestLineWait && !HasRequestLine(input)) return;
+  }
+  evhtp_read.load()(bev, connection);
+}
+
 evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
+  // libevhtp 1.2.18 misparses a request line that arrives in more than one read: the path keeps
+  // what the first read brought (GET /v2/health/live sent a byte at a time was answered 404, a
+  // path split after 50 bytes routed to another endpoint, some splits were never answered), so
+  // its parser gets a connection's bytes only once the request line is whole (OnRead).
+  bufferevent_data_cb read = nullptr;
+  bufferevent_data_cb write = nullptr;
+  bufferevent_event_cb event = nullptr;
+  void* callback_arg = nullptr;
+  bufferevent_getcb(connection->bev, &read, &write, &event, &callback_arg);
+  if (read != nullptr && read != &OnRead) {
+    evhtp_read.store(read);
+    bufferevent_setcb(connection->bev, &OnRead, write, event, callback_arg);
+  }
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
   if (open != nullptr) open->open.insert(connection);
+  evhtp_connection_set_hook(connection, evhtp_hook_on_header, AsHook(&OnHeader), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_headers, AsHook(&OnHeaders), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_read, AsHook(&OnBody), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_connection_fini, AsHook(&OnConnectionFini),
@@ -594,6 +769,11 @@ void HttpServer::Shutdown(absl::Duration drain) {
 }
 
 HttpServer::~HttpServer() { Shutdown(absl::Seconds(1)); }
+
+void HttpServer::FailHandOffsForTesting(int count, bool loop_too) {
+  failing_loop_hand_offs.store(loop_too);
+  failing_hand_offs.store(count);
+}
 
 int HttpStatusFor(absl::StatusCode code) {
   switch (code) {

@@ -59,9 +59,11 @@ class HttpExchange {
   // with the first chunk), SendChunk any number of times, EndChunks once, which ends the exchange
   // as Reply does. From a thread other than the event thread while the handler runs; one thread
   // at a time, in that order. The chunks move to the connection's event thread, which writes
-  // them; once the client is gone they are dropped.
+  // them; once the client is gone they are dropped. SendChunk is false once the chunks can no
+  // longer reach the event thread (a hand-off failed, see Defer; ClientGone is then true too):
+  // the producer stops and ends the exchange with EndChunks, which then only lets go of it.
   void StartChunks(int status, std::vector<std::pair<std::string, std::string>> headers);
-  void SendChunk(std::string chunk);
+  bool SendChunk(std::string chunk);
   void EndChunks(std::string last_chunk);
   // Waits until fewer than `limit` of the chunks given to SendChunk are waiting to be written to
   // the socket (handed to the event thread or in libevent's output buffer: a client that does
@@ -84,21 +86,28 @@ class HttpExchange {
   // On the connection's thread: writes the chunks handed over so far (and the headers first,
   // the end last), or drops them when the request is gone.
   void FlushChunks();
-  // Hands `callback` (an evthr callback taking this exchange) to the connection's thread; false
-  // once Shutdown's drain is over (the threads and their requests are going): the caller lets
-  // go instead, without touching the request.
+  // Hands `callback` (an evthr callback taking this exchange) to the connection's thread: through
+  // the thread's command pipe, or, when that stays full for HttpServer::kHandOffPatience (the
+  // thread is busy, e.g. parsing a huge body, while many answers wait for it), through its event
+  // loop (event_base_once, woken by libevent's own notification). False when neither takes it, or
+  // once Shutdown's drain is over (the threads and their requests are going): the exchange is
+  // then abandoned (ClientGone true, SendChunk false) and the caller lets go of it without
+  // touching the request, whose paused connection Shutdown closes.
   bool Defer(void (*callback)(evthr* thread, void* exchange, void* shared));
   // Drops the chunks handed over (the client or the event threads are gone); at the end, lets
   // go of the exchange.
   void DropChunks();
-  void Release();  // one of the two owners (evhtp's request, the handler) is done
+  // One of the two owners (evhtp's request, the handler) is done; the last frees the exchange.
+  // Any thread.
+  void Release();
 
   HttpServer* server_ = nullptr;
   evhtp_request* request_ = nullptr;  // null once evhtp has freed it
   evthr* thread_ = nullptr;           // the connection's event thread
   std::thread::id thread_id_;
-  std::atomic<int> fd_{-1};          // the connection's socket; -1 once evhtp freed the request
-  std::atomic<bool> broken_{false};  // a write to the client failed or timed out
+  std::atomic<int> fd_{-1};             // the connection's socket; -1 once evhtp freed the request
+  std::atomic<bool> broken_{false};     // a write to the client failed or timed out
+  std::atomic<bool> abandoned_{false};  // a hand-off to the event thread failed (Defer)
   std::string method_;
   std::string path_;
   std::string body_storage_;
@@ -108,7 +117,7 @@ class HttpExchange {
   bool answered_in_handler_ = false;  // Reply ran inside the handler (event thread only)
   bool paused_ = false;               // the connection was paused to wait for the reply
   bool sent_ = false;                 // the reply went to libevhtp (event thread only)
-  int owners_ = 2;                    // evhtp's request + the handler (event thread only)
+  std::atomic<int> owners_{2};        // evhtp's request + the handler
   int status_ = 0;
   std::vector<std::pair<std::string, std::string>> reply_headers_;
   std::string reply_body_;
@@ -128,7 +137,8 @@ class HttpExchange {
 // bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
 // reaches the handler and is answered 413 with {"error": ...}: after reading and dropping it as it
 // arrives (the connection is kept), or at once when its Content-Length declares more than twice
-// the limit (at least the limit + 64 MiB; the connection then closes). Memory stays bounded. TLS
+// the limit (at least the limit + 64 MiB; the connection then closes). Headers are bounded too
+// (kMaxHeaders, kMaxHeaderBytes: 431). Memory stays bounded. TLS
 // (and mutual TLS) with PEM files, as for gRPC.
 //
 // The handler runs on an event thread for every request and must not block: it answers at once
@@ -152,6 +162,18 @@ class HttpServer {
     std::string tls_client_ca;
   };
   static constexpr absl::Duration kIdleTimeout = absl::Seconds(60);
+  // A request with more headers, or more bytes of header names and values, is answered 431
+  // once its headers are in (the headers past the bound are dropped as they arrive) and never
+  // reaches the handler; the connection then closes.
+  static constexpr int kMaxHeaders = 100;
+  static constexpr size_t kMaxHeaderBytes = size_t{64} << 10;
+  // How long a hand-off to an event thread waits for room in the thread's command pipe before it
+  // goes through the thread's event loop instead (HttpExchange::Defer).
+  static constexpr absl::Duration kHandOffPatience = absl::Seconds(1);
+
+  // Testing only: the next `count` hand-offs to an event thread find its command pipe full for
+  // all of kHandOffPatience; with `loop_too`, their fallback through the event loop fails too.
+  static void FailHandOffsForTesting(int count, bool loop_too);
 
   // Binds and starts serving. Unavailable when the address cannot be bound, InvalidArgument for
   // unusable TLS files.

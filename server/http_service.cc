@@ -41,67 +41,6 @@ void ReplyProto(HttpExchange* exchange, const absl::StatusOr<T>& answer) {
   ReplyJson(exchange, ProtoToJson(*answer));
 }
 
-// The parsed path: /v2/models/{model}[/versions/{version}][/{action}] and the rest.
-struct Route {
-  std::string model;
-  std::string version;
-  std::string action;  // "", "ready", "infer", "config", "stats", "load", "unload", "index"
-  // The method the route takes, "" when the path names nothing.
-  std::string method;
-};
-
-// Parses the path of a KServe v2 / Triton request; method "" for an unknown path.
-Route Parse(const std::string& path) {
-  std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
-  Route route;
-  const size_t n = parts.size();
-  if (n == 0 || parts[0] != "v2") return route;
-  if (n == 1) {
-    route.method = "GET";  // server metadata
-    return route;
-  }
-  if (parts[1] == "health" && n == 3 && (parts[2] == "live" || parts[2] == "ready")) {
-    route.action = parts[2];
-    route.method = "GET";
-    return route;
-  }
-  if (parts[1] == "repository") {
-    if (n == 3 && parts[2] == "index") {
-      route.action = "index";
-      route.method = "POST";
-    } else if (n == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
-      route.model = parts[3];
-      route.action = parts[4];
-      route.method = "POST";
-    }
-    return route;
-  }
-  if (parts[1] != "models") return route;
-  if (n == 3 && parts[2] == "stats") {  // every model's statistics
-    route.action = "stats";
-    route.method = "GET";
-    return route;
-  }
-  if (n < 3) return route;
-  route.model = parts[2];
-  size_t next = 3;
-  if (n >= 5 && parts[3] == "versions") {
-    route.version = parts[4];
-    next = 5;
-  }
-  if (next == n) {
-    route.method = "GET";  // model metadata
-  } else if (next + 1 == n) {
-    route.action = parts[next];
-    if (route.action == "ready" || route.action == "config" || route.action == "stats") {
-      route.method = "GET";
-    } else if (route.action == "infer" || route.action == "generate_stream") {
-      route.method = "POST";
-    }
-  }
-  return route;
-}
-
 // Server-sent events: each response is one event, `data: <JSON>` and a blank line.
 std::string SseEvent(absl::string_view json) { return absl::StrCat("data: ", json, "\n\n"); }
 
@@ -130,16 +69,18 @@ class HttpInferCall final : public InferenceCall {
 
   // On the event thread: parses the body into `request` and submits it. The runner answers
   // every outcome through Finish, which deletes the call.
-  void Start(InferenceRunner* runner, const Route& route) {
+  void Start(InferenceRunner* runner, const RestRoute& route) {
     // One parser per event thread: its document must stay until Submit has bound the request.
     thread_local RestInferParser parser;
     request.model_name = route.model;
     request.model_version = route.version;
     // generate_stream streams iterations unless the request says `stream_iterations: false`.
     request.stream_iterations = route.action == "generate_stream";
-    request.error = CatchExceptions("infer: ", [&] {
-      return parser.Parse(exchange_->body(), exchange_->Header("Inference-Header-Content-Length"),
-                          &request, &outputs_);
+    const std::string& endpoint = route.action;
+    request.error = CatchExceptions(absl::StrCat(endpoint, ": "), [&] {
+      return parser.Parse(endpoint, exchange_->body(),
+                          exchange_->Header("Inference-Header-Content-Length"), &request,
+                          &outputs_);
     });
     events_ = route.action == "generate_stream" || request.stream_iterations;
     if (request.error.ok() && events_) request.error = CheckNoBinaryOutputs();
@@ -172,7 +113,12 @@ class HttpInferCall final : public InferenceCall {
           [this](absl::Time until) { return exchange_->AwaitChunkRoom(kStreamWindow, until); },
           "the client was not reading the server-sent events"));
     }
-    exchange_->SendChunk(SseEvent(event_json_));
+    if (!exchange_->SendChunk(SseEvent(event_json_))) {
+      // The connection's event thread could not take the event: the stream is abandoned, and
+      // the run stops here rather than computing iterations nobody receives.
+      return absl::UnavailableError(
+          "HTTP: the server-sent event could not be handed to the connection's event thread");
+    }
     return absl::OkStatus();
   }
 
@@ -221,6 +167,57 @@ class HttpInferCall final : public InferenceCall {
 
 }  // namespace
 
+RestRoute ParseRestRoute(absl::string_view path) {
+  std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
+  RestRoute route;
+  const size_t n = parts.size();
+  if (n == 0 || parts[0] != "v2") return route;
+  if (n == 1) {
+    route.method = "GET";  // server metadata
+    return route;
+  }
+  if (parts[1] == "health" && n == 3 && (parts[2] == "live" || parts[2] == "ready")) {
+    route.action = parts[2];
+    route.method = "GET";
+    return route;
+  }
+  if (parts[1] == "repository") {
+    if (n == 3 && parts[2] == "index") {
+      route.action = "index";
+      route.method = "POST";
+    } else if (n == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
+      route.model = parts[3];
+      route.action = parts[4];
+      route.method = "POST";
+    }
+    return route;
+  }
+  if (parts[1] != "models") return route;
+  if (n == 3 && parts[2] == "stats") {  // every model's statistics
+    route.action = "stats";
+    route.method = "GET";
+    return route;
+  }
+  if (n < 3) return route;
+  route.model = parts[2];
+  size_t next = 3;
+  if (n >= 5 && parts[3] == "versions") {
+    route.version = parts[4];
+    next = 5;
+  }
+  if (next == n) {
+    route.method = "GET";  // model metadata
+  } else if (next + 1 == n) {
+    route.action = parts[next];
+    if (route.action == "ready" || route.action == "config" || route.action == "stats") {
+      route.method = "GET";
+    } else if (route.action == "infer" || route.action == "generate_stream") {
+      route.method = "POST";
+    }
+  }
+  return route;
+}
+
 absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServer::Options& options,
                                                                 InferenceRunner* runner,
                                                                 ServerApi* api) {
@@ -246,7 +243,7 @@ void HttpService::Shutdown(absl::Duration drain) {
 }
 
 void HttpService::Handle(HttpExchange* exchange) {
-  const Route route = Parse(exchange->path());
+  const RestRoute route = ParseRestRoute(exchange->path());
   if (route.method.empty()) {
     return ReplyError(exchange, absl::NotFoundError(absl::StrCat(
                                     "no KServe v2 endpoint at ", QuoteUntrusted(exchange->path()),

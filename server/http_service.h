@@ -4,12 +4,27 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/http_server.h"
 #include "server/inference_runner.h"
 #include "server/server_api.h"
 
 namespace loopserve::server {
+
+// A REST request's path parsed: /v2/models/{model}[/versions/{version}][/{action}] and the rest
+// of the table below.
+struct RestRoute {
+  std::string model;
+  std::string version;
+  // "", "live", "ready", "infer", "generate_stream", "config", "stats", "load", "unload", "index"
+  std::string action;
+  std::string method;  // the method the route takes, "" when the path names nothing
+};
+
+// Parses the path of a KServe v2 / Triton request (percent-escapes undone, no query string);
+// method "" for an unknown path. Never fails otherwise: the handler validates what it names.
+RestRoute ParseRestRoute(absl::string_view path);
 
 // The REST adapter: KServe v2 (Open Inference Protocol) over HTTP/1.1 on an HttpServer, over the
 // protocol-free InferenceRunner (POST .../infer) and ServerApi (everything else). Its own

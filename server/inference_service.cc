@@ -141,7 +141,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   absl::Status Parse() {
     auto* bytes = const_cast<grpc::ByteBuffer*>(request_bytes_);  // ours until the call ends
     request_size_ = bytes->Valid() ? bytes->Length() : 0;
-    return ParseInferRequest(*bytes, &request_);
+    return ParseInferRequest(*bytes, "ModelInfer", &request_);
   }
 
   grpc::CallbackServerContext* const context_;
@@ -227,8 +227,9 @@ class InferenceService::StreamCall final : public InferenceCall {
 
   // Parses the stream's read and submits it. On the stream's reading thread.
   void Start(grpc::ByteBuffer* bytes, InferenceRunner* runner) {
-    const absl::Status parsed =
-        CatchExceptions("ModelStreamInfer: ", [&] { return ParseInferRequest(*bytes, &request_); });
+    const absl::Status parsed = CatchExceptions("ModelStreamInfer: ", [&] {
+      return ParseInferRequest(*bytes, "ModelStreamInfer", &request_);
+    });
     if (!parsed.ok()) {
       Finish(parsed);  // no model named yet: nothing for the runner to record
       return;

@@ -141,7 +141,8 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
 
 }  // namespace
 
-absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, inference::ModelInferRequest* request) {
+absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, absl::string_view rpc,
+                               inference::ModelInferRequest* request) {
   const size_t size = bytes.Valid() ? bytes.Length() : 0;
   bool parsed = true;
   if (size > 0) {
@@ -151,7 +152,7 @@ absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, inference::ModelInferReq
   bytes.Clear();
   if (!parsed) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ModelInfer: the request (", size,
+        absl::StrCat(rpc, ": the request (", size,
                      " bytes) is not a valid inference.ModelInferRequest message"));
   }
   return absl::OkStatus();

@@ -14,9 +14,11 @@ namespace loopserve::server {
 // Translation between the KServe v2 gRPC messages and the protocol-free request (infer_request.h)
 // and engine values. Stateless functions; thread-safe.
 
-// Parses the serialized ModelInferRequest in `bytes` (a gRPC message) into `request` and empties
-// `bytes`. InvalidArgument for bytes that are not such a message (empty bytes are an empty one).
-absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, inference::ModelInferRequest* request);
+// Parses the serialized ModelInferRequest in `bytes` (a gRPC message of the RPC `rpc`:
+// "ModelInfer" or "ModelStreamInfer") into `request` and empties `bytes`. InvalidArgument, naming
+// `rpc`, for bytes that are not such a message (empty bytes are an empty one).
+absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, absl::string_view rpc,
+                               inference::ModelInferRequest* request);
 
 // Fills `out` from `request`: raw inputs view `request.raw_input_contents`, typed inputs decode
 // from `request`'s typed contents fields, so `request` must outlive `out` and every tensor bound

@@ -14,6 +14,8 @@ OUT_DIR/<target>/ receives, for
   model_config_fuzz       Triton config.pbtxt texts using the fields loopserve reads, and every
                           config.pbtxt under the --onnx_dir folders
   ovms_config_fuzz        OpenVINO Model Server config.json texts, and every .json under them
+  rest_request_fuzz       REST requests (path, Inference-Header-Content-Length, body): the request
+                          bodies of the HTTP tests for the target's two models, JSON and binary
 Deterministic; nothing here is checked in.
 """
 
@@ -123,6 +125,81 @@ def infer_request_seeds(out, repo_root, protoc):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def rest_request_seeds(out):
+    """REST requests as rest_request_fuzz reads them (path, header length or "-", body): the
+    request bodies of http_codec_test.cc and the Python HTTP/SSE tests, against the target's
+    models, JSON and binary, valid and broken."""
+    import json
+    import numpy as np
+    seeds = []
+
+    def add(path, body, header_length="-"):
+        if isinstance(body, str):
+            body = body.encode()
+        seeds.append(path.encode() + b"\n" + header_length.encode() + b"\n" + body)
+
+    kinds = {"FP32": np.float32, "FP64": np.float64, "INT8": np.int8, "INT16": np.int16,
+             "INT32": np.int32, "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16,
+             "UINT32": np.uint32, "UINT64": np.uint64, "BOOL": np.bool_, "FP16": np.float16}
+    infer = "/v2/models/identity/infer"
+    for dt, kind in kinds.items():
+        a = (np.arange(6) % 2).astype(kind).reshape(2, 3)
+        name = "in_" + dt.lower()
+        if dt != "FP16":  # FP16 only as binary data
+            add(infer, json.dumps({"id": "j", "inputs": [
+                {"name": name, "datatype": dt, "shape": [2, 3], "data": a.tolist()}]}))
+            add(infer, json.dumps({"inputs": [
+                {"name": name, "datatype": dt, "shape": [2, 3], "data": a.ravel().tolist()}],
+                "outputs": [{"name": "out_" + dt.lower(), "parameters": {"binary_data": True}}]}))
+        head = json.dumps({"inputs": [{"name": name, "datatype": dt, "shape": [2, 3],
+                                       "parameters": {"binary_data_size": a.nbytes}}],
+                           "parameters": {"binary_data_output": True}}).encode()
+        add(infer, head + a.tobytes(), str(len(head)))
+    strings = [b"a", b"", b"\xff\x00z", b"loop", b"serve", b"!"]
+    add(infer, json.dumps({"inputs": [{"name": "in_bytes", "datatype": "BYTES", "shape": [2, 3],
+                                       "data": [s.decode("latin-1") for s in strings]}]}))
+    blob = b"".join(len(s).to_bytes(4, "little") + s for s in strings)
+    head = json.dumps({"inputs": [{"name": "in_bytes", "datatype": "BYTES", "shape": [2, 3],
+                                   "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    add(infer, head + blob, str(len(head)))
+    counter = {"inputs": [{"name": "M", "datatype": "INT64", "shape": [], "data": [3]},
+                          {"name": "x", "datatype": "FP32", "shape": [2], "data": [0.5, -2.0]}],
+               "parameters": {"timeout": 100000}}
+    add("/v2/models/counter/infer", json.dumps(counter))
+    add("/v2/models/counter/versions/1/infer", json.dumps(counter))
+    add("/v2/models/counter/generate_stream", json.dumps(counter))
+    add("/v2/models/counter/infer", json.dumps(dict(counter, parameters={"stream_iterations": True})))
+    # http_codec_test.cc's bad bodies and the hostile ones of the Python tests.
+    for body in ['{', '[1]', '{"inputs": 3}', '{"inputs": [{"datatype": "FP32"}]}',
+                 '{"inputs": [], "parameters": {"timeout": -5}}',
+                 '{"inputs": [], "outputs": [{"name": "y", "parameters": {"classification": 2}}]}',
+                 '{"inputs": [{"name": "in_int64", "datatype": "INT64", "shape": [1, 3], '
+                 '"data": [1, 2, 9223372036854775808]}]}',
+                 '{"inputs": [{"name": "in_fp32", "datatype": "FP32", "shape": [1, 3], '
+                 '"data": [1e999, -0.0, 3]}]}',
+                 '{"inputs": [{"name": "in_fp32", "datatype": "FP32", "shape": [1, 3], '
+                 '"data": [[[[[[1]]]]], 2, 3]}]}',
+                 '{"inputs": [{"name": "in_fp32", "datatype": "FP32", "shape": '
+                 '[4294967296, 4294967296], "data": []}]}',
+                 '{"inputs": [{"name": "in_fp32", "datatype": "FP32", "shape": [1, 3], '
+                 '"data": [1, 2, 3], "parameters": {"binary_data_size": 12}}]}',
+                 '{"id": 5, "inputs": []}', '{"inputs": [], "parameters": []}',
+                 "[" * 2000 + "]" * 2000]:
+        add(infer, body)
+    add(infer, '{"inputs": []}', "-1")
+    add(infer, '{"inputs": []}', "99999")
+    add("/v2/repository/index", '{"ready": true}')
+    add("/v2/repository/index", "")
+    add("/v2/repository/models/identity/load", '{"parameters": {"config": "{}"}}')
+    add("/v2/repository/models/identity/load", '{"parameters": 3}')
+    add("/v2/models/identity/versions/2/ready", "")
+    add("/v2//models/%2e%2e/infer", "{}")
+    for i, seed in enumerate(seeds):
+        with open(os.path.join(out, "seed_%04d.req" % i), "wb") as f:
+            f.write(seed)
+    return len(seeds)
+
+
 # Triton ModelConfig texts (besides every config.pbtxt under the --onnx_dir folders).
 CONFIGS = [
     "",
@@ -196,6 +273,7 @@ def main():
         ("infer_request_fuzz", lambda d: infer_request_seeds(d, args.repo_root, args.protoc)),
         ("model_config_fuzz", lambda d: config_seeds(d, args.onnx_dir)),
         ("ovms_config_fuzz", lambda d: ovms_seeds(d, args.onnx_dir)),
+        ("rest_request_fuzz", rest_request_seeds),
     ]:
         d = os.path.join(args.out_dir, target)
         shutil.rmtree(d, ignore_errors=True)

@@ -141,6 +141,26 @@ def main():
                             outcome="deadline_exceeded") >= 1, "deadline counted")
         print("stream: %d requests on one stream answered by id, errors in-stream" % len(sent))
 
+        # Bytes that are no ModelInferRequest: the error names ModelStreamInfer (not ModelInfer),
+        # in-stream, and the stream goes on.
+        raw_stream = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=lambda b: b,
+            response_deserializer=pb.ModelStreamInferResponse.FromString)
+        good = request("counter", [("M", np.array(2, np.int64)),
+                                   ("start", np.array([7], np.int64))], rid="after_bad_bytes")
+        responses = list(raw_stream(iter([b"\xff\xff\xff\xff", good.SerializeToString()]),
+                                    timeout=60))
+        check(len(responses) == 2, "undecodable bytes: %d responses" % len(responses))
+        message = responses[0].error_message
+        check(message.startswith("ModelStreamInfer: ") and
+              "not a valid inference.ModelInferRequest" in message,
+              "undecodable bytes on a stream: %r" % message)
+        check(responses[1].error_message == "" and
+              responses[1].infer_response.id == "after_bad_bytes",
+              "the stream goes on after undecodable bytes: %r" % responses[1].error_message)
+        print("stream: undecodable bytes answered in-stream, naming ModelStreamInfer")
+
         # A stream the client cancels stops its running Loop.
         def cancel_running(requests, after_responses=0):
             """Sends `requests` on a stream, reads `after_responses`, waits until a request is in

@@ -25,6 +25,8 @@ namespace {
 
 constexpr absl::string_view kGrpcLine = "loopserve: grpc listening on ";
 constexpr absl::string_view kMetricsLine = "loopserve: metrics listening on ";
+// Printed before the metrics line, when HTTP is on.
+constexpr absl::string_view kHttpLine = "loopserve: http listening on ";
 constexpr char kMetricsDisabled[] = "loopserve: metrics disabled";
 
 std::string ReadFile(const std::string& path) {
@@ -129,6 +131,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const Option
     server->mu_.AwaitWithTimeout(absl::Condition(&ports_known), options.startup_timeout);
     server->grpc_port_ = PortAfter(server->stdout_, kGrpcLine);
     server->metrics_port_ = PortAfter(server->stdout_, kMetricsLine);
+    server->http_port_ = PortAfter(server->stdout_, kHttpLine);
   }
   if (server->grpc_port_ <= 0) {
     return absl::UnavailableError(absl::StrCat(

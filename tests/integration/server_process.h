@@ -45,7 +45,8 @@ class ServerProcess {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
-  std::string grpc_address() const;  // "127.0.0.1:<grpc_port>"
+  int http_port() const { return http_port_; }  // 0 when HTTP is off (--http_port=-1)
+  std::string grpc_address() const;             // "127.0.0.1:<grpc_port>"
   pid_t pid() const { return pid_; }
 
   // Sends `signal_number` to the child.
@@ -67,6 +68,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int http_port_ = 0;
   std::string log_path_;
 
   mutable absl::Mutex mu_;

@@ -26,6 +26,13 @@ struct HttpResponse {
 // GET http://127.0.0.1:<port><path> over a plain socket (HTTP/1.0, Connection: close).
 absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& path);
 
+// Sends `request` (raw bytes: request line, headers, body) to 127.0.0.1:<port> and reads the
+// answer until the server closes the connection (so ask for Connection: close, or send something
+// the server closes on). A server that closes before taking the whole request still has its
+// answer read. Reads time out after 10 s. `piece` > 0 trickles the request: that many bytes at a
+// time, each in its own TCP segment, 1 ms apart (a slow client, or a network that splits).
+absl::StatusOr<HttpResponse> HttpSend(int port, absl::string_view request, size_t piece = 0);
+
 // Sums the samples of metric `name` (exact name, e.g. "loopserve_loop_iterations_count") whose
 // label set contains every one of `labels` (each `key="value"`). Returns the sum and, through
 // `found`, whether any sample matched.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_service.pb.h"
@@ -42,7 +43,7 @@ class HttpCodecTest : public ::testing::Test {
     RestOutputs ignored;
     request_ = InferenceRequest();
     absl::Status parsed =
-        parser_.Parse(body.view(), header_length, &request_, outputs ? outputs : &ignored);
+        parser_.Parse("infer", body.view(), header_length, &request_, outputs ? outputs : &ignored);
     if (!parsed.ok()) return parsed;
     return BindRequest(request_, *model_);
   }
@@ -130,7 +131,16 @@ TEST_F(HttpCodecTest, BadBodiesNameTheProblem) {
        nullptr, "both 'data' and parameters.binary_data_size"},
       {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2]}]})", nullptr,
        "neither 'data' nor parameters.binary_data_size"},
-      {R"({"inputs": [], "parameters": {"timeout": -5}})", nullptr, "'timeout'"},
+      {R"({"inputs": [], "parameters": {"timeout": -5}})", nullptr,
+       "'timeout' (microseconds) must be a non-negative integer, got -5"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 1e999]}]})",
+       nullptr, "not valid JSON (Problem while parsing a number; numbers must fit a 64-bit"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+          "data": [1, 18446744073709551616]}]})",
+       nullptr, "numbers must fit a 64-bit integer or a double"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": )" +
+           std::string(2000, '[') + "1" + std::string(2000, ']') + "}]}",
+       nullptr, "too deep"},
       {R"({"inputs": [], "outputs": [{"name": "y", "parameters": {"classification": 2}}]})",
        nullptr, "classification"},
   };
@@ -143,6 +153,22 @@ TEST_F(HttpCodecTest, BadBodiesNameTheProblem) {
   }
 }
 
+// Errors about the body as a whole name the endpoint it was sent to.
+TEST_F(HttpCodecTest, BodyErrorsNameTheEndpoint) {
+  for (const char* endpoint : {"infer", "generate_stream"}) {
+    for (const char* text : {"{", "[1]", "{}"}) {
+      const Body body(text);
+      RestOutputs outputs;
+      InferenceRequest request;
+      const absl::Status status = parser_.Parse(endpoint, body.view(), nullptr, &request, &outputs);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+      EXPECT_THAT(std::string(status.message()),
+                  ::testing::StartsWith(absl::StrCat(endpoint, ": ")))
+          << text;
+    }
+  }
+}
+
 TEST_F(HttpCodecTest, BinarySizesMustAddUpToTheBody) {
   const std::string header =
       R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
@@ -152,7 +178,7 @@ TEST_F(HttpCodecTest, BinarySizesMustAddUpToTheBody) {
     const Body body(header + std::string(extra, '\0'));
     RestOutputs outputs;
     InferenceRequest request;
-    absl::Status status = parser_.Parse(body.view(), length.c_str(), &request, &outputs);
+    absl::Status status = parser_.Parse("infer", body.view(), length.c_str(), &request, &outputs);
     ASSERT_FALSE(status.ok());
     EXPECT_THAT(status.message(), HasSubstr(extra < 8 ? "runs past the end" : "add up to 8"));
   }

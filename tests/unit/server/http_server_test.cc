@@ -1,0 +1,188 @@
+// HttpServer's hand-off of answers from other threads to the event threads (HttpExchange::Defer),
+// over a real socket on 127.0.0.1: an answer whose event thread's command pipe stays full still
+// reaches the client (through the thread's event loop), and one that cannot be handed over at all
+// abandons the exchange honestly (the producer learns it, the exchange is freed, Shutdown does not
+// wait for it).
+#include "server/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loopserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A blocking client socket to 127.0.0.1:port whose reads give up after 10 s.
+class Client {
+ public:
+  explicit Client(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    const timeval timeout{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  }
+  ~Client() { close(fd_); }
+
+  bool connected() const { return connected_; }
+  bool Send(const std::string& bytes) {
+    return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // Reads until `text` has arrived (true), or the connection ends or a read times out (false).
+  bool ReadUntil(const std::string& text) {
+    while (received_.find(text) == std::string::npos) {
+      if (!ReadSome()) return false;
+    }
+    return true;
+  }
+  // Reads until the server closes the connection: true, or false when a read times out first.
+  bool ReadToEnd() {
+    char buffer[4096];
+    while (true) {
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+      received_.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  bool ReadSome() {
+    char buffer[4096];
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+    if (n <= 0) return false;
+    received_.append(buffer, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_;
+  bool connected_ = false;
+  std::string received_;
+};
+
+constexpr char kRequest[] = "GET /answer HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+// A server on one event thread whose handler hands every exchange to `answer`, run on its own
+// thread (joined by the destructor).
+class HandOffTest : public ::testing::Test {
+ protected:
+  void StartServer(std::function<void(HttpExchange*)> answer) {
+    HttpServer::Options options;
+    options.address = "127.0.0.1";
+    options.threads = 1;
+    auto server = HttpServer::Start(options, [this, answer](HttpExchange* exchange) {
+      answerer_ = std::thread([answer, exchange] { answer(exchange); });
+    });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  void TearDown() override {
+    if (answerer_.joinable()) answerer_.join();
+    HttpServer::FailHandOffsForTesting(0, false);
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::thread answerer_;
+};
+
+TEST_F(HandOffTest, AnswerGoesThroughTheEventLoopWhenTheCommandPipeStaysFull) {
+  StartServer([](HttpExchange* exchange) {
+    HttpServer::FailHandOffsForTesting(1, /*loop_too=*/false);
+    exchange->Reply(200, {{"Content-Type", "text/plain"}}, "late answer");
+  });
+  Client client(server_->port());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send(kRequest));
+  EXPECT_TRUE(client.ReadUntil("late answer")) << client.received();
+  EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 200"));
+}
+
+TEST_F(HandOffTest, StreamChunksGoThroughTheEventLoopWhenTheCommandPipeStaysFull) {
+  absl::Notification first_read;
+  StartServer([&first_read](HttpExchange* exchange) {
+    exchange->StartChunks(200, {{"Content-Type", "text/event-stream"}});
+    HttpServer::FailHandOffsForTesting(1, /*loop_too=*/false);
+    EXPECT_TRUE(exchange->SendChunk("data: 1\n\n"));
+    first_read.WaitForNotificationWithTimeout(absl::Seconds(20));
+    exchange->EndChunks("data: 2\n\n");
+  });
+  Client client(server_->port());
+  ASSERT_TRUE(client.Send(kRequest));
+  EXPECT_TRUE(client.ReadUntil("data: 1")) << client.received();
+  first_read.Notify();
+  EXPECT_TRUE(client.ReadUntil("data: 2")) << client.received();
+  EXPECT_TRUE(client.ReadUntil("\r\n0\r\n\r\n")) << client.received();  // the last chunk
+}
+
+TEST_F(HandOffTest, StreamWhoseChunkCannotBeHandedOverIsAbandonedAndFreed) {
+  absl::Notification first_read;
+  absl::Notification ended;
+  StartServer([&](HttpExchange* exchange) {
+    exchange->StartChunks(200, {{"Content-Type", "text/event-stream"}});
+    EXPECT_TRUE(exchange->SendChunk("data: 1\n\n"));
+    first_read.WaitForNotificationWithTimeout(absl::Seconds(20));
+    EXPECT_FALSE(exchange->ClientGone());
+    HttpServer::FailHandOffsForTesting(1, /*loop_too=*/true);
+    // The producer learns at once that the stream is over (an SSE call then cancels its run).
+    EXPECT_FALSE(exchange->SendChunk("data: 2\n\n"));
+    EXPECT_TRUE(exchange->ClientGone());
+    // A producer waiting for the client to read stops waiting.
+    EXPECT_TRUE(exchange->AwaitChunkRoom(0, absl::Now() + absl::Seconds(20)));
+    // Later chunks are refused without another try at the hand-off.
+    const absl::Time before = absl::Now();
+    EXPECT_FALSE(exchange->SendChunk("data: 3\n\n"));
+    EXPECT_LT(absl::Now() - before, HttpServer::kHandOffPatience);
+    exchange->EndChunks("data: 4\n\n");  // lets go of the exchange
+    ended.Notify();
+  });
+  Client client(server_->port());
+  ASSERT_TRUE(client.Send(kRequest));
+  ASSERT_TRUE(client.ReadUntil("data: 1")) << client.received();
+  first_read.Notify();
+  ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // The abandoned exchange counts as answered: Shutdown's drain does not wait for it, and it
+  // closes the connection (freeing the request; LeakSanitizer checks the exchange is freed).
+  const absl::Time before = absl::Now();
+  server_->Shutdown(absl::Seconds(30));
+  EXPECT_LT(absl::Now() - before, absl::Seconds(10));
+  EXPECT_TRUE(client.ReadToEnd());
+  EXPECT_THAT(client.received(), ::testing::Not(HasSubstr("data: 2")));
+  EXPECT_THAT(client.received(), ::testing::Not(HasSubstr("data: 4")));
+}
+
+TEST_F(HandOffTest, ReplyThatCannotBeHandedOverIsAbandonedAndFreed) {
+  absl::Notification replied;
+  StartServer([&replied](HttpExchange* exchange) {
+    HttpServer::FailHandOffsForTesting(1, /*loop_too=*/true);
+    exchange->Reply(200, {}, "never sent");
+    replied.Notify();
+  });
+  Client client(server_->port());
+  ASSERT_TRUE(client.Send(kRequest));
+  ASSERT_TRUE(replied.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  const absl::Time before = absl::Now();
+  server_->Shutdown(absl::Seconds(30));
+  EXPECT_LT(absl::Now() - before, absl::Seconds(10));
+  EXPECT_TRUE(client.ReadToEnd());
+  EXPECT_THAT(client.received(), ::testing::Not(HasSubstr("never sent")));
+}
+
+}  // namespace
+}  // namespace loopserve::server
