@@ -16,6 +16,9 @@ namespace {
 // How early a protocol may cancel a call for its deadline, by our clock (see Execute).
 constexpr absl::Duration kDeadlineClockSlack = absl::Milliseconds(20);
 
+// The longest a batch gathers while another batch of its version runs (see FormBatch).
+constexpr absl::Duration kMaxGather = absl::Milliseconds(100);
+
 }  // namespace
 
 std::string ModelLabel(const LoadedModel& model) {
@@ -183,47 +186,57 @@ absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
 absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
   const std::shared_ptr<const LoadedModel> model = call.model_;
   BatchQueue& queue = *model->batcher;
-  // Nothing queued or running for this version: a short run goes on this thread, as unbatched
-  // requests do (no hand-off). It holds a collector slot meanwhile, so requests that arrive
-  // queue up and merge.
-  if (model->metrics->RecentCompute() < options_.inline_run_limit) {
-    bool claimed = false;
-    {
-      absl::MutexLock lock(&queue.mutex_);
-      claimed = queue.pending_.empty() && queue.collectors_ == 0;
-      if (claimed) ++queue.collectors_;
+  const bool short_runs = model->metrics->RecentCompute() < options_.inline_run_limit;
+  // A run on this thread holds this call's client only through ClientGone (gRPC reports a
+  // cancel after the handler returns). Set while the call is ours.
+  if (short_runs && call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
+  // A lone client's request (its version quiet, nothing queued or collecting) with a short run
+  // goes on this thread at once, as unbatched requests do (no hand-off). It holds a collector
+  // slot meanwhile, so requests that arrive queue up and merge.
+  bool alone = false;
+  {
+    absl::MutexLock lock(&queue.mutex_);
+    const absl::Time now = absl::Now();
+    const bool busy = !queue.pending_.empty() || queue.collectors_ > 0;
+    if (busy) queue.last_busy_ = now;
+    alone = short_runs && !busy && queue.Quiet(now);
+    if (alone) {
+      ++queue.collectors_;
+      queue.running_rows_ += call.batch_size_;
     }
-    if (claimed) {
-      const bool ran = pool_->TryRunHere(
-          [&] {
-            metrics_.inflight_requests().Increment();
-            if (call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
-            Run(call);  // `call` may be gone after this
-          },
-          model->instances);
+  }
+  const int64_t rows = call.batch_size_;  // `call` may be gone after its run
+  if (alone) {
+    const bool ran = pool_->TryRunHere(
+        [&] {
+          metrics_.inflight_requests().Increment();
+          Run(call);  // `call` may be gone after this
+        },
+        model->instances);
+    if (ran) {
       bool start_collector = false;
       {
         absl::MutexLock lock(&queue.mutex_);
+        queue.running_rows_ -= rows;
         queue.ReleaseCollector();
         start_collector = !queue.pending_.empty() && !queue.waiting_ &&
                           queue.collectors_ < queue.max_collectors();
         if (start_collector) ++queue.collectors_;
       }
       if (start_collector) StartCollector(model);
-      if (ran) return absl::OkStatus();
+      return absl::OkStatus();
     }
+    // The pool is busy: the call queues in the slot it holds, for a worker collector.
   }
-  const bool try_here = model->metrics->RecentCompute() < options_.inline_run_limit;
-  // A batch this thread may run holds this call's client only through ClientGone (gRPC reports
-  // a cancel after the handler returns). Set before the call is queued, while it is ours.
-  if (try_here && call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
   call.queued_ = true;
   metrics_.queue_depth().Increment();
   metrics_.inflight_requests().Increment();
-  bool start_collector = false;
+  bool start_collector = alone;
   {
     absl::MutexLock lock(&queue.mutex_);
+    if (alone) queue.running_rows_ -= rows;
     if (static_cast<int>(queue.pending_.size()) >= pool_->max_queue_size()) {
+      if (alone) queue.ReleaseCollector();
       call.queued_ = false;
       metrics_.queue_depth().Decrement();
       return absl::ResourceExhaustedError(absl::StrCat(ModelLabel(*model), "the batch queue holds ",
@@ -232,7 +245,10 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
     }
     call.enqueued_ = absl::Now();
     queue.pending_.push_back(&call);
-    if (queue.waiting_) {
+    queue.pending_rows_ += rows;
+    if (alone) {
+      // The slot taken above goes to a worker collector.
+    } else if (queue.waiting_) {
       queue.more_.Signal();
     } else if (queue.collectors_ < queue.max_collectors()) {
       ++queue.collectors_;
@@ -240,9 +256,10 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
     }
   }
   if (!start_collector) return absl::OkStatus();
-  // A free collector slot: for a version of short runs, this thread collects and runs one batch
-  // (with `call` in it, or `call` left for the next collector) rather than waking a worker.
-  if (try_here && pool_->TryRunHere([&] { CollectOnce(model); }, model->instances)) {
+  // A free collector slot: for a version of short runs, this thread sends the batch when one is
+  // due now (with `call` in it, or `call` left for the next collector) rather than waking a
+  // worker; a batch still to be gathered goes to a worker collector, which waits for it.
+  if (!alone && short_runs && pool_->TryRunHere([&] { CollectOnce(model); }, model->instances)) {
     return absl::OkStatus();
   }
   StartCollector(model);  // may answer `call` (the pool refused)
@@ -252,22 +269,50 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
 void InferenceRunner::CollectOnce(const std::shared_ptr<const LoadedModel>& model) {
   BatchQueue& queue = *model->batcher;
   std::vector<InferenceCall*> batch, expired;
-  bool idle = false;
+  Formed formed;
+  bool helper = false;
   {
     absl::MutexLock lock(&queue.mutex_);
-    idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
-    if (idle) queue.ReleaseCollector();
+    formed = FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
+    if (formed == Formed::kIdle) queue.ReleaseCollector();
+    if (formed == Formed::kBatch) helper = TakeSpareCollector(queue);
   }
+  if (helper) StartCollector(model);
   for (InferenceCall* call : expired) Run(*call);
+  if (formed == Formed::kWait) {
+    StartCollector(model);  // the slot moves to a worker, which waits for the batch to fill
+    return;
+  }
+  const int64_t rows = BatchRows(batch);
   if (!batch.empty()) RunBatch(*model, batch);
-  if (idle) return;
+  if (formed == Formed::kIdle) return;
   bool more = false;
   {
     absl::MutexLock lock(&queue.mutex_);
+    BatchDone(queue, rows);
     more = !queue.pending_.empty();
     if (!more) queue.ReleaseCollector();
   }
   if (more) StartCollector(model);  // the slot moves to a worker
+}
+
+int64_t InferenceRunner::BatchRows(const std::vector<InferenceCall*>& batch) {
+  int64_t rows = 0;
+  for (const InferenceCall* call : batch) rows += call->batch_size_;
+  return rows;
+}
+
+bool InferenceRunner::TakeSpareCollector(BatchQueue& queue) {
+  if (queue.pending_.empty() || queue.waiting_ || queue.collectors_ >= queue.max_collectors()) {
+    return false;
+  }
+  ++queue.collectors_;
+  return true;
+}
+
+void InferenceRunner::BatchDone(BatchQueue& queue, int64_t rows) {
+  queue.running_rows_ -= rows;
+  if (queue.waiting_) queue.more_.Signal();  // its share, or how long it gathers, changed
 }
 
 void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& model) {
@@ -281,7 +326,11 @@ void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& m
   {
     absl::MutexLock lock(&queue.mutex_);
     queue.ReleaseCollector();
-    if (queue.collectors_ == 0) orphans.swap(queue.pending_);
+    if (queue.collectors_ == 0) {
+      orphans.swap(queue.pending_);
+      queue.pending_rows_ = 0;
+      ++queue.taken_;
+    }
   }
   for (InferenceCall* orphan : orphans) {
     orphan->queued_ = false;
@@ -297,14 +346,22 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
     batch.clear();
     expired.clear();
     bool idle = false;
+    bool helper = false;
     {
       absl::MutexLock lock(&queue.mutex_);
-      idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/true);
+      idle = FormBatch(*model, queue, batch, expired, /*may_wait=*/true) == Formed::kIdle;
       if (idle) queue.ReleaseCollector();
+      if (!idle) helper = TakeSpareCollector(queue);
     }
+    if (helper) StartCollector(model);
     for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
+    const int64_t rows = BatchRows(batch);
     if (!batch.empty()) RunBatch(*model, batch);
     if (idle) return;
+    {
+      absl::MutexLock lock(&queue.mutex_);
+      BatchDone(queue, rows);
+    }
     // Other models' tasks wait: queue behind them (this task's collector slot moves along).
     if (pool_->queue_size() > 0 &&
         pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances).ok()) {
@@ -313,75 +370,137 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
   }
 }
 
-bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
-                                std::vector<InferenceCall*>& batch,
-                                std::vector<InferenceCall*>& expired, bool may_wait) {
+InferenceRunner::Formed InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
+                                                   std::vector<InferenceCall*>& batch,
+                                                   std::vector<InferenceCall*>& expired,
+                                                   bool may_wait) {
   const BatchingPolicy& policy = queue.policy();
-  std::vector<size_t> members;  // positions in the queue
-  while (true) {
+  // The batch so far: the head and the later calls that merge with it, found by a scan that goes
+  // on from `scanned` when more arrive (a wait woken by an arrival looks at the new calls only,
+  // not the whole queue again). Calls that expired or were cancelled leave the queue in a sweep
+  // at the start, after a wait that timed out (a deadline may have come) and as the batch goes.
+  std::vector<InferenceCall*> members;
+  int64_t size = 0;
+  size_t scanned = 0;  // queue positions looked at; 0: start again from the head
+  bool full = false;
+  absl::Time earliest_deadline = absl::InfiniteFuture();
+  auto sweep = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_) {
     const absl::Time now = absl::Now();
-    absl::Time earliest_deadline = absl::InfiniteFuture();
+    const size_t before = queue.pending_.size();
     for (auto it = queue.pending_.begin(); it != queue.pending_.end();) {
-      InferenceCall* call = *it;
-      if (now >= call->deadline_ || call->cancelled()) {
-        expired.push_back(call);
+      if (now >= (*it)->deadline_ || (*it)->cancelled()) {
+        queue.pending_rows_ -= (*it)->batch_size_;
+        expired.push_back(*it);
         it = queue.pending_.erase(it);
       } else {
-        earliest_deadline = std::min(earliest_deadline, call->deadline_);
         ++it;
       }
     }
-    if (queue.pending_.empty()) return false;
-    InferenceCall& head = *queue.pending_.front();
-    members.assign(1, 0);
-    int64_t size = head.batch_size_;
-    bool full = size >= policy.max_batch_size;
-    if (!Mergeable(model.io, head.decoded_.inputs)) {
-      full = true;  // runs alone
-    } else {
-      for (size_t i = 1; i < queue.pending_.size() && !full; ++i) {
-        const InferenceCall& call = *queue.pending_[i];
-        if (!CanMerge(model.io, head.decoded_.inputs, call.decoded_.inputs)) {
-          if (policy.preserve_ordering) break;
-          continue;
-        }
-        if (size + call.batch_size_ > policy.max_batch_size) {
-          full = true;
-          break;
-        }
-        members.push_back(i);
-        size += call.batch_size_;
-        full = size >= policy.max_batch_size;
+    if (queue.pending_.size() != before) ++queue.taken_;
+  };
+  // What was scanned holds while no call left the queue (taken by another collector, or swept).
+  uint64_t scanned_at = queue.taken_;
+  sweep();
+  while (true) {
+    if (queue.taken_ != scanned_at) scanned = 0;
+    scanned_at = queue.taken_;
+    if (queue.pending_.empty()) return Formed::kIdle;
+    if (scanned == 0) {
+      InferenceCall* head = queue.pending_.front();
+      members.assign(1, head);
+      size = head->batch_size_;
+      earliest_deadline = head->deadline_;
+      full = size >= policy.max_batch_size || !Mergeable(model.io, head->decoded_.inputs);
+      scanned = 1;
+    }
+    const InferenceCall& head = *members.front();
+    for (; scanned < queue.pending_.size() && !full; ++scanned) {
+      InferenceCall* call = queue.pending_[scanned];
+      earliest_deadline = std::min(earliest_deadline, call->deadline_);
+      if (!CanMerge(model.io, head.decoded_.inputs, call->decoded_.inputs)) {
+        if (policy.preserve_ordering) full = true;  // no call is skipped: this batch is done
+        continue;
+      }
+      if (size + call->batch_size_ > policy.max_batch_size) {
+        full = true;
+        break;
+      }
+      members.push_back(call);
+      size += call->batch_size_;
+      full = size >= policy.max_batch_size;
+    }
+    const absl::Time now = absl::Now();
+    const bool preferred = !full && !policy.preferred.empty() && policy.preferred.front() <= size;
+    const int64_t share = queue.Share();
+    // While another batch of the version runs, a batch gathers up to its share for as long as a
+    // run takes (at least max_queue_delay): sent sooner, it would hold the requests that came
+    // back in the meantime, one or two, while the other batch holds all the rest.
+    absl::Duration gather = policy.max_queue_delay;
+    if (queue.running_rows_ > 0) {
+      const absl::Duration run = model.metrics->RecentCompute();
+      if (run != absl::InfiniteDuration()) gather = std::max(gather, std::min(run, kMaxGather));
+    }
+    const absl::Time due = std::min(head.enqueued_ + gather, earliest_deadline);
+    // Sent when full, at a preferred size, at once for a lone client (the version is quiet),
+    // with its share of the version's requests, or when the oldest call waited `gather` (or the
+    // earliest deadline comes).
+    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due)) {
+      if (!may_wait) return Formed::kWait;
+      // One collector waits for a batch to fill; another gives its slot back (the waiting one
+      // takes these calls).
+      if (queue.waiting_) return Formed::kIdle;
+      queue.waiting_ = true;
+      const bool timed_out = queue.more_.WaitWithDeadline(&queue.mutex_, due);
+      queue.waiting_ = false;
+      if (timed_out) sweep();
+      continue;
+    }
+    // At most the share (a preferred size first: the largest one the calls make, in arrival
+    // order); the rest is left for the next collector.
+    int64_t limit = share;
+    for (auto p = policy.preferred.rbegin(); preferred && p != policy.preferred.rend(); ++p) {
+      if (*p <= size) {
+        limit = std::min(limit, *p);
+        break;
       }
     }
-    // A preferred size reached: the largest one the queued calls make, in arrival order.
-    bool preferred = false;
-    for (auto p = policy.preferred.rbegin(); p != policy.preferred.rend() && !full; ++p) {
-      if (*p > size) continue;
+    {
       int64_t kept = 0;
       size_t n = 0;
-      while (n < members.size() && kept + queue.pending_[members[n]]->batch_size_ <= *p) {
-        kept += queue.pending_[members[n++]]->batch_size_;
+      while (n < members.size() && kept + members[n]->batch_size_ <= limit) {
+        kept += members[n++]->batch_size_;
       }
       members.resize(std::max<size_t>(n, 1));
-      preferred = true;
-      break;
     }
-    const absl::Time due = std::min(head.enqueued_ + policy.max_queue_delay, earliest_deadline);
-    const bool alone = queue.collectors_ == 1;  // no other batch of this version in the works
-    if (full || preferred || alone || !may_wait || now >= due) break;
-    // One collector waits for a batch to fill; another gives its slot back (the waiting one
-    // takes these calls).
-    if (queue.waiting_) return false;
-    queue.waiting_ = true;
-    queue.more_.WaitWithDeadline(&queue.mutex_, due);
-    queue.waiting_ = false;
+    // The members leave the queue (one pass); a call found expired or cancelled now is answered
+    // alone instead.
+    const absl::Time sent = absl::Now();
+    size_t member = 0, kept = 0;
+    int64_t rows = 0;
+    for (size_t i = 0; i < queue.pending_.size(); ++i) {
+      InferenceCall* call = queue.pending_[i];
+      const bool in_batch = member < members.size() && members[member] == call;
+      member += in_batch ? 1 : 0;
+      if (sent >= call->deadline_ || call->cancelled()) {
+        queue.pending_rows_ -= call->batch_size_;
+        expired.push_back(call);
+      } else if (in_batch) {
+        batch.push_back(call);
+        rows += call->batch_size_;
+      } else {
+        queue.pending_[kept++] = call;
+      }
+    }
+    queue.pending_.resize(kept);
+    ++queue.taken_;
+    if (batch.empty()) {  // every member left: start again with what is queued
+      scanned = 0;
+      continue;
+    }
+    queue.pending_rows_ -= rows;
+    queue.running_rows_ += rows;
+    return Formed::kBatch;
   }
-  for (size_t position : members) batch.push_back(queue.pending_[position]);
-  for (auto it = members.rbegin(); it != members.rend(); ++it) {
-    queue.pending_.erase(queue.pending_.begin() + static_cast<std::ptrdiff_t>(*it));
-  }
-  return true;
 }
 
 void InferenceRunner::RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls) {
