@@ -519,11 +519,12 @@ void InferenceRunner::RunBatch(const LoadedModel& model, const std::vector<Infer
 absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
                                            const std::vector<InferenceCall*>& calls,
                                            std::vector<absl::Status>& statuses) {
-  const std::string label = ModelLabel(model);
   const absl::Time started = absl::Now();
   absl::Time deadline = absl::InfinitePast();
   std::vector<int64_t> sizes;
   std::vector<std::vector<engine::Value>*> inputs;
+  sizes.reserve(calls.size());
+  inputs.reserve(calls.size());
   int64_t total = 0;
   for (InferenceCall* call : calls) {
     if (call->queued_) metrics_.queue_depth().Decrement();
@@ -538,20 +539,9 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
   for (InferenceCall* call : calls) call->decoded_.inputs.clear();
 
   const int64_t members = static_cast<int64_t>(calls.size());
-  auto scaled = [members](int64_t cap) {  // 0 = unlimited stays so; saturates
-    if (cap <= 0) return cap;
-    return cap > std::numeric_limits<int64_t>::max() / members ? std::numeric_limits<int64_t>::max()
-                                                               : cap * members;
-  };
   RunningBatch running;
   running.calls = &calls;
-  engine::RunOptions options;
-  options.deadline = deadline;
-  options.cancelled = &running.cancelled;
-  options.max_loop_iterations = model.max_loop_iterations;
-  options.max_output_bytes = scaled(model.max_output_bytes);
-  options.max_memory_bytes = scaled(model.max_request_memory_bytes);
-  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  const engine::RunOptions options = RunOptionsFor(model, deadline, &running.cancelled, members);
   {
     absl::MutexLock lock(&mutex_);
     batches_.push_back(&running);
@@ -565,46 +555,28 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
   for (size_t k = 0; k < calls.size(); ++k) model.metrics->RecordCompute(computed);
 
   // What a member that left while the batch ran is answered.
-  auto left = [&](const InferenceCall& call) -> absl::Status {
-    const absl::Time now = absl::Now();
-    if (now >= call.deadline_ ||
-        (call.cancelled() && now + kDeadlineClockSlack >= call.deadline_)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(label, "deadline exceeded while its batch of ", members, " requests ran"));
-    }
-    if (call.cancelled()) {
-      return absl::CancelledError(
-          absl::StrCat(label, "cancelled while its batch of ", members, " requests ran"));
-    }
-    return absl::OkStatus();
-  };
+  auto where = [members] { return absl::StrCat("while its batch of ", members, " requests ran"); };
   if (!outputs.ok()) {
     RecordLimit(model, outputs.status());
     for (size_t k = 0; k < calls.size(); ++k) {
-      const absl::Status gone = left(*calls[k]);
-      statuses[k] = gone.ok() ? Annotate(outputs.status(),
-                                         absl::StrCat(label, "batch of ", members, " requests: "))
-                              : gone;
+      const absl::Status gone = Left(*calls[k], absl::Now(), absl::OkStatus(), where);
+      statuses[k] =
+          gone.ok() ? Annotate(outputs.status(),
+                               absl::StrCat(ModelLabel(model), "batch of ", members, " requests: "))
+                    : gone;
     }
     return absl::OkStatus();
   }
   model.metrics->RecordExecution(total);
   absl::StatusOr<std::vector<std::vector<engine::Value>>> split_or =
       SplitOutputs(model.io, *outputs, sizes);
-  if (!split_or.ok()) return Annotate(split_or.status(), label);
+  if (!split_or.ok()) return Annotate(split_or.status(), ModelLabel(model));
   std::vector<std::vector<engine::Value>>& split = *split_or;
   outputs->clear();
   for (size_t k = 0; k < calls.size(); ++k) {
     InferenceCall& call = *calls[k];
-    statuses[k] = [&]() -> absl::Status {
-      LS_RETURN_IF_ERROR(left(call));
-      LS_RETURN_IF_ERROR(CheckOutputBytes(call, split[k]));
-      LS_RETURN_IF_ERROR(Annotate(model.io.AdaptOutputs(split[k]), label));
-      const absl::Time encode_start = absl::Now();
-      const absl::Status encoded = call.Respond(model, call.decoded_.outputs, split[k]);
-      model.metrics->RecordComputeOutput(absl::Now() - encode_start);
-      return Annotate(encoded, label);
-    }();
+    statuses[k] = Left(call, absl::Now(), absl::OkStatus(), where);
+    if (statuses[k].ok()) statuses[k] = Answer(call, split[k]);
     split[k].clear();
   }
   return absl::OkStatus();
@@ -618,54 +590,82 @@ void InferenceRunner::Run(InferenceCall& call) {
 
 absl::Status InferenceRunner::Execute(InferenceCall& call) {
   const LoadedModel& model = *call.model_;
-  const std::string label = ModelLabel(model);
   if (call.queued_) metrics_.queue_depth().Decrement();
   const absl::Time started = absl::Now();
   model.metrics->RecordQueue(started - call.received_);
-  // A protocol may also cancel a call whose deadline passed, so the deadline is checked first
-  // (with the slack of the protocol's clock, see below).
-  if (started >= call.deadline_ || (call.cancelled_.load(std::memory_order_relaxed) &&
-                                    started + kDeadlineClockSlack >= call.deadline_)) {
-    return absl::DeadlineExceededError(absl::StrCat(label, "deadline passed after ",
-                                                    absl::FormatDuration(started - call.received_),
-                                                    " in the queue"));
-  }
-  if (call.cancelled_.load(std::memory_order_relaxed)) {
-    return absl::CancelledError(absl::StrCat(label, "cancelled while queued"));
-  }
-
-  engine::RunOptions options;
-  options.deadline = call.deadline_;
-  options.cancelled = &call.cancelled_;
-  options.max_loop_iterations = model.max_loop_iterations;
-  options.max_output_bytes = model.max_output_bytes;
-  options.max_memory_bytes = model.max_request_memory_bytes;
-  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  LS_RETURN_IF_ERROR(Left(call, started, absl::OkStatus(), [&] {
+    return absl::StrCat("after ", absl::FormatDuration(started - call.received_), " in the queue");
+  }));
+  engine::RunOptions options = RunOptionsFor(model, call.deadline_, &call.cancelled_, 1);
   if (call.stream_loop_ >= 0) options.iteration_observer = &call;
   absl::StatusOr<std::vector<engine::Value>> outputs =
       model.model->Run(std::move(call.decoded_.inputs), options);
   model.metrics->RecordCompute(absl::Now() - started);
-  if (outputs.ok()) model.metrics->RecordExecution(call.batch_size_);
   if (!outputs.ok()) {
+    // The engine stops on the call's cancellation, which a protocol also sets at the deadline.
     absl::Status status = outputs.status();
-    // An expired deadline reaches the engine as the protocol's cancellation (gRPC's OnCancel) as
-    // often as through its own clock check; report what really happened. gRPC times the
-    // deadline on its own millisecond clock, which its cancellation showed up to ~10 ms ahead of
-    // absl::Now().
-    if (absl::IsCancelled(status) && absl::Now() + kDeadlineClockSlack >= call.deadline_) {
-      status =
-          absl::DeadlineExceededError(absl::StrCat("deadline exceeded (", status.message(), ")"));
+    if (absl::IsCancelled(status)) {
+      status = Left(call, absl::Now(), status, [] { return std::string("while it ran"); });
+      if (status.ok()) status = Annotate(outputs.status(), ModelLabel(model));
+    } else {
+      status = Annotate(status, ModelLabel(model));
     }
     RecordLimit(model, status);
-    return Annotate(status, label);
+    return status;
   }
-  LS_RETURN_IF_ERROR(CheckOutputBytes(call, *outputs));
-  LS_RETURN_IF_ERROR(Annotate(model.io.AdaptOutputs(*outputs), label));
-  const absl::Time encode_start = absl::Now();
-  const absl::Status encoded = call.Respond(model, call.decoded_.outputs, *outputs);
+  model.metrics->RecordExecution(call.batch_size_);
+  const absl::Status answered = Answer(call, *outputs);
   outputs->clear();
+  return answered;
+}
+
+engine::RunOptions InferenceRunner::RunOptionsFor(const LoadedModel& model, absl::Time deadline,
+                                                  const std::atomic<bool>* cancelled,
+                                                  int64_t members) {
+  auto scaled = [members](int64_t cap) {  // 0 = unlimited stays so; saturates
+    if (cap <= 0) return cap;
+    return cap > std::numeric_limits<int64_t>::max() / members ? std::numeric_limits<int64_t>::max()
+                                                               : cap * members;
+  };
+  engine::RunOptions options;
+  options.deadline = deadline;
+  options.cancelled = cancelled;
+  options.max_loop_iterations = model.max_loop_iterations;  // every member shares each iteration
+  options.max_output_bytes = scaled(model.max_output_bytes);
+  options.max_memory_bytes = scaled(model.max_request_memory_bytes);
+  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  return options;
+}
+
+absl::Status InferenceRunner::Left(const InferenceCall& call, absl::Time now,
+                                   const absl::Status& cause,
+                                   absl::FunctionRef<std::string()> where) {
+  const bool cancelled = call.cancelled();
+  // A protocol may also cancel a call whose deadline passed, by its own clock: gRPC times the
+  // deadline on its own millisecond clock, and its cancellation showed up to ~10 ms ahead of
+  // absl::Now(). Such a cancel is reported as the deadline it is.
+  if (now >= call.deadline_ || (cancelled && now + kDeadlineClockSlack >= call.deadline_)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(ModelLabel(*call.model_), "deadline exceeded ", where(),
+                     cause.ok() ? "" : absl::StrCat(" (", cause.message(), ")")));
+  }
+  if (cancelled) {
+    return absl::CancelledError(
+        absl::StrCat(ModelLabel(*call.model_), "cancelled ", where(),
+                     cause.ok() ? "" : absl::StrCat(" (", cause.message(), ")")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferenceRunner::Answer(InferenceCall& call, std::vector<engine::Value>& outputs) {
+  const LoadedModel& model = *call.model_;
+  LS_RETURN_IF_ERROR(CheckOutputBytes(call, outputs));
+  absl::Status status = model.io.AdaptOutputs(outputs);
+  if (!status.ok()) return Annotate(status, ModelLabel(model));
+  const absl::Time encode_start = absl::Now();
+  status = call.Respond(model, call.decoded_.outputs, outputs);
   model.metrics->RecordComputeOutput(absl::Now() - encode_start);
-  return Annotate(encoded, label);
+  return status.ok() ? status : Annotate(status, ModelLabel(model));
 }
 
 void InferenceRunner::RecordLimit(const LoadedModel& model, const absl::Status& status) {

@@ -276,6 +276,21 @@ class InferenceRunner {
   absl::Status Execute(InferenceCall& call);
   // Records the outcome and calls Finish.
   void Complete(InferenceCall& call, const absl::Status& status);
+  // The RunOptions of a run of `model` that `members` calls share: the version's caps (output
+  // bytes and memory multiplied by `members`, the iteration cap unchanged since every member
+  // shares each iteration) and its LoopObserver.
+  static engine::RunOptions RunOptionsFor(const LoadedModel& model, absl::Time deadline,
+                                          const std::atomic<bool>* cancelled, int64_t members);
+  // Whether `call` left before its answer, by `now`: DEADLINE_EXCEEDED once its deadline passed
+  // (or it was cancelled within kDeadlineClockSlack of it: a protocol cancels a call at its
+  // deadline by its own clock), CANCELLED once cancelled, else OK. `where` ("in the queue",
+  // "while its batch of 3 requests ran") is built for the message only; `cause`, when not OK,
+  // is quoted in it.
+  static absl::Status Left(const InferenceCall& call, absl::Time now, const absl::Status& cause,
+                           absl::FunctionRef<std::string()> where);
+  // Hands a call's outputs to its protocol: the output-bytes cap, the config's output reshapes,
+  // then InferenceCall::Respond (timed as compute output).
+  absl::Status Answer(InferenceCall& call, std::vector<engine::Value>& outputs);
   // The final-outputs cap (the engine caps Loop scan outputs as they grow).
   absl::Status CheckOutputBytes(const InferenceCall& call,
                                 const std::vector<engine::Value>& outputs);
