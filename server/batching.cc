@@ -25,14 +25,21 @@ bool SameBytes(const engine::Tensor& a, const engine::Tensor& b) {
          (a.ByteSize() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.ByteSize()) == 0);
 }
 
-// Copies rows [begin, begin + count) along `axis` of `from` into a new tensor.
+// Rows [begin, begin + count) along `axis` of `from`: a view into `from` when they are
+// contiguous (nothing outside the axis before it), else copied into a new tensor.
 engine::Tensor SliceAxis(const engine::Tensor& from, int axis, int64_t begin, int64_t count) {
   engine::Shape shape = from.shape();
   shape[axis] = count;
-  engine::Tensor out(from.dtype(), shape);
   const int64_t outer = from.shape().NumElements(0, axis);
   const int64_t inner = from.shape().NumElements(axis + 1, from.rank());
   const int64_t rows = from.shape()[axis];
+  if (outer == 1 && from.dtype() != engine::DataType::kString) {
+    const char* base = static_cast<const char*>(from.raw_data());
+    return engine::Tensor::View(
+        from.dtype(), shape,
+        base + static_cast<size_t>(begin * inner) * engine::DataTypeSize(from.dtype()));
+  }
+  engine::Tensor out(from.dtype(), shape);
   if (from.dtype() == engine::DataType::kString) {
     const std::string* src = from.data<std::string>();
     std::string* dst = out.mutable_data<std::string>();

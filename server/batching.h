@@ -118,8 +118,10 @@ std::vector<engine::Value> MergeInputs(const ModelIo& io,
 
 // Splits an execution's outputs (Model::outputs() order) back into per-request outputs, each
 // along its batch axis (ModelIo::OutputBatchAxis), `batch_sizes[k]` rows for request k in
-// order. Internal naming the output when an output is no tensor, has no batch axis, or its batch
-// dim is not the sum of `batch_sizes` (the model mixes its batch, or output_batch_axes is wrong).
+// order. A request's part of an output whose rows are contiguous (batch axis 0, or only dims of 1
+// before it) views `outputs`, which must outlive the split; other parts are copies. Internal
+// naming the output when an output is no tensor, has no batch axis, or its batch dim is not the
+// sum of `batch_sizes` (the model mixes its batch, or output_batch_axes is wrong).
 absl::StatusOr<std::vector<std::vector<engine::Value>>> SplitOutputs(
     const ModelIo& io, const std::vector<engine::Value>& outputs,
     absl::Span<const int64_t> batch_sizes);

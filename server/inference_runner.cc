@@ -571,8 +571,7 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
   absl::StatusOr<std::vector<std::vector<engine::Value>>> split_or =
       SplitOutputs(model.io, *outputs, sizes);
   if (!split_or.ok()) return Annotate(split_or.status(), ModelLabel(model));
-  std::vector<std::vector<engine::Value>>& split = *split_or;
-  outputs->clear();
+  std::vector<std::vector<engine::Value>>& split = *split_or;  // may view *outputs
   for (size_t k = 0; k < calls.size(); ++k) {
     InferenceCall& call = *calls[k];
     statuses[k] = Left(call, absl::Now(), absl::OkStatus(), where);
