@@ -12,11 +12,12 @@
 namespace loopserve::server {
 namespace {
 
-std::string OutputName(const ModelIo& io, int model_index) {
+// "output 'h_seq'", for the messages of a batch that cannot be split.
+std::string OutputLabel(const ModelIo& io, int model_index) {
   for (const ModelIo::Tensor& t : io.outputs()) {
-    if (t.model_index == model_index) return t.name;
+    if (t.model_index == model_index) return absl::StrCat("output '", t.name, "'");
   }
-  return absl::StrCat("#", model_index);
+  return absl::StrCat("output #", model_index);
 }
 
 bool SameBytes(const engine::Tensor& a, const engine::Tensor& b) {
@@ -24,14 +25,21 @@ bool SameBytes(const engine::Tensor& a, const engine::Tensor& b) {
          (a.ByteSize() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.ByteSize()) == 0);
 }
 
-// Copies rows [begin, begin + count) along `axis` of `from` into a new tensor.
+// Rows [begin, begin + count) along `axis` of `from`: a view into `from` when they are
+// contiguous (nothing outside the axis before it), else copied into a new tensor.
 engine::Tensor SliceAxis(const engine::Tensor& from, int axis, int64_t begin, int64_t count) {
   engine::Shape shape = from.shape();
   shape[axis] = count;
-  engine::Tensor out(from.dtype(), shape);
   const int64_t outer = from.shape().NumElements(0, axis);
   const int64_t inner = from.shape().NumElements(axis + 1, from.rank());
   const int64_t rows = from.shape()[axis];
+  if (outer == 1 && from.dtype() != engine::DataType::kString) {
+    const char* base = static_cast<const char*>(from.raw_data());
+    return engine::Tensor::View(
+        from.dtype(), shape,
+        base + static_cast<size_t>(begin * inner) * engine::DataTypeSize(from.dtype()));
+  }
+  engine::Tensor out(from.dtype(), shape);
   if (from.dtype() == engine::DataType::kString) {
     const std::string* src = from.data<std::string>();
     std::string* dst = out.mutable_data<std::string>();
@@ -151,17 +159,17 @@ absl::StatusOr<std::vector<std::vector<engine::Value>>> SplitOutputs(
   for (std::vector<engine::Value>& request : split) request.resize(outputs.size());
   for (size_t j = 0; j < outputs.size(); ++j) {
     const int axis = io.OutputBatchAxis(static_cast<int>(j));
-    const std::string what = absl::StrCat("output '", OutputName(io, static_cast<int>(j)), "'");
     if (!outputs[j].is_tensor() || axis < 0) {
       return absl::InternalError(
-          absl::StrCat(what, " has no batch axis, so a merged batch cannot be split"));
+          absl::StrCat(OutputLabel(io, static_cast<int>(j)),
+                       " has no batch axis, so a merged batch cannot be split"));
     }
     const engine::Tensor& tensor = outputs[j].tensor();
     if (axis >= tensor.rank() || tensor.dim(axis) != total) {
-      return absl::InternalError(
-          absl::StrCat(what, ": shape ", tensor.shape().ToString(), " has no batch dim of ", total,
-                       " at axis ", axis, " for a merged batch of ", batch_sizes.size(),
-                       " requests (check parameters '", kOutputBatchAxesParameter, "')"));
+      return absl::InternalError(absl::StrCat(
+          OutputLabel(io, static_cast<int>(j)), ": shape ", tensor.shape().ToString(),
+          " has no batch dim of ", total, " at axis ", axis, " for a merged batch of ",
+          batch_sizes.size(), " requests (check parameters '", kOutputBatchAxesParameter, "')"));
     }
     int64_t begin = 0;
     for (size_t k = 0; k < batch_sizes.size(); ++k) {

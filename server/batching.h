@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -50,11 +51,30 @@ class BatchQueue {
  private:
   friend class InferenceRunner;
 
+  // How long after a request last found its version busy (calls queued or a collector at
+  // work) the version counts as having a lone client again: its requests then run at once.
+  static constexpr absl::Duration kQuietAfter = absl::Milliseconds(20);
+
   // A collector slot is given back. A collector waiting out the queue delay is woken: it may now
   // be the only one, and then it sends what it holds at once.
   void ReleaseCollector() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     --collectors_;
     if (waiting_) more_.Signal();
+  }
+
+  // No request found the version busy for kQuietAfter: a lone client (its requests never
+  // overlap), so nothing is gained by waiting for others.
+  bool Quiet(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return now - last_busy_ >= kQuietAfter;
+  }
+
+  // A batch's fair share of the version's inferences (queued and running) over its collectors:
+  // a batch goes once it holds that many and takes no more, so two instances run two halves
+  // rather than one instance everything and the other single requests one at a time.
+  int64_t Share() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    const int64_t rows = pending_rows_ + running_rows_;
+    return std::clamp<int64_t>((rows + max_collectors_ - 1) / max_collectors_, 1,
+                               policy_.max_batch_size);
   }
 
   const BatchingPolicy policy_;
@@ -64,6 +84,14 @@ class BatchQueue {
   std::deque<InferenceCall*> pending_ ABSL_GUARDED_BY(mutex_);
   int collectors_ ABSL_GUARDED_BY(mutex_) = 0;    // scheduled or running, <= max_collectors_
   bool waiting_ ABSL_GUARDED_BY(mutex_) = false;  // a collector waits out the queue delay
+  // When a request last found the version busy (Quiet).
+  absl::Time last_busy_ ABSL_GUARDED_BY(mutex_) = absl::InfinitePast();
+  // Inferences (batch sizes summed) in `pending_`, and in the version's batches running (Share).
+  int64_t pending_rows_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t running_rows_ ABSL_GUARDED_BY(mutex_) = 0;
+  // Counts the times calls were taken out of `pending_` (arrivals only append): a collector that
+  // waited scans the queue again from its head when it changed meanwhile.
+  uint64_t taken_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 // ---- Merging and splitting (stateless; thread-safe) ----
@@ -90,8 +118,10 @@ std::vector<engine::Value> MergeInputs(const ModelIo& io,
 
 // Splits an execution's outputs (Model::outputs() order) back into per-request outputs, each
 // along its batch axis (ModelIo::OutputBatchAxis), `batch_sizes[k]` rows for request k in
-// order. Internal naming the output when an output is no tensor, has no batch axis, or its batch
-// dim is not the sum of `batch_sizes` (the model mixes its batch, or output_batch_axes is wrong).
+// order. A request's part of an output whose rows are contiguous (batch axis 0, or only dims of 1
+// before it) views `outputs`, which must outlive the split; other parts are copies. Internal
+// naming the output when an output is no tensor, has no batch axis, or its batch dim is not the
+// sum of `batch_sizes` (the model mixes its batch, or output_batch_axes is wrong).
 absl::StatusOr<std::vector<std::vector<engine::Value>>> SplitOutputs(
     const ModelIo& io, const std::vector<engine::Value>& outputs,
     absl::Span<const int64_t> batch_sizes);

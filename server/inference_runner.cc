@@ -16,6 +16,9 @@ namespace {
 // How early a protocol may cancel a call for its deadline, by our clock (see Execute).
 constexpr absl::Duration kDeadlineClockSlack = absl::Milliseconds(20);
 
+// The longest a batch gathers while another batch of its version runs (see FormBatch).
+constexpr absl::Duration kMaxGather = absl::Milliseconds(100);
+
 }  // namespace
 
 std::string ModelLabel(const LoadedModel& model) {
@@ -183,47 +186,57 @@ absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
 absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
   const std::shared_ptr<const LoadedModel> model = call.model_;
   BatchQueue& queue = *model->batcher;
-  // Nothing queued or running for this version: a short run goes on this thread, as unbatched
-  // requests do (no hand-off). It holds a collector slot meanwhile, so requests that arrive
-  // queue up and merge.
-  if (model->metrics->RecentCompute() < options_.inline_run_limit) {
-    bool claimed = false;
-    {
-      absl::MutexLock lock(&queue.mutex_);
-      claimed = queue.pending_.empty() && queue.collectors_ == 0;
-      if (claimed) ++queue.collectors_;
+  const bool short_runs = model->metrics->RecentCompute() < options_.inline_run_limit;
+  // A run on this thread holds this call's client only through ClientGone (gRPC reports a
+  // cancel after the handler returns). Set while the call is ours.
+  if (short_runs && call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
+  // A lone client's request (its version quiet, nothing queued or collecting) with a short run
+  // goes on this thread at once, as unbatched requests do (no hand-off). It holds a collector
+  // slot meanwhile, so requests that arrive queue up and merge.
+  bool alone = false;
+  {
+    absl::MutexLock lock(&queue.mutex_);
+    const absl::Time now = absl::Now();
+    const bool busy = !queue.pending_.empty() || queue.collectors_ > 0;
+    if (busy) queue.last_busy_ = now;
+    alone = short_runs && !busy && queue.Quiet(now);
+    if (alone) {
+      ++queue.collectors_;
+      queue.running_rows_ += call.batch_size_;
     }
-    if (claimed) {
-      const bool ran = pool_->TryRunHere(
-          [&] {
-            metrics_.inflight_requests().Increment();
-            if (call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
-            Run(call);  // `call` may be gone after this
-          },
-          model->instances);
+  }
+  const int64_t rows = call.batch_size_;  // `call` may be gone after its run
+  if (alone) {
+    const bool ran = pool_->TryRunHere(
+        [&] {
+          metrics_.inflight_requests().Increment();
+          Run(call);  // `call` may be gone after this
+        },
+        model->instances);
+    if (ran) {
       bool start_collector = false;
       {
         absl::MutexLock lock(&queue.mutex_);
+        queue.running_rows_ -= rows;
         queue.ReleaseCollector();
         start_collector = !queue.pending_.empty() && !queue.waiting_ &&
                           queue.collectors_ < queue.max_collectors();
         if (start_collector) ++queue.collectors_;
       }
       if (start_collector) StartCollector(model);
-      if (ran) return absl::OkStatus();
+      return absl::OkStatus();
     }
+    // The pool is busy: the call queues in the slot it holds, for a worker collector.
   }
-  const bool try_here = model->metrics->RecentCompute() < options_.inline_run_limit;
-  // A batch this thread may run holds this call's client only through ClientGone (gRPC reports
-  // a cancel after the handler returns). Set before the call is queued, while it is ours.
-  if (try_here && call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
   call.queued_ = true;
   metrics_.queue_depth().Increment();
   metrics_.inflight_requests().Increment();
-  bool start_collector = false;
+  bool start_collector = alone;
   {
     absl::MutexLock lock(&queue.mutex_);
+    if (alone) queue.running_rows_ -= rows;
     if (static_cast<int>(queue.pending_.size()) >= pool_->max_queue_size()) {
+      if (alone) queue.ReleaseCollector();
       call.queued_ = false;
       metrics_.queue_depth().Decrement();
       return absl::ResourceExhaustedError(absl::StrCat(ModelLabel(*model), "the batch queue holds ",
@@ -232,7 +245,10 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
     }
     call.enqueued_ = absl::Now();
     queue.pending_.push_back(&call);
-    if (queue.waiting_) {
+    queue.pending_rows_ += rows;
+    if (alone) {
+      // The slot taken above goes to a worker collector.
+    } else if (queue.waiting_) {
       queue.more_.Signal();
     } else if (queue.collectors_ < queue.max_collectors()) {
       ++queue.collectors_;
@@ -240,9 +256,10 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
     }
   }
   if (!start_collector) return absl::OkStatus();
-  // A free collector slot: for a version of short runs, this thread collects and runs one batch
-  // (with `call` in it, or `call` left for the next collector) rather than waking a worker.
-  if (try_here && pool_->TryRunHere([&] { CollectOnce(model); }, model->instances)) {
+  // A free collector slot: for a version of short runs, this thread sends the batch when one is
+  // due now (with `call` in it, or `call` left for the next collector) rather than waking a
+  // worker; a batch still to be gathered goes to a worker collector, which waits for it.
+  if (!alone && short_runs && pool_->TryRunHere([&] { CollectOnce(model); }, model->instances)) {
     return absl::OkStatus();
   }
   StartCollector(model);  // may answer `call` (the pool refused)
@@ -252,22 +269,50 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
 void InferenceRunner::CollectOnce(const std::shared_ptr<const LoadedModel>& model) {
   BatchQueue& queue = *model->batcher;
   std::vector<InferenceCall*> batch, expired;
-  bool idle = false;
+  Formed formed;
+  bool helper = false;
   {
     absl::MutexLock lock(&queue.mutex_);
-    idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
-    if (idle) queue.ReleaseCollector();
+    formed = FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
+    if (formed == Formed::kIdle) queue.ReleaseCollector();
+    if (formed == Formed::kBatch) helper = TakeSpareCollector(queue);
   }
+  if (helper) StartCollector(model);
   for (InferenceCall* call : expired) Run(*call);
+  if (formed == Formed::kWait) {
+    StartCollector(model);  // the slot moves to a worker, which waits for the batch to fill
+    return;
+  }
+  const int64_t rows = BatchRows(batch);
   if (!batch.empty()) RunBatch(*model, batch);
-  if (idle) return;
+  if (formed == Formed::kIdle) return;
   bool more = false;
   {
     absl::MutexLock lock(&queue.mutex_);
+    BatchDone(queue, rows);
     more = !queue.pending_.empty();
     if (!more) queue.ReleaseCollector();
   }
   if (more) StartCollector(model);  // the slot moves to a worker
+}
+
+int64_t InferenceRunner::BatchRows(const std::vector<InferenceCall*>& batch) {
+  int64_t rows = 0;
+  for (const InferenceCall* call : batch) rows += call->batch_size_;
+  return rows;
+}
+
+bool InferenceRunner::TakeSpareCollector(BatchQueue& queue) {
+  if (queue.pending_.empty() || queue.waiting_ || queue.collectors_ >= queue.max_collectors()) {
+    return false;
+  }
+  ++queue.collectors_;
+  return true;
+}
+
+void InferenceRunner::BatchDone(BatchQueue& queue, int64_t rows) {
+  queue.running_rows_ -= rows;
+  if (queue.waiting_) queue.more_.Signal();  // its share, or how long it gathers, changed
 }
 
 void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& model) {
@@ -281,7 +326,11 @@ void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& m
   {
     absl::MutexLock lock(&queue.mutex_);
     queue.ReleaseCollector();
-    if (queue.collectors_ == 0) orphans.swap(queue.pending_);
+    if (queue.collectors_ == 0) {
+      orphans.swap(queue.pending_);
+      queue.pending_rows_ = 0;
+      ++queue.taken_;
+    }
   }
   for (InferenceCall* orphan : orphans) {
     orphan->queued_ = false;
@@ -297,14 +346,22 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
     batch.clear();
     expired.clear();
     bool idle = false;
+    bool helper = false;
     {
       absl::MutexLock lock(&queue.mutex_);
-      idle = !FormBatch(*model, queue, batch, expired, /*may_wait=*/true);
+      idle = FormBatch(*model, queue, batch, expired, /*may_wait=*/true) == Formed::kIdle;
       if (idle) queue.ReleaseCollector();
+      if (!idle) helper = TakeSpareCollector(queue);
     }
+    if (helper) StartCollector(model);
     for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
+    const int64_t rows = BatchRows(batch);
     if (!batch.empty()) RunBatch(*model, batch);
     if (idle) return;
+    {
+      absl::MutexLock lock(&queue.mutex_);
+      BatchDone(queue, rows);
+    }
     // Other models' tasks wait: queue behind them (this task's collector slot moves along).
     if (pool_->queue_size() > 0 &&
         pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances).ok()) {
@@ -313,75 +370,137 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
   }
 }
 
-bool InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
-                                std::vector<InferenceCall*>& batch,
-                                std::vector<InferenceCall*>& expired, bool may_wait) {
+InferenceRunner::Formed InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
+                                                   std::vector<InferenceCall*>& batch,
+                                                   std::vector<InferenceCall*>& expired,
+                                                   bool may_wait) {
   const BatchingPolicy& policy = queue.policy();
-  std::vector<size_t> members;  // positions in the queue
-  while (true) {
+  // The batch so far: the head and the later calls that merge with it, found by a scan that goes
+  // on from `scanned` when more arrive (a wait woken by an arrival looks at the new calls only,
+  // not the whole queue again). Calls that expired or were cancelled leave the queue in a sweep
+  // at the start, after a wait that timed out (a deadline may have come) and as the batch goes.
+  std::vector<InferenceCall*> members;
+  int64_t size = 0;
+  size_t scanned = 0;  // queue positions looked at; 0: start again from the head
+  bool full = false;
+  absl::Time earliest_deadline = absl::InfiniteFuture();
+  auto sweep = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_) {
     const absl::Time now = absl::Now();
-    absl::Time earliest_deadline = absl::InfiniteFuture();
+    const size_t before = queue.pending_.size();
     for (auto it = queue.pending_.begin(); it != queue.pending_.end();) {
-      InferenceCall* call = *it;
-      if (now >= call->deadline_ || call->cancelled()) {
-        expired.push_back(call);
+      if (now >= (*it)->deadline_ || (*it)->cancelled()) {
+        queue.pending_rows_ -= (*it)->batch_size_;
+        expired.push_back(*it);
         it = queue.pending_.erase(it);
       } else {
-        earliest_deadline = std::min(earliest_deadline, call->deadline_);
         ++it;
       }
     }
-    if (queue.pending_.empty()) return false;
-    InferenceCall& head = *queue.pending_.front();
-    members.assign(1, 0);
-    int64_t size = head.batch_size_;
-    bool full = size >= policy.max_batch_size;
-    if (!Mergeable(model.io, head.decoded_.inputs)) {
-      full = true;  // runs alone
-    } else {
-      for (size_t i = 1; i < queue.pending_.size() && !full; ++i) {
-        const InferenceCall& call = *queue.pending_[i];
-        if (!CanMerge(model.io, head.decoded_.inputs, call.decoded_.inputs)) {
-          if (policy.preserve_ordering) break;
-          continue;
-        }
-        if (size + call.batch_size_ > policy.max_batch_size) {
-          full = true;
-          break;
-        }
-        members.push_back(i);
-        size += call.batch_size_;
-        full = size >= policy.max_batch_size;
+    if (queue.pending_.size() != before) ++queue.taken_;
+  };
+  // What was scanned holds while no call left the queue (taken by another collector, or swept).
+  uint64_t scanned_at = queue.taken_;
+  sweep();
+  while (true) {
+    if (queue.taken_ != scanned_at) scanned = 0;
+    scanned_at = queue.taken_;
+    if (queue.pending_.empty()) return Formed::kIdle;
+    if (scanned == 0) {
+      InferenceCall* head = queue.pending_.front();
+      members.assign(1, head);
+      size = head->batch_size_;
+      earliest_deadline = head->deadline_;
+      full = size >= policy.max_batch_size || !Mergeable(model.io, head->decoded_.inputs);
+      scanned = 1;
+    }
+    const InferenceCall& head = *members.front();
+    for (; scanned < queue.pending_.size() && !full; ++scanned) {
+      InferenceCall* call = queue.pending_[scanned];
+      earliest_deadline = std::min(earliest_deadline, call->deadline_);
+      if (!CanMerge(model.io, head.decoded_.inputs, call->decoded_.inputs)) {
+        if (policy.preserve_ordering) full = true;  // no call is skipped: this batch is done
+        continue;
+      }
+      if (size + call->batch_size_ > policy.max_batch_size) {
+        full = true;
+        break;
+      }
+      members.push_back(call);
+      size += call->batch_size_;
+      full = size >= policy.max_batch_size;
+    }
+    const absl::Time now = absl::Now();
+    const bool preferred = !full && !policy.preferred.empty() && policy.preferred.front() <= size;
+    const int64_t share = queue.Share();
+    // While another batch of the version runs, a batch gathers up to its share for as long as a
+    // run takes (at least max_queue_delay): sent sooner, it would hold the requests that came
+    // back in the meantime, one or two, while the other batch holds all the rest.
+    absl::Duration gather = policy.max_queue_delay;
+    if (queue.running_rows_ > 0) {
+      const absl::Duration run = model.metrics->RecentCompute();
+      if (run != absl::InfiniteDuration()) gather = std::max(gather, std::min(run, kMaxGather));
+    }
+    const absl::Time due = std::min(head.enqueued_ + gather, earliest_deadline);
+    // Sent when full, at a preferred size, at once for a lone client (the version is quiet),
+    // with its share of the version's requests, or when the oldest call waited `gather` (or the
+    // earliest deadline comes).
+    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due)) {
+      if (!may_wait) return Formed::kWait;
+      // One collector waits for a batch to fill; another gives its slot back (the waiting one
+      // takes these calls).
+      if (queue.waiting_) return Formed::kIdle;
+      queue.waiting_ = true;
+      const bool timed_out = queue.more_.WaitWithDeadline(&queue.mutex_, due);
+      queue.waiting_ = false;
+      if (timed_out) sweep();
+      continue;
+    }
+    // At most the share (a preferred size first: the largest one the calls make, in arrival
+    // order); the rest is left for the next collector.
+    int64_t limit = share;
+    for (auto p = policy.preferred.rbegin(); preferred && p != policy.preferred.rend(); ++p) {
+      if (*p <= size) {
+        limit = std::min(limit, *p);
+        break;
       }
     }
-    // A preferred size reached: the largest one the queued calls make, in arrival order.
-    bool preferred = false;
-    for (auto p = policy.preferred.rbegin(); p != policy.preferred.rend() && !full; ++p) {
-      if (*p > size) continue;
+    {
       int64_t kept = 0;
       size_t n = 0;
-      while (n < members.size() && kept + queue.pending_[members[n]]->batch_size_ <= *p) {
-        kept += queue.pending_[members[n++]]->batch_size_;
+      while (n < members.size() && kept + members[n]->batch_size_ <= limit) {
+        kept += members[n++]->batch_size_;
       }
       members.resize(std::max<size_t>(n, 1));
-      preferred = true;
-      break;
     }
-    const absl::Time due = std::min(head.enqueued_ + policy.max_queue_delay, earliest_deadline);
-    const bool alone = queue.collectors_ == 1;  // no other batch of this version in the works
-    if (full || preferred || alone || !may_wait || now >= due) break;
-    // One collector waits for a batch to fill; another gives its slot back (the waiting one
-    // takes these calls).
-    if (queue.waiting_) return false;
-    queue.waiting_ = true;
-    queue.more_.WaitWithDeadline(&queue.mutex_, due);
-    queue.waiting_ = false;
+    // The members leave the queue (one pass); a call found expired or cancelled now is answered
+    // alone instead.
+    const absl::Time sent = absl::Now();
+    size_t member = 0, kept = 0;
+    int64_t rows = 0;
+    for (size_t i = 0; i < queue.pending_.size(); ++i) {
+      InferenceCall* call = queue.pending_[i];
+      const bool in_batch = member < members.size() && members[member] == call;
+      member += in_batch ? 1 : 0;
+      if (sent >= call->deadline_ || call->cancelled()) {
+        queue.pending_rows_ -= call->batch_size_;
+        expired.push_back(call);
+      } else if (in_batch) {
+        batch.push_back(call);
+        rows += call->batch_size_;
+      } else {
+        queue.pending_[kept++] = call;
+      }
+    }
+    queue.pending_.resize(kept);
+    ++queue.taken_;
+    if (batch.empty()) {  // every member left: start again with what is queued
+      scanned = 0;
+      continue;
+    }
+    queue.pending_rows_ -= rows;
+    queue.running_rows_ += rows;
+    return Formed::kBatch;
   }
-  for (size_t position : members) batch.push_back(queue.pending_[position]);
-  for (auto it = members.rbegin(); it != members.rend(); ++it) {
-    queue.pending_.erase(queue.pending_.begin() + static_cast<std::ptrdiff_t>(*it));
-  }
-  return true;
 }
 
 void InferenceRunner::RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls) {
@@ -400,11 +519,12 @@ void InferenceRunner::RunBatch(const LoadedModel& model, const std::vector<Infer
 absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
                                            const std::vector<InferenceCall*>& calls,
                                            std::vector<absl::Status>& statuses) {
-  const std::string label = ModelLabel(model);
   const absl::Time started = absl::Now();
   absl::Time deadline = absl::InfinitePast();
   std::vector<int64_t> sizes;
   std::vector<std::vector<engine::Value>*> inputs;
+  sizes.reserve(calls.size());
+  inputs.reserve(calls.size());
   int64_t total = 0;
   for (InferenceCall* call : calls) {
     if (call->queued_) metrics_.queue_depth().Decrement();
@@ -419,20 +539,9 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
   for (InferenceCall* call : calls) call->decoded_.inputs.clear();
 
   const int64_t members = static_cast<int64_t>(calls.size());
-  auto scaled = [members](int64_t cap) {  // 0 = unlimited stays so; saturates
-    if (cap <= 0) return cap;
-    return cap > std::numeric_limits<int64_t>::max() / members ? std::numeric_limits<int64_t>::max()
-                                                               : cap * members;
-  };
   RunningBatch running;
   running.calls = &calls;
-  engine::RunOptions options;
-  options.deadline = deadline;
-  options.cancelled = &running.cancelled;
-  options.max_loop_iterations = model.max_loop_iterations;
-  options.max_output_bytes = scaled(model.max_output_bytes);
-  options.max_memory_bytes = scaled(model.max_request_memory_bytes);
-  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  const engine::RunOptions options = RunOptionsFor(model, deadline, &running.cancelled, members);
   {
     absl::MutexLock lock(&mutex_);
     batches_.push_back(&running);
@@ -446,46 +555,27 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
   for (size_t k = 0; k < calls.size(); ++k) model.metrics->RecordCompute(computed);
 
   // What a member that left while the batch ran is answered.
-  auto left = [&](const InferenceCall& call) -> absl::Status {
-    const absl::Time now = absl::Now();
-    if (now >= call.deadline_ ||
-        (call.cancelled() && now + kDeadlineClockSlack >= call.deadline_)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(label, "deadline exceeded while its batch of ", members, " requests ran"));
-    }
-    if (call.cancelled()) {
-      return absl::CancelledError(
-          absl::StrCat(label, "cancelled while its batch of ", members, " requests ran"));
-    }
-    return absl::OkStatus();
-  };
+  auto where = [members] { return absl::StrCat("while its batch of ", members, " requests ran"); };
   if (!outputs.ok()) {
     RecordLimit(model, outputs.status());
     for (size_t k = 0; k < calls.size(); ++k) {
-      const absl::Status gone = left(*calls[k]);
-      statuses[k] = gone.ok() ? Annotate(outputs.status(),
-                                         absl::StrCat(label, "batch of ", members, " requests: "))
-                              : gone;
+      const absl::Status gone = Left(*calls[k], absl::Now(), absl::OkStatus(), where);
+      statuses[k] =
+          gone.ok() ? Annotate(outputs.status(),
+                               absl::StrCat(ModelLabel(model), "batch of ", members, " requests: "))
+                    : gone;
     }
     return absl::OkStatus();
   }
   model.metrics->RecordExecution(total);
   absl::StatusOr<std::vector<std::vector<engine::Value>>> split_or =
       SplitOutputs(model.io, *outputs, sizes);
-  if (!split_or.ok()) return Annotate(split_or.status(), label);
-  std::vector<std::vector<engine::Value>>& split = *split_or;
-  outputs->clear();
+  if (!split_or.ok()) return Annotate(split_or.status(), ModelLabel(model));
+  std::vector<std::vector<engine::Value>>& split = *split_or;  // may view *outputs
   for (size_t k = 0; k < calls.size(); ++k) {
     InferenceCall& call = *calls[k];
-    statuses[k] = [&]() -> absl::Status {
-      LS_RETURN_IF_ERROR(left(call));
-      LS_RETURN_IF_ERROR(CheckOutputBytes(call, split[k]));
-      LS_RETURN_IF_ERROR(Annotate(model.io.AdaptOutputs(split[k]), label));
-      const absl::Time encode_start = absl::Now();
-      const absl::Status encoded = call.Respond(model, call.decoded_.outputs, split[k]);
-      model.metrics->RecordComputeOutput(absl::Now() - encode_start);
-      return Annotate(encoded, label);
-    }();
+    statuses[k] = Left(call, absl::Now(), absl::OkStatus(), where);
+    if (statuses[k].ok()) statuses[k] = Answer(call, split[k]);
     split[k].clear();
   }
   return absl::OkStatus();
@@ -499,54 +589,82 @@ void InferenceRunner::Run(InferenceCall& call) {
 
 absl::Status InferenceRunner::Execute(InferenceCall& call) {
   const LoadedModel& model = *call.model_;
-  const std::string label = ModelLabel(model);
   if (call.queued_) metrics_.queue_depth().Decrement();
   const absl::Time started = absl::Now();
   model.metrics->RecordQueue(started - call.received_);
-  // A protocol may also cancel a call whose deadline passed, so the deadline is checked first
-  // (with the slack of the protocol's clock, see below).
-  if (started >= call.deadline_ || (call.cancelled_.load(std::memory_order_relaxed) &&
-                                    started + kDeadlineClockSlack >= call.deadline_)) {
-    return absl::DeadlineExceededError(absl::StrCat(label, "deadline passed after ",
-                                                    absl::FormatDuration(started - call.received_),
-                                                    " in the queue"));
-  }
-  if (call.cancelled_.load(std::memory_order_relaxed)) {
-    return absl::CancelledError(absl::StrCat(label, "cancelled while queued"));
-  }
-
-  engine::RunOptions options;
-  options.deadline = call.deadline_;
-  options.cancelled = &call.cancelled_;
-  options.max_loop_iterations = model.max_loop_iterations;
-  options.max_output_bytes = model.max_output_bytes;
-  options.max_memory_bytes = model.max_request_memory_bytes;
-  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  LS_RETURN_IF_ERROR(Left(call, started, absl::OkStatus(), [&] {
+    return absl::StrCat("after ", absl::FormatDuration(started - call.received_), " in the queue");
+  }));
+  engine::RunOptions options = RunOptionsFor(model, call.deadline_, &call.cancelled_, 1);
   if (call.stream_loop_ >= 0) options.iteration_observer = &call;
   absl::StatusOr<std::vector<engine::Value>> outputs =
       model.model->Run(std::move(call.decoded_.inputs), options);
   model.metrics->RecordCompute(absl::Now() - started);
-  if (outputs.ok()) model.metrics->RecordExecution(call.batch_size_);
   if (!outputs.ok()) {
+    // The engine stops on the call's cancellation, which a protocol also sets at the deadline.
     absl::Status status = outputs.status();
-    // An expired deadline reaches the engine as the protocol's cancellation (gRPC's OnCancel) as
-    // often as through its own clock check; report what really happened. gRPC times the
-    // deadline on its own millisecond clock, which its cancellation showed up to ~10 ms ahead of
-    // absl::Now().
-    if (absl::IsCancelled(status) && absl::Now() + kDeadlineClockSlack >= call.deadline_) {
-      status =
-          absl::DeadlineExceededError(absl::StrCat("deadline exceeded (", status.message(), ")"));
+    if (absl::IsCancelled(status)) {
+      status = Left(call, absl::Now(), status, [] { return std::string("while it ran"); });
+      if (status.ok()) status = Annotate(outputs.status(), ModelLabel(model));
+    } else {
+      status = Annotate(status, ModelLabel(model));
     }
     RecordLimit(model, status);
-    return Annotate(status, label);
+    return status;
   }
-  LS_RETURN_IF_ERROR(CheckOutputBytes(call, *outputs));
-  LS_RETURN_IF_ERROR(Annotate(model.io.AdaptOutputs(*outputs), label));
-  const absl::Time encode_start = absl::Now();
-  const absl::Status encoded = call.Respond(model, call.decoded_.outputs, *outputs);
+  model.metrics->RecordExecution(call.batch_size_);
+  const absl::Status answered = Answer(call, *outputs);
   outputs->clear();
+  return answered;
+}
+
+engine::RunOptions InferenceRunner::RunOptionsFor(const LoadedModel& model, absl::Time deadline,
+                                                  const std::atomic<bool>* cancelled,
+                                                  int64_t members) {
+  auto scaled = [members](int64_t cap) {  // 0 = unlimited stays so; saturates
+    if (cap <= 0) return cap;
+    return cap > std::numeric_limits<int64_t>::max() / members ? std::numeric_limits<int64_t>::max()
+                                                               : cap * members;
+  };
+  engine::RunOptions options;
+  options.deadline = deadline;
+  options.cancelled = cancelled;
+  options.max_loop_iterations = model.max_loop_iterations;  // every member shares each iteration
+  options.max_output_bytes = scaled(model.max_output_bytes);
+  options.max_memory_bytes = scaled(model.max_request_memory_bytes);
+  if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
+  return options;
+}
+
+absl::Status InferenceRunner::Left(const InferenceCall& call, absl::Time now,
+                                   const absl::Status& cause,
+                                   absl::FunctionRef<std::string()> where) {
+  const bool cancelled = call.cancelled();
+  // A protocol may also cancel a call whose deadline passed, by its own clock: gRPC times the
+  // deadline on its own millisecond clock, and its cancellation showed up to ~10 ms ahead of
+  // absl::Now(). Such a cancel is reported as the deadline it is.
+  if (now >= call.deadline_ || (cancelled && now + kDeadlineClockSlack >= call.deadline_)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(ModelLabel(*call.model_), "deadline exceeded ", where(),
+                     cause.ok() ? "" : absl::StrCat(" (", cause.message(), ")")));
+  }
+  if (cancelled) {
+    return absl::CancelledError(
+        absl::StrCat(ModelLabel(*call.model_), "cancelled ", where(),
+                     cause.ok() ? "" : absl::StrCat(" (", cause.message(), ")")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferenceRunner::Answer(InferenceCall& call, std::vector<engine::Value>& outputs) {
+  const LoadedModel& model = *call.model_;
+  LS_RETURN_IF_ERROR(CheckOutputBytes(call, outputs));
+  absl::Status status = model.io.AdaptOutputs(outputs);
+  if (!status.ok()) return Annotate(status, ModelLabel(model));
+  const absl::Time encode_start = absl::Now();
+  status = call.Respond(model, call.decoded_.outputs, outputs);
   model.metrics->RecordComputeOutput(absl::Now() - encode_start);
-  return Annotate(encoded, label);
+  return status.ok() ? status : Annotate(status, ModelLabel(model));
 }
 
 void InferenceRunner::RecordLimit(const LoadedModel& model, const absl::Status& status) {

@@ -162,16 +162,20 @@ class InferenceCall : private engine::IterationObserver {
 //
 // Dynamic batching (a version with `dynamic_batching`; LoadedModel::batcher): an admitted call
 // (already bound and checked alone, so a bad request fails alone) runs at once on the caller's
-// thread when nothing of its version is queued or running and the inline conditions above hold
-// (the version's collector slot is held meanwhile, so others queue); otherwise it goes into the
-// version's BatchQueue instead of the pool (`stream_iterations` requests bypass it). A call that
-// finds a collector slot free collects and runs one batch on its own thread under the same
-// inline rule (no waiting), or else schedules a collector task on the pool (in the version's
-// TaskGroup; at most BatchQueue::max_collectors at once). A collector takes the oldest call and
-// every later one that CanMerge with it while the batch sizes sum to at most max_batch_size; it
-// dispatches the batch at once when it is full, reaches a preferred size, when no other batch of
-// the version is collected or running (a lone client never waits), or when the oldest call has
-// waited max_queue_delay (or the earliest deadline comes); otherwise it waits for more. Calls that
+// thread when its version is quiet (BatchQueue::Quiet: a lone client), nothing of it is queued
+// or running and the inline conditions above hold (the version's collector slot is held
+// meanwhile, so others queue); otherwise it goes into the version's BatchQueue instead of the
+// pool (`stream_iterations` requests bypass it). A call that finds a collector slot free sends
+// a batch that is due now on its own thread under the same inline rule (no waiting), or else
+// schedules a collector task on the pool (in the version's TaskGroup; at most
+// BatchQueue::max_collectors at once), which waits for its batch. A collector takes the oldest
+// call and every later one that CanMerge with it while the batch sizes sum to at most
+// max_batch_size; it dispatches the batch at once when it is full, reaches a preferred size, the
+// version is quiet (a lone client never waits), it holds its share of the version's inferences
+// (BatchQueue::Share: queued plus running over the collectors; it takes no more, and the calls
+// left start another collector), or when the oldest call has waited max_queue_delay (while
+// another batch of the version runs: as long as a recent run took, up to 100 ms, if longer) or
+// the earliest deadline comes; otherwise it waits for more. Calls that
 // expired or were cancelled in the queue are taken out and answered alone. A batch of one runs
 // as an unbatched request; a larger one runs as one Model::Run on the merged inputs (the
 // latest deadline of its members; caps on output bytes and memory multiplied by the member
@@ -238,14 +242,27 @@ class InferenceRunner {
   // Schedules a collector for the slot the caller took in the version's queue; when the pool
   // refuses and no collector is left, answers every queued call with the pool's error.
   void StartCollector(const std::shared_ptr<const LoadedModel>& model);
+  // The inferences of a batch (its calls' batch sizes summed).
+  static int64_t BatchRows(const std::vector<InferenceCall*>& batch);
+  // After a batch was formed, under the queue's mutex: takes a free collector slot for the calls
+  // left in the queue (none waits for them); the caller then calls StartCollector.
+  static bool TakeSpareCollector(BatchQueue& queue) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
+  // After a batch of `rows` inferences ran, under the queue's mutex: no longer running; a
+  // collector gathering meanwhile looks again (its share and how long it gathers changed).
+  static void BatchDone(BatchQueue& queue, int64_t rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
   // A collector task: forms and runs batches of `model` until its queue is empty.
   void CollectBatches(std::shared_ptr<const LoadedModel> model);
-  // Under the queue's mutex: waits for a batch to be due and moves it out of the queue into
-  // `batch`; calls that expired or were cancelled go to `expired`. False when the queue is empty
-  // or another collector already waits on it (this one then gives its slot back).
-  // `may_wait` false: dispatch what the queue holds now (a collector on a protocol thread).
-  bool FormBatch(const LoadedModel& model, BatchQueue& queue, std::vector<InferenceCall*>& batch,
-                 std::vector<InferenceCall*>& expired, bool may_wait)
+  // What FormBatch did: moved a batch out of the queue, found the queue empty (or another
+  // collector already waiting on it: this one then gives its slot back), or (may_wait false)
+  // found no batch due yet.
+  enum class Formed { kBatch, kIdle, kWait };
+  // Under the queue's mutex: waits for a batch to be due (see the class comment) and moves it out
+  // of the queue into `batch`; calls that expired or were cancelled go to `expired`. `may_wait`
+  // false: never waits (a collector on a protocol thread, which hands a batch still to be
+  // gathered to a worker).
+  Formed FormBatch(const LoadedModel& model, BatchQueue& queue, std::vector<InferenceCall*>& batch,
+                   std::vector<InferenceCall*>& expired, bool may_wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
   // One batch collected and run on the caller's thread (WorkerPool::TryRunHere) in the collector
   // slot the caller took; the slot then goes to a worker collector if calls are left.
@@ -259,6 +276,21 @@ class InferenceRunner {
   absl::Status Execute(InferenceCall& call);
   // Records the outcome and calls Finish.
   void Complete(InferenceCall& call, const absl::Status& status);
+  // The RunOptions of a run of `model` that `members` calls share: the version's caps (output
+  // bytes and memory multiplied by `members`, the iteration cap unchanged since every member
+  // shares each iteration) and its LoopObserver.
+  static engine::RunOptions RunOptionsFor(const LoadedModel& model, absl::Time deadline,
+                                          const std::atomic<bool>* cancelled, int64_t members);
+  // Whether `call` left before its answer, by `now`: DEADLINE_EXCEEDED once its deadline passed
+  // (or it was cancelled within kDeadlineClockSlack of it: a protocol cancels a call at its
+  // deadline by its own clock), CANCELLED once cancelled, else OK. `where` ("in the queue",
+  // "while its batch of 3 requests ran") is built for the message only; `cause`, when not OK,
+  // is quoted in it.
+  static absl::Status Left(const InferenceCall& call, absl::Time now, const absl::Status& cause,
+                           absl::FunctionRef<std::string()> where);
+  // Hands a call's outputs to its protocol: the output-bytes cap, the config's output reshapes,
+  // then InferenceCall::Respond (timed as compute output).
+  absl::Status Answer(InferenceCall& call, std::vector<engine::Value>& outputs);
   // The final-outputs cap (the engine caps Loop scan outputs as they grow).
   absl::Status CheckOutputBytes(const InferenceCall& call,
                                 const std::vector<engine::Value>& outputs);

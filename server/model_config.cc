@@ -541,8 +541,9 @@ std::string ConfigTypeName(engine::DataType type) {
 }
 
 // Compares the model-side dims a config declares (without the batch dim) with the model's dims
-// (with it at `batch_axis` when >= 0). `field` names what was declared ("dims", "reshape").
-absl::Status CheckAgainstModel(absl::string_view what, absl::string_view field,
+// (with it at `batch_axis` when >= 0). `field` names what was declared ("dims", "reshape");
+// `is_input` says which parameter a message about a missing batch dim points to.
+absl::Status CheckAgainstModel(absl::string_view what, bool is_input, absl::string_view field,
                                absl::Span<const int64_t> declared,
                                const std::optional<std::vector<int64_t>>& model_dims,
                                int batch_axis) {
@@ -555,28 +556,25 @@ absl::Status CheckAgainstModel(absl::string_view what, absl::string_view field,
           absl::StrCat(what, ": max_batch_size > 0 needs a variable batch dim ",
                        batch_axis == 0 ? "first" : absl::StrCat("at axis ", batch_axis),
                        ", but the model's dims are ", FormatDims(model),
-                       absl::StartsWith(what, "input")
-                           ? absl::StrCat(" (list an input without one in parameters '",
-                                          kUnbatchedInputsParameter, "')")
-                           : absl::StrCat(" (give an output's batch axis in parameters '",
-                                          kOutputBatchAxesParameter, "')")));
+                       is_input ? absl::StrCat(" (list an input without one in parameters '",
+                                               kUnbatchedInputsParameter, "')")
+                                : absl::StrCat(" (give an output's batch axis in parameters '",
+                                               kOutputBatchAxesParameter, "')")));
     }
     model_without_batch.erase(model_without_batch.begin() + batch_axis);
     model = model_without_batch;
   }
-  const int max_batch_size = batch_axis >= 0 ? 1 : 0;  // for the messages below
+  const absl::string_view without_batch = batch_axis >= 0 ? " (without the batch dim)" : "";
   if (declared.size() != model.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", field, " ", FormatDims(declared), " have rank ", declared.size(),
-                     ", the model's ", FormatDims(model), " rank ", model.size(),
-                     max_batch_size > 0 ? " (without the batch dim)" : ""));
+                     ", the model's ", FormatDims(model), " rank ", model.size(), without_batch));
   }
   for (size_t i = 0; i < declared.size(); ++i) {
     if (model[i] != -1 && declared[i] != model[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", field, " ", FormatDims(declared), " do not match the model's ",
-                       FormatDims(model), " (dim ", i, ": ", declared[i], " vs ", model[i], ")",
-                       max_batch_size > 0 ? " (without the batch dim)" : ""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", field, " ", FormatDims(declared), " do not match the model's ",
+          FormatDims(model), " (dim ", i, ": ", declared[i], " vs ", model[i], ")", without_batch));
     }
   }
   return absl::OkStatus();
@@ -658,11 +656,12 @@ absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::T
       tensor.set_data_type(DataTypeToConfig(spec.type.dtype));
     }
     if (tensor.has_reshape()) {
-      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "reshape", ToVector(tensor.reshape().shape()),
-                                           spec.type.dims, batch_axis(spec.name)));
-    } else {
-      LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", ToVector(tensor.dims()), spec.type.dims,
+      LS_RETURN_IF_ERROR(CheckAgainstModel(what, kIsInput, "reshape",
+                                           ToVector(tensor.reshape().shape()), spec.type.dims,
                                            batch_axis(spec.name)));
+    } else {
+      LS_RETURN_IF_ERROR(CheckAgainstModel(what, kIsInput, "dims", ToVector(tensor.dims()),
+                                           spec.type.dims, batch_axis(spec.name)));
     }
     if constexpr (kIsInput) {
       if (tensor.optional() && spec.type.kind != engine::ValueKind::kOptional) {
@@ -682,7 +681,7 @@ absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::T
     // A batching config needs the batch dim on every tensor, declared or not.
     const int axis = batch_axis(spec.name);
     const std::vector<int64_t> dims = ConfigDims(spec, axis).value_or(std::vector<int64_t>());
-    LS_RETURN_IF_ERROR(CheckAgainstModel(what, "dims", dims, spec.type.dims, axis));
+    LS_RETURN_IF_ERROR(CheckAgainstModel(what, kIsInput, "dims", dims, spec.type.dims, axis));
     Proto* tensor = tensors.Add();
     tensor->set_name(spec.name);
     tensor->set_data_type(DataTypeToConfig(spec.type.dtype));

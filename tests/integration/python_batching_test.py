@@ -47,7 +47,7 @@ CONFIG = """name: "%(name)s"
 backend: "onnxruntime"
 max_batch_size: 32
 %(batching)s
-instance_group [ { count: 1 kind: KIND_CPU } ]
+instance_group [ { count: %(count)d kind: KIND_CPU } ]
 parameters { key: "unbatched_inputs" value: { string_value: "M" } }
 parameters { key: "output_batch_axes" value: { string_value: "h_seq:1" } }
 """
@@ -71,13 +71,16 @@ def main():
 
     repo = os.path.join(args.work, "repo")
     shutil.rmtree(repo, ignore_errors=True)
-    for name, batching in (("rnn_cell", "dynamic_batching { max_queue_delay_microseconds: 2000 }"),
-                           ("rnn_cell_plain", "")):
+    # rnn_cell_two: two instances, so two collectors share one queue (one gathers while the
+    # other runs a batch, and takes calls out of the queue the gathering one has looked at).
+    batching = "dynamic_batching { max_queue_delay_microseconds: 2000 }"
+    for name, batching, count in (("rnn_cell", batching, 1), ("rnn_cell_plain", "", 1),
+                                  ("rnn_cell_two", batching, 2)):
         os.makedirs(os.path.join(repo, name, "1"))
         shutil.copy(os.path.join(args.models, "rnn_cell", "1", "model.onnx"),
                     os.path.join(repo, name, "1", "model.onnx"))
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-            f.write(CONFIG % {"name": name, "batching": batching})
+            f.write(CONFIG % {"name": name, "batching": batching, "count": count})
 
     rng = np.random.RandomState(17)
 
@@ -119,10 +122,11 @@ def main():
 
     CHECKS_LOCAL = [0]
 
-    def stress(stub, metrics, what, must_merge):
-        """16 client threads, 12 requests each, random M and batch sizes; every answer checked
-        against numpy; with `must_merge`, some requests must have merged."""
-        labels = {"model": "rnn_cell", "version": "1"}
+    def stress(stub, metrics, what, must_merge, model="rnn_cell", requests=12):
+        """16 client threads, `requests` each, random M and batch sizes; every answer checked
+        against numpy (within 30 s: a call left in the queue shows as DEADLINE_EXCEEDED); with
+        `must_merge`, some requests must have merged."""
+        labels = {"model": model, "version": "1"}
         failures = []
         lock = threading.Lock()
 
@@ -130,13 +134,13 @@ def main():
             local = np.random.RandomState(seed)
             chooser = random.Random(seed)
             try:
-                for _ in range(12):
+                for _ in range(requests):
                     m = chooser.choice((2, 3))
                     b = chooser.choice((1, 2, 3))
                     inputs = [("M", np.array(m, np.int64)),
                               ("x", local.uniform(-1, 1, (b, HIDDEN)).astype(np.float32)),
                               ("h0", local.uniform(-1, 1, (b, HIDDEN)).astype(np.float32))]
-                    got = outputs_of(stub.ModelInfer(request("rnn_cell", inputs), timeout=120))
+                    got = outputs_of(stub.ModelInfer(request(model, inputs), timeout=30))
                     expect_right(got, inputs, None, "stress")
             except Exception as e:  # noqa: BLE001  (reported below)
                 with lock:
@@ -152,7 +156,8 @@ def main():
         check(not failures, "%s: stress failures: %s" % (what, failures[:3]))
         merged = metrics.value("loopserve_inferences_total", **labels) - inferences
         ran = metrics.value("loopserve_executions_total", **labels) - executions
-        check(merged >= 16 * 12 and ran <= 16 * 12 and (ran < 16 * 12 or not must_merge),
+        check(merged >= 16 * requests and ran <= 16 * requests and
+              (ran < 16 * requests or not must_merge),
               "%s: %d inferences in %d executions" % (what, merged, ran))
         metrics.wait_for("loopserve_inflight_requests", 0)
         print("%s: %d inferences in %d executions" % (what, merged, ran))
@@ -267,13 +272,13 @@ def main():
 
         # ---- 4. loopctl perf's geometric concurrency sweep against the batcher ----
         perf = subprocess.run(
-            [args.loopctl, "--addr=127.0.0.1:%d" % ports["grpc"], "perf", "rnn_cell",
+            [args.loopctl, "--addr=127.0.0.1:%d" % ports["grpc"], "perf", "rnn_cell_two",
              "--input=M:INT64::4", "--shape=x:1,256", "--shape=h0:1,256",
-             "--concurrency_range=1:4:x2", "--requests=24", "--warmup=2"],
+             "--concurrency_range=1:16:x4", "--requests=96", "--warmup=2"],
             capture_output=True, text=True, timeout=120)
         check(perf.returncode == 0, "loopctl perf: %s" % perf.stderr)
         levels = [line for line in perf.stdout.splitlines() if line.startswith('{"model"')]
-        check(['"concurrency":%d,' % c in line for c, line in zip((1, 2, 4), levels)] ==
+        check(['"concurrency":%d,' % c in line for c, line in zip((1, 4, 16), levels)] ==
               [True] * 3 and len(levels) == 3, "perf levels: %s" % perf.stdout)
         check(proc.poll() is None, "loopserve exited")
     finally:
@@ -312,6 +317,8 @@ def main():
         # Whether requests merge here depends on timing (a server that keeps up runs each at
         # once); every answer must be right.
         stress(stub, metrics, "inline path", must_merge=False)
+        stress(stub, metrics, "two instances", must_merge=False, model="rnn_cell_two",
+               requests=40)
         check(proc.poll() is None, "loopserve exited")
     finally:
         proc.terminate()

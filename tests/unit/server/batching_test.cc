@@ -150,6 +150,14 @@ TEST(BatchingTest, SplitAlongEachOutputsBatchAxis) {
   EXPECT_EQ(Data(first[2]), (std::vector<float>{0, 1, 6, 7}));
   EXPECT_EQ(second[2].tensor().shape(), (engine::Shape{2, 2, 2}));
   EXPECT_EQ(Data(second[2]), (std::vector<float>{2, 3, 4, 5, 8, 9, 10, 11}));
+  // Rows contiguous on axis 0 are views into the batch's output (no copy); axis 1's are copies.
+  const float* x = outputs[1].tensor().data<float>();
+  EXPECT_TRUE(first[1].tensor().is_view());
+  EXPECT_EQ(first[1].tensor().data<float>(), x);
+  EXPECT_TRUE(second[1].tensor().is_view());
+  EXPECT_EQ(second[1].tensor().data<float>(), x + 3);
+  EXPECT_FALSE(first[2].tensor().is_view());
+  EXPECT_FALSE(second[2].tensor().is_view());
 
   // A batch dim that is not the sum of the requests' (the model mixed its batch): INTERNAL.
   split = SplitOutputs(io, outputs, {1, 1});

@@ -26,6 +26,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using testing::TempDir;
 
@@ -631,13 +632,16 @@ TEST(ModelIoTest, UnbatchedInputsAndOutputBatchAxes) {
   EXPECT_THAT(Message(Complete("max_batch_size: 8", *Passthrough()).status()),
               AllOf(HasSubstr("input 'y'"), HasSubstr("needs a variable batch dim first"),
                     HasSubstr("parameters 'unbatched_inputs'")));
-  EXPECT_THAT(Message(Complete("max_batch_size: 8\nparameters { key: \"unbatched_inputs\" "
-                               "value: { string_value: \"M,seq\" } }\n"
-                               "parameters { key: \"output_batch_axes\" value: { "
-                               "string_value: \"x:1\" } }",
-                               *model)
-                          .status()),
-              HasSubstr("output 'x': max_batch_size > 0 needs a variable batch dim at axis 1"));
+  EXPECT_THAT(
+      Message(Complete("max_batch_size: 8\nparameters { key: \"unbatched_inputs\" "
+                       "value: { string_value: \"M,seq\" } }\n"
+                       "parameters { key: \"output_batch_axes\" value: { "
+                       "string_value: \"x:1\" } }",
+                       *model)
+                  .status()),
+      AllOf(HasSubstr("output 'x': max_batch_size > 0 needs a variable batch dim at axis 1"),
+            HasSubstr("give an output's batch axis in parameters 'output_batch_axes'"),
+            Not(HasSubstr("unbatched_inputs"))));
 }
 
 TEST(ModelIoTest, ReshapesInputsAndOutputs) {
