@@ -369,6 +369,6 @@ int Main(int argc, char** argv) {
 }  // namespace loopserve
 
 int main(int argc, char** argv) {
-  loopserve::engine::UsePassiveOpenMpWait(argv);
+  loopserve::engine::UseBoundedOpenMpSpin(argv);
   return loopserve::Main(argc, argv);
 }

@@ -133,7 +133,7 @@ void PrintLine(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loopserve::engine::UsePassiveOpenMpWait(argv);
+  loopserve::engine::UseBoundedOpenMpSpin(argv);
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol server (gRPC, HTTP/REST) for ONNX and OpenVINO models "
       "with Loops.\n"

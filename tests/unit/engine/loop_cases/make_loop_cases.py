@@ -639,6 +639,9 @@ def main():
     case_rnn(out_dir)
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
     case_rnn(out_dir, "loop_rnn_batch", hidden=40, trips=5, seed=11, scale=0.2, batch=6)
+    # A product big enough for oneDNN's threads (DnnlKernel::kParallelWork): the Loop's thread
+    # modes run different primitives for it (loop_test.cc, ThreadModesGiveIdenticalOutputs).
+    case_rnn(out_dir, "loop_rnn_parallel", hidden=512, trips=40, seed=15, scale=0.04, batch=64)
     case_input_projection(out_dir, "loop_input_projection", batch=1, hidden=24, inputs=10,
                           trips=9, seed=12)
     case_input_projection(out_dir, "loop_input_projection_batch", batch=4, hidden=40, inputs=33,

@@ -1,0 +1,94 @@
+#pragma once
+
+// How a Loop's iterations use the intra-op threads: with the OpenMP team oneDNN's larger
+// primitives fork, or on one thread. Which is faster depends on the body and on the machine's
+// load at the time: on a quiet 2-vCPU machine a team with spinning idle threads makes small
+// parallel regions cheap (rnn_b32_h128 at 2 threads 1.7x ONNX Runtime), while with other
+// processes on the cores the same team waits for descheduled threads and the serial body is
+// several times faster (bench/RESULTS.md). ThreadModeChooser decides by timing the Loop's own
+// iterations, block by block, and re-checks with backoff because the load changes.
+
+#include <cstdint>
+
+namespace loopserve::engine {
+
+// The decision logic, separate from any clock or thread so that tests can inject timings.
+//
+// Protocol: the Loop runs `Next()` iterations in mode `mode()`, then calls Next(elapsed) with the
+// seconds those iterations took (timed only while the Loop runs: a block may span executions),
+// and so on. Internally the chooser cycles through:
+//   calibrate: one untimed iteration (the first: its primitives are created), then blocks of
+//              2, 4, 8, ... iterations in the current mode until one takes at least
+//              block_seconds; its size becomes the block size, and it is the first reference;
+//   hold:      untimed iterations in the current mode for about hold_seconds (converted with
+//              the current mode's last time per iteration);
+//   before:    one timed block in the current mode (reference 1);
+//   warm-up:   one untimed iteration in the other mode (its first primitives, a team's wake-up);
+//   probe:     one timed block in the other mode, cut short as soon as it has taken longer than
+//              the reference would have with the margin, so probing a much slower mode costs
+//              about one block;
+//   warm-back: one untimed iteration in the current mode;
+//   after:     one timed block in the current mode (reference 2).
+// The probe's time per iteration is compared with the mean of the two references around it, so
+// a cost that changes linearly over the iterations (attention over a growing length) cancels.
+// When the probe is faster by more than `switch_margin` the modes swap and the hold restarts at
+// min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about one block in
+// the slower mode plus, when that is the team, the team's idle spinning afterwards (libgomp's
+// default 300000 spins, ~7.5 ms of CPU on the EPYC of bench/RESULTS.md), so at the longest hold
+// probing costs under 1% and a change of load is noticed within about a second.
+//
+// Not thread-safe; one chooser per Loop, driven by one execution at a time.
+class ThreadModeChooser {
+ public:
+  enum class Mode : uint8_t { kTeam, kOneThread };
+
+  struct Config {
+    double block_seconds = 1e-3;
+    double min_hold_seconds = 0.02;
+    double max_hold_seconds = 1.0;
+    double switch_margin = 0.05;
+    // A probe block is checked this many times (in equal parts) so a slow one stops early.
+    int probe_checks = 4;
+  };
+
+  ThreadModeChooser() : ThreadModeChooser(Config()) {}
+  explicit ThreadModeChooser(const Config& config);
+
+  // The mode the next iterations run in.
+  Mode mode() const { return mode_; }
+  // How many iterations to run before the next call of Next(seconds).
+  int64_t iterations() const { return iterations_; }
+  // Reports that the last iterations() iterations took `seconds`; picks the next mode and count.
+  void Next(double seconds);
+
+  // For tests and logs.
+  Mode current() const { return current_; }
+  int64_t block_iterations() const { return block_; }
+  double hold_seconds() const { return hold_; }
+  int64_t switches() const { return switches_; }
+
+ private:
+  enum class Phase : uint8_t { kCalibrate, kHold, kBefore, kWarmUp, kProbe, kWarmBack, kAfter };
+  static Mode Other(Mode m) { return m == Mode::kTeam ? Mode::kOneThread : Mode::kTeam; }
+  void Enter(Phase phase);
+
+  Config config_;
+  Mode current_ = Mode::kTeam;  // the chosen mode
+  Mode mode_ = Mode::kTeam;     // the mode of the iterations being run
+  Phase phase_ = Phase::kCalibrate;
+  int64_t iterations_ = 1;
+  int64_t block_ = 0;  // iterations per timed block, once calibrated
+  double hold_ = 0;         // seconds
+  bool warmed_up_ = false;  // the calibration's untimed first iteration has run
+  double before_ = 0;       // seconds per iteration of the references
+  double after_ = 0;
+  double probe_seconds_ = 0;  // of the probe so far
+  int64_t probe_done_ = 0;    // iterations of the probe so far
+  int64_t switches_ = 0;
+};
+
+// The calling thread's OpenMP thread count (its intra-op threads), and setting it.
+int ThreadsOfThisThread();
+void SetThreadsOfThisThread(int threads);
+
+}  // namespace loopserve::engine
