@@ -204,6 +204,10 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
     # The policy before the adaptive one: idle OpenMP threads sleep at once, Loops keep the team.
     old_cmd = ours_cmd[:-1] + ["--loop_threads=intra_op"]
     env_old = dict(env_ours, OMP_WAIT_POLICY="PASSIVE")
+    if args.baseline_looprun:
+        # Another build (e.g. main's) with its own defaults: same flags but --loop_threads.
+        old_cmd = [args.baseline_looprun] + ours_cmd[1:-1]
+        env_old = env_ours
     ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), ort_model, spec_path,
                str(args.repeat), str(args.warmup), str(threads)]
     ours_out = os.path.join(tmp, "%s.%d.looprun_out" % (name, threads))
@@ -215,7 +219,7 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
         extra_ours = ["--output_dir=" + ours_out] if r == 0 else []
         extra_ort = [ort_out] if r == 0 else []
         order = [(ours, ours_cmd + extra_ours, env_ours), (theirs, ort_cmd + extra_ort, env_ort)]
-        if args.old_policy:
+        if args.old_policy or args.baseline_looprun:
             order.append((old, old_cmd, env_old))
         if r % 2:
             order.reverse()
@@ -274,7 +278,11 @@ def main():
                    help="also time loopserve under the fixed policy it had before the adaptive "
                    "one (OMP_WAIT_POLICY=PASSIVE, --loop_threads=intra_op) in the same rounds, "
                    "and print its speedup beside the current one")
+    p.add_argument("--baseline-looprun", default="",
+                   help="instead of --old-policy's settings, time this looprun build (e.g. "
+                   "main's) in the same rounds, with its own defaults, in the old-policy column")
     args = p.parse_args()
+    args.old_policy = args.old_policy or bool(args.baseline_looprun)
     if not args.grid and not args.models:
         p.error("pass --models=DIR or --grid")
     threads_list = [int(t) for t in (args.threads or ("1,2" if args.grid else "1")).split(",")]

@@ -34,8 +34,8 @@ namespace loopserve::engine {
 // When the probe is faster by more than `switch_margin` the modes swap and the hold restarts at
 // min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about one block in
 // the slower mode plus, when that is the team, the team's idle spinning afterwards (libgomp's
-// default 300000 spins, ~7.5 ms of CPU on the EPYC of bench/RESULTS.md), so at the longest hold
-// probing costs under 1% and a change of load is noticed within about a second.
+// default 300000 spins, ~7.5 ms of CPU on the EPYC of bench/RESULTS.md; the programs set 10000),
+// so at the longest hold probing costs about 1% and a change of load is noticed within ~2 s.
 //
 // Not thread-safe; one chooser per Loop, driven by one execution at a time.
 class ThreadModeChooser {
@@ -43,12 +43,16 @@ class ThreadModeChooser {
   enum class Mode : uint8_t { kTeam, kOneThread };
 
   struct Config {
-    double block_seconds = 1e-3;
-    double min_hold_seconds = 0.02;
-    double max_hold_seconds = 1.0;
+    // Long enough to span several scheduler time slices: with other processes on the cores a
+    // 1 ms block of one thread often runs unpreempted while a team's block waits for a
+    // descheduled thread, so short blocks favoured one thread (mlp_b16_h512 with two busy
+    // neighbours: chosen at 1 ms blocks, 4x slower than the team).
+    double block_seconds = 0.015;
+    double min_hold_seconds = 0.1;
+    double max_hold_seconds = 2.0;
     double switch_margin = 0.05;
     // A probe block is checked this many times (in equal parts) so a slow one stops early.
-    int probe_checks = 4;
+    int probe_checks = 16;
   };
 
   ThreadModeChooser() : ThreadModeChooser(Config()) {}
@@ -77,7 +81,7 @@ class ThreadModeChooser {
   Mode mode_ = Mode::kTeam;     // the mode of the iterations being run
   Phase phase_ = Phase::kCalibrate;
   int64_t iterations_ = 1;
-  int64_t block_ = 0;  // iterations per timed block, once calibrated
+  int64_t block_ = 0;       // iterations per timed block, once calibrated
   double hold_ = 0;         // seconds
   bool warmed_up_ = false;  // the calibration's untimed first iteration has run
   double before_ = 0;       // seconds per iteration of the references

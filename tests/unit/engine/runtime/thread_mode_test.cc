@@ -53,45 +53,56 @@ CostFn Fixed(double team, double one) {
   return [=](Mode m, int64_t) { return m == Mode::kTeam ? team : one; };
 }
 
+// The block the calibration settles on at `seconds` an iteration: the first of 2, 4, 8, ...
+// iterations that takes block_seconds.
+int64_t ExpectedBlock(double seconds) {
+  int64_t n = 2;
+  while (static_cast<double>(n) * seconds < ThreadModeChooser::Config().block_seconds) n *= 2;
+  return n;
+}
+
 TEST(ThreadModeChooserTest, StartsWithTheTeamAndCalibratesABlock) {
   ThreadModeChooser chooser;
   EXPECT_EQ(chooser.mode(), Mode::kTeam);
   EXPECT_EQ(chooser.iterations(), 1);  // the untimed first iteration
   Drive(chooser, 1000, Fixed(100e-6, 100e-6));
-  // 1 ms blocks at 100 us an iteration: the first doubling that reaches 1 ms is 16.
-  EXPECT_EQ(chooser.block_iterations(), 16);
+  EXPECT_EQ(chooser.block_iterations(), ExpectedBlock(100e-6));
+  EXPECT_GE(chooser.block_iterations(), 4);
 }
 
 TEST(ThreadModeChooserTest, PicksOneThreadWhenItIsFaster) {
   // A quiet machine's team loses to one thread on a body of small parallel regions when other
   // processes take the cores: 3x here.
+  const int64_t n = 100000;  // 10 s
   ThreadModeChooser chooser;
-  const Trace t = Drive(chooser, 20000, Fixed(300e-6, 100e-6));
+  const Trace t = Drive(chooser, n, Fixed(300e-6, 100e-6));
   EXPECT_EQ(chooser.current(), Mode::kOneThread);
   EXPECT_EQ(chooser.switches(), 1);
-  EXPECT_GT(t.one, 20000 * 97 / 100);
-  // Within 3% of always running on one thread, probes included.
-  EXPECT_LT(t.seconds, 1.03 * 20000 * 100e-6);
+  EXPECT_GT(t.one, n * 97 / 100);
+  // Within 3% of always running on one thread, calibration and probes included.
+  EXPECT_LT(t.seconds, 1.03 * static_cast<double>(n) * 100e-6);
 }
 
 TEST(ThreadModeChooserTest, KeepsTheTeamWhenItIsFaster) {
+  const int64_t n = 100000;
   ThreadModeChooser chooser;
-  const Trace t = Drive(chooser, 20000, Fixed(100e-6, 170e-6));
+  const Trace t = Drive(chooser, n, Fixed(100e-6, 170e-6));
   EXPECT_EQ(chooser.current(), Mode::kTeam);
   EXPECT_EQ(chooser.switches(), 0);
-  EXPECT_LT(t.seconds, 1.03 * 20000 * 100e-6);
+  EXPECT_LT(t.seconds, 1.03 * static_cast<double>(n) * 100e-6);
 }
 
 TEST(ThreadModeChooserTest, CutsASlowProbeShort) {
-  // One thread 20x slower: each probe stops after its first quarter block (4 of 16 iterations)
-  // plus the untimed warm-up iteration, instead of a whole block at 20x.
+  // One thread 20x slower: each probe stops after its first part (block / probe_checks
+  // iterations) plus the untimed warm-up iteration, instead of a whole block at 20x.
+  const int64_t n = 50000;
   ThreadModeChooser chooser;
-  const Trace t = Drive(chooser, 5000, Fixed(100e-6, 2000e-6));
+  const Trace t = Drive(chooser, n, Fixed(100e-6, 2000e-6));
   EXPECT_EQ(chooser.switches(), 0);
-  EXPECT_EQ(chooser.block_iterations(), 16);
+  const int64_t part = chooser.block_iterations() / ThreadModeChooser::Config().probe_checks;
   ASSERT_GT(t.one, 0);
-  EXPECT_EQ(t.one % 5, 0) << "a probe is 1 warm-up + 4 timed iterations";
-  EXPECT_LT(t.seconds, 1.10 * 5000 * 100e-6);
+  EXPECT_EQ(t.one % (1 + part), 0) << "a probe is 1 warm-up + " << part << " timed iterations";
+  EXPECT_LT(t.seconds, 1.10 * static_cast<double>(n) * 100e-6);
 }
 
 TEST(ThreadModeChooserTest, ACostThatGrowsOrShrinksDoesNotFoolIt) {
@@ -125,12 +136,12 @@ TEST(ThreadModeChooserTest, AFasterModeIsFoundUnderAGrowingCost) {
 TEST(ThreadModeChooserTest, ProbesLessOftenWhileItsChoiceHolds) {
   ThreadModeChooser::Config config;
   ThreadModeChooser chooser(config);
-  Drive(chooser, 2000, Fixed(100e-6, 150e-6));
+  Drive(chooser, 20000, Fixed(100e-6, 150e-6));
   const double early = chooser.hold_seconds();
   EXPECT_GT(early, config.min_hold_seconds);
   Drive(chooser, 200000, Fixed(100e-6, 150e-6));
   EXPECT_EQ(chooser.hold_seconds(), config.max_hold_seconds);
-  // At the longest hold, probes cost well under 1%: 1 s between probes, a probe ~2 ms.
+  // At the longest hold, probes cost under 1%: 2 s between probes, a probe's extra ~10 ms.
   ThreadModeChooser steady(config);
   Drive(steady, 200000, Fixed(100e-6, 150e-6));
   const Trace t = Drive(steady, 100000, Fixed(100e-6, 150e-6));
@@ -140,7 +151,7 @@ TEST(ThreadModeChooserTest, ProbesLessOftenWhileItsChoiceHolds) {
 TEST(ThreadModeChooserTest, FollowsAChangeOfLoad) {
   // Quiet for 30 s of iterations (the team 2x faster), then loaded (the team 4x slower than one
   // thread), then quiet again: each change is followed within about max_hold_seconds plus a few
-  // blocks, and the hold starts short again after each switch.
+  // blocks.
   ThreadModeChooser::Config config;
   ThreadModeChooser chooser(config);
   const int64_t phase = 300000;  // iterations of 100 us in the team's best case
@@ -149,11 +160,12 @@ TEST(ThreadModeChooserTest, FollowsAChangeOfLoad) {
   Drive(chooser, phase, quiet);
   EXPECT_EQ(chooser.current(), Mode::kTeam);
   EXPECT_EQ(chooser.hold_seconds(), config.max_hold_seconds);
-  // Loaded: one thread at 100 us an iteration, so 1.5 s is 15000 iterations.
-  Trace t = Drive(chooser, phase, loaded, /*mark=*/15000);
+  // Loaded: at most max_hold_seconds at the team's 400 us an iteration before the probe, so
+  // 10000 iterations (4 s) are enough.
+  Trace t = Drive(chooser, phase, loaded, /*mark=*/10000);
   EXPECT_EQ(chooser.current(), Mode::kOneThread);
-  // Switched within 1.5 s and stayed: after it, only the team's probes (cut short) remain.
-  EXPECT_GT(t.one_after, (phase - 15000) * 99 / 100);
+  // Switched in time and stayed: after it, only the team's probes (cut short) remain.
+  EXPECT_GT(t.one_after, (phase - 10000) * 99 / 100);
   EXPECT_EQ(chooser.switches(), 1);
   t = Drive(chooser, phase, quiet, /*mark=*/30000);
   EXPECT_EQ(chooser.current(), Mode::kTeam);
