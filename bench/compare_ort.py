@@ -264,8 +264,8 @@ def main():
     p.add_argument("--only", default="", help="comma-separated model names (grid: substrings)")
     p.add_argument("--ort-no-spin", action="store_true",
                    help="ONNX Runtime's idle intra-op threads sleep instead of spinning "
-                   "(session.intra_op.allow_spinning=0), as loopserve's did with "
-                   "OMP_WAIT_POLICY=PASSIVE before the adaptive Loop thread mode")
+                   "(session.intra_op.allow_spinning=0), as loopserve's do (OMP_WAIT_POLICY "
+                   "PASSIVE): the fair setting at 2+ threads on a shared machine")
     p.add_argument("--cpu-time", action="store_true",
                    help="compare the processes' CPU time per run (every thread) instead of wall "
                    "time: at 1 thread the work itself, which other processes on a loaded machine "
@@ -275,9 +275,10 @@ def main():
                    help="looprun --loop_threads: how Loops use 2+ intra-op threads (default "
                    "adaptive: measured per Loop)")
     p.add_argument("--old-policy", action="store_true",
-                   help="also time loopserve under the fixed policy it had before the adaptive "
-                   "one (OMP_WAIT_POLICY=PASSIVE, --loop_threads=intra_op) in the same rounds, "
-                   "and print its speedup beside the current one")
+                   help="also time loopserve with every Loop on its intra-op team "
+                   "(--loop_threads=intra_op, OMP_WAIT_POLICY=PASSIVE: the fixed policy before "
+                   "the adaptive one) in the same rounds, and print its speedup beside the "
+                   "current one")
     p.add_argument("--baseline-looprun", default="",
                    help="instead of --old-policy's settings, time this looprun build (e.g. "
                    "main's) in the same rounds, with its own defaults, in the old-policy column")
@@ -337,8 +338,7 @@ def main():
     print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
           (cpu, cpu_isa, used_isa, " (capped with --isa=%s)" % args.isa if args.isa else ""))
     print("OpenMP wait policy (loopserve): %s; ONNX Runtime intra-op spinning: %s; load average "
-          "at the end: %s" % (os.environ.get("OMP_WAIT_POLICY",
-                                             "libgomp's default (spin, then sleep)") +
+          "at the end: %s" % (os.environ.get("OMP_WAIT_POLICY", "PASSIVE (looprun's default)") +
                               ", Loops: --loop_threads=" + args.loop_threads,
                               "off (--ort-no-spin)" if args.ort_no_spin else "on (ORT's default)",
                               " ".join(open("/proc/loadavg").read().split()[:3])))

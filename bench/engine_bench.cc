@@ -41,7 +41,7 @@ BENCHMARK_CAPTURE(BM_Model, nested, "nested")->Unit(benchmark::kMillisecond);
 }  // namespace loopserve
 
 int main(int argc, char** argv) {
-  loopserve::engine::UseBoundedOpenMpSpin(argv);
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   int threads = 1;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {

@@ -369,6 +369,6 @@ int Main(int argc, char** argv) {
 }  // namespace loopserve
 
 int main(int argc, char** argv) {
-  loopserve::engine::UseBoundedOpenMpSpin(argv);
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   return loopserve::Main(argc, argv);
 }

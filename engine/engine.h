@@ -215,17 +215,17 @@ void SetIntraOpThreads(int threads);
 // Threads available to this process (at least 1).
 int AvailableCores();
 
-// Bounds how long OpenMP's idle team threads spin before they sleep (GOMP_SPINCOUNT, see
-// threading.cc for the value and its measurements) unless the environment already sets
-// OMP_WAIT_POLICY or GOMP_SPINCOUNT: whatever the user sets wins. libgomp reads its environment
-// once, before main() runs, so this sets the variable and re-executes the program
-// (/proc/self/exe, same argv) when the value differs from libgomp's default; if the exec fails it
-// returns and the process keeps OpenMP's default. Call first thing in main() of a program that
-// runs models, before any other thread exists. The spin keeps a team's wake-up cheap between the
-// short parallel regions of a Loop body; where the cores are shared and the spinning costs more
-// than it saves, each Loop finds that out by measurement and runs on one thread
+// Makes OpenMP's idle threads sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE) unless the
+// environment already sets OMP_WAIT_POLICY or GOMP_SPINCOUNT. libgomp reads its environment once,
+// before main() runs, so this sets the variable and re-executes the program (/proc/self/exe, same
+// argv); if the exec fails it returns and the process keeps OpenMP's default. Call first thing in
+// main() of a program that runs models, before any other thread exists. Why passive: wherever
+// other processes share the cores, spinning team threads (libgomp's default 300000 rounds, or even
+// 10000) made 2-thread Loop bodies 3-10x slower than sleeping ones (bench/RESULTS.md). On a quiet
+// machine sleeping threads make a body of many small parallel regions pay a futex wake-up per
+// region; there each Loop finds out by measurement that one thread is faster and runs on it
 // (RunOptions::loop_threads).
-void UseBoundedOpenMpSpin(char** argv);
+void UsePassiveOpenMpWait(char** argv);
 
 // The vector instruction set the engine's own kernels dispatch to: "avx512", "avx2" or "scalar",
 // the best the CPU has, capped by the environment variable LOOPSERVE_MAX_ISA (avx2 | scalar).

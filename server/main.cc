@@ -133,7 +133,7 @@ void PrintLine(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loopserve::engine::UseBoundedOpenMpSpin(argv);
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol server (gRPC, HTTP/REST) for ONNX and OpenVINO models "
       "with Loops.\n"

@@ -2,11 +2,13 @@
 
 // How a Loop's iterations use the intra-op threads: with the OpenMP team oneDNN's larger
 // primitives fork, or on one thread. Which is faster depends on the body and on the machine's
-// load at the time: on a quiet 2-vCPU machine a team with spinning idle threads makes small
-// parallel regions cheap (rnn_b32_h128 at 2 threads 1.7x ONNX Runtime), while with other
-// processes on the cores the same team waits for descheduled threads and the serial body is
-// several times faster (bench/RESULTS.md). ThreadModeChooser decides by timing the Loop's own
-// iterations, block by block, and re-checks with backoff because the load changes.
+// load at the time: the team's idle threads sleep (engine::UsePassiveOpenMpWait), so a body of
+// many small parallel regions pays a futex wake-up per region and runs faster on one thread
+// (rnn_b64_h64 on a quiet 2-vCPU EPYC: 0.14x ONNX Runtime with the team), while a body of large
+// products gains from the team, more so when other processes share the cores (mlp_b16_h512 with
+// two busy neighbours: team 2-4x faster than one thread; bench/RESULTS.md). ThreadModeChooser
+// decides by timing the Loop's own iterations, block by block, and re-checks with backoff
+// because the load changes.
 
 #include <cstdint>
 
@@ -33,9 +35,9 @@ namespace loopserve::engine {
 // a cost that changes linearly over the iterations (attention over a growing length) cancels.
 // When the probe is faster by more than `switch_margin` the modes swap and the hold restarts at
 // min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about one block in
-// the slower mode plus, when that is the team, the team's idle spinning afterwards (libgomp's
-// default 300000 spins, ~7.5 ms of CPU on the EPYC of bench/RESULTS.md; the programs set 10000),
-// so at the longest hold probing costs about 1% and a change of load is noticed within ~2 s.
+// the slower mode (plus, if the environment makes idle threads spin, their spinning afterwards:
+// libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md), so at the
+// longest hold probing costs about 1% and a change of load is noticed within ~2 s.
 //
 // Not thread-safe; one chooser per Loop, driven by one execution at a time.
 class ThreadModeChooser {

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 #include <thread>
 
 #include "engine/engine.h"
@@ -20,16 +19,10 @@ int AvailableCores() {
   return cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// libgomp's own spin count when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set.
-constexpr long kLibgompDefaultSpinCount = 300000;
-// The spin count the programs run with (measured: bench/RESULTS.md, "OpenMP wait policy").
-constexpr long kSpinCount = 10000;
-
-void UseBoundedOpenMpSpin(char** argv) {
+void UsePassiveOpenMpWait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  if (kSpinCount == kLibgompDefaultSpinCount) return;  // nothing to change: no re-exec
   if (argv == nullptr || argv[0] == nullptr) return;
-  if (setenv("GOMP_SPINCOUNT", std::to_string(kSpinCount).c_str(), /*overwrite=*/0) != 0) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0) != 0) return;
   execv("/proc/self/exe", argv);
   // The exec failed (no /proc, ...): run on with the policy libgomp already read.
 }

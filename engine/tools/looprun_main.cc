@@ -45,7 +45,7 @@ ABSL_FLAG(absl::Duration, case_timeout, absl::Seconds(20),
           "With --conformance: a case still running after this long fails as timed out.");
 
 int main(int argc, char** argv) {
-  loopserve::engine::UseBoundedOpenMpSpin(argv);
+  loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
       "[--threads=N] [--loop_threads=adaptive|intra_op|one] [--dump_plan] [--verbose]\n  looprun "
