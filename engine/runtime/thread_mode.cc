@@ -89,6 +89,15 @@ void ThreadModeChooser::Next(double seconds) {
       after_ = seconds / static_cast<double>(block_);
       const double probe = probe_seconds_ / static_cast<double>(probe_done_);
       if (probe < 0.5 * (before_ + after_) * (1 - config_.switch_margin)) {
+        if (!confirming_) {
+          // Won once: probe again after the shortest hold, and switch only if it wins again
+          // (on a loaded machine one probe can win by the luck of the scheduler).
+          confirming_ = true;
+          before_ = after_;
+          hold_ = config_.min_hold_seconds;
+          return Enter(Phase::kHold);
+        }
+        confirming_ = false;
         current_ = Other(current_);
         before_ = probe;  // the new current mode's time per iteration, for the hold
         hold_ = config_.min_hold_seconds;
@@ -100,6 +109,7 @@ void ThreadModeChooser::Next(double seconds) {
   }
   // The current mode stays: wait twice as long before probing again.
   if (phase_ == Phase::kAfter) before_ = after_;
+  confirming_ = false;
   hold_ = std::clamp(hold_ * 2, config_.min_hold_seconds, config_.max_hold_seconds);
   Enter(Phase::kHold);
 }

@@ -33,8 +33,9 @@ namespace loopserve::engine {
 //   after:     one timed block in the current mode (reference 2).
 // The probe's time per iteration is compared with the mean of the two references around it, so
 // a cost that changes linearly over the iterations (attention over a growing length) cancels.
-// When the probe is faster by more than `switch_margin` the modes swap and the hold restarts at
-// min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about one block in
+// When the probe is faster by more than `switch_margin` in two probes in a row (the second after
+// min_hold_seconds) the modes swap and the hold restarts at min_hold_seconds; otherwise it
+// doubles up to max_hold_seconds. A probe costs about one block in
 // the slower mode (plus, if the environment makes idle threads spin, their spinning afterwards:
 // libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md), so at the
 // longest hold probing costs about 1% and a change of load is noticed within ~2 s.
@@ -83,10 +84,11 @@ class ThreadModeChooser {
   Mode mode_ = Mode::kTeam;     // the mode of the iterations being run
   Phase phase_ = Phase::kCalibrate;
   int64_t iterations_ = 1;
-  int64_t block_ = 0;       // iterations per timed block, once calibrated
-  double hold_ = 0;         // seconds
-  bool warmed_up_ = false;  // the calibration's untimed first iteration has run
-  double before_ = 0;       // seconds per iteration of the references
+  int64_t block_ = 0;        // iterations per timed block, once calibrated
+  double hold_ = 0;          // seconds
+  bool warmed_up_ = false;   // the calibration's untimed first iteration has run
+  bool confirming_ = false;  // the last probe won; the next decides
+  double before_ = 0;        // seconds per iteration of the references
   double after_ = 0;
   double probe_seconds_ = 0;  // of the probe so far
   int64_t probe_done_ = 0;    // iterations of the probe so far

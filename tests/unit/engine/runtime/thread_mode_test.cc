@@ -92,6 +92,21 @@ TEST(ThreadModeChooserTest, KeepsTheTeamWhenItIsFaster) {
   EXPECT_LT(t.seconds, 1.03 * static_cast<double>(n) * 100e-6);
 }
 
+TEST(ThreadModeChooserTest, OneLuckyProbeDoesNotSwitch) {
+  // One thread is slower, except during the first probe (the team's thread was descheduled, say):
+  // that probe wins, the confirming one loses, and the team stays.
+  const int64_t lucky = 1 + ExpectedBlock(100e-6);  // the first probe's warm-up and block
+  int64_t one_thread_iterations = 0;
+  ThreadModeChooser chooser;
+  Drive(chooser, 50000, [&](Mode m, int64_t) {
+    if (m == Mode::kTeam) return 100e-6;
+    return ++one_thread_iterations <= lucky ? 50e-6 : 150e-6;
+  });
+  EXPECT_GT(one_thread_iterations, lucky) << "probed again";
+  EXPECT_EQ(chooser.switches(), 0);
+  EXPECT_EQ(chooser.current(), Mode::kTeam);
+}
+
 TEST(ThreadModeChooserTest, CutsASlowProbeShort) {
   // One thread 20x slower: each probe stops after its first part (block / probe_checks
   // iterations) plus the untimed warm-up iteration, instead of a whole block at 20x.
