@@ -289,11 +289,11 @@ TEST(LoopTest, ThreadModesGiveIdenticalOutputs) {
   SetIntraOpThreads(2);
   auto model = LoadOrDie(CasePath("loop_rnn_parallel"));
   ASSERT_NE(model, nullptr);
-  constexpr int64_t kTrips = 40;
+  constexpr int64_t kTrips = 16;
   auto run = [&](LoopThreads mode, RunStats& stats) {
     std::vector<Value> in;
     in.push_back(Scalar(kTrips));
-    Tensor h(DataType::kFloat32, Shape{64, 512});
+    Tensor h(DataType::kFloat32, Shape{64, 256});
     for (int64_t i = 0; i < h.NumElements(); ++i) {
       h.mutable_data<float>()[i] = 0.01f * static_cast<float>((i * 37) % 101 - 50);
     }
