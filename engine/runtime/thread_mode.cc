@@ -90,12 +90,11 @@ void ThreadModeChooser::Next(double seconds) {
       const double probe = probe_seconds_ / static_cast<double>(probe_done_);
       if (probe < 0.5 * (before_ + after_) * (1 - config_.switch_margin)) {
         if (!confirming_) {
-          // Won once: probe again after the shortest hold, and switch only if it wins again
-          // (on a loaded machine one probe can win by the luck of the scheduler).
+          // Won once: probe again at once, and switch only if it wins again (on a loaded
+          // machine one probe can win by the luck of the scheduler).
           confirming_ = true;
           before_ = after_;
-          hold_ = config_.min_hold_seconds;
-          return Enter(Phase::kHold);
+          return Enter(Phase::kWarmUp);
         }
         confirming_ = false;
         current_ = Other(current_);

@@ -33,12 +33,12 @@ namespace loopserve::engine {
 //   after:     one timed block in the current mode (reference 2).
 // The probe's time per iteration is compared with the mean of the two references around it, so
 // a cost that changes linearly over the iterations (attention over a growing length) cancels.
-// When the probe is faster by more than `switch_margin` in two probes in a row (the second after
-// min_hold_seconds) the modes swap and the hold restarts at min_hold_seconds; otherwise it
-// doubles up to max_hold_seconds. A probe costs about one block in
-// the slower mode (plus, if the environment makes idle threads spin, their spinning afterwards:
-// libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md), so at the
-// longest hold probing costs about 1% and a change of load is noticed within ~2 s.
+// When the probe is faster by more than `switch_margin` in two probes in a row (the second right
+// after the first, its "before" reference being the first's "after") the modes swap and the hold
+// restarts at min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about
+// one block in the slower mode (plus, if the environment makes idle threads spin, their spinning
+// afterwards: libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md),
+// so at the longest hold probing costs about 1% and a change of load is noticed within ~2 s.
 //
 // Not thread-safe; one chooser per Loop, driven by one execution at a time.
 class ThreadModeChooser {
