@@ -199,7 +199,8 @@ def cpu_description():
 
 
 def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
-    """Times one model folder; returns (ours_us, ort_us, agree_text, ok, looprun_json)."""
+    """Times one model folder; returns (ours_us, ort_us, agree_text, ok, looprun_json, old_us)
+    (old_us: with --old-policy, loopserve under the previous fixed policy; else None)."""
     model, ort_model = model_paths(folder)
     spec_path = os.path.join(tmp, name + ".json")
     if not os.path.exists(spec_path):
@@ -208,18 +209,27 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
     ours_cmd = [args.looprun, "--model=" + model,
                 "--data=" + os.path.join(folder, "test_data_set_0"),
                 "--repeat=%d" % args.repeat, "--warmup=%d" % args.warmup,
-                "--threads=%d" % threads]
+                "--threads=%d" % threads, "--loop_threads=" + args.loop_threads]
+    # The policy before the adaptive one: idle OpenMP threads sleep at once, Loops keep the team.
+    old_cmd = ours_cmd[:-1] + ["--loop_threads=intra_op"]
+    env_old = dict(env_ours, OMP_WAIT_POLICY="PASSIVE")
+    if args.baseline_looprun:
+        # Another build (e.g. main's) with its own defaults: same flags but --loop_threads.
+        old_cmd = [args.baseline_looprun] + ours_cmd[1:-1]
+        env_old = env_ours
     ort_cmd = ["node", os.path.join(HERE, "ort_time.js"), ort_model, spec_path,
                str(args.repeat), str(args.warmup), str(threads)]
     ours_out = os.path.join(tmp, "%s.%d.looprun_out" % (name, threads))
     ort_out = os.path.join(tmp, "%s.%d.ort_out.json" % (name, threads))
-    ours, theirs = [], []
+    ours, theirs, old = [], [], []
     agree, ok, info = "not checked", True, {}
     for r in range(args.rounds):
         # The first round also writes the outputs (after its timed runs).
         extra_ours = ["--output_dir=" + ours_out] if r == 0 else []
         extra_ort = [ort_out] if r == 0 else []
         order = [(ours, ours_cmd + extra_ours, env_ours), (theirs, ort_cmd + extra_ort, env_ort)]
+        if args.old_policy or args.baseline_looprun:
+            order.append((old, old_cmd, env_old))
         if r % 2:
             order.reverse()
         for sink, cmd, e in order:
@@ -237,7 +247,8 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
                       file=sys.stderr, flush=True)
             else:
                 agree = "agree (max abs diff %.2g)" % max_diff
-    return statistics.median(ours), statistics.median(theirs), agree, ok, info
+    return (statistics.median(ours), statistics.median(theirs), agree, ok, info,
+            statistics.median(old) if old else None)
 
 
 def geomean(values):
@@ -286,7 +297,7 @@ def print_roofline(rows, work, bounds, used_isa, threads_list, cpu_time):
           "| bound | loopserve GFLOP/s | loopserve % of peak | ONNX Runtime GFLOP/s | "
           "ONNX Runtime % of peak | floor (us) | loopserve % of floor | cap | speedup |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, threads, o, t, ratio, _, _ in rows:
+    for name, threads, o, t, ratio, *_ in rows:
         w = work.get(name)
         if o is None or w is None or w.flops == 0:
             note = "; ".join(w.unknown) if w is not None and w.unknown else ""
@@ -309,7 +320,7 @@ def print_roofline(rows, work, bounds, used_isa, threads_list, cpu_time):
         p = peak * threads
         scaled = [(b, r * threads) for b, r in rates]
         bound = [(name, o, t, ratio, work[name].floor_seconds(p, scaled) * 1e6)
-                 for name, th, o, t, ratio, _, _ in rows
+                 for name, th, o, t, ratio, *_ in rows
                  if th == threads and o is not None and name in work and work[name].flops > 0]
         if not bound:
             continue
@@ -360,7 +371,19 @@ def main():
                    "peak, floors, caps)")
     p.add_argument("--peak-bench", default="", help="lstm_bound_bench for the FMA peak "
                    "(default: beside --looprun)")
+    p.add_argument("--loop-threads", default="adaptive", choices=["adaptive", "intra_op", "one"],
+                   help="looprun --loop_threads: how Loops use 2+ intra-op threads (default "
+                   "adaptive: measured per Loop)")
+    p.add_argument("--old-policy", action="store_true",
+                   help="also time loopserve with every Loop on its intra-op team "
+                   "(--loop_threads=intra_op, OMP_WAIT_POLICY=PASSIVE: the fixed policy before "
+                   "the adaptive one) in the same rounds, and print its speedup beside the "
+                   "current one")
+    p.add_argument("--baseline-looprun", default="",
+                   help="instead of --old-policy's settings, time this looprun build (e.g. "
+                   "main's) in the same rounds, with its own defaults, in the old-policy column")
     args = p.parse_args()
+    args.old_policy = args.old_policy or bool(args.baseline_looprun)
     if not args.grid and not args.models:
         p.error("pass --models=DIR or --grid")
     threads_list = [int(t) for t in (args.threads or ("1,2" if args.grid else "1")).split(",")]
@@ -388,12 +411,12 @@ def main():
             for name in names:
                 folder = os.path.join(models_dir, name)
                 try:
-                    o, t, agree, ok, info = time_case(name, folder, args, threads, tmp, env_ours,
+                    o, t, agree, ok, info, old_us = time_case(name, folder, args, threads, tmp, env_ours,
                                                       env_ort)
                 except (RuntimeError, OSError, KeyError, ValueError) as e:
                     print("%-20s FAILED: %s" % (name, e), file=sys.stderr, flush=True)
                     failed.append("%s (%d threads)" % (name, threads))
-                    rows.append((name, threads, None, None, None, "FAILED", "-"))
+                    rows.append((name, threads, None, None, None, "FAILED", "-", "-", None))
                     continue
                 used_isa = info.get("isa", used_isa)
                 if info.get("loop_executions") == 1:
@@ -401,9 +424,18 @@ def main():
                 if not ok:
                     failed.append("%s (%d threads)" % (name, threads))
                 ref = info.get("reference_steps", "?")
-                rows.append((name, threads, o, t, t / o, agree, ref))
+                # The share of the last run's Loop iterations run on one thread (the adaptive
+                # policy's choice at 2+ threads).
+                iters = info.get("loop_iterations", 0)
+                one = ("%d%%" % round(100.0 * info.get("one_thread_iterations", 0) / iters)
+                       if iters else "-")
+                old_ratio = t / old_us if old_us else None
+                rows.append((name, threads, o, t, t / o, agree, ref, one, old_ratio))
                 print("%-20s %d thr  loopserve %10.1f us   onnxruntime %10.1f us   speedup %6.2fx"
-                      "   %s" % (name, threads, o, t, t / o, agree), file=sys.stderr, flush=True)
+                      "   one-thread %4s%s   %s" %
+                      (name, threads, o, t, t / o, one,
+                       "   old policy %10.1f us %6.2fx" % (old_us, old_ratio) if old_us else "",
+                       agree), file=sys.stderr, flush=True)
         if not args.no_roofline:
             work = roofline_work(names, models_dir, loop_iterations)
             bounds = roofline.machine_bounds(args.peak_bench or os.path.join(
@@ -412,21 +444,24 @@ def main():
     print("\nCPU: %s; vector ISA: %s; loopserve kernels dispatched for: %s%s" %
           (cpu, cpu_isa, used_isa, " (capped with --isa=%s)" % args.isa if args.isa else ""))
     print("OpenMP wait policy (loopserve): %s; ONNX Runtime intra-op spinning: %s; load average "
-          "at the end: %s" % (os.environ.get("OMP_WAIT_POLICY", "PASSIVE (looprun's default)"),
+          "at the end: %s" % (os.environ.get("OMP_WAIT_POLICY", "PASSIVE (looprun's default)") +
+                              ", Loops: --loop_threads=" + args.loop_threads,
                               "off (--ort-no-spin)" if args.ort_no_spin else "on (ORT's default)",
                               " ".join(open("/proc/loadavg").read().split()[:3])))
     what = "CPU time" if args.cpu_time else "median"
     print("\nTimes: %s per run (us)" % ("process CPU time (--cpu-time)" if args.cpu_time
                                         else "wall clock"))
-    print("\n| model | threads | loopserve %s (us) | ONNX Runtime %s (us) | speedup | "
-          "outputs | reference steps |" % (what, what))
-    print("|---|---|---|---|---|---|---|")
-    for name, threads, o, t, ratio, agree, ref in rows:
+    old_col = " old policy |" if args.old_policy else ""
+    print("\n| model | threads | loopserve %s (us) | ONNX Runtime %s (us) | speedup |%s "
+          "one-thread iterations | outputs | reference steps |" % (what, what, old_col))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.old_policy else ""))
+    for name, threads, o, t, ratio, agree, ref, one, old_ratio in rows:
+        old_cell = (" %.2fx |" % old_ratio if old_ratio else " - |") if args.old_policy else ""
         if o is None:
-            print("| %s | %d | - | - | - | %s | - |" % (name, threads, agree))
+            print("| %s | %d | - | - | - |%s - | %s | - |" % (name, threads, old_cell, agree))
         else:
-            print("| %s | %d | %.1f | %.1f | %.2fx | %s | %s |" % (name, threads, o, t, ratio,
-                                                                  agree, ref))
+            print("| %s | %d | %.1f | %.1f | %.2fx |%s %s | %s | %s |" %
+                  (name, threads, o, t, ratio, old_cell, one, agree, ref))
     if not args.no_roofline:
         print_roofline(rows, work, bounds, used_isa, threads_list, args.cpu_time)
     print()
@@ -434,9 +469,15 @@ def main():
         ratios = [(r[4], r[0]) for r in rows if r[1] == threads and r[4] is not None]
         if ratios:
             worst = min(ratios)
-            print("%d thread%s: %d models, min %.2fx (%s), geometric mean %.2fx" %
+            print("%d thread%s: %d models, min %.2fx (%s), geometric mean %.2fx, %d below 1.0" %
                   (threads, "" if threads == 1 else "s", len(ratios), worst[0], worst[1],
-                   geomean([r[0] for r in ratios])))
+                   geomean([r[0] for r in ratios]), sum(1 for r in ratios if r[0] < 1.0)))
+        olds = [(r[8], r[0]) for r in rows if r[1] == threads and r[8] is not None]
+        if olds:
+            worst = min(olds)
+            print("%d thread%s, old policy: min %.2fx (%s), geometric mean %.2fx, %d below 1.0" %
+                  (threads, "" if threads == 1 else "s", worst[0], worst[1],
+                   geomean([r[0] for r in olds]), sum(1 for r in olds if r[0] < 1.0)))
     if failed:
         print("failed or outputs differ from ONNX Runtime: %s" % ", ".join(failed),
               file=sys.stderr)

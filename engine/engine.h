@@ -92,6 +92,8 @@ class IterationObserver {
 };
 
 // What the caller of Model::Run controls about one run.
+enum class LoopThreads : uint8_t { kAdaptive, kIntraOp, kOneThread };
+
 struct RunOptions {
   absl::Time deadline = absl::InfiniteFuture();
   // Set to true (from any thread) to stop the run; checked before every step of the top-level
@@ -111,6 +113,11 @@ struct RunOptions {
   // Streams the top-level Loops' iterations (see IterationObserver). Not owned; may be null, and
   // when it is the Loop pays one pointer test per iteration for it.
   IterationObserver* iteration_observer = nullptr;
+  // How a Loop's iterations use the intra-op threads (SetIntraOpThreads) when there are more than
+  // one: kAdaptive measures blocks of iterations run with the intra-op team and with one thread
+  // and runs the faster (engine/runtime/thread_mode.h), kIntraOp always uses the team, kOneThread
+  // always one thread. With one intra-op thread all three are the same.
+  LoopThreads loop_threads = LoopThreads::kAdaptive;
 };
 
 // Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
@@ -128,6 +135,10 @@ struct RunStats {
   // once per step and run: the optimized kernels cover every float op of the models we know,
   // so anything but 0 marks a performance cliff (looprun prints it as "reference_steps").
   int64_t reference_steps = 0;
+  // Loop iterations that ran on one thread although the run had more intra-op threads
+  // (RunOptions::loop_threads: chosen by measurement, or forced). looprun prints it as
+  // "one_thread_iterations".
+  int64_t one_thread_iterations = 0;
 };
 
 // ---- The model -----------------------------------------------------------------------------
@@ -208,10 +219,12 @@ int AvailableCores();
 // environment already sets OMP_WAIT_POLICY or GOMP_SPINCOUNT. libgomp reads its environment once,
 // before main() runs, so this sets the variable and re-executes the program (/proc/self/exe, same
 // argv); if the exec fails it returns and the process keeps OpenMP's default. Call first thing in
-// main() of a program that runs models, before any other thread exists. Why passive: a Loop body
-// alternates short multi-threaded primitives with serial work; with libgomp's default an idle team
-// thread spins for ~300k iterations after every parallel region, taking the core the serial
-// thread needs wherever cores are shared (bench/RESULTS.md: up to 6x slower at 2 threads).
+// main() of a program that runs models, before any other thread exists. Why passive: wherever
+// other processes share the cores, spinning team threads (libgomp's default 300000 rounds, or even
+// 10000) made 2-thread Loop bodies 3-10x slower than sleeping ones (bench/RESULTS.md). On a quiet
+// machine sleeping threads make a body of many small parallel regions pay a futex wake-up per
+// region; there each Loop finds out by measurement that one thread is faster and runs on it
+// (RunOptions::loop_threads).
 void UsePassiveOpenMpWait(char** argv);
 
 // The vector instruction set the engine's own kernels dispatch to: "avx512", "avx2" or "scalar",

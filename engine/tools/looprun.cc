@@ -120,11 +120,21 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
   cpu_us.reserve(static_cast<size_t>(options.repeat));
   std::vector<Value> outputs;
   engine::RunStats stats;
+  engine::RunOptions run_options;
+  if (options.loop_threads == "intra_op") {
+    run_options.loop_threads = engine::LoopThreads::kIntraOp;
+  } else if (options.loop_threads == "one") {
+    run_options.loop_threads = engine::LoopThreads::kOneThread;
+  } else if (options.loop_threads != "adaptive") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--loop_threads must be adaptive, intra_op or one, not '", options.loop_threads, "'"));
+  }
   for (int i = 0; i < options.warmup + options.repeat; ++i) {
     std::vector<Value> feed = ViewInputs(inputs);
     const double cpu_start = ProcessCpuMicros();
     const auto start = std::chrono::steady_clock::now();
-    auto result = model.Run(std::move(feed), engine::RunOptions(), &stats);
+    stats = engine::RunStats();
+    auto result = model.Run(std::move(feed), run_options, &stats);
     const auto end = std::chrono::steady_clock::now();
     const double cpu_end = ProcessCpuMicros();
     if (!result.ok()) {
@@ -156,15 +166,19 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
   std::cout << absl::StrFormat(
                    "{\"model\":%s,\"repeat\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,"
                    "\"min_us\":%.1f,\"cpu_median_us\":%.1f,\"loop_iterations\":%d,"
-                   "\"loop_executions\":%d,\"reference_steps\":%d,\"isa\":%s}",
+                   "\"loop_executions\":%d,\"reference_steps\":%d,"
+                   "\"one_thread_iterations\":%d,\"isa\":%s}",
                    JsonString(options.model), options.repeat, p.median, p.p90, p.min, cpu.median,
                    stats.loop_iterations, stats.loop_executions, stats.reference_steps,
-                   JsonString(engine::ActiveVectorIsa()))
+                   stats.one_thread_iterations, JsonString(engine::ActiveVectorIsa()))
             << std::endl;
   if (options.verbose) {
     std::cerr << "looprun: kernels for " << engine::ActiveVectorIsa() << "; "
               << stats.reference_steps
-              << " step(s) ran float work on a reference kernel in the last run" << std::endl;
+              << " step(s) ran float work on a reference kernel in the last run; "
+              << stats.one_thread_iterations << " of its " << stats.loop_iterations
+              << " Loop iteration(s) ran on one thread (--loop_threads=" << options.loop_threads
+              << ")" << std::endl;
   }
 
   if (options.data.empty()) return kExitOk;

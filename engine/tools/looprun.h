@@ -28,6 +28,8 @@ struct RunModelOptions {
   int warmup = 0;          // untimed runs before them
   bool dump_plan = false;  // print Model::plan_dump() before running
   bool verbose = false;    // print the ISA and reference steps on stderr too
+  // RunOptions::loop_threads: "adaptive", "intra_op" or "one"; anything else is an error.
+  std::string loop_threads = "adaptive";
 };
 
 // `looprun --model=...`: loads the model, feeds the inputs, runs warmup + repeat times, writes and
@@ -35,8 +37,10 @@ struct RunModelOptions {
 // or error on stderr. The JSON line has median_us, p90_us, min_us (wall clock per run),
 // cpu_median_us (the process's CPU time per run, all threads: at 1 thread the work itself, which
 // other processes on a shared machine do not inflate the way they do wall time), loop_iterations,
-// loop_executions, reference_steps (RunStats; 0 unless a float op ran on a reference kernel) and
-// isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or kExitError.
+// loop_executions, reference_steps (RunStats; 0 unless a float op ran on a reference kernel),
+// one_thread_iterations (RunStats: the last run's Loop iterations run on one thread although it
+// had more intra-op threads) and isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or
+// kExitError.
 int RunModelMain(const RunModelOptions& options);
 
 // Reads `dir`/input_<k>.pb for each model input k, in the encoding the input's declared kind calls

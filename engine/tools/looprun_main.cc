@@ -23,6 +23,10 @@ ABSL_FLAG(std::string, output_dir, "", "Where to write output_<k>.pb (created if
 ABSL_FLAG(int, repeat, 1, "Timed runs.");
 ABSL_FLAG(int, warmup, 0, "Untimed runs before the timed ones.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads (OpenMP); 0 = all cores.");
+ABSL_FLAG(std::string, loop_threads, "adaptive",
+          "With more than one intra-op thread, how Loop iterations use them: adaptive (time "
+          "blocks of iterations with the team and with one thread, run the faster, re-check as "
+          "the load changes), intra_op (always the team) or one (always one thread).");
 ABSL_FLAG(bool, dump_plan, false,
           "Print every graph (Loop bodies included) before and after the graph optimizer, the "
           "rewrites that fired and the nodes the plan runs, then run as usual.");
@@ -44,7 +48,8 @@ int main(int argc, char** argv) {
   loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
-      "[--threads=N] [--dump_plan] [--verbose]\n  looprun --conformance=DIR [--list_file=PATH] "
+      "[--threads=N] [--loop_threads=adaptive|intra_op|one] [--dump_plan] [--verbose]\n  looprun "
+      "--conformance=DIR [--list_file=PATH] "
       "[--filter=REGEX] "
       "[--jobs=N] [--case_timeout=20s] [--threads=N]");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -75,5 +80,6 @@ int main(int argc, char** argv) {
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.dump_plan = absl::GetFlag(FLAGS_dump_plan);
   options.verbose = absl::GetFlag(FLAGS_verbose);
+  options.loop_threads = absl::GetFlag(FLAGS_loop_threads);
   return loopserve::tools::RunModelMain(options);
 }

@@ -7,6 +7,8 @@
 // swapping buffers. Nothing is allocated and no primitive is created once shapes repeat.
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -15,14 +17,17 @@
 #endif
 #include <limits>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/control/control_flow.h"
 #include "engine/kernels/control/register_control.h"
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
+#include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine {
 namespace {
@@ -84,6 +89,101 @@ class LoopState : public KernelState {
   std::vector<Shape> slice_shapes;     // per output port: the shape of one iteration's result
   std::vector<int64_t> max_rows;       // per output port: iterations that fit max_output_bytes
   std::vector<ScanSlice> scan_slices;  // per streamed output: IterationObserver's argument
+};
+
+// A Loop's choice between its intra-op team and one thread (engine/runtime/thread_mode.h), kept
+// by the kernel across executions and runs: the execution that gets `mu` drives the chooser,
+// timing its blocks (which may span executions); concurrent executions of the same Loop run in
+// the mode last chosen (`one_thread`) without measuring.
+struct AdaptiveThreads {
+  absl::Mutex mu;
+  ThreadModeChooser chooser ABSL_GUARDED_BY(mu);
+  int64_t remaining ABSL_GUARDED_BY(mu) = 0;  // iterations left of chooser.iterations()
+  double seconds ABSL_GUARDED_BY(mu) = 0;     // of the block so far, from earlier executions
+  std::atomic<bool> one_thread{false};
+};
+
+// True on a thread while a Loop there chooses or forces its thread mode: Loops nested in its body
+// follow it instead of choosing too.
+thread_local bool t_loop_sets_threads = false;
+
+// One execution's thread mode: set up from RunOptions::loop_threads when the calling thread has
+// more than one intra-op thread, advanced after every iteration, and undone (thread count
+// restored, chooser released) when it goes out of scope.
+class LoopThreadMode {
+ public:
+  LoopThreadMode(LoopThreads policy, AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (t_loop_sets_threads) return;
+    team_ = ThreadsOfThisThread();
+    if (team_ <= 1) return;
+    t_loop_sets_threads = true;
+    owns_flag_ = true;
+    switch (policy) {
+      case LoopThreads::kIntraOp:
+        return;
+      case LoopThreads::kOneThread:
+        Apply(true);
+        return;
+      case LoopThreads::kAdaptive:
+        break;
+    }
+    if (!adaptive.mu.TryLock()) {
+      Apply(adaptive.one_thread.load(std::memory_order_relaxed));
+      return;
+    }
+    adaptive_ = &adaptive;
+    adaptive.mu.AssertHeld();
+    if (adaptive.remaining <= 0) adaptive.remaining = adaptive.chooser.iterations();
+    Apply(adaptive.chooser.mode() == ThreadModeChooser::Mode::kOneThread);
+    start_ = Clock::now();
+  }
+
+  ~LoopThreadMode() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (adaptive_ != nullptr) {
+      adaptive_->mu.AssertHeld();
+      adaptive_->seconds += Seconds(start_, Clock::now());
+      adaptive_->one_thread.store(
+          adaptive_->chooser.current() == ThreadModeChooser::Mode::kOneThread,
+          std::memory_order_relaxed);
+      adaptive_->mu.Unlock();
+    }
+    if (one_thread_) SetThreadsOfThisThread(team_);
+    if (owns_flag_) t_loop_sets_threads = false;
+  }
+
+  LoopThreadMode(const LoopThreadMode&) = delete;
+  LoopThreadMode& operator=(const LoopThreadMode&) = delete;
+
+  // After each iteration: counts it and, at the end of the chooser's block, reports the block's
+  // time and switches mode if the chooser says so. Hot path: a test and a decrement.
+  void AfterIteration(RunStats& stats) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    stats.one_thread_iterations += one_thread_ ? 1 : 0;
+    if (adaptive_ == nullptr || --adaptive_->remaining > 0) return;
+    const Clock::time_point now = Clock::now();
+    ThreadModeChooser& chooser = adaptive_->chooser;
+    chooser.Next(adaptive_->seconds + Seconds(start_, now));
+    adaptive_->seconds = 0;
+    adaptive_->remaining = chooser.iterations();
+    Apply(chooser.mode() == ThreadModeChooser::Mode::kOneThread);
+    start_ = Clock::now();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double Seconds(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  }
+  void Apply(bool one_thread) {
+    if (one_thread == one_thread_) return;
+    SetThreadsOfThisThread(one_thread ? 1 : team_);
+    one_thread_ = one_thread;
+  }
+
+  int team_ = 1;
+  bool owns_flag_ = false;
+  bool one_thread_ = false;
+  AdaptiveThreads* adaptive_ = nullptr;  // held (mu) while this execution drives the chooser
+  Clock::time_point start_;
 };
 
 class LoopKernel : public Kernel {
@@ -322,6 +422,7 @@ class LoopKernel : public Kernel {
       iteration_counter = t->mutable_raw_data();
     }
 
+    LoopThreadMode thread_mode(run.options().loop_threads, adaptive_);
     int64_t i = 0;
     for (; i < max_trip && cond; ++i) {
       LS_RETURN_IF_ERROR(run.CheckInterrupted());
@@ -384,6 +485,7 @@ class LoopKernel : public Kernel {
         Value& param = body.slot(c.param_slot);
         swap(param, c.swap ? body.slot(c.result_slot) : state.staged[staged_index_[k]]);
       }
+      thread_mode.AfterIteration(run.stats());
     }
     iterations = i;
 
@@ -705,6 +807,7 @@ class LoopKernel : public Kernel {
     int model_output;  // index into the model's outputs
   };
   std::vector<StreamedOutput> streamed_;  // top-level Loops only; model output order
+  mutable AdaptiveThreads adaptive_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {

@@ -36,11 +36,11 @@ int64_t NativeElementwiseLimit() {
   return g_native_elementwise_limit.load(std::memory_order_relaxed);
 }
 
-// The signature a frame ran last, with its op bound to memory objects and an argument table.
-class DnnlKernel::State : public KernelState {
- public:
-  bool Matches(DataType type, const Tensor* const* inputs, int num_inputs) const {
-    if (op == nullptr || type != dtype) return false;
+// The signature a frame ran last at one thread count, with its op bound to memory objects and an
+// argument table.
+struct DnnlKernel::Bound {
+  bool Matches(DataType type, const Tensor* const* inputs, int num_inputs, int thread_count) const {
+    if (op == nullptr || type != dtype || thread_count != threads) return false;
     for (int i = 0; i < num_inputs; ++i) {
       if ((inputs[i] != nullptr) != present[i]) return false;
       if (inputs[i] != nullptr && inputs[i]->shape() != shapes[i]) return false;
@@ -49,6 +49,7 @@ class DnnlKernel::State : public KernelState {
   }
 
   DataType dtype = DataType::kUndefined;
+  int threads = 0;  // the calling thread's OpenMP thread count when bound
   bool present[kMaxInputs] = {};
   Shape shapes[kMaxInputs];
   std::shared_ptr<const PreparedOp> op;
@@ -59,6 +60,14 @@ class DnnlKernel::State : public KernelState {
   // plain output 0 (the plain ones get their data handles on each run).
   Tensor staged[2];
   dnnl::memory stage_memories[4];
+};
+
+// A step's state in one frame. A Loop may switch the thread it runs on between its intra-op team
+// and one thread (engine/runtime/thread_mode.h), and a primitive keeps the thread count it was
+// created for, so the frame keeps one binding for one thread and one for more.
+class DnnlKernel::State : public KernelState {
+ public:
+  Bound bound[2];                           // [0]: one thread, [1]: more
   std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
   bool reference_counted = false;           // this step is in RunStats::reference_steps
 };
@@ -120,13 +129,36 @@ void DnnlKernel::AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& 
 }
 
 void DnnlKernel::PackConstant(const Tensor& constant, const dnnl::memory::desc& plain,
-                              const dnnl::memory::desc& packed, PreparedOp& op) {
-  op.packed.Resize(DataType::kUint8, Shape{static_cast<int64_t>(packed.get_size())});
+                              const dnnl::memory::desc& packed, PreparedOp& op) const {
+  {
+    absl::MutexLock lock(&packed_mu_);
+    for (const PackedConstant& entry : packed_) {
+      if (entry.source == constant.raw_data() && entry.plain == plain && entry.packed == packed) {
+        op.packed = entry.tensor;
+        return;
+      }
+    }
+  }
+  // Reordered outside the lock (megabytes of weights take a while); a racing signature may pack
+  // the same layout too, and then the first one kept is shared from there on.
+  auto tensor =
+      std::make_shared<Tensor>(DataType::kUint8, Shape{static_cast<int64_t>(packed.get_size())});
   dnnl::memory src(plain, CpuEngine(), const_cast<void*>(constant.raw_data()));
-  dnnl::memory dst(packed, CpuEngine(), op.packed.mutable_raw_data());
+  dnnl::memory dst(packed, CpuEngine(), tensor->mutable_raw_data());
   dnnl::stream stream(CpuEngine());
   dnnl::reorder(src, dst).execute(stream, src, dst);
   stream.wait();
+  op.packed = tensor;
+  absl::MutexLock lock(&packed_mu_);
+  for (const PackedConstant& entry : packed_) {
+    if (entry.source == constant.raw_data() && entry.plain == plain && entry.packed == packed) {
+      op.packed = entry.tensor;
+      return;
+    }
+  }
+  if (packed_.size() < kMaxPackedConstants) {
+    packed_.push_back({constant.raw_data(), plain, packed, std::move(tensor)});
+  }
 }
 
 int64_t DnnlKernel::Work(absl::Span<const Shape* const> shapes) const {
@@ -154,7 +186,8 @@ void RunEpilogue(const PreparedOp& op, const Tensor* const* inputs, Tensor* out)
 // a primitive created in it plans for one thread and one executed in it forks no team.
 class ScopedSingleThread {
  public:
-  explicit ScopedSingleThread(bool enable) : saved_(enable ? omp_get_max_threads() : 1) {
+  // `threads`: the calling thread's current OpenMP thread count.
+  ScopedSingleThread(bool enable, int threads) : saved_(enable ? threads : 1) {
     if (saved_ > 1) omp_set_num_threads(1);
   }
   ~ScopedSingleThread() {
@@ -169,10 +202,15 @@ class ScopedSingleThread {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(
-    DataType type, const Shape* const* shapes) const {
+absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType type,
+                                                                     const Shape* const* shapes,
+                                                                     int threads) const {
+  const bool single_threaded =
+      threads <= 1 || Work(absl::MakeConstSpan(shapes, num_inputs_)) < kParallelWork;
   Key key;
   key.push_back(static_cast<int64_t>(type));
+  // A primitive plans for the thread count it is created with: one op per count.
+  key.push_back(single_threaded ? 1 : threads);
   for (int i = 0; i < num_inputs_; ++i) {
     if (shapes[i] == nullptr) {
       key.push_back(-1);
@@ -189,8 +227,7 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(
   // Prepared outside the lock: creation takes 20-300 us and other signatures need not wait.
   std::shared_ptr<PreparedOp> op;
   try {
-    const bool single_threaded = Work(absl::MakeConstSpan(shapes, num_inputs_)) < kParallelWork;
-    ScopedSingleThread scope(single_threaded);
+    ScopedSingleThread scope(single_threaded, threads);
     absl::StatusOr<std::unique_ptr<PreparedOp>> prepared =
         Prepare(type, absl::MakeConstSpan(shapes, num_inputs_));
     if (!prepared.ok()) return prepared.status();
@@ -208,13 +245,14 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(
   return cache_.emplace(std::move(key), std::move(op)).first->second;
 }
 
-absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, State& state) const {
+absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int threads,
+                              Bound& state) const {
   state.op = nullptr;
   const Shape* shapes[kMaxInputs] = {};
   for (int i = 0; i < num_inputs_; ++i) {
     if (inputs[i] != nullptr) shapes[i] = &inputs[i]->shape();
   }
-  LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedOp> op, Lookup(type, shapes));
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedOp> op, Lookup(type, shapes, threads));
   state.memories.clear();
   state.args.clear();
   if (op->mode == PreparedOp::Mode::kExecute) {
@@ -244,6 +282,7 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, State&
     }
   }
   state.dtype = type;
+  state.threads = threads;
   for (int i = 0; i < num_inputs_; ++i) {
     state.present[i] = inputs[i] != nullptr;
     if (inputs[i] != nullptr) state.shapes[i] = inputs[i]->shape();
@@ -271,12 +310,14 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                                                      DataTypeName(inputs[i]->dtype())));
     }
   }
-  State& state = *ctx.state<State>();
-  if (!UsesDnnl(type)) return RunFallback(ctx, type, state);
+  State& frame_state = *ctx.state<State>();
+  if (!UsesDnnl(type)) return RunFallback(ctx, type, frame_state);
 
-  if (!state.Matches(type, inputs, num_inputs_)) {
+  const int threads = omp_get_max_threads();
+  Bound& state = frame_state.bound[threads > 1 ? 1 : 0];
+  if (!state.Matches(type, inputs, num_inputs_, threads)) {
     try {
-      LS_RETURN_IF_ERROR(Bind(type, inputs, state));
+      LS_RETURN_IF_ERROR(Bind(type, inputs, threads, state));
     } catch (const dnnl::error& e) {
       return FromDnnlError(e);
     }
@@ -284,7 +325,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   const PreparedOp& op = *state.op;
   switch (op.mode) {
     case PreparedOp::Mode::kReference:
-      return RunFallback(ctx, type, state);
+      return RunFallback(ctx, type, frame_state);
     case PreparedOp::Mode::kEmpty:
       ctx.output(0, type, op.output_shape);
       for (size_t k = 0; k < op.extra_outputs.size(); ++k) {
@@ -381,7 +422,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                        .mutable_raw_data();
           break;
         case BufferSource::kPacked:
-          handle = const_cast<void*>(op.packed.raw_data());  // oneDNN only reads weights
+          handle = const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
           break;
         case BufferSource::kStagedSrc:
         case BufferSource::kStagedDst:
@@ -403,7 +444,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   // The C entry point takes the pre-built argument table; the C++ one would build a vector from
   // an unordered_map on every call.
   dnnl_stream_t stream = run.stream().get();
-  ScopedSingleThread scope(op.single_threaded);
+  ScopedSingleThread scope(op.single_threaded, threads);
   if (op.staging != nullptr) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[0].get()},
                                      {DNNL_ARG_TO, state.stage_memories[1].get()}};
@@ -491,7 +532,7 @@ void DnnlKernel::WarmUp(const KernelInit& init) const {
   }
   if (type == DataType::kUndefined || !UsesDnnl(type)) return;
   try {
-    (void)Lookup(type, present);
+    (void)Lookup(type, present, omp_get_max_threads());
   } catch (const dnnl::error&) {
     // As for any other error: the run reports it.
   }

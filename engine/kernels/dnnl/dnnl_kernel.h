@@ -118,7 +118,8 @@ struct PreparedOp {
   bool single_threaded = false;
   // A constant operand (MatMul weights) already in the primitive's preferred layout, made when the
   // signature is prepared (at load when shapes are declared) and bound as BufferSource::kPacked.
-  Tensor packed;
+  // Shared with the kernel's other signatures that use the same layout (PackConstant).
+  std::shared_ptr<const Tensor> packed;
   // kExecute on the primitive's own layouts for input 0 and output 0 (a convolution's blocked
   // nChw16c, ~2x faster than its plain-layout gemm path): input 0 is reordered into the frame's
   // staged source before executing, and the result out of the staged destination into output 0
@@ -161,6 +162,7 @@ class DnnlKernel : public Kernel {
   static constexpr int kMaxInputs = 10;
   static constexpr int kMaxAux = 2;
   static constexpr size_t kMaxCachedSignatures = 64;
+  static constexpr size_t kMaxPackedConstants = 16;
   // Signatures whose Work is below this run single-threaded.
   static constexpr int64_t kParallelWork = int64_t{1} << 18;
 
@@ -180,9 +182,13 @@ class DnnlKernel : public Kernel {
   // ignored here: the same inputs fail again, with the message, when they really arrive.
   void WarmUp(const KernelInit& init) const;
 
-  // Reorders the plain `constant` (described by `plain`) into `op.packed` laid out as `packed`.
-  static void PackConstant(const Tensor& constant, const dnnl::memory::desc& plain,
-                           const dnnl::memory::desc& packed, PreparedOp& op);
+  // Sets `op.packed` to the plain `constant` (described by `plain`) reordered into the layout
+  // `packed`. The kernel keeps what it packed (up to kMaxPackedConstants layouts) and gives the
+  // same buffer to every signature that asks for the same constant in the same layout: products
+  // with constant weights at many row counts (a growing attention length, changing batch sizes)
+  // and at both thread counts (engine/runtime/thread_mode.h) pack and hold their weights once.
+  void PackConstant(const Tensor& constant, const dnnl::memory::desc& plain,
+                    const dnnl::memory::desc& packed, PreparedOp& op) const;
 
  protected:
   // Whether oneDNN computes element type `type` for this op; others go to RunReference.
@@ -223,21 +229,35 @@ class DnnlKernel : public Kernel {
                          PreparedOp& op);
 
  private:
+  struct Bound;
   class State;
   using Key = absl::InlinedVector<int64_t, 16>;
 
-  absl::Status Bind(DataType type, const Tensor* const* inputs, State& state) const;
+  // Binds the op for the signature of `inputs` at `threads` OpenMP threads into `state`.
+  absl::Status Bind(DataType type, const Tensor* const* inputs, int threads, Bound& state) const;
   // The fallback for kReference signatures and types oneDNN lacks: the unfused nodes when the
   // kernel has them, else RunReference (counted in RunStats::reference_steps for float types).
   absl::Status RunFallback(KernelContext& ctx, DataType type, State& state) const;
+  // The op for a signature at `threads` OpenMP threads (the cache key has the count for ops of
+  // kParallelWork or more; below, every count shares the single-threaded op).
   absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,
-                                                           const Shape* const* shapes) const;
+                                                           const Shape* const* shapes,
+                                                           int threads) const;
 
   const int num_inputs_;
   const int required_inputs_;
   std::shared_ptr<const Plan> unfused_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<Key, std::shared_ptr<const PreparedOp>> cache_ ABSL_GUARDED_BY(mu_);
+  // What PackConstant made: the constant's data, its plain and packed layouts, the result.
+  struct PackedConstant {
+    const void* source;
+    dnnl::memory::desc plain;
+    dnnl::memory::desc packed;
+    std::shared_ptr<const Tensor> tensor;
+  };
+  mutable absl::Mutex packed_mu_;
+  mutable std::vector<PackedConstant> packed_ ABSL_GUARDED_BY(packed_mu_);
 };
 
 }  // namespace loopserve::engine

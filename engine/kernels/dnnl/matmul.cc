@@ -38,12 +38,13 @@ dnnl::memory::desc AnyLayout(const dnnl::memory::desc& desc) {
 // binds them as BufferSource::kPacked (reordered once, here) and returns true. A plain-layout
 // weights matrix makes the brgemm matmul repack it on every execute (for a 1x256 * 256x1024
 // product that doubled the time: it reads and writes the whole matrix again).
-bool BindPackedWeights(const Tensor* constant, const dnnl::memory::desc& plain,
-                       const dnnl::matmul::primitive_desc& pd, PreparedOp& op) {
+bool BindPackedWeights(const DnnlKernel& kernel, const Tensor* constant,
+                       const dnnl::memory::desc& plain, const dnnl::matmul::primitive_desc& pd,
+                       PreparedOp& op) {
   if (constant == nullptr) return false;
   const dnnl::memory::desc packed = pd.weights_desc();
   if (packed == plain) return false;
-  DnnlKernel::PackConstant(*constant, plain, packed, op);
+  kernel.PackConstant(*constant, plain, packed, op);
   return true;
 }
 
@@ -274,7 +275,7 @@ class MatMulKernel final : public DnnlKernel {
       return prepared;
     }
     prepared->primitive = dnnl::matmul(*pd);
-    const bool packed = BindPackedWeights(constant, weights, *pd, *prepared);
+    const bool packed = BindPackedWeights(*this, constant, weights, *pd, *prepared);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
                           {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
                            packed ? pd->weights_desc() : weights},
@@ -444,7 +445,7 @@ class GemmKernel final : public DnnlKernel {
         dnnl::matmul::desc(src, constant != nullptr ? AnyLayout(weights) : weights, dst), attr,
         CpuEngine());
     prepared->primitive = dnnl::matmul(pd);
-    const bool packed = BindPackedWeights(constant, weights, pd, *prepared);
+    const bool packed = BindPackedWeights(*this, constant, weights, pd, *prepared);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
                           {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
                            packed ? pd.weights_desc() : weights},

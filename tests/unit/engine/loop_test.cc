@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/runtime/thread_mode.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/operator_new_counter.h"
 #include "tests/unit/engine/test_paths.h"
@@ -217,11 +219,14 @@ struct Allocations {
 
 // Runs `model` with trip count `m` and returns what the run allocated.
 Allocations AllocationsForTripCount(const Model& model, int64_t m,
-                                    std::vector<Value> (*inputs)(int64_t)) {
+                                    std::vector<Value> (*inputs)(int64_t),
+                                    LoopThreads loop_threads) {
   std::vector<Value> in = inputs(m);
   const Allocations before{OperatorNewCount(), TensorAllocationCount(),
                            DnnlPrimitiveCreationCount()};
-  auto result = model.Run(std::move(in), RunOptions());
+  RunOptions options;
+  options.loop_threads = loop_threads;
+  auto result = model.Run(std::move(in), options);
   const Allocations after{OperatorNewCount(), TensorAllocationCount(),
                           DnnlPrimitiveCreationCount()};
   EXPECT_TRUE(result.ok()) << result.status();
@@ -251,23 +256,81 @@ std::vector<Value> RnnInputs(int64_t m) {
 // dnnl_primitive_execute (its per-call exec context: 4 allocations for a bare eltwise, measured
 // outside the engine), so there the check is on what the engine owns: tensor buffers and
 // primitive creations.
+// Each thread mode on its own (the adaptive one binds both, once each, at times that depend on
+// its measurements).
 TEST(LoopTest, SteadyStateIterationsDoNotAllocate) {
-  auto counter = LoadOrDie(CasePath("loop13_counter_mM_cx"));
-  ASSERT_NE(counter, nullptr);
-  AllocationsForTripCount(*counter, 3, CounterInputs);  // warm caches
-  const Allocations few = AllocationsForTripCount(*counter, 10, CounterInputs);
-  const Allocations many = AllocationsForTripCount(*counter, 5000, CounterInputs);
-  EXPECT_EQ(few.heap, many.heap);
-  EXPECT_EQ(few.tensors, many.tensors);
+  for (LoopThreads mode : {LoopThreads::kIntraOp, LoopThreads::kOneThread}) {
+    SCOPED_TRACE(mode == LoopThreads::kIntraOp ? "intra-op threads" : "one thread");
+    auto counter = LoadOrDie(CasePath("loop13_counter_mM_cx"));
+    ASSERT_NE(counter, nullptr);
+    AllocationsForTripCount(*counter, 3, CounterInputs, mode);  // warm caches
+    const Allocations few = AllocationsForTripCount(*counter, 10, CounterInputs, mode);
+    const Allocations many = AllocationsForTripCount(*counter, 5000, CounterInputs, mode);
+    EXPECT_EQ(few.heap, many.heap);
+    EXPECT_EQ(few.tensors, many.tensors);
 
-  auto rnn = LoadOrDie(CasePath("loop_rnn"));
-  ASSERT_NE(rnn, nullptr);
-  AllocationsForTripCount(*rnn, 3, RnnInputs);
-  const Allocations rnn_few = AllocationsForTripCount(*rnn, 10, RnnInputs);
-  const Allocations rnn_many = AllocationsForTripCount(*rnn, 2000, RnnInputs);
-  EXPECT_EQ(rnn_few.tensors, rnn_many.tensors);
-  EXPECT_EQ(rnn_many.primitives, 0);
-  EXPECT_EQ(rnn_few.primitives, 0);
+    auto rnn = LoadOrDie(CasePath("loop_rnn"));
+    ASSERT_NE(rnn, nullptr);
+    AllocationsForTripCount(*rnn, 3, RnnInputs, mode);
+    const Allocations rnn_few = AllocationsForTripCount(*rnn, 10, RnnInputs, mode);
+    const Allocations rnn_many = AllocationsForTripCount(*rnn, 2000, RnnInputs, mode);
+    EXPECT_EQ(rnn_few.tensors, rnn_many.tensors);
+    EXPECT_EQ(rnn_many.primitives, 0);
+    EXPECT_EQ(rnn_few.primitives, 0);
+  }
+}
+
+// The thread modes of a Loop (RunOptions::loop_threads) run different primitives for a product
+// big enough for oneDNN's threads (created for 2 threads and for 1), and the adaptive mode
+// switches between them mid-loop; the outputs must not depend on it. The case's expected values
+// come from numpy (loop_cases "loop_rnn_parallel"); here the modes are compared with each other.
+TEST(LoopTest, ThreadModesGiveIdenticalOutputs) {
+  const int saved = ThreadsOfThisThread();
+  SetIntraOpThreads(2);
+  auto model = LoadOrDie(CasePath("loop_rnn_parallel"));
+  ASSERT_NE(model, nullptr);
+  constexpr int64_t kTrips = 16;
+  auto run = [&](LoopThreads mode, RunStats& stats) {
+    std::vector<Value> in;
+    in.push_back(Scalar(kTrips));
+    Tensor h(DataType::kFloat32, Shape{64, 256});
+    for (int64_t i = 0; i < h.NumElements(); ++i) {
+      h.mutable_data<float>()[i] = 0.01f * static_cast<float>((i * 37) % 101 - 50);
+    }
+    in.push_back(Value(std::move(h)));
+    RunOptions options;
+    options.loop_threads = mode;
+    auto result = model->Run(std::move(in), options, &stats);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *std::move(result) : std::vector<Value>();
+  };
+  RunStats team_stats, one_stats;
+  const std::vector<Value> team = run(LoopThreads::kIntraOp, team_stats);
+  const std::vector<Value> one = run(LoopThreads::kOneThread, one_stats);
+  ASSERT_EQ(team.size(), 2u);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(team_stats.one_thread_iterations, 0);
+  EXPECT_EQ(one_stats.one_thread_iterations, kTrips);
+  auto expect_identical = [](const std::vector<Value>& a, const std::vector<Value>& b) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      ASSERT_EQ(a[k].tensor().shape(), b[k].tensor().shape());
+      EXPECT_EQ(
+          std::memcmp(a[k].tensor().raw_data(), b[k].tensor().raw_data(), a[k].tensor().ByteSize()),
+          0)
+          << "output " << k;
+    }
+  };
+  expect_identical(team, one);
+  // The adaptive mode, run until it has probed and switched at least once (its choice depends on
+  // this machine's timings, so the run count is bounded rather than fixed).
+  for (int r = 0; r < 200; ++r) {
+    RunStats stats;
+    const std::vector<Value> adaptive = run(LoopThreads::kAdaptive, stats);
+    ASSERT_EQ(adaptive.size(), 2u);
+    expect_identical(team, adaptive);
+    if (stats.one_thread_iterations > 0 && stats.one_thread_iterations < kTrips) break;
+  }
+  SetIntraOpThreads(saved);
 }
 
 }  // namespace

@@ -1,0 +1,102 @@
+#pragma once
+
+// How a Loop's iterations use the intra-op threads: with the OpenMP team oneDNN's larger
+// primitives fork, or on one thread. Which is faster depends on the body and on the machine's
+// load at the time: the team's idle threads sleep (engine::UsePassiveOpenMpWait), so a body of
+// many small parallel regions pays a futex wake-up per region and runs faster on one thread
+// (rnn_b64_h64 on a quiet 2-vCPU EPYC: 0.14x ONNX Runtime with the team), while a body of large
+// products gains from the team, more so when other processes share the cores (mlp_b16_h512 with
+// two busy neighbours: team 2-4x faster than one thread; bench/RESULTS.md). ThreadModeChooser
+// decides by timing the Loop's own iterations, block by block, and re-checks with backoff
+// because the load changes.
+
+#include <cstdint>
+
+namespace loopserve::engine {
+
+// The decision logic, separate from any clock or thread so that tests can inject timings.
+//
+// Protocol: the Loop runs `Next()` iterations in mode `mode()`, then calls Next(elapsed) with the
+// seconds those iterations took (timed only while the Loop runs: a block may span executions),
+// and so on. Internally the chooser cycles through:
+//   calibrate: one untimed iteration (the first: its primitives are created), then blocks of
+//              2, 4, 8, ... iterations in the current mode until one takes at least
+//              block_seconds; its size becomes the block size, and it is the first reference;
+//   hold:      untimed iterations in the current mode for about hold_seconds (converted with
+//              the current mode's last time per iteration);
+//   before:    one timed block in the current mode (reference 1);
+//   warm-up:   one untimed iteration in the other mode (its first primitives, a team's wake-up);
+//   probe:     one timed block in the other mode, cut short as soon as it has taken longer than
+//              the reference would have with the margin, so probing a much slower mode costs
+//              about one block;
+//   warm-back: one untimed iteration in the current mode;
+//   after:     one timed block in the current mode (reference 2).
+// The probe's time per iteration is compared with the mean of the two references around it, so
+// a cost that changes linearly over the iterations (attention over a growing length) cancels.
+// When the probe is faster by more than `switch_margin` in two probes in a row (the second right
+// after the first, its "before" reference being the first's "after") the modes swap and the hold
+// restarts at min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about
+// one block in the slower mode (plus, if the environment makes idle threads spin, their spinning
+// afterwards: libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md),
+// so at the longest hold probing costs about 1% and a change of load is noticed within ~2 s.
+//
+// Not thread-safe; one chooser per Loop, driven by one execution at a time.
+class ThreadModeChooser {
+ public:
+  enum class Mode : uint8_t { kTeam, kOneThread };
+
+  struct Config {
+    // Long enough to span several scheduler time slices: with other processes on the cores a
+    // 1 ms block of one thread often runs unpreempted while a team's block waits for a
+    // descheduled thread, so short blocks favoured one thread (mlp_b16_h512 with two busy
+    // neighbours: chosen at 1 ms blocks, 4x slower than the team).
+    double block_seconds = 0.015;
+    double min_hold_seconds = 0.1;
+    double max_hold_seconds = 2.0;
+    double switch_margin = 0.05;
+    // A probe block is checked this many times (in equal parts) so a slow one stops early.
+    int probe_checks = 16;
+  };
+
+  ThreadModeChooser() : ThreadModeChooser(Config()) {}
+  explicit ThreadModeChooser(const Config& config);
+
+  // The mode the next iterations run in.
+  Mode mode() const { return mode_; }
+  // How many iterations to run before the next call of Next(seconds).
+  int64_t iterations() const { return iterations_; }
+  // Reports that the last iterations() iterations took `seconds`; picks the next mode and count.
+  void Next(double seconds);
+
+  // For tests and logs.
+  Mode current() const { return current_; }
+  int64_t block_iterations() const { return block_; }
+  double hold_seconds() const { return hold_; }
+  int64_t switches() const { return switches_; }
+
+ private:
+  enum class Phase : uint8_t { kCalibrate, kHold, kBefore, kWarmUp, kProbe, kWarmBack, kAfter };
+  static Mode Other(Mode m) { return m == Mode::kTeam ? Mode::kOneThread : Mode::kTeam; }
+  void Enter(Phase phase);
+
+  Config config_;
+  Mode current_ = Mode::kTeam;  // the chosen mode
+  Mode mode_ = Mode::kTeam;     // the mode of the iterations being run
+  Phase phase_ = Phase::kCalibrate;
+  int64_t iterations_ = 1;
+  int64_t block_ = 0;        // iterations per timed block, once calibrated
+  double hold_ = 0;          // seconds
+  bool warmed_up_ = false;   // the calibration's untimed first iteration has run
+  bool confirming_ = false;  // the last probe won; the next decides
+  double before_ = 0;        // seconds per iteration of the references
+  double after_ = 0;
+  double probe_seconds_ = 0;  // of the probe so far
+  int64_t probe_done_ = 0;    // iterations of the probe so far
+  int64_t switches_ = 0;
+};
+
+// The calling thread's OpenMP thread count (its intra-op threads), and setting it.
+int ThreadsOfThisThread();
+void SetThreadsOfThisThread(int threads);
+
+}  // namespace loopserve::engine
