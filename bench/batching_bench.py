@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(_ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(_ROOT, "deploy"))
 from loopserve_py import start_server  # noqa: E402
 import make_example_models as ex  # noqa: E402
+from bench_env import cpu_name, load_average  # noqa: E402
 
 CONFIG = """name: "%(name)s"
 backend: "onnxruntime"
@@ -43,19 +44,6 @@ max_batch_size: 32
 parameters { key: "unbatched_inputs" value: { string_value: "M" } }
 parameters { key: "output_batch_axes" value: { string_value: "h_seq:1" } }
 """
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def load_average():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def scrape(port, name, model):

@@ -30,19 +30,7 @@ sys.path.insert(0, os.path.join(_ROOT, "deploy"))
 np.float, np.int, np.bool, np.object = float, int, bool, object  # onnx 1.12 with numpy 1.24
 import make_example_models as ex  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def load_average():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+from bench_env import cpu_name, load_average  # noqa: E402
 
 
 def main():

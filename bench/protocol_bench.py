@@ -21,7 +21,6 @@ and the p50 ratio to gRPC; then one JSON line.
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -32,23 +31,13 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "integration"))
 from loopserve_py import start_server  # noqa: E402
+from bench_env import cpu_name  # noqa: E402
 
 MODES = {
     "grpc": ["--protocol=grpc"],
     "http-binary": ["--protocol=http"],
     "http-json": ["--protocol=http", "--typed=true"],
 }
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main():
