@@ -25,6 +25,16 @@ Tensor* KernelContext::output(int i, DataType dtype, const Shape& shape) {
   return t;
 }
 
+Tensor* KernelContext::TakeInput(int in, int out) {
+  if (in < 0 || in >= 32 || in >= num_inputs_ || out < 0 || out >= num_outputs_) return nullptr;
+  if ((step_.takeable_inputs >> in & 1) == 0 || inputs_[in] < 0) return nullptr;
+  Value& src = slots_[inputs_[in]];
+  if (!src.is_tensor() || src.tensor().capacity() == 0) return nullptr;
+  Value& dst = slots_[outputs_[out]];
+  swap(src, dst);
+  return &dst.mutable_tensor();
+}
+
 RunContext& KernelContext::run_context() { return frame_.context(); }
 
 const Tensor* KernelInit::constant_input(int i) const {

@@ -46,6 +46,12 @@ class KernelContext {
   // get a scratch slot, so the pointer is always valid.
   Tensor* output(int i, DataType dtype, const Shape& shape);
   Value& output_value(int i) { return slots_[outputs_[i]]; }
+  // Output `out` holding input `in`'s tensor, moved (no copy), so the kernel can update it in
+  // place; nullptr when the plan does not allow it (Step::takeable_inputs: another reader, a graph
+  // output, a constant...) or the input is not an owned tensor (a view, a sequence). The input
+  // slot gets the output's old value, which nothing reads. References to input(in) taken before
+  // the call refer to that old value afterwards.
+  Tensor* TakeInput(int in, int out);
 
   ExecutionFrame& frame() { return frame_; }
   RunContext& run_context();
@@ -56,7 +62,7 @@ class KernelContext {
 
  private:
   ExecutionFrame& frame_;
-  [[maybe_unused]] const Step& step_;  // for diagnostics; clang warns it is unread
+  const Step& step_;
   KernelState* state_;
   Value* slots_;
   const int32_t* inputs_;

@@ -1,5 +1,6 @@
 #include "engine/runtime/plan.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,40 @@ namespace {
 // Loop/If nesting deeper than this is rejected at load (hostile models could otherwise recurse
 // the compiler and executor off the stack).
 constexpr int kMaxNestingDepth = 64;
+
+// Sets Step::takeable_inputs: the inputs whose slot this one read is the only use of. Graph
+// outputs, constants and captures are never takeable (the caller, the plan or the parent frame
+// owns them), nor are the top-level graph's inputs (the request's); a Loop body's parameters are
+// (the Loop kernel owns them and refills them every iteration).
+void MarkTakeableInputs(const Graph& graph, bool top_level, std::vector<Step>& steps) {
+  std::vector<int> reads(graph.values.size(), 0);
+  auto read = [&reads](ValueId v) {
+    if (v != kNoValue && static_cast<size_t>(v) < reads.size()) ++reads[v];
+  };
+  for (const Node& node : graph.nodes) {
+    for (ValueId v : node.inputs) read(v);
+    for (ValueId v : node.implicit_inputs) read(v);
+  }
+  auto pin = [&reads](ValueId v) {
+    if (v != kNoValue && static_cast<size_t>(v) < reads.size()) reads[v] += 2;
+  };
+  for (ValueId v : graph.outputs) pin(v);
+  for (const auto& [v, tensor] : graph.constants) pin(v);
+  for (const Capture& c : graph.captures) pin(c.inner);
+  if (top_level) {
+    for (ValueId v : graph.inputs) pin(v);
+  }
+  for (Step& step : steps) {
+    step.takeable_inputs = 0;
+    const int n = std::min<int>(static_cast<int>(step.inputs.size()), 32);
+    for (int i = 0; i < n; ++i) {
+      const int32_t v = step.inputs[i];
+      if (v >= 0 && static_cast<size_t>(v) < reads.size() && reads[v] == 1) {
+        step.takeable_inputs |= uint32_t{1} << i;
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -105,6 +140,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
     plan->steps_.push_back(std::move(step));
   }
   plan->num_slots_ = num_slots;
+  MarkTakeableInputs(*graph, context.depth() == 0, plan->steps_);
   if (std::string* dump = context.dump()) {
     absl::StrAppend(dump, "graph '", graph->name, "' (depth ", context.depth(), ")\n");
     if (!rewrites.empty()) {

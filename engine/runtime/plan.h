@@ -25,6 +25,12 @@ struct Step {
   // The model can hold strings and the kernel does not take them: the executor checks that no
   // input (or sequence element) is a kString tensor.
   bool reject_strings = false;
+  // Bit i: input i's slot has no reader but this one input of this step (no other input, step,
+  // subgraph capture or graph output reads it), and it is not a constant, a capture or an input of
+  // the top-level graph. A kernel may then take the slot's tensor as its output and update it in
+  // place (KernelContext::TakeInput) instead of copying it: a Loop's carried tensor array that
+  // ScatterND writes one row of, or that Concat appends to. Inputs 32 and up are never set.
+  uint32_t takeable_inputs = 0;
 };
 
 // State shared while compiling one model: registry, the Loop table, the nesting depth.

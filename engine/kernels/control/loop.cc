@@ -413,13 +413,12 @@ class LoopKernel : public Kernel {
       max_trip = std::min<int64_t>(max_trip, state.slices[k].parts);
     }
     const int64_t cap = run.options().max_loop_iterations;
-    // The counter is sized once per execution and then written in place: nothing in the body
-    // writes a parameter slot, so its buffer stays put across iterations.
-    void* iteration_counter = nullptr;
+    // The counter is sized once per execution and then written in place. A body step may take
+    // the parameter's buffer (KernelContext::TakeInput: Concat(i, ...) appending to it), leaving
+    // the slot another value, so the slot is checked again every iteration.
+    const Shape counter_shape = iteration_rank1_ ? Shape{1} : Shape{};
     if (iteration_slot_ >= 0) {
-      Tensor* t = &body.slot(iteration_slot_).mutable_tensor();
-      t->Resize(iteration_dtype_, iteration_rank1_ ? Shape{1} : Shape{});
-      iteration_counter = t->mutable_raw_data();
+      body.slot(iteration_slot_).mutable_tensor().Resize(iteration_dtype_, counter_shape);
     }
 
     LoopThreadMode thread_mode(run.options().loop_threads, adaptive_);
@@ -431,7 +430,13 @@ class LoopKernel : public Kernel {
                                   absl::StrCat("the loop reached the iteration cap of ", cap,
                                                " (max_loop_iterations) before finishing"));
       }
-      if (iteration_counter != nullptr) {
+      if (iteration_slot_ >= 0) {
+        Tensor& counter = body.slot(iteration_slot_).mutable_tensor();
+        if (counter.capacity() == 0 || counter.dtype() != iteration_dtype_ ||
+            counter.rank() != counter_shape.rank() || counter.NumElements() != 1) {
+          counter.Resize(iteration_dtype_, counter_shape);
+        }
+        void* iteration_counter = counter.mutable_raw_data();
         if (iteration_dtype_ == DataType::kInt32) {
           static_cast<int32_t*>(iteration_counter)[0] = static_cast<int32_t>(i);
         } else {

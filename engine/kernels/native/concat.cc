@@ -54,6 +54,10 @@ class ConcatKernel final : public Kernel {
     }
     out_shape[axis] = axis_total;
     LS_RETURN_IF_ERROR(ValidateDims(out_shape.dims(), "output").status());
+    if (first.dtype() != DataType::kString && n > 1) {
+      LS_ASSIGN_OR_RETURN(const bool appended, AppendInPlace(ctx, axis, out_shape));
+      if (appended) return absl::OkStatus();
+    }
     Tensor* y = ctx.output(0, first.dtype(), out_shape);
     if (first.dtype() == DataType::kString) {
       // Strings are objects: copied by element, the same walk as the bytes below.
@@ -93,6 +97,34 @@ class ConcatKernel final : public Kernel {
 
  private:
   explicit ConcatKernel(int64_t axis) : axis_(axis) {}
+
+  // Concat(state, new...) where `state` has no other reader (a Loop's carried array that grows by
+  // one slice per iteration): takes input 0's buffer as the output and writes only the new parts,
+  // growing the buffer geometrically, so an append costs its own size instead of the whole array.
+  // Only when every axis before `axis` has size 1 (input 0 is then a prefix of the output); false
+  // when the input cannot be taken (the caller copies as usual).
+  static absl::StatusOr<bool> AppendInPlace(KernelContext& ctx, int axis, const Shape& out_shape) {
+    const Tensor& first = ctx.input(0);
+    if (out_shape.NumElements(0, axis) != 1) return false;
+    const size_t elem = DataTypeSize(first.dtype());
+    const size_t kept = first.ByteSize();
+    const size_t need = static_cast<size_t>(out_shape.NumElements()) * elem;
+    Tensor* y = ctx.TakeInput(0, 0);
+    if (y == nullptr) return false;
+    // `first` is the output's old value from here on; input 0's bytes are the prefix of *y.
+    y->ResizeKeepingData(out_shape, need > y->capacity() ? need + need / 2 : 0);
+    char* out = static_cast<char*>(y->mutable_raw_data()) + kept;
+    InterruptPacer pacer(ctx.run_context());
+    for (int i = 1; i < ctx.num_inputs(); ++i) {
+      const Tensor& t = ctx.input(i);
+      const size_t bytes = t.ByteSize();
+      if (bytes == 0) continue;
+      if (!pacer.Copy(out, t.raw_data(), bytes)) return pacer.status();
+      out += bytes;
+    }
+    return true;
+  }
+
   int64_t axis_;
 };
 

@@ -176,23 +176,37 @@ class ScatterNDKernel final : public Kernel {
                 .status());
       }
     }
-    Tensor* y = ctx.output(0, data.dtype(), data.shape());
-    CopyBytes(data, y);
-    const bool ok = DispatchForReduction(reduction_, data.dtype(), [&](auto tag) {
+    const DataType dtype = data.dtype();
+    // A tensor array a Loop carries (tf2onnx's TensorArray write) has no other reader: update it
+    // in place, which turns a copy of the whole array per iteration into a copy of one row.
+    Tensor* y = ctx.TakeInput(0, 0);
+    if (y == nullptr) {
+      y = ctx.output(0, dtype, data.shape());
+      CopyBytes(data, y);
+    }
+    // `data` may now be the output's old value: only y's shape is read from here on.
+    const Shape& shape = y->shape();
+    const bool ok = DispatchForReduction(reduction_, dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* up = updates.data<T>();
       T* out = y->mutable_data<T>();
       for (int64_t t = 0; t < tuples; ++t) {
         int64_t offset = 0;
         for (int64_t c = 0; c < k; ++c) {
-          const int64_t dim = data.dim(static_cast<int>(c));
+          const int64_t dim = shape[static_cast<int>(c)];
           int64_t i = IndexAt(indices, t * k + c);
           offset += (i < 0 ? i + dim : i) * strides[c];
         }
-        for (int64_t e = 0; e < slice; ++e) Combine(reduction_, out[offset + e], up[t * slice + e]);
+        if (reduction_ == Reduction::kNone) {
+          std::memcpy(out + offset, up + t * slice, static_cast<size_t>(slice) * sizeof(T));
+        } else {
+          for (int64_t e = 0; e < slice; ++e) {
+            Combine(reduction_, out[offset + e], up[t * slice + e]);
+          }
+        }
       }
     });
-    if (!ok) return UnsupportedType("data", data.dtype());
+    if (!ok) return UnsupportedType("data", dtype);
     return absl::OkStatus();
   }
 

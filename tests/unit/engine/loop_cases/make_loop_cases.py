@@ -195,6 +195,167 @@ def case_growing_carried(out_dir):
     write_case(out_dir, "loop_growing_carried", model(g), [np.array(6, np.int64), y0], [y])
 
 
+def case_tensor_array(out_dir, name, trips, read_old=False, alias=False):
+    """tf2onnx's TensorArray write: ta = ScatterND(ta, [[i]], Unsqueeze(h)) with h = Tanh(X[i] * w
+    + h). loopserve updates the carried array in place when nothing else reads its old value
+    (KernelContext::TakeInput). read_old: a scan output also reads the old array (ReduceSum), so
+    it must be copied; alias: the new array is also a second carried value's result (one result
+    feeding two back edges)."""
+    T, Bt, H = 5, 2, 3
+    nodes = [helper.make_node("Gather", ["X", "i"], ["x_t"], axis=0),
+             helper.make_node("Mul", ["x_t", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "h_in"], ["pre"]),
+             helper.make_node("Tanh", ["pre"], ["h_out"]),
+             const("idx_shape", np.array([1, 1], np.int64)),
+             const("ax0", np.array([0], np.int64)),
+             helper.make_node("Reshape", ["i", "idx_shape"], ["idx"]),
+             helper.make_node("Unsqueeze", ["h_out", "ax0"], ["upd"]),
+             helper.make_node("ScatterND", ["ta_in", "idx", "upd"], ["ta_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    ins = [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [Bt, H]),
+           vi("ta_in", F, [T, Bt, H])]
+    outs = [vi("cond_out", B, []), vi("h_out", F, [Bt, H]), vi("ta_out", F, [T, Bt, H])]
+    loop_in, loop_out = ["M", "", "h0", "ta0"], ["h", "ta"]
+    g_outs = [vi("h", F, [Bt, H]), vi("ta", F, [T, Bt, H])]
+    if alias:
+        ins.append(vi("ta2_in", F, [T, Bt, H]))
+        outs.append(vi("ta_out2", F, [T, Bt, H]))
+        nodes.append(helper.make_node("Identity", ["ta_out"], ["ta_out2"]))
+        loop_in.append("ta0")
+        loop_out.append("ta2")
+        g_outs.append(vi("ta2", F, [T, Bt, H]))
+    if read_old:
+        outs.append(vi("old_sum", F, []))
+        nodes.append(helper.make_node("ReduceSum", ["ta_in"], ["old_sum"], keepdims=0))
+        loop_out.append("old_sums")
+        g_outs.append(vi("old_sums", F, [None]))
+    body = helper.make_graph(nodes, "ta_body", ins, outs)
+    loop = helper.make_node("Loop", loop_in, loop_out, body=body)
+    g = helper.make_graph([loop], name,
+                          [vi("M", I64, []), vi("X", F, [T, Bt, H]), vi("w", F, [H]),
+                           vi("h0", F, [Bt, H]), vi("ta0", F, [T, Bt, H])], g_outs)
+    rng = np.random.default_rng(21)
+    X = rng.standard_normal((T, Bt, H)).astype(np.float32)
+    w = rng.uniform(0.5, 1.0, H).astype(np.float32)
+    h0 = np.zeros((Bt, H), np.float32)
+    ta0 = rng.standard_normal((T, Bt, H)).astype(np.float32)
+
+    def body_np(i, c, h, ta, *rest):
+        h = np.tanh(X[i] * w + h).astype(np.float32)
+        new = ta.copy()
+        new[i] = h
+        outs = [c, h, new] + ([new] if alias else [])
+        if read_old:
+            outs.append(np.float32(ta.sum(dtype=np.float32)))
+        return tuple(outs)
+    state = [h0, ta0] + ([ta0] if alias else [])
+    final, scans, _ = loop_semantics(trips, None, state, body_np)
+    expected = list(final)
+    if read_old:
+        expected.append(np.array(scans[0] if scans else [], np.float32))
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), X, w, h0, ta0], expected)
+
+
+def case_append(out_dir, name, trips, axis, read_old=False, alias=False):
+    """res = Concat(res, row) along `axis` of a [1, n, 3] (axis 1: appended in place) or
+    [2, n, 3] (axis 1 with a leading 2: copied) or [n, 3] (axis 0) carried value, row from X[i];
+    read_old / alias as in case_tensor_array."""
+    lead = {"a0": [], "a1": [1], "a1b": [2]}[axis]
+    ax = len(lead)
+    X = np.random.default_rng(22).standard_normal([max(trips, 1)] + lead + [1, 3]).astype(
+        np.float32)
+    nodes = [helper.make_node("Gather", ["X", "i"], ["row"], axis=0),
+             helper.make_node("Concat", ["res_in", "row"], ["res_out"], axis=ax),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    shape = lead + [None, 3]
+    ins = [vi("i", I64, []), vi("cond_in", B, []), vi("res_in", F, shape)]
+    outs = [vi("cond_out", B, []), vi("res_out", F, shape)]
+    loop_in, loop_out, g_outs = ["M", "", "r0"], ["res"], [vi("res", F, shape)]
+    if alias:
+        ins.append(vi("res2_in", F, shape))
+        outs.append(vi("res_out2", F, shape))
+        nodes.append(helper.make_node("Identity", ["res_out"], ["res_out2"]))
+        loop_in.append("r0")
+        loop_out.append("res2")
+        g_outs.append(vi("res2", F, shape))
+    if read_old:
+        outs.append(vi("old_sum", F, []))
+        nodes.append(helper.make_node("ReduceSum", ["res_in"], ["old_sum"], keepdims=0))
+        loop_out.append("old_sums")
+        g_outs.append(vi("old_sums", F, [None]))
+    body = helper.make_graph(nodes, "append_body", ins, outs)
+    loop = helper.make_node("Loop", loop_in, loop_out, body=body)
+    g = helper.make_graph([loop], name, [vi("M", I64, []), vi("X", F, list(X.shape)),
+                                         vi("r0", F, lead + [2, 3])], g_outs)
+    r0 = np.arange(np.prod(lead + [2, 3]), dtype=np.float32).reshape(lead + [2, 3])
+
+    def body_np(i, c, res, *rest):
+        new = np.concatenate([res, X[i]], axis=ax)
+        outs = [c, new] + ([new] if alias else [])
+        if read_old:
+            outs.append(np.float32(res.sum(dtype=np.float32)))
+        return tuple(outs)
+    final, scans, _ = loop_semantics(trips, None, [r0] + ([r0] if alias else []), body_np)
+    expected = list(final)
+    if read_old:
+        expected.append(np.array(scans[0] if scans else [], np.float32))
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), X, r0], expected)
+
+
+def case_nested_tensor_array(out_dir):
+    """An outer Loop carries a [T, 2] array; its body hands the array to an inner Loop (as the
+    inner carried value's initial value) which writes rows 0..N-1 in place, then writes row
+    T-1-oi itself and also reads the array it started from (ReduceSum, a scan output): the
+    outer value must survive the inner Loop and the in-place writes."""
+    T, N = 6, 2
+    inner = helper.make_graph(
+        [const("idx_shape", np.array([1, 1], np.int64)),
+         const("ones", np.ones((1, 2), np.float32)),
+         const("ten", np.array(10, np.int64)),
+         helper.make_node("Mul", ["oi", "ten"], ["oi10"]),
+         helper.make_node("Add", ["oi10", "j"], ["v"]),
+         helper.make_node("Cast", ["v"], ["v_f"], to=F),
+         helper.make_node("Mul", ["ones", "v_f"], ["upd"]),
+         helper.make_node("Reshape", ["j", "idx_shape"], ["idx"]),
+         helper.make_node("ScatterND", ["a_in", "idx", "upd"], ["a_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "inner", [vi("j", I64, []), vi("c_in", B, []), vi("a_in", F, [T, 2])],
+        [vi("c_out", B, []), vi("a_out", F, [T, 2])])
+    outer = helper.make_graph(
+        [helper.make_node("Loop", ["N", "", "a_in"], ["a_mid"], body=inner),
+         const("idx_shape", np.array([1, 1], np.int64)),
+         const("last", np.array(T - 1, np.int64)),
+         const("neg1", np.full((1, 2), -1.0, np.float32)),
+         helper.make_node("Sub", ["last", "oi"], ["r"]),
+         helper.make_node("Reshape", ["r", "idx_shape"], ["idx"]),
+         helper.make_node("Add", ["oi", "one"], ["oi1"]),
+         helper.make_node("Cast", ["oi1"], ["oi1_f"], to=F),
+         helper.make_node("Mul", ["neg1", "oi1_f"], ["upd"]),
+         helper.make_node("ScatterND", ["a_mid", "idx", "upd"], ["a_out"]),
+         helper.make_node("ReduceSum", ["a_in"], ["old_sum"], keepdims=0),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "outer", [vi("oi", I64, []), vi("c_in", B, []), vi("a_in", F, [T, 2])],
+        [vi("c_out", B, []), vi("a_out", F, [T, 2]), vi("old_sum", F, [])])
+    outer.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "one"))
+    loop = helper.make_node("Loop", ["M", "", "a0"], ["a", "old_sums"], body=outer)
+    g = helper.make_graph([loop], "nested_ta",
+                          [vi("M", I64, []), vi("N", I64, []), vi("a0", F, [T, 2])],
+                          [vi("a", F, [T, 2]), vi("old_sums", F, [None])])
+    a0 = np.arange(T * 2, dtype=np.float32).reshape(T, 2) * 0.5
+
+    def outer_np(oi, c, a):
+        mid = a.copy()
+        for j in range(N):
+            mid[j] = np.float32(oi * 10 + j)
+        out = mid.copy()
+        out[T - 1 - oi] = -np.float32(oi + 1)
+        return c, out, np.float32(a.sum(dtype=np.float32))
+    (a,), scans, _ = loop_semantics(3, None, [a0], outer_np)
+    write_case(out_dir, "loop_nested_tensor_array", model(g),
+               [np.array(3, np.int64), np.array(N, np.int64), a0],
+               [a, np.array(scans[0], np.float32)])
+
+
 def case_nested(out_dir):
     """Nested loops: the inner body reads the main graph's `step` (two scopes up) and the outer
     body's iteration number; both loops have scan outputs."""
@@ -639,6 +800,17 @@ def main():
     case_iteration_and_outer_scope(out_dir)
     case_growing_carried(out_dir)
     case_nested(out_dir)
+    # In-place updates of carried arrays (ScatterND, Concat), with 0, 1 and more iterations.
+    for trips in (0, 1, 5):
+        case_tensor_array(out_dir, f"loop_tensor_array_{trips}", trips)
+        case_tensor_array(out_dir, f"loop_tensor_array_read_old_{trips}", trips, read_old=True)
+        case_tensor_array(out_dir, f"loop_tensor_array_alias_{trips}", trips, alias=True)
+        for axis in ("a0", "a1", "a1b"):
+            case_append(out_dir, f"loop_append_{axis}_{trips}", trips, axis)
+            case_append(out_dir, f"loop_append_{axis}_read_old_{trips}", trips, axis,
+                        read_old=True)
+            case_append(out_dir, f"loop_append_{axis}_alias_{trips}", trips, axis, alias=True)
+    case_nested_tensor_array(out_dir)
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
