@@ -1,5 +1,7 @@
 // Concat: joins tensors of any element type along an axis.
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
@@ -99,28 +101,41 @@ class ConcatKernel final : public Kernel {
   explicit ConcatKernel(int64_t axis) : axis_(axis) {}
 
   // Concat(state, new...) where `state` has no other reader (a Loop's carried array that grows by
-  // one slice per iteration): takes input 0's buffer as the output and writes only the new parts,
-  // growing the buffer geometrically, so an append costs its own size instead of the whole array.
-  // Only when every axis before `axis` has size 1 (input 0 is then a prefix of the output); false
-  // when the input cannot be taken (the caller copies as usual).
+  // a slice per iteration: a KV cache, a list of masks): takes input 0's buffer as the output
+  // (grown 1.5x geometrically) instead of copying it into another one. When every axis before
+  // `axis` has size 1, input 0 is a prefix of the output and only the new parts are written;
+  // otherwise input 0's rows move apart inside the buffer, last first, and the new parts go into
+  // the gaps: the same bytes moved as a copy, but one buffer per carried value in cache instead of
+  // two. False when the input cannot be taken (the caller copies as usual).
   static absl::StatusOr<bool> AppendInPlace(KernelContext& ctx, int axis, const Shape& out_shape) {
     const Tensor& first = ctx.input(0);
-    if (out_shape.NumElements(0, axis) != 1) return false;
+    const int64_t outer = out_shape.NumElements(0, axis);
     const size_t elem = DataTypeSize(first.dtype());
-    const size_t kept = first.ByteSize();
-    const size_t need = static_cast<size_t>(out_shape.NumElements()) * elem;
+    const size_t inner_bytes =
+        static_cast<size_t>(out_shape.NumElements(axis + 1, out_shape.rank())) * elem;
+    const size_t old_row = static_cast<size_t>(first.dim(axis)) * inner_bytes;
+    const size_t out_row = static_cast<size_t>(out_shape[axis]) * inner_bytes;
+    const size_t need = static_cast<size_t>(outer) * out_row;
     Tensor* y = ctx.TakeInput(0, 0);
     if (y == nullptr) return false;
-    // `first` is the output's old value from here on; input 0's bytes are the prefix of *y.
+    // `first` is the output's old value from here on; input 0's bytes lead *y's buffer.
     y->ResizeKeepingData(out_shape, need > y->capacity() ? need + need / 2 : 0);
-    char* out = static_cast<char*>(y->mutable_raw_data()) + kept;
+    char* out = static_cast<char*>(y->mutable_raw_data());
     InterruptPacer pacer(ctx.run_context());
+    for (int64_t o = outer - 1; o > 0 && old_row > 0; --o) {
+      std::memmove(out + o * out_row, out + o * old_row, old_row);
+      if (!pacer.Produced(old_row)) return pacer.status();
+    }
+    size_t offset = old_row;
     for (int i = 1; i < ctx.num_inputs(); ++i) {
       const Tensor& t = ctx.input(i);
-      const size_t bytes = t.ByteSize();
-      if (bytes == 0) continue;
-      if (!pacer.Copy(out, t.raw_data(), bytes)) return pacer.status();
-      out += bytes;
+      const size_t row = static_cast<size_t>(t.dim(axis)) * inner_bytes;
+      if (row == 0) continue;
+      const char* in = static_cast<const char*>(t.raw_data());
+      for (int64_t o = 0; o < outer; ++o) {
+        if (!pacer.Copy(out + o * out_row + offset, in + o * row, row)) return pacer.status();
+      }
+      offset += row;
     }
     return true;
   }

@@ -257,10 +257,11 @@ def case_tensor_array(out_dir, name, trips, read_old=False, alias=False):
 
 
 def case_append(out_dir, name, trips, axis, read_old=False, alias=False):
-    """res = Concat(res, row) along `axis` of a [1, n, 3] (axis 1: appended in place) or
-    [2, n, 3] (axis 1 with a leading 2: copied) or [n, 3] (axis 0) carried value, row from X[i];
-    read_old / alias as in case_tensor_array."""
-    lead = {"a0": [], "a1": [1], "a1b": [2]}[axis]
+    """res = Concat(res, row) along axis 0 of a [n, 3] carried value (a0), axis 1 of [1, n, 3]
+    (a1: the old value is a prefix of the new one) or of [2, n, 3] (a1b), axis 2 of [2, 3, n, 3]
+    (a2: a KV cache's layout; the old rows move apart in the buffer), row from X[i]; read_old /
+    alias as in case_tensor_array."""
+    lead = {"a0": [], "a1": [1], "a1b": [2], "a2": [2, 3]}[axis]
     ax = len(lead)
     X = np.random.default_rng(22).standard_normal([max(trips, 1)] + lead + [1, 3]).astype(
         np.float32)
@@ -805,7 +806,7 @@ def main():
         case_tensor_array(out_dir, f"loop_tensor_array_{trips}", trips)
         case_tensor_array(out_dir, f"loop_tensor_array_read_old_{trips}", trips, read_old=True)
         case_tensor_array(out_dir, f"loop_tensor_array_alias_{trips}", trips, alias=True)
-        for axis in ("a0", "a1", "a1b"):
+        for axis in ("a0", "a1", "a1b", "a2"):
             case_append(out_dir, f"loop_append_{axis}_{trips}", trips, axis)
             case_append(out_dir, f"loop_append_{axis}_read_old_{trips}", trips, axis,
                         read_old=True)
