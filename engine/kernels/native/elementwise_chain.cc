@@ -2,10 +2,42 @@
 
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/kernels/native/vector_math_isa.h"
 
 namespace loopserve::engine::native {
+namespace {
+
+// Rows shorter than this go to chain_rows a block at a time.
+constexpr int64_t kShortRow = 256;
+
+// reference::ForEachRow one level up: calls `fn(out_offset, in_offsets)` for every block of
+// layout.dims[rank - 2] rows (rank >= 2), with the offsets of the block's first element.
+template <typename Fn>
+void ForEachBlock(const reference::BroadcastLayout& layout, Fn&& fn) {
+  const int outer_rank = layout.rank() - 2;
+  const int64_t block = layout.dims[outer_rank] * layout.dims[outer_rank + 1];
+  absl::InlinedVector<int64_t, 6> index(outer_rank, 0);
+  int64_t in_offsets[reference::kMaxBroadcastInputs] = {};
+  int64_t out_offset = 0;
+  while (true) {
+    fn(out_offset, static_cast<const int64_t*>(in_offsets));
+    out_offset += block;
+    int d = outer_rank - 1;
+    for (; d >= 0; --d) {
+      for (int i = 0; i < layout.num_inputs; ++i) in_offsets[i] += layout.strides[i][d];
+      if (++index[d] < layout.dims[d]) break;
+      for (int i = 0; i < layout.num_inputs; ++i) {
+        in_offsets[i] -= layout.strides[i][d] * layout.dims[d];
+      }
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
 
 ElementwiseChain::ElementwiseChain(int num_operands, std::vector<ChainStep> steps)
     : num_operands_(num_operands), steps_(std::move(steps)) {
@@ -55,6 +87,20 @@ void ElementwiseChain::Run(const Prepared& prepared, absl::Span<const float* con
     const auto* ops = reinterpret_cast<const vecmath::ChainOp*>(packed_.data());
     const int num_ops = static_cast<int>(steps_.size());
     const float* rows[kMaxOperands];
+    if (layout.rank() >= 2 && row < kShortRow) {
+      // Short rows (the last dim of a [B, D, 16] state): one call per block of rows along the
+      // second-innermost dim, so the walk and the call are paid per block, not per row.
+      const int r = layout.rank();
+      int64_t row_strides[kMaxOperands];
+      for (int i = 0; i < num_operands_; ++i) row_strides[i] = layout.strides[i][r - 2];
+      const int64_t count = layout.dims[r - 2];
+      ForEachBlock(layout, [&](int64_t out_offset, const int64_t* in_offsets) {
+        for (int i = 0; i < num_operands_; ++i) rows[i] = operands[i] + in_offsets[i];
+        table->chain_rows(ops, num_ops, rows, inner, row_strides, num_operands_, out + out_offset,
+                          row, count);
+      });
+      return;
+    }
     reference::ForEachRow(layout, [&](int64_t out_offset, const int64_t* in_offsets) {
       for (int i = 0; i < num_operands_; ++i) rows[i] = operands[i] + in_offsets[i];
       table->chain_row(ops, num_ops, rows, inner, out + out_offset, row);

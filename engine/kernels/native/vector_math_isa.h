@@ -33,6 +33,12 @@ struct Table {
   // 0 once, taken through every op in registers and stored once. strides are 0 or 1.
   void (*chain_row)(const ChainOp* ops, int num_ops, const float* const* rows,
                     const int64_t* strides, float* y, int64_t n);
+  // chain_row over `count` rows of n: row r reads operand i from rows[i] + r * row_strides[i]
+  // (num_operands of them, at most 8) and writes y + r * n. One call for a block of short rows
+  // (a selective scan's [B, D, 16] state) instead of one per row.
+  void (*chain_rows)(const ChainOp* ops, int num_ops, const float* const* rows,
+                     const int64_t* strides, const int64_t* row_strides, int num_operands, float* y,
+                     int64_t n, int64_t count);
   float (*dot)(const float* x, const float* y, int64_t n);
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n);

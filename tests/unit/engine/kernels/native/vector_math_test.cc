@@ -309,6 +309,44 @@ TEST_P(VectorMathTest, ChainBroadcastsEveryOperand) {
   EXPECT_FALSE(chain.Prepare(bad_shapes).ok());
 }
 
+// A selective scan's state update, s = Exp(dt[..., None] * A) * s + u, over [P, B, D, N] with short
+// rows (N = 16: whole vectors on both ISAs; 24: whole AVX2 vectors, an AVX-512 tail; 5: tails
+// only), which run a block of rows per call (chain_rows): dt [P, B, D, 1], A [D, N], s and u
+// [P, B, D, N].
+TEST_P(VectorMathTest, ChainOverBlocksOfShortRows) {
+  const ElementwiseChain chain(
+      4, {ChainStep::Binary(VecBinary::kMul, 1), ChainStep::Unary(VecUnary::kExp),
+          ChainStep::Binary(VecBinary::kMul, 2), ChainStep::Binary(VecBinary::kAdd, 3)});
+  for (int64_t n : {16, 24, 5}) {
+    for (int64_t p : {1, 2}) {
+      const int64_t b = 3, d = 7;
+      const Shape s_dt{p, b, d, 1}, s_a{d, n}, s_s{p, b, d, n};
+      const std::vector<float> dt = Inputs(static_cast<int>(p * b * d), 0.1f, 1.0f, 4),
+                               a = Inputs(static_cast<int>(d * n), -2.0f, -0.1f, 5),
+                               st = Inputs(static_cast<int>(p * b * d * n), -1.0f, 1.0f, 6),
+                               u = Inputs(static_cast<int>(p * b * d * n), -1.0f, 1.0f, 7);
+      const Shape* shapes[] = {&s_dt, &s_a, &s_s, &s_s};
+      auto prepared = chain.Prepare(shapes);
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      ASSERT_EQ(prepared->output, s_s);
+      std::vector<float> out(st.size());
+      const float* operands[] = {dt.data(), a.data(), st.data(), u.data()};
+      chain.Run(*prepared, operands, out.data());
+      for (int64_t q = 0; q < p * b; ++q) {
+        for (int64_t j = 0; j < d; ++j) {
+          for (int64_t k = 0; k < n; ++k) {
+            const int64_t at = (q * d + j) * n + k;
+            const double want =
+                std::exp(static_cast<double>(dt[q * d + j]) * a[j * n + k]) * st[at] + u[at];
+            ASSERT_NEAR(out[at], want, 3e-6 * (1 + std::fabs(want)))
+                << "n " << n << " p " << p << " at " << at;
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, VectorMathTest, ::testing::ValuesIn(Isas()),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
