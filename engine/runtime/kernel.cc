@@ -25,14 +25,30 @@ Tensor* KernelContext::output(int i, DataType dtype, const Shape& shape) {
   return t;
 }
 
-Tensor* KernelContext::TakeInput(int in, int out) {
+Value* KernelContext::TakeInputValue(int in, int out) {
   if (in < 0 || in >= 32 || in >= num_inputs_ || out < 0 || out >= num_outputs_) return nullptr;
   if ((step_.takeable_inputs >> in & 1) == 0 || inputs_[in] < 0) return nullptr;
   Value& src = slots_[inputs_[in]];
-  if (!src.is_tensor() || src.tensor().capacity() == 0) return nullptr;
+  if (src.is_tensor()) {
+    if (src.tensor().capacity() == 0) return nullptr;  // a view, or nothing to reuse
+  } else if (src.is_sequence()) {
+    for (const Tensor& t : src.sequence()) {
+      if (t.is_view()) return nullptr;
+    }
+  } else {
+    return nullptr;
+  }
   Value& dst = slots_[outputs_[out]];
   swap(src, dst);
-  return &dst.mutable_tensor();
+  return &dst;
+}
+
+Tensor* KernelContext::TakeInput(int in, int out) {
+  if (in < 0 || in >= num_inputs_ || inputs_[in] < 0 || !slots_[inputs_[in]].is_tensor()) {
+    return nullptr;
+  }
+  Value* v = TakeInputValue(in, out);
+  return v == nullptr ? nullptr : &v->mutable_tensor();
 }
 
 RunContext& KernelContext::run_context() { return frame_.context(); }

@@ -52,6 +52,9 @@ class KernelContext {
   // slot gets the output's old value, which nothing reads. References to input(in) taken before
   // the call refer to that old value afterwards.
   Tensor* TakeInput(int in, int out);
+  // The same for any value: an owned tensor or a sequence none of whose elements is a view
+  // (SequenceInsert appending to a Loop's carried list).
+  Value* TakeInputValue(int in, int out);
 
   ExecutionFrame& frame() { return frame_; }
   RunContext& run_context();

@@ -82,6 +82,15 @@ class SequenceInsertKernel final : public Kernel {
       LS_ASSIGN_OR_RETURN(const Tensor* p, InputTensor(ctx, 2, "position"));
       LS_ASSIGN_OR_RETURN(pos, ReadPosition(*p, n, /*allow_end=*/true));
     }
+    // A list a Loop carries and appends to (a scripted PyTorch loop's list.append) has no other
+    // reader: insert into it instead of copying every element every iteration.
+    if (Value* taken = ctx.TakeInputValue(0, 0); taken != nullptr) {
+      std::vector<Tensor>& seq = taken->mutable_sequence();  // `in` is stale from here on
+      Tensor element;
+      element.CopyFrom(*t);
+      seq.insert(seq.begin() + pos, std::move(element));
+      return absl::OkStatus();
+    }
     std::vector<Tensor>& out = ctx.output_value(0).mutable_sequence();
     out.resize(n + 1);
     for (int64_t i = 0; i < pos; ++i) out[i].CopyFrom((*in)[i]);

@@ -303,6 +303,43 @@ def case_append(out_dir, name, trips, axis, read_old=False, alias=False):
     write_case(out_dir, name, model(g), [np.array(trips, np.int64), X, r0], expected)
 
 
+def case_sequence_append(out_dir, name, trips, read_old=False):
+    """A scripted PyTorch loop's list.append: a carried sequence grows by SequenceInsert(seq,
+    X[i] * 2) every iteration (appended in place when nothing else reads the old list); the main
+    graph stacks it (ConcatFromSequence, new_axis=1) after an initial element. read_old: a scan
+    output also reads the old list (SequenceLength)."""
+    X = np.random.default_rng(23).standard_normal((max(trips, 1), 2, 3)).astype(np.float32)
+    seq_t = helper.make_tensor_sequence_value_info
+    nodes = [helper.make_node("Gather", ["X", "i"], ["x_t"], axis=0),
+             const("two", np.array(2, np.float32)),
+             helper.make_node("Mul", ["x_t", "two"], ["x2"]),
+             helper.make_node("SequenceInsert", ["seq_in", "x2"], ["seq_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    outs = [vi("cond_out", B, []), seq_t("seq_out", F, [2, 3])]
+    loop_out = ["seq"]
+    if read_old:
+        nodes.append(helper.make_node("SequenceLength", ["seq_in"], ["old_len"]))
+        outs.append(vi("old_len", I64, []))
+        loop_out.append("old_lens")
+    body = helper.make_graph(nodes, "seq_body",
+                             [vi("i", I64, []), vi("cond_in", B, []), seq_t("seq_in", F, [2, 3])],
+                             outs)
+    g_nodes = [helper.make_node("SequenceConstruct", ["first"], ["seq0"]),
+               helper.make_node("Loop", ["M", "", "seq0"], loop_out, body=body),
+               helper.make_node("ConcatFromSequence", ["seq"], ["stacked"], axis=0, new_axis=1)]
+    g_outs = [vi("stacked", F, [None, 2, 3])]
+    if read_old:
+        g_outs.append(vi("old_lens", I64, [None]))
+    g = helper.make_graph(g_nodes, name, [vi("M", I64, []), vi("X", F, list(X.shape)),
+                                          vi("first", F, [2, 3])], g_outs)
+    first = np.full((2, 3), 0.5, np.float32)
+    stacked = [first] + [X[i] * np.float32(2) for i in range(trips)]
+    expected = [np.stack(stacked)]
+    if read_old:
+        expected.append(np.arange(1, trips + 1, dtype=np.int64))
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), X, first], expected)
+
+
 def case_nested_tensor_array(out_dir):
     """An outer Loop carries a [T, 2] array; its body hands the array to an inner Loop (as the
     inner carried value's initial value) which writes rows 0..N-1 in place, then writes row
@@ -811,6 +848,9 @@ def main():
             case_append(out_dir, f"loop_append_{axis}_read_old_{trips}", trips, axis,
                         read_old=True)
             case_append(out_dir, f"loop_append_{axis}_alias_{trips}", trips, axis, alias=True)
+        case_sequence_append(out_dir, f"loop_sequence_append_{trips}", trips)
+        case_sequence_append(out_dir, f"loop_sequence_append_read_old_{trips}", trips,
+                             read_old=True)
     case_nested_tensor_array(out_dir)
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
