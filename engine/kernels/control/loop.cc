@@ -388,12 +388,17 @@ class LoopKernel : public Kernel {
 
     // Bind what stays fixed for this execution.
     BindCaptures(*body_, outer, body);
+    // Tensors are bound as views, which no body step can take (KernelContext::TakeInput); other
+    // values are copies a step may take, so they are copied again before every iteration (no
+    // importer makes one today: OpenVINO, the only source of invariant inputs, has only tensors).
+    bool rebind_invariants = false;
     for (const auto& [node_input, param_slot] : invariant_) {
       const Value& v = ctx.input_value(node_input);
       if (v.is_tensor()) {
         body.slot(param_slot).mutable_tensor() = Tensor::ViewOf(v.tensor());
       } else {
         body.slot(param_slot).CopyFrom(v);
+        rebind_invariants = true;
       }
     }
     for (const CarriedPort& c : carried_) {
@@ -451,6 +456,12 @@ class LoopKernel : public Kernel {
                   s.part_size, s.squeeze, body.slot(s.param_slot).mutable_tensor());
       }
 
+      if (rebind_invariants && i > 0) {
+        for (const auto& [node_input, param_slot] : invariant_) {
+          const Value& v = ctx.input_value(node_input);
+          if (!v.is_tensor()) body.slot(param_slot).CopyFrom(v);
+        }
+      }
       LS_RETURN_IF_ERROR(body.Run());
 
       if (condition_slot_ >= 0) {
