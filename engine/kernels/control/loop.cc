@@ -103,9 +103,9 @@ struct AdaptiveThreads {
   std::atomic<bool> one_thread{false};
 };
 
-// True on a thread while a Loop there chooses or forces its thread mode: Loops nested in its body
-// follow it instead of choosing too.
-thread_local bool t_loop_sets_threads = false;
+// While a Loop on this thread chooses or forces its thread mode: its one-thread flag. Loops nested
+// in its body follow it instead of choosing too, and count their iterations by it.
+thread_local const bool* t_loop_one_thread = nullptr;
 
 // One execution's thread mode: set up from RunOptions::loop_threads when the calling thread has
 // more than one intra-op thread, advanced after every iteration, and undone (thread count
@@ -113,10 +113,13 @@ thread_local bool t_loop_sets_threads = false;
 class LoopThreadMode {
  public:
   LoopThreadMode(LoopThreads policy, AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (t_loop_sets_threads) return;
+    if (t_loop_one_thread != nullptr) {
+      counted_ = t_loop_one_thread;
+      return;
+    }
     team_ = ThreadsOfThisThread();
     if (team_ <= 1) return;
-    t_loop_sets_threads = true;
+    t_loop_one_thread = &one_thread_;
     owns_flag_ = true;
     switch (policy) {
       case LoopThreads::kIntraOp:
@@ -148,7 +151,7 @@ class LoopThreadMode {
       adaptive_->mu.Unlock();
     }
     if (one_thread_) SetThreadsOfThisThread(team_);
-    if (owns_flag_) t_loop_sets_threads = false;
+    if (owns_flag_) t_loop_one_thread = nullptr;
   }
 
   LoopThreadMode(const LoopThreadMode&) = delete;
@@ -157,7 +160,7 @@ class LoopThreadMode {
   // After each iteration: counts it and, at the end of the chooser's block, reports the block's
   // time and switches mode if the chooser says so. Hot path: a test and a decrement.
   void AfterIteration(RunStats& stats) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    stats.one_thread_iterations += one_thread_ ? 1 : 0;
+    stats.one_thread_iterations += *counted_ ? 1 : 0;
     if (adaptive_ == nullptr || --adaptive_->remaining > 0) return;
     const Clock::time_point now = Clock::now();
     ThreadModeChooser& chooser = adaptive_->chooser;
@@ -182,6 +185,8 @@ class LoopThreadMode {
   int team_ = 1;
   bool owns_flag_ = false;
   bool one_thread_ = false;
+  // Whether an iteration runs on one thread: one_thread_, or in a nested Loop its setter's.
+  const bool* counted_ = &one_thread_;
   AdaptiveThreads* adaptive_ = nullptr;  // held (mu) while this execution drives the chooser
   Clock::time_point start_;
 };
