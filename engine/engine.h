@@ -118,6 +118,10 @@ struct RunOptions {
   // and runs the faster (engine/runtime/thread_mode.h), kIntraOp always uses the team, kOneThread
   // always one thread. With one intra-op thread all three are the same.
   LoopThreads loop_threads = LoopThreads::kAdaptive;
+  // With more than one intra-op thread: while a Loop runs on one thread (above), its larger
+  // products split by rows over a team of our own whose helpers spin only while that Loop runs
+  // (engine/runtime/spin_team.h); the outputs are bitwise the same. false: plain one thread.
+  bool loop_team = true;
 };
 
 // Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
@@ -139,6 +143,9 @@ struct RunStats {
   // (RunOptions::loop_threads: chosen by measurement, or forced). looprun prints it as
   // "one_thread_iterations".
   int64_t one_thread_iterations = 0;
+  // Kernel runs split over a Loop's SpinTeam (RunOptions::loop_team). looprun prints it as
+  // "team_splits".
+  int64_t team_splits = 0;
 };
 
 // ---- The model -----------------------------------------------------------------------------

@@ -87,7 +87,7 @@ class SpinTeam {
   std::atomic<uint64_t> word_{0};
   std::atomic<Call> call_{nullptr};
   std::atomic<const void*> fn_{nullptr};
-  std::atomic<int> done_{0};  // chunks of the current generation the helpers have finished
+  std::atomic<int> done_{0};        // chunks of the current generation the helpers have finished
   std::atomic<uint32_t> epoch_{0};  // futex word: bumped to wake sleeping helpers
   std::atomic<int> sleeping_{0};    // helpers asleep (or about to be) on epoch_
   std::atomic<bool> engaged_{false};

@@ -27,6 +27,7 @@
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
+#include "engine/runtime/spin_team.h"
 #include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine {
@@ -109,15 +110,19 @@ thread_local bool t_loop_sets_threads = false;
 
 // One execution's thread mode: set up from RunOptions::loop_threads when the calling thread has
 // more than one intra-op thread, advanced after every iteration, and undone (thread count
-// restored, chooser released) when it goes out of scope.
+// restored, chooser released, SpinTeam disengaged) when it goes out of scope. The one-thread mode
+// engages the calling thread's SpinTeam (unless RunOptions::loop_team is off), over which the
+// body's larger products split by rows; Loops nested in the body run inside that engagement.
 class LoopThreadMode {
  public:
-  LoopThreadMode(LoopThreads policy, AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  LoopThreadMode(LoopThreads policy, bool use_team,
+                 AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (t_loop_sets_threads) return;
     team_ = ThreadsOfThisThread();
     if (team_ <= 1) return;
     t_loop_sets_threads = true;
     owns_flag_ = true;
+    if (use_team) spin_team_ = SpinTeam::OfThisThread(team_);
     switch (policy) {
       case LoopThreads::kIntraOp:
         return;
@@ -148,6 +153,7 @@ class LoopThreadMode {
       adaptive_->mu.Unlock();
     }
     if (one_thread_) SetThreadsOfThisThread(team_);
+    if (engaged_) spin_team_->Disengage();
     if (owns_flag_) t_loop_sets_threads = false;
   }
 
@@ -177,9 +183,19 @@ class LoopThreadMode {
     if (one_thread == one_thread_) return;
     SetThreadsOfThisThread(one_thread ? 1 : team_);
     one_thread_ = one_thread;
+    if (spin_team_ == nullptr) return;
+    if (one_thread && !spin_team_->engaged()) {
+      spin_team_->Engage();
+      engaged_ = true;
+    } else if (!one_thread && engaged_) {
+      spin_team_->Disengage();
+      engaged_ = false;
+    }
   }
 
   int team_ = 1;
+  SpinTeam* spin_team_ = nullptr;  // the calling thread's; null without one
+  bool engaged_ = false;           // this execution engaged spin_team_
   bool owns_flag_ = false;
   bool one_thread_ = false;
   AdaptiveThreads* adaptive_ = nullptr;  // held (mu) while this execution drives the chooser
@@ -422,7 +438,7 @@ class LoopKernel : public Kernel {
       iteration_counter = t->mutable_raw_data();
     }
 
-    LoopThreadMode thread_mode(run.options().loop_threads, adaptive_);
+    LoopThreadMode thread_mode(run.options().loop_threads, run.options().loop_team, adaptive_);
     int64_t i = 0;
     for (; i < max_trip && cond; ++i) {
       LS_RETURN_IF_ERROR(run.CheckInterrupted());
