@@ -43,7 +43,10 @@ namespace loopserve::engine {
 // Not thread-safe; one chooser per Loop, driven by one execution at a time.
 class ThreadModeChooser {
  public:
-  enum class Mode : uint8_t { kTeam, kOneThread };
+  // kTeam: the intra-op OpenMP team; kOneThread: one thread; kSpinTeam: one OpenMP thread with
+  // the larger products split over the calling thread's SpinTeam (engine/runtime/spin_team.h),
+  // a candidate only with Config::spin_team.
+  enum class Mode : uint8_t { kTeam, kOneThread, kSpinTeam };
 
   struct Config {
     // Long enough to span several scheduler time slices: with other processes on the cores a
@@ -56,6 +59,9 @@ class ThreadModeChooser {
     double switch_margin = 0.05;
     // A probe block is checked this many times (in equal parts) so a slow one stops early.
     int probe_checks = 16;
+    // Three candidate modes instead of two: the probes take the modes other than the current one
+    // in turn (a confirming probe repeats the mode that won).
+    bool spin_team = false;
   };
 
   ThreadModeChooser() : ThreadModeChooser(Config()) {}
@@ -76,12 +82,14 @@ class ThreadModeChooser {
 
  private:
   enum class Phase : uint8_t { kCalibrate, kHold, kBefore, kWarmUp, kProbe, kWarmBack, kAfter };
-  static Mode Other(Mode m) { return m == Mode::kTeam ? Mode::kOneThread : Mode::kTeam; }
+  // The next candidate after `m` other than current_.
+  Mode NextProbe(Mode m) const;
   void Enter(Phase phase);
 
   Config config_;
-  Mode current_ = Mode::kTeam;  // the chosen mode
-  Mode mode_ = Mode::kTeam;     // the mode of the iterations being run
+  Mode current_ = Mode::kTeam;     // the chosen mode
+  Mode mode_ = Mode::kTeam;        // the mode of the iterations being run
+  Mode probe_ = Mode::kOneThread;  // the mode the next probe runs
   Phase phase_ = Phase::kCalibrate;
   int64_t iterations_ = 1;
   int64_t block_ = 0;        // iterations per timed block, once calibrated
