@@ -114,13 +114,14 @@ struct RunOptions {
   // when it is the Loop pays one pointer test per iteration for it.
   IterationObserver* iteration_observer = nullptr;
   // How a Loop's iterations use the intra-op threads (SetIntraOpThreads) when there are more than
-  // one: kAdaptive measures blocks of iterations run with the intra-op team and with one thread
-  // and runs the faster (engine/runtime/thread_mode.h), kIntraOp always uses the team, kOneThread
-  // always one thread. With one intra-op thread all three are the same.
+  // one: kAdaptive measures blocks of iterations run with the intra-op team, with one thread and
+  // (loop_team) with one thread plus the SpinTeam, and runs the fastest
+  // (engine/runtime/thread_mode.h); kIntraOp always uses the team; kOneThread always one thread,
+  // with the SpinTeam when loop_team. With one intra-op thread all are the same.
   LoopThreads loop_threads = LoopThreads::kAdaptive;
-  // With more than one intra-op thread: while a Loop runs on one thread (above), its larger
-  // products split by rows over a team of our own whose helpers spin only while that Loop runs
-  // (engine/runtime/spin_team.h); the outputs are bitwise the same. false: plain one thread.
+  // Whether a Loop's one-thread iterations may split their larger products (MatMul, Gemm) by rows
+  // over the calling thread's SpinTeam, helper threads of our own that spin only while the Loop
+  // runs (engine/runtime/spin_team.h); the outputs are bitwise the same either way.
   bool loop_team = true;
 };
 

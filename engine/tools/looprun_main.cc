@@ -25,8 +25,9 @@ ABSL_FLAG(int, warmup, 0, "Untimed runs before the timed ones.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads (OpenMP); 0 = all cores.");
 ABSL_FLAG(std::string, loop_threads, "adaptive",
           "With more than one intra-op thread, how Loop iterations use them: adaptive (time "
-          "blocks of iterations with the team and with one thread, run the faster, re-check as "
-          "the load changes), intra_op (always the team) or one (always one thread).");
+          "blocks of iterations with the team, with one thread and with one thread plus the "
+          "SpinTeam (--loop_team), run the fastest, re-check as the load changes), intra_op "
+          "(always the team) or one (always one thread, with the SpinTeam if --loop_team).");
 ABSL_FLAG(bool, loop_team, true,
           "With more than one intra-op thread, while a Loop runs on one thread, split its larger "
           "products by rows over a team of our own that spins only while the Loop runs "
