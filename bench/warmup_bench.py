@@ -20,7 +20,6 @@ includes the warm-up); then one JSON line.
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -39,6 +38,7 @@ import grpc  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "integration"))
 from loopserve_py import make_stubs, start_server  # noqa: E402
+from bench_env import cpu_name  # noqa: E402
 
 MODEL = "rnn_dynamic"
 BATCH, HIDDEN, TRIPS = 16, 256, 100
@@ -52,17 +52,6 @@ WARM_CONFIG = """model_warmup [
   }
 ]
 """ % (BATCH, HIDDEN)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_repositories(models, work):

@@ -91,9 +91,16 @@ class IterationObserver {
                                    absl::Span<const ScanSlice> slices) = 0;
 };
 
-// What the caller of Model::Run controls about one run.
+// How a Loop's iterations use the intra-op threads (RunOptions::loop_threads).
 enum class LoopThreads : uint8_t { kAdaptive, kIntraOp, kOneThread };
 
+// The names of the modes ("adaptive", "intra_op", "one": looprun's and loopserve's --loop_threads,
+// a model config's loop_threads parameter). For any other name InvalidArgument "must be adaptive,
+// intra_op or one, not '<name>'", which the caller prefixes with what it parsed.
+absl::StatusOr<LoopThreads> ParseLoopThreads(absl::string_view name);
+const char* LoopThreadsName(LoopThreads mode);
+
+// What the caller of Model::Run controls about one run.
 struct RunOptions {
   absl::Time deadline = absl::InfiniteFuture();
   // Set to true (from any thread) to stop the run; checked before every step of the top-level

@@ -632,6 +632,7 @@ engine::RunOptions InferenceRunner::RunOptionsFor(const LoadedModel& model, absl
   options.max_loop_iterations = model.max_loop_iterations;  // every member shares each iteration
   options.max_output_bytes = scaled(model.max_output_bytes);
   options.max_memory_bytes = scaled(model.max_request_memory_bytes);
+  options.loop_threads = model.loop_threads;
   if (!model.model->loop_names().empty()) options.loop_observer = model.metrics.get();
   return options;
 }

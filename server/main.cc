@@ -61,6 +61,13 @@ ABSL_FLAG(int, metrics_port, 8002, "Prometheus /metrics port; 0 picks a free por
 ABSL_FLAG(int, workers, 2, "Worker threads running inference");
 ABSL_FLAG(int, intra_op_threads, 0,
           "oneDNN threads each worker may use; 0 = cores / workers (workers x threads <= cores)");
+ABSL_FLAG(std::string, loop_threads, "adaptive",
+          "How a Loop's iterations use the intra-op threads when there are more than one: "
+          "adaptive (time blocks of iterations on the team, on one thread and on one thread with "
+          "products split over loopserve's own spinning team, run the fastest), intra_op (always "
+          "the OpenMP team) or one (always one thread plus the spinning team); a model's "
+          "config.pbtxt may set "
+          "its own (parameters key loop_threads)");
 ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_loop_iterations, 0,
@@ -179,6 +186,13 @@ int main(int argc, char** argv) {
   options.http_threads = absl::GetFlag(FLAGS_http_threads);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  absl::StatusOr<loopserve::engine::LoopThreads> loop_threads =
+      loopserve::engine::ParseLoopThreads(absl::GetFlag(FLAGS_loop_threads));
+  if (!loop_threads.ok()) {
+    LogError(absl::StrCat("--loop_threads ", loop_threads.status().message()));
+    return 1;
+  }
+  options.loop_threads = *loop_threads;
   options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
   options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);

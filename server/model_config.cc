@@ -316,7 +316,18 @@ bool IsNumericParameter(absl::string_view key) {
 
 bool IsLoopserveParameter(absl::string_view key) {
   return IsNumericParameter(key) || key == kUnbatchedInputsParameter ||
-         key == kOutputBatchAxesParameter;
+         key == kOutputBatchAxesParameter || key == kLoopThreadsParameter;
+}
+
+absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
+    const inference::ModelParameter& value) {
+  absl::StatusOr<engine::LoopThreads> mode =
+      engine::ParseLoopThreads(absl::StripAsciiWhitespace(value.string_value()));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters '", kLoopThreadsParameter,
+                                                   "': string_value ", mode.status().message()));
+  }
+  return mode;
 }
 
 // The comma-separated items of a parameter's string value, stripped; empty items kept (the
@@ -520,12 +531,15 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
   for (const auto& [key, value] : parameters) {
     if (IsNumericParameter(key)) {
       LS_RETURN_IF_ERROR(ParseParameter(value, key).status());
+    } else if (key == kLoopThreadsParameter) {
+      LS_RETURN_IF_ERROR(ParseLoopThreadsParameter(value).status());
     } else if (!IsLoopserveParameter(key)) {
-      parsed.ignored.push_back(absl::StrCat(
-          "parameters '", absl::CEscape(key),
-          "' ignored: not a loopserve setting (loopserve reads ", kMaxLoopIterationsParameter, ", ",
-          kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ", ",
-          kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter, ")"));
+      parsed.ignored.push_back(
+          absl::StrCat("parameters '", absl::CEscape(key),
+                       "' ignored: not a loopserve setting (loopserve reads ",
+                       kMaxLoopIterationsParameter, ", ", kMaxOutputBytesParameter, ", ",
+                       kMaxRequestMemoryBytesParameter, ", ", kLoopThreadsParameter, ", ",
+                       kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter, ")"));
     }
   }
   LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());
@@ -950,6 +964,8 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
         absl::StrCat(ParameterOr(config, kMaxOutputBytesParameter, options.max_output_bytes)));
     parameters[kMaxRequestMemoryBytesParameter].set_string_value(absl::StrCat(
         ParameterOr(config, kMaxRequestMemoryBytesParameter, options.max_request_memory_bytes)));
+    parameters[kLoopThreadsParameter].set_string_value(
+        engine::LoopThreadsName(LoopThreadsOr(config, options.loop_threads)));
     return absl::OkStatus();
   }();
   if (!status.ok()) return Annotate(status, "config.pbtxt: ");
@@ -1014,6 +1030,13 @@ int64_t ParameterOr(const inference::ModelConfig& config, absl::string_view key,
   if (it == config.parameters().end()) return fallback;
   absl::StatusOr<int64_t> value = ParseParameter(it->second, key);
   return value.ok() && *value > 0 ? *value : fallback;
+}
+
+engine::LoopThreads LoopThreadsOr(const inference::ModelConfig& config,
+                                  engine::LoopThreads fallback) {
+  auto it = config.parameters().find(kLoopThreadsParameter);
+  if (it == config.parameters().end()) return fallback;
+  return ParseLoopThreadsParameter(it->second).value_or(fallback);
 }
 
 int InstanceCount(const inference::ModelConfig& config) {

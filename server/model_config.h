@@ -31,6 +31,9 @@ namespace loopserve::server {
 inline constexpr char kMaxLoopIterationsParameter[] = "max_loop_iterations";
 inline constexpr char kMaxOutputBytesParameter[] = "max_output_bytes";
 inline constexpr char kMaxRequestMemoryBytesParameter[] = "max_request_memory_bytes";
+// How the version's Loops use the intra-op threads (engine::RunOptions::loop_threads): "adaptive",
+// "intra_op" or "one" (engine::ParseLoopThreads); absent = the server's --loop_threads.
+inline constexpr char kLoopThreadsParameter[] = "loop_threads";
 
 // loopserve's batching layout (with max_batch_size > 0; Triton assumes every tensor has the batch
 // dim first). `unbatched_inputs`: comma-separated names of inputs without a batch dim (a Loop's
@@ -113,6 +116,7 @@ struct CompletionOptions {
   int64_t max_loop_iterations = 0;  // the server's flags (0 = unlimited)
   int64_t max_output_bytes = 0;
   int64_t max_request_memory_bytes = 0;
+  engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;  // --loop_threads
   int default_instance_count = 1;  // instance count of a config that gives none (--workers)
 };
 
@@ -122,7 +126,7 @@ struct CompletionOptions {
 // their order, the others appended from the model: data_type, dims without the batch dimension
 // when max_batch_size > 0, optional), instance_group normalised to CPU groups with counts (GPU
 // groups dropped), and parameters with the effective max_loop_iterations, max_output_bytes and
-// max_request_memory_bytes.
+// max_request_memory_bytes, and loop_threads.
 // Sequence-valued model inputs/outputs have no Triton spelling and are left out.
 //
 // InvalidArgument naming the tensor, the field and both values for: a declared input or output the
@@ -142,6 +146,9 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
 // The effective value of a loopserve parameter of a complete or parsed config: its integer value,
 // or `fallback` when absent or 0. (ParseModelConfig has checked the values.)
 int64_t ParameterOr(const inference::ModelConfig& config, absl::string_view key, int64_t fallback);
+// The same for the loop_threads parameter: its mode, or `fallback` when absent.
+engine::LoopThreads LoopThreadsOr(const inference::ModelConfig& config,
+                                  engine::LoopThreads fallback);
 
 // The instance count of a complete config: the sum of its CPU groups' counts.
 int InstanceCount(const inference::ModelConfig& config);

@@ -263,6 +263,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
   completion.max_loop_iterations = options_.max_loop_iterations;
   completion.max_output_bytes = options_.max_output_bytes;
   completion.max_request_memory_bytes = options_.max_request_memory_bytes;
+  completion.loop_threads = options_.loop_threads;
   completion.default_instance_count = options_.default_instance_count;
   LS_ASSIGN_OR_RETURN(inference::ModelConfig config,
                       CompleteModelConfig(parsed, *model, file, completion));
@@ -279,6 +280,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
       ParameterOr(config, kMaxOutputBytesParameter, options_.max_output_bytes);
   loaded->max_request_memory_bytes =
       ParameterOr(config, kMaxRequestMemoryBytesParameter, options_.max_request_memory_bytes);
+  loaded->loop_threads = LoopThreadsOr(config, options_.loop_threads);
   loaded->io = ModelIo::Build(config, *model);
   // A count the config gives caps the version's concurrent runs; the default (--workers) is what
   // the worker pool allows anyway, so it needs no cap of its own.
@@ -304,6 +306,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     warmup.max_loop_iterations = loaded->max_loop_iterations;
     warmup.max_output_bytes = loaded->max_output_bytes;
     warmup.max_memory_bytes = loaded->max_request_memory_bytes;
+    warmup.loop_threads = loaded->loop_threads;
     warmup.run_timeout = options_.warmup_run_timeout;
     warmup.intra_op_threads = options_.intra_op_threads;
     const absl::Time start = absl::Now();

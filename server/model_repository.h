@@ -60,6 +60,7 @@ struct LoadedModel {
   int64_t max_loop_iterations = 0;       // effective cap for RunOptions; 0 = unlimited
   int64_t max_output_bytes = 0;          // effective output cap; 0 = unlimited
   int64_t max_request_memory_bytes = 0;  // effective per-request memory budget; 0 = unlimited
+  engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;  // effective, for RunOptions
   // The complete (auto-completed, validated) config this version runs with; the ModelConfig RPC
   // answers it.
   inference::ModelConfig config;
@@ -117,6 +118,8 @@ class ModelRegistry {
     // model's config.pbtxt overrides it. 0 = unlimited.
     int64_t max_request_memory_bytes = 0;
     int64_t max_model_file_bytes = 0;  // engine::LoadOptions::max_file_bytes
+    // Server-wide RunOptions::loop_threads; a model's config.pbtxt overrides it.
+    engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;
     // An OpenVINO Model Server config.json; when set, its models are served and `root` is unused.
     std::string config_path = "";
     bool auto_complete = true;       // false: --disable_auto_complete_config

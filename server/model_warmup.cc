@@ -238,6 +238,7 @@ absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, con
       run_options.max_loop_iterations = options.max_loop_iterations;
       run_options.max_output_bytes = options.max_output_bytes;
       run_options.max_memory_bytes = options.max_memory_bytes;
+      run_options.loop_threads = options.loop_threads;
       absl::StatusOr<std::vector<engine::Value>> outputs = model.Run(std::move(copy), run_options);
       if (!outputs.ok()) {
         return Annotate(outputs.status(), absl::StrCat(what, " (run ", run, " of ", runs, "): "));

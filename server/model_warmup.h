@@ -15,6 +15,8 @@ struct WarmupOptions {
   int64_t max_loop_iterations = 0;  // the version's caps (0 = unlimited)
   int64_t max_output_bytes = 0;
   int64_t max_memory_bytes = 0;  // the version's per-request memory budget (0 = unlimited)
+  // The version's Loop thread mode: its primitives are those the requests' runs then use.
+  engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;
   absl::Duration run_timeout = absl::Seconds(60);  // deadline of one run
   // oneDNN threads of the runs, as a worker would use (0 = leave the calling thread's setting):
   // a warm-up with more threads than the workers have would, on a busy machine, spin OpenMP

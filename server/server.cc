@@ -185,13 +185,15 @@ absl::Status Server::Init() {
       options_.max_queue_size, ", max_loop_iterations ", options_.max_loop_iterations,
       ", max_output_bytes ", max_output_bytes, ", max_request_memory_bytes ",
       max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
-      ", inline runs under ", absl::FormatDuration(options_.inline_run_limit)));
+      ", inline runs under ", absl::FormatDuration(options_.inline_run_limit), ", loop_threads ",
+      engine::LoopThreadsName(options_.loop_threads)));
 
   metrics_ = std::make_unique<Metrics>();
   ModelRegistry::Options registry_options;
   registry_options.root = options_.model_repository;
   registry_options.config_path = options_.config_path;
   registry_options.max_loop_iterations = options_.max_loop_iterations;
+  registry_options.loop_threads = options_.loop_threads;
   registry_options.max_output_bytes = max_output_bytes;
   registry_options.max_request_memory_bytes = max_request_memory_bytes;
   registry_options.max_model_file_bytes = options_.max_model_file_bytes;

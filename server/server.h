@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/engine.h"
 #include "grpcpp/server.h"
 #include "server/http_service.h"
 #include "server/inference_runner.h"
@@ -50,6 +51,9 @@ struct ServerOptions {
   int intra_op_threads = 0;         // oneDNN threads per worker; 0 = cores / workers (at least 1)
   int max_queue_size = 64;          // requests waiting for a worker; more -> RESOURCE_EXHAUSTED
   int64_t max_loop_iterations = 0;  // per Loop execution; 0 = unlimited
+  // How Loops use the intra-op threads (engine::RunOptions::loop_threads); a model's config.pbtxt
+  // may set its own (parameters key loop_threads).
+  engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;
   // Cap on the output bytes of one request (each growing Loop scan output, and the final outputs);
   // 0 = max_message_bytes (a bigger answer could not be sent anyway).
   int64_t max_output_bytes = 0;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "engine/engine.h"
 #include "engine/kernels/native/cpu_isa.h"
 
@@ -12,6 +13,27 @@ namespace loopserve::engine {
 
 void SetIntraOpThreads(int threads) {
   omp_set_num_threads(threads > 0 ? threads : AvailableCores());
+}
+
+absl::StatusOr<LoopThreads> ParseLoopThreads(absl::string_view name) {
+  for (LoopThreads mode :
+       {LoopThreads::kAdaptive, LoopThreads::kIntraOp, LoopThreads::kOneThread}) {
+    if (name == LoopThreadsName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be adaptive, intra_op or one, not '", name, "'"));
+}
+
+const char* LoopThreadsName(LoopThreads mode) {
+  switch (mode) {
+    case LoopThreads::kAdaptive:
+      return "adaptive";
+    case LoopThreads::kIntraOp:
+      return "intra_op";
+    case LoopThreads::kOneThread:
+      return "one";
+  }
+  return "adaptive";
 }
 
 int AvailableCores() {

@@ -122,14 +122,12 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
   engine::RunStats stats;
   engine::RunOptions run_options;
   run_options.loop_team = options.loop_team;
-  if (options.loop_threads == "intra_op") {
-    run_options.loop_threads = engine::LoopThreads::kIntraOp;
-  } else if (options.loop_threads == "one") {
-    run_options.loop_threads = engine::LoopThreads::kOneThread;
-  } else if (options.loop_threads != "adaptive") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--loop_threads must be adaptive, intra_op or one, not '", options.loop_threads, "'"));
+  absl::StatusOr<engine::LoopThreads> loop_threads = engine::ParseLoopThreads(options.loop_threads);
+  if (!loop_threads.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--loop_threads ", loop_threads.status().message()));
   }
+  run_options.loop_threads = *loop_threads;
   for (int i = 0; i < options.warmup + options.repeat; ++i) {
     std::vector<Value> feed = ViewInputs(inputs);
     const double cpu_start = ProcessCpuMicros();

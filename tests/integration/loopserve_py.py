@@ -2,6 +2,7 @@
 on kernel-picked ports, the Open Inference Protocol datatype table and the test models' numpy
 expected cases."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -50,6 +51,25 @@ def make_stubs(protoc, repo_root, work, protos):
                     "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin"] +
                    [os.path.join(repo_root, p) for p in protos], check=True)
     sys.path.insert(0, work)
+
+
+def parse_test_args(loopctl=False,
+                    protos=("proto/grpc_service.proto", "proto/model_config.proto")):
+    """Parses the command line CMake gives a Python integration test (--loopserve, --models,
+    --repo_root, --work, --protoc; --loopctl when `loopctl`), makes --work and generates the stubs
+    of `protos` into it (make_stubs). Returns the parsed arguments."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loopserve", required=True)
+    if loopctl:
+        parser.add_argument("--loopctl", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--repo_root", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--protoc", default="protoc")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    make_stubs(args.protoc, args.repo_root, args.work, list(protos))
+    return args
 
 
 def start_server(binary, flags, kinds=("grpc", "metrics"), timeout=60, stderr=None):

@@ -25,7 +25,6 @@ meanwhile wait in the queue (loopserve_queue_depth tells how many) and merge whe
 4. `loopctl perf --concurrency_range=1:4:x2` (a geometric sweep) against the batched model.
 """
 
-import argparse
 import os
 import random
 import shutil
@@ -37,7 +36,7 @@ import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, make_stubs,  # noqa: E402
+from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, parse_test_args,  # noqa: E402
                          start_server)
 
 HIDDEN = 256
@@ -54,17 +53,7 @@ parameters { key: "output_batch_axes" value: { string_value: "h_seq:1" } }
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loopserve", required=True)
-    parser.add_argument("--loopctl", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--repo_root", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--protoc", default="protoc")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work,
-               ["proto/grpc_service.proto", "proto/model_config.proto"])
+    args = parse_test_args(loopctl=True)
     from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
     sys.path.insert(0, os.path.join(args.repo_root, "deploy"))
     import make_example_models as ex  # noqa: E402  (the numpy reference)

@@ -14,7 +14,6 @@ parameter, a disconnecting client cancelling its Loop, keep-alive, the `protocol
 `loopctl --protocol=http`, a full queue, draining, HTTPS and mutual TLS, and SIGTERM -> exit 0.
 """
 
-import argparse
 import contextlib
 import gzip
 import http.client
@@ -33,7 +32,7 @@ import numpy as np
 import grpc  # noqa: E402
 import requests  # noqa: E402
 
-from loopserve_py import (DTYPES, OIP, Checks, check, make_stubs, read_case,  # noqa: E402
+from loopserve_py import (DTYPES, OIP, Checks, check, parse_test_args, read_case,  # noqa: E402
                          start_server)
 
 def json_input(name, array, nested):
@@ -121,17 +120,7 @@ def metric(metrics_url, name, **labels):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loopserve", required=True)
-    parser.add_argument("--loopctl", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--repo_root", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--protoc", default="protoc")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work,
-               ["proto/grpc_service.proto", "proto/model_config.proto"])
+    args = parse_test_args(loopctl=True)
     from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 
     limit = 1 << 20

@@ -12,14 +12,12 @@ loopserve's .proto, so a numbering mistake in proto/model_config.proto fails her
 client generated from that same file would agree with the server.
 """
 
-import argparse
-import os
 import signal
 import sys
 
 import grpc
 
-from loopserve_py import make_stubs, start_server
+from loopserve_py import parse_test_args, start_server
 
 # Triton's numbering (see the module docstring).
 REQUEST_NAME, REQUEST_VERSION = 1, 2
@@ -195,16 +193,7 @@ def check_generated(channel):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loopserve", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--repo_root", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--protoc", default="protoc")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work,
-               ["proto/grpc_service.proto", "proto/model_config.proto"])
+    args = parse_test_args()
     proc, ports = start_server(args.loopserve,
                                ["--model_repository=" + args.models, "--metrics_port=-1"],
                                kinds=("grpc",))

@@ -11,7 +11,6 @@ checks ServerLive, grpc.health.v1 Check, ModelInfer of `counter` and `rnn` again
 expected outputs (raw contents), an endless-loop deadline, then SIGTERM -> exit code 0.
 """
 
-import argparse
 import os
 import signal
 import sys
@@ -21,21 +20,13 @@ import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import DTYPES, OIP, make_stubs, read_case, start_server  # noqa: E402
+from loopserve_py import DTYPES, OIP, parse_test_args, read_case, start_server  # noqa: E402
 
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loopserve", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--repo_root", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--protoc", default="protoc")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work,
-               ["proto/grpc_service.proto", "proto/model_config.proto", "proto/health.proto"])
+    args = parse_test_args(protos=("proto/grpc_service.proto", "proto/model_config.proto",
+                                   "proto/health.proto"))
     from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
     from proto import health_pb2, health_pb2_grpc  # noqa: E402
 

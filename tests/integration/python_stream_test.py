@@ -21,7 +21,6 @@ request.
 3. `loopctl infer MODEL --stream` prints the tokens on one line as they come, then the final outputs.
 """
 
-import argparse
 import os
 import queue
 import signal
@@ -33,21 +32,11 @@ import numpy as np
 
 import grpc  # noqa: E402
 
-from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, make_stubs, read_case,  # noqa: E402
+from loopserve_py import (DTYPES, OIP, Checks, Metrics, check, parse_test_args, read_case,  # noqa: E402
                          rss_bytes, start_server)
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loopserve", required=True)
-    parser.add_argument("--loopctl", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--repo_root", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--protoc", default="protoc")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    make_stubs(args.protoc, args.repo_root, args.work,
-               ["proto/grpc_service.proto", "proto/model_config.proto"])
+    args = parse_test_args(loopctl=True)
     from proto import grpc_service_pb2 as pb, grpc_service_pb2_grpc as pb_grpc  # noqa: E402
     sys.path.insert(0, os.path.join(args.repo_root, "deploy"))
     import make_example_models as ex  # noqa: E402  (numpy references)

@@ -116,9 +116,10 @@ struct AdaptiveThreads {
   Choice choices[2] ABSL_GUARDED_BY(mu) = {Choice(false), Choice(true)};  // [use SpinTeam]
 };
 
-// True on a thread while a Loop there chooses or forces its thread mode: Loops nested in its body
-// follow it instead of choosing too.
-thread_local bool t_loop_sets_threads = false;
+// While a Loop on this thread chooses or forces its thread mode: its one-thread flag (one OpenMP
+// thread, with or without the SpinTeam). Loops nested in its body follow it instead of choosing
+// too (they run inside its SpinTeam engagement), and count their iterations by it.
+thread_local const bool* t_loop_one_thread = nullptr;
 
 // One execution's thread mode: set up from RunOptions::loop_threads when the calling thread has
 // more than one intra-op thread, advanced after every iteration, and undone (thread count
@@ -131,10 +132,13 @@ class LoopThreadMode {
 
   LoopThreadMode(LoopThreads policy, bool use_team,
                  AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (t_loop_sets_threads) return;
+    if (t_loop_one_thread != nullptr) {
+      counted_ = t_loop_one_thread;
+      return;
+    }
     team_ = ThreadsOfThisThread();
     if (team_ <= 1) return;
-    t_loop_sets_threads = true;
+    t_loop_one_thread = &one_thread_;
     owns_flag_ = true;
     if (use_team) spin_team_ = SpinTeam::OfThisThread(team_);
     switch (policy) {
@@ -168,7 +172,7 @@ class LoopThreadMode {
       adaptive_->mu.Unlock();
     }
     Apply(Mode::kTeam);
-    if (owns_flag_) t_loop_sets_threads = false;
+    if (owns_flag_) t_loop_one_thread = nullptr;
   }
 
   LoopThreadMode(const LoopThreadMode&) = delete;
@@ -177,7 +181,7 @@ class LoopThreadMode {
   // After each iteration: counts it and, at the end of the chooser's block, reports the block's
   // time and switches mode if the chooser says so. Hot path: a test and a decrement.
   void AfterIteration(RunStats& stats) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    stats.one_thread_iterations += mode_ != Mode::kTeam ? 1 : 0;
+    stats.one_thread_iterations += *counted_ ? 1 : 0;
     if (adaptive_ == nullptr || --choice_->remaining > 0) return;
     const Clock::time_point now = Clock::now();
     ThreadModeChooser& chooser = choice_->chooser;
@@ -207,6 +211,7 @@ class LoopThreadMode {
       engaged_ = false;
     }
     mode_ = mode;
+    one_thread_ = mode != Mode::kTeam;
   }
 
   int team_ = 1;
@@ -214,6 +219,9 @@ class LoopThreadMode {
   bool engaged_ = false;           // this execution engaged spin_team_
   bool owns_flag_ = false;
   Mode mode_ = Mode::kTeam;
+  bool one_thread_ = false;  // mode_ != kTeam
+  // Whether an iteration runs on one OpenMP thread: one_thread_, or in a nested Loop its setter's.
+  const bool* counted_ = &one_thread_;
   AdaptiveThreads* adaptive_ = nullptr;  // held (mu) while this execution drives the chooser
   AdaptiveThreads::Choice* choice_ = nullptr;
   Clock::time_point start_;

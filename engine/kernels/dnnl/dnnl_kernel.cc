@@ -25,6 +25,8 @@ std::atomic<int64_t> g_native_elementwise_limit{kNativeElementwiseLimit};
 
 int64_t DnnlPrimitiveCreationCount() { return g_creations.load(std::memory_order_relaxed); }
 
+void CountDnnlPrimitiveCreation() { g_creations.fetch_add(1, std::memory_order_relaxed); }
+
 void SetDnnlSmallTensorLimit(int64_t elements) {
   g_small_tensor_limit.store(elements, std::memory_order_relaxed);
 }

@@ -32,6 +32,8 @@ namespace loopserve::engine {
 // Primitives the oneDNN kernels of this process have created (signature-cache misses, including
 // those at load). Tests use it to prove that steady-state runs create none. Thread-safe.
 int64_t DnnlPrimitiveCreationCount();
+// Counts one creation, for the oneDNN kernels outside DnnlKernel (recurrent.cc). Thread-safe.
+void CountDnnlPrimitiveCreation();
 
 // Elementwise ops (Add/Sub/Mul/Div, cheap unary ops; transcendental ones up to 16 elements) whose
 // output has at most this many elements run on the reference loops instead of a oneDNN primitive:

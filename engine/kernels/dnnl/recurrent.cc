@@ -6,12 +6,17 @@
 // The weights are converted once, at load when they are constants, into one canonical form (the
 // gate order of oneDNN). A layer runs on oneDNN's RNN primitives (vanilla_rnn_forward,
 // lstm_forward, gru_forward, lbr_gru_forward: one call for all steps and directions), created once
-// per input signature, with the constant weights reordered into the primitive's packed format when
-// the signature is first prepared. What those primitives do not compute (activations other than
+// per input signature and OpenMP thread count (a primitive plans for the threads it is created
+// with, and a Loop switches its body between its intra-op team and one thread:
+// engine/runtime/thread_mode.h), with the constant weights reordered into the primitive's packed
+// format when the signature is first prepared (shared between thread counts when the layout is the
+// same). What those primitives do not compute (activations other than
 // their fixed ones, clip, coupled input and forget gates, sequences shorter than the input, empty
 // inputs) runs on the native implementation.
 
 #include "engine/kernels/native/recurrent.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -23,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/runtime/run_context.h"
@@ -102,8 +108,8 @@ struct PreparedRnn {
   std::vector<dnnl::memory::desc> descs;
   size_t scratchpad_bytes = 0;
   // The canonical weights reordered into the primitive's layout (constant weights only).
-  Tensor packed_layer;
-  Tensor packed_iter;
+  std::shared_ptr<const Tensor> packed_layer;
+  std::shared_ptr<const Tensor> packed_iter;
   dnnl::memory::desc user_layer;  // the canonical W / R as oneDNN sees them
   dnnl::memory::desc user_iter;
 };
@@ -131,13 +137,23 @@ enum ArgIndex {
 struct Signature {
   int64_t steps = -1, batch = -1, input = -1;
   bool h0 = false, c0 = false;
-  bool operator==(const Signature& o) const {
+  int threads = 0;  // the calling thread's OpenMP thread count
+  bool SameShapes(const Signature& o) const {
     return steps == o.steps && batch == o.batch && input == o.input && h0 == o.h0 && c0 == o.c0;
   }
+  bool operator==(const Signature& o) const { return SameShapes(o) && threads == o.threads; }
   template <typename H>
   friend H AbslHashValue(H h, const Signature& s) {
-    return H::combine(std::move(h), s.steps, s.batch, s.input, s.h0, s.c0);
+    return H::combine(std::move(h), s.steps, s.batch, s.input, s.h0, s.c0, s.threads);
   }
+};
+
+// A signature's primitive bound to memory objects in one frame.
+struct BoundRnn {
+  Signature signature;
+  std::shared_ptr<const PreparedRnn> op;
+  std::vector<dnnl::memory> memories;
+  std::vector<dnnl_exec_arg_t> args;
 };
 
 class RecurrentState : public KernelState {
@@ -145,11 +161,9 @@ class RecurrentState : public KernelState {
   native::RecurrentScratch scratch;
   RecurrentWeights weights;      // when the weights are not constants
   std::vector<int32_t> lengths;  // sequence lengths as int32
-  // The oneDNN signature this frame ran last, bound to memory objects.
-  Signature signature;
-  std::shared_ptr<const PreparedRnn> op;
-  std::vector<dnnl::memory> memories;
-  std::vector<dnnl_exec_arg_t> args;
+  // The oneDNN signature this frame ran last at one thread ([0]) and at more ([1]): a Loop may
+  // switch between the two every few iterations.
+  BoundRnn bound[2];
   Tensor packed_layer, packed_iter;  // reordered per run when the weights are not constants
   Tensor src_iter, src_iter_c, dst_layer, dst_iter, dst_iter_c;  // layout conversions
 };
@@ -281,8 +295,11 @@ class RecurrentKernel final : public Kernel {
   }
   bool DirectY() const { return spec_.num_directions == 1; }
 
-  absl::StatusOr<std::shared_ptr<const PreparedRnn>> Prepare(
-      const Signature& sig, const RecurrentWeights& weights) const {
+  // `sibling`: the same shapes' primitive at another thread count, if there is one: its packed
+  // weights are shared when their layout is the same.
+  absl::StatusOr<std::shared_ptr<const PreparedRnn>> Prepare(const Signature& sig,
+                                                             const RecurrentWeights& weights,
+                                                             const PreparedRnn* sibling) const {
     const int64_t d = spec_.num_directions, h = spec_.hidden, g = spec_.gates();
     const int64_t t = sig.steps, b = sig.batch, in = sig.input;
     const bool lstm = spec_.cell == RecurrentCell::kLstm;
@@ -368,10 +385,25 @@ class RecurrentKernel final : public Kernel {
     desc[kWeightsIter] = iter_desc;
     op->scratchpad_bytes = desc[kScratchpad].get_size();
     if (weights_ != nullptr) {
-      Reorder(weights_->w, op->user_layer, layer_desc, op->packed_layer);
-      Reorder(weights_->r, op->user_iter, iter_desc, op->packed_iter);
+      op->packed_layer = Packed(weights_->w, op->user_layer, layer_desc, sibling,
+                                &PreparedRnn::packed_layer, kWeightsLayer);
+      op->packed_iter = Packed(weights_->r, op->user_iter, iter_desc, sibling,
+                               &PreparedRnn::packed_iter, kWeightsIter);
     }
     return std::shared_ptr<const PreparedRnn>(std::move(op));
+  }
+
+  // Constant weights in the layout `to`: the sibling's when it has them so, else reordered.
+  static std::shared_ptr<const Tensor> Packed(const Tensor& canonical,
+                                              const dnnl::memory::desc& from,
+                                              const dnnl::memory::desc& to,
+                                              const PreparedRnn* sibling,
+                                              std::shared_ptr<const Tensor> PreparedRnn::*packed,
+                                              ArgIndex arg) {
+    if (sibling != nullptr && sibling->descs[arg] == to) return sibling->*packed;
+    auto tensor = std::make_shared<Tensor>();
+    Reorder(canonical, from, to, *tensor);
+    return tensor;
   }
 
   static void Reorder(const Tensor& canonical, const dnnl::memory::desc& from,
@@ -386,17 +418,22 @@ class RecurrentKernel final : public Kernel {
 
   absl::StatusOr<std::shared_ptr<const PreparedRnn>> Lookup(const Signature& sig,
                                                             const RecurrentWeights& weights) const {
+    std::shared_ptr<const PreparedRnn> sibling;
     {
       absl::ReaderMutexLock lock(&mu_);
       auto it = cache_.find(sig);
       if (it != cache_.end()) return it->second;
+      for (const auto& [other, op] : cache_) {
+        if (other.SameShapes(sig)) sibling = op;
+      }
     }
     std::shared_ptr<const PreparedRnn> op;
     try {
-      LS_ASSIGN_OR_RETURN(op, Prepare(sig, weights));
+      LS_ASSIGN_OR_RETURN(op, Prepare(sig, weights, sibling.get()));
     } catch (const dnnl::error& e) {
       return FromDnnlError(e);
     }
+    CountDnnlPrimitiveCreation();
     absl::MutexLock lock(&mu_);
     if (cache_.size() >= kMaxCachedSignatures) return op;
     return cache_.emplace(sig, std::move(op)).first->second;
@@ -409,22 +446,25 @@ class RecurrentKernel final : public Kernel {
     const bool lstm = spec_.cell == RecurrentCell::kLstm;
     // oneDNN's LSTM takes both initial states or neither: a missing one is zeros.
     const bool initial = io.h0 != nullptr || io.c0 != nullptr;
-    Signature sig{shape.steps, shape.batch, shape.input, initial, lstm && initial};
-    if (state.op == nullptr || !(state.signature == sig)) {
-      state.op = nullptr;
+    // The primitive is created for the thread count it runs at (the Loop's thread mode sets it).
+    const int threads = omp_get_max_threads();
+    Signature sig{shape.steps, shape.batch, shape.input, initial, lstm && initial, threads};
+    BoundRnn& bound = state.bound[threads > 1 ? 1 : 0];
+    if (bound.op == nullptr || !(bound.signature == sig)) {
+      bound.op = nullptr;
       LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedRnn> op, Lookup(sig, weights));
-      state.memories.clear();
-      state.args.clear();
+      bound.memories.clear();
+      bound.args.clear();
       for (int a = 0; a < kNumArgs; ++a) {
         if (op->descs[a].is_zero()) continue;
-        state.memories.emplace_back(op->descs[a], CpuEngine(),
+        bound.memories.emplace_back(op->descs[a], CpuEngine(),
                                     static_cast<void*>(DNNL_MEMORY_NONE));
-        state.args.push_back({kArgs[a], state.memories.back().get()});
+        bound.args.push_back({kArgs[a], bound.memories.back().get()});
       }
-      state.signature = sig;
-      state.op = std::move(op);
+      bound.signature = sig;
+      bound.op = std::move(op);
     }
-    const PreparedRnn& op = *state.op;
+    const PreparedRnn& op = *bound.op;
     const bool cell = spec_.layout == RecurrentLayout::kOpenVinoCell;
     const int64_t state_elems = d * shape.batch * h;
 
@@ -434,8 +474,8 @@ class RecurrentKernel final : public Kernel {
     if (sig.h0) handles[kSrcIter] = StateOrZeros(io.h0, shape, state.src_iter);
     if (sig.c0) handles[kSrcIterC] = StateOrZeros(io.c0, shape, state.src_iter_c);
     if (weights_ != nullptr) {
-      handles[kWeightsLayer] = const_cast<void*>(op.packed_layer.raw_data());
-      handles[kWeightsIter] = const_cast<void*>(op.packed_iter.raw_data());
+      handles[kWeightsLayer] = const_cast<void*>(op.packed_layer->raw_data());
+      handles[kWeightsIter] = const_cast<void*>(op.packed_iter->raw_data());
     } else {
       Reorder(weights.w, op.user_layer, op.descs[kWeightsLayer], state.packed_layer);
       Reorder(weights.r, op.user_iter, op.descs[kWeightsIter], state.packed_iter);
@@ -466,14 +506,14 @@ class RecurrentKernel final : public Kernel {
     try {
       for (int a = 0; a < kNumArgs; ++a) {
         if (op.descs[a].is_zero()) continue;
-        state.memories[m++].set_data_handle(handles[a]);
+        bound.memories[m++].set_data_handle(handles[a]);
       }
     } catch (const dnnl::error& e) {
       return FromDnnlError(e);
     }
     const dnnl_status_t status =
         dnnl_primitive_execute(op.primitive.get(), run.stream().get(),
-                               static_cast<int>(state.args.size()), state.args.data());
+                               static_cast<int>(bound.args.size()), bound.args.data());
     if (status != dnnl_success) {
       return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
     }

@@ -385,5 +385,57 @@ TEST(LoopTest, TeamSplitsGiveIdenticalOutputs) {
   SetIntraOpThreads(saved);
 }
 
+// oneDNN's RNN primitives plan for the thread count they are created at, so the recurrent kernel
+// creates one per thread mode as the other oneDNN kernels do: a layer first run in a Loop's
+// one-thread mode gets a primitive of its own when the Loop later runs on the intra-op team, and
+// the outputs agree. (The values themselves are checked against numpy in the "loop_cases" CTest
+// and looprun_loop_threads_*_lstm.)
+TEST(LoopTest, RecurrentPrimitivesFollowTheThreadMode) {
+  const int saved = ThreadsOfThisThread();
+  SetIntraOpThreads(2);
+  auto model = LoadOrDie(CasePath("loop_lstm_parallel"));
+  ASSERT_NE(model, nullptr);
+  auto run = [&](LoopThreads mode, int64_t& primitives) {
+    std::vector<Value> in;
+    in.push_back(Scalar(5));
+    for (int k = 0; k < 2; ++k) {
+      Tensor state(DataType::kFloat32, Shape{1, 16, 128});
+      for (int64_t i = 0; i < state.NumElements(); ++i) {
+        state.mutable_data<float>()[i] = 0.01f * static_cast<float>((i * (31 + k)) % 97 - 48);
+      }
+      in.push_back(Value(std::move(state)));
+    }
+    RunOptions options;
+    options.loop_threads = mode;
+    const int64_t before = DnnlPrimitiveCreationCount();
+    auto result = model->Run(std::move(in), options);
+    primitives = DnnlPrimitiveCreationCount() - before;
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *std::move(result) : std::vector<Value>();
+  };
+  int64_t one_created = 0, team_created = 0, again_created = 0;
+  const std::vector<Value> one = run(LoopThreads::kOneThread, one_created);
+  const std::vector<Value> team = run(LoopThreads::kIntraOp, team_created);
+  const std::vector<Value> again = run(LoopThreads::kOneThread, again_created);
+  EXPECT_GE(one_created, 1);
+  EXPECT_GE(team_created, 1) << "the team ran the primitive created for one thread";
+  EXPECT_EQ(again_created, 0) << "each mode's primitive is cached";
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(team.size(), 3u);
+  ASSERT_EQ(again.size(), 3u);
+  for (size_t k = 0; k < one.size(); ++k) {
+    const Tensor& a = one[k].tensor();
+    ASSERT_EQ(a.shape(), team[k].tensor().shape()) << "output " << k;
+    ASSERT_EQ(a.shape(), again[k].tensor().shape()) << "output " << k;
+    for (int64_t i = 0; i < a.NumElements(); ++i) {
+      ASSERT_NEAR(a.data<float>()[i], team[k].tensor().data<float>()[i], 1e-5)
+          << "output " << k << " element " << i;
+      ASSERT_EQ(a.data<float>()[i], again[k].tensor().data<float>()[i])
+          << "output " << k << " element " << i;
+    }
+  }
+  SetIntraOpThreads(saved);
+}
+
 }  // namespace
 }  // namespace loopserve::engine

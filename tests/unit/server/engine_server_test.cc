@@ -423,5 +423,165 @@ TEST_F(UncappedEngineServerTest, VersionsWithLongRunsGoThroughTheQueue) {
   EXPECT_EQ(server_->worker_pool().ran_here(), 0);
 }
 
+// The dynamic batcher's batch-forming rules (InferenceRunner's class comment), with the one
+// worker held so that every request is queued before the collector forms its first batch:
+// matmul.onnx (y = Relu(x W), x [N, 64]) under max_batch_size 8 and a 30 s queue delay that no
+// batch waits out. What each case expects follows from the rules alone: a batch is sent when
+// full (8 rows), at a preferred size (the largest one the calls make), or when it holds its share
+// of the version's rows (queued plus running, over one instance: everything left); calls whose
+// deadline passed in the queue are answered alone and join no batch.
+class BatchingEngineServerTest : public ::testing::Test {
+ protected:
+  void StartWith(const std::string& batching) {
+    repository_.MakeDir("mm/1");
+    std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/matmul.onnx",
+                               repository_.path() + "/mm/1/model.onnx");
+    repository_.WriteFile("mm/config.pbtxt",
+                          absl::StrCat("max_batch_size: 8\n"
+                                       "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+                                       "dynamic_batching { max_queue_delay_microseconds: 30000000 ",
+                                       batching, " }"));
+    ServerOptions options;
+    options.model_repository = repository_.path();
+    options.address = "127.0.0.1";
+    options.grpc_port = 0;
+    options.metrics_port = -1;
+    options.workers = 1;
+    options.inline_run_limit = absl::ZeroDuration();  // every request through the batch queue
+    absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  }
+
+  // Holds the only worker until `release` is notified; the collector task queues behind it.
+  void HoldWorker() {
+    ASSERT_TRUE(
+        server_->worker_pool().TrySchedule([this] { release_.WaitForNotification(); }).ok());
+  }
+
+  struct Sent {
+    std::thread thread;
+    grpc::Status status;
+    inference::ModelInferResponse response;
+  };
+
+  // Sends `count` requests of one row each, every one on its own thread, with `timeout` (and the
+  // request parameter `timeout`, the server's deadline for the request, when `server_timeout`).
+  void Send(int count, absl::Duration timeout,
+            absl::Duration server_timeout = absl::ZeroDuration()) {
+    for (int k = 0; k < count; ++k) {
+      auto sent = std::make_unique<Sent>();
+      Sent* out = sent.get();
+      sent->thread = std::thread([this, out, timeout, server_timeout, k] {
+        inference::ModelInferRequest request;
+        request.set_model_name("mm");
+        if (server_timeout > absl::ZeroDuration()) {
+          (*request.mutable_parameters())["timeout"].set_int64_param(
+              absl::ToInt64Microseconds(server_timeout));
+        }
+        auto* x = request.add_inputs();
+        x->set_name("x");
+        x->set_datatype("FP32");
+        x->add_shape(1);
+        x->add_shape(64);
+        for (int i = 0; i < 64; ++i) x->mutable_contents()->add_fp32_contents(0.01f * (k + i));
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+        out->status = stub_->ModelInfer(&context, request, &out->response);
+      });
+      sent_.push_back(std::move(sent));
+    }
+  }
+
+  // Waits (bounded) until `count` requests are in the batch queue.
+  void AwaitQueued(int count) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (server_->metrics().queue_depth().Value() < count && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(server_->metrics().queue_depth().Value(), count);
+  }
+
+  void ReleaseAndJoin() {
+    release_.Notify();
+    for (auto& sent : sent_) {
+      if (sent->thread.joinable()) sent->thread.join();
+    }
+  }
+
+  ModelVersionStatistics Stats() {
+    return (*server_->registry().Get("mm", ""))->metrics->Statistics();
+  }
+
+  void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    for (auto& sent : sent_) {
+      if (sent->thread.joinable()) sent->thread.join();
+    }
+  }
+
+  testing::TempDir repository_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  absl::Notification release_;
+  std::vector<std::unique_ptr<Sent>> sent_;
+};
+
+TEST_F(BatchingEngineServerTest, FullBatchesGoAtOnceAndTheRestAsItsShare) {
+  StartWith("");
+  HoldWorker();
+  Send(10, absl::Seconds(20));
+  AwaitQueued(10);
+  ReleaseAndJoin();
+  for (const auto& sent : sent_) {
+    ASSERT_TRUE(sent->status.ok()) << sent->status.error_message();
+    ASSERT_EQ(sent->response.outputs_size(), 1);
+    EXPECT_THAT(sent->response.outputs(0).shape(), ::testing::ElementsAre(1, 64));
+  }
+  // 10 queued rows: a full batch of 8, then the 2 left (all that is left is their share).
+  const ModelVersionStatistics stats = Stats();
+  EXPECT_EQ(stats.inference_count, 10);
+  EXPECT_EQ(stats.execution_count, 2);
+}
+
+TEST_F(BatchingEngineServerTest, APreferredSizeCutsTheBatch) {
+  StartWith("preferred_batch_size: [ 2, 3 ]");
+  HoldWorker();
+  Send(7, absl::Seconds(20));
+  AwaitQueued(7);
+  ReleaseAndJoin();
+  for (const auto& sent : sent_) ASSERT_TRUE(sent->status.ok()) << sent->status.error_message();
+  // 7 rows with preferred sizes 2 and 3: batches of 3 (the largest preferred size they make), 3,
+  // then the last row alone (no preferred size, but all that is left).
+  const ModelVersionStatistics stats = Stats();
+  EXPECT_EQ(stats.inference_count, 7);
+  EXPECT_EQ(stats.execution_count, 3);
+}
+
+TEST_F(BatchingEngineServerTest, CallsExpiredInTheQueueAreAnsweredAloneAndJoinNoBatch) {
+  StartWith("");
+  HoldWorker();
+  constexpr absl::Duration kShort = absl::Milliseconds(100);
+  Send(3, absl::Seconds(20), kShort);
+  Send(4, absl::Seconds(20));
+  AwaitQueued(7);
+  // Every call arrived before now, so the short deadlines (the server's own clock) pass by
+  // now + kShort, while the worker is held.
+  absl::SleepFor(kShort + absl::Milliseconds(1));
+  ReleaseAndJoin();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(sent_[k]->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  for (int k = 3; k < 7; ++k) {
+    ASSERT_TRUE(sent_[k]->status.ok()) << sent_[k]->status.error_message();
+  }
+  // The 4 live calls in one batch; the 3 expired ones never ran.
+  const ModelVersionStatistics stats = Stats();
+  EXPECT_EQ(stats.inference_count, 4);
+  EXPECT_EQ(stats.execution_count, 1);
+}
+
 }  // namespace
 }  // namespace loopserve::server

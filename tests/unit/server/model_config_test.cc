@@ -323,6 +323,9 @@ TEST(ParseModelConfigTest, BadValuesNameTheField) {
        "parameters 'max_output_bytes'"},
       {"parameters { key: \"max_request_memory_bytes\" value: { string_value: \"1e9\" } }",
        "parameters 'max_request_memory_bytes'"},
+      {"parameters { key: \"loop_threads\" value: { string_value: \"sometimes\" } }",
+       "parameters 'loop_threads': string_value must be adaptive, intra_op or one, not "
+       "'sometimes'"},
       {"model_warmup [ { batch_size: 1 } ]", "model_warmup[0]: no name"},
       {"model_warmup [ { name: \"w\" batch_size: 2 } ]", "batch_size 2 is above max_batch_size 0"},
       {"model_warmup [ { name: \"w\" inputs { key: \"x\" value: { data_type: TYPE_FP32 } } } ]",
@@ -385,6 +388,7 @@ TEST(CompleteModelConfigTest, NoConfigIsCompletedFromTheModel) {
   EXPECT_EQ(config->instance_group(0).count(), 3);
   EXPECT_EQ(config->parameters().at("max_loop_iterations").string_value(), "1000");
   EXPECT_EQ(config->parameters().at("max_output_bytes").string_value(), "0");
+  EXPECT_EQ(config->parameters().at("loop_threads").string_value(), "adaptive");
   EXPECT_EQ(InstanceCount(*config), 3);
 
   absl::StatusOr<inference::ModelConfig> ir =

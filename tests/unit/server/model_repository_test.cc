@@ -175,6 +175,29 @@ TEST(ModelRegistryTest, MemoryBudgetFromParametersReachesTheLoaderAndTheRequests
             "1048576");
 }
 
+// The server's Loop thread mode (--loop_threads) reaches every version's runs (LoadedModel, which
+// InferenceRunner and the warm-up turn into RunOptions) unless its config.pbtxt sets its own; the
+// complete config shows the mode in effect.
+TEST(ModelRegistryTest, LoopThreadsFromTheServerOrTheModelsParameters) {
+  TempDir root;
+  root.WriteFile("own/1/model.onnx");
+  root.WriteFile("own/config.pbtxt",
+                 "parameters { key: \"loop_threads\" value: { string_value: \" one \" } }");
+  root.WriteFile("default/1/model.onnx");
+  ModelRegistry::Options options{root.path(), 0, FakeLoader, nullptr};
+  options.loop_threads = engine::LoopThreads::kIntraOp;
+  ModelRegistry registry(std::move(options));
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> own = registry.Get("own", "");
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> fallback = registry.Get("default", "");
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ((*own)->loop_threads, engine::LoopThreads::kOneThread);
+  EXPECT_EQ((*fallback)->loop_threads, engine::LoopThreads::kIntraOp);
+  EXPECT_EQ((*own)->config.parameters().at("loop_threads").string_value(), "one");
+  EXPECT_EQ((*fallback)->config.parameters().at("loop_threads").string_value(), "intra_op");
+}
+
 TEST(ModelRegistryTest, ReasonsDoNotShowServerPaths) {
   TempDir root;
   root.MakeDir("empty/1");

@@ -672,6 +672,58 @@ def special_models(models_dir):
     onnx.save(model(g, 14), os.path.join(models_dir, "long_lstm.onnx"))
 
 
+def case_lstm_in_loop(out_dir, name, batch, hidden, inputs, steps, trips, seed):
+    """An ONNX LSTM (one direction, bias, initial states) inside a Loop body, its final states
+    carried: Y_h, Y_c = LSTM(X, W, R, B, h, c) per iteration, h scanned. At batch > 1 the layer runs
+    on oneDNN's lstm_forward primitive, which the Loop's thread modes create per thread count
+    (loop_test.cc, RecurrentPrimitivesFollowTheThreadMode). Expected values: the ONNX LSTM
+    equations (gates i, o, f, c; sigmoid, tanh, tanh) in float64."""
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((steps, batch, inputs)) * 0.5).astype(np.float32)
+    W = (rng.standard_normal((1, 4 * hidden, inputs)) / np.sqrt(inputs)).astype(np.float32)
+    R = (rng.standard_normal((1, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    Bias = (rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32)
+    h0 = (rng.standard_normal((1, batch, hidden)) * 0.5).astype(np.float32)
+    c0 = (rng.standard_normal((1, batch, hidden)) * 0.5).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("LSTM", ["X", "W", "R", "Bias", "", "h_in", "c_in"],
+                          ["", "h_out", "c_out"], hidden_size=hidden),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"])],
+        "lstm_body", [vi("i", I64, []), vi("cond_in", B, []), vi("h_in", F, [1, batch, hidden]),
+                      vi("c_in", F, [1, batch, hidden])],
+        [vi("cond_out", B, []), vi("h_out", F, [1, batch, hidden]),
+         vi("c_out", F, [1, batch, hidden]), vi("hs", F, [1, batch, hidden])])
+    loop = helper.make_node("Loop", ["M", "", "h0", "c0"], ["h", "c", "hs_all"], body=body)
+    state = [1, batch, hidden]
+    g = helper.make_graph(
+        [loop], "lstm_loop", [vi("M", I64, []), vi("h0", F, state), vi("c0", F, state)],
+        [vi("h", F, state), vi("c", F, state), vi("hs_all", F, [None] + state)],
+        initializer=[numpy_helper.from_array(X, "X"), numpy_helper.from_array(W, "W"),
+                     numpy_helper.from_array(R, "R"), numpy_helper.from_array(Bias, "Bias")])
+
+    def sigmoid(v):
+        return 1 / (1 + np.exp(-v))
+    w, r = W[0].astype(np.float64), R[0].astype(np.float64)
+    b = Bias[0, :4 * hidden].astype(np.float64) + Bias[0, 4 * hidden:].astype(np.float64)
+
+    def lstm(h, c):
+        h, c = h[0].astype(np.float64), c[0].astype(np.float64)
+        for t in range(steps):
+            gates = X[t].astype(np.float64) @ w.T + h @ r.T + b
+            i, o, f, cc = np.split(gates, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(cc)
+            h = sigmoid(o) * np.tanh(c)
+        return h[None].astype(np.float32), c[None].astype(np.float32)
+
+    def body_np(it, cond, h, c):
+        h, c = lstm(h, c)
+        return True, h, c, h
+    (h, c), scans, _ = loop_semantics(trips, None, [h0, c0], body_np)
+    write_case(out_dir, name, model(g, 14),
+               [np.array(trips, np.int64), h0, c0], [h, c, np.stack(scans[0])])
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
@@ -705,6 +757,8 @@ def main():
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
     case_conv(out_dir, "loop_conv_c5", batch=1, channels=5, height=7, width=9, trips=4, seed=10)
     case_scan(out_dir)
+    case_lstm_in_loop(out_dir, "loop_lstm_parallel", batch=16, hidden=128, inputs=32, steps=4,
+                      trips=5, seed=16)
     case_strings(out_dir)
 
 
