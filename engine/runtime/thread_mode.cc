@@ -110,7 +110,9 @@ void ThreadModeChooser::Next(double seconds) {
         confirming_ = false;
         const Mode previous = current_;
         current_ = probe_;
-        probe_ = previous;
+        // Next the mode not measured lately: with three modes the third (a machine that got
+        // loaded may now want plain one thread), with two the one just left.
+        probe_ = NextProbe(previous);
         before_ = probe;  // the new current mode's time per iteration, for the hold
         hold_ = config_.min_hold_seconds;
         ++switches_;
