@@ -121,10 +121,15 @@ struct RunOptions {
   // when it is the Loop pays one pointer test per iteration for it.
   IterationObserver* iteration_observer = nullptr;
   // How a Loop's iterations use the intra-op threads (SetIntraOpThreads) when there are more than
-  // one: kAdaptive measures blocks of iterations run with the intra-op team and with one thread
-  // and runs the faster (engine/runtime/thread_mode.h), kIntraOp always uses the team, kOneThread
-  // always one thread. With one intra-op thread all three are the same.
+  // one: kAdaptive measures blocks of iterations run with the intra-op team, with one thread and
+  // (loop_team) with one thread plus the SpinTeam, and runs the fastest
+  // (engine/runtime/thread_mode.h); kIntraOp always uses the team; kOneThread always one thread,
+  // with the SpinTeam when loop_team. With one intra-op thread all are the same.
   LoopThreads loop_threads = LoopThreads::kAdaptive;
+  // Whether a Loop's one-thread iterations may split their larger products (MatMul, Gemm) by rows
+  // over the calling thread's SpinTeam, helper threads of our own that spin only while the Loop
+  // runs (engine/runtime/spin_team.h); the outputs are bitwise the same either way.
+  bool loop_team = true;
 };
 
 // Which engine limit stopped a run. Attached to the ResourceExhausted status as a payload (it
@@ -146,6 +151,9 @@ struct RunStats {
   // (RunOptions::loop_threads: chosen by measurement, or forced). looprun prints it as
   // "one_thread_iterations".
   int64_t one_thread_iterations = 0;
+  // Kernel runs split over a Loop's SpinTeam (RunOptions::loop_team). looprun prints it as
+  // "team_splits".
+  int64_t team_splits = 0;
 };
 
 // ---- The model -----------------------------------------------------------------------------

@@ -63,8 +63,10 @@ ABSL_FLAG(int, intra_op_threads, 0,
           "oneDNN threads each worker may use; 0 = cores / workers (workers x threads <= cores)");
 ABSL_FLAG(std::string, loop_threads, "adaptive",
           "How a Loop's iterations use the intra-op threads when there are more than one: "
-          "adaptive (time blocks of iterations on the team and on one thread, run the faster), "
-          "intra_op (always the team) or one (always one thread); a model's config.pbtxt may set "
+          "adaptive (time blocks of iterations on the team, on one thread and on one thread with "
+          "products split over loopserve's own spinning team, run the fastest), intra_op (always "
+          "the OpenMP team) or one (always one thread plus the spinning team); a model's "
+          "config.pbtxt may set "
           "its own (parameters key loop_threads)");
 ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");

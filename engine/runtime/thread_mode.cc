@@ -10,7 +10,18 @@ ThreadModeChooser::ThreadModeChooser(const Config& config) : config_(config) {
   config_.min_hold_seconds = std::max(config_.min_hold_seconds, 0.0);
   config_.max_hold_seconds = std::max(config_.max_hold_seconds, config_.min_hold_seconds);
   config_.probe_checks = std::max(config_.probe_checks, 1);
+  // With the SpinTeam the first probe tries it: on a quiet machine it is the likelier winner.
+  probe_ = config_.spin_team ? Mode::kSpinTeam : Mode::kOneThread;
   Enter(Phase::kCalibrate);
+}
+
+ThreadModeChooser::Mode ThreadModeChooser::NextProbe(Mode m) const {
+  const int modes = config_.spin_team ? 3 : 2;
+  int next = static_cast<int>(m);
+  do {
+    next = (next + 1) % modes;
+  } while (next == static_cast<int>(current_));
+  return static_cast<Mode>(next);
 }
 
 void ThreadModeChooser::Enter(Phase phase) {
@@ -34,11 +45,11 @@ void ThreadModeChooser::Enter(Phase phase) {
       iterations_ = block_;
       return;
     case Phase::kWarmUp:
-      mode_ = Other(current_);
+      mode_ = probe_;
       iterations_ = 1;
       return;
     case Phase::kProbe:
-      mode_ = Other(current_);
+      mode_ = probe_;
       probe_seconds_ = 0;
       probe_done_ = 0;
       iterations_ = std::max<int64_t>(1, block_ / config_.probe_checks);
@@ -97,7 +108,11 @@ void ThreadModeChooser::Next(double seconds) {
           return Enter(Phase::kWarmUp);
         }
         confirming_ = false;
-        current_ = Other(current_);
+        const Mode previous = current_;
+        current_ = probe_;
+        // Next the mode not measured lately: with three modes the third (a machine that got
+        // loaded may now want plain one thread), with two the one just left.
+        probe_ = NextProbe(previous);
         before_ = probe;  // the new current mode's time per iteration, for the hold
         hold_ = config_.min_hold_seconds;
         ++switches_;
@@ -106,9 +121,10 @@ void ThreadModeChooser::Next(double seconds) {
       break;
     }
   }
-  // The current mode stays: wait twice as long before probing again.
+  // The current mode stays: wait twice as long before probing again, then probe the next one.
   if (phase_ == Phase::kAfter) before_ = after_;
   confirming_ = false;
+  probe_ = NextProbe(probe_);
   hold_ = std::clamp(hold_ * 2, config_.min_hold_seconds, config_.max_hold_seconds);
   Enter(Phase::kHold);
 }

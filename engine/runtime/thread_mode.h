@@ -1,14 +1,18 @@
 #pragma once
 
 // How a Loop's iterations use the intra-op threads: with the OpenMP team oneDNN's larger
-// primitives fork, or on one thread. Which is faster depends on the body and on the machine's
-// load at the time: the team's idle threads sleep (engine::UsePassiveOpenMpWait), so a body of
-// many small parallel regions pays a futex wake-up per region and runs faster on one thread
-// (rnn_b64_h64 on a quiet 2-vCPU EPYC: 0.14x ONNX Runtime with the team), while a body of large
-// products gains from the team, more so when other processes share the cores (mlp_b16_h512 with
-// two busy neighbours: team 2-4x faster than one thread; bench/RESULTS.md). ThreadModeChooser
-// decides by timing the Loop's own iterations, block by block, and re-checks with backoff
-// because the load changes.
+// primitives fork, on one thread, or (Config::spin_team) on one OpenMP thread with the larger
+// products split by rows over the calling thread's SpinTeam (engine/runtime/spin_team.h). Which
+// is faster depends on the body and on the machine's load at the time: the OpenMP team's idle
+// threads sleep (engine::UsePassiveOpenMpWait), so a body of many small parallel regions pays a
+// futex wake-up per region and runs faster on one thread (rnn_b64_h64 on a quiet 2-vCPU EPYC:
+// 0.14x ONNX Runtime with the team), while a body of large products gains from the team, more so
+// when other processes share the cores (mlp_b16_h512 with two busy neighbours: team 2-4x faster
+// than one thread; bench/RESULTS.md). The SpinTeam's helpers spin only while the Loop runs, so on
+// quiet cores a split product pays no wake-up; on loaded ones a helper descheduled in the middle
+// of its part makes the caller wait for it, and plain one thread (or the OpenMP team) wins.
+// ThreadModeChooser decides by timing the Loop's own iterations, block by block, and re-checks
+// with backoff because the load changes.
 
 #include <cstdint>
 
@@ -25,8 +29,8 @@ namespace loopserve::engine {
 //   hold:      untimed iterations in the current mode for about hold_seconds (converted with
 //              the current mode's last time per iteration);
 //   before:    one timed block in the current mode (reference 1);
-//   warm-up:   one untimed iteration in the other mode (its first primitives, a team's wake-up);
-//   probe:     one timed block in the other mode, cut short as soon as it has taken longer than
+//   warm-up:   one untimed iteration in the probed mode (its first primitives, a team's wake-up);
+//   probe:     one timed block in the probed mode, cut short as soon as it has taken longer than
 //              the reference would have with the margin, so probing a much slower mode costs
 //              about one block;
 //   warm-back: one untimed iteration in the current mode;
@@ -35,7 +39,9 @@ namespace loopserve::engine {
 // a cost that changes linearly over the iterations (attention over a growing length) cancels.
 // When the probe is faster by more than `switch_margin` in two probes in a row (the second right
 // after the first, its "before" reference being the first's "after") the modes swap and the hold
-// restarts at min_hold_seconds; otherwise it doubles up to max_hold_seconds. A probe costs about
+// restarts at min_hold_seconds; otherwise it doubles up to max_hold_seconds. With three modes the
+// probed mode is each of the two others in turn (the SpinTeam first), so each is probed half as
+// often as with two. A probe costs about
 // one block in the slower mode (plus, if the environment makes idle threads spin, their spinning
 // afterwards: libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md),
 // so at the longest hold probing costs about 1% and a change of load is noticed within ~2 s.
@@ -43,7 +49,10 @@ namespace loopserve::engine {
 // Not thread-safe; one chooser per Loop, driven by one execution at a time.
 class ThreadModeChooser {
  public:
-  enum class Mode : uint8_t { kTeam, kOneThread };
+  // kTeam: the intra-op OpenMP team; kOneThread: one thread; kSpinTeam: one OpenMP thread with
+  // the larger products split over the calling thread's SpinTeam (engine/runtime/spin_team.h),
+  // a candidate only with Config::spin_team.
+  enum class Mode : uint8_t { kTeam, kOneThread, kSpinTeam };
 
   struct Config {
     // Long enough to span several scheduler time slices: with other processes on the cores a
@@ -56,6 +65,9 @@ class ThreadModeChooser {
     double switch_margin = 0.05;
     // A probe block is checked this many times (in equal parts) so a slow one stops early.
     int probe_checks = 16;
+    // Three candidate modes instead of two: the probes take the modes other than the current one
+    // in turn (a confirming probe repeats the mode that won).
+    bool spin_team = false;
   };
 
   ThreadModeChooser() : ThreadModeChooser(Config()) {}
@@ -76,12 +88,14 @@ class ThreadModeChooser {
 
  private:
   enum class Phase : uint8_t { kCalibrate, kHold, kBefore, kWarmUp, kProbe, kWarmBack, kAfter };
-  static Mode Other(Mode m) { return m == Mode::kTeam ? Mode::kOneThread : Mode::kTeam; }
+  // The next candidate after `m` other than current_.
+  Mode NextProbe(Mode m) const;
   void Enter(Phase phase);
 
   Config config_;
-  Mode current_ = Mode::kTeam;  // the chosen mode
-  Mode mode_ = Mode::kTeam;     // the mode of the iterations being run
+  Mode current_ = Mode::kTeam;     // the chosen mode
+  Mode mode_ = Mode::kTeam;        // the mode of the iterations being run
+  Mode probe_ = Mode::kOneThread;  // the mode the next probe runs
   Phase phase_ = Phase::kCalibrate;
   int64_t iterations_ = 1;
   int64_t block_ = 0;        // iterations per timed block, once calibrated

@@ -121,6 +121,7 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
   std::vector<Value> outputs;
   engine::RunStats stats;
   engine::RunOptions run_options;
+  run_options.loop_team = options.loop_team;
   absl::StatusOr<engine::LoopThreads> loop_threads = engine::ParseLoopThreads(options.loop_threads);
   if (!loop_threads.ok()) {
     return absl::InvalidArgumentError(
@@ -165,10 +166,11 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
                    "{\"model\":%s,\"repeat\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,"
                    "\"min_us\":%.1f,\"cpu_median_us\":%.1f,\"loop_iterations\":%d,"
                    "\"loop_executions\":%d,\"reference_steps\":%d,"
-                   "\"one_thread_iterations\":%d,\"isa\":%s}",
+                   "\"one_thread_iterations\":%d,\"team_splits\":%d,\"isa\":%s}",
                    JsonString(options.model), options.repeat, p.median, p.p90, p.min, cpu.median,
                    stats.loop_iterations, stats.loop_executions, stats.reference_steps,
-                   stats.one_thread_iterations, JsonString(engine::ActiveVectorIsa()))
+                   stats.one_thread_iterations, stats.team_splits,
+                   JsonString(engine::ActiveVectorIsa()))
             << std::endl;
   if (options.verbose) {
     std::cerr << "looprun: kernels for " << engine::ActiveVectorIsa() << "; "

@@ -30,6 +30,7 @@ struct RunModelOptions {
   bool verbose = false;    // print the ISA and reference steps on stderr too
   // RunOptions::loop_threads: "adaptive", "intra_op" or "one"; anything else is an error.
   std::string loop_threads = "adaptive";
+  bool loop_team = true;  // RunOptions::loop_team
 };
 
 // `looprun --model=...`: loads the model, feeds the inputs, runs warmup + repeat times, writes and
@@ -39,7 +40,8 @@ struct RunModelOptions {
 // other processes on a shared machine do not inflate the way they do wall time), loop_iterations,
 // loop_executions, reference_steps (RunStats; 0 unless a float op ran on a reference kernel),
 // one_thread_iterations (RunStats: the last run's Loop iterations run on one thread although it
-// had more intra-op threads) and isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or
+// had more intra-op threads), team_splits (RunStats: kernel runs split over the Loop's SpinTeam)
+// and isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or
 // kExitError.
 int RunModelMain(const RunModelOptions& options);
 

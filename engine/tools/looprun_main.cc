@@ -25,8 +25,13 @@ ABSL_FLAG(int, warmup, 0, "Untimed runs before the timed ones.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads (OpenMP); 0 = all cores.");
 ABSL_FLAG(std::string, loop_threads, "adaptive",
           "With more than one intra-op thread, how Loop iterations use them: adaptive (time "
-          "blocks of iterations with the team and with one thread, run the faster, re-check as "
-          "the load changes), intra_op (always the team) or one (always one thread).");
+          "blocks of iterations with the team, with one thread and with one thread plus the "
+          "SpinTeam (--loop_team), run the fastest, re-check as the load changes), intra_op "
+          "(always the team) or one (always one thread, with the SpinTeam if --loop_team).");
+ABSL_FLAG(bool, loop_team, true,
+          "With more than one intra-op thread, while a Loop runs on one thread, split its larger "
+          "products by rows over a team of our own that spins only while the Loop runs "
+          "(false: plain one thread).");
 ABSL_FLAG(bool, dump_plan, false,
           "Print every graph (Loop bodies included) before and after the graph optimizer, the "
           "rewrites that fired and the nodes the plan runs, then run as usual.");
@@ -81,5 +86,6 @@ int main(int argc, char** argv) {
   options.dump_plan = absl::GetFlag(FLAGS_dump_plan);
   options.verbose = absl::GetFlag(FLAGS_verbose);
   options.loop_threads = absl::GetFlag(FLAGS_loop_threads);
+  options.loop_team = absl::GetFlag(FLAGS_loop_team);
   return loopserve::tools::RunModelMain(options);
 }

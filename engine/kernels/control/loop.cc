@@ -27,6 +27,7 @@
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
+#include "engine/runtime/spin_team.h"
 #include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine {
@@ -91,28 +92,46 @@ class LoopState : public KernelState {
   std::vector<ScanSlice> scan_slices;  // per streamed output: IterationObserver's argument
 };
 
-// A Loop's choice between its intra-op team and one thread (engine/runtime/thread_mode.h), kept
-// by the kernel across executions and runs: the execution that gets `mu` drives the chooser,
-// timing its blocks (which may span executions); concurrent executions of the same Loop run in
-// the mode last chosen (`one_thread`) without measuring.
+// A Loop's choice between its intra-op team, one thread and one thread with the SpinTeam
+// (engine/runtime/thread_mode.h), kept by the kernel across executions and runs: the execution
+// that gets `mu` drives the chooser, timing its blocks (which may span executions); concurrent
+// executions of the same Loop run in the mode last chosen (`chosen`) without measuring. One
+// chooser for executions that may use the SpinTeam (RunOptions::loop_team, three modes) and one
+// for those that may not (two).
 struct AdaptiveThreads {
+  using Mode = ThreadModeChooser::Mode;
+  struct Choice {
+    explicit Choice(bool spin_team) : chooser(Config(spin_team)) {}
+    static ThreadModeChooser::Config Config(bool spin_team) {
+      ThreadModeChooser::Config config;
+      config.spin_team = spin_team;
+      return config;
+    }
+    ThreadModeChooser chooser;
+    int64_t remaining = 0;  // iterations left of chooser.iterations()
+    double seconds = 0;     // of the block so far, from earlier executions
+    std::atomic<Mode> chosen{Mode::kTeam};
+  };
   absl::Mutex mu;
-  ThreadModeChooser chooser ABSL_GUARDED_BY(mu);
-  int64_t remaining ABSL_GUARDED_BY(mu) = 0;  // iterations left of chooser.iterations()
-  double seconds ABSL_GUARDED_BY(mu) = 0;     // of the block so far, from earlier executions
-  std::atomic<bool> one_thread{false};
+  Choice choices[2] ABSL_GUARDED_BY(mu) = {Choice(false), Choice(true)};  // [use SpinTeam]
 };
 
-// While a Loop on this thread chooses or forces its thread mode: its one-thread flag. Loops nested
-// in its body follow it instead of choosing too, and count their iterations by it.
+// While a Loop on this thread chooses or forces its thread mode: its one-thread flag (one OpenMP
+// thread, with or without the SpinTeam). Loops nested in its body follow it instead of choosing
+// too (they run inside its SpinTeam engagement), and count their iterations by it.
 thread_local const bool* t_loop_one_thread = nullptr;
 
 // One execution's thread mode: set up from RunOptions::loop_threads when the calling thread has
 // more than one intra-op thread, advanced after every iteration, and undone (thread count
-// restored, chooser released) when it goes out of scope.
+// restored, chooser released, SpinTeam disengaged) when it goes out of scope. In the SpinTeam
+// mode the calling thread's SpinTeam is engaged and the body's larger products split by rows
+// over it; Loops nested in the body run inside that engagement (they set no mode of their own).
 class LoopThreadMode {
  public:
-  LoopThreadMode(LoopThreads policy, AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  using Mode = ThreadModeChooser::Mode;
+
+  LoopThreadMode(LoopThreads policy, bool use_team,
+                 AdaptiveThreads& adaptive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (t_loop_one_thread != nullptr) {
       counted_ = t_loop_one_thread;
       return;
@@ -121,36 +140,38 @@ class LoopThreadMode {
     if (team_ <= 1) return;
     t_loop_one_thread = &one_thread_;
     owns_flag_ = true;
+    if (use_team) spin_team_ = SpinTeam::OfThisThread(team_);
     switch (policy) {
       case LoopThreads::kIntraOp:
         return;
       case LoopThreads::kOneThread:
-        Apply(true);
+        // One OpenMP thread, with the SpinTeam when the run allows it.
+        Apply(spin_team_ != nullptr ? Mode::kSpinTeam : Mode::kOneThread);
         return;
       case LoopThreads::kAdaptive:
         break;
     }
+    AdaptiveThreads::Choice& choice = adaptive.choices[spin_team_ != nullptr ? 1 : 0];
     if (!adaptive.mu.TryLock()) {
-      Apply(adaptive.one_thread.load(std::memory_order_relaxed));
+      Apply(choice.chosen.load(std::memory_order_relaxed));
       return;
     }
     adaptive_ = &adaptive;
+    choice_ = &choice;
     adaptive.mu.AssertHeld();
-    if (adaptive.remaining <= 0) adaptive.remaining = adaptive.chooser.iterations();
-    Apply(adaptive.chooser.mode() == ThreadModeChooser::Mode::kOneThread);
+    if (choice.remaining <= 0) choice.remaining = choice.chooser.iterations();
+    Apply(choice.chooser.mode());
     start_ = Clock::now();
   }
 
   ~LoopThreadMode() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (adaptive_ != nullptr) {
       adaptive_->mu.AssertHeld();
-      adaptive_->seconds += Seconds(start_, Clock::now());
-      adaptive_->one_thread.store(
-          adaptive_->chooser.current() == ThreadModeChooser::Mode::kOneThread,
-          std::memory_order_relaxed);
+      choice_->seconds += Seconds(start_, Clock::now());
+      choice_->chosen.store(choice_->chooser.current(), std::memory_order_relaxed);
       adaptive_->mu.Unlock();
     }
-    if (one_thread_) SetThreadsOfThisThread(team_);
+    Apply(Mode::kTeam);
     if (owns_flag_) t_loop_one_thread = nullptr;
   }
 
@@ -161,13 +182,13 @@ class LoopThreadMode {
   // time and switches mode if the chooser says so. Hot path: a test and a decrement.
   void AfterIteration(RunStats& stats) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     stats.one_thread_iterations += *counted_ ? 1 : 0;
-    if (adaptive_ == nullptr || --adaptive_->remaining > 0) return;
+    if (adaptive_ == nullptr || --choice_->remaining > 0) return;
     const Clock::time_point now = Clock::now();
-    ThreadModeChooser& chooser = adaptive_->chooser;
-    chooser.Next(adaptive_->seconds + Seconds(start_, now));
-    adaptive_->seconds = 0;
-    adaptive_->remaining = chooser.iterations();
-    Apply(chooser.mode() == ThreadModeChooser::Mode::kOneThread);
+    ThreadModeChooser& chooser = choice_->chooser;
+    chooser.Next(choice_->seconds + Seconds(start_, now));
+    choice_->seconds = 0;
+    choice_->remaining = chooser.iterations();
+    Apply(chooser.mode());
     start_ = Clock::now();
   }
 
@@ -176,18 +197,33 @@ class LoopThreadMode {
   static double Seconds(Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double>(to - from).count();
   }
-  void Apply(bool one_thread) {
-    if (one_thread == one_thread_) return;
-    SetThreadsOfThisThread(one_thread ? 1 : team_);
-    one_thread_ = one_thread;
+  void Apply(Mode mode) {
+    if (mode == Mode::kSpinTeam && spin_team_ == nullptr) mode = Mode::kOneThread;
+    if (mode == mode_) return;
+    if ((mode == Mode::kTeam) != (mode_ == Mode::kTeam)) {
+      SetThreadsOfThisThread(mode == Mode::kTeam ? team_ : 1);
+    }
+    if (mode == Mode::kSpinTeam && !spin_team_->engaged()) {
+      spin_team_->Engage();
+      engaged_ = true;
+    } else if (mode != Mode::kSpinTeam && engaged_) {
+      spin_team_->Disengage();
+      engaged_ = false;
+    }
+    mode_ = mode;
+    one_thread_ = mode != Mode::kTeam;
   }
 
   int team_ = 1;
+  SpinTeam* spin_team_ = nullptr;  // the calling thread's; null without one
+  bool engaged_ = false;           // this execution engaged spin_team_
   bool owns_flag_ = false;
-  bool one_thread_ = false;
-  // Whether an iteration runs on one thread: one_thread_, or in a nested Loop its setter's.
+  Mode mode_ = Mode::kTeam;
+  bool one_thread_ = false;  // mode_ != kTeam
+  // Whether an iteration runs on one OpenMP thread: one_thread_, or in a nested Loop its setter's.
   const bool* counted_ = &one_thread_;
   AdaptiveThreads* adaptive_ = nullptr;  // held (mu) while this execution drives the chooser
+  AdaptiveThreads::Choice* choice_ = nullptr;
   Clock::time_point start_;
 };
 
@@ -431,7 +467,7 @@ class LoopKernel : public Kernel {
       body.slot(iteration_slot_).mutable_tensor().Resize(iteration_dtype_, counter_shape);
     }
 
-    LoopThreadMode thread_mode(run.options().loop_threads, adaptive_);
+    LoopThreadMode thread_mode(run.options().loop_threads, run.options().loop_team, adaptive_);
     int64_t i = 0;
     for (; i < max_trip && cond; ++i) {
       LS_RETURN_IF_ERROR(run.CheckInterrupted());

@@ -12,6 +12,7 @@
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
+#include "engine/runtime/spin_team.h"
 
 namespace loopserve::engine {
 namespace {
@@ -41,8 +42,11 @@ int64_t NativeElementwiseLimit() {
 // The signature a frame ran last at one thread count, with its op bound to memory objects and an
 // argument table.
 struct DnnlKernel::Bound {
-  bool Matches(DataType type, const Tensor* const* inputs, int num_inputs, int thread_count) const {
-    if (op == nullptr || type != dtype || thread_count != threads) return false;
+  bool Matches(DataType type, const Tensor* const* inputs, int num_inputs, int thread_count,
+               int part_count) const {
+    if (op == nullptr || type != dtype || thread_count != threads || part_count != parts) {
+      return false;
+    }
     for (int i = 0; i < num_inputs; ++i) {
       if ((inputs[i] != nullptr) != present[i]) return false;
       if (inputs[i] != nullptr && inputs[i]->shape() != shapes[i]) return false;
@@ -52,6 +56,7 @@ struct DnnlKernel::Bound {
 
   DataType dtype = DataType::kUndefined;
   int threads = 0;  // the calling thread's OpenMP thread count when bound
+  int parts = 1;    // the engaged SpinTeam's size when bound (1: none)
   bool present[kMaxInputs] = {};
   Shape shapes[kMaxInputs];
   std::shared_ptr<const PreparedOp> op;
@@ -62,14 +67,18 @@ struct DnnlKernel::Bound {
   // plain output 0 (the plain ones get their data handles on each run).
   Tensor staged[2];
   dnnl::memory stage_memories[4];
+  // Per op->row_parts entry: its memories and argument table.
+  std::vector<std::vector<dnnl::memory>> part_memories;
+  std::vector<std::vector<dnnl_exec_arg_t>> part_args;
 };
 
 // A step's state in one frame. A Loop may switch the thread it runs on between its intra-op team
 // and one thread (engine/runtime/thread_mode.h), and a primitive keeps the thread count it was
-// created for, so the frame keeps one binding for one thread and one for more.
+// created for, so the frame keeps one binding for one thread, one for more, and one for one
+// thread with an engaged SpinTeam (row-split products).
 class DnnlKernel::State : public KernelState {
  public:
-  Bound bound[2];                           // [0]: one thread, [1]: more
+  Bound bound[3];                           // [0]: one thread, [1]: more, [2]: one + SpinTeam
   std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
   bool reference_counted = false;           // this step is in RunStats::reference_steps
 };
@@ -87,6 +96,14 @@ absl::Status DnnlKernel::RunNative(const PreparedOp& /*op*/, const Tensor* const
                                    Tensor& /*out*/) const {
   return absl::InternalError("this kernel has no native mode");
 }
+
+bool DnnlKernel::SplitsRows(DataType /*type*/, absl::Span<const Shape* const> /*shapes*/,
+                            int /*parts*/) const {
+  return false;
+}
+
+void DnnlKernel::PrepareRowSplit(DataType /*type*/, absl::Span<const Shape* const> /*shapes*/,
+                                 int /*parts*/, PreparedOp& /*op*/) const {}
 
 bool DnnlKernel::UsesDnnl(DataType type) const {
   return type == DataType::kFloat32 || type == DataType::kFloat16 || type == DataType::kBFloat16;
@@ -206,13 +223,15 @@ class ScopedSingleThread {
 
 absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType type,
                                                                      const Shape* const* shapes,
-                                                                     int threads) const {
+                                                                     int threads, int parts) const {
   const bool single_threaded =
       threads <= 1 || Work(absl::MakeConstSpan(shapes, num_inputs_)) < kParallelWork;
+  if (parts > 1 && !SplitsRows(type, absl::MakeConstSpan(shapes, num_inputs_), parts)) parts = 1;
   Key key;
   key.push_back(static_cast<int64_t>(type));
   // A primitive plans for the thread count it is created with: one op per count.
   key.push_back(single_threaded ? 1 : threads);
+  key.push_back(parts);
   for (int i = 0; i < num_inputs_; ++i) {
     if (shapes[i] == nullptr) {
       key.push_back(-1);
@@ -235,6 +254,9 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType ty
     if (!prepared.ok()) return prepared.status();
     op = std::move(*prepared);
     op->single_threaded = single_threaded;
+    if (parts > 1 && op->mode == PreparedOp::Mode::kExecute) {
+      PrepareRowSplit(type, absl::MakeConstSpan(shapes, num_inputs_), parts, *op);
+    }
   } catch (const dnnl::error& e) {
     if (e.status != dnnl_unimplemented) return FromDnnlError(e);
     op = std::make_shared<PreparedOp>();
@@ -247,16 +269,29 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType ty
   return cache_.emplace(std::move(key), std::move(op)).first->second;
 }
 
-absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int threads,
+absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int threads, int parts,
                               Bound& state) const {
   state.op = nullptr;
   const Shape* shapes[kMaxInputs] = {};
   for (int i = 0; i < num_inputs_; ++i) {
     if (inputs[i] != nullptr) shapes[i] = &inputs[i]->shape();
   }
-  LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedOp> op, Lookup(type, shapes, threads));
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedOp> op, Lookup(type, shapes, threads, parts));
   state.memories.clear();
   state.args.clear();
+  state.part_memories.resize(op->row_parts.size());
+  state.part_args.resize(op->row_parts.size());
+  for (size_t p = 0; p < op->row_parts.size(); ++p) {
+    std::vector<dnnl::memory>& memories = state.part_memories[p];
+    std::vector<dnnl_exec_arg_t>& args = state.part_args[p];
+    memories.clear();
+    args.clear();
+    memories.reserve(op->row_parts[p].bindings.size());
+    for (const ArgBinding& binding : op->row_parts[p].bindings) {
+      memories.emplace_back(binding.desc, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
+      args.push_back({binding.arg, memories.back().get()});
+    }
+  }
   if (op->mode == PreparedOp::Mode::kExecute) {
     state.memories.reserve(op->bindings.size());
     state.args.reserve(op->bindings.size());
@@ -285,6 +320,7 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int th
   }
   state.dtype = type;
   state.threads = threads;
+  state.parts = parts;
   for (int i = 0; i < num_inputs_; ++i) {
     state.present[i] = inputs[i] != nullptr;
     if (inputs[i] != nullptr) state.shapes[i] = inputs[i]->shape();
@@ -316,10 +352,12 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   if (!UsesDnnl(type)) return RunFallback(ctx, type, frame_state);
 
   const int threads = omp_get_max_threads();
-  Bound& state = frame_state.bound[threads > 1 ? 1 : 0];
-  if (!state.Matches(type, inputs, num_inputs_, threads)) {
+  SpinTeam* team = threads == 1 ? SpinTeam::Engaged() : nullptr;
+  const int parts = team != nullptr ? team->size() : 1;
+  Bound& state = frame_state.bound[parts > 1 ? 2 : threads > 1 ? 1 : 0];
+  if (!state.Matches(type, inputs, num_inputs_, threads, parts)) {
     try {
-      LS_RETURN_IF_ERROR(Bind(type, inputs, threads, state));
+      LS_RETURN_IF_ERROR(Bind(type, inputs, threads, parts, state));
     } catch (const dnnl::error& e) {
       return FromDnnlError(e);
     }
@@ -389,6 +427,17 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     const Tensor& in = *inputs[op.prefill_input];
     reference::BroadcastCopy(in.raw_data(), in.shape(), out->mutable_raw_data(), out->shape(),
                              element_size);
+  }
+  if (!op.row_parts.empty()) {
+    try {
+      void* scratchpad = run.Scratchpad(op.row_parts_scratchpad_bytes);
+      LS_RETURN_IF_ERROR(RunRowParts(op, state, inputs, out, scratchpad, run.stream().get()));
+    } catch (const dnnl::error& e) {
+      return FromDnnlError(e);
+    }
+    ++ctx.run_context().stats().team_splits;
+    RunEpilogue(op, inputs, out);
+    return Finish(op, ctx);
   }
   try {
     for (size_t i = 0; i < op.bindings.size(); ++i) {
@@ -473,6 +522,91 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   }
   RunEpilogue(op, inputs, out);
   return Finish(op, ctx);
+}
+
+namespace {
+
+// The calling thread's own oneDNN stream for row parts run on SpinTeam helpers (a stream is not
+// shared between threads executing at once). Created on the thread's first part, kept until it
+// exits; null if oneDNN could not create it.
+dnnl_stream_t ThisThreadStream() {
+  struct Holder {
+    ~Holder() {
+      if (stream != nullptr) dnnl_stream_destroy(stream);
+    }
+    dnnl_stream_t stream = nullptr;
+  };
+  thread_local Holder holder;
+  if (holder.stream == nullptr) {
+    if (dnnl_stream_create(&holder.stream, CpuEngine().get(), dnnl_stream_default_flags) !=
+        dnnl_success) {
+      holder.stream = nullptr;
+    }
+  }
+  return holder.stream;
+}
+
+}  // namespace
+
+absl::Status DnnlKernel::RunRowParts(const PreparedOp& op, Bound& state,
+                                     const Tensor* const* inputs, Tensor* out, void* scratchpad,
+                                     dnnl_stream_t stream) const {
+  for (size_t p = 0; p < op.row_parts.size(); ++p) {
+    const PreparedOp::RowPart& part = op.row_parts[p];
+    for (size_t i = 0; i < part.bindings.size(); ++i) {
+      void* handle = nullptr;
+      const BufferSource source = part.bindings[i].source;
+      switch (source) {
+        case BufferSource::kInput0:
+          handle = const_cast<char*>(static_cast<const char*>(inputs[0]->raw_data()) +
+                                     part.first_row * static_cast<int64_t>(op.src_row_bytes));
+          break;
+        case BufferSource::kInput1:
+        case BufferSource::kInput2:
+        case BufferSource::kInput3:
+        case BufferSource::kInput4:
+          handle = const_cast<void*>(
+              inputs[static_cast<int>(source) - static_cast<int>(BufferSource::kInput0)]
+                  ->raw_data());
+          break;
+        case BufferSource::kOutput:
+          handle = static_cast<char*>(out->mutable_raw_data()) +
+                   part.first_row * static_cast<int64_t>(op.dst_row_bytes);
+          break;
+        case BufferSource::kScratchpad:
+          handle = static_cast<char*>(scratchpad) + part.scratchpad_offset;
+          break;
+        case BufferSource::kPacked:
+          handle = const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
+          break;
+        default:
+          return absl::InternalError("a row part binds a buffer it cannot split");
+      }
+      state.part_memories[p][i].set_data_handle(handle);
+    }
+  }
+  SpinTeam* team = SpinTeam::Engaged();
+  dnnl_status_t status[PreparedOp::kMaxRowParts];
+  const int parts = static_cast<int>(op.row_parts.size());
+  auto run_part = [&](int p) {
+    dnnl_stream_t s = team != nullptr && SpinTeam::Engaged() == team ? stream : ThisThreadStream();
+    status[p] = s == nullptr ? dnnl_out_of_memory
+                             : dnnl_primitive_execute(op.row_parts[p].primitive.get(), s,
+                                                      static_cast<int>(state.part_args[p].size()),
+                                                      state.part_args[p].data());
+  };
+  if (team != nullptr) {
+    team->ParallelFor(parts, run_part);
+  } else {
+    for (int p = 0; p < parts; ++p) run_part(p);
+  }
+  for (int p = 0; p < parts; ++p) {
+    if (status[p] != dnnl_success) {
+      return absl::InternalError(
+          absl::StrCat("oneDNN execution of a row part failed (status ", status[p], ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& state) const {

@@ -149,6 +149,24 @@ struct PreparedOp {
   const native::ElementwiseChain* epilogue = nullptr;
   native::ElementwiseChain::Prepared epilogue_prepared;
   absl::InlinedVector<int, 4> epilogue_inputs;  // node input per chain operand 1, 2, ...
+  // kExecute split by rows over the engaged SpinTeam (engine/runtime/spin_team.h), when the
+  // signature was prepared for one and the kernel can split it (DnnlKernel::PrepareRowSplit):
+  // part p computes output rows [first_row, first_row + rows) from the same input rows with its
+  // own primitive (created for one thread, on the same packed weights) and its own slice of the
+  // scratchpad; `primitive` and `bindings` above stay the unsplit op. Output 0 and input 0 are
+  // row-major with src_row_bytes / dst_row_bytes per row. The epilogue runs after, unsplit.
+  struct RowPart {
+    int64_t first_row = 0;
+    int64_t rows = 0;
+    dnnl::primitive primitive;
+    std::vector<ArgBinding> bindings;
+    size_t scratchpad_offset = 0;  // bytes into the run's scratchpad
+  };
+  static constexpr int kMaxRowParts = 8;
+  absl::InlinedVector<RowPart, 2> row_parts;  // at most kMaxRowParts
+  size_t src_row_bytes = 0;
+  size_t dst_row_bytes = 0;
+  size_t row_parts_scratchpad_bytes = 0;  // all parts' scratchpads together
 };
 
 // Base of the oneDNN kernels. Subclasses describe their op for one signature (Prepare) and their
@@ -206,6 +224,14 @@ class DnnlKernel : public Kernel {
   // decides single- or multi-threaded execution.
   virtual int64_t Work(absl::Span<const Shape* const> shapes) const;
 
+  // Whether a signature would be split over a SpinTeam of `parts` threads (cheap: decides the
+  // cache key, so unsplittable signatures share the one-thread op). Default: never.
+  virtual bool SplitsRows(DataType type, absl::Span<const Shape* const> shapes, int parts) const;
+  // Adds op.row_parts for `parts` threads to a prepared kExecute op (called when SplitsRows said
+  // yes); leaves op unsplit when oneDNN will not take the parts. May throw dnnl::error.
+  virtual void PrepareRowSplit(DataType type, absl::Span<const Shape* const> shapes, int parts,
+                               PreparedOp& op) const;
+
   // Computes every output with the reference kernel.
   virtual absl::Status RunReference(KernelContext& ctx) const = 0;
 
@@ -235,16 +261,21 @@ class DnnlKernel : public Kernel {
   class State;
   using Key = absl::InlinedVector<int64_t, 16>;
 
-  // Binds the op for the signature of `inputs` at `threads` OpenMP threads into `state`.
-  absl::Status Bind(DataType type, const Tensor* const* inputs, int threads, Bound& state) const;
+  // Binds the op for the signature of `inputs` at `threads` OpenMP threads (split into `parts`
+  // when the kernel splits it) into `state`.
+  absl::Status Bind(DataType type, const Tensor* const* inputs, int threads, int parts,
+                    Bound& state) const;
+  // Runs a prepared op's row parts over the engaged team.
+  absl::Status RunRowParts(const PreparedOp& op, Bound& state, const Tensor* const* inputs,
+                           Tensor* out, void* scratchpad, dnnl_stream_t stream) const;
   // The fallback for kReference signatures and types oneDNN lacks: the unfused nodes when the
   // kernel has them, else RunReference (counted in RunStats::reference_steps for float types).
   absl::Status RunFallback(KernelContext& ctx, DataType type, State& state) const;
   // The op for a signature at `threads` OpenMP threads (the cache key has the count for ops of
   // kParallelWork or more; below, every count shares the single-threaded op).
   absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,
-                                                           const Shape* const* shapes,
-                                                           int threads) const;
+                                                           const Shape* const* shapes, int threads,
+                                                           int parts = 1) const;
 
   const int num_inputs_;
   const int required_inputs_;

@@ -1,6 +1,7 @@
 // oneDNN MatMul (numpy semantics) and Gemm on the matmul primitive (or the packed one-row kernel),
 // with the post-ops of fused nodes (engine/ir/fusion.h) applied as a native epilogue.
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -86,6 +87,85 @@ dnnl::memory::desc OperandDesc(absl::Span<const int64_t> batch, int64_t rows, in
     stride *= std::max<int64_t>(dims[i], 1);
   }
   return dnnl::memory::desc(dims, ToDnnl(type), strides);
+}
+
+// Adds op.row_parts (DnnlKernel::PrepareRowSplit) to a prepared oneDNN matmul of `rows` x `k`
+// row-major source rows (input 0) into a row-major output, created with `attr`: one primitive
+// per part row count on the op's own weights binding (packed or not) and bias binding, each
+// with its own page-aligned slice of the scratchpad. Leaves op unsplit when the op binds other
+// buffers or oneDNN would pick its reference kernel or another weights layout for a part.
+void SplitRows(DataType type, int64_t rows, int64_t k, const dnnl::primitive_attr& attr, int parts,
+               PreparedOp& op) {
+  if (op.staging != nullptr || !op.expansions.empty() || !op.extra_outputs.empty() || k <= 0) {
+    return;
+  }
+  const ArgBinding* weights = nullptr;
+  const ArgBinding* bias = nullptr;
+  for (const ArgBinding& b : op.bindings) {
+    if (b.arg == DNNL_ARG_WEIGHTS) weights = &b;
+    if (b.arg == DNNL_ARG_BIAS) bias = &b;
+    if (b.arg == DNNL_ARG_SRC && b.source != BufferSource::kInput0) return;
+    if (b.arg == DNNL_ARG_DST && b.source != BufferSource::kOutput) return;
+  }
+  if (weights == nullptr || weights->desc.dims().size() != 2 || weights->desc.dims()[0] != k) {
+    return;
+  }
+  const int64_t n = weights->desc.dims()[1];
+  if (op.output_shape.NumElements() != rows * n) return;
+  const dnnl::memory::data_type dt = ToDnnl(type);
+  const dnnl::memory::desc bias_desc = PlainDesc(Shape{1, n}, dt);
+  absl::InlinedVector<PreparedOp::RowPart, 2> row_parts;
+  size_t scratchpad = 0;
+  size_t part_scratchpad = 0;  // the last created primitive's, rounded to pages
+  int64_t first = 0;
+  for (int p = 0; p < parts; ++p) {
+    PreparedOp::RowPart part;
+    part.first_row = first;
+    part.rows = rows / parts + (p < rows % parts ? 1 : 0);
+    first += part.rows;
+    if (!row_parts.empty() && row_parts.back().rows == part.rows) {
+      part.primitive = row_parts.back().primitive;
+      part.bindings = row_parts.back().bindings;
+    } else {
+      const dnnl::memory::desc src = PlainDesc(Shape{part.rows, k}, dt);
+      const dnnl::memory::desc dst = PlainDesc(Shape{part.rows, n}, dt);
+      const dnnl::matmul::primitive_desc pd =
+          bias != nullptr
+              ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights->desc, bias_desc, dst),
+                                             attr, CpuEngine())
+              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights->desc, dst), attr,
+                                             CpuEngine());
+      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return;
+      if (pd.weights_desc() != weights->desc) return;
+      part.primitive = dnnl::matmul(pd);
+      part.bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                       {DNNL_ARG_WEIGHTS, weights->source, weights->desc},
+                       {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+      if (bias != nullptr) part.bindings.push_back({DNNL_ARG_BIAS, bias->source, bias_desc});
+      const dnnl::memory::desc pad = pd.scratchpad_desc();
+      part_scratchpad = (pad.get_size() + 4095) / 4096 * 4096;
+      if (part_scratchpad > 0) {
+        part.bindings.push_back({DNNL_ARG_SCRATCHPAD, BufferSource::kScratchpad, pad});
+      }
+    }
+    part.scratchpad_offset = scratchpad;
+    scratchpad += part_scratchpad;
+    row_parts.push_back(std::move(part));
+  }
+  op.row_parts = std::move(row_parts);
+  op.row_parts_scratchpad_bytes = std::max<size_t>(scratchpad, 64);
+  op.src_row_bytes = static_cast<size_t>(k) * DataTypeSize(type);
+  op.dst_row_bytes = static_cast<size_t>(n) * DataTypeSize(type);
+}
+
+// Whether a product of `rows` x `k` by `k` x `n` is worth splitting over `parts` threads: from
+// kMinSplitWork multiply-adds with at least kMinPartRows rows per part (measured: bench/RESULTS.md
+// "SpinTeam").
+constexpr int64_t kMinSplitWork = int64_t{1} << 16;
+constexpr int64_t kMinPartRows = 2;
+bool WorthSplitting(int64_t rows, int64_t k, int64_t n, int parts) {
+  return parts <= PreparedOp::kMaxRowParts && rows >= kMinPartRows * parts &&
+         rows * k * n >= kMinSplitWork;
 }
 
 // The numpy MatMul of inputs 0 and 1 (either read transposed when the fusion folded a Transpose)
@@ -354,6 +434,25 @@ class MatMulKernel final : public DnnlKernel {
     return absl::OkStatus();
   }
 
+  // Rows of A (any batch folded in) times a 2-D B: split by rows into parts of the same product
+  // on the same packed weights, each row computed by the same kernel as unsplit (so the outputs
+  // are bitwise the same).
+  bool SplitsRows(DataType type, absl::Span<const Shape* const> shapes, int parts) const override {
+    if (type != DataType::kFloat32 || (spec_ != nullptr && spec_->trans_a)) return false;
+    if (shapes.size() < 2 || shapes[0] == nullptr || shapes[1] == nullptr) return false;
+    if (shapes[0]->rank() < 2 || shapes[1]->rank() != 2) return false;
+    const int64_t k = (*shapes[0])[shapes[0]->rank() - 1];
+    if (k <= 0) return false;
+    const int64_t n = (*shapes[1])[spec_ != nullptr && spec_->trans_b ? 0 : 1];
+    return WorthSplitting(shapes[0]->NumElements() / k, k, n, parts);
+  }
+
+  void PrepareRowSplit(DataType type, absl::Span<const Shape* const> shapes, int parts,
+                       PreparedOp& op) const override {
+    const int64_t k = (*shapes[0])[shapes[0]->rank() - 1];
+    SplitRows(type, shapes[0]->NumElements() / k, k, UserScratchpadAttr(), parts, op);
+  }
+
   // Multiply-adds of the product.
   int64_t Work(absl::Span<const Shape* const> shapes) const override {
     const Shape a = spec_ != nullptr && spec_->trans_a ? SwapLastTwo(*shapes[0]) : *shapes[0];
@@ -427,16 +526,10 @@ class GemmKernel final : public DnnlKernel {
     const dnnl::memory::desc src = MatrixDesc(dims.m, dims.k, attrs_.trans_a, type);
     const dnnl::memory::desc weights = MatrixDesc(dims.k, dims.n, attrs_.trans_b, type);
     const dnnl::memory::desc dst = Desc({dims.m, dims.n}, type);
-    dnnl::primitive_attr attr = UserScratchpadAttr();
-    if (attrs_.alpha != 1.0f) attr.set_output_scales(0, {attrs_.alpha});
-    dnnl::post_ops post_ops;
-    if (shapes[2] != nullptr && attrs_.beta != 0.0f) {
-      // dst is pre-filled with C broadcast to [M, N]; the sum post-op adds beta times it to
-      // alpha * A * B.
-      prepared->prefill_input = 2;
-      post_ops.append_sum(attrs_.beta);
-    }
-    attr.set_post_ops(post_ops);
+    const dnnl::primitive_attr attr = Attr(shapes);
+    // dst is pre-filled with C broadcast to [M, N]; the sum post-op adds beta times it to
+    // alpha * A * B.
+    if (shapes[2] != nullptr && attrs_.beta != 0.0f) prepared->prefill_input = 2;
     SetEpilogue(shapes, *prepared);
     // Constant weights (an initializer, as exporters write nn.Linear) are reordered once into
     // the layout the primitive prefers: a transposed B otherwise sends oneDNN to a kernel that
@@ -452,6 +545,23 @@ class GemmKernel final : public DnnlKernel {
                           {DNNL_ARG_DST, BufferSource::kOutput, dst}};
     AddScratchpad(pd, *prepared);
     return prepared;
+  }
+
+  // Rows of A (not transposed) split like MatMulKernel's, with the same attributes (alpha, the
+  // sum post-op over the pre-filled C).
+  bool SplitsRows(DataType type, absl::Span<const Shape* const> shapes, int parts) const override {
+    if (type != DataType::kFloat32 || attrs_.trans_a) return false;
+    absl::StatusOr<reference::GemmDims> dims =
+        reference::GemmShapes(*shapes[0], *shapes[1], shapes[2], attrs_);
+    return dims.ok() && WorthSplitting(dims->m, dims->k, dims->n, parts);
+  }
+
+  void PrepareRowSplit(DataType type, absl::Span<const Shape* const> shapes, int parts,
+                       PreparedOp& op) const override {
+    absl::StatusOr<reference::GemmDims> dims =
+        reference::GemmShapes(*shapes[0], *shapes[1], shapes[2], attrs_);
+    if (!dims.ok()) return;
+    SplitRows(type, dims->m, dims->k, Attr(shapes), parts, op);
   }
 
   int64_t Work(absl::Span<const Shape* const> shapes) const override {
@@ -496,6 +606,17 @@ class GemmKernel final : public DnnlKernel {
     }
     return std::make_shared<const native::PackedGemv>(
         w, gemv_activation_.value_or(native::PackedGemv::Activation::kNone));
+  }
+
+  // The product's attributes: a user scratchpad, alpha as the output scale, and a sum post-op of
+  // beta times the pre-filled C when C is present.
+  dnnl::primitive_attr Attr(absl::Span<const Shape* const> shapes) const {
+    dnnl::primitive_attr attr = UserScratchpadAttr();
+    if (attrs_.alpha != 1.0f) attr.set_output_scales(0, {attrs_.alpha});
+    dnnl::post_ops post_ops;
+    if (shapes[2] != nullptr && attrs_.beta != 0.0f) post_ops.append_sum(attrs_.beta);
+    attr.set_post_ops(post_ops);
+    return attr;
   }
 
   // The activations as the epilogue over the [M, N] output (none without a fusion spec).

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/runtime/thread_mode.h"
+#include "engine/tools/looprun.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/operator_new_counter.h"
 #include "tests/unit/engine/test_paths.h"
@@ -329,6 +330,57 @@ TEST(LoopTest, ThreadModesGiveIdenticalOutputs) {
     ASSERT_EQ(adaptive.size(), 2u);
     expect_identical(team, adaptive);
     if (stats.one_thread_iterations > 0 && stats.one_thread_iterations < kTrips) break;
+  }
+  SetIntraOpThreads(saved);
+}
+
+// In the one-thread mode a Loop's larger products split by rows over the calling thread's
+// SpinTeam (RunOptions::loop_team); each row is computed by the same kernel as unsplit, so the
+// outputs must be bitwise those of plain one thread and of the intra-op team. The cases' expected
+// values come from numpy (loop_cases; checked against them by the loop_cases ctest); here the
+// modes are compared with each other. loop_nested_rnn splits in an inner Loop that runs inside
+// the outer one's engagement; loop_input_projection_split splits a Gemm (alpha, beta, transB).
+TEST(LoopTest, TeamSplitsGiveIdenticalOutputs) {
+  const int saved = ThreadsOfThisThread();
+  SetIntraOpThreads(2);
+  for (const char* name : {"loop_rnn_parallel", "loop_nested_rnn", "loop_input_projection_split"}) {
+    SCOPED_TRACE(name);
+    auto model = LoadOrDie(CasePath(name));
+    ASSERT_NE(model, nullptr);
+    const std::string data =
+        std::string(LOOPSERVE_LOOP_CASES_DIR) + "/" + name + "/test_data_set_0";
+    auto run = [&](LoopThreads mode, bool team, RunStats& stats) {
+      absl::StatusOr<std::vector<Value>> in = tools::ReadInputs(*model, data);
+      EXPECT_TRUE(in.ok()) << in.status();
+      if (!in.ok()) return std::vector<Value>();
+      RunOptions options;
+      options.loop_threads = mode;
+      options.loop_team = team;
+      auto result = model->Run(*std::move(in), options, &stats);
+      EXPECT_TRUE(result.ok()) << result.status();
+      return result.ok() ? *std::move(result) : std::vector<Value>();
+    };
+    RunStats split_stats, plain_stats, team_stats;
+    // Twice: the first run creates the primitives, the second runs on them.
+    run(LoopThreads::kOneThread, true, split_stats);
+    const std::vector<Value> split = run(LoopThreads::kOneThread, true, split_stats);
+    const std::vector<Value> plain = run(LoopThreads::kOneThread, false, plain_stats);
+    const std::vector<Value> team = run(LoopThreads::kIntraOp, true, team_stats);
+    ASSERT_EQ(split.size(), 2u);
+    ASSERT_EQ(plain.size(), 2u);
+    ASSERT_EQ(team.size(), 2u);
+    EXPECT_GT(split_stats.team_splits, 0);
+    EXPECT_EQ(plain_stats.team_splits, 0);
+    EXPECT_EQ(team_stats.team_splits, 0);
+    for (size_t k = 0; k < split.size(); ++k) {
+      ASSERT_EQ(split[k].tensor().shape(), plain[k].tensor().shape());
+      ASSERT_EQ(split[k].tensor().shape(), team[k].tensor().shape());
+      const size_t bytes = split[k].tensor().ByteSize();
+      EXPECT_EQ(std::memcmp(split[k].tensor().raw_data(), plain[k].tensor().raw_data(), bytes), 0)
+          << "output " << k << " split vs one thread";
+      EXPECT_EQ(std::memcmp(split[k].tensor().raw_data(), team[k].tensor().raw_data(), bytes), 0)
+          << "output " << k << " split vs intra-op team";
+    }
   }
   SetIntraOpThreads(saved);
 }

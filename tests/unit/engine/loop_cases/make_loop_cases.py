@@ -431,6 +431,48 @@ def case_nested(out_dir):
                [np.array(s, np.float32), np.array(scans[0], np.float32)])
 
 
+def case_nested_rnn(out_dir, batch=16, hidden=128, outer_trips=3, inner_trips=4, seed=16):
+    """An RNN cell (Tanh(MatMul(h, W) + b), products large enough to split over the Loop's
+    SpinTeam) in an inner Loop, inside an outer Loop that halves h after each inner run and scans
+    it: the inner Loop runs inside the outer one's thread mode (loop_test.cc)."""
+    rng = np.random.default_rng(seed)
+    W = (rng.standard_normal((hidden, hidden)) * 0.02).astype(np.float32)
+    b = rng.standard_normal((hidden,)) * 0.1
+    b = (b + np.sign(b) * 0.5).astype(np.float32)
+    half = np.array(0.5, np.float32)
+    inner = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
+         helper.make_node("Add", ["mm", "b"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "inner", [vi("j", I64, []), vi("c_in", B, []), vi("h_in", F, [batch, hidden])],
+        [vi("c_out", B, []), vi("h_out", F, [batch, hidden])])
+    outer = helper.make_graph(
+        [helper.make_node("Loop", ["N", "", "h_in"], ["h_mid"], body=inner),
+         helper.make_node("Mul", ["h_mid", "half"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "outer", [vi("i", I64, []), vi("c_in", B, []), vi("h_in", F, [batch, hidden])],
+        [vi("c_out", B, []), vi("h_out", F, [batch, hidden]), vi("hs", F, [batch, hidden])])
+    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "hs_all"], body=outer)
+    g = helper.make_graph([loop], "nested_rnn",
+                          [vi("M", I64, []), vi("N", I64, []), vi("h0", F, [batch, hidden])],
+                          [vi("h", F, [batch, hidden]), vi("hs_all", F, [None, batch, hidden])],
+                          initializer=[numpy_helper.from_array(a, n) for a, n in
+                                       ((W, "W"), (b, "b"), (half, "half"))])
+    h0 = rng.standard_normal((batch, hidden)).astype(np.float32)
+
+    def outer_np(i, c, h):
+        for _ in range(inner_trips):
+            h = np.tanh(h.astype(np.float64) @ W + b).astype(np.float32)
+        h = (h * half).astype(np.float32)
+        return True, h, h
+    (h,), scans, _ = loop_semantics(outer_trips, None, [h0], outer_np)
+    write_case(out_dir, "loop_nested_rnn", model(g),
+               [np.array(outer_trips, np.int64), np.array(inner_trips, np.int64), h0],
+               [h, np.stack(scans[0])])
+
+
 def case_if_inside_loop(out_dir):
     """An If inside the body picks x*2 on even iterations and x-1 on odd ones."""
     then_g = helper.make_graph([helper.make_node("Mul", ["x_in", "two"], ["r"])], "then", [],
@@ -904,6 +946,7 @@ def main():
         case_sequence_append(out_dir, f"loop_sequence_append_read_old_{trips}", trips,
                              read_old=True)
     case_nested_tensor_array(out_dir)
+    case_nested_rnn(out_dir)
     case_if_inside_loop(out_dir)
     case_rnn(out_dir)
     case_rnn(out_dir, "loop_rnn_wide", hidden=300, trips=9, seed=8, scale=0.05)
@@ -918,6 +961,10 @@ def main():
                           trips=6, seed=13)
     case_input_projection(out_dir, "loop_input_projection_batch_in_body", batch=5, hidden=40,
                           inputs=33, trips=6, seed=14)
+    # At batch 16 the products stay in the body and split by rows over the Loop's SpinTeam: the
+    # Gemm with alpha, beta and a transposed B too (loop_test.cc, TeamSplitsGiveIdenticalOutputs).
+    case_input_projection(out_dir, "loop_input_projection_split", batch=16, hidden=128,
+                          inputs=96, trips=6, seed=17)
     case_scan_wide_slices(out_dir)
     case_scan_only(out_dir)
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)

@@ -4,6 +4,7 @@
 
 #include "engine/runtime/thread_mode.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -90,6 +91,53 @@ TEST(ThreadModeChooserTest, KeepsTheTeamWhenItIsFaster) {
   EXPECT_EQ(chooser.current(), Mode::kTeam);
   EXPECT_EQ(chooser.switches(), 0);
   EXPECT_LT(t.seconds, 1.03 * static_cast<double>(n) * 100e-6);
+}
+
+// With Config::spin_team, three candidates: each of the two non-team modes is found when it is
+// the fastest, whichever the other one costs, and the cost stays near the best mode's.
+TEST(ThreadModeChooserTest, PicksTheFastestOfThreeModes) {
+  ThreadModeChooser::Config config;
+  config.spin_team = true;
+  struct Case {
+    double team, one, spin;
+    Mode best;
+  };
+  for (const Case& c : {Case{300e-6, 200e-6, 100e-6, Mode::kSpinTeam},
+                        Case{300e-6, 100e-6, 200e-6, Mode::kOneThread},
+                        Case{300e-6, 100e-6, 400e-6, Mode::kOneThread},
+                        Case{100e-6, 200e-6, 150e-6, Mode::kTeam}}) {
+    SCOPED_TRACE(static_cast<int>(c.best));
+    ThreadModeChooser chooser(config);
+    int64_t per_mode[3] = {};
+    double seconds = 0;
+    const int64_t n = 100000;
+    for (int64_t i = 0; i < n;) {
+      const Mode mode = chooser.mode();
+      double block = 0;
+      for (int64_t k = 0; k < chooser.iterations() && i < n; ++k, ++i) {
+        block += mode == Mode::kTeam ? c.team : mode == Mode::kOneThread ? c.one : c.spin;
+        ++per_mode[static_cast<int>(mode)];
+      }
+      seconds += block;
+      chooser.Next(block);
+    }
+    EXPECT_EQ(chooser.current(), c.best);
+    EXPECT_GT(per_mode[static_cast<int>(c.best)], n * 95 / 100);
+    const double best = std::min({c.team, c.one, c.spin});
+    EXPECT_LT(seconds, 1.05 * static_cast<double>(n) * best);
+  }
+}
+
+// Without it (the default), the SpinTeam mode is never run.
+TEST(ThreadModeChooserTest, TwoModesByDefault) {
+  ThreadModeChooser chooser;
+  for (int64_t i = 0; i < 100000;) {
+    EXPECT_NE(chooser.mode(), Mode::kSpinTeam);
+    const int64_t n = chooser.iterations();
+    i += n;
+    chooser.Next(static_cast<double>(n) * (chooser.mode() == Mode::kTeam ? 300e-6 : 100e-6));
+  }
+  EXPECT_EQ(chooser.current(), Mode::kOneThread);
 }
 
 TEST(ThreadModeChooserTest, OneLuckyProbeDoesNotSwitch) {
