@@ -425,14 +425,16 @@ def main():
                     failed.append("%s (%d threads)" % (name, threads))
                 ref = info.get("reference_steps", "?")
                 # The share of the last run's Loop iterations run on one thread (the adaptive
-                # policy's choice at 2+ threads).
+                # policy's choice at 2+ threads); "+team" when products were split over the
+                # SpinTeam meanwhile (looprun --loop_team).
                 iters = info.get("loop_iterations", 0)
-                one = ("%d%%" % round(100.0 * info.get("one_thread_iterations", 0) / iters)
+                one = ("%d%%%s" % (round(100.0 * info.get("one_thread_iterations", 0) / iters),
+                                   "+team" if info.get("team_splits", 0) else "")
                        if iters else "-")
                 old_ratio = t / old_us if old_us else None
                 rows.append((name, threads, o, t, t / o, agree, ref, one, old_ratio))
                 print("%-20s %d thr  loopserve %10.1f us   onnxruntime %10.1f us   speedup %6.2fx"
-                      "   one-thread %4s%s   %s" %
+                      "   one-thread %9s%s   %s" %
                       (name, threads, o, t, t / o, one,
                        "   old policy %10.1f us %6.2fx" % (old_us, old_ratio) if old_us else "",
                        agree), file=sys.stderr, flush=True)
