@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/kernels/native/vector_math_isa.h"
 
@@ -11,31 +10,6 @@ namespace {
 
 // Rows shorter than this go to chain_rows a block at a time.
 constexpr int64_t kShortRow = 256;
-
-// reference::ForEachRow one level up: calls `fn(out_offset, in_offsets)` for every block of
-// layout.dims[rank - 2] rows (rank >= 2), with the offsets of the block's first element.
-template <typename Fn>
-void ForEachBlock(const reference::BroadcastLayout& layout, Fn&& fn) {
-  const int outer_rank = layout.rank() - 2;
-  const int64_t block = layout.dims[outer_rank] * layout.dims[outer_rank + 1];
-  absl::InlinedVector<int64_t, 6> index(outer_rank, 0);
-  int64_t in_offsets[reference::kMaxBroadcastInputs] = {};
-  int64_t out_offset = 0;
-  while (true) {
-    fn(out_offset, static_cast<const int64_t*>(in_offsets));
-    out_offset += block;
-    int d = outer_rank - 1;
-    for (; d >= 0; --d) {
-      for (int i = 0; i < layout.num_inputs; ++i) in_offsets[i] += layout.strides[i][d];
-      if (++index[d] < layout.dims[d]) break;
-      for (int i = 0; i < layout.num_inputs; ++i) {
-        in_offsets[i] -= layout.strides[i][d] * layout.dims[d];
-      }
-      index[d] = 0;
-    }
-    if (d < 0) return;
-  }
-}
 
 }  // namespace
 
@@ -94,7 +68,7 @@ void ElementwiseChain::Run(const Prepared& prepared, absl::Span<const float* con
       int64_t row_strides[kMaxOperands];
       for (int i = 0; i < num_operands_; ++i) row_strides[i] = layout.strides[i][r - 2];
       const int64_t count = layout.dims[r - 2];
-      ForEachBlock(layout, [&](int64_t out_offset, const int64_t* in_offsets) {
+      reference::ForEachInner(layout, 2, [&](int64_t out_offset, const int64_t* in_offsets) {
         for (int i = 0; i < num_operands_; ++i) rows[i] = operands[i] + in_offsets[i];
         table->chain_rows(ops, num_ops, rows, inner, row_strides, num_operands_, out + out_offset,
                           row, count);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
@@ -38,20 +39,22 @@ struct BroadcastLayout {
 // must be broadcastable onto `out` (checked by BroadcastShapes beforehand).
 BroadcastLayout MakeBroadcastLayout(const Shape& out, absl::Span<const Shape* const> inputs);
 
-// Calls `fn(out_offset, in_offsets)` for every innermost row of `layout`, where the offsets are
-// element offsets of the row's first element and `in_offsets` has one entry per input. A row has
-// layout.dims.back() elements; within it input i advances by layout.strides[i].back(). Walks the
-// outer dims with an odometer (no divisions). The output must have at least one element.
+// Calls `fn(out_offset, in_offsets)` for every block of the innermost `inner_rank` dims of
+// `layout` (1 <= inner_rank <= rank), where the offsets are element offsets of the block's first
+// element and `in_offsets` has one entry per input; within the block input i advances by its own
+// layout.strides[i]. Walks the outer dims with an odometer (no divisions). The output must have at
+// least one element.
 template <typename Fn>
-void ForEachRow(const BroadcastLayout& layout, Fn&& fn) {
-  const int outer_rank = layout.rank() - 1;
-  const int64_t row = layout.dims.back();
+void ForEachInner(const BroadcastLayout& layout, int inner_rank, Fn&& fn) {
+  const int outer_rank = layout.rank() - inner_rank;
+  int64_t block = 1;
+  for (int d = outer_rank; d < layout.rank(); ++d) block *= layout.dims[d];
   absl::InlinedVector<int64_t, 6> index(outer_rank, 0);
   int64_t in_offsets[kMaxBroadcastInputs] = {};
   int64_t out_offset = 0;
   while (true) {
     fn(out_offset, static_cast<const int64_t*>(in_offsets));
-    out_offset += row;
+    out_offset += block;
     int d = outer_rank - 1;
     for (; d >= 0; --d) {
       for (int i = 0; i < layout.num_inputs; ++i) in_offsets[i] += layout.strides[i][d];
@@ -63,6 +66,13 @@ void ForEachRow(const BroadcastLayout& layout, Fn&& fn) {
     }
     if (d < 0) return;
   }
+}
+
+// ForEachInner over rows: a row has layout.dims.back() elements; within it input i advances by
+// layout.strides[i].back().
+template <typename Fn>
+void ForEachRow(const BroadcastLayout& layout, Fn&& fn) {
+  ForEachInner(layout, 1, std::forward<Fn>(fn));
 }
 
 // Copies `in` (row-major, of a shape broadcastable onto `out`) into `out_data` broadcast to `out`,
