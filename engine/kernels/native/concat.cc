@@ -81,24 +81,35 @@ class ConcatKernel final : public Kernel {
     const int64_t outer = out_shape.NumElements(0, axis);
     const size_t inner_bytes = static_cast<size_t>(out_shape.NumElements(axis + 1, rank)) * elem;
     const size_t out_row = static_cast<size_t>(axis_total) * inner_bytes;
-    char* out = static_cast<char*>(y->mutable_raw_data());
-    size_t offset = 0;
     InterruptPacer pacer(ctx.run_context());  // outputs may be hundreds of megabytes
-    for (int i = 0; i < n; ++i) {
-      const Tensor& t = ctx.input(i);
-      const size_t row = static_cast<size_t>(t.dim(axis)) * inner_bytes;
-      if (row == 0) continue;
-      const char* in = static_cast<const char*>(t.raw_data());
-      for (int64_t o = 0; o < outer; ++o) {
-        if (!pacer.Copy(out + o * out_row + offset, in + o * row, row)) return pacer.status();
-      }
-      offset += row;
+    if (!CopyParts(ctx, /*first_input=*/0, axis, outer, inner_bytes,
+                   static_cast<char*>(y->mutable_raw_data()), out_row, /*offset=*/0, pacer)) {
+      return pacer.status();
     }
     return absl::OkStatus();
   }
 
  private:
   explicit ConcatKernel(int64_t axis) : axis_(axis) {}
+
+  // Copies inputs first_input.. into `out` (outer rows of out_row bytes), each input's part of a
+  // row after the previous ones, starting at byte `offset` of the row. False when the run was
+  // interrupted (pacer.status() says why).
+  static bool CopyParts(KernelContext& ctx, int first_input, int axis, int64_t outer,
+                        size_t inner_bytes, char* out, size_t out_row, size_t offset,
+                        InterruptPacer& pacer) {
+    for (int i = first_input; i < ctx.num_inputs(); ++i) {
+      const Tensor& t = ctx.input(i);
+      const size_t row = static_cast<size_t>(t.dim(axis)) * inner_bytes;
+      if (row == 0) continue;
+      const char* in = static_cast<const char*>(t.raw_data());
+      for (int64_t o = 0; o < outer; ++o) {
+        if (!pacer.Copy(out + o * out_row + offset, in + o * row, row)) return false;
+      }
+      offset += row;
+    }
+    return true;
+  }
 
   // Concat(state, new...) where `state` has no other reader (a Loop's carried array that grows by
   // a slice per iteration: a KV cache, a list of masks): takes input 0's buffer as the output
@@ -126,16 +137,9 @@ class ConcatKernel final : public Kernel {
       std::memmove(out + o * out_row, out + o * old_row, old_row);
       if (!pacer.Produced(old_row)) return pacer.status();
     }
-    size_t offset = old_row;
-    for (int i = 1; i < ctx.num_inputs(); ++i) {
-      const Tensor& t = ctx.input(i);
-      const size_t row = static_cast<size_t>(t.dim(axis)) * inner_bytes;
-      if (row == 0) continue;
-      const char* in = static_cast<const char*>(t.raw_data());
-      for (int64_t o = 0; o < outer; ++o) {
-        if (!pacer.Copy(out + o * out_row + offset, in + o * row, row)) return pacer.status();
-      }
-      offset += row;
+    if (!CopyParts(ctx, /*first_input=*/1, axis, outer, inner_bytes, out, out_row, old_row,
+                   pacer)) {
+      return pacer.status();
     }
     return true;
   }
