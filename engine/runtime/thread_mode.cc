@@ -73,6 +73,10 @@ void ThreadModeChooser::Next(double seconds) {
       }
       block_ = iterations_;
       before_ = seconds / static_cast<double>(block_);
+      // The sweep: one probe of each other mode, each against the fastest so far.
+      sweeping_ = true;
+      best_ = current_;
+      best_seconds_ = before_;
       return Enter(Phase::kWarmUp);
     case Phase::kHold:
       return Enter(Phase::kBefore);
@@ -84,11 +88,12 @@ void ThreadModeChooser::Next(double seconds) {
     case Phase::kProbe: {
       probe_seconds_ += seconds;
       probe_done_ += iterations_;
-      if (probe_done_ >= block_) return Enter(Phase::kWarmBack);
+      if (probe_done_ >= block_) return sweeping_ ? EndSweepProbe() : Enter(Phase::kWarmBack);
       // Already slower than a whole reference block (with the margin): no need to finish.
-      if (probe_seconds_ > before_ * static_cast<double>(block_) * (1 + config_.switch_margin)) {
+      const double reference = sweeping_ ? best_seconds_ : before_;
+      if (probe_seconds_ > reference * static_cast<double>(block_) * (1 + config_.switch_margin)) {
         probe_done_ = 0;  // marks the probe as lost
-        return Enter(Phase::kWarmBack);
+        return sweeping_ ? EndSweepProbe() : Enter(Phase::kWarmBack);
       }
       iterations_ = std::min(iterations_, block_ - probe_done_);
       return;
@@ -100,14 +105,16 @@ void ThreadModeChooser::Next(double seconds) {
       after_ = seconds / static_cast<double>(block_);
       const double probe = probe_seconds_ / static_cast<double>(probe_done_);
       if (probe < 0.5 * (before_ + after_) * (1 - config_.switch_margin)) {
-        if (!confirming_) {
+        if (!confirming_ && !provisional_) {
           // Won once: probe again at once, and switch only if it wins again (on a loaded
           // machine one probe can win by the luck of the scheduler).
           confirming_ = true;
           before_ = after_;
           return Enter(Phase::kWarmUp);
         }
+        // A second win, or one against a mode the sweep chose on one win: switch.
         confirming_ = false;
+        provisional_ = false;
         const Mode previous = current_;
         current_ = probe_;
         // Next the mode not measured lately: with three modes the third (a machine that got
@@ -124,9 +131,38 @@ void ThreadModeChooser::Next(double seconds) {
   // The current mode stays: wait twice as long before probing again, then probe the next one.
   if (phase_ == Phase::kAfter) before_ = after_;
   confirming_ = false;
+  provisional_ = false;
   probe_ = NextProbe(probe_);
   hold_ = std::clamp(hold_ * 2, config_.min_hold_seconds, config_.max_hold_seconds);
   Enter(Phase::kHold);
+}
+
+void ThreadModeChooser::EndSweepProbe() {
+  const bool won = probe_done_ > 0 && probe_seconds_ / static_cast<double>(probe_done_) <
+                                          best_seconds_ * (1 - config_.switch_margin);
+  if (won) {
+    best_ = probe_;
+    best_seconds_ = probe_seconds_ / static_cast<double>(probe_done_);
+  }
+  const Mode next = NextProbe(probe_);
+  if (next != (config_.spin_team ? Mode::kSpinTeam : Mode::kOneThread)) {
+    probe_ = next;  // another mode to sweep
+    return Enter(Phase::kWarmUp);
+  }
+  sweeping_ = false;
+  if (best_ == current_) {
+    // Nothing beat the calibrated mode: hold it as after a lost probe.
+    probe_ = next;
+    hold_ = config_.min_hold_seconds;
+    return Enter(Phase::kHold);
+  }
+  // Start from the fastest at once; its confirmation is the steady-state probe of the mode left,
+  // right away, which takes it back if it wins once.
+  probe_ = current_;
+  current_ = best_;
+  provisional_ = true;
+  ++switches_;
+  Enter(Phase::kBefore);
 }
 
 int ThreadsOfThisThread() { return omp_get_max_threads(); }

@@ -26,6 +26,16 @@ namespace loopserve::engine {
 //   calibrate: one untimed iteration (the first: its primitives are created), then blocks of
 //              2, 4, 8, ... iterations in the current mode until one takes at least
 //              block_seconds; its size becomes the block size, and it is the first reference;
+//   sweep:     once, right after the calibration: a warm-up iteration and one timed block in
+//              each other mode in turn (SpinTeam first), each cut short as soon as it is slower
+//              than the fastest so far with the margin; a mode beats the fastest so far when
+//              faster by more than `switch_margin`. If one beat the calibrated mode, the Loop
+//              switches to the fastest at once (its block counts as the "before" of a probe
+//              of the mode left, which follows right away: if that probe wins once, the Loop
+//              goes back); then the steady-state rule below. So a Loop runs its best mode
+//              after about four blocks instead of after four blocks plus a hold whenever the
+//              first probe was not of the best mode or lost by chance (mlp_b16_h512 at 2
+//              threads: ~900 iterations a process, and some processes never got there);
 //   hold:      untimed iterations in the current mode for about hold_seconds (converted with
 //              the current mode's last time per iteration);
 //   before:    one timed block in the current mode (reference 1);
@@ -37,14 +47,17 @@ namespace loopserve::engine {
 //   after:     one timed block in the current mode (reference 2).
 // The probe's time per iteration is compared with the mean of the two references around it, so
 // a cost that changes linearly over the iterations (attention over a growing length) cancels.
-// When the probe is faster by more than `switch_margin` in two probes in a row (the second right
-// after the first, its "before" reference being the first's "after") the modes swap and the hold
-// restarts at min_hold_seconds; otherwise it doubles up to max_hold_seconds. With three modes the
-// probed mode is each of the two others in turn (the SpinTeam first), so each is probed half as
-// often as with two. A probe costs about
-// one block in the slower mode (plus, if the environment makes idle threads spin, their spinning
-// afterwards: libgomp's default 300000 rounds are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md),
-// so at the longest hold probing costs about 1% and a change of load is noticed within ~2 s.
+// Against the sweep's single reference a cost that grows or shrinks over the iterations is not
+// cancelled: a growing one keeps the calibrated mode (the steady state finds the faster one
+// later), a shrinking one can switch on one win, and the confirming probe undoes that.
+// In the steady state, when the probe is faster by more than `switch_margin` in two probes in a row
+// (the second right after the first, its "before" reference being the first's "after") the modes
+// swap and the hold restarts at min_hold_seconds; otherwise it doubles up to max_hold_seconds. With
+// three modes the probed mode is each of the two others in turn (the SpinTeam first), so each is
+// probed half as often as with two. A probe costs about one block in the slower mode (plus, if the
+// environment makes idle threads spin, their spinning afterwards: libgomp's default 300000 rounds
+// are ~7.5 ms of CPU on the EPYC of bench/RESULTS.md), so at the longest hold probing costs about
+// 1% and a change of load is noticed within ~2 s.
 //
 // Not thread-safe; one chooser per Loop, driven by one execution at a time.
 class ThreadModeChooser {
@@ -91,6 +104,8 @@ class ThreadModeChooser {
   // The next candidate after `m` other than current_.
   Mode NextProbe(Mode m) const;
   void Enter(Phase phase);
+  // Ends a probe of the initial sweep: the next mode's probe, or the sweep's decision.
+  void EndSweepProbe();
 
   Config config_;
   Mode current_ = Mode::kTeam;     // the chosen mode
@@ -98,11 +113,15 @@ class ThreadModeChooser {
   Mode probe_ = Mode::kOneThread;  // the mode the next probe runs
   Phase phase_ = Phase::kCalibrate;
   int64_t iterations_ = 1;
-  int64_t block_ = 0;        // iterations per timed block, once calibrated
-  double hold_ = 0;          // seconds
-  bool warmed_up_ = false;   // the calibration's untimed first iteration has run
-  bool confirming_ = false;  // the last probe won; the next decides
-  double before_ = 0;        // seconds per iteration of the references
+  int64_t block_ = 0;         // iterations per timed block, once calibrated
+  double hold_ = 0;           // seconds
+  bool warmed_up_ = false;    // the calibration's untimed first iteration has run
+  bool confirming_ = false;   // the last probe won; the next decides
+  bool sweeping_ = false;     // in the initial sweep
+  bool provisional_ = false;  // the sweep switched on one win; the next probe decides
+  Mode best_ = Mode::kTeam;   // the sweep's fastest so far and its time per iteration
+  double best_seconds_ = 0;
+  double before_ = 0;  // seconds per iteration of the references
   double after_ = 0;
   double probe_seconds_ = 0;  // of the probe so far
   int64_t probe_done_ = 0;    // iterations of the probe so far

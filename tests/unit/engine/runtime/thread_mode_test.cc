@@ -141,18 +141,124 @@ TEST(ThreadModeChooserTest, TwoModesByDefault) {
 }
 
 TEST(ThreadModeChooserTest, OneLuckyProbeDoesNotSwitch) {
-  // One thread is slower, except during the first probe (the team's thread was descheduled, say):
-  // that probe wins, the confirming one loses, and the team stays.
-  const int64_t lucky = 1 + ExpectedBlock(100e-6);  // the first probe's warm-up and block
+  // One thread is slower, except during the sweep's probe (the team's thread was descheduled,
+  // say): the sweep switches on that one win, the confirming probe of the team wins at once and
+  // takes it back, and the team stays. One thread ran only the lucky probe, one reference block
+  // and the later probes (each cut short at its first part).
+  const int64_t block = ExpectedBlock(100e-6);
+  const int64_t lucky = 1 + block;  // the sweep's warm-up and block
   int64_t one_thread_iterations = 0;
   ThreadModeChooser chooser;
-  Drive(chooser, 50000, [&](Mode m, int64_t) {
-    if (m == Mode::kTeam) return 100e-6;
-    return ++one_thread_iterations <= lucky ? 50e-6 : 150e-6;
+  const int64_t n = 50000;
+  double seconds = 0;
+  Drive(chooser, n, [&](Mode m, int64_t) {
+    const double c = m == Mode::kTeam ? 100e-6 : ++one_thread_iterations <= lucky ? 50e-6 : 150e-6;
+    seconds += c;
+    return c;
   });
   EXPECT_GT(one_thread_iterations, lucky) << "probed again";
-  EXPECT_EQ(chooser.switches(), 0);
+  EXPECT_EQ(chooser.switches(), 2) << "there and back";
   EXPECT_EQ(chooser.current(), Mode::kTeam);
+  EXPECT_LT(seconds, 1.03 * static_cast<double>(n) * 100e-6);
+}
+
+// From each order of three distinct costs, the fastest mode is the current one after the
+// calibration, a block in each other mode and the confirming probe's reference, and it stays.
+TEST(ThreadModeChooserTest, ReachesTheBestOfThreeModesWithinFourBlocks) {
+  ThreadModeChooser::Config config;
+  config.spin_team = true;
+  const double costs[6][3] = {{100e-6, 200e-6, 300e-6}, {100e-6, 300e-6, 200e-6},
+                              {200e-6, 100e-6, 300e-6}, {300e-6, 100e-6, 200e-6},
+                              {200e-6, 300e-6, 100e-6}, {300e-6, 200e-6, 100e-6}};
+  for (const auto& c : costs) {
+    const Mode best = static_cast<Mode>(std::min_element(c, c + 3) - c);
+    SCOPED_TRACE(static_cast<int>(best));
+    ThreadModeChooser chooser(config);
+    const int64_t n = 50000;
+    int64_t reached = -1;  // the iteration from which the current mode is the best for good
+    for (int64_t i = 0; i < n;) {
+      const Mode mode = chooser.mode();
+      const int64_t k = chooser.iterations();
+      i += k;
+      chooser.Next(static_cast<double>(k) * c[static_cast<int>(mode)]);
+      if (chooser.current() != best) {
+        reached = -1;
+      } else if (reached < 0) {
+        reached = i;
+      }
+    }
+    ASSERT_GE(reached, 0);
+    // The calibration ends at block b after 2b - 1 iterations (of the team, at 100 to 300 us);
+    // then up to two probes of b, each after a warm-up iteration.
+    const int64_t b = chooser.block_iterations();
+    EXPECT_LE(reached, 4 * b + 2);
+    EXPECT_EQ(chooser.switches(), best == Mode::kTeam ? 0 : 1);
+  }
+  // The same with two modes, from both orders.
+  for (const bool team_best : {true, false}) {
+    ThreadModeChooser chooser;
+    int64_t reached = -1;
+    const Mode best = team_best ? Mode::kTeam : Mode::kOneThread;
+    for (int64_t i = 0; i < 50000;) {
+      const int64_t k = chooser.iterations();
+      i += k;
+      const bool fast = (chooser.mode() == Mode::kTeam) == team_best;
+      chooser.Next(static_cast<double>(k) * (fast ? 100e-6 : 200e-6));
+      if (chooser.current() != best) {
+        reached = -1;
+      } else if (reached < 0) {
+        reached = i;
+      }
+    }
+    ASSERT_GE(reached, 0);
+    EXPECT_LE(reached, 3 * chooser.block_iterations() + 1);
+  }
+}
+
+// Three modes within the margin of each other (3% apart), each block also off by up to +-1.5%
+// (a deterministic pseudo-random factor per 32 iterations): no switch, in the sweep or after.
+TEST(ThreadModeChooserTest, NoSwitchOnNoiseWithinTheMargin) {
+  ThreadModeChooser::Config config;
+  config.spin_team = true;
+  const double base[3] = {100e-6, 103e-6, 97e-6};
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(seed);
+    ThreadModeChooser chooser(config);
+    Drive(chooser, 200000, [&](Mode m, int64_t i) {
+      uint32_t x = seed * 2654435761u ^ static_cast<uint32_t>(i / 32) * 2246822519u;
+      x ^= x >> 15;
+      x *= 2654435761u;
+      x ^= x >> 13;
+      const double noise = (static_cast<double>(x % 1001) / 1000.0 - 0.5) * 0.03;
+      return base[static_cast<int>(m)] * (1 + noise);
+    });
+    EXPECT_EQ(chooser.switches(), 0);
+    EXPECT_EQ(chooser.current(), Mode::kTeam);
+  }
+}
+
+// With three modes the load moves the best from the SpinTeam (quiet) to one thread (a helper
+// descheduled) to the team (busy neighbours) and back to the SpinTeam: each is followed.
+TEST(ThreadModeChooserTest, FollowsAChangeOfLoadAmongThreeModes) {
+  ThreadModeChooser::Config config;
+  config.spin_team = true;
+  ThreadModeChooser chooser(config);
+  auto costs = [](double team, double one, double spin) {
+    return [=](Mode m, int64_t) {
+      return m == Mode::kTeam ? team : m == Mode::kOneThread ? one : spin;
+    };
+  };
+  const int64_t phase = 200000;
+  Drive(chooser, phase, costs(300e-6, 350e-6, 200e-6));
+  EXPECT_EQ(chooser.current(), Mode::kSpinTeam);
+  EXPECT_EQ(chooser.switches(), 1);
+  Drive(chooser, phase, costs(300e-6, 150e-6, 400e-6));
+  EXPECT_EQ(chooser.current(), Mode::kOneThread);
+  Drive(chooser, phase, costs(100e-6, 300e-6, 400e-6));
+  EXPECT_EQ(chooser.current(), Mode::kTeam);
+  Drive(chooser, phase, costs(300e-6, 350e-6, 200e-6));
+  EXPECT_EQ(chooser.current(), Mode::kSpinTeam);
+  EXPECT_LE(chooser.switches(), 5) << "no flapping";
 }
 
 TEST(ThreadModeChooserTest, CutsASlowProbeShort) {
