@@ -440,50 +440,11 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     return Finish(op, ctx);
   }
   try {
+    void* scratchpad = op.scratchpad_bytes > 0 ? run.Scratchpad(op.scratchpad_bytes) : nullptr;
+    Tensor* const outputs[3] = {out, extra[0], extra[1]};
     for (size_t i = 0; i < op.bindings.size(); ++i) {
-      void* handle = nullptr;
-      switch (op.bindings[i].source) {
-        case BufferSource::kInput0:
-        case BufferSource::kInput1:
-        case BufferSource::kInput2:
-        case BufferSource::kInput3:
-        case BufferSource::kInput4: {
-          const int input =
-              static_cast<int>(op.bindings[i].source) - static_cast<int>(BufferSource::kInput0);
-          handle = const_cast<void*>(inputs[input]->raw_data());
-          break;
-        }
-        case BufferSource::kOutput:
-          handle = out->mutable_raw_data();
-          break;
-        case BufferSource::kOutput1:
-        case BufferSource::kOutput2:
-          handle = extra[static_cast<int>(op.bindings[i].source) -
-                         static_cast<int>(BufferSource::kOutput1)]
-                       ->mutable_raw_data();
-          break;
-        case BufferSource::kScratchpad:
-          handle = run.Scratchpad(op.scratchpad_bytes);
-          break;
-        case BufferSource::kAux0:
-        case BufferSource::kAux1:
-          handle = state
-                       .aux[static_cast<int>(op.bindings[i].source) -
-                            static_cast<int>(BufferSource::kAux0)]
-                       .mutable_raw_data();
-          break;
-        case BufferSource::kPacked:
-          handle = const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
-          break;
-        case BufferSource::kStagedSrc:
-        case BufferSource::kStagedDst:
-          handle = state
-                       .staged[static_cast<int>(op.bindings[i].source) -
-                               static_cast<int>(BufferSource::kStagedSrc)]
-                       .mutable_raw_data();
-          break;
-      }
-      state.memories[i].set_data_handle(handle);
+      state.memories[i].set_data_handle(
+          BufferOf(op.bindings[i].source, op, state, inputs, outputs, scratchpad));
     }
     if (op.staging != nullptr) {
       state.stage_memories[0].set_data_handle(const_cast<void*>(inputs[0]->raw_data()));
@@ -548,39 +509,59 @@ dnnl_stream_t ThisThreadStream() {
 
 }  // namespace
 
+void* DnnlKernel::BufferOf(BufferSource source, const PreparedOp& op, Bound& state,
+                           const Tensor* const* inputs, Tensor* const* outputs, void* scratchpad) {
+  switch (source) {
+    case BufferSource::kInput0:
+    case BufferSource::kInput1:
+    case BufferSource::kInput2:
+    case BufferSource::kInput3:
+    case BufferSource::kInput4:
+      return const_cast<void*>(
+          inputs[static_cast<int>(source) - static_cast<int>(BufferSource::kInput0)]->raw_data());
+    case BufferSource::kOutput:
+      return outputs[0]->mutable_raw_data();
+    case BufferSource::kOutput1:
+    case BufferSource::kOutput2:
+      return outputs[1 + static_cast<int>(source) - static_cast<int>(BufferSource::kOutput1)]
+          ->mutable_raw_data();
+    case BufferSource::kScratchpad:
+      return scratchpad;
+    case BufferSource::kAux0:
+    case BufferSource::kAux1:
+      return state.aux[static_cast<int>(source) - static_cast<int>(BufferSource::kAux0)]
+          .mutable_raw_data();
+    case BufferSource::kPacked:
+      return const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
+    case BufferSource::kStagedSrc:
+    case BufferSource::kStagedDst:
+      return state.staged[static_cast<int>(source) - static_cast<int>(BufferSource::kStagedSrc)]
+          .mutable_raw_data();
+  }
+  return nullptr;
+}
+
 absl::Status DnnlKernel::RunRowParts(const PreparedOp& op, Bound& state,
                                      const Tensor* const* inputs, Tensor* out, void* scratchpad,
                                      dnnl_stream_t stream) const {
   for (size_t p = 0; p < op.row_parts.size(); ++p) {
     const PreparedOp::RowPart& part = op.row_parts[p];
     for (size_t i = 0; i < part.bindings.size(); ++i) {
-      void* handle = nullptr;
+      // A part reads its own rows of input 0, writes its own rows of the output and has its own
+      // slice of the scratchpad; every other buffer is the whole op's.
       const BufferSource source = part.bindings[i].source;
-      switch (source) {
-        case BufferSource::kInput0:
-          handle = const_cast<char*>(static_cast<const char*>(inputs[0]->raw_data()) +
-                                     part.first_row * static_cast<int64_t>(op.src_row_bytes));
-          break;
-        case BufferSource::kInput1:
-        case BufferSource::kInput2:
-        case BufferSource::kInput3:
-        case BufferSource::kInput4:
-          handle = const_cast<void*>(
-              inputs[static_cast<int>(source) - static_cast<int>(BufferSource::kInput0)]
-                  ->raw_data());
-          break;
-        case BufferSource::kOutput:
-          handle = static_cast<char*>(out->mutable_raw_data()) +
-                   part.first_row * static_cast<int64_t>(op.dst_row_bytes);
-          break;
-        case BufferSource::kScratchpad:
-          handle = static_cast<char*>(scratchpad) + part.scratchpad_offset;
-          break;
-        case BufferSource::kPacked:
-          handle = const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
-          break;
-        default:
-          return absl::InternalError("a row part binds a buffer it cannot split");
+      if (source != BufferSource::kPacked && source != BufferSource::kScratchpad &&
+          source != BufferSource::kOutput &&
+          (source < BufferSource::kInput0 || source > BufferSource::kInput4)) {
+        return absl::InternalError("a row part binds a buffer it cannot split");
+      }
+      char* handle = static_cast<char*>(BufferOf(source, op, state, inputs, &out, scratchpad));
+      if (source == BufferSource::kInput0) {
+        handle += part.first_row * static_cast<int64_t>(op.src_row_bytes);
+      } else if (source == BufferSource::kOutput) {
+        handle += part.first_row * static_cast<int64_t>(op.dst_row_bytes);
+      } else if (source == BufferSource::kScratchpad) {
+        handle += part.scratchpad_offset;
       }
       state.part_memories[p][i].set_data_handle(handle);
     }

@@ -265,6 +265,10 @@ class DnnlKernel : public Kernel {
   // when the kernel splits it) into `state`.
   absl::Status Bind(DataType type, const Tensor* const* inputs, int threads, int parts,
                     Bound& state) const;
+  // The buffer `source` names in a run of `op`: an input, outputs[0..2] (the output, the extra
+  // outputs), `scratchpad`, the op's packed weights or the state's auxiliary / staged tensors.
+  static void* BufferOf(BufferSource source, const PreparedOp& op, Bound& state,
+                        const Tensor* const* inputs, Tensor* const* outputs, void* scratchpad);
   // Runs a prepared op's row parts over the engaged team.
   absl::Status RunRowParts(const PreparedOp& op, Bound& state, const Tensor* const* inputs,
                            Tensor* out, void* scratchpad, dnnl_stream_t stream) const;
