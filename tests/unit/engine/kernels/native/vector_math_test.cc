@@ -209,6 +209,59 @@ TEST_P(VectorMathTest, SpecialValues) {
   EXPECT_TRUE(std::isnan(MaxF32(row.data(), 40)));
 }
 
+// How many float ulps `got` is from the double `want`: ulps of want's binade, and for results
+// below the smallest normal float, ulps of the subnormal spacing 2^-149.
+double UlpError(float got, double want) {
+  if (std::isinf(want)) return got == static_cast<float>(want) ? 0 : 1e30;
+  const double a = std::fabs(want);
+  const double ulp = a < std::numeric_limits<float>::min() ? std::ldexp(1.0, -149)
+                                                           : std::ldexp(1.0, std::ilogb(a) - 23);
+  return std::fabs(got - want) / ulp;
+}
+
+// Exp, Tanh and Sigmoid (the ones with ISA-specific code of our own) on a dense sweep of their
+// whole float range, against double precision in ulps: Exp and Sigmoid within 4 ulps (Exp also on
+// subnormal results, to 2^-149 spacing, and to +inf above log(FLT_MAX)); Tanh within 6 (AVX2's
+// rational approximation, MLAS's and Eigen's, is 5 ulps off at worst), also on tiny arguments,
+// where a relative error shows.
+TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
+  std::vector<float> x;
+  for (double v = -104.0; v <= 90.0; v += 0.00097) x.push_back(static_cast<float>(v));
+  for (float v : {88.7228f, 88.72283f, 88.72284f, 88.7229f, -87.3365f, -103.97f, -103.28f})
+    x.push_back(v);
+  std::vector<float> y(x.size());
+  UnaryF32(VecUnary::kExp, x.data(), y.data(), static_cast<int64_t>(x.size()));
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    const double want_f =
+        want > std::numeric_limits<float>::max() ? std::numeric_limits<double>::infinity() : want;
+    const double e = UlpError(y[i], want_f);
+    worst = std::max(worst, e);
+    ASSERT_LE(e, 4.0) << "exp(" << x[i] << ") = " << y[i] << ", want " << want;
+  }
+  RecordProperty("exp_worst_ulp", std::to_string(worst));
+
+  std::vector<float> t;
+  for (double v = -12.0; v <= 12.0; v += 0.00011) t.push_back(static_cast<float>(v));
+  for (double v = 1e-30; v < 1.0; v *= 1.07) {
+    t.push_back(static_cast<float>(v));
+    t.push_back(static_cast<float>(-v));
+  }
+  y.resize(t.size());
+  UnaryF32(VecUnary::kTanh, t.data(), y.data(), static_cast<int64_t>(t.size()));
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double want = std::tanh(static_cast<double>(t[i]));
+    ASSERT_LE(UlpError(y[i], want), 6.0) << "tanh(" << t[i] << ") = " << y[i] << ", want " << want;
+  }
+  UnaryF32(VecUnary::kSigmoid, t.data(), y.data(), static_cast<int64_t>(t.size()));
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double want = 1 / (1 + std::exp(-static_cast<double>(t[i])));
+    ASSERT_LE(UlpError(y[i], want), 4.0)
+        << "sigmoid(" << t[i] << ") = " << y[i] << ", want " << want;
+  }
+}
+
 TEST_P(VectorMathTest, BinaryWithScalarOperands) {
   const VecBinary ops[] = {VecBinary::kAdd, VecBinary::kSub, VecBinary::kMul, VecBinary::kDiv,
                            VecBinary::kMax, VecBinary::kMin, VecBinary::kPow};
@@ -311,13 +364,14 @@ TEST_P(VectorMathTest, ChainBroadcastsEveryOperand) {
 
 // A selective scan's state update, s = Exp(dt[..., None] * A) * s + u, over [P, B, D, N] with short
 // rows (N = 16: whole vectors on both ISAs; 24: whole AVX2 vectors, an AVX-512 tail; 5: tails
-// only), which run a block of rows per call (chain_rows): dt [P, B, D, 1], A [D, N], s and u
-// [P, B, D, N].
+// only; 8, 16, 32, 64: 1, 2 or 4 vectors a row, which the 4-vector blocks span over several rows;
+// 40, 72: blocks and single vectors in a row), which run a block of rows per call (chain_rows), 7
+// rows (a remainder after the blocks of rows): dt [P, B, D, 1], A [D, N], s and u [P, B, D, N].
 TEST_P(VectorMathTest, ChainOverBlocksOfShortRows) {
   const ElementwiseChain chain(
       4, {ChainStep::Binary(VecBinary::kMul, 1), ChainStep::Unary(VecUnary::kExp),
           ChainStep::Binary(VecBinary::kMul, 2), ChainStep::Binary(VecBinary::kAdd, 3)});
-  for (int64_t n : {16, 24, 5}) {
+  for (int64_t n : {16, 24, 5, 8, 32, 40, 64, 72}) {
     for (int64_t p : {1, 2}) {
       const int64_t b = 3, d = 7;
       const Shape s_dt{p, b, d, 1}, s_a{d, n}, s_s{p, b, d, n};
@@ -343,6 +397,35 @@ TEST_P(VectorMathTest, ChainOverBlocksOfShortRows) {
           }
         }
       }
+    }
+  }
+}
+
+// One long row per call (chain_row) at every length from 1 to 70 and a few longer ones: 4-vector
+// blocks, single vectors and tails, with full-row and scalar operands on either side:
+// out = d - tanh((a + b) * c) / e, a, b, d [n], c and e scalars.
+TEST_P(VectorMathTest, ChainOnRowsOfEveryLength) {
+  const ElementwiseChain chain(
+      5, {ChainStep::Binary(VecBinary::kAdd, 1), ChainStep::Binary(VecBinary::kMul, 2),
+          ChainStep::Unary(VecUnary::kTanh), ChainStep::Binary(VecBinary::kDiv, 4),
+          ChainStep::Binary(VecBinary::kSub, 3, /*operand_first=*/true)});
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 70; ++n) lengths.push_back(n);
+  for (int64_t n : {127, 128, 129, 257, 300, 1000}) lengths.push_back(n);
+  for (int64_t n : lengths) {
+    const Shape row{n}, scalar{};
+    const std::vector<float> a = Inputs(static_cast<int>(n), -2, 2, 11),
+                             b = Inputs(static_cast<int>(n), -1, 1, 12),
+                             d = Inputs(static_cast<int>(n), -1, 1, 13), c = {0.75f}, e = {1.5f};
+    const Shape* shapes[] = {&row, &row, &scalar, &row, &scalar};
+    auto prepared = chain.Prepare(shapes);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    std::vector<float> out(static_cast<size_t>(n), -7.0f);
+    const float* operands[] = {a.data(), b.data(), c.data(), d.data(), e.data()};
+    chain.Run(*prepared, operands, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = d[i] - std::tanh((static_cast<double>(a[i]) + b[i]) * 0.75) / 1.5;
+      ASSERT_NEAR(out[i], want, 2e-6) << "n " << n << " i " << i;
     }
   }
 }
