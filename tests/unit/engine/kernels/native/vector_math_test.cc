@@ -254,6 +254,14 @@ TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
     const double want = std::tanh(static_cast<double>(t[i]));
     ASSERT_LE(UlpError(y[i], want), 6.0) << "tanh(" << t[i] << ") = " << y[i] << ", want " << want;
   }
+  UnaryF32(VecUnary::kErf, t.data(), y.data(), static_cast<int64_t>(t.size()));
+  double erf_worst = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double want = std::erf(static_cast<double>(t[i]));
+    erf_worst = std::max(erf_worst, UlpError(y[i], want));
+    ASSERT_LE(UlpError(y[i], want), 6.0) << "erf(" << t[i] << ") = " << y[i] << ", want " << want;
+  }
+  RecordProperty("erf_worst_ulp", std::to_string(erf_worst));
   UnaryF32(VecUnary::kSigmoid, t.data(), y.data(), static_cast<int64_t>(t.size()));
   for (size_t i = 0; i < t.size(); ++i) {
     const double want = 1 / (1 + std::exp(-static_cast<double>(t[i])));
