@@ -8,7 +8,7 @@
 // The native implementation is vectorised where the time goes: the input projection of all time
 // steps is one sgemm, each step's recurrent product one sgemm (or, for a batch of one with
 // constant weights, the packed one-row kernel fed the input projection as its bias), and the gate
-// nonlinearities the SLEEF array functions of vector_math.h (AVX-512 / AVX2 by native::ActiveIsa).
+// nonlinearities the array functions of vector_math.h (AVX-512 / AVX2 by native::ActiveIsa).
 // The standard LSTM (sigmoid, tanh, tanh) with constant weights recurs on LstmFusedStep instead:
 // the recurrent product and the gate math of a step in one pass over R (lstm_fused.h).
 // Nothing is allocated per step; the per-frame scratch is reused across runs.

@@ -5,10 +5,13 @@
 // selective scan's Exp and Softplus, erf-GELU), where a oneDNN primitive's fixed cost per execute
 // (0.2-0.6 us) exceeds the arithmetic and a scalar libm loop (15-20 ns an element in double) is
 // slower still. The functions come from SLEEF (Debian libsleef-dev: Sleef_*f16_*avx512f /
-// Sleef_*f8_*avx2, 1.0-3.5 ulp), called from translation units built for each ISA and chosen at
-// run time by native::ActiveIsa(); a scalar float loop serves CPUs without AVX2. Stateless and
-// thread-safe. Accuracy is tested against double precision (tests/unit/engine/kernels/native/
-// vector_math_test.cc); every function is within the ONNX backend tolerance (rtol 1e-3).
+// Sleef_*f8_*avx2, 1.0-3.5 ulp), except on AVX2 exp, tanh and erf, which are inline code of ours
+// (vector_math_avx2.cc: SLEEF's AVX2 versions emulate AVX-512 instructions and cost 1.3-1.7x their
+// AVX-512 twins per element; ours are within 1, 5 and 6 ulps). They are called from translation
+// units built for each ISA and chosen at run time by native::ActiveIsa(); a scalar float loop
+// serves CPUs without AVX2. Stateless and thread-safe. Accuracy is tested against double precision
+// (tests/unit/engine/kernels/native/ vector_math_test.cc); every function is within the ONNX
+// backend tolerance (rtol 1e-3).
 
 #include <cstdint>
 
