@@ -220,10 +220,10 @@ double UlpError(float got, double want) {
 }
 
 // Exp, Tanh and Sigmoid (the ones with ISA-specific code of our own) on a dense sweep of their
-// whole float range, against double precision in ulps: Exp and Sigmoid within 4 ulps (Exp also on
-// subnormal results, to 2^-149 spacing, and to +inf above log(FLT_MAX)); Tanh within 6 (AVX2's
-// rational approximation, MLAS's and Eigen's, is 5 ulps off at worst), also on tiny arguments,
-// where a relative error shows.
+// whole float range, against double precision in ulps: Exp, Sigmoid and Softplus within 4 ulps (Exp
+// also on subnormal results, to 2^-149 spacing, and to +inf above log(FLT_MAX)); Tanh within 6
+// (AVX2's rational approximation, MLAS's and Eigen's, is 5 ulps off at worst), also on tiny
+// arguments, where a relative error shows.
 TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
   std::vector<float> x;
   for (double v = -104.0; v <= 90.0; v += 0.00097) x.push_back(static_cast<float>(v));
@@ -262,6 +262,19 @@ TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
     ASSERT_LE(UlpError(y[i], want), 6.0) << "erf(" << t[i] << ") = " << y[i] << ", want " << want;
   }
   RecordProperty("erf_worst_ulp", std::to_string(erf_worst));
+  // Softplus over [-12, 12] and tiny arguments, and far out where log1p(exp(-|x|)) is tiny.
+  std::vector<float> sp = t;
+  for (float v : {-90.0f, -40.0f, -17.0f, 17.0f, 40.0f, 90.0f}) sp.push_back(v);
+  std::vector<float> z(sp.size());
+  UnaryF32(VecUnary::kSoftplus, sp.data(), z.data(), static_cast<int64_t>(sp.size()));
+  double softplus_worst = 0;
+  for (size_t i = 0; i < sp.size(); ++i) {
+    const double want = std::log1p(std::exp(static_cast<double>(sp[i])));
+    softplus_worst = std::max(softplus_worst, UlpError(z[i], want));
+    ASSERT_LE(UlpError(z[i], want), 4.0)
+        << "softplus(" << sp[i] << ") = " << z[i] << ", want " << want;
+  }
+  RecordProperty("softplus_worst_ulp", std::to_string(softplus_worst));
   UnaryF32(VecUnary::kSigmoid, t.data(), y.data(), static_cast<int64_t>(t.size()));
   for (size_t i = 0; i < t.size(); ++i) {
     const double want = 1 / (1 + std::exp(-static_cast<double>(t[i])));
