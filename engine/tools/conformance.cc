@@ -133,13 +133,25 @@ CaseResult RunCaseOrThrow(const std::string& case_dir) {
   const Model& model = **loaded;
   // NO_DATA, or no data sets: loading is the whole test.
   if (IsFile(fs::path(case_dir) / "NO_DATA")) return Pass();
+  Tolerance tolerance;
+  if (IsFile(fs::path(case_dir) / "ATOL")) {
+    std::ifstream file(fs::path(case_dir) / "ATOL");
+    std::string text;
+    file >> text;
+    double atol = 0;
+    if (!absl::SimpleAtod(text, &atol) || !(atol >= 0) || atol > 1) {
+      return Fail(absl::StrCat("ATOL: '", text, "' is not an absolute tolerance in [0, 1]"));
+    }
+    tolerance.atol = atol;
+  }
   for (const fs::path& set : data_sets) {
     const std::string set_name = set.filename().string();
     auto inputs = ReadInputs(model, set.string());
     if (!inputs.ok()) return Fail(absl::StrCat(set_name, ": ", inputs.status().ToString()));
     auto outputs = model.Run(std::move(inputs).value(), engine::RunOptions());
     if (!outputs.ok()) return Fail(absl::StrCat(set_name, ": run: ", outputs.status().ToString()));
-    auto mismatch = CompareWithReference(model, *outputs, set.string(), /*require_all=*/true);
+    auto mismatch =
+        CompareWithReference(model, *outputs, set.string(), /*require_all=*/true, tolerance);
     if (!mismatch.ok()) return Fail(absl::StrCat(set_name, ": ", mismatch.status().ToString()));
     if (mismatch->has_value()) return Fail(absl::StrCat(set_name, ": ", **mismatch));
   }

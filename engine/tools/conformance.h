@@ -32,7 +32,10 @@ struct CaseResult {
 // any of:
 //   test_data_set_<k>/  input_<i>.pb and output_<j>.pb: every data set must run and match;
 //   EXPECT_ERROR        loading or running (on the data sets' inputs) must return an error;
-//   NO_DATA, or no data sets at all: the model must load.
+//   NO_DATA, or no data sets at all: the model must load;
+//   ATOL                a number: the absolute tolerance of this case's float comparisons in place
+//                       of 1e-7 (for a reference in double precision that float32 rounding alone
+//                       can miss by more, e.g. an output near 0 after cancellation).
 CaseResult RunCase(const std::string& case_dir);
 
 using CaseRunner = std::function<CaseResult(const std::string& case_dir)>;

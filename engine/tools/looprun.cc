@@ -259,7 +259,8 @@ std::vector<Value> ViewInputs(const std::vector<Value>& inputs) {
 absl::StatusOr<std::optional<std::string>> CompareWithReference(const Model& model,
                                                                 const std::vector<Value>& outputs,
                                                                 const std::string& dir,
-                                                                bool require_all) {
+                                                                bool require_all,
+                                                                const Tolerance& tolerance) {
   if (require_all && FileExists(OutputPath(dir, outputs.size()))) {
     size_t files = outputs.size();
     while (FileExists(OutputPath(dir, files))) ++files;
@@ -279,7 +280,7 @@ absl::StatusOr<std::optional<std::string>> CompareWithReference(const Model& mod
       file_type.kind = outputs[k].is_sequence() ? ValueKind::kSequence : ValueKind::kTensor;
     }
     LS_ASSIGN_OR_RETURN(Value expected, ReadValueFile(path, file_type));
-    if (std::optional<std::string> diff = CompareValues(expected, outputs[k])) {
+    if (std::optional<std::string> diff = CompareValues(expected, outputs[k], tolerance)) {
       return std::optional<std::string>(absl::StrCat("output ", k, " '", spec.name, "': ", *diff));
     }
   }

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
 #include "engine/tensor/value.h"
+#include "engine/tools/compare.h"
 
 namespace loopserve::tools {
 
@@ -61,9 +62,10 @@ std::vector<engine::Value> ViewInputs(const std::vector<engine::Value>& inputs);
 // Compares `outputs` with `dir`/output_<k>.pb. With `require_all`, every model output needs its
 // file and no extra output_<k>.pb may exist (conformance); otherwise outputs without a file are
 // skipped. Returns nullopt when everything compared matches, else a one-line description naming the
-// output ("output 1 'y': shape [2], expected [3]"); an error status for unreadable files.
+// output ("output 1 'y': shape [2], expected [3]"); an error status for unreadable files. Float
+// elements compare within `tolerance`.
 absl::StatusOr<std::optional<std::string>> CompareWithReference(
     const engine::Model& model, const std::vector<engine::Value>& outputs, const std::string& dir,
-    bool require_all);
+    bool require_all, const Tolerance& tolerance = {});
 
 }  // namespace loopserve::tools

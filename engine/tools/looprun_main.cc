@@ -39,9 +39,9 @@ ABSL_FLAG(bool, verbose, false,
           "Also print, on stderr, the vector ISA of the engine's kernels and the steps that ran "
           "float work on a reference kernel (reference_steps; also in the JSON line).");
 ABSL_FLAG(std::string, conformance, "",
-          "Run every test-case folder (model.onnx + test_data_set_*/, or EXPECT_ERROR / NO_DATA) "
-          "under this folder, each in a forked child; prints PASS/FAIL per case and "
-          "'N passed, M failed'.");
+          "Run every test-case folder (model.onnx + test_data_set_*/, or EXPECT_ERROR / NO_DATA; "
+          "an ATOL file sets the case's absolute tolerance, default 1e-7) under this folder, "
+          "each in a forked child; prints PASS/FAIL per case and 'N passed, M failed'.");
 ABSL_FLAG(std::string, list_file, "",
           "With --conformance: write 'name<TAB>pass|fail<TAB>reason' per case to this file.");
 ABSL_FLAG(std::string, filter, "", "With --conformance: only cases whose name matches this regex.");

@@ -3,12 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "engine/tools/onnx_tensor_io.h"
 #include "gtest/gtest.h"
 
 namespace loopserve::tools {
@@ -94,6 +96,38 @@ TEST_F(CaseDirTest, ExpectErrorPassesWhenLoadFails) {
   EXPECT_EQ(no_data.reason.rfind("load: ", 0), 0u) << no_data.reason;
   EXPECT_FALSE(RunCase(UnloadableCase("c", "")).passed);
   EXPECT_EQ(RunCase((root_ / "missing").string()).reason, "no model.onnx or model.xml");
+}
+
+// ONNX's test_abs (Abs of a [3, 4, 5] float tensor) with its reference moved by 2e-7 + 2e-3 |y|:
+// beyond the default tolerance (atol 1e-7, rtol 1e-3), within an ATOL file's 0.01; an ATOL that is
+// not a tolerance fails the case and names the file.
+TEST_F(CaseDirTest, AtolFileSetsTheAbsoluteTolerance) {
+  const fs::path source = "/usr/share/libonnx-testdata/data/node/test_abs";
+  if (!fs::exists(source)) GTEST_SKIP() << source << " not installed";
+  const fs::path dir = root_ / "abs";
+  fs::create_directories(dir / "test_data_set_0");
+  fs::copy_file(source / "model.onnx", dir / "model.onnx");
+  fs::copy_file(source / "test_data_set_0" / "input_0.pb", dir / "test_data_set_0" / "input_0.pb");
+  const engine::ValueType tensor;
+  std::string name;
+  auto expected =
+      ReadValueFile((source / "test_data_set_0" / "output_0.pb").string(), tensor, &name);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  engine::Tensor& moved = expected->mutable_tensor();
+  float* y = moved.mutable_data<float>();
+  for (int64_t i = 0; i < moved.NumElements(); ++i) y[i] += 2e-7f + 2e-3f * std::fabs(y[i]);
+  ASSERT_TRUE(
+      WriteValueFile((dir / "test_data_set_0" / "output_0.pb").string(), name, *expected, tensor)
+          .ok());
+  const CaseResult strict = RunCase(dir.string());
+  EXPECT_FALSE(strict.passed);
+  EXPECT_NE(strict.reason.find("elements differ"), std::string::npos) << strict.reason;
+  std::ofstream(dir / "ATOL") << "0.01\n";
+  EXPECT_TRUE(RunCase(dir.string()).passed);
+  std::ofstream(dir / "ATOL") << "loose\n";
+  const CaseResult bad = RunCase(dir.string());
+  EXPECT_FALSE(bad.passed);
+  EXPECT_EQ(bad.reason.rfind("ATOL: 'loose'", 0), 0u) << bad.reason;
 }
 
 TEST_F(CaseDirTest, MainPrintsVerdictsSummaryAndList) {

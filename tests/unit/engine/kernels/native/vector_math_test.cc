@@ -219,11 +219,11 @@ double UlpError(float got, double want) {
   return std::fabs(got - want) / ulp;
 }
 
-// Exp, Tanh and Sigmoid (the ones with ISA-specific code of our own) on a dense sweep of their
-// whole float range, against double precision in ulps: Exp, Sigmoid and Softplus within 4 ulps (Exp
-// also on subnormal results, to 2^-149 spacing, and to +inf above log(FLT_MAX)); Tanh within 6
-// (AVX2's rational approximation, MLAS's and Eigen's, is 5 ulps off at worst), also on tiny
-// arguments, where a relative error shows.
+// Exp, Tanh, Erf, Softplus and Sigmoid (the ones with ISA-specific code of our own) on a dense
+// sweep of their range, against double precision in ulps: within 4 ulps (Exp also on subnormal
+// results, to 2^-149 spacing, and to +inf above log(FLT_MAX); Tanh also on tiny arguments, where a
+// relative error shows), Erf within 6 (AVX2's rational approximation, Eigen's and XLA's, is 5.6
+// ulps off at worst, on results near +-1). The worst of each is recorded as a test property.
 TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
   std::vector<float> x;
   for (double v = -104.0; v <= 90.0; v += 0.00097) x.push_back(static_cast<float>(v));
@@ -250,10 +250,13 @@ TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
   }
   y.resize(t.size());
   UnaryF32(VecUnary::kTanh, t.data(), y.data(), static_cast<int64_t>(t.size()));
+  double tanh_worst = 0;
   for (size_t i = 0; i < t.size(); ++i) {
     const double want = std::tanh(static_cast<double>(t[i]));
-    ASSERT_LE(UlpError(y[i], want), 6.0) << "tanh(" << t[i] << ") = " << y[i] << ", want " << want;
+    tanh_worst = std::max(tanh_worst, UlpError(y[i], want));
+    ASSERT_LE(UlpError(y[i], want), 4.0) << "tanh(" << t[i] << ") = " << y[i] << ", want " << want;
   }
+  RecordProperty("tanh_worst_ulp", std::to_string(tanh_worst));
   UnaryF32(VecUnary::kErf, t.data(), y.data(), static_cast<int64_t>(t.size()));
   double erf_worst = 0;
   for (size_t i = 0; i < t.size(); ++i) {
