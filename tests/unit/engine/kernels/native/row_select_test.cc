@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/native/vector_math.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 using native::FirstExtremumIndexF32;
 using native::Isa;
+using native::MaxF32;
 using native::NextCandidateF32;
 using native::SetMaxIsa;
 
@@ -103,6 +105,24 @@ TEST_P(RowSelectIsaTest, NextCandidateFindsTheFirstElementPastTheBound) {
       const int64_t at = static_cast<int64_t>(rng() % n);
       with_nan[at] = std::nanf("");
       EXPECT_EQ(NextCandidateF32(with_nan.data(), 0, n, largest ? 1.0f : -1.0f, largest), at);
+    }
+  }
+}
+
+// vector_math's row maximum (a softmax's first pass; four running maxima on long rows): the
+// largest element wherever it is, and NaN when any element is NaN, in the unrolled body and in the
+// tails.
+TEST_P(RowSelectIsaTest, RowMaxFindsTheMaximumAndPropagatesNaN) {
+  std::mt19937 rng(10);
+  for (const int64_t n : Lengths()) {
+    std::vector<float> row = TiedRow(n, rng);
+    for (const int64_t at : {int64_t{0}, n / 2, n - 1, static_cast<int64_t>(rng() % n)}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " at=" << at);
+      std::vector<float> x = row;
+      x[at] = 7.5f;
+      EXPECT_EQ(MaxF32(x.data(), n), 7.5f);
+      x[at] = std::nanf("");
+      EXPECT_TRUE(std::isnan(MaxF32(x.data(), n)));
     }
   }
 }
