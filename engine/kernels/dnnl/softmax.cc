@@ -120,15 +120,10 @@ class SoftmaxKernel final : public DnnlKernel {
       const float max = native::MaxF32(xr, n);
       const float sum = native::ExpShiftSumF32(xr, max, yr, n);
       if (log_) {
-        // Rounded as the unfused pair rounds it: (x - lse) + c.
+        // x + (c - lse): one pass (the unfused pair rounds (x - lse) + c; within an ulp).
         const float lse = max + std::log(sum);
-        if (shift == nullptr) {
-          native::UnaryF32(native::VecUnary::kLinear, xr, yr, n, 1.0f, -lse);
-        } else {
-          native::UnaryF32(native::VecUnary::kLinear, xr, yr, n, 1.0f, -lse);
-          native::UnaryF32(native::VecUnary::kLinear, yr, yr, n, 1.0f,
-                           shift_sign_ * shift[r * shift_stride]);
-        }
+        const float c = shift == nullptr ? 0.0f : shift_sign_ * shift[r * shift_stride];
+        native::UnaryF32(native::VecUnary::kLinear, xr, yr, n, 1.0f, c - lse);
       } else {
         native::UnaryF32(native::VecUnary::kLinear, yr, yr, n, 1.0f / sum, 0.0f);
       }
