@@ -169,15 +169,19 @@ bool TopKByThreshold(const float* row, int64_t n, int64_t k, bool largest, float
   }
   // An element enters only if it ranks strictly before the worst kept: an equal one comes from a
   // higher index and ranks after it.
+  // It replaces the worst and moves up past the kept ones it ranks before (an insertion step
+  // from the back: a new entry usually lands near the bottom, so this moves few entries and its
+  // branches predict better than a binary search's).
   auto admit = [&](int64_t j) {
     const T v = row[j];
     if (v != v) return false;
     if (!ranks_before(v, best.back().first)) return true;
-    best.pop_back();
-    auto at = std::upper_bound(best.begin(), best.end(), v, [&](T value, const auto& entry) {
-      return ranks_before(value, entry.first);
-    });
-    best.insert(at, {v, j});
+    size_t at = best.size() - 1;
+    while (at > 0 && ranks_before(v, best[at - 1].first)) {
+      best[at] = best[at - 1];
+      --at;
+    }
+    best[at] = {v, j};
     return true;
   };
   // Whole vectors of the rest are compared with the worst kept value; only the elements that
