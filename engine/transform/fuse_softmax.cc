@@ -30,18 +30,10 @@ absl::Status FuseSoftmaxPass::Run(Graph& graph, const TransformContext& context,
     auto spec = std::make_shared<FusionSpec>();
     spec->post_ops = chain.post_ops;
     spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
-    std::string names;
-    for (int k : chain.nodes) {
-      absl::StrAppend(&names, names.empty() ? "" : " + ", graph.nodes[k].op_type, " '",
-                      graph.nodes[k].name, "'");
-    }
-    log.push_back(absl::StrCat(name(), ": ", names, " -> ", fused.op_type, " [",
-                               DescribeFusion(fused.op_type, *spec), "]"));
+    log.push_back(absl::StrCat(name(), ": ", DescribeNodes(graph, chain.nodes), " -> ",
+                               fused.op_type, " [", DescribeFusion(fused.op_type, *spec), "]"));
     fused.fusion = std::move(spec);
-    const int last = chain.nodes.back();
-    for (int k : chain.nodes) removed[k] = true;
-    removed[last] = false;
-    graph.nodes[last] = std::move(fused);
+    ReplaceNodes(graph, chain.nodes, chain.nodes.back(), std::move(fused), removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);
