@@ -72,6 +72,17 @@ absl::StatusOr<Tensor> DecodeRawTensor(const std::string& what, absl::string_vie
                    absl::StrCat("shape ", shape.ToString(), " of ", engine::DataTypeName(dtype),
                                 " needs ", expected, " bytes, ", field, " has ", bytes.size()));
   }
+  // A bool is one byte holding 0 or 1; any other byte would be read as a bool that is neither
+  // (undefined behaviour in every kernel and encoder that loads it).
+  if (dtype == DataType::kBool) {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      const auto byte = static_cast<unsigned char>(bytes[i]);
+      if (byte > 1) {
+        return Invalid(what, absl::StrCat("BOOL element ", i, " is byte ", byte, " in ", field,
+                                          "; a BOOL is one byte, 0 (false) or 1 (true)"));
+      }
+    }
+  }
   // A view avoids copying large tensors; kernels may read elements as T, so the bytes must be
   // aligned for T. Protobuf and evbuffers usually, but not always, hand out aligned storage.
   if (reinterpret_cast<uintptr_t>(bytes.data()) % element_size == 0) {

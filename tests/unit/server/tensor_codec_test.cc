@@ -189,6 +189,18 @@ TEST_F(TensorCodecTest, RejectsRawByteCountMismatch) {
   ExpectInvalid(request, "input 'b'");
 }
 
+// A raw BOOL byte other than 0 or 1 is no bool (reading it as one is undefined behaviour; found
+// by rest_request_fuzz, regressions/rest_request_fuzz/bool_binary_byte_not_0_or_1.req).
+TEST_F(TensorCodecTest, RejectsRawBoolBytesOtherThanZeroAndOne) {
+  Request request = RawRequest();
+  request.set_raw_input_contents(2, std::string(1, '['));
+  ExpectInvalid(request,
+                "input 'b': BOOL element 0 is byte 91 in raw_input_contents; a BOOL is one byte, 0 "
+                "(false) or 1 (true)");
+  request.set_raw_input_contents(2, std::string(1, '\0'));
+  EXPECT_TRUE(DecodeInferRequest(request, *model_).ok());
+}
+
 TEST_F(TensorCodecTest, RejectsTypedElementCountMismatch) {
   Request request = TypedRequest();
   request.mutable_inputs(1)->mutable_contents()->add_int64_contents(8);
