@@ -19,6 +19,7 @@
 // exits 0 within the same bound; one that arrives before the handlers are installed (even across
 // the OpenMP re-exec) is held blocked until they are, then handled the same way.
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -135,7 +136,7 @@ void OnSignal(int signal_number) {
 
 const char* SignalName() { return g_first_signal.load() == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-// SIGTERM and SIGINT, for sigprocmask.
+// SIGTERM and SIGINT, for pthread_sigmask.
 sigset_t StopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
   // the process takes them before the handlers are there. (Without the exec, threads that
   // libraries start during static initialisation, before main, keep their own masks.)
   const sigset_t stop_signals = StopSignals();
-  sigprocmask(SIG_BLOCK, &stop_signals, nullptr);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol server (gRPC, HTTP/REST) for ONNX and OpenVINO models "
@@ -199,7 +200,8 @@ int main(int argc, char** argv) {
 
   // SIGTERM/SIGINT set g_stop and write a byte to a pipe (both async-signal-safe); the main
   // thread waits on the pipe once the server has started.
-  if (pipe(g_signal_pipe) != 0) {
+  // The write end does not block: a flood of signals cannot stall the handler on a full pipe.
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0 || fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
     LogError("cannot create the signal pipe");
     return 1;
   }
@@ -217,7 +219,7 @@ int main(int argc, char** argv) {
     std::_Exit(0);
   }).detach();
   // A signal that came before this is delivered now.
-  sigprocmask(SIG_UNBLOCK, &stop_signals, nullptr);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
   loopserve::server::ServerOptions options;
   options.model_repository = absl::GetFlag(FLAGS_model_repository);

@@ -4,14 +4,19 @@
 
 #include "server/model_warmup.h"
 
+#include <atomic>
+#include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -316,6 +321,56 @@ TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ((*v2)->max_loop_iterations, 5000);
   EXPECT_TRUE(registry.Get("m", "1").ok());
+}
+
+// The stop flag (a SIGTERM during start-up, or Shutdown during a poll): a warm-up run that would
+// run for its whole deadline stops within moments, the load returns Cancelled, the model being
+// loaded is not installed, and what served before keeps serving.
+TEST(ModelWarmupTest, TheStopFlagCancelsAWarmupAndInstallsNothing) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "a_serving/1/model.onnx");
+  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
+  WriteInt64(root, "slow/warmup/endless.bin", INT64_MAX);
+  root.WriteFile("slow/config.pbtxt", R"pb(
+    model_warmup
+    [ {
+      name: "endless"
+      count: 5
+      inputs {
+        key: "M"
+        value: { data_type: TYPE_INT64 input_data_file: "endless.bin" }
+      }
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 2 ]
+          zero_data: true
+        }
+      }
+    }]
+  )pb");
+  std::atomic<bool> stop{false};
+  ModelRegistry::Options options{root.path(), 0, nullptr, nullptr};
+  options.warmup_run_timeout = absl::Seconds(30);  // each of the 5 runs, without the stop
+  options.stop = &stop;
+  ModelRegistry registry(std::move(options));
+  absl::Status loaded;
+  std::thread loader([&] { loaded = registry.LoadAll(); });
+  // a_serving loads in a millisecond; then slow's first warm-up run loops.
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time stopped = absl::Now();
+  stop.store(true);
+  loader.join();
+  const absl::Duration took = absl::Now() - stopped;
+  std::printf("warm-up stopped %.1f ms after the stop flag\n", absl::ToDoubleMilliseconds(took));
+  EXPECT_LT(took, absl::Seconds(15));  // without the flag: 5 x 30 s
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kCancelled) << loaded;
+  EXPECT_TRUE(registry.Get("a_serving", "").ok());
+  EXPECT_EQ(registry.Get("slow", "").status().code(), absl::StatusCode::kNotFound);
+  // Stopped loads start no other: a later poll returns at once.
+  EXPECT_EQ(registry.Poll().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(registry.Get("a_serving", "").ok());
 }
 
 }  // namespace
