@@ -42,6 +42,9 @@ int AvailableCores() {
   return cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// The signal mask and the pending signals survive the exec: a program that handles SIGTERM
+// blocks it before calling this and unblocks it once its handler is installed (server/main.cc),
+// so a SIGTERM in between waits for the handler instead of ending the process.
 void UsePassiveOpenMpWait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
   if (argv == nullptr || argv[0] == nullptr) return;
