@@ -350,13 +350,17 @@ void Server::Shutdown() {
       // would still be started by the draining pool: the flag reaches all of them.
       runner_->CancelAll();
     }
+    LogDebug("shutdown: requests in flight done");
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
+    LogDebug("shutdown: gRPC stopped");
   }
   // Every request has been answered (or cancelled and answered): their replies go out, then the
   // connections close.
   if (http_ != nullptr) http_->Shutdown(absl::Seconds(1));
+  LogDebug("shutdown: HTTP stopped");
   if (pool_ != nullptr) pool_->Shutdown();
+  LogDebug("shutdown: workers joined");
   exposer_.reset();
   LogInfo("shutdown complete");
 }
