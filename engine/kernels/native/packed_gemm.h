@@ -1,0 +1,60 @@
+#pragma once
+
+// Rows times a constant float matrix, Y = X W + b, for the products of batched recurrent and MLP
+// bodies ([m, k] x [k, n], m = 2 .. a few hundred) on AVX2 + FMA3 CPUs. oneDNN 2.6 has brgemm
+// matmul kernels only from AVX-512; below it a matmul is its sgemm, which packs the weights again
+// on every execute, and the best it offers (a 1x1 convolution on blocked layouts, with the source
+// and result reordered around it) reaches 81% of the FMA peak on average and 39% at worst over the
+// grid's 52 product shapes; OpenBLAS (65%) and XNNPACK's FMA3 kernels (30%) do no better
+// (bench/RESULTS.md, "AVX2 GEMM"). This kernel packs W once, at load, into 16-column panels (k
+// rows of 16 contiguous floats, the columns past n zero) and computes each panel's rows in tiles
+// of up to 6 rows x 16 columns held in 12 ymm accumulators (the MLAS / BLIS register blocking for
+// 16 ymm registers), the panel staying in L1/L2 across the row tiles and X read in place; the bias
+// is added as each tile is stored. Rounding differs from oneDNN's by the order of the sums only.
+//
+// Used where measured faster than the oneDNN path: float32, constant 2-D weights, more than one
+// row, native::ActiveIsa() == Isa::kAvx2 (the AVX-512 path keeps oneDNN's brgemm kernels).
+// Immutable after construction: Run may be called from many threads at once.
+
+#include <cstdint>
+
+#include "engine/tensor/tensor.h"
+
+namespace loopserve::engine::native {
+
+class PackedGemm {
+ public:
+  // Columns per packed panel (two ymm vectors).
+  static constexpr int64_t kPanel = 16;
+
+  // Whether ActiveIsa() is one the kernel is written for (AVX2 + FMA, and not AVX-512, where
+  // oneDNN's brgemm is kept), and the kernel is enabled (SetEnabled; on by default).
+  static bool Available();
+  // Turns the kernel off process-wide (tests and benchmarks compare against oneDNN). Thread-safe.
+  static void SetEnabled(bool enabled);
+
+  // Packs alpha * W, W the float32 [k, n] matrix at `weights` (row-major), or its transpose when
+  // `transposed` (then stored [n, k], as Gemm's transB and nn.Linear keep it). Copied: the
+  // buffer need not outlive this. Requires k > 0, n > 0.
+  PackedGemm(const float* weights, int64_t k, int64_t n, bool transposed, float alpha = 1.0f);
+
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
+
+  // y[m, n] = x[m, k] W + bias[n] (row-major, contiguous; `bias` may be null). `y` must not
+  // alias `x`. Requires Available() when it is called on an x86 CPU (else it does nothing).
+  void Run(const float* x, int64_t m, const float* bias, float* y) const {
+    RunPanels(x, m, bias, y, 0, panels());
+  }
+  // The columns of panels [first, last) only (a share of the product for one thread).
+  void RunPanels(const float* x, int64_t m, const float* bias, float* y, int64_t first,
+                 int64_t last) const;
+
+ private:
+  int64_t k_ = 0;
+  int64_t n_ = 0;
+  Tensor packed_;  // [panels, k, kPanel], columns past n zero
+};
+
+}  // namespace loopserve::engine::native
