@@ -9,7 +9,7 @@
 //   openblas       cblas_sgemm (packs B on every call);
 //   xnnpack        XNNPACK fully_connected_nc_f32 (weights packed at creation);
 //   packed_gemm    loopserve's own AVX2 + FMA3 kernel (engine/kernels/native/packed_gemm.h:
-//                  weights packed once into 16-column panels, 6x16 register tiles), run whatever
+//                  weights packed once into 24-column panels, 4x24 register tiles), run whatever
 //                  --isa says (it has no AVX-512 variant).
 // Each is timed in the process's CPU time, median of 9 batches of repeated runs, 1 thread
 // (OMP_NUM_THREADS=1 for oneDNN, OpenBLAS's serial build, XNNPACK without a thread pool), and

@@ -6,11 +6,12 @@
 // on every execute, and the best it offers (a 1x1 convolution on blocked layouts, with the source
 // and result reordered around it) reaches 81% of the FMA peak on average and 39% at worst over the
 // grid's 52 product shapes; OpenBLAS (65%) and XNNPACK's FMA3 kernels (30%) do no better
-// (bench/RESULTS.md, "AVX2 GEMM"). This kernel packs W once, at load, into 16-column panels (k
-// rows of 16 contiguous floats, the columns past n zero) and computes each panel's rows in tiles
-// of up to 6 rows x 16 columns held in 12 ymm accumulators (the MLAS / BLIS register blocking for
-// 16 ymm registers), the panel staying in L1/L2 across the row tiles and X read in place; the bias
-// is added as each tile is stored. Rounding differs from oneDNN's by the order of the sums only.
+// (bench/RESULTS.md, "AVX2 GEMM"). This kernel packs W once, at load, into 24-column panels (k
+// rows of 24 contiguous floats; the last panel as many whole vectors wide as its columns need,
+// the columns past n zero) and computes each panel's rows in tiles of up to 4 rows x 24 columns
+// held in 12 ymm accumulators (BLIS-style register blocking for 16 ymm registers), the panel
+// staying in L1/L2 across the row tiles and X read in place; the bias is added as each tile is
+// stored. Rounding differs from oneDNN's by the order of the sums only.
 //
 // Used where measured faster than the oneDNN path: float32, constant 2-D weights, more than one
 // row, native::ActiveIsa() == Isa::kAvx2 (the AVX-512 path keeps oneDNN's brgemm kernels).
@@ -24,8 +25,8 @@ namespace loopserve::engine::native {
 
 class PackedGemm {
  public:
-  // Columns per packed panel (two ymm vectors).
-  static constexpr int64_t kPanel = 16;
+  // Columns per packed panel (three ymm vectors).
+  static constexpr int64_t kPanel = 24;
 
   // Whether ActiveIsa() is one the kernel is written for (AVX2 + FMA, and not AVX-512, where
   // oneDNN's brgemm is kept), and the kernel is enabled (SetEnabled; on by default).
@@ -54,7 +55,7 @@ class PackedGemm {
  private:
   int64_t k_ = 0;
   int64_t n_ = 0;
-  Tensor packed_;  // [panels, k, kPanel], columns past n zero
+  Tensor packed_;  // panel p: k rows of its width at offset p * kPanel * k; columns past n zero
 };
 
 }  // namespace loopserve::engine::native
