@@ -197,16 +197,20 @@ void RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int thread
                    float* y) {
   const native::PackedGemm& gemm = *op.gemm;
   const float* x = inputs[0]->data<float>();
-  const float* bias = op.gemm_bias_input >= 0 ? inputs[op.gemm_bias_input]->data<float>() : nullptr;
+  native::PackedGemm::Epilogue epilogue;
+  if (op.gemm_bias_input >= 0) epilogue.bias = inputs[op.gemm_bias_input]->data<float>();
+  if (op.gemm_addend_input >= 0) epilogue.addend = inputs[op.gemm_addend_input]->data<float>();
+  epilogue.activation = op.gemm_activation;
+  epilogue.bias_first = op.gemm_bias_first;
   const int64_t panels = gemm.panels();
   const int parts = team != nullptr ? team->size() : threads;
   if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < DnnlKernel::kParallelWork) {
-    gemm.Run(x, op.gemm_rows, bias, y);
+    gemm.Run(x, op.gemm_rows, epilogue, y);
     return;
   }
   const int chunks = static_cast<int>(std::min<int64_t>(parts, panels));
   auto run_chunk = [&](int chunk) {
-    gemm.RunPanels(x, op.gemm_rows, bias, y, panels * chunk / chunks,
+    gemm.RunPanels(x, op.gemm_rows, epilogue, y, panels * chunk / chunks,
                    panels * (chunk + 1) / chunks);
   };
   if (team != nullptr) {

@@ -138,12 +138,16 @@ struct PreparedOp {
   // gemv_bias_input >= 0, that input as the bias.
   std::shared_ptr<const native::PackedGemv> gemv;
   int gemv_bias_input = -1;
-  // kPackedGemm: output 0 ([gemm_rows, n]) = input 0 ([gemm_rows, k], any batch folded into the
-  // rows) times the packed weights, plus input gemm_bias_input (n values) when >= 0. Split by
-  // column panels over the OpenMP threads or the engaged SpinTeam when the product is large.
+  // kPackedGemm: output 0 ([gemm_rows, n]) = gemm_activation(input 0 ([gemm_rows, k], any batch
+  // folded into the rows) times the packed weights + input gemm_addend_input (of the output's
+  // shape) when >= 0 + input gemm_bias_input (n values) when >= 0), all applied per register
+  // tile. Split by column panels over the OpenMP threads or the engaged SpinTeam when large.
   std::shared_ptr<const native::PackedGemm> gemm;
   int64_t gemm_rows = 0;
   int gemm_bias_input = -1;
+  int gemm_addend_input = -1;
+  native::PackedGemv::Activation gemm_activation = native::PackedGemv::Activation::kNone;
+  bool gemm_bias_first = false;  // the bias Add came before the addend's
   // kNativeCustom: dims the kernel's RunNative reads (e.g. a softmax's [outer, axis, inner]).
   int64_t native_dims[3] = {0, 0, 0};
   // kBatchedGemv: output 0 = input 0 x input 1 (native/batched_gemv.h).

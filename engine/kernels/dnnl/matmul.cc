@@ -189,7 +189,9 @@ class MatMulKernel final : public DnnlKernel {
   absl::Status Init(int num_inputs) {
     if (spec_ == nullptr) return absl::OkStatus();
     const auto& post_ops = spec_->post_ops;
-    for (size_t skip = 0; skip <= 2 && skip <= post_ops.size(); ++skip) {
+    epilogues_.resize(post_ops.size() + 1);
+    epilogue_inputs_.resize(post_ops.size() + 1);
+    for (size_t skip = 0; skip <= post_ops.size(); ++skip) {
       std::vector<int> inputs;
       LS_ASSIGN_OR_RETURN(
           native::ElementwiseChain chain,
@@ -219,22 +221,68 @@ class MatMulKernel final : public DnnlKernel {
     prepared->output_shape = dims.output;
 
     // Which post-ops the product kernel absorbs: a first Add of one row of n values (the bias),
-    // then, on the packed kernel, one Tanh/Relu/Sigmoid. The rest are the epilogue.
+    // then, on the packed one-row kernel, one Tanh/Relu/Sigmoid; on the packed rows kernel,
+    // leading Adds of the bias and of an addend of the output's shape, then one of those
+    // activations. The rest are the epilogue.
     const std::vector<PostOp> none;
     const std::vector<PostOp>& post_ops = spec_ != nullptr ? spec_->post_ops : none;
+    auto is_bias = [&](const Shape& bias) {
+      return bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
+             bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n;
+    };
+    auto is_add = [&](size_t i) {
+      return post_ops[i].kind == PostOp::Kind::kBinary && post_ops[i].op == ArithOp::kAdd;
+    };
     int bias_input = -1;
-    if (!post_ops.empty() && post_ops[0].kind == PostOp::Kind::kBinary &&
-        post_ops[0].op == ArithOp::kAdd && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2) {
-      const Shape& bias = *shapes[post_ops[0].input];
-      if (bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
-          bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n) {
-        bias_input = post_ops[0].input;
-      }
+    if (!post_ops.empty() && is_add(0) && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2 &&
+        is_bias(*shapes[post_ops[0].input])) {
+      bias_input = post_ops[0].input;
     }
     size_t absorbed = bias_input >= 0 ? 1 : 0;
 
     const bool dnnl_rank_ok = dims.batch.rank() + 2 <= DNNL_MAX_NDIMS;
     const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    // Matrix-vector products per batch item (one query's attention, a product whose shape
+    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
+    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
+    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
+    // at batch B): the matrix would be streamed once per row, where a product of all B rows on
+    // the packed weights reads it once (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
+    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
+                                     dims.m == 1 && dims.batch.NumElements() > 1;
+    const bool batched_gemv = type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
+                              !rows_share_constant &&
+                              (constant == nullptr || Work(shapes) < kParallelWork);
+    // Rows (any batch of A folded in) times constant 2-D weights below AVX-512: the native packed
+    // kernel (96% of the FMA peak on average over the grid's product shapes, oneDNN's 1x1
+    // convolution 86%: bench/RESULTS.md "AVX2 GEMM").
+    const int64_t rows = dims.batch.NumElements() * dims.m;
+    const bool packed_rows = type == DataType::kFloat32 && constant != nullptr &&
+                             constant->rank() == 2 && !trans_a && !batched_gemv &&
+                             dims.a_batch.NumElements() == dims.batch.NumElements() && rows > 1 &&
+                             dims.k > 0 && dims.n > 0 && native::PackedGemm::Available();
+    int addend_input = -1;
+    bool bias_first = false;
+    native::PackedGemv::Activation rows_activation = native::PackedGemv::Activation::kNone;
+    if (packed_rows) {
+      for (; absorbed < post_ops.size() && is_add(absorbed); ++absorbed) {
+        const Shape& operand = *shapes[post_ops[absorbed].input];
+        if (addend_input < 0 && operand == dims.output) {
+          addend_input = post_ops[absorbed].input;
+          bias_first = bias_input >= 0;
+        } else if (bias_input < 0 && is_bias(operand)) {
+          bias_input = post_ops[absorbed].input;
+        } else {
+          break;
+        }
+      }
+      if (absorbed < post_ops.size()) {
+        if (auto act = GemvActivation(post_ops[absorbed])) {
+          rows_activation = *act;
+          ++absorbed;
+        }
+      }
+    }
     std::shared_ptr<const native::PackedGemv> gemv;
     native::PackedGemv::Activation activation = native::PackedGemv::Activation::kNone;
     if (type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 &&
@@ -264,7 +312,7 @@ class MatMulKernel final : public DnnlKernel {
     // The epilogue over the product, unless a post-op operand would grow the result (then the
     // nodes run unfused).
     if (absorbed < post_ops.size()) {
-      const native::ElementwiseChain& chain = epilogues_[absorbed > 2 ? 2 : absorbed];
+      const native::ElementwiseChain& chain = epilogues_[absorbed];
       std::vector<const Shape*> operand_shapes = {&dims.output};
       for (int input : epilogue_inputs_[absorbed]) operand_shapes.push_back(shapes[input]);
       LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, chain.Prepare(operand_shapes));
@@ -292,22 +340,23 @@ class MatMulKernel final : public DnnlKernel {
       prepared->gemv_bias_input = bias_input;
       return prepared;
     }
-    // Matrix-vector products per batch item (one query's attention, a product whose shape
-    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
-    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
-    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
-    // at batch B): the matrix would be streamed once per row, where oneDNN's matmul on the packed
-    // weights reads it once for all B rows (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
-    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
-                                     dims.m == 1 && dims.batch.NumElements() > 1;
-    if (type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) && !rows_share_constant &&
-        (constant == nullptr || Work(shapes) < kParallelWork)) {
+    if (batched_gemv) {
       if (bias_input >= 0) {
         bias_input = -1;
         LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       }
       prepared->mode = PreparedOp::Mode::kBatchedGemv;
       prepared->batched_gemv = std::make_shared<const native::BatchedGemv>(dims, trans_a, trans_b);
+      return prepared;
+    }
+    if (packed_rows) {
+      prepared->mode = PreparedOp::Mode::kPackedGemm;
+      prepared->gemm = PackedWeights(*constant, dims.k, dims.n, trans_b);
+      prepared->gemm_rows = rows;
+      prepared->gemm_bias_input = bias_input;
+      prepared->gemm_addend_input = addend_input;
+      prepared->gemm_activation = rows_activation;
+      prepared->gemm_bias_first = bias_first;
       return prepared;
     }
     if (!dnnl_rank_ok) {
@@ -321,17 +370,6 @@ class MatMulKernel final : public DnnlKernel {
     // took 2.7x the time of 200 [8, 512] ones on packed weights, AVX-512, 1 thread).
     const bool fold = !trans_a && dims.batch.NumElements() > 1 && dims.b_batch.NumElements() == 1 &&
                       dims.a_batch.NumElements() == dims.batch.NumElements();
-    // Rows times constant 2-D weights below AVX-512: the native packed kernel (92% of the FMA
-    // peak on average over the grid's product shapes, the 1x1 convolution below 87%).
-    if (type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 && !trans_a &&
-        (fold || dims.batch.NumElements() == 1) && dims.batch.NumElements() * dims.m > 1 &&
-        native::PackedGemm::Available()) {
-      prepared->mode = PreparedOp::Mode::kPackedGemm;
-      prepared->gemm = PackedWeights(*constant, dims.k, dims.n, trans_b);
-      prepared->gemm_rows = dims.batch.NumElements() * dims.m;
-      prepared->gemm_bias_input = bias_input;
-      return prepared;
-    }
     const Shape no_batch;
     const Shape& a_batch = fold ? no_batch : dims.a_batch;
     const Shape& b_batch = fold ? no_batch : dims.b_batch;
@@ -497,9 +535,10 @@ class MatMulKernel final : public DnnlKernel {
   const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
   mutable absl::Mutex gemm_mu_;
   mutable std::shared_ptr<const native::PackedGemm> gemm_ ABSL_GUARDED_BY(gemm_mu_);
-  // epilogues_[k]: the post-ops from the k-th on (k = 0, 1, 2), operands per epilogue_inputs_[k].
-  native::ElementwiseChain epilogues_[3];
-  std::vector<int> epilogue_inputs_[3];
+  // epilogues_[k]: the post-ops from the k-th on (k = 0 .. the number of post-ops), operands per
+  // epilogue_inputs_[k]. Empty for a plain MatMul (which has no post-ops to absorb).
+  std::vector<native::ElementwiseChain> epilogues_;
+  std::vector<std::vector<int>> epilogue_inputs_;
 };
 
 // Gemm: Y = alpha * op(A) op(B) + beta * C [then Tanh | Relu | Sigmoid when the compiler fused

@@ -204,7 +204,7 @@ class Runner {
     }
     {
       const loopserve::engine::native::PackedGemm gemm(b.data(), s.k, s.n, /*transposed=*/false);
-      auto run = [&] { gemm.Run(a.data(), s.m, nullptr, c.data()); };
+      auto run = [&] { gemm.Run(a.data(), s.m, {}, c.data()); };
       run();
       check("packed_gemm");
       t["packed_gemm"] = TimePerCall(run);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/native/rational_tanh.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -37,39 +38,70 @@ std::atomic<bool> g_enabled{true};
     if constexpr (V > 1) acc##r##1 = _mm256_fmadd_ps(x, b1, acc##r##1); \
     if constexpr (V > 2) acc##r##2 = _mm256_fmadd_ps(x, b2, acc##r##2); \
   }
-#define LS_GEMM_ROW_STORE(r) \
-  if constexpr (R > r) StoreRow<V>(acc##r##0, acc##r##1, acc##r##2, bias, c + r * ldc, cols)
+#define LS_GEMM_ROW_STORE(r)                                                      \
+  if constexpr (R > r)                                                            \
+  StoreRow<V>(acc##r##0, acc##r##1, acc##r##2, e,                                 \
+              e.addend != nullptr ? e.addend + (row0 + r) * ldc + col0 : nullptr, \
+              e.bias != nullptr ? e.bias + col0 : nullptr, c + (row0 + r) * ldc + col0, cols)
 
-// c[0:cols] = the first cols lanes of (v0, v1, v2)[0:V] + bias[0:cols] (bias may be null),
-// 8 * (V - 1) < cols <= 8 * V.
+__attribute__((target("avx2,fma"))) inline __m256 Activate(__m256 v,
+                                                           PackedGemv::Activation activation) {
+  switch (activation) {
+    case PackedGemv::Activation::kNone:
+      return v;
+    case PackedGemv::Activation::kTanh:
+      return rational_tanh::Tanh256(v);
+    case PackedGemv::Activation::kRelu:
+      return _mm256_max_ps(v, _mm256_setzero_ps());
+    case PackedGemv::Activation::kSigmoid:
+      return rational_tanh::Sigmoid256(v);
+  }
+  return v;
+}
+
+// c[0:cols] = act((v0, v1, v2)[0:V] + addend[0:cols] + bias[0:cols]) for the first cols lanes
+// (addend and bias may be null), 8 * (V - 1) < cols <= 8 * V.
 template <int V>
 __attribute__((target("avx2,fma"))) inline void StoreRow(__m256 v0, __m256 v1, __m256 v2,
-                                                         const float* bias, float* c,
-                                                         int64_t cols) {
+                                                         const PackedGemm::Epilogue& e,
+                                                         const float* addend, const float* bias,
+                                                         float* c, int64_t cols) {
   __m256 v[3] = {v0, v1, v2};
+  // The operands in the order of the Adds they replace (float addition is not associative).
+  const float* first = e.bias_first ? bias : addend;
+  const float* second = e.bias_first ? addend : bias;
   for (int j = 0; j < V - 1; ++j) {
-    if (bias != nullptr) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(bias + 8 * j));
-    _mm256_storeu_ps(c + 8 * j, v[j]);
+    if (first != nullptr) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(first + 8 * j));
+    if (second != nullptr) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(second + 8 * j));
+    _mm256_storeu_ps(c + 8 * j, Activate(v[j], e.activation));
   }
   constexpr int last = V - 1;
   if (cols == 8 * V) {
-    if (bias != nullptr) v[last] = _mm256_add_ps(v[last], _mm256_loadu_ps(bias + 8 * last));
-    _mm256_storeu_ps(c + 8 * last, v[last]);
+    if (first != nullptr) v[last] = _mm256_add_ps(v[last], _mm256_loadu_ps(first + 8 * last));
+    if (second != nullptr) v[last] = _mm256_add_ps(v[last], _mm256_loadu_ps(second + 8 * last));
+    _mm256_storeu_ps(c + 8 * last, Activate(v[last], e.activation));
     return;
   }
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i mask =
       _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols) - 8 * last), lanes);
-  // A lane whose mask is off is neither read (no fault past the end of the bias) nor written.
-  if (bias != nullptr) v[last] = _mm256_add_ps(v[last], _mm256_maskload_ps(bias + 8 * last, mask));
-  _mm256_maskstore_ps(c + 8 * last, mask, v[last]);
+  // A lane whose mask is off is neither read (no fault past the end of a row) nor written.
+  if (first != nullptr) {
+    v[last] = _mm256_add_ps(v[last], _mm256_maskload_ps(first + 8 * last, mask));
+  }
+  if (second != nullptr) {
+    v[last] = _mm256_add_ps(v[last], _mm256_maskload_ps(second + 8 * last, mask));
+  }
+  _mm256_maskstore_ps(c + 8 * last, mask, Activate(v[last], e.activation));
 }
 
-// c[0:R, 0:cols] = a[0:R, 0:k] b + bias, b one packed panel (k rows of 8 * V floats), a and c
-// row-major with row strides lda and ldc, 8 * (V - 1) < cols <= 8 * V.
+// Rows [row0, row0 + R) and columns [col0, col0 + cols) of c = e(a b): a row-major with row
+// stride lda (these rows at `a`), b one packed panel (k rows of 8 * V floats), c and e.addend
+// row-major with row stride ldc, e.bias indexed by column; 8 * (V - 1) < cols <= 8 * V.
 template <int R, int V>
 __attribute__((target("avx2,fma"))) void Tile(const float* a, int64_t lda, const float* b,
-                                              int64_t k, const float* bias, float* c, int64_t ldc,
+                                              int64_t k, const PackedGemm::Epilogue& e, float* c,
+                                              int64_t ldc, int64_t row0, int64_t col0,
                                               int64_t cols) {
   LS_GEMM_ROW_DECL(0);
   LS_GEMM_ROW_DECL(1);
@@ -96,8 +128,8 @@ __attribute__((target("avx2,fma"))) void Tile(const float* a, int64_t lda, const
 #undef LS_GEMM_ROW_FMA
 #undef LS_GEMM_ROW_STORE
 
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t,
-                        int64_t);
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, const PackedGemm::Epilogue&,
+                        float*, int64_t, int64_t, int64_t, int64_t);
 // kTiles[rows][vectors]
 constexpr TileFn kTiles[kMaxTileRows + 1][kVectors + 1] = {
     {nullptr, nullptr, nullptr, nullptr},
@@ -137,8 +169,8 @@ PackedGemm::PackedGemm(const float* weights, int64_t k, int64_t n, bool transpos
   }
 }
 
-void PackedGemm::RunPanels(const float* x, int64_t m, const float* bias, float* y, int64_t first,
-                           int64_t last) const {
+void PackedGemm::RunPanels(const float* x, int64_t m, const Epilogue& epilogue, float* y,
+                           int64_t first, int64_t last) const {
 #if defined(LS_PACKED_GEMM_X86)
   if (m <= 0) return;
   // Rows spread evenly over the fewest tiles of at most kMaxTileRows (6 rows: 3 + 3, not 4 + 2:
@@ -152,18 +184,17 @@ void PackedGemm::RunPanels(const float* x, int64_t m, const float* bias, float* 
     const int64_t cols = std::min(kPanel, n_ - col0);
     const int64_t vectors = (cols + 7) / 8;
     const float* panel = packed + col0 * k_;
-    const float* panel_bias = bias != nullptr ? bias + col0 : nullptr;
     int64_t row = 0;
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t rows = base + (t < extra ? 1 : 0);
-      kTiles[rows][vectors](x + row * k_, k_, panel, k_, panel_bias, y + row * n_ + col0, n_, cols);
+      kTiles[rows][vectors](x + row * k_, k_, panel, k_, epilogue, y, n_, row, col0, cols);
       row += rows;
     }
   }
 #else
   (void)x;
   (void)m;
-  (void)bias;
+  (void)epilogue;
   (void)y;
   (void)first;
   (void)last;

@@ -10,8 +10,10 @@
 // rows of 24 contiguous floats; the last panel as many whole vectors wide as its columns need,
 // the columns past n zero) and computes each panel's rows in tiles of up to 4 rows x 24 columns
 // held in 12 ymm accumulators (BLIS-style register blocking for 16 ymm registers), the panel
-// staying in L1/L2 across the row tiles and X read in place; the bias is added as each tile is
-// stored. Rounding differs from oneDNN's by the order of the sums only.
+// staying in L1/L2 across the row tiles and X read in place; a bias row, an addend matrix (an
+// RNN cell's other product) and Tanh/Relu/Sigmoid are applied to each tile while it is in
+// registers (no pass of their own over the result). Rounding differs from oneDNN's by the order of
+// the sums only.
 //
 // Used where measured faster than the oneDNN path: float32, constant 2-D weights, more than one
 // row, native::ActiveIsa() == Isa::kAvx2 (the AVX-512 path keeps oneDNN's brgemm kernels).
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 
+#include "engine/kernels/native/packed_gemv.h"
 #include "engine/tensor/tensor.h"
 
 namespace loopserve::engine::native {
@@ -43,13 +46,21 @@ class PackedGemm {
   int64_t n() const { return n_; }
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
 
-  // y[m, n] = x[m, k] W + bias[n] (row-major, contiguous; `bias` may be null). `y` must not
-  // alias `x`. Requires Available() when it is called on an x86 CPU (else it does nothing).
-  void Run(const float* x, int64_t m, const float* bias, float* y) const {
-    RunPanels(x, m, bias, y, 0, panels());
+  // What is applied to each register tile before it is stored: y = act(x W + addend + bias).
+  struct Epilogue {
+    const float* bias = nullptr;    // n values added to every row, or null
+    const float* addend = nullptr;  // an [m, n] row-major matrix added, or null (may be y)
+    PackedGemv::Activation activation = PackedGemv::Activation::kNone;  // tanh: MLAS's rational
+    bool bias_first = false;  // (x W + bias) + addend, the order of the Adds it replaces
+  };
+
+  // y[m, n] = epilogue(x[m, k] W) (row-major, contiguous). `y` must not alias `x`. Requires
+  // Available() when it is called on an x86 CPU (else it does nothing).
+  void Run(const float* x, int64_t m, const Epilogue& epilogue, float* y) const {
+    RunPanels(x, m, epilogue, y, 0, panels());
   }
   // The columns of panels [first, last) only (a share of the product for one thread).
-  void RunPanels(const float* x, int64_t m, const float* bias, float* y, int64_t first,
+  void RunPanels(const float* x, int64_t m, const Epilogue& epilogue, float* y, int64_t first,
                  int64_t last) const;
 
  private:

@@ -36,6 +36,36 @@ class PackedGemmTest : public ::testing::Test {
   void TearDown() override { SetMaxIsa(Isa::kAvx512); }
 };
 
+double Activate(double v, PackedGemv::Activation activation) {
+  switch (activation) {
+    case PackedGemv::Activation::kNone:
+      return v;
+    case PackedGemv::Activation::kTanh:
+      return std::tanh(v);
+    case PackedGemv::Activation::kRelu:
+      return v > 0 ? v : 0;
+    case PackedGemv::Activation::kSigmoid:
+      return 1 / (1 + std::exp(-v));
+  }
+  return v;
+}
+
+// The epilogues a fused MatMul hands the kernel: none, a bias row, an addend matrix (an RNN
+// cell's other product) with a bias and tanh, a bias then an addend (a residual MLP's second
+// product), an addend with relu, a bias with sigmoid.
+struct Variant {
+  bool bias = false;
+  bool addend = false;
+  PackedGemv::Activation activation = PackedGemv::Activation::kNone;
+  bool bias_first = false;
+};
+const Variant kVariants[] = {{false, false, PackedGemv::Activation::kNone, false},
+                             {true, false, PackedGemv::Activation::kNone, false},
+                             {true, true, PackedGemv::Activation::kTanh, false},
+                             {true, true, PackedGemv::Activation::kNone, true},
+                             {false, true, PackedGemv::Activation::kRelu, false},
+                             {true, false, PackedGemv::Activation::kSigmoid, false}};
+
 TEST_F(PackedGemmTest, MatchesDoublePrecisionProduct) {
   if (!PackedGemm::Available()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   std::mt19937 rng(5);
@@ -44,17 +74,25 @@ TEST_F(PackedGemmTest, MatchesDoublePrecisionProduct) {
   for (const int64_t m : {1, 2, 3, 5, 6, 7, 13, 17, 64}) {
     for (const auto& [k, n] : kn) {
       for (const bool transposed : {false, true}) {
-        for (const bool with_bias : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << m << "x" << k << "x" << n << " transposed="
-                                            << transposed << " bias=" << with_bias);
+        for (const Variant& variant : kVariants) {
+          SCOPED_TRACE(::testing::Message()
+                       << m << "x" << k << "x" << n << " transposed=" << transposed
+                       << " bias=" << variant.bias << " addend=" << variant.addend
+                       << " activation=" << static_cast<int>(variant.activation));
           const float alpha = transposed ? 0.5f : 1.0f;
           const Tensor w = Random(transposed ? Shape{n, k} : Shape{k, n}, rng, 0.3f);
           const Tensor x = Random(Shape{m, k}, rng);
           const Tensor bias = Random(Shape{n}, rng);
+          const Tensor addend = Random(Shape{m, n}, rng);
           const PackedGemm gemm(w.data<float>(), k, n, transposed, alpha);
+          PackedGemm::Epilogue epilogue;
+          if (variant.bias) epilogue.bias = bias.data<float>();
+          if (variant.addend) epilogue.addend = addend.data<float>();
+          epilogue.activation = variant.activation;
+          epilogue.bias_first = variant.bias_first;
           // One float past the end of y: the tail stores must stay inside [m, n].
           std::vector<float> y(m * n + 1, 12345.0f);
-          gemm.Run(x.data<float>(), m, with_bias ? bias.data<float>() : nullptr, y.data());
+          gemm.Run(x.data<float>(), m, epilogue, y.data());
           EXPECT_EQ(y[m * n], 12345.0f);
           for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < n; ++j) {
@@ -65,13 +103,39 @@ TEST_F(PackedGemmTest, MatchesDoublePrecisionProduct) {
                 sum += static_cast<double>(x.data<float>()[i * k + p]) * wv;
               }
               sum *= alpha;
-              if (with_bias) sum += bias.data<float>()[j];
-              ASSERT_NEAR(y[i * n + j], sum, 1e-5 + 1e-5 * std::sqrt(static_cast<double>(k)))
+              if (variant.bias) sum += bias.data<float>()[j];
+              if (variant.addend) sum += addend.data<float>()[i * n + j];  // either order
+              ASSERT_NEAR(y[i * n + j], Activate(sum, variant.activation),
+                          1e-5 + 1e-5 * std::sqrt(static_cast<double>(k)))
                   << "row " << i << " column " << j;
             }
           }
         }
       }
+    }
+  }
+}
+
+// The addend may be the output itself (a fused Add whose operand is the product's own buffer).
+TEST_F(PackedGemmTest, AddendMayBeTheOutput) {
+  if (!PackedGemm::Available()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::mt19937 rng(6);
+  const int64_t m = 5, k = 9, n = 30;
+  const Tensor w = Random(Shape{k, n}, rng);
+  const Tensor x = Random(Shape{m, k}, rng);
+  const Tensor start = Random(Shape{m, n}, rng);
+  const PackedGemm gemm(w.data<float>(), k, n, /*transposed=*/false);
+  std::vector<float> y(start.data<float>(), start.data<float>() + m * n);
+  PackedGemm::Epilogue epilogue;
+  epilogue.addend = y.data();
+  gemm.Run(x.data<float>(), m, epilogue, y.data());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = start.data<float>()[i * n + j];
+      for (int64_t p = 0; p < k; ++p) {
+        sum += static_cast<double>(x.data<float>()[i * k + p]) * w.data<float>()[p * n + j];
+      }
+      ASSERT_NEAR(y[i * n + j], sum, 1e-5) << i << "," << j;
     }
   }
 }
@@ -87,9 +151,12 @@ TEST_F(PackedGemmTest, PanelRangesCoverTheProduct) {
   const Tensor bias = Random(Shape{n}, rng);
   const PackedGemm gemm(w.data<float>(), k, n, /*transposed=*/false);
   ASSERT_EQ(gemm.panels(), 3);
+  PackedGemm::Epilogue epilogue;
+  epilogue.bias = bias.data<float>();
+  epilogue.activation = PackedGemv::Activation::kTanh;
   std::vector<float> whole(m * n), parts(m * n, -7.0f);
-  gemm.Run(x.data<float>(), m, bias.data<float>(), whole.data());
-  gemm.RunPanels(x.data<float>(), m, bias.data<float>(), parts.data(), 1, 2);
+  gemm.Run(x.data<float>(), m, epilogue, whole.data());
+  gemm.RunPanels(x.data<float>(), m, epilogue, parts.data(), 1, 2);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       if (j >= PackedGemm::kPanel && j < 2 * PackedGemm::kPanel) {
@@ -99,8 +166,8 @@ TEST_F(PackedGemmTest, PanelRangesCoverTheProduct) {
       }
     }
   }
-  gemm.RunPanels(x.data<float>(), m, bias.data<float>(), parts.data(), 0, 1);
-  gemm.RunPanels(x.data<float>(), m, bias.data<float>(), parts.data(), 2, 3);
+  gemm.RunPanels(x.data<float>(), m, epilogue, parts.data(), 0, 1);
+  gemm.RunPanels(x.data<float>(), m, epilogue, parts.data(), 2, 3);
   EXPECT_EQ(parts, whole);
 }
 
@@ -131,9 +198,10 @@ Tensor RunModel(const Model& model, const Tensor& in) {
   return copy;
 }
 
-// y = Tanh(MatMul(a, W) + bias), a of rank `rank` (batch folded into the rows): the MatMul runs
-// on the packed kernel with the bias added in it and the tanh as the epilogue, creating no
-// primitive, and agrees with reference::MatMul + bias + std::tanh.
+// y = Tanh(MatMul(a, W) + h + bias) (an RNN cell: h the other product, an input of the output's
+// shape), a of rank 2 or 3 (batch folded into the rows): the fused MatMul runs on the packed
+// kernel with the addend, the bias and the tanh applied in its register tiles, creating no
+// primitive, and agrees with reference::MatMul + h + bias and std::tanh.
 TEST_F(PackedGemmTest, MatMulUsesItForRowsOnTheAvx2Path) {
   if (!PackedGemm::Available()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   std::mt19937 rng(3);
@@ -142,33 +210,45 @@ TEST_F(PackedGemmTest, MatMulUsesItForRowsOnTheAvx2Path) {
   const Tensor bias = Random(Shape{n}, rng);
   for (const Shape& a_shape : {Shape{3, k}, Shape{7, k}, Shape{17, k}, Shape{2, 3, k}}) {
     SCOPED_TRACE(a_shape.ToString());
+    Shape::Dims out_dims(a_shape.dims().begin(), a_shape.dims().end());
+    out_dims.back() = n;
+    const Shape out_shape(out_dims);
     auto g = std::make_shared<Graph>();
     const ValueId a = g->AddValue("a", FloatType(a_shape.rank()));
+    const ValueId h = g->AddValue("h", FloatType(a_shape.rank()));
     const ValueId wid = g->AddValue("w");
     const ValueId bid = g->AddValue("bias");
     const ValueId product = g->AddValue("product");
+    const ValueId with_h = g->AddValue("with_h");
     const ValueId sum = g->AddValue("sum");
     const ValueId y = g->AddValue("y");
     g->constants.emplace_back(wid, std::make_shared<Tensor>(Tensor::ViewOf(w)));
     g->constants.emplace_back(bid, std::make_shared<Tensor>(Tensor::ViewOf(bias)));
     g->nodes.push_back(MakeNode("MatMul", {a, wid}, product));
-    g->nodes.push_back(MakeNode("Add", {product, bid}, sum));
+    g->nodes.push_back(MakeNode("Add", {product, h}, with_h));
+    g->nodes.push_back(MakeNode("Add", {with_h, bid}, sum));
     g->nodes.push_back(MakeNode("Tanh", {sum}, y));
-    g->inputs = {a};
+    g->inputs = {a, h};
     g->outputs = {y};
     auto model = Model::FromGraph(g);
     ASSERT_TRUE(model.ok()) << model.status();
     const Tensor in = Random(a_shape, rng);
+    const Tensor addend = Random(out_shape, rng);
     const int64_t before = DnnlPrimitiveCreationCount();
-    const Tensor got = RunModel(**model, in);
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(in)));
+    feed.push_back(Value(Tensor::ViewOf(addend)));
+    auto out = (*model)->Run(std::move(feed), RunOptions());
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& got = (*out)[0].tensor();
     EXPECT_EQ(DnnlPrimitiveCreationCount(), before);
 
     Tensor want;
     ASSERT_TRUE(reference::MatMul(in, w, want).ok());
     ASSERT_EQ(got.shape(), want.shape());
     for (int64_t i = 0; i < want.NumElements(); ++i) {
-      const double expected =
-          std::tanh(static_cast<double>(want.data<float>()[i]) + bias.data<float>()[i % n]);
+      const double expected = std::tanh(static_cast<double>(want.data<float>()[i]) +
+                                        addend.data<float>()[i] + bias.data<float>()[i % n]);
       ASSERT_NEAR(got.data<float>()[i], expected, 1e-5) << i;
     }
   }
