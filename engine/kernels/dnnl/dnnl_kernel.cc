@@ -193,7 +193,9 @@ namespace {
 // kPackedGemm's product: on the calling thread, or split into contiguous ranges of column panels
 // over the OpenMP threads (`threads` > 1) or the engaged SpinTeam `team` when it is large enough
 // to pay for the fork (DnnlKernel::kParallelWork multiply-adds, as for the oneDNN primitives).
-void RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int threads, SpinTeam* team,
+// Every output element is computed by the same tile code either way (bitwise the same result).
+// Returns whether it split over the team.
+bool RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int threads, SpinTeam* team,
                    float* y) {
   const native::PackedGemm& gemm = *op.gemm;
   const float* x = inputs[0]->data<float>();
@@ -202,11 +204,12 @@ void RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int thread
   if (op.gemm_addend_input >= 0) epilogue.addend = inputs[op.gemm_addend_input]->data<float>();
   epilogue.activation = op.gemm_activation;
   epilogue.bias_first = op.gemm_bias_first;
+  epilogue.bias_scale = op.gemm_bias_scale;
   const int64_t panels = gemm.panels();
   const int parts = team != nullptr ? team->size() : threads;
   if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < DnnlKernel::kParallelWork) {
     gemm.Run(x, op.gemm_rows, epilogue, y);
-    return;
+    return false;
   }
   const int chunks = static_cast<int>(std::min<int64_t>(parts, panels));
   auto run_chunk = [&](int chunk) {
@@ -215,10 +218,11 @@ void RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int thread
   };
   if (team != nullptr) {
     team->ParallelFor(chunks, run_chunk);
-    return;
+    return true;
   }
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int chunk = 0; chunk < chunks; ++chunk) run_chunk(chunk);
+  return false;
 }
 
 // op.epilogue over output 0 in place (no-op without one).
@@ -423,7 +427,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     }
     case PreparedOp::Mode::kPackedGemm: {
       Tensor* out = ctx.output(0, type, op.output_shape);
-      RunPackedGemm(op, inputs, threads, team, out->mutable_data<float>());
+      if (RunPackedGemm(op, inputs, threads, team, out->mutable_data<float>())) {
+        ++ctx.run_context().stats().team_splits;
+      }
       RunEpilogue(op, inputs, out);
       return absl::OkStatus();
     }

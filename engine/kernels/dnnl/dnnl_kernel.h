@@ -140,14 +140,16 @@ struct PreparedOp {
   int gemv_bias_input = -1;
   // kPackedGemm: output 0 ([gemm_rows, n]) = gemm_activation(input 0 ([gemm_rows, k], any batch
   // folded into the rows) times the packed weights + input gemm_addend_input (of the output's
-  // shape) when >= 0 + input gemm_bias_input (n values) when >= 0), all applied per register
-  // tile. Split by column panels over the OpenMP threads or the engaged SpinTeam when large.
+  // shape) when >= 0 + gemm_bias_scale x input gemm_bias_input (n values) when >= 0), all applied
+  // per register tile. Split by column panels over the OpenMP threads or the engaged SpinTeam when
+  // large.
   std::shared_ptr<const native::PackedGemm> gemm;
   int64_t gemm_rows = 0;
   int gemm_bias_input = -1;
   int gemm_addend_input = -1;
   native::PackedGemv::Activation gemm_activation = native::PackedGemv::Activation::kNone;
   bool gemm_bias_first = false;  // the bias Add came before the addend's
+  float gemm_bias_scale = 1.0f;  // Gemm's beta
   // kNativeCustom: dims the kernel's RunNative reads (e.g. a softmax's [outer, axis, inner]).
   int64_t native_dims[3] = {0, 0, 0};
   // kBatchedGemv: output 0 = input 0 x input 1 (native/batched_gemv.h).

@@ -588,11 +588,13 @@ class GemmKernel final : public DnnlKernel {
       return prepared;
     }
     if (type == DataType::kFloat32 && constant != nullptr && !attrs_.trans_a && dims.m > 1 &&
-        BiasOk(dims, shapes) && native::PackedGemm::Available()) {
+        (shapes[2] == nullptr || attrs_.beta == 0.0f || IsRow(dims, *shapes[2])) &&
+        native::PackedGemm::Available()) {
       prepared->mode = PreparedOp::Mode::kPackedGemm;
       prepared->gemm = PackedWeights(*constant, dims.k, dims.n);
       prepared->gemm_rows = dims.m;
       prepared->gemm_bias_input = shapes[2] != nullptr && attrs_.beta != 0.0f ? 2 : -1;
+      prepared->gemm_bias_scale = attrs_.beta;
       SetEpilogue(shapes, *prepared);
       return prepared;
     }
@@ -678,12 +680,16 @@ class GemmKernel final : public DnnlKernel {
         w, gemv_activation_.value_or(native::PackedGemv::Activation::kNone));
   }
 
+  // Whether C is one row of n values (a bias).
+  static bool IsRow(const reference::GemmDims& dims, const Shape& c) {
+    return c.NumElements() == dims.n && (c.rank() < 2 || c[c.rank() - 1] == dims.n);
+  }
+
   // Whether C is absent, ignored (beta 0) or one row of n values added as is (beta 1): a bias
-  // the native kernels add themselves.
+  // the packed one-row kernel adds itself.
   bool BiasOk(const reference::GemmDims& dims, absl::Span<const Shape* const> shapes) const {
     return shapes[2] == nullptr || attrs_.beta == 0.0f ||
-           (attrs_.beta == 1.0f && shapes[2]->NumElements() == dims.n &&
-            (shapes[2]->rank() < 2 || (*shapes[2])[shapes[2]->rank() - 1] == dims.n));
+           (attrs_.beta == 1.0f && IsRow(dims, *shapes[2]));
   }
 
   // The constant B, alpha and transB folded in, packed for native::PackedGemm by the first

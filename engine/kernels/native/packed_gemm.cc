@@ -67,30 +67,31 @@ __attribute__((target("avx2,fma"))) inline void StoreRow(__m256 v0, __m256 v1, _
                                                          const float* addend, const float* bias,
                                                          float* c, int64_t cols) {
   __m256 v[3] = {v0, v1, v2};
-  // The operands in the order of the Adds they replace (float addition is not associative).
+  // The operands in the order of the Adds they replace (float addition is not associative); the
+  // bias times its scale in one rounding (exactly v + bias for the scale 1).
   const float* first = e.bias_first ? bias : addend;
   const float* second = e.bias_first ? addend : bias;
+  const __m256 first_scale = _mm256_set1_ps(e.bias_first ? e.bias_scale : 1.0f);
+  const __m256 second_scale = _mm256_set1_ps(e.bias_first ? 1.0f : e.bias_scale);
   for (int j = 0; j < V - 1; ++j) {
-    if (first != nullptr) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(first + 8 * j));
-    if (second != nullptr) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(second + 8 * j));
+    if (first != nullptr) v[j] = _mm256_fmadd_ps(_mm256_loadu_ps(first + 8 * j), first_scale, v[j]);
+    if (second != nullptr) {
+      v[j] = _mm256_fmadd_ps(_mm256_loadu_ps(second + 8 * j), second_scale, v[j]);
+    }
     _mm256_storeu_ps(c + 8 * j, Activate(v[j], e.activation));
   }
   constexpr int last = V - 1;
-  if (cols == 8 * V) {
-    if (first != nullptr) v[last] = _mm256_add_ps(v[last], _mm256_loadu_ps(first + 8 * last));
-    if (second != nullptr) v[last] = _mm256_add_ps(v[last], _mm256_loadu_ps(second + 8 * last));
-    _mm256_storeu_ps(c + 8 * last, Activate(v[last], e.activation));
-    return;
+  __m256i mask = _mm256_set1_epi32(-1);
+  if (cols != 8 * V) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols) - 8 * last), lanes);
   }
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i mask =
-      _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols) - 8 * last), lanes);
   // A lane whose mask is off is neither read (no fault past the end of a row) nor written.
   if (first != nullptr) {
-    v[last] = _mm256_add_ps(v[last], _mm256_maskload_ps(first + 8 * last, mask));
+    v[last] = _mm256_fmadd_ps(_mm256_maskload_ps(first + 8 * last, mask), first_scale, v[last]);
   }
   if (second != nullptr) {
-    v[last] = _mm256_add_ps(v[last], _mm256_maskload_ps(second + 8 * last, mask));
+    v[last] = _mm256_fmadd_ps(_mm256_maskload_ps(second + 8 * last, mask), second_scale, v[last]);
   }
   _mm256_maskstore_ps(c + 8 * last, mask, Activate(v[last], e.activation));
 }

@@ -46,9 +46,11 @@ class PackedGemm {
   int64_t n() const { return n_; }
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
 
-  // What is applied to each register tile before it is stored: y = act(x W + addend + bias).
+  // What is applied to each register tile before it is stored:
+  // y = act(x W + addend + bias_scale * bias).
   struct Epilogue {
-    const float* bias = nullptr;    // n values added to every row, or null
+    const float* bias = nullptr;    // n values added to every row (times bias_scale), or null
+    float bias_scale = 1.0f;        // Gemm's beta
     const float* addend = nullptr;  // an [m, n] row-major matrix added, or null (may be y)
     PackedGemv::Activation activation = PackedGemv::Activation::kNone;  // tanh: MLAS's rational
     bool bias_first = false;  // (x W + bias) + addend, the order of the Adds it replaces

@@ -90,6 +90,8 @@ TEST_F(PackedGemmTest, MatchesDoublePrecisionProduct) {
           if (variant.addend) epilogue.addend = addend.data<float>();
           epilogue.activation = variant.activation;
           epilogue.bias_first = variant.bias_first;
+          const double bias_scale = variant.activation == PackedGemv::Activation::kNone ? 2.0 : 1.0;
+          epilogue.bias_scale = static_cast<float>(bias_scale);
           // One float past the end of y: the tail stores must stay inside [m, n].
           std::vector<float> y(m * n + 1, 12345.0f);
           gemm.Run(x.data<float>(), m, epilogue, y.data());
@@ -103,7 +105,7 @@ TEST_F(PackedGemmTest, MatchesDoublePrecisionProduct) {
                 sum += static_cast<double>(x.data<float>()[i * k + p]) * wv;
               }
               sum *= alpha;
-              if (variant.bias) sum += bias.data<float>()[j];
+              if (variant.bias) sum += bias_scale * bias.data<float>()[j];
               if (variant.addend) sum += addend.data<float>()[i * n + j];  // either order
               ASSERT_NEAR(y[i * n + j], Activate(sum, variant.activation),
                           1e-5 + 1e-5 * std::sqrt(static_cast<double>(k)))
@@ -254,9 +256,9 @@ TEST_F(PackedGemmTest, MatMulUsesItForRowsOnTheAvx2Path) {
   }
 }
 
-// GRU-style Gemm(x, W^T, b) with alpha: on the packed kernel (alpha and the transpose folded
-// into the packing, b as its bias), against a double-precision Gemm; a C of full rows is left to
-// oneDNN (a primitive is created) and still agrees.
+// GRU-style Gemm(x, W^T, b) with alpha and beta: on the packed kernel (alpha and the transpose
+// folded into the packing, beta * b as its bias), against a double-precision Gemm; a C of full rows
+// is left to oneDNN (a primitive is created) and still agrees.
 TEST_F(PackedGemmTest, GemmUsesItWithTransposedWeightsAlphaAndBias) {
   if (!PackedGemm::Available()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   std::mt19937 rng(4);
@@ -276,6 +278,9 @@ TEST_F(PackedGemmTest, GemmUsesItWithTransposedWeightsAlphaAndBias) {
     gemm.attributes["transB"].i = 1;
     gemm.attributes["alpha"].type = Attribute::Type::kFloat;
     gemm.attributes["alpha"].f = 0.75f;
+    const float beta = full_c ? 1.0f : 2.0f;
+    gemm.attributes["beta"].type = Attribute::Type::kFloat;
+    gemm.attributes["beta"].f = beta;
     g->nodes.push_back(std::move(gemm));
     g->inputs = {a};
     g->outputs = {y};
@@ -296,7 +301,7 @@ TEST_F(PackedGemmTest, GemmUsesItWithTransposedWeightsAlphaAndBias) {
         for (int64_t p = 0; p < k; ++p) {
           sum += static_cast<double>(in.data<float>()[i * k + p]) * w.data<float>()[j * k + p];
         }
-        const double expected = 0.75 * sum + c.data<float>()[full_c ? i * n + j : j];
+        const double expected = 0.75 * sum + beta * c.data<float>()[full_c ? i * n + j : j];
         ASSERT_NEAR(got.data<float>()[i * n + j], expected, 1e-5) << i << "," << j;
       }
     }
