@@ -36,17 +36,10 @@ absl::Status FuseElementwisePass::Run(Graph& graph, const TransformContext& cont
     auto spec = std::make_shared<FusionSpec>();
     spec->post_ops = chain.post_ops;
     spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
-    std::string names;
-    for (int k : chain.nodes) {
-      absl::StrAppend(&names, names.empty() ? "" : " + ", graph.nodes[k].op_type, " '",
-                      graph.nodes[k].name, "'");
-    }
-    log.push_back(absl::StrCat(name(), ": ", names, " -> ", kElementwiseOp, " [",
-                               DescribeFusion(kElementwiseOp, *spec), "]"));
+    log.push_back(absl::StrCat(name(), ": ", DescribeNodes(graph, chain.nodes), " -> ",
+                               kElementwiseOp, " [", DescribeFusion(kElementwiseOp, *spec), "]"));
     fused.fusion = std::move(spec);
-    for (int k : chain.nodes) removed[k] = true;
-    removed[last] = false;
-    graph.nodes[last] = std::move(fused);
+    ReplaceNodes(graph, chain.nodes, last, std::move(fused), removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);

@@ -178,9 +178,7 @@ absl::Status FuseGeluPass::Run(Graph& graph, const TransformContext& context,
     log.push_back(absl::StrCat(name(), ": ", nodes.size(), " nodes around '", graph.nodes[n].name,
                                "' -> ", EltwiseFnName(fn)));
     fused.fusion = std::move(spec);
-    for (int k : nodes) removed[k] = true;
-    removed[last] = false;
-    graph.nodes[last] = std::move(fused);
+    ReplaceNodes(graph, nodes, last, std::move(fused), removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);

@@ -126,10 +126,8 @@ absl::Status FuseLayerNormPass::Run(Graph& graph, const TransformContext& contex
     log.push_back(absl::StrCat(name(), ": ", nodes.size(), " nodes from ReduceMean '",
                                graph.nodes[n].name, "' -> LayerNormalization(epsilon=", *eps,
                                beta == kNoValue ? ", no bias)" : ")"));
-    const int last = *std::max_element(nodes.begin(), nodes.end());
-    for (int k : nodes) removed[k] = true;
-    removed[last] = false;
-    graph.nodes[last] = std::move(fused);
+    ReplaceNodes(graph, nodes, *std::max_element(nodes.begin(), nodes.end()), std::move(fused),
+                 removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);

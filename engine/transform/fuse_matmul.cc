@@ -18,15 +18,6 @@ bool SwapsLastTwo(const Node& node) {
   return (*perm)[r - 2] == r - 1 && (*perm)[r - 1] == r - 2;
 }
 
-std::string NodeList(const Graph& graph, const std::vector<int>& nodes) {
-  std::string names;
-  for (int k : nodes) {
-    absl::StrAppend(&names, names.empty() ? "" : " + ", graph.nodes[k].op_type, " '",
-                    graph.nodes[k].name, "'");
-  }
-  return names;
-}
-
 }  // namespace
 
 absl::Status FuseMatMulPass::Run(Graph& graph, const TransformContext& context,
@@ -93,13 +84,10 @@ absl::Status FuseMatMulPass::Run(Graph& graph, const TransformContext& context,
     fused.outputs = {chain.value};
     spec->post_ops = chain.post_ops;
     spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
-    log.push_back(absl::StrCat(name(), ": ", NodeList(graph, chain.nodes), " -> ", fused.op_type,
-                               " [", DescribeFusion(fused.op_type, *spec), "]"));
+    log.push_back(absl::StrCat(name(), ": ", DescribeNodes(graph, chain.nodes), " -> ",
+                               fused.op_type, " [", DescribeFusion(fused.op_type, *spec), "]"));
     fused.fusion = std::move(spec);
-    const int last = chain.nodes.back();
-    for (int k : chain.nodes) removed[k] = true;
-    removed[last] = false;
-    graph.nodes[last] = std::move(fused);
+    ReplaceNodes(graph, chain.nodes, chain.nodes.back(), std::move(fused), removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);

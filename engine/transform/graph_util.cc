@@ -1,6 +1,9 @@
 #include "engine/transform/graph_util.h"
 
+#include <utility>
+
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 
 namespace loopserve::engine::transform {
 
@@ -47,6 +50,22 @@ void RemoveNodes(Graph& graph, const std::vector<bool>& removed) {
     if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
   }
   graph.nodes = std::move(kept);
+}
+
+void ReplaceNodes(Graph& graph, const std::vector<int>& nodes, int last, Node fused,
+                  std::vector<bool>& removed) {
+  for (int k : nodes) removed[k] = true;
+  removed[last] = false;
+  graph.nodes[last] = std::move(fused);
+}
+
+std::string DescribeNodes(const Graph& graph, const std::vector<int>& nodes) {
+  std::string names;
+  for (int k : nodes) {
+    absl::StrAppend(&names, names.empty() ? "" : " + ", graph.nodes[k].op_type, " '",
+                    graph.nodes[k].name, "'");
+  }
+  return names;
 }
 
 std::shared_ptr<const Graph> ExtractSubgraph(const Graph& graph, const std::vector<int>& indices,

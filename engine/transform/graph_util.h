@@ -4,6 +4,7 @@
 // "unfused" subgraph a fused node keeps for the element types its kernel does not compute.
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/ir/graph.h"
@@ -30,6 +31,14 @@ std::optional<float> ScalarConstant(const TransformContext& context, ValueId id)
 
 // Drops the nodes marked in `removed` (keeping the others' order).
 void RemoveNodes(Graph& graph, const std::vector<bool>& removed);
+
+// Puts `fused` at node `last` (one of `nodes`) and marks the other `nodes` removed, for a later
+// RemoveNodes: how every fusion pass replaces the nodes it merged.
+void ReplaceNodes(Graph& graph, const std::vector<int>& nodes, int last, Node fused,
+                  std::vector<bool>& removed);
+
+// "MatMul 'a' + Add 'b'": the nodes a rewrite merged, for its log line.
+std::string DescribeNodes(const Graph& graph, const std::vector<int>& nodes);
 
 // A graph of copies of `graph.nodes[indices]` (in that order) whose inputs are `inputs` and whose
 // output is `output`, with the values they touch renumbered: a fused node's fallback.

@@ -6,6 +6,7 @@
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
+#include "engine/transform/fuse_softmax.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "engine/transform/lower_cell_loops.h"
 
@@ -20,6 +21,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());
     list->push_back(std::make_unique<FuseMatMulPass>());
+    list->push_back(std::make_unique<FuseSoftmaxPass>());
     list->push_back(std::make_unique<FuseElementwisePass>());
     return list;
   }();

@@ -423,7 +423,9 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     }
     case PreparedOp::Mode::kNativeCustom: {
       Tensor* out = ctx.output(0, type, op.output_shape);
-      return RunNative(op, inputs, *out);
+      LS_RETURN_IF_ERROR(RunNative(op, inputs, *out));
+      RunEpilogue(op, inputs, out);
+      return absl::OkStatus();
     }
     case PreparedOp::Mode::kPackedGemm: {
       Tensor* out = ctx.output(0, type, op.output_shape);

@@ -158,7 +158,7 @@ struct PreparedOp {
   // signature's shapes. Not owned: the kernel's chain outlives its prepared ops.
   const native::ElementwiseChain* chain = nullptr;
   native::ElementwiseChain::Prepared chain_prepared;
-  // After kExecute, kPackedGemv and kZeroFill: output 0 = epilogue(output 0, inputs
+  // After kExecute, kPackedGemv, kZeroFill and kNativeCustom: output 0 = epilogue(output 0, inputs
   // epilogue_inputs...) in place (a fused node's post-ops). Not owned, like `chain`.
   const native::ElementwiseChain* epilogue = nullptr;
   native::ElementwiseChain::Prepared epilogue_prepared;

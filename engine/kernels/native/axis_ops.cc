@@ -10,6 +10,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/row_select.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -144,13 +145,17 @@ class TopKState : public KernelState {
 
 // The k largest (`largest`) or smallest elements of a contiguous row of n, in order, equal values
 // by lower index first, into out_v / out_i, by one pass that keeps the best k seen so far sorted
-// and compares each further element with the worst of them (in blocks of 16, which the compiler
-// vectorises; on random data O(k log(n / k)) elements ever enter). False, having written
-// nothing, when the row holds a NaN (the caller sorts it instead). A beam search's TopK over
-// beams x vocabulary logits (k 16 of 16000): 8% of beam_k16_h512's time in std::partial_sort.
-template <typename T>
-bool TopKByThreshold(const T* row, int64_t n, int64_t k, bool largest, T* out_v, int64_t* out_i,
-                     std::vector<std::pair<T, int64_t>>& best) {
+// and compares each further element with the worst of them (NextCandidateF32: whole AVX-512 /
+// AVX2 vectors at a time; on random data O(k log(n / k)) elements ever enter). False, having
+// written nothing, when the row holds a NaN (the caller sorts it instead). A beam search's TopK
+// over beams x vocabulary logits (k 16 of 16000): 8% of beam_k16_h512's time in std::partial_sort.
+// Past this k, sorted insertion into the kept list (O(k) an entry) can cost more than the sort
+// on rows whose elements mostly enter (ascending scores).
+constexpr int64_t kMaxThresholdK = 256;
+
+bool TopKByThreshold(const float* row, int64_t n, int64_t k, bool largest, float* out_v,
+                     int64_t* out_i, std::vector<std::pair<float, int64_t>>& best) {
+  using T = float;
   // `a` ranks before `b` (a from a lower index than b when equal).
   auto ranks_before = [largest](T a, T b) { return largest ? b < a : a < b; };
   best.clear();
@@ -164,34 +169,25 @@ bool TopKByThreshold(const T* row, int64_t n, int64_t k, bool largest, T* out_v,
   }
   // An element enters only if it ranks strictly before the worst kept: an equal one comes from a
   // higher index and ranks after it.
+  // It replaces the worst and moves up past the kept ones it ranks before (an insertion step
+  // from the back: a new entry usually lands near the bottom, so this moves few entries and its
+  // branches predict better than a binary search's).
   auto admit = [&](int64_t j) {
     const T v = row[j];
     if (v != v) return false;
     if (!ranks_before(v, best.back().first)) return true;
-    best.pop_back();
-    auto at = std::upper_bound(best.begin(), best.end(), v, [&](T value, const auto& entry) {
-      return ranks_before(value, entry.first);
-    });
-    best.insert(at, {v, j});
+    size_t at = best.size() - 1;
+    while (at > 0 && ranks_before(v, best[at - 1].first)) {
+      best[at] = best[at - 1];
+      --at;
+    }
+    best[at] = {v, j};
     return true;
   };
-  int64_t j = k;
-  constexpr int kBlock = 16;
-  for (; j + kBlock <= n; j += kBlock) {
-    const T worst = best.back().first;
-    bool any = false;
-    // True for an element that ranks before the worst, or a NaN.
-    if (largest) {
-      for (int t = 0; t < kBlock; ++t) any |= !(row[j + t] <= worst);
-    } else {
-      for (int t = 0; t < kBlock; ++t) any |= !(row[j + t] >= worst);
-    }
-    if (!any) continue;
-    for (int t = 0; t < kBlock; ++t) {
-      if (!admit(j + t)) return false;
-    }
-  }
-  for (; j < n; ++j) {
+  // Whole vectors of the rest are compared with the worst kept value; only the elements that
+  // rank before it (or NaNs) stop the scan.
+  for (int64_t j = NextCandidateF32(row, k, n, best.back().first, largest); j < n;
+       j = NextCandidateF32(row, j + 1, n, best.back().first, largest)) {
     if (!admit(j)) return false;
   }
   for (int64_t e = 0; e < k; ++e) {
@@ -257,7 +253,7 @@ class TopKKernel final : public Kernel {
       int64_t* out_i = indices->mutable_data<int64_t>();
       for (int64_t o = 0; o < v.outer; ++o) {
         if constexpr (std::is_same_v<T, float>) {
-          if (v.inner == 1 && k > 0 && k * 8 <= v.n &&
+          if (v.inner == 1 && k > 0 && k * 8 <= v.n && k <= kMaxThresholdK &&
               TopKByThreshold(in + o * v.n, v.n, k, largest_, out_v + o * k, out_i + o * k,
                               ctx.state<TopKState>()->best)) {
             continue;

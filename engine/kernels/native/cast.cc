@@ -38,6 +38,8 @@ class IdentityKernel final : public Kernel {
       ctx.output_value(0).CopyFrom(in);
       return absl::OkStatus();
     }
+    // An input no one else reads moves to the output (Step::takeable_inputs); else a copy.
+    if (ctx.TakeInput(0, 0) != nullptr) return absl::OkStatus();
     const Tensor& x = in.tensor();
     CopyBytes(x, ctx.output(0, x.dtype(), x.shape()));
     return absl::OkStatus();

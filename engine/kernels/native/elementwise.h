@@ -65,6 +65,21 @@ class BinaryKernel final : public Kernel {
     if (a.dtype() != b.dtype()) return TypeMismatch("input A", a.dtype(), "input B", b.dtype());
     Shape b_shape = b.shape();
     LS_RETURN_IF_ERROR(ApplyLegacyBroadcast(legacy_, a.shape(), &b_shape));
+    if (b_shape == a.shape()) {
+      // Equal shapes (a decoder's 1-element token compare): no broadcast plan to build.
+      bool ok = DispatchAccepted<Policy>(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using O = typename Policy::template Out<T>;
+        Tensor* y = ctx.output(0, DataTypeOf<O>::value, a.shape());
+        const T* pa = a.data<T>();
+        const T* pb = b.data<T>();
+        O* out = y->mutable_data<O>();
+        const int64_t n = a.NumElements();
+        for (int64_t i = 0; i < n; ++i) out[i] = Policy::Apply(pa[i], pb[i]);
+      });
+      if (!ok) return UnsupportedType("input A", a.dtype());
+      return absl::OkStatus();
+    }
     Broadcast<2> bc;
     LS_RETURN_IF_ERROR(PrepareBroadcast<2>({&a.shape(), &b_shape}, &bc));
     bool ok = DispatchAccepted<Policy>(a.dtype(), [&](auto tag) {

@@ -51,9 +51,12 @@ __attribute__((target("avx512f,fma"))) __m512 Activate512(__m512 v,
 
 __attribute__((target("avx512f,fma"))) void RunAvx512(const float* x, const float* packed,
                                                       int64_t k, int64_t n, const float* bias,
-                                                      PackedGemv::Activation activation, float* y) {
+                                                      PackedGemv::Activation activation,
+                                                      bool reverse, float* y) {
   constexpr int kVectors = kPanel / 16;
-  for (int64_t col0 = 0; col0 < n; col0 += kPanel) {
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t col0 = (reverse ? panels - 1 - p : p) * kPanel;
     const float* w = packed + col0 * k;
     __m512 even[kVectors];
     __m512 odd[kVectors];
@@ -108,10 +111,13 @@ __attribute__((target("avx2,fma"))) __m256 Activate256(__m256 v,
 
 __attribute__((target("avx2,fma"))) void RunAvx2(const float* x, const float* packed, int64_t k,
                                                  int64_t n, const float* bias,
-                                                 PackedGemv::Activation activation, float* y) {
+                                                 PackedGemv::Activation activation, bool reverse,
+                                                 float* y) {
   constexpr int kVectors = kPanel / 8;  // 16 accumulators: enough independent FMA chains
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t col0 = 0; col0 < n; col0 += kPanel) {
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t col0 = (reverse ? panels - 1 - p : p) * kPanel;
     const float* w = packed + col0 * k;
     __m256 acc[kVectors];
     for (int j = 0; j < kVectors; ++j) acc[j] = _mm256_setzero_ps();
@@ -164,10 +170,13 @@ void PackedGemv::Run(const float* x, const float* bias, float* y) const {
 #if defined(LS_PACKED_GEMV_X86)
   // A kernel prepared under AVX-512 whose cap was lowered later runs the AVX2 loop (same packing);
   // one prepared while the cap was scalar is never built (Available() was false).
+  const uint32_t call = calls_.load(std::memory_order_relaxed);
+  calls_.store(call + 1, std::memory_order_relaxed);
+  const bool reverse = (call & 1) != 0;
   if (ActiveIsa() == Isa::kAvx512) {
-    RunAvx512(x, packed_.data<float>(), k_, n_, bias, activation_, y);
+    RunAvx512(x, packed_.data<float>(), k_, n_, bias, activation_, reverse, y);
   } else {
-    RunAvx2(x, packed_.data<float>(), k_, n_, bias, activation_, y);
+    RunAvx2(x, packed_.data<float>(), k_, n_, bias, activation_, reverse, y);
   }
 #else
   (void)x;

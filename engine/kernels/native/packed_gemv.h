@@ -15,6 +15,7 @@
 // tanh is the rational approximation ONNX Runtime (MLAS) and Eigen use (a few ulp from std::tanh);
 // sigmoid is 0.5 + 0.5 tanh(x / 2).
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -42,7 +43,7 @@ class PackedGemv {
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
 
-  // y[0:n] = act(x[0:k] W + bias[0:n]); `bias` may be null. `y` must not alias `x`.
+  // y[0:n] = act(x[0:k] W + bias[0:n]); `bias` may be null. `y` must not alias `x`. Thread-safe.
   void Run(const float* x, const float* bias, float* y) const;
 
  private:
@@ -50,6 +51,12 @@ class PackedGemv {
   int64_t n_ = 0;
   Activation activation_ = Activation::kNone;
   Tensor packed_;  // [panels, k, kPanel], columns past n zero
+  // Calls so far (relaxed; only its parity matters). Odd calls take the panels last to first: a
+  // Loop body re-reads the same weights every iteration, and a body whose weights exceed L2 by a
+  // little (a greedy decoder's 256 KB + 1 MB) then finds the panels it read last still in L2
+  // instead of evicting each line just before its next use (LRU against a cyclic scan). Each
+  // column's sum keeps its order, so the results do not depend on the direction.
+  mutable std::atomic<uint32_t> calls_{0};
 };
 
 }  // namespace loopserve::engine::native

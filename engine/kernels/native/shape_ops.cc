@@ -13,6 +13,12 @@ namespace {
 
 // Copies `x` into output 0 with `shape` (same element count).
 void EmitReshaped(KernelContext& ctx, const Tensor& x, const Shape& shape) {
+  // An input no one else reads (Step::takeable_inputs) moves to the output with its new shape:
+  // the data stays where it is (a beam search's [beams, vocab] scores flattened for TopK).
+  if (Tensor* y = ctx.TakeInput(0, 0); y != nullptr) {
+    y->Reshape(shape);
+    return;
+  }
   CopyBytes(x, ctx.output(0, x.dtype(), shape));
 }
 

@@ -15,6 +15,7 @@
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
+#include "engine/transform/fuse_softmax.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "gtest/gtest.h"
 
@@ -251,6 +252,121 @@ TEST(FuseMatMulTest, TransposeOfTheLastTwoDimsIsFolded) {
       ASSERT_NEAR(got.data<float>()[bt * 5 + j], 0.5 * dot, 1e-5);
     }
   }
+}
+
+// log_softmax(x) along the last dim of a [rows, n] row-major tensor, in double.
+std::vector<double> LogSoftmaxRows(const Tensor& x, int64_t rows, int64_t n) {
+  std::vector<double> y(rows * n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data<float>() + r * n;
+    double max = xr[0];
+    for (int64_t j = 0; j < n; ++j) max = std::max(max, static_cast<double>(xr[j]));
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(xr[j] - max);
+    for (int64_t j = 0; j < n; ++j) y[r * n + j] = xr[j] - max - std::log(sum);
+  }
+  return y;
+}
+
+TEST(FuseSoftmaxTest, LogSoftmaxPlusRowScoresBecomesOneNode) {
+  // A beam step's total = LogSoftmax(logits) + Unsqueeze(score, -1): logits [4, 1003], score [4].
+  Builder b;
+  const ValueId logits = b.Input("logits", {4, 1003});
+  const ValueId score = b.Input("score", {4, 1});
+  const ValueId total = b.Op("Add", {b.Op("LogSoftmax", {logits}, 13), score});
+  b.Output(total);
+  const std::vector<std::string> log = RunPass(FuseSoftmaxPass(), b);
+  ASSERT_EQ(OpTypes(b.graph()), std::vector<std::string>{"LogSoftmax"});
+  ASSERT_EQ(log.size(), 1u);
+  const Node& fused = b.graph().nodes[0];
+  ASSERT_NE(fused.fusion, nullptr);
+  EXPECT_EQ(fused.inputs, (std::vector<ValueId>{logits, score}));
+  EXPECT_EQ(fused.outputs, std::vector<ValueId>{total});
+  ASSERT_EQ(fused.fusion->post_ops.size(), 1u);
+  EXPECT_EQ(fused.fusion->post_ops[0].op, ArithOp::kAdd);
+  ASSERT_NE(fused.fusion->unfused, nullptr);
+  EXPECT_EQ(fused.fusion->unfused->nodes.size(), 2u);
+
+  // Numerics through the whole pipeline, with the score first or second, added or subtracted,
+  // per row ([4, 1]) or one value for all rows ([1]): against double precision.
+  const Tensor x = Random(Shape{4, 1003}, 21, -30.0f, 30.0f);
+  const std::vector<double> lsm = LogSoftmaxRows(x, 4, 1003);
+  for (const bool per_row : {true, false}) {
+    for (const std::string op : {"Add", "Sub"}) {
+      for (const bool score_first : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << op << " per_row " << per_row << " score_first " << score_first);
+        const Tensor c = Random(per_row ? Shape{4, 1} : Shape{1}, 22, -5.0f, 5.0f);
+        Builder run;
+        const ValueId rx = run.Input("logits", {4, 1003});
+        const ValueId rc =
+            run.Input("score", per_row ? std::vector<int64_t>{4, 1} : std::vector<int64_t>{1});
+        const ValueId l = run.Op("LogSoftmax", {rx}, 13);
+        run.Output(
+            run.Op(op, score_first ? std::vector<ValueId>{rc, l} : std::vector<ValueId>{l, rc}));
+        const Tensor got = RunModel(run.shared(), {&x, &c});
+        ASSERT_EQ(got.shape(), (Shape{4, 1003}));
+        for (int64_t r = 0; r < 4; ++r) {
+          const double cr = c.data<float>()[per_row ? r : 0];
+          for (int64_t j = 0; j < 1003; ++j) {
+            const double v = lsm[r * 1003 + j];
+            const double expected = op == "Add" ? v + cr : score_first ? cr - v : v - cr;
+            ASSERT_NEAR(got.data<float>()[r * 1003 + j], expected,
+                        1e-4 + 1e-5 * std::fabs(expected))
+                << "row " << r << " column " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FuseSoftmaxTest, SoftmaxChainRunsAsAnEpilogue) {
+  // Relu(Softmax(x) * w - 0.001) with w [n] broadcast over rows: a general epilogue; then an
+  // operand that grows the result ([3, n] added to a [1, n] softmax) runs the nodes unfused.
+  const int64_t n = 37;
+  const Tensor x = Random(Shape{3, n}, 23);
+  const Tensor w = Random(Shape{n}, 24, 0.5f, 2.0f);
+  Builder run;
+  const ValueId rx = run.Input("x", {3, n});
+  const ValueId rw = run.Input("w", {n});
+  run.Output(run.Op("Relu", {run.Op("Sub", {run.Op("Mul", {run.Op("Softmax", {rx}, 13), rw}),
+                                            run.Scalar("eps", 0.001f)})}));
+  Builder probe;
+  probe.Output(
+      probe.Op("Relu", {probe.Op("Mul", {probe.Op("Softmax", {probe.Input("x", {3, n})}, 13),
+                                         probe.Input("w", {n})})}));
+  RunPass(FuseSoftmaxPass(), probe);
+  EXPECT_EQ(OpTypes(probe.graph()), std::vector<std::string>{"Softmax"});
+  const Tensor got = RunModel(run.shared(), {&x, &w});
+  const std::vector<double> lsm = LogSoftmaxRows(x, 3, n);
+  ASSERT_EQ(got.shape(), (Shape{3, n}));
+  for (int64_t i = 0; i < 3 * n; ++i) {
+    const double expected = std::max(0.0, std::exp(lsm[i]) * w.data<float>()[i % n] - 0.001);
+    ASSERT_NEAR(got.data<float>()[i], expected, 1e-6) << i;
+  }
+
+  const Tensor row = Random(Shape{1, n}, 25);
+  const Tensor addend = Random(Shape{3, n}, 26);
+  Builder grow;
+  const ValueId gx = grow.Input("x", {1, n});
+  const ValueId ga = grow.Input("a", {3, n});
+  grow.Output(grow.Op("Add", {grow.Op("LogSoftmax", {gx}, 13), ga}));
+  const Tensor grown = RunModel(grow.shared(), {&row, &addend});
+  const std::vector<double> row_lsm = LogSoftmaxRows(row, 1, n);
+  ASSERT_EQ(grown.shape(), (Shape{3, n}));
+  for (int64_t i = 0; i < 3 * n; ++i) {
+    ASSERT_NEAR(grown.data<float>()[i], row_lsm[i % n] + addend.data<float>()[i], 1e-5) << i;
+  }
+}
+
+TEST(FuseSoftmaxTest, SoftmaxWithTwoReadersIsLeftAlone) {
+  Builder b;
+  const ValueId s = b.Op("Softmax", {b.Input("x", {2, 5})}, 13);
+  b.Output(b.Op("Add", {s, b.Scalar("one", 1.0f)}));
+  b.Output(s);
+  EXPECT_TRUE(RunPass(FuseSoftmaxPass(), b).empty());
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"Softmax", "Add"}));
 }
 
 TEST(FuseGeluTest, ErfAndTanhFormsBecomeOneFunction) {

@@ -137,6 +137,39 @@ TEST_P(NormTest, LogSoftmaxMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Types, NormTest, ::testing::Values(DataType::kFloat32, DataType::kFloat64),
                          [](const auto& info) { return std::string(DataTypeName(info.param)); });
 
+// Rows of model widths (not multiples of the vector width), float32, one output, whole-row scale
+// and bias: the native per-row passes (no primitive), against the reference; with the statistics
+// outputs or a broadcasting scale, the primitive.
+TEST(NormTest, LayerNormSmallRowsRunNatively) {
+  std::mt19937 rng(37);
+  for (const Shape& shape : {Shape{1, 256}, Shape{3, 1000}, Shape{2, 5, 257}, Shape{1, 1}}) {
+    const int64_t n = shape[shape.rank() - 1];
+    // An offset row: the centred two-pass variance must not lose the spread to the mean.
+    Tensor x = RandomTensor(DataType::kFloat32, shape, rng);
+    for (int64_t i = 0; i < x.NumElements(); ++i) x.mutable_data<float>()[i] += 100.0f;
+    const Tensor scale = RandomTensor(DataType::kFloat32, Shape{n}, rng);
+    const Tensor bias = RandomTensor(DataType::kFloat32, Shape{n}, rng);
+    for (const Tensor* b : {&bias, static_cast<const Tensor*>(nullptr)}) {
+      SCOPED_TRACE(::testing::Message() << shape.ToString() << " bias " << (b != nullptr));
+      absl::StatusOr<std::unique_ptr<NodeRunner>> runner =
+          NodeRunner::Create("LayerNormalization", 17, 3, {{"epsilon", FloatAttr(1e-5f)}},
+                             b == nullptr ? std::vector<int>{2} : std::vector<int>{});
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      // NodeRunner keeps small tensors on oneDNN; this test wants the engine's default.
+      SetNativeElementwiseLimit(kNativeElementwiseLimit);
+      absl::StatusOr<const Tensor*> actual;
+      EXPECT_FALSE(CreatesPrimitive([&] { actual = (*runner)->Run({&x, &scale, b}); }));
+      SetNativeElementwiseLimit(0);
+      ASSERT_TRUE(actual.ok()) << actual.status();
+      Tensor y;
+      ASSERT_TRUE(
+          reference::LayerNorm(x, scale, b, -1, 1e-5f, DataType::kFloat32, y, nullptr, nullptr)
+              .ok());
+      EXPECT_TRUE(TensorsNear(**actual, y, 1e-4, 1e-4));
+    }
+  }
+}
+
 TEST(NormTest, OneDnnRunsFloat32) {
   std::mt19937 rng(36);
   const Tensor x = RandomTensor(DataType::kFloat32, Shape{2, 3, 4, 5}, rng);
