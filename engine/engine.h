@@ -232,9 +232,9 @@ int AvailableCores();
 
 // Makes OpenMP's idle threads sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE) unless the
 // environment already sets OMP_WAIT_POLICY or GOMP_SPINCOUNT. libgomp reads its environment once,
-// before main() runs, so this sets the variable and re-executes the program (/proc/self/exe, same
-// argv); if the exec fails it returns and the process keeps OpenMP's default. Call first thing in
-// main() of a program that runs models, before any other thread exists. Why passive: wherever
+// before main() runs, so this sets the variable and re-executes the program (its own path, same
+// argv; signal mask kept); if the exec fails it returns, keeping OpenMP's default. Call first thing
+// in main() of a program that runs models, before any other thread exists. Why passive: wherever
 // other processes share the cores, spinning team threads (libgomp's default 300000 rounds, or even
 // 10000) made 2-thread Loop bodies 3-10x slower than sleeping ones (bench/RESULTS.md). On a quiet
 // machine sleeping threads make a body of many small parallel regions pay a futex wake-up per

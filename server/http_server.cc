@@ -599,7 +599,7 @@ evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg)
 }
 
 void HttpCallbacks::OnEvent(evhtp_connection_t* connection, short events, void* arg) {
-  // A write that failed or timed out (kIdleTimeout: the client read nothing for as long) on a
+  // A write that failed or timed out (the idle timeout: the client read nothing for as long) on a
   // paused connection, which libevhtp frees only once resumed: the exchange learns that its
   // client is gone (a chunked answer otherwise waits for room forever). EOF is left to
   // ClientGone's poll (libevhtp reports a spurious one now and then).
@@ -675,7 +675,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   server->htp_ = server->base_ == nullptr ? nullptr : evhtp_new(server->base_, nullptr);
   if (server->htp_ == nullptr) return absl::InternalError("HTTP: cannot create the event loop");
   evhtp_t* htp = server->htp_;
-  const timeval idle = absl::ToTimeval(kIdleTimeout);
+  const timeval idle = absl::ToTimeval(options.idle_timeout);
   evhtp_set_timeouts(htp, &idle, &idle);
   if (!options.tls_cert.empty()) {
     evhtp_ssl_cfg_t ssl{};

@@ -133,7 +133,8 @@ class HttpExchange {
 // An HTTP/1.1 server on libevhtp (libevent): one accepting thread and `threads` event threads,
 // each serving many connections, so idle or slow clients cost a socket and a few buffers but
 // never hold a thread. Keep-alive connections are served request after request; a connection
-// idle for kIdleTimeout (or whose client does not read its answer for as long) is closed. Request
+// idle for Options::idle_timeout (or whose client does not read its answer for as long) is
+// closed. Request
 // bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
 // reaches the handler and is answered 413 with {"error": ...}: after reading and dropping it as it
 // arrives (the connection is kept), or at once when its Content-Length declares more than twice
@@ -150,18 +151,20 @@ class HttpExchange {
 class HttpServer {
  public:
   using Handler = std::function<void(HttpExchange* exchange)>;
+  static constexpr absl::Duration kIdleTimeout = absl::Seconds(60);
   struct Options {
     std::string address = "0.0.0.0";
     int port = 0;  // 0 = pick a free port
     int threads = 2;
     uint64_t max_body_bytes = uint64_t{1} << 30;
+    // How long a connection may stay idle (or leave its answer unread) before it is closed.
+    absl::Duration idle_timeout = kIdleTimeout;
     // TLS: PEM files; both or neither. With client_ca, clients must present a certificate it
     // signed.
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;
   };
-  static constexpr absl::Duration kIdleTimeout = absl::Seconds(60);
   // A request with more headers, or more bytes of header names and values, is answered 431
   // once its headers are in (the headers past the bound are dropped as they arrive) and never
   // reaches the handler; the connection then closes.

@@ -14,11 +14,17 @@
 // new requests UNAVAILABLE, lets requests in flight finish (up to --exit_timeout_seconds), cancels
 // the rest and exits 0 -- at the latest --exit_timeout_seconds + 1 s after the signal, whatever
 // the models are doing (a watchdog ends the process if the orderly shutdown has not by then).
-// Startup errors exit 1.
+// Startup errors exit 1. A SIGTERM/SIGINT during start-up (model loading, warm-up) stops it: the
+// model loading stops (a warm-up run in progress is cancelled), nothing is served, and the process
+// exits 0 within the same bound; one that arrives before the handlers are installed (even across
+// the OpenMP re-exec) is held blocked until they are, then handled the same way.
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -114,10 +120,29 @@ ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 namespace {
 
 int g_signal_pipe[2] = {-1, -1};
+// Set by the first SIGTERM/SIGINT: ServerOptions::stop (stops a start-up in progress).
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "g_stop is set in a signal handler");
+
+std::atomic<int> g_first_signal{0};
 
 void OnSignal(int signal_number) {
+  int none = 0;
+  g_first_signal.compare_exchange_strong(none, signal_number);
+  g_stop.store(true);
   const unsigned char byte = static_cast<unsigned char>(signal_number);
   [[maybe_unused]] ssize_t written = write(g_signal_pipe[1], &byte, 1);
+}
+
+const char* SignalName() { return g_first_signal.load() == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+// SIGTERM and SIGINT, for pthread_sigmask.
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
 }
 
 void InstallSignalHandlers() {
@@ -140,6 +165,13 @@ void PrintLine(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Until the handlers are installed, SIGTERM/SIGINT wait blocked (pending) instead of ending the
+  // process. The mask and the pending signals survive the exec of UsePassiveOpenMpWait, and
+  // threads inherit the mask of the thread that creates them, so after that exec no thread of
+  // the process takes them before the handlers are there. (Without the exec, threads that
+  // libraries start during static initialisation, before main, keep their own masks.)
+  const sigset_t stop_signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "KServe v2 / Open Inference Protocol server (gRPC, HTTP/REST) for ONNX and OpenVINO models "
@@ -166,14 +198,28 @@ int main(int argc, char** argv) {
   loopserve::server::SetLogLevel(*level);
   loopserve::server::RouteProtobufLogs();
 
-  // SIGTERM/SIGINT only write a byte to a pipe (async-signal-safe); the main thread waits on it.
-  // (Blocking the signals instead is unreliable: libraries may start threads during static
-  // initialisation, before main could block them.)
-  if (pipe(g_signal_pipe) != 0) {
+  // SIGTERM/SIGINT set g_stop and write a byte to a pipe (both async-signal-safe); the main
+  // thread waits on the pipe once the server has started.
+  // The write end does not block: a flood of signals cannot stall the handler on a full pipe.
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0 || fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
     LogError("cannot create the signal pipe");
     return 1;
   }
   InstallSignalHandlers();
+  // From the first signal on (during start-up or serving), the process ends within
+  // --exit_timeout_seconds + 1 s: a watchdog ends it if the orderly stop has not by then (a model
+  // file still compiling, a request that does not stop).
+  const absl::Duration exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
+  std::thread([exit_timeout] {
+    pollfd signalled = {g_signal_pipe[0], POLLIN, 0};
+    while (poll(&signalled, 1, -1) < 0 && errno == EINTR) {
+    }
+    absl::SleepFor(exit_timeout + kForcedExitAfter);
+    LogError("shutdown is taking longer than --exit_timeout_seconds + 1 s: exiting now");
+    std::_Exit(0);
+  }).detach();
+  // A signal that came before this is delivered now.
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
   loopserve::server::ServerOptions options;
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
@@ -200,7 +246,8 @@ int main(int argc, char** argv) {
   options.max_request_memory_bytes = absl::GetFlag(FLAGS_max_request_memory_bytes);
   options.max_model_file_bytes = absl::GetFlag(FLAGS_max_model_file_bytes);
   options.inline_run_limit = absl::Microseconds(absl::GetFlag(FLAGS_inline_run_limit_us));
-  options.exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
+  options.exit_timeout = exit_timeout;
+  options.stop = &g_stop;
   absl::StatusOr<loopserve::server::ModelControlMode> mode =
       loopserve::server::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));
   if (!mode.ok()) {
@@ -217,6 +264,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<loopserve::server::Server>> server =
       loopserve::server::Server::Start(options);
   if (!server.ok()) {
+    if (absl::IsCancelled(server.status()) && g_stop.load()) {
+      LogInfo(absl::StrCat("received ", SignalName(), " during start-up: stopped"));
+      return 0;
+    }
     LogError(absl::StrCat("loopserve failed to start: ", server.status().ToString()));
     return 1;
   }
@@ -243,13 +294,8 @@ int main(int argc, char** argv) {
   LogInfo(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
                        ": shutting down"));
   // Requests still running after the exit timeout are cancelled and stop within a Loop iteration
-  // or a kernel chunk; should one not (a single uninterruptible kernel), the process still ends.
-  const absl::Time forced_exit = absl::Now() + options.exit_timeout + kForcedExitAfter;
-  std::thread([forced_exit] {
-    absl::SleepFor(forced_exit - absl::Now());
-    LogError("shutdown is taking longer than --exit_timeout_seconds + 1 s: exiting now");
-    std::_Exit(0);
-  }).detach();
+  // or a kernel chunk; should one not (a single uninterruptible kernel), the watchdog ends the
+  // process.
   (*server)->Shutdown();
   LogInfo("loopserve stopped");
   return 0;

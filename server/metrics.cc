@@ -1,15 +1,10 @@
 #include "server/metrics.h"
 
 #include <dirent.h>
-#include <netdb.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <exception>
 #include <fstream>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -441,57 +436,44 @@ std::string Metrics::Serialize() const {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
-    const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable) {
-  // civetweb wants "[::1]:port" for IPv6 literals.
-  const std::string host = address.find(':') != std::string::npos && address.front() != '['
-                               ? "[" + address + "]"
-                               : address;
-  const std::string bind = absl::StrCat(host, ":", port);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", bind, "num_threads", absl::StrCat(kThreads),
-                                 "request_timeout_ms", absl::StrCat(kRequestTimeoutMs)});
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
+    const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable,
+    absl::Duration idle_timeout) {
+  HttpServer::Options options;
+  options.address = address;
+  options.port = port;
+  options.threads = kThreads;
+  options.max_body_bytes = 64 << 10;  // a scrape has no body
+  options.idle_timeout = idle_timeout;
+  std::weak_ptr<prometheus::Collectable> weak = collectable;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start(options, [weak](HttpExchange* exchange) {
+        if (exchange->path() != "/metrics") {
+          exchange->Reply(404, {{"Content-Type", "text/plain"}}, "not found: try /metrics\n");
+          return;
+        }
+        if (exchange->method() != "GET") {
+          exchange->Reply(405, {{"Allow", "GET"}, {"Content-Type", "text/plain"}},
+                          "/metrics answers GET\n");
+          return;
+        }
+        std::shared_ptr<prometheus::Collectable> metrics = weak.lock();
+        if (metrics == nullptr) {
+          exchange->Reply(503, {{"Content-Type", "text/plain"}}, "the metrics are gone\n");
+          return;
+        }
+        std::ostringstream text;
+        prometheus::TextSerializer().Serialize(text, metrics->Collect());
+        exchange->Reply(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
+                        text.str());
+      });
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("cannot serve metrics: ", server.status().message()));
   }
-  exposer->RegisterCollectable(collectable, "/metrics");
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", bind, ": no port bound"));
-  }
-  return std::unique_ptr<MetricsExposer>(
-      new MetricsExposer(std::move(exposer), address, ports.front()));
+  return std::unique_ptr<MetricsExposer>(new MetricsExposer(*std::move(server)));
 }
 
-MetricsExposer::~MetricsExposer() {
-  // Where a client reaches the bound address: the wildcard addresses through loopback.
-  std::string host = address_;
-  if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  if (host == "::") host = "::1";
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* target = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port_).c_str(), &hints, &target) != 0) {
-    target = nullptr;
-  }
-  std::atomic<bool> stopped{false};
-  std::thread knocker([&] {
-    while (target != nullptr && !stopped.load()) {
-      const int fd = socket(target->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0) {
-        connect(fd, target->ai_addr, target->ai_addrlen);
-        close(fd);
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  });
-  exposer_.reset();
-  stopped.store(true);
-  knocker.join();
-  if (target != nullptr) freeaddrinfo(target);
-}
+// Every scrape is answered on the event thread as it arrives: nothing to wait for.
+MetricsExposer::~MetricsExposer() { server_->Shutdown(absl::Milliseconds(100)); }
 
 }  // namespace loopserve::server

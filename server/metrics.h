@@ -14,11 +14,11 @@
 #include "engine/engine.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/http_server.h"
 
 namespace loopserve::server {
 
@@ -229,36 +229,33 @@ class Metrics {
 };
 
 // Serves a collectable (a registry, or Metrics::collectable()) at http://<address>:<port>/metrics
-// (civetweb). civetweb gives each connection a thread for as long as the client takes to send its
-// request, so idle or slow clients could hold every thread and blind the scrapes: the exposer runs
-// kThreads threads and drops a connection whose request has not arrived within kRequestTimeout
-// (also the limit on each network write). Owns the HTTP server; the collectable is held weakly
-// by the exposer, so keep it alive. Thread-safe.
-//
-// civetweb 1.15's accepting thread polls its socket in 2 s quanta and notices a stop only between
-// polls, so the destructor knocks on the port (connects, closes) until the server has stopped:
-// closing takes milliseconds, not up to two seconds.
+// in Prometheus' text format (GET; other paths 404, other methods 405), on an HttpServer
+// (libevhtp) of kThreads event thread plus its accepting thread: a scrape takes a fraction of a
+// millisecond, and idle or slow clients cost a socket, never a thread, so however many
+// connections are open a scrape is answered at once. A connection idle for `idle_timeout` is
+// closed. Owns the HTTP server; the collectable is held weakly (a scrape after it is gone answers
+// 503), so keep it alive. Thread-safe.
 class MetricsExposer {
  public:
-  static constexpr int kThreads = 128;
-  static constexpr int kRequestTimeoutMs = 2000;
+  static constexpr int kThreads = 1;
+  // Longer than Prometheus' scrape interval (15 s by default), so a scraper's keep-alive
+  // connection is reused.
+  static constexpr absl::Duration kIdleTimeout = absl::Seconds(30);
 
   // Binds `address`:`port` (port 0 picks a free port). Unavailable with a clean message when the
-  // port is taken or the address is invalid (civetweb throws; the exception stops here).
+  // port is taken or the address is invalid.
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
-      const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable);
+      const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable,
+      absl::Duration idle_timeout = kIdleTimeout);
 
   ~MetricsExposer();
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
 
  private:
-  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, std::string address, int port)
-      : exposer_(std::move(exposer)), address_(std::move(address)), port_(port) {}
+  explicit MetricsExposer(std::unique_ptr<HttpServer> server) : server_(std::move(server)) {}
 
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string address_;  // as bound ("0.0.0.0", "::1", a host name)
-  int port_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace loopserve::server

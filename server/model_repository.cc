@@ -135,6 +135,10 @@ std::string DeterministicBytes(const inference::ModelConfig& config) {
   return bytes;
 }
 
+absl::Status StoppedError() {
+  return absl::CancelledError("model loading stopped: the server is stopping");
+}
+
 }  // namespace
 
 ModelRegistry::ModelRegistry(Options options)
@@ -189,9 +193,14 @@ absl::Status ModelRegistry::Poll() {
   LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&ovms_config));
   std::vector<std::string> names;
   for (const ModelSource& source : sources) {
+    if (Stopping()) return StoppedError();
     std::shared_ptr<const ModelEntry> previous = Find(source.name);
     absl::Status error;
-    Install(source.name, BuildEntry(source, previous.get(), /*retry_failed=*/false, &error), "");
+    std::shared_ptr<const ModelEntry> entry =
+        BuildEntry(source, previous.get(), /*retry_failed=*/false, &error);
+    // Built while the stop came (warm-ups cancelled, versions left out): not installed.
+    if (Stopping()) return StoppedError();
+    Install(source.name, std::move(entry), "");
     names.push_back(source.name);
   }
   std::vector<std::string> removed;
@@ -227,9 +236,13 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
             ? absl::StrCat("model '", model, "' is not in the model repository")
             : absl::StrCat("model '", model, "' is not listed in the config file"));
   }
+  if (Stopping()) return StoppedError();
   std::shared_ptr<const ModelEntry> previous = Find(model);
   absl::Status error;
-  Install(model, BuildEntry(*source, previous.get(), /*retry_failed=*/true, &error), "");
+  std::shared_ptr<const ModelEntry> entry =
+      BuildEntry(*source, previous.get(), /*retry_failed=*/true, &error);
+  if (Stopping()) return StoppedError();
+  Install(model, std::move(entry), "");
   return error;
 }
 
@@ -309,6 +322,9 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     warmup.loop_threads = loaded->loop_threads;
     warmup.run_timeout = options_.warmup_run_timeout;
     warmup.intra_op_threads = options_.intra_op_threads;
+    warmup.cancelled = options_.stop;
+    LogInfo(absl::StrCat("model '", source.name, "' v", version, ": warming up (",
+                         loaded->config.model_warmup_size(), " samples)"));
     const absl::Time start = absl::Now();
     LS_ASSIGN_OR_RETURN(const int64_t runs,
                         RunModelWarmup(loaded->config, loaded->io, *model, source.dir, warmup));
@@ -390,6 +406,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
 
   bool any_failed = false;
   for (int64_t version : selected) {
+    if (Stopping()) break;  // the caller discards the entry
     const std::string label = absl::StrCat("model '", name, "' v", version);
     const std::string version_dir = (fs::path(model_dir) / absl::StrCat(version)).string();
     const std::string fingerprint = Fingerprint(version_dir);
@@ -414,6 +431,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
         // Same files, another config: validate and warm the loaded model again.
         absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured = Prepare(
             source, *parsed, version, old->loaded->path, old->loaded->model, old->loaded->metrics);
+        if (!reconfigured.ok() && Stopping()) break;  // the caller discards the entry
         if (reconfigured.ok()) {
           slot.loaded = *std::move(reconfigured);
           slot.config_key = entry->config_key;
@@ -443,6 +461,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded =
         model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
     const absl::Duration took = absl::Now() - start;
+    if (!loaded.ok() && Stopping()) break;  // not a failure of the model: the caller discards it
     slot.fingerprint = fingerprint;
     slot.failed_config_key.clear();
     if (options_.metrics != nullptr) {

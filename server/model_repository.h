@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -126,6 +127,11 @@ class ModelRegistry {
     int default_instance_count = 1;  // instance count of a config that gives none (--workers)
     absl::Duration warmup_run_timeout = absl::Seconds(60);  // deadline of one warm-up run
     int intra_op_threads = 0;  // of warm-up runs, as the workers have (0 = the thread's own)
+    // Set (from any thread, or a signal handler) to stop loading: a warm-up run in progress is
+    // cancelled, no further version starts loading, and LoadAll / Poll / Load return Cancelled
+    // without installing what they had built (what serves keeps serving). A model file being
+    // read and compiled (engine::Model::Load) is finished first. Not owned; may be null.
+    const std::atomic<bool>* stop = nullptr;
   };
 
   struct VersionState {
@@ -142,7 +148,7 @@ class ModelRegistry {
   explicit ModelRegistry(Options options);
 
   // Scans the root (or reads config.json) and loads every model. Fails only when the root cannot
-  // be read or config.json is missing or invalid.
+  // be read or config.json is missing or invalid, or (Cancelled) when Options::stop is set.
   absl::Status LoadAll();
 
   // Rescans the root (or re-reads config.json): loads new models and versions, reloads changed
@@ -220,6 +226,7 @@ class ModelRegistry {
   void Install(const std::string& name, std::shared_ptr<const ModelEntry> entry,
                absl::string_view why_unloaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mutex_);
   std::shared_ptr<const ModelEntry> Find(absl::string_view name) const;
+  bool Stopping() const { return options_.stop != nullptr && options_.stop->load(); }
 
   const Options options_;
   absl::Mutex load_mutex_;  // serialises LoadAll, Poll, Load and Unload

@@ -229,6 +229,10 @@ absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, con
                         BuildInputs(config, sample, io, model, model_dir, what));
     const uint32_t runs = std::max<uint32_t>(sample.count(), 1);
     for (uint32_t run = 1; run <= runs; ++run) {
+      if (options.cancelled != nullptr && options.cancelled->load()) {
+        return absl::CancelledError(
+            absl::StrCat(what, " (run ", run, " of ", runs, "): the warm-up was stopped"));
+      }
       std::vector<engine::Value> copy(inputs.size());
       for (size_t i = 0; i < inputs.size(); ++i) {
         if (!inputs[i].is_none()) copy[i].CopyFrom(inputs[i]);
@@ -239,6 +243,7 @@ absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, con
       run_options.max_output_bytes = options.max_output_bytes;
       run_options.max_memory_bytes = options.max_memory_bytes;
       run_options.loop_threads = options.loop_threads;
+      run_options.cancelled = options.cancelled;
       absl::StatusOr<std::vector<engine::Value>> outputs = model.Run(std::move(copy), run_options);
       if (!outputs.ok()) {
         return Annotate(outputs.status(), absl::StrCat(what, " (run ", run, " of ", runs, "): "));

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,10 @@ struct WarmupOptions {
   // a warm-up with more threads than the workers have would, on a busy machine, spin OpenMP
   // teams against the server's own threads.
   int intra_op_threads = 0;
+  // Set (from any thread) to stop the warm-up: a run in progress stops as a cancelled request's
+  // does (at its next Loop iteration or kernel chunk), and no further run starts. Not owned; may
+  // be null.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 // Runs the `model_warmup` samples of a complete config (CompleteModelConfig has checked them
@@ -40,7 +45,7 @@ struct WarmupOptions {
 // Returns how many runs it made. Errors name the sample and the run: InvalidArgument for a data
 // file that is missing or of the wrong size, or inputs the model rejects; the engine's error
 // (annotated) when a run fails, including DeadlineExceeded after `run_timeout` and
-// ResourceExhausted at a cap.
+// ResourceExhausted at a cap; Cancelled once `cancelled` is set.
 absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
                                        const engine::Model& model, const std::string& model_dir,
                                        const WarmupOptions& options);

@@ -81,7 +81,8 @@ absl::StatusOr<ModelControlMode> ParseModelControlMode(absl::string_view name) {
       absl::StrCat("unknown model control mode '", name, "' (expected none, poll or explicit)"));
 }
 
-Server::Server(ServerOptions options) : options_(std::move(options)) {}
+Server::Server(ServerOptions options)
+    : options_(std::move(options)), stop_(options_.stop != nullptr ? options_.stop : &own_stop_) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   std::unique_ptr<Server> server(new Server(std::move(options)));
@@ -202,8 +203,17 @@ absl::Status Server::Init() {
   registry_options.auto_complete = !options_.disable_auto_complete_config;
   registry_options.default_instance_count = options_.workers;
   registry_options.intra_op_threads = intra_op_threads;
+  registry_options.stop = stop_;
   registry_ = std::make_unique<ModelRegistry>(std::move(registry_options));
-  LS_RETURN_IF_ERROR(LoadInitialModels());
+  const absl::Time loads_started = absl::Now();
+  absl::Status loaded = LoadInitialModels();
+  if (stop_->load()) {
+    LogInfo(absl::StrCat("start-up stopped by request after ",
+                         absl::ToInt64Milliseconds(absl::Now() - loads_started),
+                         " ms of model loading"));
+    return absl::CancelledError("start-up stopped by request");
+  }
+  LS_RETURN_IF_ERROR(loaded);
 
   // gRPC 1.51 runs callbacks on cores / 2 threads (at least 2): runs on them (see
   // InferenceService) are capped at half of those, so the others keep receiving requests for the
@@ -270,6 +280,7 @@ absl::Status Server::Init() {
     poller_ = std::thread([this] { PollRepository(); });
   }
   trimmer_ = std::thread([this] { TrimHeap(); });
+  if (stop_->load()) return absl::CancelledError("start-up stopped by request");
   return absl::OkStatus();
 }
 
@@ -303,6 +314,7 @@ void Server::PollRepository() {
   std::string last_error;  // logged once, not on every poll
   while (!stop_polling_.WaitForNotificationWithTimeout(options_.repository_poll_interval)) {
     absl::Status status = registry_->Poll();
+    if (stop_->load()) break;
     const std::string error(status.message());
     if (!status.ok() && error != last_error) {
       LogWarning(
@@ -315,6 +327,8 @@ void Server::PollRepository() {
 }
 
 void Server::Shutdown() {
+  // Before the lock: a load the poller (or an RPC) runs stops now, not when it would have ended.
+  stop_->store(true);
   absl::MutexLock lock(&shutdown_mutex_);
   if (shut_down_) return;
   shut_down_ = true;
@@ -336,13 +350,17 @@ void Server::Shutdown() {
       // would still be started by the draining pool: the flag reaches all of them.
       runner_->CancelAll();
     }
+    LogDebug("shutdown: requests in flight done");
     grpc_server_->Shutdown(absl::ToChronoTime(idle ? absl::Now() + absl::Seconds(1) : deadline));
     grpc_server_->Wait();
+    LogDebug("shutdown: gRPC stopped");
   }
   // Every request has been answered (or cancelled and answered): their replies go out, then the
   // connections close.
   if (http_ != nullptr) http_->Shutdown(absl::Seconds(1));
+  LogDebug("shutdown: HTTP stopped");
   if (pool_ != nullptr) pool_->Shutdown();
+  LogDebug("shutdown: workers joined");
   exposer_.reset();
   LogInfo("shutdown complete");
 }

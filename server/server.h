@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -82,12 +83,19 @@ struct ServerOptions {
   // How many such runs at once, at most (and never more than `workers`); 0 = cores / 4, at least
   // 1, which leaves most of gRPC's callback threads free to receive requests.
   int max_inline_runs = 0;
+  // The stop request: set it (from any thread, or a signal handler: the atomic is lock-free) to
+  // abandon a Start in progress, which then stops loading models (a warm-up run in progress is
+  // cancelled as a request would be; a model file being compiled finishes first), releases what
+  // it started and returns Cancelled. Shutdown sets it too, so a repository load in progress
+  // (poller, RepositoryModelLoad) stops instead of delaying the exit. Not owned; must outlive the
+  // server. Null: the server's own flag.
+  std::atomic<bool>* stop = nullptr;
 };
 
 // The whole loopserve server, usable in-process (tests start it on 127.0.0.1:0).
 //
 // Start loads the repository or config.json (models that fail, including their warm-up, are
-// reported not ready; the others are served),
+// reported not ready; the others are served; ServerOptions::stop set meanwhile: Cancelled),
 // starts the worker pool, the gRPC server (OIP service + grpc.health.v1 + reflection; TLS when
 // configured), the KServe v2 REST server (HttpService, same TLS), the metrics endpoint and, in poll
 // mode, the repository poller, then returns. It logs one line per event but prints nothing on
@@ -153,6 +161,8 @@ class Server {
   absl::Notification stop_polling_;  // also stops the heap trimmer
   std::thread poller_;
   std::thread trimmer_;
+  std::atomic<bool> own_stop_{false};
+  std::atomic<bool>* const stop_;  // options_.stop, or &own_stop_
   absl::Mutex shutdown_mutex_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mutex_) = false;
 };

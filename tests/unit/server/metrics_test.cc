@@ -1,10 +1,12 @@
 #include "server/metrics.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// GET http://127.0.0.1:<port><path> with a plain socket; returns the whole HTTP response.
-std::string HttpGet(int port, const std::string& path) {
+// `method` http://127.0.0.1:<port><path> (HTTP/1.0, no body) with a plain socket; returns the
+// whole HTTP response.
+std::string HttpRequest(int port, const std::string& method, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -26,7 +29,8 @@ std::string HttpGet(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    const std::string request =
+        method + " " + path + " HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n";
     if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
       char buffer[4096];
       ssize_t n;
@@ -36,6 +40,8 @@ std::string HttpGet(int port, const std::string& path) {
   close(fd);
   return response;
 }
+
+std::string HttpGet(int port, const std::string& path) { return HttpRequest(port, "GET", path); }
 
 TEST(MetricsTest, ExpositionHasEveryName) {
   Metrics metrics;
@@ -168,13 +174,25 @@ TEST(MetricsExposerTest, ServesMetricsAndReportsABusyPort) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 
-// Anyone who can reach the port may open connections and send nothing: each holds a civetweb
-// thread until its request timeout. With 100 such connections open, a scrape still answers at
-// once (the exposer has threads to spare), and the idle ones are dropped after the timeout.
-TEST(MetricsExposerTest, IdleConnectionsDoNotBlockAScrape) {
+// Threads of this process (/proc/self/task).
+int ThreadCount() {
+  int count = 0;
+  if (DIR* tasks = opendir("/proc/self/task")) {
+    while (dirent* entry = readdir(tasks)) count += entry->d_name[0] != '.';
+    closedir(tasks);
+  }
+  return count;
+}
+
+// Anyone who can reach the port may open connections and send nothing. With 100 such connections
+// open, a scrape still answers at once, the exposer runs on its event thread and accepting thread
+// alone (civetweb, before, held one thread per connection and ran 128), and the idle connections
+// are dropped after the idle timeout.
+TEST(MetricsExposerTest, IdleConnectionsDoNotBlockAScrapeNorTakeThreads) {
   Metrics metrics;
+  const int threads_before = ThreadCount();
   absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
-      MetricsExposer::Start("127.0.0.1", 0, metrics.registry());
+      MetricsExposer::Start("127.0.0.1", 0, metrics.registry(), absl::Seconds(1));
   ASSERT_TRUE(exposer.ok()) << exposer.status();
   const int port = (*exposer)->port();
   sockaddr_in addr{};
@@ -187,19 +205,33 @@ TEST(MetricsExposerTest, IdleConnectionsDoNotBlockAScrape) {
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     idle.push_back(fd);
   }
-  absl::SleepFor(absl::Milliseconds(100));  // let the server accept and park them on threads
+  absl::SleepFor(absl::Milliseconds(100));  // let the server accept them
   const absl::Time start = absl::Now();
   const std::string response = HttpGet(port, "/metrics");
   const absl::Duration took = absl::Now() - start;
   EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_THAT(response, HasSubstr("text/plain; version=0.0.4"));
   EXPECT_LT(took, absl::Seconds(1));
-  std::printf("scrape with 100 idle connections open: %.1f ms\n", absl::ToDoubleMilliseconds(took));
-  // The server closes an idle connection after its request timeout: read() then sees EOF.
+  const int exposer_threads = ThreadCount() - threads_before;
+  EXPECT_LE(exposer_threads, MetricsExposer::kThreads + 1);
+  std::printf("scrape with 100 idle connections open: %.1f ms; the exposer's threads: %d\n",
+              absl::ToDoubleMilliseconds(took), exposer_threads);
+  // The server closes an idle connection after its idle timeout: read() then sees EOF.
   char byte;
-  timeval wait{MetricsExposer::kRequestTimeoutMs / 1000 + 5, 0};
+  timeval wait{10, 0};
   setsockopt(idle[0], SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
-  EXPECT_LE(read(idle[0], &byte, 1), 0);
+  EXPECT_EQ(read(idle[0], &byte, 1), 0);
   for (int fd : idle) close(fd);
+}
+
+TEST(MetricsExposerTest, AnswersOnlyGetMetrics) {
+  Metrics metrics;
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+      MetricsExposer::Start("127.0.0.1", 0, metrics.registry());
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  EXPECT_THAT(HttpGet((*exposer)->port(), "/"), HasSubstr("404"));
+  EXPECT_THAT(HttpGet((*exposer)->port(), "/metrics/x"), HasSubstr("404"));
+  EXPECT_THAT(HttpRequest((*exposer)->port(), "POST", "/metrics"), HasSubstr("405"));
 }
 
 }  // namespace

@@ -4,18 +4,24 @@
 
 #include "server/model_warmup.h"
 
+#include <atomic>
+#include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/model_repository.h"
+#include "server/server.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {
@@ -320,6 +326,101 @@ TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ((*v2)->max_loop_iterations, 5000);
   EXPECT_TRUE(registry.Get("m", "1").ok());
+}
+
+// The stop flag (a SIGTERM during start-up, or Shutdown during a poll): a warm-up run that would
+// run for its whole deadline stops within moments, the load returns Cancelled, the model being
+// loaded is not installed, and what served before keeps serving.
+TEST(ModelWarmupTest, TheStopFlagCancelsAWarmupAndInstallsNothing) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "a_serving/1/model.onnx");
+  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
+  WriteInt64(root, "slow/warmup/endless.bin", INT64_MAX);
+  root.WriteFile("slow/config.pbtxt", R"pb(
+    model_warmup
+    [ {
+      name: "endless"
+      count: 5
+      inputs {
+        key: "M"
+        value: { data_type: TYPE_INT64 input_data_file: "endless.bin" }
+      }
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 2 ]
+          zero_data: true
+        }
+      }
+    }]
+  )pb");
+  std::atomic<bool> stop{false};
+  ModelRegistry::Options options{root.path(), 0, nullptr, nullptr};
+  options.warmup_run_timeout = absl::Seconds(30);  // each of the 5 runs, without the stop
+  options.stop = &stop;
+  ModelRegistry registry(std::move(options));
+  absl::Status loaded;
+  std::thread loader([&] { loaded = registry.LoadAll(); });
+  // a_serving loads in a millisecond; then slow's first warm-up run loops.
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time stopped = absl::Now();
+  stop.store(true);
+  loader.join();
+  const absl::Duration took = absl::Now() - stopped;
+  std::printf("warm-up stopped %.1f ms after the stop flag\n", absl::ToDoubleMilliseconds(took));
+  EXPECT_LT(took, absl::Seconds(15));  // without the flag: 5 x 30 s
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kCancelled) << loaded;
+  EXPECT_TRUE(registry.Get("a_serving", "").ok());
+  EXPECT_EQ(registry.Get("slow", "").status().code(), absl::StatusCode::kNotFound);
+  // Stopped loads start no other: a later poll returns at once.
+  EXPECT_EQ(registry.Poll().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(registry.Get("a_serving", "").ok());
+}
+
+// Shutdown while the repository poller is warming up a new model (endless warm-up runs, 60 s
+// deadline each): the warm-up is cancelled and Shutdown returns at once instead of after it.
+TEST(ModelWarmupTest, ShutdownStopsAWarmupThePollerRuns) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "a/1/model.onnx");
+  ServerOptions options;
+  options.model_repository = root.path();
+  options.address = "127.0.0.1";
+  options.grpc_port = 0;
+  options.metrics_port = -1;
+  options.model_control_mode = ModelControlMode::kPoll;
+  options.repository_poll_interval = absl::Milliseconds(100);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  WriteInt64(root, "slow/warmup/endless.bin", INT64_MAX);
+  root.WriteFile("slow/config.pbtxt", R"pb(
+    model_warmup
+    [ {
+      name: "endless"
+      count: 5
+      inputs {
+        key: "M"
+        value: { data_type: TYPE_INT64 input_data_file: "endless.bin" }
+      }
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 2 ]
+          zero_data: true
+        }
+      }
+    }]
+  )pb");
+  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
+  absl::SleepFor(absl::Seconds(1));  // the next poll finds it and starts warming it up
+  const absl::Time start = absl::Now();
+  (*server)->Shutdown();
+  const absl::Duration took = absl::Now() - start;
+  std::printf("Shutdown during a poll's endless warm-up: %.1f ms\n",
+              absl::ToDoubleMilliseconds(took));
+  EXPECT_LT(took, absl::Seconds(15));  // the warm-up alone: 5 x 60 s
+  EXPECT_EQ((*server)->registry().Get("slow", "").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
