@@ -190,6 +190,41 @@ int64_t DnnlKernel::Work(absl::Span<const Shape* const> shapes) const {
 
 namespace {
 
+// kPackedGemm's product: on the calling thread, or split into contiguous ranges of column panels
+// over the OpenMP threads (`threads` > 1) or the engaged SpinTeam `team` when it is large enough
+// to pay for the fork (DnnlKernel::kParallelWork multiply-adds, as for the oneDNN primitives).
+// Every output element is computed by the same tile code either way (bitwise the same result).
+// Returns whether it split over the team.
+bool RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int threads, SpinTeam* team,
+                   float* y) {
+  const native::PackedGemm& gemm = *op.gemm;
+  const float* x = inputs[0]->data<float>();
+  native::PackedGemm::Epilogue epilogue;
+  if (op.gemm_bias_input >= 0) epilogue.bias = inputs[op.gemm_bias_input]->data<float>();
+  if (op.gemm_addend_input >= 0) epilogue.addend = inputs[op.gemm_addend_input]->data<float>();
+  epilogue.activation = op.gemm_activation;
+  epilogue.bias_first = op.gemm_bias_first;
+  epilogue.bias_scale = op.gemm_bias_scale;
+  const int64_t panels = gemm.panels();
+  const int parts = team != nullptr ? team->size() : threads;
+  if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < DnnlKernel::kParallelWork) {
+    gemm.Run(x, op.gemm_rows, epilogue, y);
+    return false;
+  }
+  const int chunks = static_cast<int>(std::min<int64_t>(parts, panels));
+  auto run_chunk = [&](int chunk) {
+    gemm.RunPanels(x, op.gemm_rows, epilogue, y, panels * chunk / chunks,
+                   panels * (chunk + 1) / chunks);
+  };
+  if (team != nullptr) {
+    team->ParallelFor(chunks, run_chunk);
+    return true;
+  }
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int chunk = 0; chunk < chunks; ++chunk) run_chunk(chunk);
+  return false;
+}
+
 // op.epilogue over output 0 in place (no-op without one).
 void RunEpilogue(const PreparedOp& op, const Tensor* const* inputs, Tensor* out) {
   if (op.epilogue == nullptr) return;
@@ -389,6 +424,14 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     case PreparedOp::Mode::kNativeCustom: {
       Tensor* out = ctx.output(0, type, op.output_shape);
       LS_RETURN_IF_ERROR(RunNative(op, inputs, *out));
+      RunEpilogue(op, inputs, out);
+      return absl::OkStatus();
+    }
+    case PreparedOp::Mode::kPackedGemm: {
+      Tensor* out = ctx.output(0, type, op.output_shape);
+      if (RunPackedGemm(op, inputs, threads, team, out->mutable_data<float>())) {
+        ++ctx.run_context().stats().team_splits;
+      }
       RunEpilogue(op, inputs, out);
       return absl::OkStatus();
     }

@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "engine/kernels/native/batched_gemv.h"
 #include "engine/kernels/native/elementwise_chain.h"
+#include "engine/kernels/native/packed_gemm.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/runtime/kernel.h"
 #include "engine/tensor/shape.h"
@@ -95,6 +96,7 @@ struct PreparedOp {
     kNative,        // float32 elementwise work on native vector code: run `chain` over the inputs
     kBatchedGemv,   // float32 matrix-vector products per batch item: run `batched_gemv`
     kNativeCustom,  // the kernel's own native code: DnnlKernel::RunNative
+    kPackedGemm,    // rows times constant float weights on native AVX2 code: run `gemm`
   };
   Mode mode = Mode::kExecute;
   Shape output_shape;
@@ -136,6 +138,18 @@ struct PreparedOp {
   // gemv_bias_input >= 0, that input as the bias.
   std::shared_ptr<const native::PackedGemv> gemv;
   int gemv_bias_input = -1;
+  // kPackedGemm: output 0 ([gemm_rows, n]) = gemm_activation(input 0 ([gemm_rows, k], any batch
+  // folded into the rows) times the packed weights + input gemm_addend_input (of the output's
+  // shape) when >= 0 + gemm_bias_scale x input gemm_bias_input (n values) when >= 0), all applied
+  // per register tile. Split by column panels over the OpenMP threads or the engaged SpinTeam when
+  // large.
+  std::shared_ptr<const native::PackedGemm> gemm;
+  int64_t gemm_rows = 0;
+  int gemm_bias_input = -1;
+  int gemm_addend_input = -1;
+  native::PackedGemv::Activation gemm_activation = native::PackedGemv::Activation::kNone;
+  bool gemm_bias_first = false;  // the bias Add came before the addend's
+  float gemm_bias_scale = 1.0f;  // Gemm's beta
   // kNativeCustom: dims the kernel's RunNative reads (e.g. a softmax's [outer, axis, inner]).
   int64_t native_dims[3] = {0, 0, 0};
   // kBatchedGemv: output 0 = input 0 x input 1 (native/batched_gemv.h).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
@@ -188,7 +189,9 @@ class MatMulKernel final : public DnnlKernel {
   absl::Status Init(int num_inputs) {
     if (spec_ == nullptr) return absl::OkStatus();
     const auto& post_ops = spec_->post_ops;
-    for (size_t skip = 0; skip <= 2 && skip <= post_ops.size(); ++skip) {
+    epilogues_.resize(post_ops.size() + 1);
+    epilogue_inputs_.resize(post_ops.size() + 1);
+    for (size_t skip = 0; skip <= post_ops.size(); ++skip) {
       std::vector<int> inputs;
       LS_ASSIGN_OR_RETURN(
           native::ElementwiseChain chain,
@@ -218,22 +221,68 @@ class MatMulKernel final : public DnnlKernel {
     prepared->output_shape = dims.output;
 
     // Which post-ops the product kernel absorbs: a first Add of one row of n values (the bias),
-    // then, on the packed kernel, one Tanh/Relu/Sigmoid. The rest are the epilogue.
+    // then, on the packed one-row kernel, one Tanh/Relu/Sigmoid; on the packed rows kernel,
+    // leading Adds of the bias and of an addend of the output's shape, then one of those
+    // activations. The rest are the epilogue.
     const std::vector<PostOp> none;
     const std::vector<PostOp>& post_ops = spec_ != nullptr ? spec_->post_ops : none;
+    auto is_bias = [&](const Shape& bias) {
+      return bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
+             bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n;
+    };
+    auto is_add = [&](size_t i) {
+      return post_ops[i].kind == PostOp::Kind::kBinary && post_ops[i].op == ArithOp::kAdd;
+    };
     int bias_input = -1;
-    if (!post_ops.empty() && post_ops[0].kind == PostOp::Kind::kBinary &&
-        post_ops[0].op == ArithOp::kAdd && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2) {
-      const Shape& bias = *shapes[post_ops[0].input];
-      if (bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
-          bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n) {
-        bias_input = post_ops[0].input;
-      }
+    if (!post_ops.empty() && is_add(0) && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2 &&
+        is_bias(*shapes[post_ops[0].input])) {
+      bias_input = post_ops[0].input;
     }
     size_t absorbed = bias_input >= 0 ? 1 : 0;
 
     const bool dnnl_rank_ok = dims.batch.rank() + 2 <= DNNL_MAX_NDIMS;
     const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
+    // Matrix-vector products per batch item (one query's attention, a product whose shape
+    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
+    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
+    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
+    // at batch B): the matrix would be streamed once per row, where a product of all B rows on
+    // the packed weights reads it once (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
+    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
+                                     dims.m == 1 && dims.batch.NumElements() > 1;
+    const bool batched_gemv = type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
+                              !rows_share_constant &&
+                              (constant == nullptr || Work(shapes) < kParallelWork);
+    // Rows (any batch of A folded in) times constant 2-D weights below AVX-512: the native packed
+    // kernel (96% of the FMA peak on average over the grid's product shapes, oneDNN's 1x1
+    // convolution 86%: bench/RESULTS.md "AVX2 GEMM").
+    const int64_t rows = dims.batch.NumElements() * dims.m;
+    const bool packed_rows = type == DataType::kFloat32 && constant != nullptr &&
+                             constant->rank() == 2 && !trans_a && !batched_gemv &&
+                             dims.a_batch.NumElements() == dims.batch.NumElements() && rows > 1 &&
+                             dims.k > 0 && dims.n > 0 && native::PackedGemm::Available();
+    int addend_input = -1;
+    bool bias_first = false;
+    native::PackedGemv::Activation rows_activation = native::PackedGemv::Activation::kNone;
+    if (packed_rows) {
+      for (; absorbed < post_ops.size() && is_add(absorbed); ++absorbed) {
+        const Shape& operand = *shapes[post_ops[absorbed].input];
+        if (addend_input < 0 && operand == dims.output) {
+          addend_input = post_ops[absorbed].input;
+          bias_first = bias_input >= 0;
+        } else if (bias_input < 0 && is_bias(operand)) {
+          bias_input = post_ops[absorbed].input;
+        } else {
+          break;
+        }
+      }
+      if (absorbed < post_ops.size()) {
+        if (auto act = GemvActivation(post_ops[absorbed])) {
+          rows_activation = *act;
+          ++absorbed;
+        }
+      }
+    }
     std::shared_ptr<const native::PackedGemv> gemv;
     native::PackedGemv::Activation activation = native::PackedGemv::Activation::kNone;
     if (type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 &&
@@ -263,7 +312,7 @@ class MatMulKernel final : public DnnlKernel {
     // The epilogue over the product, unless a post-op operand would grow the result (then the
     // nodes run unfused).
     if (absorbed < post_ops.size()) {
-      const native::ElementwiseChain& chain = epilogues_[absorbed > 2 ? 2 : absorbed];
+      const native::ElementwiseChain& chain = epilogues_[absorbed];
       std::vector<const Shape*> operand_shapes = {&dims.output};
       for (int input : epilogue_inputs_[absorbed]) operand_shapes.push_back(shapes[input]);
       LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, chain.Prepare(operand_shapes));
@@ -291,22 +340,23 @@ class MatMulKernel final : public DnnlKernel {
       prepared->gemv_bias_input = bias_input;
       return prepared;
     }
-    // Matrix-vector products per batch item (one query's attention, a product whose shape
-    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
-    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
-    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
-    // at batch B): the matrix would be streamed once per row, where oneDNN's matmul on the packed
-    // weights reads it once for all B rows (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
-    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
-                                     dims.m == 1 && dims.batch.NumElements() > 1;
-    if (type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) && !rows_share_constant &&
-        (constant == nullptr || Work(shapes) < kParallelWork)) {
+    if (batched_gemv) {
       if (bias_input >= 0) {
         bias_input = -1;
         LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       }
       prepared->mode = PreparedOp::Mode::kBatchedGemv;
       prepared->batched_gemv = std::make_shared<const native::BatchedGemv>(dims, trans_a, trans_b);
+      return prepared;
+    }
+    if (packed_rows) {
+      prepared->mode = PreparedOp::Mode::kPackedGemm;
+      prepared->gemm = PackedWeights(*constant, dims.k, dims.n, trans_b);
+      prepared->gemm_rows = rows;
+      prepared->gemm_bias_input = bias_input;
+      prepared->gemm_addend_input = addend_input;
+      prepared->gemm_activation = rows_activation;
+      prepared->gemm_bias_first = bias_first;
       return prepared;
     }
     if (!dnnl_rank_ok) {
@@ -470,11 +520,25 @@ class MatMulKernel final : public DnnlKernel {
   }
 
  private:
+  // The constant weights packed for native::PackedGemm, made by the first signature that runs on
+  // it and shared by the rest (they differ in rows only).
+  std::shared_ptr<const native::PackedGemm> PackedWeights(const Tensor& constant, int64_t k,
+                                                          int64_t n, bool trans_b) const {
+    absl::MutexLock lock(&gemm_mu_);
+    if (gemm_ == nullptr) {
+      gemm_ = std::make_shared<const native::PackedGemm>(constant.data<float>(), k, n, trans_b);
+    }
+    return gemm_;
+  }
+
   const std::shared_ptr<const FusionSpec> spec_;  // null for a plain MatMul
   const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
-  // epilogues_[k]: the post-ops from the k-th on (k = 0, 1, 2), operands per epilogue_inputs_[k].
-  native::ElementwiseChain epilogues_[3];
-  std::vector<int> epilogue_inputs_[3];
+  mutable absl::Mutex gemm_mu_;
+  mutable std::shared_ptr<const native::PackedGemm> gemm_ ABSL_GUARDED_BY(gemm_mu_);
+  // epilogues_[k]: the post-ops from the k-th on (k = 0 .. the number of post-ops), operands per
+  // epilogue_inputs_[k]. Empty for a plain MatMul (which has no post-ops to absorb).
+  std::vector<native::ElementwiseChain> epilogues_;
+  std::vector<std::vector<int>> epilogue_inputs_;
 };
 
 // Gemm: Y = alpha * op(A) op(B) + beta * C [then Tanh | Relu | Sigmoid when the compiler fused
@@ -521,6 +585,17 @@ class GemmKernel final : public DnnlKernel {
       prepared->gemv = std::move(gemv);
       prepared->gemv_bias_input = shapes[2] != nullptr && attrs_.beta != 0.0f ? 2 : -1;
       if (!gemv_activation_.has_value()) SetEpilogue(shapes, *prepared);
+      return prepared;
+    }
+    if (type == DataType::kFloat32 && constant != nullptr && !attrs_.trans_a && dims.m > 1 &&
+        (shapes[2] == nullptr || attrs_.beta == 0.0f || IsRow(dims, *shapes[2])) &&
+        native::PackedGemm::Available()) {
+      prepared->mode = PreparedOp::Mode::kPackedGemm;
+      prepared->gemm = PackedWeights(*constant, dims.k, dims.n);
+      prepared->gemm_rows = dims.m;
+      prepared->gemm_bias_input = shapes[2] != nullptr && attrs_.beta != 0.0f ? 2 : -1;
+      prepared->gemm_bias_scale = attrs_.beta;
+      SetEpilogue(shapes, *prepared);
       return prepared;
     }
     const dnnl::memory::desc src = MatrixDesc(dims.m, dims.k, attrs_.trans_a, type);
@@ -588,10 +663,7 @@ class GemmKernel final : public DnnlKernel {
                                                       const reference::GemmDims& dims,
                                                       absl::Span<const Shape* const> shapes,
                                                       const Tensor* constant) const {
-    const bool bias_ok = shapes[2] == nullptr || attrs_.beta == 0.0f ||
-                         (attrs_.beta == 1.0f && shapes[2]->NumElements() == dims.n &&
-                          (shapes[2]->rank() < 2 || (*shapes[2])[shapes[2]->rank() - 1] == dims.n));
-    if (type != DataType::kFloat32 || constant == nullptr || dims.m != 1 || !bias_ok ||
+    if (type != DataType::kFloat32 || constant == nullptr || dims.m != 1 || !BiasOk(dims, shapes) ||
         dims.k * dims.n > native::PackedGemv::kMaxElements || !native::PackedGemv::Available()) {
       return nullptr;
     }
@@ -606,6 +678,30 @@ class GemmKernel final : public DnnlKernel {
     }
     return std::make_shared<const native::PackedGemv>(
         w, gemv_activation_.value_or(native::PackedGemv::Activation::kNone));
+  }
+
+  // Whether C is one row of n values (a bias).
+  static bool IsRow(const reference::GemmDims& dims, const Shape& c) {
+    return c.NumElements() == dims.n && (c.rank() < 2 || c[c.rank() - 1] == dims.n);
+  }
+
+  // Whether C is absent, ignored (beta 0) or one row of n values added as is (beta 1): a bias
+  // the packed one-row kernel adds itself.
+  bool BiasOk(const reference::GemmDims& dims, absl::Span<const Shape* const> shapes) const {
+    return shapes[2] == nullptr || attrs_.beta == 0.0f ||
+           (attrs_.beta == 1.0f && IsRow(dims, *shapes[2]));
+  }
+
+  // The constant B, alpha and transB folded in, packed for native::PackedGemm by the first
+  // signature that runs on it and shared by the rest (they differ in rows only).
+  std::shared_ptr<const native::PackedGemm> PackedWeights(const Tensor& constant, int64_t k,
+                                                          int64_t n) const {
+    absl::MutexLock lock(&gemm_mu_);
+    if (gemm_ == nullptr) {
+      gemm_ = std::make_shared<const native::PackedGemm>(constant.data<float>(), k, n,
+                                                         attrs_.trans_b, attrs_.alpha);
+    }
+    return gemm_;
   }
 
   // The product's attributes: a user scratchpad, alpha as the output scale, and a sum post-op of
@@ -640,6 +736,8 @@ class GemmKernel final : public DnnlKernel {
   const reference::GemmAttrs attrs_;
   const std::shared_ptr<const FusionSpec> spec_;  // activations fused after the Gemm; may be null
   const Tensor* const constant_b_;                // owned by the model's graphs; may be null
+  mutable absl::Mutex gemm_mu_;
+  mutable std::shared_ptr<const native::PackedGemm> gemm_ ABSL_GUARDED_BY(gemm_mu_);
   native::ElementwiseChain epilogue_;
   // The packed one-row kernel's own activation when the only post-op is one it computes.
   std::optional<native::PackedGemv::Activation> gemv_activation_;

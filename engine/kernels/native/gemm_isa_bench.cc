@@ -7,7 +7,10 @@
 //                  (engine/kernels/dnnl/matmul.cc, PrepareAsConvolution);
 //   onednn_ip      oneDNN inner product, weights packed once;
 //   openblas       cblas_sgemm (packs B on every call);
-//   xnnpack        XNNPACK fully_connected_nc_f32 (weights packed at creation).
+//   xnnpack        XNNPACK fully_connected_nc_f32 (weights packed at creation);
+//   packed_gemm    loopserve's own AVX2 + FMA3 kernel (engine/kernels/native/packed_gemm.h:
+//                  weights packed once into 24-column panels, 4x24 register tiles), run whatever
+//                  --isa says (it has no AVX-512 variant).
 // Each is timed in the process's CPU time, median of 9 batches of repeated runs, 1 thread
 // (OMP_NUM_THREADS=1 for oneDNN, OpenBLAS's serial build, XNNPACK without a thread pool), and
 // printed as GFLOP/s and % of the core's FMA peak (measured here as lstm_bound_bench does).
@@ -39,6 +42,7 @@
 #include <vector>
 
 #include "bench/fma_kernels.h"
+#include "engine/kernels/native/packed_gemm.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
@@ -198,6 +202,13 @@ class Runner {
       t["xnnpack"] = TimePerCall(run);
       xnn_delete_operator(op);
     }
+    {
+      const loopserve::engine::native::PackedGemm gemm(b.data(), s.k, s.n, /*transposed=*/false);
+      auto run = [&] { gemm.Run(a.data(), s.m, {}, c.data()); };
+      run();
+      check("packed_gemm");
+      t["packed_gemm"] = TimePerCall(run);
+    }
     return t;
   }
 
@@ -259,7 +270,8 @@ int main(int argc, char** argv) {
                       {0, 256, 1024}, {0, 512, 512},  {0, 512, 1000},  {0, 512, 1024},
                       {0, 1024, 512}, {0, 512, 2048}, {0, 1024, 1024}, {0, 1024, 2048},
                       {0, 2048, 1024}};
-  const char* names[] = {"onednn_matmul", "onednn_conv1x1", "onednn_ip", "openblas", "xnnpack"};
+  const char* names[] = {"onednn_matmul", "onednn_conv1x1", "onednn_ip",
+                         "openblas",      "xnnpack",        "packed_gemm"};
   Runner runner;
   std::printf("%-18s", "m x k x n");
   for (const char* n : names) std::printf(" %15s", n);
