@@ -1,6 +1,9 @@
 #include "engine/transform/chain.h"
 
 #include <cfloat>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace loopserve::engine::transform {
 namespace {
@@ -183,6 +186,19 @@ void ChainBuilder::Grow(const Graph& graph, const ValueUses& uses, const std::ve
     const int next = uses.consumer[value];
     if (next < 0 || removed[next] || !Absorb(graph, next, context)) return;
   }
+}
+
+void ChainBuilder::Replace(Graph& graph, Node fused, std::shared_ptr<FusionSpec> spec,
+                           absl::string_view pass, std::vector<std::string>& log,
+                           std::vector<bool>& removed) const {
+  fused.inputs = inputs;
+  fused.outputs = {value};
+  spec->post_ops = post_ops;
+  spec->unfused = ExtractSubgraph(graph, nodes, inputs, value);
+  log.push_back(absl::StrCat(pass, ": ", DescribeNodes(graph, nodes), " -> ", fused.op_type, " [",
+                             DescribeFusion(fused.op_type, *spec), "]"));
+  fused.fusion = std::move(spec);
+  ReplaceNodes(graph, nodes, nodes.back(), std::move(fused), removed);
 }
 
 }  // namespace loopserve::engine::transform

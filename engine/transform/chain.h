@@ -4,9 +4,12 @@
 // epilogue fusions. A chain starts at one value; each absorbed node reads the chain's current
 // value (and at most one other operand) and has it as its only reader.
 
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "engine/ir/fusion.h"
 #include "engine/ir/graph.h"
 #include "engine/transform/graph_util.h"
@@ -34,6 +37,12 @@ struct ChainBuilder {
   // Absorbs readers of `value` while it has exactly one and Absorb accepts it.
   void Grow(const Graph& graph, const ValueUses& uses, const std::vector<bool>& removed,
             const TransformContext& context);
+
+  // Replaces the chain's nodes by `fused` (its head node, op type set by the caller) carrying
+  // `spec` with the chain's post-ops and the subgraph it replaces (the unfused fallback), and logs
+  // "<pass>: <nodes> -> <op> [<fusion>]": the last step of every chain fusion.
+  void Replace(Graph& graph, Node fused, std::shared_ptr<FusionSpec> spec, absl::string_view pass,
+               std::vector<std::string>& log, std::vector<bool>& removed) const;
 };
 
 // Whether `node` is an elementwise op the fusions know (with its other operands aside).

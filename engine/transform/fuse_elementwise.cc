@@ -1,6 +1,5 @@
 #include "engine/transform/fuse_elementwise.h"
 
-#include "absl/strings/str_cat.h"
 #include "engine/transform/chain.h"
 
 namespace loopserve::engine::transform {
@@ -26,20 +25,11 @@ absl::Status FuseElementwisePass::Run(Graph& graph, const TransformContext& cont
     }
     chain.Grow(graph, uses, removed, context);
     if (chain.nodes.size() < 2) continue;  // nothing to fuse with
-    const int last = chain.nodes.back();
     Node fused;
     fused.name = start.name;
     fused.op_type = kElementwiseOp;
     fused.opset = start.opset;
-    fused.inputs = chain.inputs;
-    fused.outputs = {chain.value};
-    auto spec = std::make_shared<FusionSpec>();
-    spec->post_ops = chain.post_ops;
-    spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
-    log.push_back(absl::StrCat(name(), ": ", DescribeNodes(graph, chain.nodes), " -> ",
-                               kElementwiseOp, " [", DescribeFusion(kElementwiseOp, *spec), "]"));
-    fused.fusion = std::move(spec);
-    ReplaceNodes(graph, chain.nodes, last, std::move(fused), removed);
+    chain.Replace(graph, std::move(fused), std::make_shared<FusionSpec>(), name(), log, removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);

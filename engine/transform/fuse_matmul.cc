@@ -1,6 +1,5 @@
 #include "engine/transform/fuse_matmul.h"
 
-#include "absl/strings/str_cat.h"
 #include "engine/transform/chain.h"
 
 namespace loopserve::engine::transform {
@@ -80,14 +79,7 @@ absl::Status FuseMatMulPass::Run(Graph& graph, const TransformContext& context,
 
     Node fused = node;
     fused.op_type = gemm ? node.op_type : kFusedMatMulOp;
-    fused.inputs = chain.inputs;
-    fused.outputs = {chain.value};
-    spec->post_ops = chain.post_ops;
-    spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
-    log.push_back(absl::StrCat(name(), ": ", DescribeNodes(graph, chain.nodes), " -> ",
-                               fused.op_type, " [", DescribeFusion(fused.op_type, *spec), "]"));
-    fused.fusion = std::move(spec);
-    ReplaceNodes(graph, chain.nodes, chain.nodes.back(), std::move(fused), removed);
+    chain.Replace(graph, std::move(fused), std::move(spec), name(), log, removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);

@@ -1,6 +1,5 @@
 #include "engine/transform/fuse_softmax.h"
 
-#include "absl/strings/str_cat.h"
 #include "engine/transform/chain.h"
 
 namespace loopserve::engine::transform {
@@ -24,16 +23,7 @@ absl::Status FuseSoftmaxPass::Run(Graph& graph, const TransformContext& context,
     chain.Grow(graph, uses, removed, context);
     if (chain.post_ops.empty()) continue;
 
-    Node fused = node;
-    fused.inputs = chain.inputs;
-    fused.outputs = {chain.value};
-    auto spec = std::make_shared<FusionSpec>();
-    spec->post_ops = chain.post_ops;
-    spec->unfused = ExtractSubgraph(graph, chain.nodes, chain.inputs, chain.value);
-    log.push_back(absl::StrCat(name(), ": ", DescribeNodes(graph, chain.nodes), " -> ",
-                               fused.op_type, " [", DescribeFusion(fused.op_type, *spec), "]"));
-    fused.fusion = std::move(spec);
-    ReplaceNodes(graph, chain.nodes, chain.nodes.back(), std::move(fused), removed);
+    chain.Replace(graph, node, std::make_shared<FusionSpec>(), name(), log, removed);
     changed = true;
   }
   if (changed) RemoveNodes(graph, removed);
