@@ -30,8 +30,8 @@ TEST_PACKAGES=(
 )
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libdnnl2 ocl-icd-libopencl1 libprometheus-cpp-core1.0
-  libprometheus-cpp-pull1.0 libpugixml1v5 libonnx1 libgomp1
-  libabsl20220623 libc-ares2 libcivetweb1 libre2-9 libssl3 libsleef3
+  libpugixml1v5 libonnx1 libgomp1
+  libabsl20220623 libc-ares2 libre2-9 libssl3 libsleef3
   libevhtp0 libevent-2.1-7 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7
   libonig5 libsimdjson14
   libcurl4 libbrotli1 libgssapi-krb5-2 libk5crypto3 libkeyutils1 libkrb5-3 libkrb5support0
