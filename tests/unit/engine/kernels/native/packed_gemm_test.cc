@@ -18,16 +18,13 @@
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/reference/reference.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/kernels/native/packed_test_util.h"
 
 namespace loopserve::engine::native {
 namespace {
 
-Tensor Random(const Shape& shape, std::mt19937& rng, float scale = 1.0f) {
-  Tensor t(DataType::kFloat32, shape);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  for (int64_t i = 0; i < t.NumElements(); ++i) t.mutable_data<float>()[i] = dist(rng);
-  return t;
-}
+using test_util::Activate;
+using test_util::Random;
 
 // The kernel is written for AVX2 + FMA only: cap the ISA there (the AVX2-only CPU's path).
 class PackedGemmTest : public ::testing::Test {
@@ -35,20 +32,6 @@ class PackedGemmTest : public ::testing::Test {
   void SetUp() override { SetMaxIsa(Isa::kAvx2); }
   void TearDown() override { SetMaxIsa(Isa::kAvx512); }
 };
-
-double Activate(double v, PackedGemv::Activation activation) {
-  switch (activation) {
-    case PackedGemv::Activation::kNone:
-      return v;
-    case PackedGemv::Activation::kTanh:
-      return std::tanh(v);
-    case PackedGemv::Activation::kRelu:
-      return v > 0 ? v : 0;
-    case PackedGemv::Activation::kSigmoid:
-      return 1 / (1 + std::exp(-v));
-  }
-  return v;
-}
 
 // The epilogues a fused MatMul hands the kernel: none, a bias row, an addend matrix (an RNN
 // cell's other product) with a bias and tanh, a bias then an addend (a residual MLP's second

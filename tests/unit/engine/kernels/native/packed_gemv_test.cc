@@ -15,30 +15,13 @@
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/native/packed_gemm.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/kernels/native/packed_test_util.h"
 
 namespace loopserve::engine::native {
 namespace {
 
-Tensor Random(const Shape& shape, std::mt19937& rng, float scale = 1.0f) {
-  Tensor t(DataType::kFloat32, shape);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  for (int64_t i = 0; i < t.NumElements(); ++i) t.mutable_data<float>()[i] = dist(rng);
-  return t;
-}
-
-double Activate(double v, PackedGemv::Activation activation) {
-  switch (activation) {
-    case PackedGemv::Activation::kNone:
-      return v;
-    case PackedGemv::Activation::kTanh:
-      return std::tanh(v);
-    case PackedGemv::Activation::kRelu:
-      return v > 0 ? v : 0;
-    case PackedGemv::Activation::kSigmoid:
-      return 1 / (1 + std::exp(-v));
-  }
-  return v;
-}
+using test_util::Activate;
+using test_util::Random;
 
 // Run on the CPU's widest kernel, and again forced onto the AVX2 one (the same on an AVX2 CPU).
 class PackedGemvIsaTest : public ::testing::TestWithParam<bool> {
