@@ -328,15 +328,11 @@ TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   EXPECT_TRUE(registry.Get("m", "1").ok());
 }
 
-// The stop flag (a SIGTERM during start-up, or Shutdown during a poll): a warm-up run that would
-// run for its whole deadline stops within moments, the load returns Cancelled, the model being
-// loaded is not installed, and what served before keeps serving.
-TEST(ModelWarmupTest, TheStopFlagCancelsAWarmupAndInstallsNothing) {
-  TempDir root;
-  CopyModel(root, "counter.onnx", "a_serving/1/model.onnx");
-  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
-  WriteInt64(root, "slow/warmup/endless.bin", INT64_MAX);
-  root.WriteFile("slow/config.pbtxt", R"pb(
+// Model `name`'s config asks for 5 warm-up runs of the counter with M = INT64_MAX: each loops
+// until its deadline or a stop.
+void WriteEndlessWarmup(const TempDir& root, const std::string& name) {
+  WriteInt64(root, name + "/warmup/endless.bin", INT64_MAX);
+  root.WriteFile(name + "/config.pbtxt", R"pb(
     model_warmup
     [ {
       name: "endless"
@@ -355,6 +351,16 @@ TEST(ModelWarmupTest, TheStopFlagCancelsAWarmupAndInstallsNothing) {
       }
     }]
   )pb");
+}
+
+// The stop flag (a SIGTERM during start-up, or Shutdown during a poll): a warm-up run that would
+// run for its whole deadline stops within moments, the load returns Cancelled, the model being
+// loaded is not installed, and what served before keeps serving.
+TEST(ModelWarmupTest, TheStopFlagCancelsAWarmupAndInstallsNothing) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "a_serving/1/model.onnx");
+  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
+  WriteEndlessWarmup(root, "slow");
   std::atomic<bool> stop{false};
   ModelRegistry::Options options{root.path(), 0, nullptr, nullptr};
   options.warmup_run_timeout = absl::Seconds(30);  // each of the 5 runs, without the stop
@@ -392,26 +398,7 @@ TEST(ModelWarmupTest, ShutdownStopsAWarmupThePollerRuns) {
   options.repository_poll_interval = absl::Milliseconds(100);
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
-  WriteInt64(root, "slow/warmup/endless.bin", INT64_MAX);
-  root.WriteFile("slow/config.pbtxt", R"pb(
-    model_warmup
-    [ {
-      name: "endless"
-      count: 5
-      inputs {
-        key: "M"
-        value: { data_type: TYPE_INT64 input_data_file: "endless.bin" }
-      }
-      inputs {
-        key: "x"
-        value: {
-          data_type: TYPE_FP32
-          dims: [ 2 ]
-          zero_data: true
-        }
-      }
-    }]
-  )pb");
+  WriteEndlessWarmup(root, "slow");
   CopyModel(root, "counter.onnx", "slow/1/model.onnx");
   absl::SleepFor(absl::Seconds(1));  // the next poll finds it and starts warming it up
   const absl::Time start = absl::Now();

@@ -24,6 +24,7 @@ namespace loopserve::engine::native {
 namespace {
 
 using test_util::Activate;
+using test_util::MakeNode;
 using test_util::Random;
 
 // The kernel is written for AVX2 + FMA only: cap the ISA there (the AVX2-only CPU's path).
@@ -161,16 +162,6 @@ ValueType FloatType(int rank) {
   t.dtype = DataType::kFloat32;
   t.dims = std::vector<int64_t>(rank, -1);
   return t;
-}
-
-Node MakeNode(const std::string& op, std::vector<ValueId> in, ValueId out) {
-  Node n;
-  n.name = op;
-  n.op_type = op;
-  n.opset = 13;
-  n.inputs = std::move(in);
-  n.outputs = {out};
-  return n;
 }
 
 Tensor RunModel(const Model& model, const Tensor& in) {

@@ -21,6 +21,7 @@ namespace loopserve::engine::native {
 namespace {
 
 using test_util::Activate;
+using test_util::MakeNode;
 using test_util::Random;
 
 // Run on the CPU's widest kernel, and again forced onto the AVX2 one (the same on an AVX2 CPU).
@@ -132,18 +133,9 @@ std::shared_ptr<const Model> RnnCell(const Tensor& w, const Tensor& bias) {
   const ValueId y = g->AddValue("y");
   g->constants.emplace_back(wid, std::make_shared<Tensor>(Tensor::ViewOf(w)));
   g->constants.emplace_back(bid, std::make_shared<Tensor>(Tensor::ViewOf(bias)));
-  auto node = [](const std::string& op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.name = op;
-    n.op_type = op;
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
-  g->nodes.push_back(node("MatMul", {a, wid}, product));
-  g->nodes.push_back(node("Add", {product, bid}, sum));
-  g->nodes.push_back(node("Tanh", {sum}, y));
+  g->nodes.push_back(MakeNode("MatMul", {a, wid}, product));
+  g->nodes.push_back(MakeNode("Add", {product, bid}, sum));
+  g->nodes.push_back(MakeNode("Tanh", {sum}, y));
   g->inputs = {a};
   g->outputs = {y};
   auto model = Model::FromGraph(g);

@@ -1,11 +1,16 @@
 #pragma once
 
-// What the packed product tests (packed_gemv_test, packed_gemm_test) share: random operands and
-// the fused activations in double precision, the oracle's side of each comparison.
+// What the packed product tests (packed_gemv_test, packed_gemm_test) share: random operands, the
+// fused activations in double precision (the oracle's side of each comparison), and the nodes of
+// the small graphs that check the MatMul kernels choose them.
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "engine/ir/graph.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/tensor/tensor.h"
 
@@ -32,6 +37,17 @@ inline double Activate(double v, PackedGemv::Activation activation) {
       return 1 / (1 + std::exp(-v));
   }
   return v;
+}
+
+// A one-output opset-13 node of `op` (named after it) reading `in`.
+inline Node MakeNode(const std::string& op, std::vector<ValueId> in, ValueId out) {
+  Node n;
+  n.name = op;
+  n.op_type = op;
+  n.opset = 13;
+  n.inputs = std::move(in);
+  n.outputs = {out};
+  return n;
 }
 
 }  // namespace loopserve::engine::native::test_util
