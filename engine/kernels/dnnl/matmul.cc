@@ -6,7 +6,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
@@ -351,7 +350,7 @@ class MatMulKernel final : public DnnlKernel {
     }
     if (packed_rows) {
       prepared->mode = PreparedOp::Mode::kPackedGemm;
-      prepared->gemm = PackedWeights(*constant, dims.k, dims.n, trans_b);
+      prepared->gemm = packed_gemm_.Get(constant->data<float>(), dims.k, dims.n, trans_b);
       prepared->gemm_rows = rows;
       prepared->gemm_bias_input = bias_input;
       prepared->gemm_addend_input = addend_input;
@@ -520,21 +519,9 @@ class MatMulKernel final : public DnnlKernel {
   }
 
  private:
-  // The constant weights packed for native::PackedGemm, made by the first signature that runs on
-  // it and shared by the rest (they differ in rows only).
-  std::shared_ptr<const native::PackedGemm> PackedWeights(const Tensor& constant, int64_t k,
-                                                          int64_t n, bool trans_b) const {
-    absl::MutexLock lock(&gemm_mu_);
-    if (gemm_ == nullptr) {
-      gemm_ = std::make_shared<const native::PackedGemm>(constant.data<float>(), k, n, trans_b);
-    }
-    return gemm_;
-  }
-
   const std::shared_ptr<const FusionSpec> spec_;  // null for a plain MatMul
   const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
-  mutable absl::Mutex gemm_mu_;
-  mutable std::shared_ptr<const native::PackedGemm> gemm_ ABSL_GUARDED_BY(gemm_mu_);
+  native::PackedGemmOnce packed_gemm_;            // the constant weights on native::PackedGemm
   // epilogues_[k]: the post-ops from the k-th on (k = 0 .. the number of post-ops), operands per
   // epilogue_inputs_[k]. Empty for a plain MatMul (which has no post-ops to absorb).
   std::vector<native::ElementwiseChain> epilogues_;
@@ -591,7 +578,8 @@ class GemmKernel final : public DnnlKernel {
         (shapes[2] == nullptr || attrs_.beta == 0.0f || IsRow(dims, *shapes[2])) &&
         native::PackedGemm::Available()) {
       prepared->mode = PreparedOp::Mode::kPackedGemm;
-      prepared->gemm = PackedWeights(*constant, dims.k, dims.n);
+      prepared->gemm =
+          packed_gemm_.Get(constant->data<float>(), dims.k, dims.n, attrs_.trans_b, attrs_.alpha);
       prepared->gemm_rows = dims.m;
       prepared->gemm_bias_input = shapes[2] != nullptr && attrs_.beta != 0.0f ? 2 : -1;
       prepared->gemm_bias_scale = attrs_.beta;
@@ -692,18 +680,6 @@ class GemmKernel final : public DnnlKernel {
            (attrs_.beta == 1.0f && IsRow(dims, *shapes[2]));
   }
 
-  // The constant B, alpha and transB folded in, packed for native::PackedGemm by the first
-  // signature that runs on it and shared by the rest (they differ in rows only).
-  std::shared_ptr<const native::PackedGemm> PackedWeights(const Tensor& constant, int64_t k,
-                                                          int64_t n) const {
-    absl::MutexLock lock(&gemm_mu_);
-    if (gemm_ == nullptr) {
-      gemm_ = std::make_shared<const native::PackedGemm>(constant.data<float>(), k, n,
-                                                         attrs_.trans_b, attrs_.alpha);
-    }
-    return gemm_;
-  }
-
   // The product's attributes: a user scratchpad, alpha as the output scale, and a sum post-op of
   // beta times the pre-filled C when C is present.
   dnnl::primitive_attr Attr(absl::Span<const Shape* const> shapes) const {
@@ -736,8 +712,7 @@ class GemmKernel final : public DnnlKernel {
   const reference::GemmAttrs attrs_;
   const std::shared_ptr<const FusionSpec> spec_;  // activations fused after the Gemm; may be null
   const Tensor* const constant_b_;                // owned by the model's graphs; may be null
-  mutable absl::Mutex gemm_mu_;
-  mutable std::shared_ptr<const native::PackedGemm> gemm_ ABSL_GUARDED_BY(gemm_mu_);
+  native::PackedGemmOnce packed_gemm_;            // the constant B, alpha and transB folded in
   native::ElementwiseChain epilogue_;
   // The packed one-row kernel's own activation when the only post-op is one it computes.
   std::optional<native::PackedGemv::Activation> gemv_activation_;

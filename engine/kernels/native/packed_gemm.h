@@ -20,7 +20,10 @@
 // Immutable after construction: Run may be called from many threads at once.
 
 #include <cstdint>
+#include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/tensor/tensor.h"
 
@@ -69,6 +72,24 @@ class PackedGemm {
   int64_t k_ = 0;
   int64_t n_ = 0;
   Tensor packed_;  // panel p: k rows of its width at offset p * kPanel * k; columns past n zero
+};
+
+// One constant operand's PackedGemm, packed by the first caller and shared by the rest: a MatMul
+// or Gemm kernel prepares a signature per input shape, and they differ in rows only. Thread-safe.
+class PackedGemmOnce {
+ public:
+  std::shared_ptr<const PackedGemm> Get(const float* weights, int64_t k, int64_t n, bool transposed,
+                                        float alpha = 1.0f) const {
+    absl::MutexLock lock(&mu_);
+    if (gemm_ == nullptr) {
+      gemm_ = std::make_shared<const PackedGemm>(weights, k, n, transposed, alpha);
+    }
+    return gemm_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable std::shared_ptr<const PackedGemm> gemm_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loopserve::engine::native
