@@ -18,6 +18,7 @@
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/plan.h"
 #include "engine/tensor/memory_budget.h"
+#include "engine/tensor/scalar_like.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
 
 namespace loopserve::engine {
@@ -173,8 +174,10 @@ absl::StatusOr<std::shared_ptr<const Model>> GuardedLoad(const LoadOptions& opti
   }
 }
 
-// Checks a fed value against the declared type of a graph input.
-absl::Status CheckInput(const Value& value, const TensorSpec& spec) {
+// Checks a fed value against the declared type of a graph input. A one-element tensor fed as [1]
+// for a declared scalar (or as a scalar for a declared [1]) takes the declared shape, as ONNX
+// Runtime accepts it, so the plan only ever sees declared shapes.
+absl::Status CheckInput(Value& value, const TensorSpec& spec) {
   const ValueType& type = spec.type;
   const std::string what = absl::StrCat("input '", spec.name, "'");
   if (type.kind == ValueKind::kSequence && !value.is_sequence()) {
@@ -185,7 +188,7 @@ absl::Status CheckInput(const Value& value, const TensorSpec& spec) {
   }
   if (type.kind == ValueKind::kOptional && value.is_none()) return absl::OkStatus();
   if (!value.is_tensor()) return absl::OkStatus();
-  const Tensor& t = value.tensor();
+  Tensor& t = value.mutable_tensor();
   if (type.dtype != DataType::kUndefined && t.dtype() != type.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": expected element type ",
                                                    DataTypeName(type.dtype), ", got ",
@@ -193,6 +196,7 @@ absl::Status CheckInput(const Value& value, const TensorSpec& spec) {
   }
   if (type.dims.has_value()) {
     const std::vector<int64_t>& dims = *type.dims;
+    if (IsScalarLikeMatch(t.shape(), dims)) t.Reshape(Shape(absl::MakeConstSpan(dims)));
     bool match = static_cast<int>(dims.size()) == t.rank();
     for (int i = 0; match && i < t.rank(); ++i) {
       if (dims[i] >= 0 && dims[i] != t.dim(i)) match = false;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "engine/base/status_macros.h"
+#include "engine/tensor/scalar_like.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -1132,8 +1133,14 @@ absl::Status ModelIo::AdaptInputs(std::vector<engine::Value>& inputs) const {
           absl::StrCat("input '", spec.name, "': ", engine::DataTypeName(tensor.dtype()),
                        " does not match the config's data_type ", ConfigTypeName(spec.dtype)));
     }
-    const engine::Shape& shape = tensor.shape();
     const bool batched = spec.batch_axis == 0;
+    // A scalar sent as [1], or a [1] sent as a scalar, as ONNX Runtime accepts (the engine does the
+    // same against the model's own declaration).
+    if (!batched && spec.dims.has_value() &&
+        engine::IsScalarLikeMatch(tensor.shape(), *spec.dims)) {
+      tensor.Reshape(engine::Shape(absl::MakeConstSpan(*spec.dims)));
+    }
+    const engine::Shape& shape = tensor.shape();
     // Dims unknown (a model input of unknown rank): the batch dim is still checked.
     bool ok = !spec.dims.has_value() || shape.rank() == static_cast<int>(spec.dims->size());
     for (int d = 0; ok && spec.dims.has_value() && d < shape.rank(); ++d) {

@@ -311,6 +311,44 @@ TEST_F(ProtocolTest, WrongRankIsInvalid) {
   ExpectError(request, absl::StatusCode::kInvalidArgument, "in_int8");
 }
 
+// ONNX Runtime's leniency, which clients rely on (Silero VAD's packages send the scalar `sr` as
+// [1]): counter declares M as a scalar and start as [1]; M sent as [1] and start as a scalar gives
+// the numpy-computed answer. Other one-element shapes stay errors.
+TEST_F(ProtocolTest, ScalarAndVectorOfOneAreInterchangeable) {
+  auto expected = LoadExpectedCase("counter", "expected");
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  std::vector<client::Tensor> inputs = expected->inputs;
+  ASSERT_EQ(inputs.size(), 2u);
+  ASSERT_EQ(inputs[0].name, "M");
+  ASSERT_TRUE(inputs[0].shape.empty());
+  ASSERT_EQ(inputs[1].shape, std::vector<int64_t>({1}));
+  inputs[0].shape = {1};
+  inputs[1].shape = {};
+  for (client::ContentsMode mode : {client::ContentsMode::kRaw, client::ContentsMode::kTyped}) {
+    client::InferOptions options;
+    options.timeout = absl::Seconds(30);
+    options.contents = mode;
+    auto result = client().Infer("counter", inputs, {}, options);
+    ASSERT_TRUE(result.ok()) << result.status() << "\nlog:\n" << server().log();
+    ASSERT_EQ(result->outputs.size(), expected->outputs.size());
+    for (const client::Tensor& want : expected->outputs) {
+      const client::Tensor* got = result->Find(want.name);
+      ASSERT_NE(got, nullptr) << "no output '" << want.name << "'";
+      EXPECT_EQ(CompareTensors(want, *got), "");
+    }
+  }
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 1}, {1, 1, 1}}) {
+    std::vector<client::Tensor> wrong = inputs;
+    wrong[0].shape = shape;
+    inference::ModelInferRequest request;
+    request.set_model_name("counter");
+    for (const client::Tensor& t : wrong) {
+      ASSERT_TRUE(client::AddInput(t, client::ContentsMode::kRaw, &request).ok());
+    }
+    ExpectError(request, absl::StatusCode::kInvalidArgument, "input 'M': shape");
+  }
+}
+
 TEST_F(ProtocolTest, UnknownRequestedOutputIsInvalid) {
   auto request = ValidRequest();
   request.add_outputs()->set_name("out_nope");

@@ -196,6 +196,18 @@ def main():
             compare(model, decode_response(s.post(url, data=body, headers=headers))[1], expected)
             print("ok: %s/%s in JSON (flat, nested), binary, mixed" % (model, case))
 
+        # ONNX Runtime's leniency: counter's scalar M sent as [1] and its [1] start as a scalar
+        # give the numpy-computed answer; another one-element shape is still refused.
+        inputs, expected = read_case(os.path.join(args.models, "counter", "expected"))
+        url = base + "/v2/models/counter/infer"
+        swapped = [(n, a.reshape([1] if a.ndim == 0 else [])) for n, a in inputs]
+        check([a.shape for _, a in swapped] == [(1,), ()], swapped)
+        body = {"inputs": [json_input(n, a, False) for n, a in swapped]}
+        compare("counter", decode_response(s.post(url, json=body))[1], expected)
+        body["inputs"][0]["shape"] = [1, 1]
+        expect_error(s.post(url, json=body), 400, "input 'M'", "shape [1,1]")
+        print("ok: a scalar sent as [1] and a [1] sent as a scalar")
+
         # BYTES: JSON strings, and binary data with each element's 4-byte little-endian length
         # (as over gRPC). Expected values: the case's numpy-computed outputs.
         inputs, expected = read_case(os.path.join(args.models, "strings", "expected"))
@@ -471,7 +483,8 @@ def main():
         every = s.get(base + "/v2/models/stats").json()["model_stats"]
         check({"rnn", "counter", "endless"} <= {m["name"] for m in every}, every)
         check(metric(metrics_url, "loopserve_requests_total", protocol="http",
-                     outcome="success") == 7 * 4 + 2 + 1 + 3 + 1 + mangled_ok, "http successes")
+                     outcome="success") == 7 * 4 + 1 + 2 + 1 + 3 + 1 + mangled_ok,
+              "http successes")  # 7 cases x 4 encodings, 1 scalar/[1] swap, ...
         check(metric(metrics_url, "loopserve_requests_total", protocol="grpc",
                      outcome="invalid_argument") == 1, "grpc invalid_argument")
         print("ok: statistics, protocol label")

@@ -1,6 +1,7 @@
 #include "engine/tensor/tensor.h"
 
 #include "engine/tensor/memory_budget.h"
+#include "engine/tensor/scalar_like.h"
 #include "engine/tensor/shape.h"
 #include "engine/tensor/value.h"
 #include "gtest/gtest.h"
@@ -24,6 +25,21 @@ TEST(ShapeTest, LongShapesAreAbbreviated) {
   auto status = ValidateDims(std::vector<int64_t>(100, int64_t{1} << 20), "input 'x'").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_LT(status.message().size(), 200u);
+}
+
+// ONNX Runtime's leniency: [1] fed for a declared scalar, or a scalar for a declared [1], and
+// nothing else (other one-element shapes, dynamic dims, longer vectors stay mismatches).
+TEST(ShapeTest, ScalarLikeMatchIsOnlyScalarAndVectorOfOne) {
+  EXPECT_TRUE(IsScalarLikeMatch(Shape{1}, {}));
+  EXPECT_TRUE(IsScalarLikeMatch(Shape{}, {1}));
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{}, {}));    // already equal: nothing to adopt
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{1}, {1}));  // likewise
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{2}, {}));
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{1, 1}, {}));
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{}, {1, 1}));
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{}, {-1}));
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{}, {2}));
+  EXPECT_FALSE(IsScalarLikeMatch(Shape{0}, {}));
 }
 
 // Every owned buffer is charged to the thread's budget and credited when freed; an allocation past
