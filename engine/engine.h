@@ -220,6 +220,10 @@ class Model {
   std::string plan_dump_;
 };
 
+// The op types of the built-in kernel table (default ONNX domain), sorted: what a model may use
+// (looprun --list_ops; bench/op_grid.py builds one model per op from it).
+std::vector<std::string> RegisteredOpTypes();
+
 // ---- Process settings ----------------------------------------------------------------------
 
 // Sets how many threads the oneDNN primitives run from the calling thread may use (oneDNN here

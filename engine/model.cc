@@ -255,6 +255,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   return std::shared_ptr<const Model>(std::move(model));
 }
 
+std::vector<std::string> RegisteredOpTypes() { return KernelRegistry::Builtin().OpTypes(); }
+
 int Model::FindInput(absl::string_view name) const {
   for (size_t i = 0; i < inputs_.size(); ++i) {
     if (inputs_[i].name == name) return static_cast<int>(i);

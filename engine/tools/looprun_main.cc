@@ -38,6 +38,8 @@ ABSL_FLAG(bool, dump_plan, false,
 ABSL_FLAG(bool, verbose, false,
           "Also print, on stderr, the vector ISA of the engine's kernels and the steps that ran "
           "float work on a reference kernel (reference_steps; also in the JSON line).");
+ABSL_FLAG(bool, list_ops, false,
+          "Print the op types of the built-in kernel table, one per line, and exit.");
 ABSL_FLAG(std::string, conformance, "",
           "Run every test-case folder (model.onnx + test_data_set_*/, or EXPECT_ERROR / NO_DATA; "
           "an ATOL file sets the case's absolute tolerance, default 1e-7) under this folder, "
@@ -61,6 +63,10 @@ int main(int argc, char** argv) {
   if (positional.size() > 1) {
     std::cerr << "looprun: unexpected argument '" << positional[1] << "' (see --help)" << std::endl;
     return loopserve::tools::kExitError;
+  }
+  if (absl::GetFlag(FLAGS_list_ops)) {
+    for (const std::string& op : loopserve::engine::RegisteredOpTypes()) std::cout << op << "\n";
+    return loopserve::tools::kExitOk;
   }
   loopserve::engine::SetIntraOpThreads(absl::GetFlag(FLAGS_threads));
 
