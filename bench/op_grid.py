@@ -320,6 +320,140 @@ def cases_for(op):
                                 ("w", rand((1, gates * hid, inp), -0.1, 0.1)),
                                 ("r", rand((1, gates * hid, hid), -0.1, 0.1)),
                                 ("b", rand((1, 2 * gates * hid), -0.1, 0.1))]))
+    else:
+        out = more_cases_for(op)
+    return out
+
+
+U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+
+
+def more_cases_for(op):
+    """Generators, scatters, detection, signal, quantized and loss ops."""
+    out = []
+    if op == "Compress":
+        out.append(Case(op, "16x1024 rows by mask", [("x", rand(MID)),
+                                                     ("c", RNG.random(16) < 0.5)], [("y", F)],
+                        {"axis": 0}))
+    elif op == "ConstantOfShape":
+        out.append(Case(op, "16x1024", [("s", np.array(MID, np.int64))], [("y", F)],
+                        {"value": numpy_helper.from_array(np.array([0.5], np.float32))}))
+    elif op == "EyeLike":
+        out.append(Case(op, "256x256", [("x", rand((256, 256)))], [("y", F)]))
+    elif op == "Range":
+        out.append(Case(op, "0..4096", [("a", np.array(0, np.int64)),
+                                        ("b", np.array(4096, np.int64)),
+                                        ("d", np.array(1, np.int64))], [("y", I64)]))
+    elif op == "ReverseSequence":
+        out.append(Case(op, "seq 64 x batch 16 x 256", [
+            ("x", rand((64, 16, 256))), ("l", RNG.integers(1, 65, 16).astype(np.int64))],
+            [("y", F)], {"batch_axis": 1, "time_axis": 0}))
+    elif op in ("ScatterElements", "Scatter"):
+        idx = np.stack([RNG.permutation(1024)[:256] for _ in range(16)]).astype(np.int64)
+        out.append(Case(op, "16x1024, 16x256 updates on axis 1", [
+            ("x", rand(MID)), ("i", idx), ("u", rand((16, 256)))], [("y", F)], {"axis": 1},
+            opset=OPSET if op == "ScatterElements" else 10))
+    elif op == "ScatterND":
+        out.append(Case(op, "16x1024, 8 rows", [
+            ("x", rand(MID)), ("i", RNG.permutation(16)[:8].reshape(8, 1).astype(np.int64)),
+            ("u", rand((8, 1024)))], [("y", F)]))
+    elif op == "Unique":
+        out.append(Case(op, "4096 int64 in [0, 512)", [
+            ("x", RNG.integers(0, 512, 4096).astype(np.int64))],
+            [("y", I64), ("idx", I64), ("inv", I64), ("cnt", I64)], {"sorted": 1}))
+    elif op == "Det":
+        out.append(Case(op, "64 x 8x8", [("x", rand((64, 8, 8)))], [("y", F)]))
+    elif op == "NonMaxSuppression":
+        xy = RNG.uniform(0, 600, (1, 1000, 2))
+        wh = RNG.uniform(10, 100, (1, 1000, 2))
+        boxes = np.concatenate([xy, xy + wh], 2).astype(np.float32)
+        out.append(Case(op, "1000 boxes, 1 class, top 100", [
+            ("b", boxes), ("s", RNG.random((1, 1, 1000)).astype(np.float32))], [("y", I64)],
+            consts=[("k", np.array([100], np.int64)), ("iou", np.array([0.5], np.float32)),
+                    ("th", np.array([0.05], np.float32))]))
+    elif op == "RoiAlign":
+        xy = RNG.uniform(0, 40, (64, 2))
+        rois = np.concatenate([xy, xy + RNG.uniform(4, 16, (64, 2))], 1).astype(np.float32)
+        out.append(Case(op, "64 rois 7x7 on 1x256x56x56", [
+            ("x", rand((1, 256, 56, 56))), ("r", rois), ("bi", np.zeros(64, np.int64))],
+            [("y", F)], {"output_height": 7, "output_width": 7, "sampling_ratio": 2}, opset=16))
+    elif op == "GridSample":
+        out.append(Case(op, "1x32x64x64 on a 64x64 grid", [
+            ("x", rand((1, 32, 64, 64))), ("g", rand((1, 64, 64, 2), -1, 1))], [("y", F)],
+            opset=16))
+    elif op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+        out.append(Case(op, "400", [("n", np.array(400, np.int64))], [("y", F)]))
+    elif op == "MelWeightMatrix":
+        out.append(Case(op, "80 mel, 512-point FFT, 16 kHz", [
+            ("m", np.array(80, np.int64)), ("d", np.array(512, np.int64)),
+            ("sr", np.array(16000, np.int64)), ("lo", np.array(20, np.float32)),
+            ("hi", np.array(8000, np.float32))], [("y", F)]))
+    elif op == "DFT":
+        out.append(Case(op, "16 x 512 real, onesided", [("x", rand((16, 512, 1)))], [("y", F)],
+                        {"onesided": 1}))
+    elif op == "STFT":
+        out.append(Case(op, "1 s of 16 kHz, frame 400 step 160", [
+            ("x", rand((1, 16000, 1)))], [("y", F)],
+            consts=[("step", np.array(160, np.int64)),
+                    ("w", np.hanning(400).astype(np.float32)),
+                    ("len", np.array(400, np.int64))]))
+    elif op == "QuantizeLinear":
+        out.append(Case(op, "16x1024 to uint8", [("x", rand(MID))], [("y", U8)],
+                        consts=[("s", np.array(0.01, np.float32)), ("z", np.array(128, np.uint8))]))
+    elif op == "DequantizeLinear":
+        out.append(Case(op, "16x1024 uint8", [("x", RNG.integers(0, 255, MID).astype(np.uint8))],
+                        [("y", F)], consts=[("s", np.array(0.01, np.float32)),
+                                            ("z", np.array(128, np.uint8))]))
+    elif op == "DynamicQuantizeLinear":
+        out.append(Case(op, "16x1024", [("x", rand(MID))], [("y", U8), ("s", F), ("z", U8)]))
+    elif op == "MatMulInteger":
+        out.append(Case(op, "16x512 u8 @ 512x512 i8", [
+            ("a", RNG.integers(0, 255, (16, 512)).astype(np.uint8))], [("y", I32)],
+            consts=[("b", RNG.integers(-127, 127, (512, 512)).astype(np.int8))]))
+    elif op == "QLinearMatMul":
+        out.append(Case(op, "16x512 u8 @ 512x512 u8", [
+            ("a", RNG.integers(0, 255, (16, 512)).astype(np.uint8))], [("y", U8)], consts=[
+            ("as", np.array(0.02, np.float32)), ("az", np.array(128, np.uint8)),
+            ("b", RNG.integers(0, 255, (512, 512)).astype(np.uint8)),
+            ("bs", np.array(0.02, np.float32)), ("bz", np.array(128, np.uint8)),
+            ("ys", np.array(2.0, np.float32)), ("yz", np.array(128, np.uint8))]))
+    elif op == "ConvInteger":
+        out.append(Case(op, "3x3 32->32 on 56x56 u8", [
+            ("x", RNG.integers(0, 255, (1, 32, 56, 56)).astype(np.uint8))], [("y", I32)],
+            {"pads": [1] * 4}, consts=[("w", RNG.integers(0, 255, (32, 32, 3, 3)).astype(
+                np.uint8))]))
+    elif op == "QLinearConv":
+        out.append(Case(op, "3x3 32->32 on 56x56 u8", [
+            ("x", RNG.integers(0, 255, (1, 32, 56, 56)).astype(np.uint8))], [("y", U8)],
+            {"pads": [1] * 4}, consts=[
+                ("xs", np.array(0.02, np.float32)), ("xz", np.array(128, np.uint8)),
+                ("w", RNG.integers(0, 255, (32, 32, 3, 3)).astype(np.uint8)),
+                ("ws", np.array(0.02, np.float32)), ("wz", np.array(128, np.uint8)),
+                ("ys", np.array(4.0, np.float32)), ("yz", np.array(128, np.uint8))]))
+    elif op == "BitShift":
+        out.append(Case(op, "16x1024 uint8 left", [
+            ("x", RNG.integers(0, 16, MID).astype(np.uint8)),
+            ("n", RNG.integers(0, 4, MID).astype(np.uint8))], [("y", U8)],
+            {"direction": "LEFT"}))
+    elif op == "SoftmaxCrossEntropyLoss":
+        out.append(Case(op, "16 x 1000 classes", [
+            ("x", rand((16, 1000))), ("t", RNG.integers(0, 1000, 16).astype(np.int64))],
+            [("y", F)]))
+    elif op == "NegativeLogLikelihoodLoss":
+        out.append(Case(op, "16 x 1000 classes", [
+            ("x", rand((16, 1000))), ("t", RNG.integers(0, 1000, 16).astype(np.int64))],
+            [("y", F)]))
+    elif op == "Upsample":
+        out.append(Case(op, "nearest x2 on 1x64x56x56 (opset 9)", [("x", rand(MAP))], [("y", F)],
+                        {"mode": "nearest"},
+                        consts=[("scales", np.array([1, 1, 2, 2], np.float32))], opset=9))
+    elif op == "MaxUnpool":
+        x = rand((1, 32, 28, 28))
+        idx = (np.arange(28 * 28).reshape(28, 28) // 28 * 112 + np.arange(28) * 2)
+        idx = np.broadcast_to(idx, (1, 32, 28, 28)) + (np.arange(32) * 56 * 56).reshape(
+            1, 32, 1, 1)
+        out.append(Case(op, "2x2 s2 to 1x32x56x56", [("x", x), ("i", idx.astype(np.int64))],
+                        [("y", F)], {"kernel_shape": [2, 2], "strides": [2, 2]}))
     return out
 
 

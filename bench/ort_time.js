@@ -17,6 +17,7 @@ const ort = require('onnxruntime-node');
 
 const TYPED = {
   float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array,
+  uint8: Uint8Array, int8: Int8Array, float64: Float64Array,  // bench/op_grid.py's quantized ops
 };
 
 function encodeOutputs(session, results) {
