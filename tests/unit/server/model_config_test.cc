@@ -555,6 +555,43 @@ TEST(ModelIoTest, BatchDimsAndNarrowedDims) {
               HasSubstr("input 'len': float32 does not match the config's data_type TYPE_INT64"));
 }
 
+// ONNX Runtime's leniency, as clients use it (Silero VAD's packages send the scalar `sr` as [1]):
+// an unbatched scalar takes [1] and a [1] takes a scalar, each read as the config's shape; other
+// one-element shapes stay errors. With Triton's idiom (dims [1] reshaped to []), a scalar sent
+// works too.
+TEST(ModelIoTest, ScalarAndVectorOfOneAreInterchangeable) {
+  std::shared_ptr<const engine::Model> model =
+      MakeModel({{"sr", DataType::kInt64, std::vector<int64_t>{}},
+                 {"x", DataType::kFloat32, std::vector<int64_t>{1}}});
+  absl::StatusOr<inference::ModelConfig> config = Complete("", *model);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const ModelIo io = ModelIo::Build(*config, *model);
+  auto request = [](std::vector<int64_t> sr_dims, std::vector<int64_t> x_dims) {
+    std::vector<engine::Value> inputs;
+    engine::Tensor sr(DataType::kInt64, engine::Shape(absl::MakeConstSpan(sr_dims)));
+    inputs.push_back(engine::Value(std::move(sr)));
+    inputs.push_back(FloatTensor(std::move(x_dims)));
+    return inputs;
+  };
+  std::vector<engine::Value> swapped = request({1}, {});
+  ASSERT_TRUE(io.AdaptInputs(swapped).ok());
+  EXPECT_EQ(swapped[0].tensor().shape(), engine::Shape{});
+  EXPECT_EQ(swapped[1].tensor().shape(), engine::Shape{1});
+  std::vector<engine::Value> matrix = request({1, 1}, {1});
+  EXPECT_THAT(Message(io.AdaptInputs(matrix)), HasSubstr("input 'sr': shape [1,1]"));
+  std::vector<engine::Value> two = request({}, {2});
+  EXPECT_THAT(Message(io.AdaptInputs(two)), HasSubstr("input 'x': shape [2]"));
+
+  absl::StatusOr<inference::ModelConfig> triton = Complete(
+      "input [ { name: \"sr\" data_type: TYPE_INT64 dims: [ 1 ] reshape: { shape: [ ] } } ]",
+      *model);
+  ASSERT_TRUE(triton.ok()) << triton.status();
+  const ModelIo triton_io = ModelIo::Build(*triton, *model);
+  std::vector<engine::Value> scalar = request({}, {1});
+  ASSERT_TRUE(triton_io.AdaptInputs(scalar).ok());
+  EXPECT_EQ(scalar[0].tensor().shape(), engine::Shape{});
+}
+
 // A batched input of unknown rank still has its batch dim checked: in range and equal to the
 // other batched inputs' (otherwise the batcher would merge an inconsistent request).
 TEST(ModelIoTest, BatchDimOfAnInputOfUnknownRank) {
