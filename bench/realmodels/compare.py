@@ -21,7 +21,6 @@ import base64
 import copy
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
