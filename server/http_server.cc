@@ -449,9 +449,12 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
     case htp_method_HEAD:
       exchange->method_ = "HEAD";
       break;
-    default:
-      exchange->method_ = htparser_get_methodstr_m(request->method);
+    default: {
+      // Null for a method libevhtp does not know (htp_method_UNKNOWN).
+      const char* name = htparser_get_methodstr_m(request->method);
+      if (name != nullptr) exchange->method_ = name;
       break;
+    }
   }
   if (request->uri != nullptr && request->uri->path != nullptr &&
       request->uri->path->full != nullptr) {
@@ -477,7 +480,11 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
     ++server->exchanges_;
   }
   exchange->in_handler_ = true;
-  if (request->conn->body_bytes_read > server->max_body_bytes_) {
+  if (exchange->method_.empty()) {
+    CloseAfterReply(request);
+    exchange->Reply(501, {{"Content-Type", "application/json"}},
+                    "{\"error\":\"the request method is not implemented\"}");
+  } else if (request->conn->body_bytes_read > server->max_body_bytes_) {
     exchange->Reply(
         413, {{"Content-Type", "application/json"}},
         absl::StrCat("{\"error\":\"the request body of ", request->conn->body_bytes_read,

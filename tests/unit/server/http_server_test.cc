@@ -184,5 +184,43 @@ TEST_F(HandOffTest, ReplyThatCannotBeHandedOverIsAbandonedAndFreed) {
   EXPECT_THAT(client.received(), ::testing::Not(HasSubstr("never sent")));
 }
 
+// A server on one event thread that answers every request at once with 200 and
+// "<method> <path> <body>".
+class FramingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HttpServer::Options options;
+    options.address = "127.0.0.1";
+    options.threads = 1;
+    auto server = HttpServer::Start(options, [](HttpExchange* exchange) {
+      exchange->Reply(
+          200, {{"Content-Type", "text/plain"}},
+          exchange->method() + " " + exchange->path() + " " + std::string(exchange->body()));
+    });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  // The server still serves a normal request on a new connection.
+  void ExpectServing() {
+    Client client(server_->port());
+    ASSERT_TRUE(
+        client.Send("GET /still/here HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
+    EXPECT_TRUE(client.ReadToEnd());
+    EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 200"));
+    EXPECT_THAT(client.received(), HasSubstr("GET /still/here "));
+  }
+
+  std::unique_ptr<HttpServer> server_;
+};
+
+// A method libevhtp does not know used to reach the handler with a null name (SIGSEGV).
+TEST_F(FramingTest, UnknownMethodIsAnswered501AndClosed) {
+  Client client(server_->port());
+  ASSERT_TRUE(client.Send("FOO /v2 HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  EXPECT_TRUE(client.ReadToEnd()) << client.received();  // the server closes
+  EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 501"));
+  ExpectServing();
+}
+
 }  // namespace
 }  // namespace loopserve::server
