@@ -14,6 +14,9 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -220,6 +223,138 @@ TEST_F(FramingTest, UnknownMethodIsAnswered501AndClosed) {
   EXPECT_TRUE(client.ReadToEnd()) << client.received();  // the server closes
   EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 501"));
   ExpectServing();
+}
+
+// `request` on its own connection: the answer, read until the server closes (which it must).
+std::string AnswerAndClose(int port, const std::string& request) {
+  Client client(port);
+  EXPECT_TRUE(client.Send(request));
+  EXPECT_TRUE(client.ReadToEnd()) << "the server did not close: " << client.received();
+  return client.received();
+}
+
+// Smuggling shapes (RFC 9112 §6.3): the length of each is ambiguous, so it is refused with 400
+// and the connection closed, and the bytes after it never become a request.
+TEST_F(FramingTest, AmbiguousLengthsAreRefusedAndClosed) {
+  const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"CL.TE", "Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"TE.CL", "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n5c\r\n"},
+      {"two differing Content-Length", "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello"},
+      {"two equal Content-Length", "Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello"},
+      {"Content-Length list", "Content-Length: 5, 5\r\n\r\nhello"},
+      {"Content-Length 2^64", "Content-Length: 18446744073709551616\r\n\r\n"},
+      {"Transfer-Encoding: xchunked", "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n"},
+      {"Transfer-Encoding: chunked, identity",
+       "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n"},
+      {"two Transfer-Encoding",
+       "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"chunk size 2^64-1", "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx\r\n"},
+      {"chunk size not hex", "Transfer-Encoding: chunked\r\n\r\n-1\r\nx\r\n"},
+      {"chunk data longer than its size",
+       "Transfer-Encoding: chunked\r\n\r\n1\r\nxyz\r\n0\r\n\r\n"},
+      {"whitespace before the colon", "Content-Length : 5\r\n\r\nhello"},
+      {"obs-fold", "X-A: 1\r\n  folded\r\n\r\n"},
+      {"bare LF", "X-A: 1\n\r\n"},
+      {"NUL in a header value", std::string("X-A: a\0b\r\n\r\n", 13)},
+  };
+  for (const auto& [what, rest] : cases) {
+    const std::string answer = AnswerAndClose(
+        server_->port(), "POST /x HTTP/1.1\r\nHost: localhost\r\n" + rest + smuggled);
+    EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 400")) << what << ": " << answer;
+    EXPECT_THAT(answer, HasSubstr("{\"error\":")) << what;
+    EXPECT_THAT(answer, ::testing::Not(HasSubstr("/smuggled"))) << what;
+  }
+  ExpectServing();
+}
+
+TEST_F(FramingTest, MalformedRequestLinesAreRefusedAndClosed) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"NUL in the path", std::string("GET /v2/he\0alth HTTP/1.1\r\n\r\n", 31), "400"},
+      {"tab in the path", "GET /a\tb HTTP/1.1\r\n\r\n", "400"},
+      {"malformed %zz", "GET /v2/models/%zz/ready HTTP/1.1\r\n\r\n", "400"},
+      {"truncated %3", "GET /v2/%3 HTTP/1.1\r\n\r\n", "400"},
+      {"percent-encoded NUL", "GET /v2/a%00b HTTP/1.1\r\n\r\n", "400"},
+      {"not origin-form", "GET http://x/v2 HTTP/1.1\r\n\r\n", "400"},
+      {"two spaces", "GET  /v2 HTTP/1.1\r\n\r\n", "400"},
+      {"no version", "GET /v2\r\n\r\n", "400"},
+      {"HTTP/2.0", "GET /v2 HTTP/2.0\r\n\r\n", "505"},
+      {"HTTP/1.2x", "GET /v2 HTTP/1.2x\r\n\r\n", "400"},
+      {"unknown method", "FOO /v2 HTTP/1.1\r\n\r\n", "501"},
+      {"CONNECT", "CONNECT /v2 HTTP/1.1\r\n\r\n", "501"},
+      {"method not a token", "G(T /v2 HTTP/1.1\r\n\r\n", "400"},
+      {"a 20 KB path", "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n", "414"},
+      {"a 100 KB header", "GET /v2 HTTP/1.1\r\nX-Big: " + std::string(100000, 'v') + "\r\n\r\n",
+       "431"},
+      {"101 headers",
+       [] {
+         std::string request = "GET /v2 HTTP/1.1\r\n";
+         for (int i = 0; i < 101; ++i) request += "X-" + std::to_string(i) + ": y\r\n";
+         return request + "\r\n";
+       }(),
+       "431"},
+  };
+  for (const auto& [what, request, status] : cases) {
+    const std::string answer = AnswerAndClose(server_->port(), request);
+    EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 " + status)) << what << ": " << answer;
+    EXPECT_THAT(answer, HasSubstr("Connection: close")) << what;
+  }
+  ExpectServing();
+}
+
+TEST_F(FramingTest, PercentEscapesAreDecodedOnce) {
+  const std::string answer = AnswerAndClose(
+      server_->port(),
+      "GET /v2/models/counter/versions/%31/ready HTTP/1.1\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(answer, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(answer, ::testing::EndsWith("GET /v2/models/counter/versions/1/ready "));
+}
+
+TEST_F(FramingTest, ChunkedBodyWithExtensionsAndTrailersIsDecoded) {
+  const std::string answer =
+      AnswerAndClose(server_->port(),
+                     "POST /c HTTP/1.1\r\nConnection: close\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                     "5;name=value\r\nhello\r\n6 ; x\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
+  EXPECT_THAT(answer, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(answer, ::testing::EndsWith("POST /c hello world"));
+}
+
+// Requests sent in one write are each answered, in order.
+TEST_F(FramingTest, PipelinedRequestsAreEachAnsweredInOrder) {
+  {
+    Client client(server_->port());
+    ASSERT_TRUE(client.Send("GET /one HTTP/1.1\r\n\r\nGET /two HTTP/1.1\r\n\r\n"));
+    ASSERT_TRUE(client.ReadUntil("GET /two ")) << client.received();
+    EXPECT_LT(client.received().find("GET /one "), client.received().find("GET /two "));
+  }
+  std::string requests;
+  for (int i = 0; i < 50; ++i) {
+    const std::string body = "body" + std::to_string(i);
+    requests += "POST /infer/" + std::to_string(i) +
+                " HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  requests += "GET /last HTTP/1.1\r\nConnection: close\r\n\r\n";
+  const std::string answer = AnswerAndClose(server_->port(), requests);
+  size_t at = 0;
+  for (int i = 0; i < 50; ++i) {
+    const std::string expected = "POST /infer/" + std::to_string(i) + " body" + std::to_string(i);
+    const size_t found = answer.find(expected, at);
+    ASSERT_NE(found, std::string::npos) << i << ": " << answer.substr(at, 300);
+    at = found + expected.size();
+  }
+  EXPECT_NE(answer.find("GET /last ", at), std::string::npos);
+}
+
+// A request trickled a byte at a time is framed as when sent at once.
+TEST_F(FramingTest, RequestSplitIntoSingleBytesIsAnswered) {
+  Client client(server_->port());
+  const std::string request =
+      "POST /v2/x%2Fy HTTP/1.1\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n0\r\n\r\n";
+  for (char c : request) ASSERT_TRUE(client.Send(std::string(1, c)));
+  EXPECT_TRUE(client.ReadToEnd());
+  EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(client.received(), ::testing::EndsWith("POST /v2/x/y abc"));
 }
 
 }  // namespace
