@@ -13,6 +13,7 @@
 // writes smuggling (CL.TE, TE.CL, duplicate lengths, obfuscated codings, overflowing chunk sizes),
 // pipelining, chunked and malformed shapes. See README.md.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -34,8 +35,13 @@ struct Transcript {
   std::vector<size_t> ends;          // offsets in handed_on where a request ended
   std::vector<uint64_t> body_sizes;  // the body bytes of each request (CL body, chunk data)
   int status = 0;                    // a refusal
+  // The bytes of the requests that ended (what is handed on of a request refused half-way, or
+  // not complete yet, depends on the reads and never reaches a handler).
+  absl::string_view complete() const {
+    return absl::string_view(handed_on).substr(0, ends.empty() ? 0 : ends.back());
+  }
   bool operator==(const Transcript& other) const {
-    return handed_on == other.handed_on && ends == other.ends && body_sizes == other.body_sizes &&
+    return complete() == other.complete() && ends == other.ends && body_sizes == other.body_sizes &&
            status == other.status;
   }
 };
@@ -53,20 +59,19 @@ RequestFramer::Limits TestLimits() {
 Transcript Frame(absl::string_view stream, const std::vector<size_t>& cuts) {
   RequestFramer framer(TestLimits());
   Transcript transcript;
-  std::string held;
   uint64_t body = 0;
-  size_t from = 0;
-  std::vector<size_t> ends = cuts;
-  ends.push_back(stream.size());
-  for (const size_t to : ends) {
-    if (to < from) continue;
-    held.append(stream.data() + from, to - from);
-    from = to;
-    while (!held.empty() && transcript.status == 0) {
+  size_t from = 0;  // the bytes before it have been used up
+  size_t cut = 0;
+  // The reads: the bytes up to each cut arrive together (the end of the stream is the last cut).
+  for (size_t read = 0; read <= cuts.size() && transcript.status == 0; ++read) {
+    const size_t to = read < cuts.size() ? std::max(cuts[read], cut) : stream.size();
+    cut = to;
+    while (from < to && transcript.status == 0) {
+      const absl::string_view held = stream.substr(from, to - from);
       if (const uint64_t due = framer.body_bytes_due(); due > 0) {
         const size_t bytes = static_cast<size_t>(std::min<uint64_t>(due, held.size()));
-        transcript.handed_on.append(held, 0, bytes);
-        held.erase(0, bytes);
+        transcript.handed_on.append(held.data(), bytes);
+        from += bytes;
         body += bytes;
         if (framer.PassedBody(bytes)) {
           transcript.ends.push_back(transcript.handed_on.size());
@@ -75,17 +80,17 @@ Transcript Frame(absl::string_view stream, const std::vector<size_t>& cuts) {
         }
         continue;
       }
-      std::string out;
-      const RequestFramer::Step step = framer.Consume(held, &out);
+      const size_t before = transcript.handed_on.size();
+      const RequestFramer::Step step = framer.Consume(held, &transcript.handed_on);
       if (step.consumed == 0 && step.status == 0) std::abort();  // no progress on bytes
       if (step.consumed > held.size()) std::abort();
-      held.erase(0, step.consumed);
+      from += step.consumed;
       if (step.status != 0) {
         if (step.status < 400 || step.status > 505 || step.message.empty()) std::abort();
+        transcript.handed_on.resize(before);
         transcript.status = step.status;
         break;
       }
-      transcript.handed_on += out;
       if (step.request_ended) {
         transcript.ends.push_back(transcript.handed_on.size());
         transcript.body_sizes.push_back(body);
@@ -172,9 +177,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The canonical form of the requests that ended, framed again: the same, refused nowhere.
   if (!whole.ends.empty()) {
-    const absl::string_view canonical(whole.handed_on.data(), whole.ends.back());
+    const absl::string_view canonical = whole.complete();
     const Transcript again = Frame(canonical, {});
-    if (again.status != 0 || again.handed_on != canonical || again.ends != whole.ends ||
+    if (again.status != 0 || again.complete() != canonical || again.ends != whole.ends ||
         again.body_sizes != whole.body_sizes) {
       std::fprintf(stderr, "the canonical form is not a fixed point (status %d)\n", again.status);
       std::abort();
