@@ -735,10 +735,10 @@ void HttpCallbacks::OnClosingWrite(bufferevent* bev, void* arg) {
 }
 
 evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
-  // libevhtp 1.2.18 misparses a request line that arrives in more than one read: the path keeps
-  // what the first read brought (GET /v2/health/live sent a byte at a time was answered 404, a
-  // path split after 50 bytes routed to another endpoint, some splits were never answered), so
-  // its parser gets a connection's bytes only once the request line is whole (OnRead).
+  // libevhtp's parser gets a connection's bytes only through the connection's RequestFramer
+  // (OnRead, Pump): whole, validated request heads in canonical form, one request at a time.
+  // (libevhtp 1.2.18 alone misparses a request line that arrives in more than one read, drops
+  // pipelined requests and lets ambiguous framing through: issue 26.)
   bufferevent_data_cb read = nullptr;
   bufferevent_data_cb write = nullptr;
   bufferevent_event_cb event = nullptr;
