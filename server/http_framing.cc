@@ -17,11 +17,23 @@ constexpr size_t kMaxChunkLine = 1024;
 // them up in 64 bits without an overflow check.
 constexpr int kMaxChunkSizeDigits = 15;
 
+// A table of the bytes in `alnum` (letters and digits) and `others`.
+struct ByteClass {
+  constexpr ByteClass(const char* others) : in() {
+    for (int c = '0'; c <= '9'; ++c) in[c] = true;
+    for (int c = 'a'; c <= 'z'; ++c) in[c] = true;
+    for (int c = 'A'; c <= 'Z'; ++c) in[c] = true;
+    for (; *others != 0; ++others) in[static_cast<unsigned char>(*others)] = true;
+  }
+  bool in[256];
+};
+
 // RFC 9110 §5.6.2 tchar.
-bool IsTokenChar(unsigned char c) {
-  if (absl::ascii_isalnum(c)) return true;
-  return c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-}
+constexpr ByteClass kTokenChars("!#$%&'*+-.^_`|~");
+// A byte of a request target: RFC 3986 pchar, '/', '?', and '%' of a pct-encoded triplet.
+constexpr ByteClass kTargetChars("-._~!$&'()*+,;=:@/?%");
+
+bool IsTokenChar(unsigned char c) { return kTokenChars.in[c]; }
 
 bool IsToken(absl::string_view text) {
   if (text.empty()) return false;
@@ -31,11 +43,7 @@ bool IsToken(absl::string_view text) {
   return true;
 }
 
-// A byte of a request target (RFC 3986 pchar, '/', '?', and '%' of a pct-encoded triplet).
-bool IsTargetChar(unsigned char c) {
-  if (absl::ascii_isalnum(c)) return true;
-  return c != 0 && std::strchr("-._~!$&'()*+,;=:@/?%", c) != nullptr;
-}
+bool IsTargetChar(unsigned char c) { return kTargetChars.in[c]; }
 
 // A field-value byte (RFC 9110 §5.5): VCHAR, obs-text, SP, HTAB.
 bool IsFieldValueChar(unsigned char c) { return c == '\t' || (c >= 0x20 && c != 0x7f); }
@@ -160,10 +168,13 @@ RequestFramer::Step RequestFramer::Consume(absl::string_view input, std::string*
     const size_t left = input.size() - i;
     const auto* lf = static_cast<const char*>(std::memchr(start, '\n', left));
     const size_t take = lf == nullptr ? left : static_cast<size_t>(lf - start);
-    line_.append(start, take);
+    // A line that arrived whole is read where it is; a part is kept until the rest comes.
+    const bool whole = line_.empty() && lf != nullptr;
+    if (!whole) line_.append(start, take);
     i += take;
-    const bool cr = !line_.empty() && line_.back() == '\r';
-    if (LineTooLong(line_.size() - (cr ? 1 : 0))) {
+    const absl::string_view line = whole ? absl::string_view(start, take) : line_;
+    const bool cr = !line.empty() && line.back() == '\r';
+    if (LineTooLong(line.size() - (cr ? 1 : 0))) {
       if (lf != nullptr) ++i;
       OnLineTooLong(cr ? (lf != nullptr ? 2 : 1) : 0, &step);
       line_.clear();
@@ -175,10 +186,8 @@ RequestFramer::Step RequestFramer::Consume(absl::string_view input, std::string*
       Refuse(400, "a line of the request ends with a bare LF (lines end with CRLF)", &step);
       break;
     }
-    line_.pop_back();
-    std::string line = std::move(line_);
+    OnLine(line.substr(0, line.size() - 1), out, &step);  // OnLine leaves line_ alone
     line_.clear();
-    OnLine(line, out, &step);
   }
   step.consumed = i;
   return step;

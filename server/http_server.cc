@@ -614,8 +614,11 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
   exchange->Release();
   // The connection's next request may be waiting in its framing already (pipelined): OnRead runs
   // again once libevhtp has let go of this one (deferred: it still uses the connection now; when
-  // the connection is being freed, libevent drops the callback).
-  if (request->conn != nullptr && request->conn->bev != nullptr) {
+  // the connection is being freed, libevent drops the callback). Otherwise the next read finds
+  // libevhtp done.
+  ConnectionFraming* framing = request->conn == nullptr ? nullptr : FramingOf(request->conn);
+  if (framing != nullptr && evbuffer_get_length(framing->held) > 0 &&
+      request->conn->bev != nullptr) {
     bufferevent_trigger(request->conn->bev, EV_READ,
                         BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
   }
@@ -677,7 +680,9 @@ void HttpCallbacks::Pump(evhtp_connection_t* connection, ConnectionFraming* fram
       AppendToInput(input, [&] { evbuffer_add(input, canonical.data(), canonical.size()); });
       ended = step.request_ended;
     }
-    if (evbuffer_get_length(input) > 0) {
+    // libevhtp parses what it has got once a request is whole or the bytes read so far are used
+    // up (a head and the body that came with it in one go).
+    if ((ended || evbuffer_get_length(framing->held) == 0) && evbuffer_get_length(input) > 0) {
       evhtp_read.load()(bev, connection);
       // libevhtp frees the connection on a parse error or after its early 413.
       if (open == nullptr || open->open.find(connection) == open->open.end()) return;
