@@ -171,7 +171,7 @@ std::atomic<bufferevent_data_cb> evhtp_read{nullptr};
 
 // While a connection waits for an answer, what its client sends on (pipelined requests) is read
 // until this many bytes wait; then reading stops until the answer is out.
-constexpr size_t kMaxHeldBytes = size_t{1} << 20;
+constexpr size_t kMaxHeldBytes = size_t{256} << 10;
 
 // A refused connection drops what its client still sends, up to this many bytes, while its
 // answer goes out and until the client closes (so that closing does not reset the connection
