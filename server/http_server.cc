@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -38,6 +39,7 @@ struct ConnectionFraming {
   bool waiting = false;      // libevhtp has a whole request: the next waits until it is done
   bool reading_off = false;  // reading stopped while `held` is full (waiting)
   bool closing = false;      // refused: the answer goes out, then the connection closes
+  bool eof = false;          // the client sent all it will: close once its requests are answered
   size_t dropped = 0;        // bytes dropped while closing
 };
 
@@ -62,6 +64,7 @@ struct HttpCallbacks {
                              const std::string& message);
   static void OnClosingRead(bufferevent* bev, void* connection);
   static void OnClosingWrite(bufferevent* bev, void* connection);
+  static void OnBevEvent(bufferevent* bev, short events, void* connection);
   static evhtp_res OnConnectionFini(evhtp_connection_t* connection, void* arg);
   static void OnEvent(evhtp_connection_t* connection, short events, void* arg);
   static void OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg);
@@ -166,8 +169,10 @@ void Refuse(evhtp_request_t* request, int status, const std::string& message) {
   evhtp_send_reply(request, static_cast<evhtp_res>(status));
 }
 
-// libevhtp's own read callback (the same for every connection), which OnRead calls.
+// libevhtp's own read and event callbacks (the same for every connection), which OnRead and
+// OnBevEvent call.
 std::atomic<bufferevent_data_cb> evhtp_read{nullptr};
+std::atomic<bufferevent_event_cb> evhtp_event{nullptr};
 
 // While a connection waits for an answer, what its client sends on (pipelined requests) is read
 // until this many bytes wait; then reading stops until the answer is out.
@@ -617,7 +622,7 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
   // the connection is being freed, libevent drops the callback). Otherwise the next read finds
   // libevhtp done.
   ConnectionFraming* framing = request->conn == nullptr ? nullptr : FramingOf(request->conn);
-  if (framing != nullptr && evbuffer_get_length(framing->held) > 0 &&
+  if (framing != nullptr && (evbuffer_get_length(framing->held) > 0 || framing->eof) &&
       request->conn->bev != nullptr) {
     bufferevent_trigger(request->conn->bev, EV_READ,
                         BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -659,7 +664,12 @@ void HttpCallbacks::Pump(evhtp_connection_t* connection, ConnectionFraming* fram
       }
     }
     const size_t available = evbuffer_get_length(framing->held);
-    if (available == 0) return;
+    if (available == 0) {
+      // A client that half-closed after its requests: all answered (libevhtp lets go of a request
+      // once its answer is written out), so the connection closes.
+      if (framing->eof && !framing->waiting) evhtp_connection_free(connection);
+      return;
+    }
     bool ended = false;
     if (const uint64_t due = framing->framer.body_bytes_due(); due > 0) {
       // Body bytes move on without a copy.
@@ -716,6 +726,24 @@ void HttpCallbacks::RefuseAndClose(evhtp_connection_t* connection, ConnectionFra
   bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
+void HttpCallbacks::OnBevEvent(bufferevent* bev, short events, void* arg) {
+  const int error = errno;
+  auto* connection = static_cast<evhtp_connection_t*>(arg);
+  ConnectionFraming* framing = FramingOf(connection);
+  // The client half-closed (sent all it will) with requests still to answer: libevhtp would close
+  // at once and drop them (pipelined requests, then shutdown(SHUT_WR)); they are answered in order
+  // first (Pump closes after the last). libevhtp takes EAGAIN as no EOF at all.
+  if (events == (BEV_EVENT_EOF | BEV_EVENT_READING) && error != EAGAIN && framing != nullptr &&
+      !framing->closing &&
+      (evbuffer_get_length(framing->held) > 0 ||
+       (framing->waiting && connection->request != nullptr))) {
+    framing->eof = true;
+    return;
+  }
+  errno = error;
+  evhtp_event.load()(bev, events, arg);
+}
+
 void HttpCallbacks::OnClosingRead(bufferevent* bev, void* arg) {
   auto* connection = static_cast<evhtp_connection_t*>(arg);
   evbuffer* input = bufferevent_get_input(bev);
@@ -751,7 +779,9 @@ evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg)
   bufferevent_getcb(connection->bev, &read, &write, &event, &callback_arg);
   if (read != nullptr && read != &OnRead) {
     evhtp_read.store(read);
-    bufferevent_setcb(connection->bev, &OnRead, write, event, callback_arg);
+    if (event != nullptr && event != &OnBevEvent) evhtp_event.store(event);
+    bufferevent_setcb(connection->bev, &OnRead, write, event != nullptr ? &OnBevEvent : nullptr,
+                      callback_arg);
   }
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
   if (open != nullptr) {

@@ -47,6 +47,8 @@ class Client {
     return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
            static_cast<ssize_t>(bytes.size());
   }
+  // Ends the sending side (a half-close: the client has sent all it will).
+  void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
   // Reads until `text` has arrived (true), or the connection ends or a read times out (false).
   bool ReadUntil(const std::string& text) {
     while (received_.find(text) == std::string::npos) {
@@ -343,6 +345,22 @@ TEST_F(FramingTest, PipelinedRequestsAreEachAnsweredInOrder) {
     at = found + expected.size();
   }
   EXPECT_NE(answer.find("GET /last ", at), std::string::npos);
+}
+
+// A client that sends its requests and half-closes still gets every answer, then the close
+// (libevhtp alone closed at the EOF, dropping the requests not yet answered).
+TEST_F(FramingTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
+  for (int trial = 0; trial < 5; ++trial) {
+    Client client(server_->port());
+    ASSERT_TRUE(
+        client.Send("GET /one HTTP/1.1\r\n\r\nGET /two HTTP/1.1\r\n\r\n"
+                    "POST /three HTTP/1.1\r\nContent-Length: 1\r\n\r\n3"));
+    client.ShutdownWrite();
+    EXPECT_TRUE(client.ReadToEnd()) << client.received();
+    EXPECT_THAT(client.received(), HasSubstr("GET /one "));
+    EXPECT_THAT(client.received(), HasSubstr("GET /two "));
+    EXPECT_THAT(client.received(), ::testing::EndsWith("POST /three 3")) << trial;
+  }
 }
 
 // A request trickled a byte at a time is framed as when sent at once.
