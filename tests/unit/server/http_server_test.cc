@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -361,6 +362,54 @@ TEST_F(FramingTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
     EXPECT_THAT(client.received(), HasSubstr("GET /two "));
     EXPECT_THAT(client.received(), ::testing::EndsWith("POST /three 3")) << trial;
   }
+}
+
+// While an answer waits, a client pipelining on is read only up to a bound (then reading stops
+// until the answer is out), and every request is still answered, in order, afterwards.
+TEST(FramingBoundTest, PipelinedFloodWhileAnAnswerWaitsIsReadInTurn) {
+  absl::Notification release;
+  std::thread answerer;
+  HttpServer::Options options;
+  options.address = "127.0.0.1";
+  options.threads = 1;
+  auto server = HttpServer::Start(options, [&](HttpExchange* exchange) {
+    if (exchange->path() == "/first") {
+      answerer = std::thread([exchange, &release] {
+        release.WaitForNotificationWithTimeout(absl::Seconds(30));
+        exchange->Reply(200, {}, "first answered");
+      });
+      return;
+    }
+    exchange->Reply(200, {}, exchange->path());
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->port());
+  std::string flood = "GET /first HTTP/1.1\r\n\r\n";
+  constexpr int kRequests = 6000;  // ~330 KB: past the 256 KiB a waiting connection reads
+  for (int i = 0; i < kRequests; ++i) {
+    flood += "GET /r" + std::to_string(i) + " HTTP/1.1\r\nX-Pad: abcdefghijklmnop\r\n\r\n";
+  }
+  flood += "GET /last HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ASSERT_GT(flood.size(), size_t{256} << 10);
+  ASSERT_TRUE(client.Send(flood));
+  release.Notify();
+  EXPECT_TRUE(client.ReadToEnd());
+  answerer.join();
+  const std::string& answers = client.received();
+  EXPECT_NE(answers.find("first answered"), std::string::npos);
+  size_t at = 0;
+  for (int i = 0; i < kRequests; i += 500) {
+    const size_t found = answers.find("/r" + std::to_string(i), at);
+    ASSERT_NE(found, std::string::npos) << i;
+    at = found;
+  }
+  EXPECT_TRUE(absl::EndsWith(answers, "/last"));
+  int count = 0;
+  for (size_t p = answers.find("HTTP/1.1 200"); p != std::string::npos;
+       p = answers.find("HTTP/1.1 200", p + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, kRequests + 2);
 }
 
 // A request trickled a byte at a time is framed as when sent at once.
