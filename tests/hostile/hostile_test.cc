@@ -594,7 +594,7 @@ TEST(HostileTest, HttpFramingIsByTheBook) {
       {"chunk size 2^64-1", port,
        post + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{}\r\n0\r\n\r\n", 400},
       {"NUL in the path", port,
-       std::string("GET /v2/health/re\0ady HTTP/1.1\r\n", 33) + host + "\r\n", 400},
+       std::string("GET /v2/health/re\0ady HTTP/1.1\r\n", 32) + host + "\r\n", 400},
       {"malformed %zz", port, "GET /v2/models/%zz/ready HTTP/1.1\r\n" + host + "\r\n", 400},
       {"a 100 KB header", port,
        "GET /v2/health/ready HTTP/1.1\r\n" + host + "X-Big: " + std::string(100000, 'v') +
