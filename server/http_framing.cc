@@ -106,6 +106,7 @@ void RequestFramer::Reset() {
   discard_match_ = 0;
   trailer_bytes_ = 0;
   longest_field_ = 0;
+  cr_ = false;
 }
 
 void RequestFramer::Refuse(int status, std::string message, Step* step) {

@@ -71,9 +71,6 @@ class RequestFramer {
   // what it read to `out`. After a refusal the framer takes nothing more.
   Step Consume(absl::string_view input, std::string* out);
 
-  // Whether the framer is between requests (nothing of a next request read yet).
-  bool idle() const { return state_ == State::kIdle && line_.empty(); }
-
  private:
   enum class State {
     kIdle,          // before a request line (skipping empty lines)
