@@ -4,7 +4,8 @@
 // afterwards, its resident set back near the baseline, and the in-flight gauge at 0. The issue-11
 // targets are measured here and printed: the memory bomb's peak RSS under a 1 GiB budget, a 0.5 s
 // deadline freeing its worker, an inline cancel, closed connections, a scrape with 100 idle
-// connections, and a hot reload of hostile files under traffic.
+// connections, and a hot reload of hostile files under traffic. Issue 26's HTTP framing probes
+// (smuggling shapes, malformed request lines, oversized headers, pipelining) run here too.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
