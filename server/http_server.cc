@@ -6,9 +6,10 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,14 +20,33 @@
 #include "event2/listener.h"
 #include "event2/thread.h"
 #include "evhtp/evhtp.h"
+#include "server/http_framing.h"
 #include "server/logging.h"
 
 namespace loopserve::server {
 
+// The framing of one connection's requests in front of libevhtp's parser (RequestFramer): the
+// bytes read from the client wait in `held`; libevhtp gets one request at a time, in canonical
+// form, and the next only once it has let go of the previous one (answered and written out).
+struct ConnectionFraming {
+  explicit ConnectionFraming(RequestFramer::Limits limits) : framer(limits), held(evbuffer_new()) {}
+  ~ConnectionFraming() { evbuffer_free(held); }
+  ConnectionFraming(const ConnectionFraming&) = delete;
+  ConnectionFraming& operator=(const ConnectionFraming&) = delete;
+
+  RequestFramer framer;
+  evbuffer* held;            // read from the client, not yet handed to libevhtp
+  bool waiting = false;      // libevhtp has a whole request: the next waits until it is done
+  bool reading_off = false;  // reading stopped while `held` is full (waiting)
+  bool closing = false;      // refused: the answer goes out, then the connection closes
+  bool eof = false;          // the client sent all it will: close once its requests are answered
+  size_t dropped = 0;        // bytes dropped while closing
+};
+
 // The connections of one event thread, so that Shutdown can close those still open (libevhtp
-// keeps no list). Only touched on that thread.
+// keeps no list), with their framing. Only touched on that thread.
 struct ThreadConnections {
-  std::unordered_set<evhtp_connection_t*> open;
+  std::unordered_map<evhtp_connection_t*, std::unique_ptr<ConnectionFraming>> open;
 };
 
 // libevhtp's callbacks; all run on the event thread of the connection (OnRequest, the hooks,
@@ -39,6 +59,12 @@ struct HttpCallbacks {
   static evhtp_res OnRequestFini(evhtp_request_t* request, void* arg);
   static evhtp_res OnPostAccept(evhtp_connection_t* connection, void* arg);
   static void OnRead(bufferevent* bev, void* connection);
+  static void Pump(evhtp_connection_t* connection, ConnectionFraming* framing);
+  static void RefuseAndClose(evhtp_connection_t* connection, ConnectionFraming* framing, int status,
+                             const std::string& message);
+  static void OnClosingRead(bufferevent* bev, void* connection);
+  static void OnClosingWrite(bufferevent* bev, void* connection);
+  static void OnBevEvent(bufferevent* bev, short events, void* connection);
   static evhtp_res OnConnectionFini(evhtp_connection_t* connection, void* arg);
   static void OnEvent(evhtp_connection_t* connection, short events, void* arg);
   static void OnThreadInit(evhtp_t* htp, evthr_t* thread, void* arg);
@@ -143,24 +169,54 @@ void Refuse(evhtp_request_t* request, int status, const std::string& message) {
   evhtp_send_reply(request, static_cast<evhtp_res>(status));
 }
 
-// libevhtp's own read callback (the same for every connection), which OnRead calls.
+// libevhtp's own read and event callbacks (the same for every connection), which OnRead and
+// OnBevEvent call.
 std::atomic<bufferevent_data_cb> evhtp_read{nullptr};
+std::atomic<bufferevent_event_cb> evhtp_event{nullptr};
 
-// Past this many buffered bytes without the end of the request line, OnRead lets libevhtp's
-// parser see them anyway (it refuses a path over its 8 KiB token limit and closes).
-constexpr size_t kMaxRequestLineWait = 16 << 10;
+// While a connection waits for an answer, what its client sends on (pipelined requests) is read
+// until this many bytes wait; then reading stops until the answer is out.
+constexpr size_t kMaxHeldBytes = size_t{256} << 10;
 
-// Whether `input` holds a whole request line (empty lines before it skipped).
-bool HasRequestLine(evbuffer* input) {
-  evbuffer_ptr at;
-  evbuffer_ptr_set(input, &at, 0, EVBUFFER_PTR_SET);
-  while (true) {
-    size_t eol_length = 0;
-    const evbuffer_ptr eol = evbuffer_search_eol(input, &at, &eol_length, EVBUFFER_EOL_ANY);
-    if (eol.pos < 0) return false;
-    if (eol.pos > at.pos) return true;
-    evbuffer_ptr_set(input, &at, eol_length, EVBUFFER_PTR_ADD);
+// A refused connection drops what its client still sends, up to this many bytes, while its
+// answer goes out and until the client closes (so that closing does not reset the connection
+// before the client has read the answer); past them, or after kClosingTimeout, it closes.
+constexpr size_t kMaxDroppedBytes = size_t{1} << 20;
+constexpr timeval kClosingTimeout{5, 0};
+
+const char* ReasonPhrase(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 413:
+      return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Error";
   }
+}
+
+// Runs `append`, which adds to a bufferevent's input buffer: libevent freezes the end of that
+// buffer for everyone but its own reader.
+template <typename F>
+void AppendToInput(evbuffer* input, F append) {
+  evbuffer_unfreeze(input, /*at_front=*/0);
+  append();
+  evbuffer_freeze(input, /*at_front=*/0);
+}
+
+ConnectionFraming* FramingOf(evhtp_connection_t* connection) {
+  auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
+  if (open == nullptr) return nullptr;
+  const auto found = open->open.find(connection);
+  return found == open->open.end() ? nullptr : found->second.get();
 }
 
 // Declared body sizes above this are refused before their body is read.
@@ -449,21 +505,18 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
     case htp_method_HEAD:
       exchange->method_ = "HEAD";
       break;
-    default:
-      exchange->method_ = htparser_get_methodstr_m(request->method);
+    default: {
+      // Null for a method libevhtp does not know (htp_method_UNKNOWN).
+      const char* name = htparser_get_methodstr_m(request->method);
+      if (name != nullptr) exchange->method_ = name;
       break;
+    }
   }
   if (request->uri != nullptr && request->uri->path != nullptr &&
       request->uri->path->full != nullptr) {
-    const char* raw = request->uri->path->full;
-    exchange->path_.assign(raw);
-    unsigned char* out = reinterpret_cast<unsigned char*>(exchange->path_.data());
-    unsigned char* in = reinterpret_cast<unsigned char*>(const_cast<char*>(raw));
-    if (evhtp_unescape_string(&out, in, std::strlen(raw)) == 0) {
-      exchange->path_.resize(std::strlen(exchange->path_.c_str()));
-    } else {
-      exchange->path_.assign(raw);
-    }
+    // (evhtp_unescape_string decodes in place without ending the shorter result: "%31/ready"
+    // came out as "1/readydy".)
+    exchange->path_ = PercentDecode(request->uri->path->full);
   }
   // The body, contiguous and padded (simdjson reads up to 64 bytes past the end).
   const size_t length = evbuffer_get_length(request->buffer_in);
@@ -477,7 +530,11 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
     ++server->exchanges_;
   }
   exchange->in_handler_ = true;
-  if (request->conn->body_bytes_read > server->max_body_bytes_) {
+  if (exchange->method_.empty()) {
+    CloseAfterReply(request);
+    exchange->Reply(501, {{"Content-Type", "application/json"}},
+                    "{\"error\":\"the request method is not implemented\"}");
+  } else if (request->conn->body_bytes_read > server->max_body_bytes_) {
     exchange->Reply(
         413, {{"Content-Type", "application/json"}},
         absl::StrCat("{\"error\":\"the request body of ", request->conn->body_bytes_read,
@@ -560,24 +617,161 @@ evhtp_res HttpCallbacks::OnRequestFini(evhtp_request_t* request, void* arg) {
   }
   if (exchange->sent_) exchange->server_->ExchangeDone();
   exchange->Release();
+  // The connection's next request may be waiting in its framing already (pipelined): OnRead runs
+  // again once libevhtp has let go of this one (deferred: it still uses the connection now; when
+  // the connection is being freed, libevent drops the callback). Otherwise the next read finds
+  // libevhtp done.
+  ConnectionFraming* framing = request->conn == nullptr ? nullptr : FramingOf(request->conn);
+  if (framing != nullptr && (evbuffer_get_length(framing->held) > 0 || framing->eof) &&
+      request->conn->bev != nullptr) {
+    bufferevent_trigger(request->conn->bev, EV_READ,
+                        BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+  }
   return EVHTP_RES_OK;
 }
 
-void HttpCallbacks::OnRead(bufferevent* bev, void* connection) {
-  const evhtp_request_t* request = static_cast<evhtp_connection_t*>(connection)->request;
-  // The request line not parsed yet (libevhtp sets the request's uri once it has the path).
-  if (request == nullptr || request->uri == nullptr) {
-    evbuffer* input = bufferevent_get_input(bev);
-    if (evbuffer_get_length(input) < kMaxRequestLineWait && !HasRequestLine(input)) return;
+void HttpCallbacks::OnRead(bufferevent* bev, void* arg) {
+  auto* connection = static_cast<evhtp_connection_t*>(arg);
+  ConnectionFraming* framing = FramingOf(connection);
+  evbuffer* input = bufferevent_get_input(bev);
+  if (framing == nullptr) {  // the thread is exiting
+    evbuffer_drain(input, evbuffer_get_length(input));
+    return;
   }
-  evhtp_read.load()(bev, connection);
+  // What libevhtp has not parsed yet (it stops at a pause) stays; the rest waits for the framer.
+  evbuffer_add_buffer(framing->held, input);
+  if (framing->waiting && evbuffer_get_length(framing->held) > kMaxHeldBytes) {
+    framing->reading_off = true;
+    bufferevent_disable(bev, EV_READ);
+  }
+  Pump(connection, framing);
+}
+
+void HttpCallbacks::Pump(evhtp_connection_t* connection, ConnectionFraming* framing) {
+  bufferevent* bev = connection->bev;
+  evbuffer* input = bufferevent_get_input(bev);
+  auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
+  std::string canonical;
+  while (true) {
+    if (framing->waiting) {
+      // libevhtp lets go of a request (request == null) once its answer is written out; the
+      // request's fini hook then has OnRead run again (OnRequestFini).
+      if (connection->request != nullptr) return;
+      framing->waiting = false;
+      if (framing->reading_off) {
+        framing->reading_off = false;
+        bufferevent_enable(bev, EV_READ);
+      }
+    }
+    const size_t available = evbuffer_get_length(framing->held);
+    if (available == 0) {
+      // A client that half-closed after its requests: all answered (libevhtp lets go of a request
+      // once its answer is written out), so the connection closes.
+      if (framing->eof && !framing->waiting) evhtp_connection_free(connection);
+      return;
+    }
+    bool ended = false;
+    if (const uint64_t due = framing->framer.body_bytes_due(); due > 0) {
+      // Body bytes move on without a copy.
+      const size_t bytes = static_cast<size_t>(std::min<uint64_t>(due, available));
+      AppendToInput(input, [&] { evbuffer_remove_buffer(framing->held, input, bytes); });
+      ended = framing->framer.PassedBody(bytes);
+    } else {
+      evbuffer_iovec first{};
+      if (evbuffer_peek(framing->held, -1, nullptr, &first, 1) < 1 || first.iov_len == 0) return;
+      canonical.clear();
+      RequestFramer::Step step = framing->framer.Consume(
+          absl::string_view(static_cast<const char*>(first.iov_base), first.iov_len), &canonical);
+      evbuffer_drain(framing->held, step.consumed);
+      if (step.status != 0) {
+        // libevhtp may hold the start of this request (a chunked one): it never sees its end.
+        return RefuseAndClose(connection, framing, step.status, step.message);
+      }
+      AppendToInput(input, [&] { evbuffer_add(input, canonical.data(), canonical.size()); });
+      ended = step.request_ended;
+    }
+    // libevhtp parses what it has got once a request is whole or the bytes read so far are used
+    // up (a head and the body that came with it in one go).
+    if ((ended || evbuffer_get_length(framing->held) == 0) && evbuffer_get_length(input) > 0) {
+      evhtp_read.load()(bev, connection);
+      // libevhtp frees the connection on a parse error or after its early 413.
+      if (open == nullptr || open->open.find(connection) == open->open.end()) return;
+    }
+    if (ended) framing->waiting = true;
+  }
+}
+
+void HttpCallbacks::RefuseAndClose(evhtp_connection_t* connection, ConnectionFraming* framing,
+                                   int status, const std::string& message) {
+  framing->closing = true;
+  evbuffer_drain(framing->held, evbuffer_get_length(framing->held));
+  bufferevent* bev = connection->bev;
+  evbuffer* input = bufferevent_get_input(bev);
+  evbuffer_drain(input, evbuffer_get_length(input));
+  const std::string body = absl::StrCat("{\"error\":\"", message, "\"}");
+  const std::string answer = absl::StrCat(
+      "HTTP/1.1 ", status, " ", ReasonPhrase(status),
+      "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ", body.size(),
+      "\r\n\r\n", body);
+  // From here on the connection is ours: libevhtp's read and write callbacks no longer run (its
+  // event callback still frees the connection on EOF, an error or the timeout).
+  bufferevent_data_cb read = nullptr;
+  bufferevent_data_cb write = nullptr;
+  bufferevent_event_cb event = nullptr;
+  void* callback_arg = nullptr;
+  bufferevent_getcb(bev, &read, &write, &event, &callback_arg);
+  bufferevent_setcb(bev, &OnClosingRead, &OnClosingWrite, event, connection);
+  bufferevent_set_timeouts(bev, &kClosingTimeout, &kClosingTimeout);
+  bufferevent_write(bev, answer.data(), answer.size());
+  bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+void HttpCallbacks::OnBevEvent(bufferevent* bev, short events, void* arg) {
+  const int error = errno;
+  auto* connection = static_cast<evhtp_connection_t*>(arg);
+  ConnectionFraming* framing = FramingOf(connection);
+  // The client half-closed (sent all it will) with requests still to answer: libevhtp would close
+  // at once and drop them (pipelined requests, then shutdown(SHUT_WR)); they are answered in order
+  // first (Pump closes after the last). libevhtp takes EAGAIN as no EOF at all.
+  if (events == (BEV_EVENT_EOF | BEV_EVENT_READING) && error != EAGAIN && framing != nullptr &&
+      !framing->closing &&
+      (evbuffer_get_length(framing->held) > 0 ||
+       (framing->waiting && connection->request != nullptr))) {
+    framing->eof = true;
+    return;
+  }
+  errno = error;
+  evhtp_event.load()(bev, events, arg);
+}
+
+void HttpCallbacks::OnClosingRead(bufferevent* bev, void* arg) {
+  auto* connection = static_cast<evhtp_connection_t*>(arg);
+  evbuffer* input = bufferevent_get_input(bev);
+  const size_t length = evbuffer_get_length(input);
+  evbuffer_drain(input, length);
+  ConnectionFraming* framing = FramingOf(connection);
+  if (framing == nullptr || (framing->dropped += length) > kMaxDroppedBytes) {
+    evhtp_connection_free(connection);
+  }
+}
+
+void HttpCallbacks::OnClosingWrite(bufferevent* bev, void* arg) {
+  if (evbuffer_get_length(bufferevent_get_output(bev)) > 0) return;
+  auto* connection = static_cast<evhtp_connection_t*>(arg);
+  // The answer is out: end our side (the client reads the answer, then EOF) and wait for the
+  // client to close, dropping what it still sends. Over TLS, close at once.
+  if (connection->ssl != nullptr) {
+    evhtp_connection_free(connection);
+    return;
+  }
+  shutdown(connection->sock, SHUT_WR);
 }
 
 evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg) {
-  // libevhtp 1.2.18 misparses a request line that arrives in more than one read: the path keeps
-  // what the first read brought (GET /v2/health/live sent a byte at a time was answered 404, a
-  // path split after 50 bytes routed to another endpoint, some splits were never answered), so
-  // its parser gets a connection's bytes only once the request line is whole (OnRead).
+  // libevhtp's parser gets a connection's bytes only through the connection's RequestFramer
+  // (OnRead, Pump): whole, validated request heads in canonical form, one request at a time.
+  // (libevhtp 1.2.18 alone misparses a request line that arrives in more than one read, drops
+  // pipelined requests and lets ambiguous framing through: issue 26.)
   bufferevent_data_cb read = nullptr;
   bufferevent_data_cb write = nullptr;
   bufferevent_event_cb event = nullptr;
@@ -585,10 +779,17 @@ evhtp_res HttpCallbacks::OnPostAccept(evhtp_connection_t* connection, void* arg)
   bufferevent_getcb(connection->bev, &read, &write, &event, &callback_arg);
   if (read != nullptr && read != &OnRead) {
     evhtp_read.store(read);
-    bufferevent_setcb(connection->bev, &OnRead, write, event, callback_arg);
+    if (event != nullptr && event != &OnBevEvent) evhtp_event.store(event);
+    bufferevent_setcb(connection->bev, &OnRead, write, event != nullptr ? &OnBevEvent : nullptr,
+                      callback_arg);
   }
   auto* open = static_cast<ThreadConnections*>(evthr_get_aux(connection->thread));
-  if (open != nullptr) open->open.insert(connection);
+  if (open != nullptr) {
+    RequestFramer::Limits limits;
+    limits.max_headers = HttpServer::kMaxHeaders;
+    limits.max_header_bytes = HttpServer::kMaxHeaderBytes;
+    open->open.emplace(connection, std::make_unique<ConnectionFraming>(limits));
+  }
   evhtp_connection_set_hook(connection, evhtp_hook_on_header, AsHook(&OnHeader), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_headers, AsHook(&OnHeaders), arg);
   evhtp_connection_set_hook(connection, evhtp_hook_on_read, AsHook(&OnBody), arg);
@@ -637,7 +838,8 @@ void HttpCallbacks::CloseConnections(evthr_t* thread, void* arg, void* shared) {
   // bufferevent (and an SSL one's SSL object) in callbacks of the thread's loop, which is why
   // Shutdown has this run while the loop still turns: closed after it stopped (OnThreadExit),
   // a connection's bufferevent was now and then never freed (LeakSanitizer at exit).
-  const std::vector<evhtp_connection_t*> connections(open->open.begin(), open->open.end());
+  std::vector<evhtp_connection_t*> connections;
+  for (const auto& [connection, framing] : open->open) connections.push_back(connection);
   for (evhtp_connection_t* connection : connections) evhtp_connection_free(connection);
 }
 

@@ -138,9 +138,12 @@ class HttpExchange {
 // bodies are read whole before the handler runs; a body larger than `max_body_bytes` never
 // reaches the handler and is answered 413 with {"error": ...}: after reading and dropping it as it
 // arrives (the connection is kept), or at once when its Content-Length declares more than twice
-// the limit (at least the limit + 64 MiB; the connection then closes). Headers are bounded too
-// (kMaxHeaders, kMaxHeaderBytes: 431). Memory stays bounded. TLS
-// (and mutual TLS) with PEM files, as for gRPC.
+// the limit (at least the limit + 64 MiB; the connection then closes). Every request is framed by
+// RFC 9112 before libevhtp's parser sees it (RequestFramer, http_framing.h: ambiguous or malformed
+// framing is answered 400, 414, 431, 501 or 505 and the connection closed; headers are bounded by
+// kMaxHeaders and kMaxHeaderBytes); a connection's requests are handled one at a time, so
+// pipelined requests are answered in order, and a client that half-closes after them still gets
+// every answer. Memory stays bounded. TLS (and mutual TLS) with PEM files, as for gRPC.
 //
 // The handler runs on an event thread for every request and must not block: it answers at once
 // (Reply on the event thread) or hands the exchange to another thread that replies later.

@@ -16,6 +16,8 @@ OUT_DIR/<target>/ receives, for
   ovms_config_fuzz        OpenVINO Model Server config.json texts, and every .json under them
   rest_request_fuzz       REST requests (path, Inference-Header-Content-Length, body): the request
                           bodies of the HTTP tests for the target's two models, JSON and binary
+  http_framing_fuzz       raw bytes on one HTTP connection: smuggling, pipelining, chunked and
+                          malformed request shapes
 Deterministic; nothing here is checked in.
 """
 
@@ -258,6 +260,42 @@ def ovms_seeds(out, dirs):
     return len(texts)
 
 
+# Raw bytes on one HTTP connection (http_framing_fuzz): smuggling, pipelining, chunked and
+# malformed shapes (issue 26). Each seed starts with 8 bytes that seed the target's split points.
+def http_stream_seeds(out):
+    get = b"GET /v2/health/ready HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    infer_body = (b'{"inputs": [{"name": "M", "datatype": "INT64", "shape": [], "data": [3]}, '
+                  b'{"name": "start", "datatype": "INT64", "shape": [1], "data": [5]}]}')
+    infer = (b"POST /v2/models/counter/infer HTTP/1.1\r\nHost: localhost\r\n"
+             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(infer_body)
+             + infer_body)
+    post = b"POST /v2/models/counter/infer HTTP/1.1\r\nHost: localhost\r\n"
+    streams = [
+        get,
+        get + get,
+        infer * 10 + get,
+        post + b"Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG" + get,
+        post + b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n5c\r\nGPOST / HTTP/1.1\r\n"
+        b"\r\n0\r\n\r\n",
+        post + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!" + get,
+        post + b"Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n" + get,
+        post + b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx\r\n0\r\n\r\n",
+        post + b"Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\nT: v\r\n\r\n" + get,
+        b"GET /v2/he\x00alth HTTP/1.1\r\n\r\n",
+        b"GET /v2/models/counter/versions/%31/ready HTTP/1.1\r\n\r\n" + get,
+        b"GET /v2/models/%zz/ready HTTP/1.1\r\n\r\n",
+        b"FOO /v2 HTTP/1.1\r\n\r\n",
+        b"GET /v2 HTTP/1.1\r\nX-Big: " + b"v" * 2000 + b"\r\n\r\n",
+        b"GET /v2 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + get,
+        b"\r\n\r\n" + get + b"GET / HTTP/1.1\nHost: x\n\n",
+        post + b"Content-Length: 0\r\n\r\n" + post + b"Content-Length: 3\r\n\r\nabc",
+    ]
+    for i, stream in enumerate(streams):
+        with open(os.path.join(out, "seed_%04d.http" % i), "wb") as f:
+            f.write(struct.pack("<Q", 0x9E3779B97F4A7C15 * (i + 1) % (1 << 64)) + stream)
+    return len(streams)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
@@ -274,6 +312,7 @@ def main():
         ("model_config_fuzz", lambda d: config_seeds(d, args.onnx_dir)),
         ("ovms_config_fuzz", lambda d: ovms_seeds(d, args.onnx_dir)),
         ("rest_request_fuzz", rest_request_seeds),
+        ("http_framing_fuzz", http_stream_seeds),
     ]:
         d = os.path.join(args.out_dir, target)
         shutil.rmtree(d, ignore_errors=True)

@@ -4,7 +4,8 @@
 // afterwards, its resident set back near the baseline, and the in-flight gauge at 0. The issue-11
 // targets are measured here and printed: the memory bomb's peak RSS under a 1 GiB budget, a 0.5 s
 // deadline freeing its worker, an inline cancel, closed connections, a scrape with 100 idle
-// connections, and a hot reload of hostile files under traffic.
+// connections, and a hot reload of hostile files under traffic. Issue 26's HTTP framing probes
+// (smuggling shapes, malformed request lines, oversized headers, pipelining) run here too.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -514,6 +515,146 @@ TEST(HostileTest, HostileRestRequestsGetClearErrorsAndLeaveNoTrace) {
     EXPECT_LT(Rss(**server), before + 16 * kMiB) << "64 MiB of headers";
   }
   ExpectHealthy(**server, *stub, baseline, "a header flood");
+}
+
+// `request` sent at once on a new connection to 127.0.0.1:`port`; everything the server answers
+// until it closes the connection (an error when it has not closed within 20 s).
+absl::StatusOr<std::string> RawExchange(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket");
+  const timeval timeout{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("connect/send");
+  }
+  std::string answer;
+  char buffer[8192];
+  while (true) {
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) break;
+    if (n < 0) {
+      close(fd);
+      return absl::DeadlineExceededError("the server did not close the connection: " +
+                                         answer.substr(0, 300));
+    }
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return answer;
+}
+
+int Count(const std::string& text, const std::string& part) {
+  int count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
+// Issue 26's HTTP framing probes against the real server, on the REST port (and the metrics port,
+// the same transport): each malformed framing answered with its status and the connection closed
+// by the server (no request sends Connection: close), nothing smuggled past it; pipelined requests
+// each answered, in order; the server alive and serving REST and gRPC afterwards.
+TEST(HostileTest, HttpFramingIsByTheBook) {
+  const std::string repo = CopyRepository();
+  auto server = Start(repo, {"--model_control_mode=none"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  const int64_t baseline = Baseline(**server, *stub);
+  const int port = (*server)->http_port();
+  const std::string host = "Host: 127.0.0.1\r\n";
+  const std::string ready = "GET /v2/health/ready HTTP/1.1\r\n" + host + "\r\n";
+  const std::string post = "POST /v2/models/counter/infer HTTP/1.1\r\n" + host;
+  struct Case {
+    std::string what;
+    int port;
+    std::string request;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"unknown method", port, "FOO /v2 HTTP/1.1\r\n" + host + "\r\n", 501},
+      {"unknown method on the metrics port", (*server)->metrics_port(),
+       "FOO /metrics HTTP/1.1\r\n" + host + "\r\n", 501},
+      {"CL.TE", port,
+       post + "Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG" + ready, 400},
+      {"TE.CL", port,
+       post +
+           "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n5c\r\nGPOST / HTTP/1.1\r\n\r\n" +
+           "0\r\n\r\n",
+       400},
+      {"two differing Content-Length", port,
+       post + "Content-Length: 2\r\nContent-Length: 20\r\n\r\n{}" + ready, 400},
+      {"Transfer-Encoding: xchunked", port,
+       post + "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n" + ready, 400},
+      {"chunk size 2^64-1", port,
+       post + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{}\r\n0\r\n\r\n", 400},
+      {"NUL in the path", port,
+       std::string("GET /v2/health/re\0ady HTTP/1.1\r\n", 32) + host + "\r\n", 400},
+      {"malformed %zz", port, "GET /v2/models/%zz/ready HTTP/1.1\r\n" + host + "\r\n", 400},
+      {"a 100 KB header", port,
+       "GET /v2/health/ready HTTP/1.1\r\n" + host + "X-Big: " + std::string(100000, 'v') +
+           "\r\n\r\n",
+       431},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::string> answer = RawExchange(c.port, c.request);
+    ASSERT_TRUE(answer.ok()) << c.what << ": " << answer.status();
+    EXPECT_THAT(*answer, ::testing::StartsWith(absl::StrCat("HTTP/1.1 ", c.status, " ")))
+        << c.what << ": " << answer->substr(0, 300);
+    EXPECT_EQ(Count(*answer, "HTTP/1.1 "), 1) << c.what << ": smuggled? " << *answer;
+    EXPECT_THAT(*answer, HasSubstr(R"({"error":)")) << c.what;
+  }
+
+  // A percent-encoded path segment is decoded once ("%31" is "1"): the version-1 ready check.
+  absl::StatusOr<std::string> decoded =
+      RawExchange(port, "GET /v2/models/counter/versions/%31/ready HTTP/1.1\r\n" + host +
+                            "Connection: close\r\n\r\n");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_THAT(*decoded, ::testing::StartsWith("HTTP/1.1 200")) << *decoded;
+
+  // Two GETs in one write: two answers.
+  absl::StatusOr<std::string> two = RawExchange(
+      port, ready + "GET /v2/health/live HTTP/1.1\r\n" + host + "Connection: close\r\n\r\n");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(Count(*two, "HTTP/1.1 200"), 2) << *two;
+
+  // 50 inferences and a GET in one write: 51 answers, in order, each inference its own result.
+  std::string pipelined;
+  for (int i = 0; i < 50; ++i) {
+    const std::string body = absl::StrCat(
+        R"({"inputs": [{"name": "M", "datatype": "INT64", "shape": [], "data": [)", i % 5,
+        R"(]}, {"name": "start", "datatype": "INT64", "shape": [1], "data": [)", 1000 * i, "]}]}");
+    absl::StrAppend(&pipelined, post,
+                    "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n",
+                    body);
+  }
+  absl::StrAppend(&pipelined, "GET /v2/health/live HTTP/1.1\r\n", host,
+                  "Connection: close\r\n\r\n");
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> answers = RawExchange(port, pipelined);
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  std::printf("50 pipelined inferences + 1 GET: %d answers in %.1f ms\n",
+              Count(*answers, "HTTP/1.1 "), absl::ToDoubleMilliseconds(absl::Now() - start));
+  EXPECT_EQ(Count(*answers, "HTTP/1.1 200"), 51);
+  size_t at = 0;
+  for (int i = 0; i < 50; ++i) {
+    // The counter adds M to start: 1000 i + i % 5.
+    const std::string result = absl::StrCat(R"("data":[)", 1000 * i + i % 5, "]");
+    const size_t found = answers->find(result, at);
+    ASSERT_NE(found, std::string::npos) << "inference " << i << " missing or out of order";
+    at = found + result.size();
+  }
+
+  absl::StatusOr<HttpResponse> live = HttpGet(port, "/v2/health/live");
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(live->status, 200);
+  ExpectHealthy(**server, *stub, baseline, "HTTP framing probes");
 }
 
 // A 300 MB request to a server that accepts 64 MB: gRPC reads it whole before rejecting it

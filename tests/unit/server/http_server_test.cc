@@ -14,7 +14,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -44,6 +48,8 @@ class Client {
     return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
            static_cast<ssize_t>(bytes.size());
   }
+  // Ends the sending side (a half-close: the client has sent all it will).
+  void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
   // Reads until `text` has arrived (true), or the connection ends or a read times out (false).
   bool ReadUntil(const std::string& text) {
     while (received_.find(text) == std::string::npos) {
@@ -182,6 +188,240 @@ TEST_F(HandOffTest, ReplyThatCannotBeHandedOverIsAbandonedAndFreed) {
   EXPECT_LT(absl::Now() - before, absl::Seconds(10));
   EXPECT_TRUE(client.ReadToEnd());
   EXPECT_THAT(client.received(), ::testing::Not(HasSubstr("never sent")));
+}
+
+// A server on one event thread that answers every request at once with 200 and
+// "<method> <path> <body>".
+class FramingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HttpServer::Options options;
+    options.address = "127.0.0.1";
+    options.threads = 1;
+    auto server = HttpServer::Start(options, [](HttpExchange* exchange) {
+      exchange->Reply(
+          200, {{"Content-Type", "text/plain"}},
+          exchange->method() + " " + exchange->path() + " " + std::string(exchange->body()));
+    });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  // The server still serves a normal request on a new connection.
+  void ExpectServing() {
+    Client client(server_->port());
+    ASSERT_TRUE(
+        client.Send("GET /still/here HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
+    EXPECT_TRUE(client.ReadToEnd());
+    EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 200"));
+    EXPECT_THAT(client.received(), HasSubstr("GET /still/here "));
+  }
+
+  std::unique_ptr<HttpServer> server_;
+};
+
+// A method libevhtp does not know used to reach the handler with a null name (SIGSEGV).
+TEST_F(FramingTest, UnknownMethodIsAnswered501AndClosed) {
+  Client client(server_->port());
+  ASSERT_TRUE(client.Send("FOO /v2 HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  EXPECT_TRUE(client.ReadToEnd()) << client.received();  // the server closes
+  EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 501"));
+  ExpectServing();
+}
+
+// `request` on its own connection: the answer, read until the server closes (which it must).
+std::string AnswerAndClose(int port, const std::string& request) {
+  Client client(port);
+  EXPECT_TRUE(client.Send(request));
+  EXPECT_TRUE(client.ReadToEnd()) << "the server did not close: " << client.received();
+  return client.received();
+}
+
+// Smuggling shapes (RFC 9112 §6.3): the length of each is ambiguous, so it is refused with 400
+// and the connection closed, and the bytes after it never become a request.
+TEST_F(FramingTest, AmbiguousLengthsAreRefusedAndClosed) {
+  const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"CL.TE", "Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"TE.CL", "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n5c\r\n"},
+      {"two differing Content-Length", "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello"},
+      {"two equal Content-Length", "Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello"},
+      {"Content-Length list", "Content-Length: 5, 5\r\n\r\nhello"},
+      {"Content-Length 2^64", "Content-Length: 18446744073709551616\r\n\r\n"},
+      {"Transfer-Encoding: xchunked", "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n"},
+      {"Transfer-Encoding: chunked, identity",
+       "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n"},
+      {"two Transfer-Encoding",
+       "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"chunk size 2^64-1", "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx\r\n"},
+      {"chunk size not hex", "Transfer-Encoding: chunked\r\n\r\n-1\r\nx\r\n"},
+      {"chunk data longer than its size",
+       "Transfer-Encoding: chunked\r\n\r\n1\r\nxyz\r\n0\r\n\r\n"},
+      {"whitespace before the colon", "Content-Length : 5\r\n\r\nhello"},
+      {"obs-fold", "X-A: 1\r\n  folded\r\n\r\n"},
+      {"bare LF", "X-A: 1\n\r\n"},
+      {"NUL in a header value", std::string("X-A: a\0b\r\n\r\n", 12)},
+  };
+  for (const auto& [what, rest] : cases) {
+    const std::string answer = AnswerAndClose(
+        server_->port(), "POST /x HTTP/1.1\r\nHost: localhost\r\n" + rest + smuggled);
+    EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 400")) << what << ": " << answer;
+    EXPECT_THAT(answer, HasSubstr("{\"error\":")) << what;
+    EXPECT_THAT(answer, ::testing::Not(HasSubstr("/smuggled"))) << what;
+  }
+  ExpectServing();
+}
+
+TEST_F(FramingTest, MalformedRequestLinesAreRefusedAndClosed) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"NUL in the path", std::string("GET /v2/he\0alth HTTP/1.1\r\n\r\n", 28), "400"},
+      {"tab in the path", "GET /a\tb HTTP/1.1\r\n\r\n", "400"},
+      {"malformed %zz", "GET /v2/models/%zz/ready HTTP/1.1\r\n\r\n", "400"},
+      {"truncated %3", "GET /v2/%3 HTTP/1.1\r\n\r\n", "400"},
+      {"percent-encoded NUL", "GET /v2/a%00b HTTP/1.1\r\n\r\n", "400"},
+      {"not origin-form", "GET http://x/v2 HTTP/1.1\r\n\r\n", "400"},
+      {"two spaces", "GET  /v2 HTTP/1.1\r\n\r\n", "400"},
+      {"no version", "GET /v2\r\n\r\n", "400"},
+      {"HTTP/2.0", "GET /v2 HTTP/2.0\r\n\r\n", "505"},
+      {"HTTP/1.2x", "GET /v2 HTTP/1.2x\r\n\r\n", "400"},
+      {"unknown method", "FOO /v2 HTTP/1.1\r\n\r\n", "501"},
+      {"CONNECT", "CONNECT /v2 HTTP/1.1\r\n\r\n", "501"},
+      {"method not a token", "G(T /v2 HTTP/1.1\r\n\r\n", "400"},
+      {"a 20 KB path", "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n", "414"},
+      {"a 100 KB header", "GET /v2 HTTP/1.1\r\nX-Big: " + std::string(100000, 'v') + "\r\n\r\n",
+       "431"},
+      {"101 headers",
+       [] {
+         std::string request = "GET /v2 HTTP/1.1\r\n";
+         for (int i = 0; i < 101; ++i) request += "X-" + std::to_string(i) + ": y\r\n";
+         return request + "\r\n";
+       }(),
+       "431"},
+  };
+  for (const auto& [what, request, status] : cases) {
+    const std::string answer = AnswerAndClose(server_->port(), request);
+    EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 " + status)) << what << ": " << answer;
+    EXPECT_THAT(answer, HasSubstr("Connection: close")) << what;
+  }
+  ExpectServing();
+}
+
+TEST_F(FramingTest, PercentEscapesAreDecodedOnce) {
+  const std::string answer = AnswerAndClose(
+      server_->port(),
+      "GET /v2/models/counter/versions/%31/ready HTTP/1.1\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(answer, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(answer, ::testing::EndsWith("GET /v2/models/counter/versions/1/ready "));
+}
+
+TEST_F(FramingTest, ChunkedBodyWithExtensionsAndTrailersIsDecoded) {
+  const std::string answer =
+      AnswerAndClose(server_->port(),
+                     "POST /c HTTP/1.1\r\nConnection: close\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                     "5;name=value\r\nhello\r\n6 ; x\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
+  EXPECT_THAT(answer, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(answer, ::testing::EndsWith("POST /c hello world"));
+}
+
+// Requests sent in one write are each answered, in order.
+TEST_F(FramingTest, PipelinedRequestsAreEachAnsweredInOrder) {
+  {
+    Client client(server_->port());
+    ASSERT_TRUE(client.Send("GET /one HTTP/1.1\r\n\r\nGET /two HTTP/1.1\r\n\r\n"));
+    ASSERT_TRUE(client.ReadUntil("GET /two ")) << client.received();
+    EXPECT_LT(client.received().find("GET /one "), client.received().find("GET /two "));
+  }
+  std::string requests;
+  for (int i = 0; i < 50; ++i) {
+    const std::string body = "body" + std::to_string(i);
+    requests += "POST /infer/" + std::to_string(i) +
+                " HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  requests += "GET /last HTTP/1.1\r\nConnection: close\r\n\r\n";
+  const std::string answer = AnswerAndClose(server_->port(), requests);
+  size_t at = 0;
+  for (int i = 0; i < 50; ++i) {
+    const std::string expected = "POST /infer/" + std::to_string(i) + " body" + std::to_string(i);
+    const size_t found = answer.find(expected, at);
+    ASSERT_NE(found, std::string::npos) << i << ": " << answer.substr(at, 300);
+    at = found + expected.size();
+  }
+  EXPECT_NE(answer.find("GET /last ", at), std::string::npos);
+}
+
+// A client that sends its requests and half-closes still gets every answer, then the close
+// (libevhtp alone closed at the EOF, dropping the requests not yet answered).
+TEST_F(FramingTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
+  for (int trial = 0; trial < 5; ++trial) {
+    Client client(server_->port());
+    ASSERT_TRUE(
+        client.Send("GET /one HTTP/1.1\r\n\r\nGET /two HTTP/1.1\r\n\r\n"
+                    "POST /three HTTP/1.1\r\nContent-Length: 1\r\n\r\n3"));
+    client.ShutdownWrite();
+    EXPECT_TRUE(client.ReadToEnd()) << client.received();
+    EXPECT_THAT(client.received(), HasSubstr("GET /one "));
+    EXPECT_THAT(client.received(), HasSubstr("GET /two "));
+    EXPECT_THAT(client.received(), ::testing::EndsWith("POST /three 3")) << trial;
+  }
+}
+
+// While an answer waits, a client pipelining on is read only up to a bound (then reading stops
+// until the answer is out), and every request is still answered, in order, afterwards.
+TEST(FramingBoundTest, PipelinedFloodWhileAnAnswerWaitsIsReadInTurn) {
+  absl::Notification release;
+  std::thread answerer;
+  HttpServer::Options options;
+  options.address = "127.0.0.1";
+  options.threads = 1;
+  auto server = HttpServer::Start(options, [&](HttpExchange* exchange) {
+    if (exchange->path() == "/first") {
+      answerer = std::thread([exchange, &release] {
+        release.WaitForNotificationWithTimeout(absl::Seconds(30));
+        exchange->Reply(200, {}, "first answered");
+      });
+      return;
+    }
+    exchange->Reply(200, {}, exchange->path());
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client((*server)->port());
+  std::string flood = "GET /first HTTP/1.1\r\n\r\n";
+  constexpr int kRequests = 6000;  // ~330 KB: past the 256 KiB a waiting connection reads
+  for (int i = 0; i < kRequests; ++i) {
+    flood += "GET /r" + std::to_string(i) + " HTTP/1.1\r\nX-Pad: abcdefghijklmnop\r\n\r\n";
+  }
+  flood += "GET /last HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ASSERT_GT(flood.size(), size_t{256} << 10);
+  ASSERT_TRUE(client.Send(flood));
+  release.Notify();
+  EXPECT_TRUE(client.ReadToEnd());
+  answerer.join();
+  const std::string& answers = client.received();
+  EXPECT_NE(answers.find("first answered"), std::string::npos);
+  size_t at = 0;
+  for (int i = 0; i < kRequests; i += 500) {
+    const size_t found = answers.find("/r" + std::to_string(i), at);
+    ASSERT_NE(found, std::string::npos) << i;
+    at = found;
+  }
+  EXPECT_TRUE(absl::EndsWith(answers, "/last"));
+  int count = 0;
+  for (size_t p = answers.find("HTTP/1.1 200"); p != std::string::npos;
+       p = answers.find("HTTP/1.1 200", p + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, kRequests + 2);
+}
+
+// A request trickled a byte at a time is framed as when sent at once.
+TEST_F(FramingTest, RequestSplitIntoSingleBytesIsAnswered) {
+  Client client(server_->port());
+  const std::string request =
+      "POST /v2/x%2Fy HTTP/1.1\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n0\r\n\r\n";
+  for (char c : request) ASSERT_TRUE(client.Send(std::string(1, c)));
+  EXPECT_TRUE(client.ReadToEnd());
+  EXPECT_THAT(client.received(), HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(client.received(), ::testing::EndsWith("POST /v2/x/y abc"));
 }
 
 }  // namespace
