@@ -2,10 +2,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -17,6 +15,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/model_repository.h"
+#include "server/repo_file.h"
 
 namespace loopserve::server {
 namespace {
@@ -254,14 +253,18 @@ absl::StatusOr<OvmsModelEntry> ParseModelEntry(const Value& item, const std::str
 }  // namespace
 
 absl::StatusOr<OvmsConfig> ParseOvmsConfig(absl::string_view json, const std::string& config_dir) {
+  // protobuf's JSON parser recurses per level, in time that grows faster than the depth.
+  LS_RETURN_IF_ERROR(CheckConfigNesting(json, ConfigSyntax::kJson, "config.json"));
   OvmsConfig result;
   Value root;
   // protobuf's own Status type (not absl's in protobuf 3.21).
   const auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &root);
   if (!parsed.ok()) {
+    // The parser's first line; the next ones quote the text around the error.
+    const std::string message(parsed.message());
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: not valid JSON: ", std::string(parsed.message())));
+        absl::StrCat("config.json: not valid JSON: ", message.substr(0, message.find('\n'))));
   }
   const absl::Status status = [&]() -> absl::Status {
     LS_ASSIGN_OR_RETURN(const Struct* top, AsObject(root, "(top level)"));
@@ -309,21 +312,14 @@ absl::StatusOr<OvmsConfig> ParseOvmsConfig(absl::string_view json, const std::st
 absl::StatusOr<OvmsConfig> ReadOvmsConfig(const std::string& path) {
   // Errors may reach clients (RepositoryModelLoad): they name the file by its role, not its path
   // (the server logs the path at startup).
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
+  absl::StatusOr<std::string> text = ReadOperatorFile(path, kMaxOvmsConfigBytes, "config.json");
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError("the config file (--config_path) does not exist");
   }
-  const uintmax_t size = fs::file_size(path, ec);
-  if (!ec && size > kMaxOvmsConfigBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json has ", size, " bytes, more than the limit of ", kMaxOvmsConfigBytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError("the config file (--config_path) cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
+  if (!text.ok()) return text.status();
+  std::error_code ec;
   const std::string dir = fs::absolute(fs::path(path), ec).parent_path().string();
-  return ParseOvmsConfig(text.str(), dir);
+  return ParseOvmsConfig(*text, dir);
 }
 
 void ApplyOvmsEntry(const OvmsModelEntry& entry, ParsedModelConfig& parsed) {
