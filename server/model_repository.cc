@@ -466,9 +466,16 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     absl::StatusOr<std::string> file =
         FindModelFile(version_dir, parsed->config, /*any_name=*/source.ovms != nullptr);
     if (file.ok()) {
-      // The engine opens it by path: check it as a repository file first.
-      const absl::Status safe = CheckRepositoryFile(
+      // The engine opens it (and an OpenVINO IR's weights beside it) by path: check them as
+      // repository files first. Missing weights are the engine's to report.
+      absl::Status safe = CheckRepositoryFile(
           model_dir, *file, absl::StrCat("model file ", fs::path(*file).filename().string()));
+      if (safe.ok() && absl::EndsWith(*file, ".xml")) {
+        const fs::path weights = fs::path(*file).replace_extension(".bin");
+        safe = CheckRepositoryFile(model_dir, weights.string(),
+                                   absl::StrCat("weights file ", weights.filename().string()));
+        if (absl::IsNotFound(safe)) safe = absl::OkStatus();
+      }
       if (!safe.ok()) file = safe;
     }
     load_options.name = label;

@@ -220,7 +220,10 @@ TEST(ModelRegistryFilesTest, FilesAndFoldersLeavingTheRepositoryAreLoadErrors) {
   fs::create_symlink(l.secret(), l.root.path() + "/linked/1/model.onnx");
   l.root.WriteFile("leak/1/model.onnx");
   fs::create_symlink(l.secret(), l.root.path() + "/leak/config.pbtxt");
+  l.root.WriteFile("ir/1/model.xml");
+  fs::create_symlink(l.secret(), l.root.path() + "/ir/1/model.bin");
   l.root.WriteFile("good/1/model.onnx");
+  l.root.WriteFile("good_ir/1/model.xml");  // its weights missing: the engine's to report
   ModelRegistry::Options options;
   options.root = l.root.path();
   options.loader = [](const std::string&, const engine::LoadOptions&) {
@@ -233,6 +236,9 @@ TEST(ModelRegistryFilesTest, FilesAndFoldersLeavingTheRepositoryAreLoadErrors) {
               HasSubstr("model 'escaped': its folder resolves outside the model repository"));
   EXPECT_THAT(Message(registry.Get("linked", "").status()),
               HasSubstr("model file model.onnx resolves outside its model folder"));
+  EXPECT_TRUE(registry.Get("good_ir", "").ok());
+  EXPECT_THAT(Message(registry.Get("ir", "").status()),
+              HasSubstr("weights file model.bin resolves outside its model folder"));
   EXPECT_THAT(Message(registry.Get("leak", "").status()),
               AllOf(HasSubstr("config.pbtxt resolves outside"), Not(HasSubstr(kSecret))));
   for (const ModelRegistry::ModelState& state : registry.Index()) {
