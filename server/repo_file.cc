@@ -36,7 +36,7 @@ const char* KindOf(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
+  return "something else";
 }
 
 absl::Status NotRegular(absl::string_view role, mode_t mode) {
@@ -110,7 +110,8 @@ absl::StatusOr<std::string> RepositoryFile::Read(uint64_t max_bytes) const {
     if (at == data.size()) {
       // The file may have grown since the open: read one byte past the cap to see it.
       if (data.size() > max_bytes) return TooLarge(role_, data.size(), max_bytes);
-      data.resize(std::min<uint64_t>(max_bytes + 1, std::max<size_t>(at * 2, 4096)));
+      const uint64_t past_cap = max_bytes < UINT64_MAX ? max_bytes + 1 : max_bytes;
+      data.resize(std::min<uint64_t>(past_cap, std::max<size_t>(at * 2, 4096)));
     }
     const ssize_t n = pread(fd_, data.data() + at, data.size() - at, static_cast<off_t>(at));
     if (n < 0) {
