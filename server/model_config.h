@@ -74,11 +74,9 @@ struct ParsedModelConfig {
 // Parses the protobuf text format of a Triton ModelConfig and checks what needs no model. Errors
 // name the field and start with "config.pbtxt: ":
 //   InvalidArgument: brackets nested deeper than kMaxConfigNesting (server/repo_file.h; checked
-//     before parsing); a
-//     syntax error or a name that is no Triton field (line:column, never the text: the file may
-//     be no config at all); loopserve's
-//     old top-level settings (max_loop_iterations, max_output_bytes, instance_count) with where
-//     they moved; `name` other than `model_name`; a platform/backend other than onnxruntime_onnx,
+//     before parsing); a syntax error or a name that is no Triton field (line:column, never the
+//     text: the file may be no config at all); loopserve's old top-level settings
+//     (max_loop_iterations, max_output_bytes, instance_count) with where they moved; `name` other than `model_name`; a platform/backend other than onnxruntime_onnx,
 //     onnxruntime, openvino (or the two disagreeing); a default_model_filename that is not a plain
 //     file name; negative max_batch_size, instance count or dims below -1; a duplicate tensor
 //     name; a reshape with more than one -1; a specific version policy listing a version <= 0;
