@@ -76,10 +76,11 @@ struct ParsedModelConfig {
 //   InvalidArgument: brackets nested deeper than kMaxConfigNesting (server/repo_file.h; checked
 //     before parsing); a syntax error or a name that is no Triton field (line:column, never the
 //     text: the file may be no config at all); loopserve's old top-level settings
-//     (max_loop_iterations, max_output_bytes, instance_count) with where they moved; `name` other than `model_name`; a platform/backend other than onnxruntime_onnx,
-//     onnxruntime, openvino (or the two disagreeing); a default_model_filename that is not a plain
-//     file name; negative max_batch_size, instance count or dims below -1; a duplicate tensor
-//     name; a reshape with more than one -1; a specific version policy listing a version <= 0;
+//     (max_loop_iterations, max_output_bytes, instance_count) with where they moved; `name`
+//     other than `model_name`; a platform/backend other than onnxruntime_onnx, onnxruntime,
+//     openvino (or the two disagreeing); a default_model_filename that is not a plain file name;
+//     negative max_batch_size, instance count or dims below -1; a duplicate tensor name; a
+//     reshape with more than one -1; a specific version policy listing a version <= 0;
 //     dynamic_batching without max_batch_size > 0 or with preferred sizes / priorities out of
 //     range; a loopserve parameter that is not a non-negative integer; a warm-up sample without
 //     a name, with batch_size above max_batch_size, an input without data or data_type, a
