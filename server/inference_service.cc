@@ -21,17 +21,6 @@
 namespace loopserve::server {
 namespace {
 
-// Runs `body` (which fills the response) and finishes the call with its status.
-template <typename Body>
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, absl::string_view rpc,
-                                 Body&& body) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Status status = CatchExceptions(absl::StrCat(rpc, ": "), body);
-  if (!status.ok()) LogDebug(absl::StrCat(rpc, " failed: ", status.ToString()));
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 // Copies a StatusOr's value into the response (the gRPC adapter's half of a ServerApi answer).
 template <typename T>
 absl::Status CopyTo(absl::StatusOr<T> answer, T* response) {
@@ -60,6 +49,67 @@ absl::Status SerializeTo(const Message& message, grpc::ByteBuffer* bytes) {
         absl::StrCat("cannot serialize the response: ", serialized.error_message()));
   }
   return absl::OkStatus();
+}
+
+// Parses a raw request into `message` and lets go of the bytes. INVALID_ARGUMENT naming the RPC
+// and the message type for bytes that are not one (gRPC's typed handlers would answer
+// UNIMPLEMENTED with an empty message).
+template <typename Message>
+absl::Status ParseRequest(const grpc::ByteBuffer* request, absl::string_view rpc,
+                          Message* message) {
+  auto* bytes = const_cast<grpc::ByteBuffer*>(request);  // ours until the call ends
+  const size_t size = bytes->Valid() ? bytes->Length() : 0;
+  bool parsed = true;
+  if (size > 0) {
+    grpc::ProtoBufferReader reader(bytes);
+    parsed = reader.status().ok() && message->ParseFromZeroCopyStream(&reader);
+  }
+  bytes->Clear();
+  if (!parsed) {
+    return absl::InvalidArgumentError(absl::StrCat(rpc, ": the request (", size,
+                                                   " bytes) is not a valid ",
+                                                   Message::descriptor()->full_name(), " message"));
+  }
+  return absl::OkStatus();
+}
+
+// A unary RPC: parses the request, runs `body(request, &response)` (absl::Status) and finishes
+// the call with its status and, when OK, the serialized response.
+template <typename Request, typename Response, typename Body>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, absl::string_view rpc,
+                                const grpc::ByteBuffer* request_bytes,
+                                grpc::ByteBuffer* response_bytes, Body&& body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Status status = CatchExceptions(absl::StrCat(rpc, ": "), [&]() -> absl::Status {
+    Request request;
+    LS_RETURN_IF_ERROR(ParseRequest(request_bytes, rpc, &request));
+    Response response;
+    LS_RETURN_IF_ERROR(body(request, &response));
+    return SerializeTo(response, response_bytes);
+  });
+  if (!status.ok()) LogDebug(absl::StrCat(rpc, " failed: ", status.ToString()));
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// A repository change: parses the request and hands it to `schedule` with the callback that
+// finishes the call (ServerApi::Load/Unload call it from the loader thread when done).
+template <typename Request, typename Response, typename Schedule>
+grpc::ServerUnaryReactor* RepositoryChange(grpc::CallbackServerContext* context,
+                                           absl::string_view rpc,
+                                           const grpc::ByteBuffer* request_bytes,
+                                           grpc::ByteBuffer* response_bytes, Schedule&& schedule) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Status scheduled = CatchExceptions(absl::StrCat(rpc, ": "), [&]() -> absl::Status {
+    Request request;
+    LS_RETURN_IF_ERROR(ParseRequest(request_bytes, rpc, &request));
+    // The response has no fields: written now, sent with an OK status.
+    LS_RETURN_IF_ERROR(SerializeTo(Response(), response_bytes));
+    return schedule(
+        request, [reactor](const absl::Status& result) { reactor->Finish(ToGrpcStatus(result)); });
+  });
+  if (!scheduled.ok()) reactor->Finish(ToGrpcStatus(scheduled));
+  return reactor;
 }
 
 void SetBoolParameter(inference::ModelInferResponse* response, const char* name, bool value) {
@@ -477,105 +527,104 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::M
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
-                                                       const inference::ServerLiveRequest* request,
-                                                       inference::ServerLiveResponse* response) {
-  return Answer(context, "ServerLive", [&] {
-    response->set_live(true);
-    return absl::OkStatus();
-  });
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  return Unary<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+      context, "ServerLive", request, response, [](const auto&, auto* out) {
+        out->set_live(true);
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ServerReady(
-    grpc::CallbackServerContext* context, const inference::ServerReadyRequest* request,
-    inference::ServerReadyResponse* response) {
-  return Answer(context, "ServerReady", [&] {
-    response->set_ready(api_->ServerReady());
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  return Unary<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+      context, "ServerReady", request, response, [&](const auto&, auto* out) {
+        out->set_ready(api_->ServerReady());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
-                                                       const inference::ModelReadyRequest* request,
-                                                       inference::ModelReadyResponse* response) {
-  return Answer(context, "ModelReady", [&]() -> absl::Status {
-    LS_ASSIGN_OR_RETURN(bool ready, api_->ModelReady(request->name(), request->version()));
-    response->set_ready(ready);
-    return absl::OkStatus();
-  });
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  return Unary<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+      context, "ModelReady", request, response, [&](const auto& in, auto* out) -> absl::Status {
+        LS_ASSIGN_OR_RETURN(bool ready, api_->ModelReady(in.name(), in.version()));
+        out->set_ready(ready);
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
-    grpc::CallbackServerContext* context, const inference::ServerMetadataRequest* request,
-    inference::ServerMetadataResponse* response) {
-  return Answer(context, "ServerMetadata", [&] {
-    *response = api_->ServerMetadata();
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return Unary<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+      context, "ServerMetadata", request, response, [&](const auto&, auto* out) {
+        *out = api_->ServerMetadata();
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
-    grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
-    inference::ModelMetadataResponse* response) {
-  return Answer(context, "ModelMetadata", [&] {
-    return CopyTo(api_->ModelMetadata(request->name(), request->version()), response);
-  });
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return Unary<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+      context, "ModelMetadata", request, response, [&](const auto& in, auto* out) {
+        return CopyTo(api_->ModelMetadata(in.name(), in.version()), out);
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelConfig(
-    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
-    inference::ModelConfigResponse* response) {
-  return Answer(context, "ModelConfig", [&] {
-    return CopyTo(api_->ModelConfig(request->name(), request->version()),
-                  response->mutable_config());
-  });
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  return Unary<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+      context, "ModelConfig", request, response, [&](const auto& in, auto* out) {
+        return CopyTo(api_->ModelConfig(in.name(), in.version()), out->mutable_config());
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
-    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
-    inference::RepositoryIndexResponse* response) {
-  return Answer(context, "RepositoryIndex", [&] {
-    *response = api_->RepositoryIndex(request->ready());
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return Unary<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+      context, "RepositoryIndex", request, response, [&](const auto& in, auto* out) {
+        *out = api_->RepositoryIndex(in.ready());
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
-    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
-    inference::ModelStatisticsResponse* response) {
-  return Answer(context, "ModelStatistics", [&] {
-    return CopyTo(api_->ModelStatistics(request->name(), request->version()), response);
-  });
-}
-
-grpc::ServerUnaryReactor* InferenceService::RepositoryChange(
-    grpc::CallbackServerContext* context, absl::string_view rpc,
-    absl::FunctionRef<absl::Status(ServerApi::Done done)> schedule) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // The loader thread finishes the call when the change is done.
-  const absl::Status scheduled = CatchExceptions(absl::StrCat(rpc, ": "), [&] {
-    return schedule(
-        [reactor](const absl::Status& result) { reactor->Finish(ToGrpcStatus(result)); });
-  });
-  if (!scheduled.ok()) reactor->Finish(ToGrpcStatus(scheduled));
-  return reactor;
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return Unary<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+      context, "ModelStatistics", request, response, [&](const auto& in, auto* out) {
+        return CopyTo(api_->ModelStatistics(in.name(), in.version()), out);
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-    inference::RepositoryModelLoadResponse* response) {
-  return RepositoryChange(context, "RepositoryModelLoad", [&](ServerApi::Done done) {
-    return api_->Load("RepositoryModelLoad", request->repository_name(), request->model_name(),
-                      !request->parameters().empty(), std::move(done));
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return RepositoryChange<inference::RepositoryModelLoadRequest,
+                          inference::RepositoryModelLoadResponse>(
+      context, "RepositoryModelLoad", request, response, [&](const auto& in, ServerApi::Done done) {
+        return api_->Load("RepositoryModelLoad", in.repository_name(), in.model_name(),
+                          !in.parameters().empty(), std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-    inference::RepositoryModelUnloadResponse* response) {
-  return RepositoryChange(context, "RepositoryModelUnload", [&](ServerApi::Done done) {
-    return api_->Unload("RepositoryModelUnload", request->repository_name(), request->model_name(),
-                        std::move(done));
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return RepositoryChange<inference::RepositoryModelUnloadRequest,
+                          inference::RepositoryModelUnloadResponse>(
+      context, "RepositoryModelUnload", request, response,
+      [&](const auto& in, ServerApi::Done done) {
+        return api_->Unload("RepositoryModelUnload", in.repository_name(), in.model_name(),
+                            std::move(done));
+      });
 }
 
 }  // namespace loopserve::server

@@ -10,38 +10,37 @@ namespace loopserve::server {
 
 namespace internal {
 using Grpc = inference::GRPCInferenceService;
-// GRPCInferenceService::CallbackService with ModelInfer and ModelStreamInfer raw. The raw and the
-// typed ModelStreamInfer differ only in their return type, so the typed one is left out of the
-// chain rather than overridden.
-using InferenceServiceBase =
-    Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
-        Grpc::WithCallbackMethod_ServerLive<Grpc::WithCallbackMethod_ServerReady<
-            Grpc::WithCallbackMethod_ModelReady<Grpc::WithCallbackMethod_ServerMetadata<
-                Grpc::WithCallbackMethod_ModelMetadata<Grpc::WithCallbackMethod_ModelInfer<
-                    Grpc::WithCallbackMethod_ModelConfig<Grpc::WithCallbackMethod_ModelStatistics<
-                        Grpc::WithCallbackMethod_RepositoryIndex<
-                            Grpc::WithCallbackMethod_RepositoryModelLoad<
-                                Grpc::WithCallbackMethod_RepositoryModelUnload<
-                                    Grpc::Service>>>>>>>>>>>>>;
+// GRPCInferenceService::CallbackService with every method raw (bytes in, bytes out): the service
+// parses each request itself (see InferenceService).
+using InferenceServiceBase = Grpc::WithRawCallbackMethod_ServerLive<
+    Grpc::WithRawCallbackMethod_ServerReady<Grpc::WithRawCallbackMethod_ModelReady<
+        Grpc::WithRawCallbackMethod_ServerMetadata<Grpc::WithRawCallbackMethod_ModelMetadata<
+            Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
+                Grpc::WithRawCallbackMethod_ModelConfig<Grpc::WithRawCallbackMethod_ModelStatistics<
+                    Grpc::WithRawCallbackMethod_RepositoryIndex<
+                        Grpc::WithRawCallbackMethod_RepositoryModelLoad<
+                            Grpc::WithRawCallbackMethod_RepositoryModelUnload<
+                                Grpc::Service>>>>>>>>>>>>;
 }  // namespace internal
 
 // The gRPC adapter: inference.GRPCInferenceService on gRPC's callback API over the protocol-free
 // InferenceRunner (ModelInfer) and ServerApi (everything else). Its own concerns are gRPC's:
 // messages in and out, the call's deadline, its cancellation and its completion protocol.
 //
-// ModelInfer is registered raw (bytes in, bytes out) so that the service parses the request
-// itself: bytes that are not a ModelInferRequest get INVALID_ARGUMENT (gRPC's generated handler
-// answers UNIMPLEMENTED with an empty message), and the request body is released as soon as it
-// is parsed. gRPC buffers a whole message, up to the server's max receive size, before any
-// handler runs. After a request of kTrimAfterRequestBytes or more, free heap pages are handed
-// back to the kernel (malloc_trim), so one large request does not raise the resident size for
-// good. The call's deadline and the `timeout` parameter (int64 microseconds), whichever comes
-// first, bound the request; gRPC's OnCancel (client cancellation, expired deadline) cancels it,
-// and while it runs on the gRPC thread (InferenceRunner's inline runs, whose OnCancel gRPC
-// delivers only after the handler returns) the runner polls ServerContext::IsCancelled.
-// A call answered inside the handler (an error, a run on the gRPC thread) answers through the
-// context's default reactor, whose completion gRPC handles without a thread hop; a queued call is
-// its own reactor so that OnCancel reaches the running engine.
+// Every method is registered raw (bytes in, bytes out) so that the service parses the request
+// itself: bytes that are not the method's request message get INVALID_ARGUMENT naming the method
+// and the message type (gRPC's generated handler answers UNIMPLEMENTED with an empty message), and
+// ModelInfer's request body is released as soon as it is parsed. gRPC buffers a whole message, up
+// to the server's max receive size, before any handler runs. After a request of
+// kTrimAfterRequestBytes or more, free heap pages are handed back to the kernel (malloc_trim), so
+// one large request does not raise the resident size for good. The call's deadline and the
+// `timeout` parameter (int64 microseconds), whichever comes first, bound the request; gRPC's
+// OnCancel (client cancellation, expired deadline) cancels it, and while it runs on the gRPC thread
+// (InferenceRunner's inline runs, whose OnCancel gRPC delivers only after the handler returns) the
+// runner polls ServerContext::IsCancelled. A call answered inside the handler (an error, a run on
+// the gRPC thread) answers through the context's default reactor, whose completion gRPC handles
+// without a thread hop; a queued call is its own reactor so that OnCancel reaches the running
+// engine.
 //
 // ModelStreamInfer (Triton's bidirectional stream, also raw): each request read from the stream
 // goes through the runner like a ModelInfer call (same validation, limits, deadline — the
@@ -71,55 +70,51 @@ class InferenceService final : public internal::InferenceServiceBase {
   // Requests in flight plus responses unwritten on one stream before it reads no more requests.
   static constexpr size_t kStreamMaxPending = 64;
 
+  // Unary methods: the request and the response are the serialized inference.<Method>Request
+  // and inference.<Method>Response.
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
-                                       const inference::ServerLiveRequest* request,
-                                       inference::ServerLiveResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
-                                        const inference::ServerReadyRequest* request,
-                                        inference::ServerReadyResponse* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
-                                       const inference::ModelReadyRequest* request,
-                                       inference::ModelReadyResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
-                                           const inference::ServerMetadataRequest* request,
-                                           inference::ServerMetadataResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
-                                          const inference::ModelMetadataRequest* request,
-                                          inference::ModelMetadataResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   // Triton's model-configuration extension: the complete config of the version.
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
-                                        const inference::ModelConfigRequest* request,
-                                        inference::ModelConfigResponse* response) override;
-  // Raw: the request and response are serialized inference.ModelInferRequest/Response.
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
-  // Raw: requests are serialized inference.ModelInferRequest, responses
+  // Requests are serialized inference.ModelInferRequest, responses
   // inference.ModelStreamInferResponse.
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
-                                            const inference::RepositoryIndexRequest* request,
-                                            inference::RepositoryIndexResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryModelLoad(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-      inference::RepositoryModelLoadResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryModelUnload(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-      inference::RepositoryModelUnloadResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context,
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
-                                            const inference::ModelStatisticsRequest* request,
-                                            inference::ModelStatisticsResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
 
  private:
   class InferCall;
   class Stream;
   class StreamCall;
-
-  // Finishes a repository change's call with the outcome of ServerApi::Load/Unload.
-  static grpc::ServerUnaryReactor* RepositoryChange(
-      grpc::CallbackServerContext* context, absl::string_view rpc,
-      absl::FunctionRef<absl::Status(ServerApi::Done done)> schedule);
 
   InferenceRunner* const runner_;
   ServerApi* const api_;

@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 #include <type_traits>
 #include <utility>
 
@@ -22,8 +20,10 @@
 #include "absl/types/span.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/scalar_like.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "server/repo_file.h"
 
 namespace loopserve::server {
 namespace {
@@ -48,8 +48,11 @@ constexpr std::pair<absl::string_view, absl::string_view> kMovedFields[] = {
     {"instance_count", "instance_group [ { count: N kind: KIND_CPU } ]"},
 };
 
-// Collects the text parser's errors instead of letting protobuf log them to stderr, and words an
-// unknown field name as such.
+// Collects the text parser's errors instead of letting protobuf log them to stderr, worded so that
+// they never repeat the file's text: protobuf quotes the tokens it stumbles on, and a config.pbtxt
+// that is not a config at all would have its first word shown to whoever reads the error
+// (RepositoryIndex). Each error keeps its line:column and protobuf's wording up to the first
+// quoted or quoted-after-colon token.
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
@@ -65,20 +68,35 @@ class ErrorCollector : public google::protobuf::io::ErrorCollector {
     const std::string type_prefix = "Message type \"";
     const std::string field_prefix = "\" has no field named \"";
     const size_t field_at = message.find(field_prefix);
-    if (!absl::StartsWith(message, type_prefix) || field_at == std::string::npos) return message;
+    if (!absl::StartsWith(message, type_prefix) || field_at == std::string::npos) {
+      return WithoutTokens(message);
+    }
+    // The type name comes from the schema, the field name from the file.
     const std::string type = message.substr(type_prefix.size(), field_at - type_prefix.size());
     std::string field = message.substr(field_at + field_prefix.size());
     while (!field.empty() && (field.back() == '.' || field.back() == '"')) field.pop_back();
     if (type == "inference.ModelConfig") {
       for (const auto& [moved, spelling] : kMovedFields) {
         if (field == moved) {
-          return absl::StrCat("'", field, "' is no longer a top-level field; Triton's spelling is ",
+          return absl::StrCat("'", moved, "' is no longer a top-level field; Triton's spelling is ",
                               spelling);
         }
       }
     }
-    return absl::StrCat("unknown field '", absl::CEscape(field), "' in ", type,
+    const bool known_type =
+        google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type) != nullptr;
+    return absl::StrCat("unknown field name in ", known_type ? type : "a message",
                         " (not a field of Triton's model configuration)");
+  }
+
+  // protobuf's message up to the first token it quotes ("Expected identifier, got: x",
+  // "Expected \":\", found \"x\"", "Couldn't parse integer: x", "Integer out of range (x)").
+  static std::string WithoutTokens(absl::string_view message) {
+    const size_t cut = std::min({message.find('"'), message.find(": "), message.find('(')});
+    if (cut == absl::string_view::npos) return std::string(message);
+    absl::string_view kept = absl::StripTrailingAsciiWhitespace(message.substr(0, cut));
+    while (!kept.empty() && (kept.back() == ',' || kept.back() == ':')) kept.remove_suffix(1);
+    return absl::StrCat(kept, " (the text there is not shown)");
   }
 
   std::vector<std::string> errors_;
@@ -224,8 +242,12 @@ void ClearIgnored(ModelConfig& config) {
   }
 }
 
+// At most kShownDims dims, so that a config with 150,000 dims does not make a 300 KB message.
 std::string FormatDims(absl::Span<const int64_t> dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+  constexpr size_t kShownDims = 16;
+  if (dims.size() <= kShownDims) return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+  return absl::StrCat("[", absl::StrJoin(dims.subspan(0, kShownDims), ","), ",... (", dims.size(),
+                      " dims)]");
 }
 
 template <typename Repeated>
@@ -802,8 +824,11 @@ absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
   parsed.model_name = std::string(model_name);
   parsed.from_file = true;
   ErrorCollector errors;
+  LS_RETURN_IF_ERROR(CheckConfigNesting(text, ConfigSyntax::kProtobufText,
+                                        absl::StrCat("model '", model_name, "': config.pbtxt")));
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
+  parser.SetRecursionLimit(kMaxConfigNesting);  // CheckConfigNesting's bound, in case it missed
   if (!parser.ParseFromString(std::string(text), &parsed.config)) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, errors.Errors()));
   }
@@ -815,27 +840,16 @@ absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
 
 absl::StatusOr<ParsedModelConfig> ReadModelConfig(const std::string& model_dir,
                                                   absl::string_view model_name) {
-  const fs::path path = fs::path(model_dir) / "config.pbtxt";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  absl::StatusOr<std::string> text =
+      ReadRepositoryFile(model_dir, (fs::path(model_dir) / "config.pbtxt").string(),
+                         kMaxModelConfigBytes, "config.pbtxt");
+  if (absl::IsNotFound(text.status())) {
     ParsedModelConfig defaults;
     defaults.model_name = std::string(model_name);
     return defaults;
   }
-  const uintmax_t size = fs::file_size(path, ec);
-  if (!ec && size > kMaxModelConfigBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", model_name, "': config.pbtxt has ",
-                                                   size, " bytes, more than the limit of ",
-                                                   kMaxModelConfigBytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", model_name, "': config.pbtxt cannot be read"));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), model_name);
+  if (!text.ok()) return Annotate(text.status(), absl::StrCat("model '", model_name, "': "));
+  return ParseModelConfig(*text, model_name);
 }
 
 ModelFormat ConfigFormat(const inference::ModelConfig& config) {

@@ -73,12 +73,14 @@ struct ParsedModelConfig {
 
 // Parses the protobuf text format of a Triton ModelConfig and checks what needs no model. Errors
 // name the field and start with "config.pbtxt: ":
-//   InvalidArgument: a syntax error or a name that is no Triton field (line:column); loopserve's
-//     old top-level settings (max_loop_iterations, max_output_bytes, instance_count) with where
-//     they moved; `name` other than `model_name`; a platform/backend other than onnxruntime_onnx,
-//     onnxruntime, openvino (or the two disagreeing); a default_model_filename that is not a plain
-//     file name; negative max_batch_size, instance count or dims below -1; a duplicate tensor
-//     name; a reshape with more than one -1; a specific version policy listing a version <= 0;
+//   InvalidArgument: brackets nested deeper than kMaxConfigNesting (server/repo_file.h; checked
+//     before parsing); a syntax error or a name that is no Triton field (line:column, never the
+//     text: the file may be no config at all); loopserve's old top-level settings
+//     (max_loop_iterations, max_output_bytes, instance_count) with where they moved; `name`
+//     other than `model_name`; a platform/backend other than onnxruntime_onnx, onnxruntime,
+//     openvino (or the two disagreeing); a default_model_filename that is not a plain file name;
+//     negative max_batch_size, instance count or dims below -1; a duplicate tensor name; a
+//     reshape with more than one -1; a specific version policy listing a version <= 0;
 //     dynamic_batching without max_batch_size > 0 or with preferred sizes / priorities out of
 //     range; a loopserve parameter that is not a non-negative integer; a warm-up sample without
 //     a name, with batch_size above max_batch_size, an input without data or data_type, a
@@ -93,8 +95,10 @@ absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
 // Largest config.pbtxt read.
 inline constexpr uintmax_t kMaxModelConfigBytes = 1 << 20;
 
-// Reads and parses `<model_dir>/config.pbtxt`; the defaults (from_file false) when there is none;
-// InvalidArgument when it is larger than kMaxModelConfigBytes, unreadable or malformed.
+// Reads and parses `<model_dir>/config.pbtxt` (opened by ReadRepositoryFile: inside the model
+// folder, a regular file); the defaults (from_file false) when there is none; InvalidArgument when
+// it leaves the model folder, is no regular file, is larger than kMaxModelConfigBytes, is
+// unreadable or malformed.
 absl::StatusOr<ParsedModelConfig> ReadModelConfig(const std::string& model_dir,
                                                   absl::string_view model_name);
 

@@ -16,6 +16,7 @@
 #include "server/logging.h"
 #include "server/model_config.h"
 #include "server/model_warmup.h"
+#include "server/repo_file.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -358,7 +359,15 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     return false;
   };
 
-  absl::StatusOr<ParsedModelConfig> parsed = ReadModelConfig(model_dir, name);
+  // A repository's model folder may not lead out of it; a config.json entry's base_path is the
+  // operator's choice. Every file is then opened inside the model folder (server/repo_file.h).
+  const absl::Status folder =
+      source.ovms != nullptr
+          ? absl::OkStatus()
+          : CheckRepositoryFolder(options_.root, model_dir,
+                                  absl::StrCat("model '", name, "': its folder"));
+  absl::StatusOr<ParsedModelConfig> parsed =
+      folder.ok() ? ReadModelConfig(model_dir, name) : absl::StatusOr<ParsedModelConfig>(folder);
   if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
   std::error_code ec;
   if (parsed.ok() && !fs::is_directory(model_dir, ec)) {
@@ -368,7 +377,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
   }
   if (!parsed.ok()) {
     *error = parsed.status();
-    const std::string reason(parsed.status().message());
+    const std::string reason = BoundMessage(parsed.status().message());
     // A broken config must not take down versions that serve: keep them until it is fixed.
     if (has_loaded(previous)) *entry = *previous;
     if (previous == nullptr || previous->reason != reason) {
@@ -440,8 +449,9 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
           if (*error == absl::OkStatus()) {
             *error = Annotate(reconfigured.status(), absl::StrCat(label, ": "));
           }
-          slot.reason = absl::StrCat("new config rejected, serving the previous one: ", label, ": ",
-                                     reconfigured.status().ToString());
+          slot.reason =
+              BoundMessage(absl::StrCat("new config rejected, serving the previous one: ", label,
+                                        ": ", reconfigured.status().ToString()));
           slot.failed_config_key = entry->config_key;
           LogError(absl::StrCat(
               "new config of ", label,
@@ -455,6 +465,19 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     const absl::Time start = absl::Now();
     absl::StatusOr<std::string> file =
         FindModelFile(version_dir, parsed->config, /*any_name=*/source.ovms != nullptr);
+    if (file.ok()) {
+      // The engine opens it (and an OpenVINO IR's weights beside it) by path: check them as
+      // repository files first. Missing weights are the engine's to report.
+      absl::Status safe = CheckRepositoryFile(
+          model_dir, *file, absl::StrCat("model file ", fs::path(*file).filename().string()));
+      if (safe.ok() && absl::EndsWith(*file, ".xml")) {
+        const fs::path weights = fs::path(*file).replace_extension(".bin");
+        safe = CheckRepositoryFile(model_dir, weights.string(),
+                                   absl::StrCat("weights file ", weights.filename().string()));
+        if (absl::IsNotFound(safe)) safe = absl::OkStatus();
+      }
+      if (!safe.ok()) file = safe;
+    }
     load_options.name = label;
     absl::StatusOr<std::shared_ptr<const engine::Model>> model =
         file.ok() ? options_.loader(*file, load_options) : file.status();
@@ -468,7 +491,8 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
       options_.metrics->RecordModelLoad(name, version, loaded.ok(), took);
     }
     if (!loaded.ok()) {
-      const std::string reason = absl::StrCat(label, ": ", loaded.status().ToString());
+      const std::string reason =
+          BoundMessage(absl::StrCat(label, ": ", loaded.status().ToString()));
       if (*error == absl::OkStatus()) *error = Annotate(loaded.status(), absl::StrCat(label, ": "));
       slot.failed_config_key = entry->config_key;
       if (old != nullptr && old->loaded != nullptr) {
@@ -567,8 +591,8 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
     std::vector<std::string> reasons;
     if (!entry->reason.empty()) reasons.push_back(entry->reason);
     for (const auto& [v, slot] : entry->versions) reasons.push_back(slot.reason);
-    return absl::UnavailableError(
-        absl::StrCat("model '", name, "' has no ready version: ", absl::StrJoin(reasons, "; ")));
+    return absl::UnavailableError(BoundMessage(
+        absl::StrCat("model '", name, "' has no ready version: ", absl::StrJoin(reasons, "; "))));
   }
   const std::optional<int64_t> number = ParseVersion(version);
   auto it = number ? entry->versions.find(*number) : entry->versions.end();
@@ -621,7 +645,8 @@ std::vector<ModelRegistry::ModelState> ModelRegistry::Index() const {
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<ModelState> index;
   for (const auto& [name, entry] : entries) {
-    ModelState state{name, entry->reason, {}};
+    // Reasons reach clients (RepositoryIndex) and are bounded as every error message is.
+    ModelState state{name, BoundMessage(entry->reason), {}};
     for (const auto& [v, slot] : entry->versions) {
       // A model-level failure (a config that does not parse) is the current state of every
       // version it left serving under its previous config.
@@ -630,7 +655,8 @@ std::vector<ModelRegistry::ModelState> ModelRegistry::Index() const {
         reason = absl::StrCat(slot.loaded != nullptr ? "serving the previous config: " : "",
                               entry->reason);
       }
-      state.versions.push_back(VersionState{v, slot.loaded != nullptr, std::move(reason)});
+      state.versions.push_back(
+          VersionState{v, slot.loaded != nullptr, BoundMessage(std::move(reason))});
     }
     index.push_back(std::move(state));
   }

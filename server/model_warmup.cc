@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
+#include "server/repo_file.h"
 
 namespace loopserve::server {
 namespace {
@@ -86,26 +87,33 @@ void FillRandom(engine::Tensor& tensor, std::mt19937_64& rng) {
   }
 }
 
-// Reads <model_dir>/warmup/<file>: exactly `bytes` bytes. Messages reach clients
-// (RepositoryIndex): they name the file relative to the model folder only. A file larger than
-// expected is refused before it is read.
+// Opens <model_dir>/warmup/<file> as every repository file is (OpenRepositoryFile: inside the
+// model folder, a regular file, never a FIFO that would block the load). Messages reach clients
+// (RepositoryIndex): they name the file relative to the model folder only; every error is
+// InvalidArgument (a missing file too).
+absl::StatusOr<RepositoryFile> OpenWarmupFile(const std::string& model_dir, const std::string& file,
+                                              absl::string_view what) {
+  absl::StatusOr<RepositoryFile> opened =
+      OpenRepositoryFile(model_dir, (std::filesystem::path(model_dir) / "warmup" / file).string(),
+                         absl::StrCat("input_data_file warmup/", file));
+  if (!opened.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", opened.status().message()));
+  }
+  return opened;
+}
+
+// Reads <model_dir>/warmup/<file>: exactly `bytes` bytes. A file larger than expected is refused
+// before it is read.
 absl::StatusOr<std::string> ReadWarmupFile(const std::string& model_dir, const std::string& file,
                                            size_t bytes, absl::string_view what) {
-  const std::filesystem::path path = std::filesystem::path(model_dir) / "warmup" / file;
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  std::ifstream in(path, std::ios::binary);
-  if (ec || !in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": cannot read input_data_file warmup/", file));
-  }
-  if (size != bytes) {
+  LS_ASSIGN_OR_RETURN(const RepositoryFile in, OpenWarmupFile(model_dir, file, what));
+  if (in.size() != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file, " has ",
-                                                   size, " bytes; ", bytes,
+                                                   in.size(), " bytes; ", bytes,
                                                    " expected (the dims, one batch element)"));
   }
-  std::string data(bytes, '\0');
-  if (bytes > 0 && !in.read(data.data(), static_cast<std::streamsize>(bytes))) {
+  absl::StatusOr<std::string> data = in.Read(bytes);
+  if (!data.ok() || data->size() != bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": input_data_file warmup/", file, " could not be read in full"));
   }
@@ -117,17 +125,15 @@ absl::StatusOr<std::string> ReadWarmupFile(const std::string& model_dir, const s
 // kMaxStringFileBytes.
 absl::Status ReadWarmupStrings(const std::string& model_dir, const std::string& file,
                                int64_t elements, absl::string_view what, std::string* out) {
-  constexpr uintmax_t kMaxStringFileBytes = uintmax_t{64} << 20;
-  const std::filesystem::path path = std::filesystem::path(model_dir) / "warmup" / file;
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size > kMaxStringFileBytes) {
+  constexpr uint64_t kMaxStringFileBytes = uint64_t{64} << 20;
+  LS_ASSIGN_OR_RETURN(const RepositoryFile in, OpenWarmupFile(model_dir, file, what));
+  absl::StatusOr<std::string> read = in.Read(kMaxStringFileBytes);
+  if (!read.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read input_data_file warmup/",
                                                    file, " (BYTES data up to ", kMaxStringFileBytes,
                                                    " bytes)"));
   }
-  LS_ASSIGN_OR_RETURN(std::string data,
-                      ReadWarmupFile(model_dir, file, static_cast<size_t>(size), what));
+  const std::string& data = *read;
   size_t at = 0;
   for (int64_t i = 0; i < elements; ++i) {
     if (data.size() - at < 4) {

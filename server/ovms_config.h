@@ -40,7 +40,8 @@ struct OvmsConfig {
 
 // Parses config.json text; `config_dir` is the folder relative base paths start from. Errors
 // start with "config.json: " and name the JSON path:
-//   InvalidArgument: not JSON (with the parser's position), not an object, a missing or
+//   InvalidArgument: nested deeper than kMaxConfigNesting (server/repo_file.h; checked before
+//     parsing), not JSON (simdjson's kind of error, never the text), not an object, a missing or
 //     misspelt key (the schema of OVMS has no other keys either), a value of the wrong type or
 //     range (nireq < 0, num_versions < 1, a version < 1), a model name that is not one folder
 //     name, a name listed twice, a version policy without exactly one of latest/all/specific.
@@ -50,11 +51,14 @@ struct OvmsConfig {
 //     shapes).
 absl::StatusOr<OvmsConfig> ParseOvmsConfig(absl::string_view json, const std::string& config_dir);
 
-// Largest config.json read.
-inline constexpr uintmax_t kMaxOvmsConfigBytes = 16 << 20;
+// Largest config.json read: room for some 20,000 models; the costliest file of this size (every
+// byte a bracket, 30 deep) parses in under a second, so a stop during start-up is never held up
+// by the parse for long.
+inline constexpr uintmax_t kMaxOvmsConfigBytes = 4 << 20;
 
-// Reads and parses the file at `path`: NotFound when it does not exist, InvalidArgument when it is
-// larger than kMaxOvmsConfigBytes; error messages do not show the path.
+// Reads and parses the file at `path` (ReadOperatorFile): NotFound when it does not exist,
+// InvalidArgument when it is no regular file or larger than kMaxOvmsConfigBytes; error messages
+// do not show the path.
 absl::StatusOr<OvmsConfig> ReadOvmsConfig(const std::string& path);
 
 // Applies an entry's settings over `parsed` (the model's config.pbtxt in its base path, if any, or

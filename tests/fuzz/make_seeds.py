@@ -222,6 +222,11 @@ CONFIGS = [
     'name: "other"\n',
     "sequence_batching { }\n",
     "version_policy { latest { num_versions: 4294967295 } } # comment\n",
+    # Nesting at and past the limit (server/repo_file.h kMaxConfigNesting = 32); brackets inside
+    # strings and comments do not count.
+    "model_warmup { " * 32 + "}" * 32,
+    "model_warmup < " * 33,
+    'name: "{{{[[[<<<\\"" # }}}]]]\nplatform: \'[[[\'\n',
 ]
 
 OVMS_CONFIGS = [
@@ -233,6 +238,9 @@ OVMS_CONFIGS = [
     '"model_version_policy": {"specific": {"versions": [1, 0]}}}}]}',
     "[]",
     "{",
+    '{"model_config_list": ' + "[" * 31 + "]" * 31 + "}",
+    '{"model_config_list": ' + "[" * 40,
+    '{"model_config_list": [], "x": "[[[[\\"{{{{"}',
 ]
 
 

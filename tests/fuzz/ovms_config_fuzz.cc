@@ -1,5 +1,5 @@
-// Fuzz target: OpenVINO Model Server config.json text -> ParseOvmsConfig (protobuf's JSON parser
-// into a Struct, then the schema checks and base paths).
+// Fuzz target: OpenVINO Model Server config.json text -> ParseOvmsConfig (the nesting check,
+// simdjson into a protobuf Struct, then the schema checks and base paths).
 
 #include <cstddef>
 #include <cstdint>

