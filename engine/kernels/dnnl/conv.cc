@@ -188,25 +188,45 @@ class ConvTransposeKernel final : public DnnlKernel {
                                      constant_weights_->shape() == w
                                  ? constant_weights_
                                  : nullptr;
-    const dnnl::memory::desc weights_any(dims, ToDnnl(type), dnnl::memory::format_tag::any);
     const bool has_bias = shapes[2] != nullptr;
     const dnnl::memory::desc bias = has_bias ? Desc({out[1]}, type) : dnnl::memory::desc();
     const DnnlWindow win = ToDnnlWindow(window);
-    const dnnl::deconvolution_forward::primitive_desc pd(
-        dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                          dnnl::algorithm::deconvolution_direct, src,
-                                          constant != nullptr ? weights_any : weights, bias, dst,
-                                          win.strides, win.dilations, win.padding_l, win.padding_r),
-        UserScratchpadAttr(), CpuEngine());
-    prepared->primitive = dnnl::deconvolution_forward(pd);
-    bool packed = false;
+    const auto make_pd = [&](const dnnl::memory::desc& s, const dnnl::memory::desc& k,
+                             const dnnl::memory::desc& d) {
+      return dnnl::deconvolution_forward::primitive_desc(
+          dnnl::deconvolution_forward::desc(
+              dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, s, k, bias,
+              d, win.strides, win.dilations, win.padding_l, win.padding_r),
+          UserScratchpadAttr(), CpuEngine());
+    };
+    // Constant weights: every layout oneDNN's choice, as for Conv. On plain source and
+    // destination oneDNN 2.6 has only its reference deconvolution (ref:any); on the blocked ones
+    // its jit kernels, with the source and result reordered around each execute.
     if (constant != nullptr) {
-      PackConstant(*constant, weights, pd.weights_desc(), *prepared);
-      packed = true;
+      const auto any = [](const dnnl::memory::desc& d) {
+        return dnnl::memory::desc(d.dims(), d.data_type(), dnnl::memory::format_tag::any);
+      };
+      const dnnl::deconvolution_forward::primitive_desc pd =
+          make_pd(any(src), any(weights), any(dst));
+      const bool staged = pd.src_desc() != src || pd.dst_desc() != dst;
+      if (!staged || AddStaging(src, pd.src_desc(), pd.dst_desc(), dst, *prepared)) {
+        prepared->primitive = dnnl::deconvolution_forward(pd);
+        PackConstant(*constant, weights, pd.weights_desc(), *prepared);
+        prepared->bindings = {
+            {DNNL_ARG_SRC, staged ? BufferSource::kStagedSrc : BufferSource::kInput0,
+             pd.src_desc()},
+            {DNNL_ARG_WEIGHTS, BufferSource::kPacked, pd.weights_desc()},
+            {DNNL_ARG_DST, staged ? BufferSource::kStagedDst : BufferSource::kOutput,
+             pd.dst_desc()}};
+        if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
+        AddScratchpad(pd, *prepared);
+        return prepared;
+      }
     }
+    const dnnl::deconvolution_forward::primitive_desc pd = make_pd(src, weights, dst);
+    prepared->primitive = dnnl::deconvolution_forward(pd);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
-                           packed ? pd.weights_desc() : weights},
+                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
                           {DNNL_ARG_DST, BufferSource::kOutput, dst}};
     if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
     AddScratchpad(pd, *prepared);
