@@ -10,7 +10,12 @@
 
 #include "engine/engine.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/reference/reference.h"
+#include "engine/kernels/registry.h"
+#include "engine/runtime/node_evaluator.h"
 #include "engine/transform/elide_loop_identities.h"
+#include "engine/transform/fold_constants.h"
+#include "engine/transform/fold_into_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
@@ -840,6 +845,312 @@ TEST(HoistLoopProjectionsTest, WeightsComputedInTheBodyAreLeftAlone) {
   EXPECT_EQ(OpTypes(rewritten),
             (std::vector<std::string>{"Identity", "Gather", "Identity", "MatMul", "Gather",
                                       "MatMul", "Add", "Add", "Tanh"}));
+}
+
+// ---- fold_constants, fold_into_conv and the optimized paths they lead to --------------------
+
+Attribute IntAttr(int64_t value) {
+  Attribute a;
+  a.type = Attribute::Type::kInt;
+  a.i = value;
+  return a;
+}
+
+Attribute FloatAttr(float value) {
+  Attribute a;
+  a.type = Attribute::Type::kFloat;
+  a.f = value;
+  return a;
+}
+
+Tensor Int64s(const Shape& shape, std::vector<int64_t> values) {
+  Tensor t(DataType::kInt64, shape);
+  std::copy(values.begin(), values.end(), t.mutable_data<int64_t>());
+  return t;
+}
+
+// The pipeline of Plan::Compile, with the engine's kernels as the evaluator: what a pass test
+// needs to see folding happen on a Builder graph.
+TransformContext EvaluatingContext(Builder& b) {
+  TransformContext c = b.Context();
+  c.evaluate = [](const Node& node, const std::vector<const Tensor*>& inputs) {
+    return EvaluateNode(KernelRegistry::Builtin(), node, inputs);
+  };
+  return c;
+}
+
+// Slice -> Concat -> Unsqueeze of constants (Silero VAD v5's weights) fold into one constant with
+// the values the spec gives; the node reading it and the inputs stay.
+TEST(FoldConstantsTest, ChainOfConstantsBecomesOneConstant) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 1, 6});
+  const Tensor w = Random(Shape{4, 3}, 40);
+  const ValueId wc = b.Constant("w", w);
+  const ValueId starts = b.Constant("starts", Int64s(Shape{1}, {1}));
+  const ValueId ends = b.Constant("ends", Int64s(Shape{1}, {3}));
+  const ValueId axes = b.Constant("axes", Int64s(Shape{1}, {0}));
+  const ValueId sliced = b.Op("Slice", {wc, starts, ends, axes});  // rows 1, 2: [2, 3]
+  const ValueId joined = b.Op("Concat", {sliced, sliced}, 13, {{"axis", IntAttr(1)}});  // [2, 6]
+  const ValueId unsq_axes = b.Constant("unsq_axes", Int64s(Shape{1}, {1}));
+  const ValueId weights = b.Op("Unsqueeze", {joined, unsq_axes});  // [2, 1, 6]
+  b.Output(b.Op("Add", {x, weights}));
+  std::vector<std::string> log;
+  ASSERT_TRUE(FoldConstantsPass().Run(b.graph(), EvaluatingContext(b), log).ok());
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(OpTypes(b.graph()), std::vector<std::string>{"Add"});
+  const Tensor* folded = b.Context().find_constant(weights);
+  ASSERT_NE(folded, nullptr);
+  ASSERT_EQ(folded->shape(), (Shape{2, 1, 6}));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 6; ++c) {
+      EXPECT_EQ(folded->data<float>()[r * 6 + c], w.data<float>()[(1 + r) * 3 + c % 3]);
+    }
+  }
+}
+
+// Shape of a checked top-level input with a fully known declared shape folds; one with an
+// unknown dim, a one-element input (which a request may send as a scalar) and a body's input
+// (not checked) do not. Random generators are never folded.
+TEST(FoldConstantsTest, ShapeOfDeclaredInputAndWhatIsLeftAlone) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 3, 5});
+  const ValueId y = b.Input("y", {-1, 3});
+  const ValueId s = b.Input("s", {1});
+  const ValueId shape_x = b.Op("Shape", {x}, 15, {{"start", IntAttr(1)}});
+  const ValueId shape_y = b.Op("Shape", {y});
+  const ValueId shape_s = b.Op("Shape", {s});
+  const ValueId size_x = b.Op("Size", {x});
+  const ValueId random = b.Op("RandomNormalLike", {x});
+  for (ValueId v : {shape_x, shape_y, shape_s, size_x, random}) b.Output(v);
+  TransformContext context = EvaluatingContext(b);
+  context.inputs_checked = true;
+  std::vector<std::string> log;
+  ASSERT_TRUE(FoldConstantsPass().Run(b.graph(), context, log).ok());
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"Shape", "Shape", "RandomNormalLike"}));
+  const Tensor* dims = b.Context().find_constant(shape_x);
+  ASSERT_NE(dims, nullptr);
+  ASSERT_EQ(dims->NumElements(), 2);
+  EXPECT_EQ(dims->data<int64_t>()[0], 3);
+  EXPECT_EQ(dims->data<int64_t>()[1], 5);
+  const Tensor* size = b.Context().find_constant(size_x);
+  ASSERT_NE(size, nullptr);
+  EXPECT_EQ(size->data<int64_t>()[0], 30);
+
+  Builder body;
+  const ValueId z = body.Input("z", {2, 3});
+  body.Output(body.Op("Shape", {z}));
+  std::vector<std::string> body_log;
+  ASSERT_TRUE(FoldConstantsPass().Run(body.graph(), EvaluatingContext(body), body_log).ok());
+  EXPECT_TRUE(body_log.empty());
+}
+
+// An expansion past the cap is not evaluated at all (a hostile ConstantOfShape cannot make the
+// load allocate), and a node whose evaluation fails stays for the run to report.
+TEST(FoldConstantsTest, LargeExpansionsAndFailuresStay) {
+  Builder b;
+  const ValueId x = b.Input("x", {4});
+  const ValueId huge = b.Constant("huge", Int64s(Shape{2}, {1 << 20, 1 << 20}));
+  const ValueId filled = b.Op("ConstantOfShape", {huge}, 9);
+  const ValueId bad = b.Op(
+      "Reshape", {b.Constant("v", Random(Shape{6}, 41)), b.Constant("to", Int64s(Shape{1}, {4}))});
+  b.Output(filled);
+  b.Output(b.Op("Add", {x, bad}));
+  std::vector<std::string> log;
+  ASSERT_TRUE(FoldConstantsPass().Run(b.graph(), EvaluatingContext(b), log).ok());
+  EXPECT_TRUE(log.empty());
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"ConstantOfShape", "Reshape", "Add"}));
+}
+
+// Inside an If branch: the branch's Slice and Concat of the model's constants (captured) fold
+// when the branch is compiled; the model's answers are the spec's for both branches.
+TEST(FoldConstantsTest, InsideIfBranchThroughTheModel) {
+  auto outer = std::make_shared<Graph>();
+  outer->name = "main";
+  ValueType cond_type;
+  cond_type.dtype = DataType::kBool;
+  cond_type.dims = std::vector<int64_t>{};
+  ValueType x_type;
+  x_type.dtype = DataType::kFloat32;
+  x_type.dims = std::vector<int64_t>{2, 4};
+  const ValueId cond = outer->AddValue("cond", cond_type);
+  const ValueId x = outer->AddValue("x", x_type);
+  const ValueId y = outer->AddValue("y");
+  outer->inputs = {cond, x};
+  outer->outputs = {y};
+  const Tensor w = Random(Shape{4, 2}, 42);
+  auto wt = std::make_shared<Tensor>();
+  wt->CopyFrom(w);
+  const ValueId wc = outer->AddValue("w");
+  outer->constants.push_back({wc, wt});
+
+  // then: x + Concat(w[0:2] reshaped to [1, 4], same), else: x - that.
+  auto branch = [&](const char* op) {
+    Builder g;
+    const ValueId w_in = g.graph().AddValue("w_in");
+    g.graph().captures.push_back({w_in, wc});
+    const ValueId x_in = g.graph().AddValue("x_in");
+    g.graph().captures.push_back({x_in, x});
+    const ValueId top = g.Op("Slice", {w_in, g.Constant("s", Int64s(Shape{1}, {0})),
+                                       g.Constant("e", Int64s(Shape{1}, {2})),
+                                       g.Constant("a", Int64s(Shape{1}, {0}))});  // [2, 2]
+    const ValueId row = g.Op("Reshape", {top, g.Constant("r", Int64s(Shape{2}, {1, 4}))});
+    const ValueId both = g.Op("Concat", {row, row}, 13, {{"axis", IntAttr(0)}});  // [2, 4]
+    g.Output(g.Op(op, {x_in, both}));
+    return g.shared();
+  };
+  Node node;
+  node.op_type = "If";
+  node.name = "if";
+  node.opset = 13;
+  node.inputs = {cond};
+  node.outputs = {y};
+  node.implicit_inputs = {wc, x};
+  Attribute then_attr, else_attr;
+  then_attr.type = else_attr.type = Attribute::Type::kGraph;
+  then_attr.graph = branch("Add");
+  else_attr.graph = branch("Sub");
+  node.attributes["then_branch"] = then_attr;
+  node.attributes["else_branch"] = else_attr;
+  outer->nodes.push_back(node);
+
+  LoadOptions options;
+  options.dump_plan = true;
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::FromGraph(outer, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_NE((*model)->plan_dump().find("fold_constants: node 'Concat"), std::string::npos)
+      << (*model)->plan_dump();
+  const Tensor tx = Random(Shape{2, 4}, 43);
+  for (bool c : {true, false}) {
+    Tensor tc(DataType::kBool, Shape{});
+    tc.mutable_data<bool>()[0] = c;
+    RunStats stats;
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(tc)));
+    feed.push_back(Value(Tensor::ViewOf(tx)));
+    absl::StatusOr<std::vector<Value>> out = (*model)->Run(std::move(feed), RunOptions(), &stats);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& got = (*out)[0].tensor();
+    ASSERT_EQ(got.shape(), (Shape{2, 4}));
+    for (int64_t i = 0; i < 8; ++i) {
+      const float wv = w.data<float>()[i % 4];  // w[0:2] flattened, repeated per row
+      const float xv = tx.data<float>()[i];
+      EXPECT_EQ(got.data<float>()[i], c ? xv + wv : xv - wv) << "element " << i;
+    }
+    EXPECT_EQ(stats.reference_steps, 0);
+  }
+}
+
+// Conv -> BatchNormalization -> Mul -> Add become one Conv with new weights and bias; the answer
+// is the unfolded nodes' through the reference kernels.
+TEST(FoldIntoConvTest, BatchNormMulAddFoldIntoWeightsAndBias) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    const int64_t c_in = 3, m = 4;
+    const Tensor w = Random(Shape{m, c_in, 3, 3}, 50);
+    const Tensor bias = Random(Shape{m}, 51);
+    const Tensor scale = Random(Shape{m}, 52), beta = Random(Shape{m}, 53),
+                 mean = Random(Shape{m}, 54), var = Random(Shape{m}, 55, 0.2f, 3.0f);
+    const Tensor mul = Random(Shape{m, 1, 1}, 56);
+    const Tensor add = Random(Shape{1, m, 1, 1}, 57);
+    Builder b;
+    const ValueId x = b.Input("x", {1, c_in, 7, 6});
+    std::vector<ValueId> conv_inputs = {x, b.Constant("w", w)};
+    if (with_bias) conv_inputs.push_back(b.Constant("b", bias));
+    const ValueId conv = b.Op("Conv", conv_inputs, 11, {{"pads", Ints({1, 1, 1, 1})}});
+    const ValueId bn = b.Op("BatchNormalization",
+                            {conv, b.Constant("scale", scale), b.Constant("beta", beta),
+                             b.Constant("mean", mean), b.Constant("var", var)},
+                            15, {{"epsilon", FloatAttr(1e-3f)}});
+    const ValueId scaled = b.Op("Mul", {b.Constant("mul", mul), bn});
+    b.Output(b.Op("Add", {scaled, b.Constant("add", add)}));
+    Builder copy;  // the same graph for the pass alone
+    copy.graph() = b.graph();
+    const std::vector<std::string> log = RunPass(FoldIntoConvPass(), copy);
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_EQ(OpTypes(copy.graph()), std::vector<std::string>{"Conv"});
+    EXPECT_EQ(copy.graph().nodes[0].outputs[0], b.graph().outputs[0]);
+
+    const Tensor tx = Random(Shape{1, c_in, 7, 6}, 58);
+    const Tensor got = RunModel(b.shared(), {&tx});
+    reference::WindowAttrs window;
+    window.pads = {1, 1, 1, 1};
+    Tensor expected, normalized;
+    ASSERT_TRUE(reference::Conv(tx, w, with_bias ? &bias : nullptr, window, 1, expected).ok());
+    ASSERT_TRUE(reference::BatchNorm(expected, scale, beta, mean, var, 1e-3f, normalized).ok());
+    ASSERT_EQ(got.shape(), normalized.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      const int64_t c = (i / 42) % m;
+      const double want =
+          normalized.data<float>()[i] * double{mul.data<float>()[c]} + add.data<float>()[c];
+      EXPECT_NEAR(got.data<float>()[i], want, 1e-4 * (1 + std::abs(want))) << "element " << i;
+    }
+  }
+}
+
+// Left alone: a Conv result with a second reader, runtime weights, a Mul whose operand would
+// broadcast the result to a larger shape, a BatchNormalization in training mode.
+TEST(FoldIntoConvTest, WhatIsLeftAlone) {
+  const Tensor w = Random(Shape{4, 3, 1, 1}, 60);
+  const Tensor v4 = Random(Shape{4}, 61, 0.5f, 2.0f);
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Constant("w", w)});
+    b.Output(b.Op("Mul", {conv, b.Constant("s", Random(Shape{4, 1, 1}, 62))}));
+    b.Output(conv);
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Input("w", {4, 3, 1, 1})});
+    b.Output(b.Op("Mul", {conv, b.Constant("s", Random(Shape{4, 1, 1}, 63))}));
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Constant("w", w)});
+    b.Output(b.Op("Mul", {conv, b.Constant("s", Random(Shape{2, 4, 1, 1}, 64))}));
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Constant("w", w)});
+    b.Output(b.Op(
+        "BatchNormalization",
+        {conv, b.Constant("a", v4), b.Constant("b", v4), b.Constant("m", v4), b.Constant("v", v4)},
+        15, {{"training_mode", IntAttr(1)}}));
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+}
+
+// ConvTranspose with constant weights runs on oneDNN's blocked jit kernels (on plain layouts
+// oneDNN 2.6 has only ref:any): no reference step, and the reference kernel's values.
+TEST(OptimizedPathTest, ConvTransposeWithConstantWeights) {
+  for (int64_t group : {1, 2}) {
+    SCOPED_TRACE(group);
+    const Tensor w = Random(Shape{16, 8 / group, 3, 3}, 70);
+    const Tensor bias = Random(Shape{8}, 71);
+    Builder b;
+    const ValueId x = b.Input("x", {1, 16, 9, 7});
+    b.Output(
+        b.Op("ConvTranspose", {x, b.Constant("w", w), b.Constant("b", bias)}, 11,
+             {{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}, {"group", IntAttr(group)}}));
+    const Tensor tx = Random(Shape{1, 16, 9, 7}, 72);
+    const Tensor got = RunModel(b.shared(), {&tx});
+    reference::ConvTransposeAttrs attrs;
+    attrs.window.strides = {2, 2};
+    attrs.window.pads = {1, 1, 1, 1};
+    attrs.group = group;
+    Tensor expected;
+    ASSERT_TRUE(reference::ConvTranspose(tx, w, &bias, attrs, expected).ok());
+    ASSERT_EQ(got.shape(), expected.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      EXPECT_NEAR(got.data<float>()[i], expected.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
 }
 
 }  // namespace
