@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/transform/elide_loop_identities.h"
+#include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
 #include "engine/transform/fold_into_conv.h"
 #include "engine/transform/fuse_elementwise.h"
@@ -23,6 +24,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<HoistLoopProjectionsPass>());
     list->push_back(std::make_unique<FoldConstantsPass>());
     list->push_back(std::make_unique<FoldIntoConvPass>());
+    list->push_back(std::make_unique<EliminateRedundantPass>());
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());
     list->push_back(std::make_unique<FuseMatMulPass>());

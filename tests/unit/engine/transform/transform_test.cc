@@ -14,6 +14,7 @@
 #include "engine/kernels/registry.h"
 #include "engine/runtime/node_evaluator.h"
 #include "engine/transform/elide_loop_identities.h"
+#include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
 #include "engine/transform/fold_into_conv.h"
 #include "engine/transform/fuse_elementwise.h"
@@ -1149,6 +1150,45 @@ TEST(OptimizedPathTest, ConvTransposeWithConstantWeights) {
     ASSERT_EQ(got.shape(), expected.shape());
     for (int64_t i = 0; i < got.NumElements(); ++i) {
       EXPECT_NEAR(got.data<float>()[i], expected.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
+// Identity and an inference Dropout are dropped (their readers read the input); a repeated
+// Transpose (same input and perm) and a repeated Add are merged into the first; a repeated node
+// with other attributes, and one whose output the graph returns, stay. The answer is the spec's.
+TEST(EliminateRedundantTest, IdentityDropoutAndRepeatedNodes) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 3});
+  const ValueId y = b.Input("y", {2, 3});
+  const ValueId id = b.Op("Identity", {x});
+  const ValueId dropped = b.Op("Dropout", {id}, 13);
+  const ValueId t1 = b.Op("Transpose", {dropped}, 13, {{"perm", Ints({1, 0})}});
+  const ValueId t2 = b.Op("Transpose", {x}, 13, {{"perm", Ints({1, 0})}});  // same after the drops
+  const ValueId t3 = b.Op("Transpose", {x}, 13, {{"perm", Ints({0, 1})}});  // other perm
+  const ValueId a1 = b.Op("Add", {x, y});
+  const ValueId a2 = b.Op("Add", {x, y});
+  const ValueId out_repeat = b.Op("Add", {x, y});  // returned: keeps its producer
+  const ValueId sum = b.Op("Add", {b.Op("Mul", {t1, t2}), b.Op("Transpose", {t3}, 13)});
+  b.Output(b.Op("Sub", {sum, b.Op("Transpose", {b.Op("Mul", {a1, a2})}, 13)}));
+  b.Output(out_repeat);
+  const std::vector<std::string> log = RunPass(EliminateRedundantPass(), b);
+  EXPECT_EQ(log.size(), 4u);  // Identity, Dropout, Transpose, Add
+  EXPECT_EQ(OpTypes(b.graph()),
+            (std::vector<std::string>{"Transpose", "Transpose", "Add", "Add", "Mul", "Transpose",
+                                      "Add", "Mul", "Transpose", "Sub"}));
+  EXPECT_EQ(b.graph().nodes[0].inputs[0], x);
+
+  const Tensor tx = Random(Shape{2, 3}, 80), ty = Random(Shape{2, 3}, 81);
+  Builder fresh;  // the same model through the whole pipeline
+  fresh.graph() = b.graph();
+  const Tensor got = RunModel(fresh.shared(), {&tx, &ty});
+  ASSERT_EQ(got.shape(), (Shape{3, 2}));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      const double xv = tx.data<float>()[j * 3 + i], yv = ty.data<float>()[j * 3 + i];
+      const double want = xv * xv + xv - (xv + yv) * (xv + yv);
+      EXPECT_NEAR(got.data<float>()[i * 2 + j], want, 1e-5) << i << "," << j;
     }
   }
 }
