@@ -15,22 +15,16 @@ const Tensor* FloatConstant(const TransformContext& context, ValueId id) {
   return t != nullptr && t->dtype() == DataType::kFloat32 ? t : nullptr;
 }
 
-// Per output channel values of `t` for a Conv result of rank `rank` with `channels` channels:
-// one element (the same for all), or M elements laid out along axis 1 of the result once
-// broadcast ([M, 1, ...] of rank - 1 or [1, M, 1, ...] of rank). Empty when `t` is neither.
+// Per output channel values of `t` for a Conv result of rank `rank` with `channels` channels
+// (BroadcastsPerChannel), or empty when it does not broadcast that way.
 std::vector<double> PerChannel(const Tensor& t, int64_t rank, int64_t channels) {
   std::vector<double> values;
-  const int64_t r = t.rank();
-  if (t.NumElements() == 1 && r <= rank) {
+  if (!BroadcastsPerChannel(t, rank, channels)) return values;
+  if (t.NumElements() == 1) {
     values.assign(channels, t.data<float>()[0]);
-    return values;
+  } else {
+    values.assign(t.data<float>(), t.data<float>() + channels);
   }
-  if (t.NumElements() != channels || r > rank || r < rank - 1) return values;
-  const int64_t axis = 1 - (rank - r);  // the result's axis 1 in t's dims
-  for (int64_t i = 0; i < r; ++i) {
-    if (t.dim(i) != (i == axis ? channels : 1)) return values;
-  }
-  values.assign(t.data<float>(), t.data<float>() + channels);
   return values;
 }
 

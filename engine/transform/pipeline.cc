@@ -5,6 +5,7 @@
 #include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
 #include "engine/transform/fold_into_conv.h"
+#include "engine/transform/fuse_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
@@ -25,6 +26,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FoldConstantsPass>());
     list->push_back(std::make_unique<FoldIntoConvPass>());
     list->push_back(std::make_unique<EliminateRedundantPass>());
+    list->push_back(std::make_unique<FuseConvPass>());
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());
     list->push_back(std::make_unique<FuseMatMulPass>());

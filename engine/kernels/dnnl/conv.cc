@@ -1,5 +1,7 @@
-// oneDNN Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad, optional bias).
+// oneDNN Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad, optional bias, the
+// post-ops of a fused Conv as a native epilogue) and ConvTranspose.
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -8,19 +10,40 @@
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/kernels/dnnl/window_attrs.h"
+#include "engine/kernels/native/post_ops.h"
+#include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
 namespace {
 
+// A Conv node, optionally fused (engine/transform/fuse_conv.h): inputs X, W, B (omitted when the
+// Conv has no bias), then the post-ops' operands, which run as a native epilogue over the result.
 class ConvKernel final : public DnnlKernel {
  public:
-  ConvKernel(reference::WindowAttrs attrs, int64_t group, const Tensor* constant_weights)
-      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
+  ConvKernel(int num_inputs, reference::WindowAttrs attrs, int64_t group,
+             const Tensor* constant_weights, std::shared_ptr<const FusionSpec> spec)
+      : DnnlKernel(num_inputs, /*required_inputs=*/2),
         attrs_(std::move(attrs)),
         group_(group),
-        constant_weights_(constant_weights) {}
+        constant_weights_(constant_weights),
+        spec_(std::move(spec)) {}
+
+  // Builds the epilogue of a fused node's post-ops.
+  absl::Status Init(int num_inputs) {
+    if (spec_ == nullptr) return absl::OkStatus();
+    LS_ASSIGN_OR_RETURN(epilogue_,
+                        native::ChainOfPostOps(spec_->post_ops, num_inputs, &epilogue_inputs_));
+    return absl::OkStatus();
+  }
 
  protected:
+  // A fused node computes float32 only (its epilogue is native float code); other types run the
+  // nodes it replaced.
+  bool UsesDnnl(DataType type) const override {
+    return type == DataType::kFloat32 ||
+           (spec_ == nullptr && (type == DataType::kFloat16 || type == DataType::kBFloat16));
+  }
+
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
     const Shape& x = *shapes[0];
@@ -32,6 +55,19 @@ class ConvKernel final : public DnnlKernel {
     if (out.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
+    }
+    if (spec_ != nullptr) {
+      // The epilogue over the result, unless a post-op operand would grow it (then the nodes run
+      // unfused).
+      std::vector<const Shape*> operand_shapes = {&out};
+      for (int input : epilogue_inputs_) operand_shapes.push_back(shapes[input]);
+      LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, epilogue_.Prepare(operand_shapes));
+      if (prepared->epilogue_prepared.output != out) {
+        prepared->mode = PreparedOp::Mode::kReference;
+        return prepared;
+      }
+      prepared->epilogue = &epilogue_;
+      prepared->epilogue_inputs.assign(epilogue_inputs_.begin(), epilogue_inputs_.end());
     }
     // No input channels (the output is the bias) or more than 3 spatial dims: not for oneDNN.
     if (x.NumElements() == 0 || w.NumElements() == 0 || window.rank > 3) {
@@ -127,7 +163,10 @@ class ConvKernel final : public DnnlKernel {
  private:
   const reference::WindowAttrs attrs_;
   const int64_t group_;
-  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
+  const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
+  const std::shared_ptr<const FusionSpec> spec_;  // null for a plain Conv
+  native::ElementwiseChain epilogue_;
+  std::vector<int> epilogue_inputs_;  // node input per epilogue operand 1, 2, ...
 };
 
 // ConvTranspose on oneDNN's deconvolution, with constant weights reordered once into the
@@ -273,10 +312,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const Kern
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init) {
   const Node& node = init.node();
-  if (init.num_inputs() < 2 || init.num_inputs() > 3 || node.outputs.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("expected 2 or 3 inputs and 1 output, got ",
-                                                   init.num_inputs(), " and ",
-                                                   node.outputs.size()));
+  const int max_inputs = node.fusion != nullptr ? DnnlKernel::kMaxInputs : 3;
+  if (init.num_inputs() < 2 || init.num_inputs() > max_inputs || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 2 to ", max_inputs,
+                                                   " inputs and 1 output, got ", init.num_inputs(),
+                                                   " and ", node.outputs.size()));
   }
   LS_ASSIGN_OR_RETURN(reference::WindowAttrs attrs,
                       ParseWindowAttrs(node, /*require_kernel_shape=*/false));
@@ -284,7 +324,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& i
   if (group < 1 || group > reference::kMaxWindowAttr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
   }
-  auto kernel = std::make_unique<ConvKernel>(std::move(attrs), group, init.constant_input(1));
+  // Input 2 (B) is always a slot, present or not: Prepare reads shapes[2].
+  const int num_inputs = std::max(3, init.num_inputs());
+  auto kernel = std::make_unique<ConvKernel>(num_inputs, std::move(attrs), group,
+                                             init.constant_input(1), node.fusion);
+  LS_RETURN_IF_ERROR(kernel->Init(num_inputs));
+  if (node.fusion != nullptr && node.fusion->unfused != nullptr) {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> unfused,
+                        init.CompileUnfused(node.fusion->unfused));
+    kernel->SetUnfused(std::move(unfused));
+  }
   kernel->WarmUp(init);
   return kernel;
 }
