@@ -1273,5 +1273,33 @@ TEST(FuseConvTest, ComputedOperandEndsTheChain) {
   }
 }
 
+// Pointwise Convs with constant weights: on plain NCHW through oneDNN's gemm path (no reorders),
+// or, where oneDNN has only its reference implementation for the plain layouts (Silero's 1-D
+// decoder Conv to one channel), on the blocked kernels: never a reference step, and the
+// reference kernel's values.
+TEST(OptimizedPathTest, PointwiseConvs) {
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c :
+       {Case{Shape{1, 16, 5, 7}, Shape{8, 16, 1, 1}}, Case{Shape{1, 128, 1}, Shape{1, 128, 1}},
+        Case{Shape{2, 3, 4}, Shape{5, 3, 1}}}) {
+    SCOPED_TRACE(c.x.ToString() + " " + c.w.ToString());
+    const Tensor w = Random(c.w, 100);
+    const Tensor bias = Random(Shape{c.w[0]}, 101);
+    Builder b;
+    const ValueId x = b.Input("x", std::vector<int64_t>(c.x.dims().begin(), c.x.dims().end()));
+    b.Output(b.Op("Conv", {x, b.Constant("w", w), b.Constant("b", bias)}, 11));
+    const Tensor tx = Random(c.x, 102);
+    const Tensor got = RunModel(b.shared(), {&tx});  // checks reference_steps == 0
+    Tensor expected;
+    ASSERT_TRUE(reference::Conv(tx, w, &bias, reference::WindowAttrs(), 1, expected).ok());
+    ASSERT_EQ(got.shape(), expected.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      EXPECT_NEAR(got.data<float>()[i], expected.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loopserve::engine::transform
