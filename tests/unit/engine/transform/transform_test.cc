@@ -1162,6 +1162,124 @@ TEST(OptimizedPathTest, ConvTransposeWithConstantWeights) {
   }
 }
 
+// Identity and an inference Dropout are dropped (their readers read the input); a repeated
+// Transpose (same input and perm) and a repeated Add are merged into the first; a repeated node
+// with other attributes, and one whose output the graph returns, stay. The answer is the spec's.
+TEST(EliminateRedundantTest, IdentityDropoutAndRepeatedNodes) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 3});
+  const ValueId y = b.Input("y", {2, 3});
+  const ValueId id = b.Op("Identity", {x});
+  const ValueId dropped = b.Op("Dropout", {id}, 13);
+  const ValueId t1 = b.Op("Transpose", {dropped}, 13, {{"perm", Ints({1, 0})}});
+  const ValueId t2 = b.Op("Transpose", {x}, 13, {{"perm", Ints({1, 0})}});  // same after the drops
+  const ValueId t3 = b.Op("Transpose", {x}, 13, {{"perm", Ints({0, 1})}});  // other perm
+  const ValueId a1 = b.Op("Add", {x, y});
+  const ValueId a2 = b.Op("Add", {x, y});
+  const ValueId out_repeat = b.Op("Add", {x, y});  // returned: keeps its producer
+  const ValueId sum = b.Op("Add", {b.Op("Mul", {t1, t2}), b.Op("Transpose", {t3}, 13)});
+  b.Output(b.Op("Sub", {sum, b.Op("Transpose", {b.Op("Mul", {a1, a2})}, 13)}));
+  b.Output(out_repeat);
+  const std::vector<std::string> log = RunPass(EliminateRedundantPass(), b);
+  EXPECT_EQ(log.size(), 4u);  // Identity, Dropout, Transpose, Add
+  EXPECT_EQ(OpTypes(b.graph()),
+            (std::vector<std::string>{"Transpose", "Transpose", "Add", "Add", "Mul", "Transpose",
+                                      "Add", "Mul", "Transpose", "Sub"}));
+  EXPECT_EQ(b.graph().nodes[0].inputs[0], x);
+
+  const Tensor tx = Random(Shape{2, 3}, 80), ty = Random(Shape{2, 3}, 81);
+  Builder fresh;  // the same model through the whole pipeline
+  fresh.graph() = b.graph();
+  const Tensor got = RunModel(fresh.shared(), {&tx, &ty});
+  ASSERT_EQ(got.shape(), (Shape{3, 2}));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      const double xv = tx.data<float>()[j * 3 + i], yv = ty.data<float>()[j * 3 + i];
+      const double want = xv * xv + xv - (xv + yv) * (xv + yv);
+      EXPECT_NEAR(got.data<float>()[i * 2 + j], want, 1e-5) << i << "," << j;
+    }
+  }
+}
+
+// Conv -> HardSwish written out (x * Clip(x + 3, 0, 6) / 6) -> Add of a per-channel constant ->
+// Relu becomes one Conv with three post-ops; a Conv without bias keeps input 2 as an omitted
+// slot. The answer is reference::Conv's followed by the ops' definitions.
+TEST(FuseConvTest, HardSwishAndConstantsBecomePostOps) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    const Tensor w = Random(Shape{4, 3, 3, 3}, 90);
+    const Tensor bias = Random(Shape{4}, 91);
+    const Tensor shift = Random(Shape{4, 1, 1}, 92);
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 6, 5});
+    std::vector<ValueId> conv_inputs = {x, b.Constant("w", w)};
+    if (with_bias) conv_inputs.push_back(b.Constant("b", bias));
+    const ValueId conv = b.Op("Conv", conv_inputs, 11, {{"pads", Ints({1, 1, 1, 1})}});
+    const ValueId clipped = b.Op("Clip", {b.Op("Add", {conv, b.Scalar("three", 3.0f)}),
+                                          b.Scalar("zero", 0.0f), b.Scalar("six", 6.0f)});
+    const ValueId hs = b.Op("Div", {b.Op("Mul", {conv, clipped}), b.Scalar("six2", 6.0f)});
+    b.Output(b.Op("Relu", {b.Op("Add", {hs, b.Constant("shift", shift)})}));
+    Builder copy;
+    copy.graph() = b.graph();
+    ASSERT_EQ(RunPass(FuseConvPass(), copy).size(), 1u);
+    ASSERT_EQ(OpTypes(copy.graph()), std::vector<std::string>{"Conv"});
+    const Node& fused = copy.graph().nodes[0];
+    ASSERT_NE(fused.fusion, nullptr);
+    ASSERT_EQ(fused.fusion->post_ops.size(), 3u);
+    EXPECT_EQ(fused.fusion->post_ops[0].fn, EltwiseFn::kHardSwish);
+    EXPECT_EQ(fused.fusion->post_ops[1].op, ArithOp::kAdd);
+    EXPECT_EQ(fused.fusion->post_ops[2].fn, EltwiseFn::kRelu);
+    ASSERT_EQ(fused.inputs.size(), 4u);
+    EXPECT_EQ(fused.inputs[2] == kNoValue, !with_bias);
+
+    const Tensor tx = Random(Shape{1, 3, 6, 5}, 93, -3.0f, 3.0f);
+    const Tensor got = RunModel(b.shared(), {&tx});
+    reference::WindowAttrs window;
+    window.pads = {1, 1, 1, 1};
+    Tensor conv_out;
+    ASSERT_TRUE(reference::Conv(tx, w, with_bias ? &bias : nullptr, window, 1, conv_out).ok());
+    ASSERT_EQ(got.shape(), conv_out.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      const double v = conv_out.data<float>()[i];
+      const double h = v * std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+      const double want = std::max(h + shift.data<float>()[i / 30], 0.0);
+      EXPECT_NEAR(got.data<float>()[i], want, 1e-5 * (1 + std::abs(want))) << "element " << i;
+    }
+  }
+}
+
+// A binary op with a computed operand (a residual Add, a squeeze-excitation Mul whose operand is
+// larger than the Conv's result) ends the chain; an activation before it is still absorbed. The
+// answer (the broadcast Mul included) is the reference's.
+TEST(FuseConvTest, ComputedOperandEndsTheChain) {
+  const Tensor w = Random(Shape{4, 4, 1, 1}, 94);
+  Builder b;
+  const ValueId x = b.Input("x", {1, 4, 3, 3});
+  const ValueId pooled = b.Op("GlobalAveragePool", {x});
+  const ValueId gate = b.Op("Sigmoid", {b.Op("Conv", {pooled, b.Constant("w", w)})});
+  b.Output(b.Op("Mul", {x, gate}));  // [1, 4, 3, 3] from a [1, 4, 1, 1] Conv result
+  Builder copy;
+  copy.graph() = b.graph();
+  RunPass(FuseConvPass(), copy);
+  EXPECT_EQ(OpTypes(copy.graph()), (std::vector<std::string>{"GlobalAveragePool", "Conv", "Mul"}));
+
+  const Tensor tx = Random(Shape{1, 4, 3, 3}, 95);
+  const Tensor got = RunModel(b.shared(), {&tx});
+  ASSERT_EQ(got.shape(), (Shape{1, 4, 3, 3}));
+  for (int64_t c = 0; c < 4; ++c) {
+    double z = 0;
+    for (int64_t k = 0; k < 4; ++k) {
+      double mean = 0;
+      for (int64_t i = 0; i < 9; ++i) mean += tx.data<float>()[k * 9 + i] / 9.0;
+      z += w.data<float>()[c * 4 + k] * mean;
+    }
+    const double g = 1 / (1 + std::exp(-z));
+    for (int64_t i = 0; i < 9; ++i) {
+      EXPECT_NEAR(got.data<float>()[c * 9 + i], tx.data<float>()[c * 9 + i] * g, 1e-5);
+    }
+  }
+}
+
 // Pointwise Convs with constant weights: on plain NCHW through oneDNN's gemm path (no reorders),
 // or, where oneDNN has only its reference implementation for the plain layouts (Silero's 1-D
 // decoder Conv to one channel), on the blocked kernels: never a reference step, and the
