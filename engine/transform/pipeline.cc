@@ -12,6 +12,7 @@
 #include "engine/transform/fuse_matmul.h"
 #include "engine/transform/fuse_softmax.h"
 #include "engine/transform/graph_util.h"
+#include "engine/transform/hoist_loop_invariants.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "engine/transform/lower_cell_loops.h"
 
@@ -23,6 +24,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<LowerCellLoopsPass>());
     list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
     list->push_back(std::make_unique<HoistLoopProjectionsPass>());
+    list->push_back(std::make_unique<HoistLoopInvariantsPass>());
     list->push_back(std::make_unique<FoldConstantsPass>());
     list->push_back(std::make_unique<FoldIntoConvPass>());
     list->push_back(std::make_unique<EliminateRedundantPass>());

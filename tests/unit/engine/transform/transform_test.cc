@@ -23,6 +23,7 @@
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
 #include "engine/transform/fuse_softmax.h"
+#include "engine/transform/hoist_loop_invariants.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "gtest/gtest.h"
 
@@ -1304,6 +1305,110 @@ TEST(OptimizedPathTest, PointwiseConvs) {
     ASSERT_EQ(got.shape(), expected.shape());
     for (int64_t i = 0; i < got.NumElements(); ++i) {
       EXPECT_NEAR(got.data<float>()[i], expected.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
+// A Loop body h' = h + Tanh(MatMul(E, W)) with E a computed value of the enclosing graph (an
+// encoder output) and W a body constant: the MatMul and the Tanh are invariant and move before
+// the Loop; the body keeps the Add. The model's answer is h0 + T tanh(E W), in double here.
+TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
+  constexpr int64_t kTrips = 5;
+  auto type = [](DataType dtype, std::vector<int64_t> dims) {
+    ValueType t;
+    t.dtype = dtype;
+    t.dims = std::move(dims);
+    return t;
+  };
+  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
+    Node n;
+    n.op_type = op;
+    n.name = std::string(op) + "_" + std::to_string(out);
+    n.opset = 13;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    return n;
+  };
+  const Tensor w = Random(Shape{3, 4}, 110, -0.5f, 0.5f);
+  auto outer = std::make_shared<Graph>();
+  outer->name = "main";
+  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {2, 4}));
+  const ValueId x = outer->AddValue("x", type(DataType::kFloat32, {2, 3}));
+  const ValueId e = outer->AddValue("e", type(DataType::kFloat32, {2, 3}));
+  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {2, 4}));
+  outer->inputs = {m, cond, h0, x};
+  outer->outputs = {h};
+  outer->nodes.push_back(node("Neg", {x}, e));  // computed: not a constant
+
+  auto body = std::make_shared<Graph>();
+  body->name = "body";
+  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {2, 4}));
+  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {2, 4}));
+  const ValueId e_in = body->AddValue("e_in");
+  body->captures.push_back({e_in, e});
+  const ValueId w_c = body->AddValue("w");
+  auto wt = std::make_shared<Tensor>();
+  wt->CopyFrom(w);
+  body->constants.push_back({w_c, wt});
+  const ValueId ew = body->AddValue("ew");
+  const ValueId t = body->AddValue("t");
+  body->inputs = {i, cond_in, h_in};
+  body->outputs = {cond_out, h_out};
+  body->nodes = {node("Identity", {cond_in}, cond_out), node("MatMul", {e_in, w_c}, ew),
+                 node("Tanh", {ew}, t), node("Add", {h_in, t}, h_out)};
+  auto spec = std::make_shared<LoopSpec>();
+  spec->current_iteration_param = 0;
+  spec->condition_result = 0;
+  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
+                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
+  LoopSpec::OutputPort last;
+  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
+  last.node_output = 0;
+  last.body_result = 1;
+  spec->outputs = {last};
+  Node loop;
+  loop.op_type = "Loop";
+  loop.name = "loop";
+  loop.opset = 13;
+  loop.loop = spec;
+  loop.inputs = {m, cond, h0};
+  loop.outputs = {h};
+  loop.implicit_inputs = {e};
+  Attribute attr;
+  attr.type = Attribute::Type::kGraph;
+  attr.graph = body;
+  loop.attributes["body"] = attr;
+  outer->nodes.push_back(loop);
+
+  Graph rewritten = *outer;
+  std::vector<std::string> log;
+  ASSERT_TRUE(HoistLoopInvariantsPass().Run(rewritten, TransformContext(), log).ok());
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(OpTypes(rewritten), (std::vector<std::string>{"Neg", "MatMul", "Tanh", "Loop"}));
+  const Graph& new_body = *rewritten.nodes[3].attributes.at("body").graph;
+  EXPECT_EQ(OpTypes(new_body), (std::vector<std::string>{"Identity", "Add"}));
+  EXPECT_EQ(rewritten.nodes[3].implicit_inputs.size(), 3u);  // e, and the MatMul's and Tanh's
+
+  Tensor tm(DataType::kInt64, Shape{});
+  tm.mutable_data<int64_t>()[0] = kTrips;
+  Tensor tc(DataType::kBool, Shape{});
+  tc.mutable_data<bool>()[0] = true;
+  const Tensor th = Random(Shape{2, 4}, 111), tx = Random(Shape{2, 3}, 112);
+  const Tensor got = RunModel(outer, {&tm, &tc, &th, &tx});
+  ASSERT_EQ(got.shape(), (Shape{2, 4}));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      double dot = 0;
+      for (int64_t k = 0; k < 3; ++k) {
+        dot += -double{tx.data<float>()[r * 3 + k]} * w.data<float>()[k * 4 + c];
+      }
+      const double want = th.data<float>()[r * 4 + c] + kTrips * std::tanh(dot);
+      EXPECT_NEAR(got.data<float>()[r * 4 + c], want, 1e-5) << r << "," << c;
     }
   }
 }
