@@ -79,7 +79,8 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
   bool changed = false;
   for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
     Node& conv = graph.nodes[n];
-    if (removed[n] || conv.op_type != "Conv" ||
+    const bool transposed = conv.op_type == "ConvTranspose";
+    if (removed[n] || (conv.op_type != "Conv" && !transposed) ||
         !(conv.domain.empty() || conv.domain == "ai.onnx") || conv.inputs.size() < 2 ||
         conv.inputs.size() > 3 || conv.outputs.size() != 1 || conv.fusion != nullptr) {
       continue;
@@ -88,7 +89,10 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
     const bool has_bias = conv.inputs.size() == 3 && conv.inputs[2] != kNoValue;
     const Tensor* bias = has_bias ? FloatConstant(context, conv.inputs[2]) : nullptr;
     if (w == nullptr || w->rank() < 3 || (has_bias && bias == nullptr)) continue;
-    const int64_t channels = w->dim(0);
+    // Output channels: Conv's W is [M, C / group, k...]; ConvTranspose's [C, M / group, k...].
+    absl::StatusOr<int64_t> group = conv.GetInt("group", 1);
+    if (!group.ok() || *group < 1 || (transposed && w->dim(0) % *group != 0)) continue;
+    const int64_t channels = transposed ? w->dim(1) * *group : w->dim(0);
     const int64_t rank = w->rank();
     if (bias != nullptr && bias->NumElements() != channels) continue;
     // The Conv as y = x (*) (W * scale) + shift, grown along the chain.
@@ -133,11 +137,20 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
     if (chain.size() == 1) continue;
 
     auto new_w = std::make_shared<Tensor>(DataType::kFloat32, w->shape());
-    const int64_t per_channel = w->NumElements() / channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float* src = w->data<float>() + c * per_channel;
-      float* dst = new_w->mutable_data<float>() + c * per_channel;
-      for (int64_t k = 0; k < per_channel; ++k) dst[k] = static_cast<float>(src[k] * scale[c]);
+    // Blocks of `taps` weights that share an output channel, in order: Conv's [M][C/g][k...]
+    // has M blocks of C/g * taps; ConvTranspose's [C][M/g][k...] has C * M/g blocks of taps,
+    // block (c, j) feeding output channel (c / (C/g)) * M/g + j.
+    const int64_t taps = w->shape().NumElements(2, rank);
+    const int64_t blocks = w->dim(0) * w->dim(1);
+    for (int64_t block = 0; block < blocks; ++block) {
+      int64_t m = block / w->dim(1);
+      if (transposed) {
+        const int64_t c = block / w->dim(1), j = block % w->dim(1);
+        m = c / (w->dim(0) / *group) * w->dim(1) + j;
+      }
+      const float* src = w->data<float>() + block * taps;
+      float* dst = new_w->mutable_data<float>() + block * taps;
+      for (int64_t k = 0; k < taps; ++k) dst[k] = static_cast<float>(src[k] * scale[m]);
     }
     auto new_b = std::make_shared<Tensor>(DataType::kFloat32, Shape{channels});
     for (int64_t c = 0; c < channels; ++c)
@@ -153,7 +166,7 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
     target.inputs[2] = b_id;
     target.outputs[0] = value;
     for (size_t k = 1; k < chain.size(); ++k) removed[chain[k]] = true;
-    log.push_back(absl::StrCat(name(), ": ", described, " -> Conv '", target.name,
+    log.push_back(absl::StrCat(name(), ": ", described, " -> ", target.op_type, " '", target.name,
                                "' (weights and bias folded)"));
     changed = true;
   }

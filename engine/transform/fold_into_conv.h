@@ -4,8 +4,8 @@
 
 namespace loopserve::engine::transform {
 
-// Folds what follows a Conv with constant float32 weights (and bias) into those weights and bias,
-// as ONNX Runtime's ConvBNFusion / ConvMulFusion / ConvAddFusion do:
+// Folds what follows a Conv or ConvTranspose with constant float32 weights (and bias) into those
+// weights and bias, as ONNX Runtime's ConvBNFusion / ConvMulFusion / ConvAddFusion do:
 //   Conv -> BatchNormalization (inference, constant statistics): W' = W * a, B' = (B - mean) * a
 //     + beta per output channel, with a = scale / sqrt(var + epsilon);
 //   Conv -> Mul by a constant per output channel or scalar: W' = W * s, B' = B * s;

@@ -1413,5 +1413,45 @@ TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
   }
 }
 
+// ConvTranspose (two groups) -> BatchNormalization -> Add become one ConvTranspose: each output
+// channel's weights are spread over the input channels of its group. The answer is the unfolded
+// nodes' through the reference kernels.
+TEST(FoldIntoConvTest, ConvTransposeWithGroups) {
+  const int64_t c_in = 4, group = 2, m = 6;
+  const Tensor w = Random(Shape{c_in, m / group, 2, 2}, 120);
+  const Tensor bias = Random(Shape{m}, 121);
+  const Tensor scale = Random(Shape{m}, 122), beta = Random(Shape{m}, 123),
+               mean = Random(Shape{m}, 124), var = Random(Shape{m}, 125, 0.2f, 3.0f);
+  const Tensor add = Random(Shape{m, 1, 1}, 126);
+  Builder b;
+  const ValueId x = b.Input("x", {1, c_in, 3, 4});
+  const ValueId up = b.Op("ConvTranspose", {x, b.Constant("w", w), b.Constant("b", bias)}, 11,
+                          {{"strides", Ints({2, 2})}, {"group", IntAttr(group)}});
+  const ValueId bn = b.Op("BatchNormalization",
+                          {up, b.Constant("scale", scale), b.Constant("beta", beta),
+                           b.Constant("mean", mean), b.Constant("var", var)},
+                          15);
+  b.Output(b.Op("Add", {bn, b.Constant("add", add)}));
+  Builder copy;
+  copy.graph() = b.graph();
+  ASSERT_EQ(RunPass(FoldIntoConvPass(), copy).size(), 1u);
+  EXPECT_EQ(OpTypes(copy.graph()), std::vector<std::string>{"ConvTranspose"});
+
+  const Tensor tx = Random(Shape{1, c_in, 3, 4}, 127);
+  const Tensor got = RunModel(b.shared(), {&tx});
+  reference::ConvTransposeAttrs attrs;
+  attrs.window.strides = {2, 2};
+  attrs.group = group;
+  Tensor up_ref, normalized;
+  ASSERT_TRUE(reference::ConvTranspose(tx, w, &bias, attrs, up_ref).ok());
+  ASSERT_TRUE(reference::BatchNorm(up_ref, scale, beta, mean, var, 1e-5f, normalized).ok());
+  ASSERT_EQ(got.shape(), normalized.shape());
+  const int64_t plane = got.NumElements() / m;
+  for (int64_t i = 0; i < got.NumElements(); ++i) {
+    const double want = double{normalized.data<float>()[i]} + add.data<float>()[i / plane];
+    EXPECT_NEAR(got.data<float>()[i], want, 1e-4 * (1 + std::abs(want))) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace loopserve::engine::transform
