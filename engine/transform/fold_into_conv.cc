@@ -36,6 +36,10 @@ bool BatchNormAffine(const Node& bn, const TransformContext& context, int64_t ch
   for (size_t i = 1; i < bn.outputs.size(); ++i) {
     if (bn.outputs[i] != kNoValue) return false;  // training statistics
   }
+  // Before opset 7, is_test = 0 with more than one output slot is training mode (as the kernel
+  // reads it), even when the extra outputs are omitted.
+  absl::StatusOr<int64_t> is_test = bn.GetInt("is_test", 0);
+  if (bn.opset < 7 && bn.outputs.size() > 1 && (!is_test.ok() || *is_test == 0)) return false;
   absl::StatusOr<int64_t> training = bn.GetInt("training_mode", 0);
   absl::StatusOr<int64_t> spatial = bn.GetInt("spatial", 1);
   absl::StatusOr<float> epsilon = bn.GetFloat("epsilon", 1e-5f);

@@ -1453,5 +1453,30 @@ TEST(FoldIntoConvTest, ConvTransposeWithGroups) {
   }
 }
 
+// A graph output that folds to a constant is returned on every run with the spec's values (the
+// run hands out a copy, the constant stays).
+TEST(FoldConstantsTest, FoldedGraphOutputOnEveryRun) {
+  Builder b;
+  const ValueId x = b.Input("x", {3});
+  const Tensor c = Random(Shape{3}, 130);
+  const ValueId cc = b.Constant("c", c);
+  b.Output(b.Op("Neg", {cc}));
+  b.Output(b.Op("Add", {x, cc}));
+  auto model = Model::FromGraph(b.shared());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tensor tx = Random(Shape{3}, 131);
+  for (int run = 0; run < 3; ++run) {
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(tx)));
+    absl::StatusOr<std::vector<Value>> out = (*model)->Run(std::move(feed), RunOptions());
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].tensor().NumElements(), 3);
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ((*out)[0].tensor().data<float>()[i], -c.data<float>()[i]) << "run " << run;
+      EXPECT_EQ((*out)[1].tensor().data<float>()[i], tx.data<float>()[i] + c.data<float>()[i]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loopserve::engine::transform
