@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -17,33 +16,6 @@
 
 namespace loopserve::engine {
 namespace {
-
-// The oneDNN eltwise post-op computing `p` inside the convolution (in its own layout, before any
-// reorder), for the unary post-ops oneDNN 2.6 has; nullopt for the others.
-struct DnnlEltwise {
-  dnnl::algorithm algorithm;
-  float alpha = 0.0f;
-  float beta = 0.0f;
-};
-std::optional<DnnlEltwise> ToDnnlEltwise(const PostOp& p) {
-  if (p.kind != PostOp::Kind::kUnary) return std::nullopt;
-  switch (p.fn) {
-    case EltwiseFn::kRelu:
-      return DnnlEltwise{dnnl::algorithm::eltwise_relu};
-    case EltwiseFn::kLeakyRelu:
-      return DnnlEltwise{dnnl::algorithm::eltwise_relu, p.alpha};
-    case EltwiseFn::kTanh:
-      return DnnlEltwise{dnnl::algorithm::eltwise_tanh};
-    case EltwiseFn::kSigmoid:
-      return DnnlEltwise{dnnl::algorithm::eltwise_logistic};
-    case EltwiseFn::kHardSwish:
-      return DnnlEltwise{dnnl::algorithm::eltwise_hardswish};
-    case EltwiseFn::kClip:
-      return DnnlEltwise{dnnl::algorithm::eltwise_clip_v2, p.alpha, p.beta};
-    default:
-      return std::nullopt;
-  }
-}
 
 // A Conv node, optionally fused (engine/transform/fuse_conv.h): inputs X, W, B (omitted when the
 // Conv has no bias), then the post-ops' operands, which run as a native epilogue over the result.
@@ -95,10 +67,8 @@ class ConvKernel final : public DnnlKernel {
         prepared->mode = PreparedOp::Mode::kReference;
         return prepared;
       }
-      if (static_cast<size_t>(dnnl_post_ops_) < spec_->post_ops.size()) {
-        prepared->epilogue = &epilogue_;
-        prepared->epilogue_inputs.assign(epilogue_inputs_.begin(), epilogue_inputs_.end());
-      }
+      prepared->epilogue = &epilogue_;
+      prepared->epilogue_inputs.assign(epilogue_inputs_.begin(), epilogue_inputs_.end());
     }
     // No input channels (the output is the bias) or more than 3 spatial dims: not for oneDNN.
     if (x.NumElements() == 0 || w.NumElements() == 0 || window.rank > 3) {
@@ -118,22 +88,13 @@ class ConvKernel final : public DnnlKernel {
     const DnnlWindow win = ToDnnlWindow(window);
     const bool has_bias = shapes[2] != nullptr;
     const dnnl::memory::desc bias = has_bias ? Desc({w[0]}, type) : dnnl::memory::desc();
-    dnnl::primitive_attr attr = UserScratchpadAttr();
-    if (dnnl_post_ops_ > 0) {
-      dnnl::post_ops ops;
-      for (int i = 0; i < dnnl_post_ops_; ++i) {
-        const DnnlEltwise e = *ToDnnlEltwise(spec_->post_ops[i]);
-        ops.append_eltwise(1.0f, e.algorithm, e.alpha, e.beta);
-      }
-      attr.set_post_ops(ops);
-    }
     const auto make_pd = [&](const dnnl::memory::desc& s, const dnnl::memory::desc& k,
                              const dnnl::memory::desc& d) {
       return dnnl::convolution_forward::primitive_desc(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                           dnnl::algorithm::convolution_direct, s, k, bias, d,
                                           win.strides, win.dilations, win.padding_l, win.padding_r),
-          attr, CpuEngine());
+          UserScratchpadAttr(), CpuEngine());
     };
     // Constant weights: let oneDNN choose every layout (blocked nChw16c / nChw8c: its direct or
     // brgemm kernels instead of the im2col + gemm that plain layouts get). The weights are
@@ -218,9 +179,8 @@ class ConvKernel final : public DnnlKernel {
   const int64_t group_;
   const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
   const std::shared_ptr<const FusionSpec> spec_;  // null for a plain Conv
-  int dnnl_post_ops_ = 0;                         // leading post-ops run as oneDNN eltwise post-ops
-  native::ElementwiseChain epilogue_;             // the others
-  std::vector<int> epilogue_inputs_;              // node input per epilogue operand 1, 2, ...
+  native::ElementwiseChain epilogue_;
+  std::vector<int> epilogue_inputs_;  // node input per epilogue operand 1, 2, ...
 };
 
 // ConvTranspose on oneDNN's deconvolution, with constant weights reordered once into the
