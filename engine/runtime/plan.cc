@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/runtime/node_evaluator.h"
 #include "engine/transform/pipeline.h"
 
 namespace loopserve::engine {
@@ -88,6 +89,11 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
     context.PushScope(graph.get());
     transform::TransformContext transform_context;
     transform_context.find_constant = [&context](ValueId id) { return context.FindConstant(id); };
+    transform_context.evaluate = [&context](const Node& node,
+                                            const std::vector<const Tensor*>& inputs) {
+      return EvaluateNode(context.registry(), node, inputs);
+    };
+    transform_context.inputs_checked = context.scopes_.size() == 1;
     absl::StatusOr<std::shared_ptr<const Graph>> optimized =
         transform::Optimize(graph, transform_context, &rewrites);
     context.PopScope();

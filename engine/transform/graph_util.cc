@@ -43,6 +43,17 @@ std::optional<float> ScalarConstant(const TransformContext& context, ValueId id)
   return t->data<float>()[0];
 }
 
+bool BroadcastsPerChannel(const Tensor& t, int64_t rank, int64_t channels) {
+  const int64_t r = t.rank();
+  if (t.NumElements() == 1) return r <= rank;
+  if (t.NumElements() != channels || r > rank || r < rank - 1) return false;
+  const int64_t axis = 1 - (rank - r);  // the result's axis 1 in t's dims
+  for (int64_t i = 0; i < r; ++i) {
+    if (t.dim(i) != (i == axis ? channels : 1)) return false;
+  }
+  return true;
+}
+
 void RemoveNodes(Graph& graph, const std::vector<bool>& removed) {
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());

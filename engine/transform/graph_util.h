@@ -29,6 +29,11 @@ bool IsOp(const Node& node, const char* op_type, size_t inputs, size_t outputs);
 // The float value of a one-element float32 constant, else nullopt.
 std::optional<float> ScalarConstant(const TransformContext& context, ValueId id);
 
+// Whether `t` broadcast against a result of rank `rank` whose axis 1 has `channels` entries (a
+// Conv's [N, M, spatial...]) varies along axis 1 only and leaves the result's shape alone: one
+// element of rank <= `rank`, or [M, 1, ...] of rank - 1, or [1, M, 1, ...] of rank.
+bool BroadcastsPerChannel(const Tensor& t, int64_t rank, int64_t channels);
+
 // Drops the nodes marked in `removed` (keeping the others' order).
 void RemoveNodes(Graph& graph, const std::vector<bool>& removed);
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/ir/graph.h"
 
 namespace loopserve::engine::transform {
@@ -21,6 +22,16 @@ struct TransformContext {
   // The constant `id` of the graph being rewritten stands for (its own constants or, through its
   // captures, an enclosing graph's), or null.
   std::function<const Tensor*(ValueId id)> find_constant;
+  // Runs `node` once on `inputs` (one per node input, null for an omitted one) with the engine's
+  // own kernels and returns one tensor per node output; empty when the graph is not compiled
+  // (then nothing is folded). Set by Plan::Compile (runtime/node_evaluator.h).
+  std::function<absl::StatusOr<std::vector<Tensor>>(const Node& node,
+                                                    const std::vector<const Tensor*>& inputs)>
+      evaluate;
+  // Whether the graph's inputs are checked against their declared types on every run (the
+  // model's top-level graph; not a Loop body or If branch): a fully known declared shape is then
+  // a fact the passes may fold (Shape of such an input).
+  bool inputs_checked = false;
 };
 
 class Pass {

@@ -2,11 +2,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/transform/elide_loop_identities.h"
+#include "engine/transform/eliminate_redundant.h"
+#include "engine/transform/fold_constants.h"
+#include "engine/transform/fold_into_conv.h"
+#include "engine/transform/fuse_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
 #include "engine/transform/fuse_softmax.h"
+#include "engine/transform/graph_util.h"
+#include "engine/transform/hoist_loop_invariants.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "engine/transform/lower_cell_loops.h"
 
@@ -18,6 +24,11 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<LowerCellLoopsPass>());
     list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
     list->push_back(std::make_unique<HoistLoopProjectionsPass>());
+    list->push_back(std::make_unique<HoistLoopInvariantsPass>());
+    list->push_back(std::make_unique<FoldConstantsPass>());
+    list->push_back(std::make_unique<FoldIntoConvPass>());
+    list->push_back(std::make_unique<EliminateRedundantPass>());
+    list->push_back(std::make_unique<FuseConvPass>());
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());
     list->push_back(std::make_unique<FuseMatMulPass>());
@@ -28,19 +39,43 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
   return *passes;
 }
 
+namespace {
+
+// Drops the constants no node, subgraph or output reads any more (the weights a fold replaced).
+void DropUnreadConstants(Graph& graph) {
+  const ValueUses uses(graph);
+  std::vector<std::pair<ValueId, std::shared_ptr<const Tensor>>> kept;
+  for (auto& entry : graph.constants) {
+    if (uses.count[entry.first] > 0) kept.push_back(std::move(entry));
+  }
+  graph.constants = std::move(kept);
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Graph>> Optimize(std::shared_ptr<const Graph> graph,
                                                       const TransformContext& context,
                                                       std::vector<std::string>* log) {
   auto copy = std::make_shared<Graph>(*graph);
+  // The passes see the constants earlier passes made (kept in the copy) as well as the enclosing
+  // graphs' ones.
+  TransformContext local = context;
+  local.find_constant = [&copy, &context](ValueId id) -> const Tensor* {
+    for (const auto& [value, tensor] : copy->constants) {
+      if (value == id) return tensor.get();
+    }
+    return context.find_constant ? context.find_constant(id) : nullptr;
+  };
   std::vector<std::string> lines;
   for (const std::unique_ptr<Pass>& pass : DefaultPasses()) {
-    absl::Status status = pass->Run(*copy, context, lines);
+    absl::Status status = pass->Run(*copy, local, lines);
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("graph '", graph->name, "': pass ",
                                                       pass->name(), ": ", status.message()));
     }
   }
   if (lines.empty()) return graph;
+  DropUnreadConstants(*copy);
   if (log != nullptr) log->insert(log->end(), lines.begin(), lines.end());
   return std::shared_ptr<const Graph>(std::move(copy));
 }

@@ -12,9 +12,11 @@
 
 namespace loopserve::engine::transform {
 
-// The passes in the order they run: loop-body identities, decomposed LayerNorm and GELU onto
-// their fused forms, MatMul/Gemm epilogues and folded transposes, then the remaining elementwise
-// chains.
+// The passes in the order they run: lowered cell loops, loop-body identities, hoisted input
+// projections and loop-invariant nodes, constant folding, BatchNormalization / Mul / Add folded
+// into the Conv before them, Identity / Dropout / repeated nodes dropped, Conv epilogues,
+// decomposed LayerNorm and GELU onto their fused forms, MatMul/Gemm epilogues and folded
+// transposes, then the remaining elementwise chains.
 const std::vector<std::unique_ptr<Pass>>& DefaultPasses();
 
 // Runs DefaultPasses() on a copy of `graph` and returns it, or `graph` itself when no pass

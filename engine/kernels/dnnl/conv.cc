@@ -1,5 +1,7 @@
-// oneDNN Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad, optional bias).
+// oneDNN Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad, optional bias, the
+// post-ops of a fused Conv as a native epilogue) and ConvTranspose.
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -8,19 +10,41 @@
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/kernels/dnnl/window_attrs.h"
+#include "engine/kernels/native/post_ops.h"
+#include "engine/kernels/native/vector_math.h"
+#include "engine/runtime/plan.h"
 
 namespace loopserve::engine {
 namespace {
 
+// A Conv node, optionally fused (engine/transform/fuse_conv.h): inputs X, W, B (omitted when the
+// Conv has no bias), then the post-ops' operands, which run as a native epilogue over the result.
 class ConvKernel final : public DnnlKernel {
  public:
-  ConvKernel(reference::WindowAttrs attrs, int64_t group, const Tensor* constant_weights)
-      : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
+  ConvKernel(int num_inputs, reference::WindowAttrs attrs, int64_t group,
+             const Tensor* constant_weights, std::shared_ptr<const FusionSpec> spec)
+      : DnnlKernel(num_inputs, /*required_inputs=*/2),
         attrs_(std::move(attrs)),
         group_(group),
-        constant_weights_(constant_weights) {}
+        constant_weights_(constant_weights),
+        spec_(std::move(spec)) {}
+
+  // Builds the epilogue of a fused node's post-ops.
+  absl::Status Init(int num_inputs) {
+    if (spec_ == nullptr) return absl::OkStatus();
+    LS_ASSIGN_OR_RETURN(epilogue_,
+                        native::ChainOfPostOps(spec_->post_ops, num_inputs, &epilogue_inputs_));
+    return absl::OkStatus();
+  }
 
  protected:
+  // A fused node computes float32 only (its epilogue is native float code); other types run the
+  // nodes it replaced.
+  bool UsesDnnl(DataType type) const override {
+    return type == DataType::kFloat32 ||
+           (spec_ == nullptr && (type == DataType::kFloat16 || type == DataType::kBFloat16));
+  }
+
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
     const Shape& x = *shapes[0];
@@ -32,6 +56,19 @@ class ConvKernel final : public DnnlKernel {
     if (out.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
+    }
+    if (spec_ != nullptr) {
+      // The epilogue over the result, unless a post-op operand would grow it (then the nodes run
+      // unfused).
+      std::vector<const Shape*> operand_shapes = {&out};
+      for (int input : epilogue_inputs_) operand_shapes.push_back(shapes[input]);
+      LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, epilogue_.Prepare(operand_shapes));
+      if (prepared->epilogue_prepared.output != out) {
+        prepared->mode = PreparedOp::Mode::kReference;
+        return prepared;
+      }
+      prepared->epilogue = &epilogue_;
+      prepared->epilogue_inputs.assign(epilogue_inputs_.begin(), epilogue_inputs_.end());
     }
     // No input channels (the output is the bias) or more than 3 spatial dims: not for oneDNN.
     if (x.NumElements() == 0 || w.NumElements() == 0 || window.rank > 3) {
@@ -68,7 +105,20 @@ class ConvKernel final : public DnnlKernel {
                                      constant_weights_->shape() == w
                                  ? constant_weights_
                                  : nullptr;
-    if (constant != nullptr) {
+    // A pointwise Conv (1x1 kernel, stride 1, no padding, one group) on plain NCHW is one GEMM
+    // per image, W [M, C] x X [C, spatial], which oneDNN's gemm path runs in place; the blocked
+    // kernels would add two reorders of the whole tensor, which cost more than they save
+    // (PP-OCR's classifier: 48 reorders of ~60 us, half its time). Unless oneDNN has only its
+    // reference implementation for the plain layouts (a single output channel, ...).
+    bool pointwise = group_ == 1;
+    for (int i = 0; i < window.rank; ++i) {
+      pointwise = pointwise && window.kernel[i] == 1 && window.strides[i] == 1 &&
+                  window.pads_begin[i] == 0 && window.pads_end[i] == 0;
+    }
+    if (pointwise && constant != nullptr) {
+      pointwise = !IsDnnlReferenceImpl(make_pd(src, weights, dst).impl_info_str());
+    }
+    if (constant != nullptr && !pointwise) {
       const dnnl::memory::desc any_src(src.dims(), src.data_type(), dnnl::memory::format_tag::any);
       const dnnl::memory::desc any_w(weights.dims(), weights.data_type(),
                                      dnnl::memory::format_tag::any);
@@ -127,7 +177,10 @@ class ConvKernel final : public DnnlKernel {
  private:
   const reference::WindowAttrs attrs_;
   const int64_t group_;
-  const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
+  const Tensor* const constant_weights_;          // owned by the model's graphs; may be null
+  const std::shared_ptr<const FusionSpec> spec_;  // null for a plain Conv
+  native::ElementwiseChain epilogue_;
+  std::vector<int> epilogue_inputs_;  // node input per epilogue operand 1, 2, ...
 };
 
 // ConvTranspose on oneDNN's deconvolution, with constant weights reordered once into the
@@ -136,6 +189,9 @@ class ConvKernel final : public DnnlKernel {
 // empty inputs run on the reference kernel.
 class ConvTransposeKernel final : public DnnlKernel {
  public:
+  // Output channels per group up to which constant weights run on the plain layouts.
+  static constexpr int64_t kFewChannels = 4;
+
   ConvTransposeKernel(reference::ConvTransposeAttrs attrs, const Tensor* constant_weights)
       : DnnlKernel(/*num_inputs=*/3, /*required_inputs=*/2),
         attrs_(std::move(attrs)),
@@ -188,29 +244,86 @@ class ConvTransposeKernel final : public DnnlKernel {
                                      constant_weights_->shape() == w
                                  ? constant_weights_
                                  : nullptr;
-    const dnnl::memory::desc weights_any(dims, ToDnnl(type), dnnl::memory::format_tag::any);
-    const bool has_bias = shapes[2] != nullptr;
+    // oneDNN 2.6 adds a deconvolution's bias in a slow pass of its own (24 -> 24 channels at
+    // 240x320: 5 ms without, 36-106 ms with, one thread): a float32 bias is added here instead,
+    // per output plane, in Finish.
+    const bool native_bias = shapes[2] != nullptr && type == DataType::kFloat32;
+    prepared->native_dims[0] = native_bias ? 1 : 0;
+    const bool has_bias = shapes[2] != nullptr && !native_bias;
     const dnnl::memory::desc bias = has_bias ? Desc({out[1]}, type) : dnnl::memory::desc();
     const DnnlWindow win = ToDnnlWindow(window);
-    const dnnl::deconvolution_forward::primitive_desc pd(
-        dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                          dnnl::algorithm::deconvolution_direct, src,
-                                          constant != nullptr ? weights_any : weights, bias, dst,
-                                          win.strides, win.dilations, win.padding_l, win.padding_r),
-        UserScratchpadAttr(), CpuEngine());
-    prepared->primitive = dnnl::deconvolution_forward(pd);
-    bool packed = false;
-    if (constant != nullptr) {
-      PackConstant(*constant, weights, pd.weights_desc(), *prepared);
-      packed = true;
+    const auto make_pd = [&](const dnnl::memory::desc& s, const dnnl::memory::desc& k,
+                             const dnnl::memory::desc& d) {
+      return dnnl::deconvolution_forward::primitive_desc(
+          dnnl::deconvolution_forward::desc(
+              dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, s, k, bias,
+              d, win.strides, win.dilations, win.padding_l, win.padding_r),
+          UserScratchpadAttr(), CpuEngine());
+    };
+    const auto any = [](const dnnl::memory::desc& d) {
+      return dnnl::memory::desc(d.dims(), d.data_type(), dnnl::memory::format_tag::any);
+    };
+    // Constant weights: packed into the layout oneDNN prefers, and every other layout its choice
+    // too (its blocked jit kernels; on plain source and destination oneDNN 2.6 often has only its
+    // reference deconvolution, ref:any), with the source and result reordered around each
+    // execute. Except for a few output channels per group: the blocked kernels pad them to 16,
+    // and oneDNN's gemm path on the plain layouts is far faster (PP-OCRv4's last ConvTranspose,
+    // 24 -> 1 channels at 480x640: 31 ms blocked, 1.2 ms gemm; at 24 -> 24 channels blocked
+    // wins, 2.6 ms against 22 ms).
+    if (constant != nullptr && m_group <= kFewChannels) {
+      const dnnl::deconvolution_forward::primitive_desc pd = make_pd(src, any(weights), dst);
+      if (!IsDnnlReferenceImpl(pd.impl_info_str())) {
+        prepared->primitive = dnnl::deconvolution_forward(pd);
+        PackConstant(*constant, weights, pd.weights_desc(), *prepared);
+        prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                              {DNNL_ARG_WEIGHTS, BufferSource::kPacked, pd.weights_desc()},
+                              {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+        if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
+        AddScratchpad(pd, *prepared);
+        return prepared;
+      }
     }
+    if (constant != nullptr) {
+      const dnnl::deconvolution_forward::primitive_desc pd =
+          make_pd(any(src), any(weights), any(dst));
+      const bool staged = pd.src_desc() != src || pd.dst_desc() != dst;
+      if (!staged || AddStaging(src, pd.src_desc(), pd.dst_desc(), dst, *prepared)) {
+        prepared->primitive = dnnl::deconvolution_forward(pd);
+        PackConstant(*constant, weights, pd.weights_desc(), *prepared);
+        prepared->bindings = {
+            {DNNL_ARG_SRC, staged ? BufferSource::kStagedSrc : BufferSource::kInput0,
+             pd.src_desc()},
+            {DNNL_ARG_WEIGHTS, BufferSource::kPacked, pd.weights_desc()},
+            {DNNL_ARG_DST, staged ? BufferSource::kStagedDst : BufferSource::kOutput,
+             pd.dst_desc()}};
+        if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
+        AddScratchpad(pd, *prepared);
+        return prepared;
+      }
+    }
+    const dnnl::deconvolution_forward::primitive_desc pd = make_pd(src, weights, dst);
+    prepared->primitive = dnnl::deconvolution_forward(pd);
     prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
-                           packed ? pd.weights_desc() : weights},
+                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
                           {DNNL_ARG_DST, BufferSource::kOutput, dst}};
     if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
     AddScratchpad(pd, *prepared);
     return prepared;
+  }
+
+  // The bias Prepare left out of the primitive, added per output plane.
+  absl::Status Finish(const PreparedOp& op, KernelContext& ctx) const override {
+    if (op.native_dims[0] == 0) return absl::OkStatus();
+    Tensor& out = ctx.output_value(0).mutable_tensor();
+    const float* bias = ctx.input(2).data<float>();
+    const int64_t channels = op.output_shape[1];
+    const int64_t plane = op.output_shape.NumElements(2, op.output_shape.rank());
+    float* y = out.mutable_data<float>();
+    for (int64_t p = 0; p < op.output_shape[0] * channels; ++p) {
+      native::UnaryF32(native::VecUnary::kLinear, y + p * plane, y + p * plane, plane, 1.0f,
+                       bias[p % channels]);
+    }
+    return absl::OkStatus();
   }
 
   int64_t Work(absl::Span<const Shape* const> shapes) const override {
@@ -253,10 +366,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const Kern
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& init) {
   const Node& node = init.node();
-  if (init.num_inputs() < 2 || init.num_inputs() > 3 || node.outputs.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("expected 2 or 3 inputs and 1 output, got ",
-                                                   init.num_inputs(), " and ",
-                                                   node.outputs.size()));
+  const int max_inputs = node.fusion != nullptr ? DnnlKernel::kMaxInputs : 3;
+  if (init.num_inputs() < 2 || init.num_inputs() > max_inputs || node.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 2 to ", max_inputs,
+                                                   " inputs and 1 output, got ", init.num_inputs(),
+                                                   " and ", node.outputs.size()));
   }
   LS_ASSIGN_OR_RETURN(reference::WindowAttrs attrs,
                       ParseWindowAttrs(node, /*require_kernel_shape=*/false));
@@ -264,7 +378,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvKernel(const KernelInit& i
   if (group < 1 || group > reference::kMaxWindowAttr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
   }
-  auto kernel = std::make_unique<ConvKernel>(std::move(attrs), group, init.constant_input(1));
+  // Input 2 (B) is always a slot, present or not: Prepare reads shapes[2].
+  const int num_inputs = std::max(3, init.num_inputs());
+  auto kernel = std::make_unique<ConvKernel>(num_inputs, std::move(attrs), group,
+                                             init.constant_input(1), node.fusion);
+  LS_RETURN_IF_ERROR(kernel->Init(num_inputs));
+  if (node.fusion != nullptr && node.fusion->unfused != nullptr) {
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> unfused,
+                        init.CompileUnfused(node.fusion->unfused));
+    kernel->SetUnfused(std::move(unfused));
+  }
   kernel->WarmUp(init);
   return kernel;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
@@ -37,6 +38,23 @@ void SetNativeElementwiseLimit(int64_t elements) {
 }
 int64_t NativeElementwiseLimit() {
   return g_native_elementwise_limit.load(std::memory_order_relaxed);
+}
+
+bool IsDnnlReferenceImpl(absl::string_view impl_name) {
+  // The part before ':' is the implementation, after it the ISA ("any" for plain C++).
+  const absl::string_view impl = impl_name.substr(0, impl_name.find(':'));
+  return impl == "ref" || absl::StartsWith(impl, "ref_") || absl::EndsWith(impl, "_ref");
+}
+
+std::string DnnlImplName(const dnnl::primitive& primitive) {
+  if (!primitive) return "";
+  const char* name = nullptr;
+  if (dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0,
+                                &name) != dnnl_success ||
+      name == nullptr) {
+    return "";
+  }
+  return name;
 }
 
 // The signature a frame ran last at one thread count, with its op bound to memory objects and an
@@ -297,7 +315,13 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType ty
     op = std::make_shared<PreparedOp>();
     op->mode = PreparedOp::Mode::kReference;
   }
-  if (op->mode == PreparedOp::Mode::kExecute) g_creations.fetch_add(1, std::memory_order_relaxed);
+  if (op->mode == PreparedOp::Mode::kExecute) {
+    g_creations.fetch_add(1, std::memory_order_relaxed);
+    op->reference_impl = IsDnnlReferenceImpl(DnnlImplName(op->primitive));
+    for (const PreparedOp::RowPart& part : op->row_parts) {
+      op->reference_impl = op->reference_impl || IsDnnlReferenceImpl(DnnlImplName(part.primitive));
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (cache_.size() >= kMaxCachedSignatures) return std::shared_ptr<const PreparedOp>(op);
   // A racing frame may have inserted the same signature; keep the first.
@@ -454,6 +478,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     case PreparedOp::Mode::kExecute:
       break;
   }
+  if (op.reference_impl) CountReferenceStep(ctx, frame_state);
 
   Tensor* out = ctx.output(0, type, op.output_shape);
   Tensor* extra[2] = {};
@@ -635,12 +660,15 @@ absl::Status DnnlKernel::RunRowParts(const PreparedOp& op, Bound& state,
   return absl::OkStatus();
 }
 
+void DnnlKernel::CountReferenceStep(KernelContext& ctx, State& state) {
+  if (state.reference_counted) return;
+  state.reference_counted = true;
+  ++ctx.run_context().stats().reference_steps;
+}
+
 absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& state) const {
   if (unfused_ == nullptr) {
-    if (!state.reference_counted && IsFloatingPoint(type)) {
-      state.reference_counted = true;
-      ++ctx.run_context().stats().reference_steps;
-    }
+    if (IsFloatingPoint(type)) CountReferenceStep(ctx, state);
     return RunReference(ctx);
   }
   if (state.unfused == nullptr) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <dnnl.hpp>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "engine/kernels/native/batched_gemv.h"
@@ -56,6 +58,16 @@ inline constexpr int64_t kNativeElementwiseLimit = int64_t{1} << 16;
 void SetNativeElementwiseLimit(int64_t elements);
 int64_t NativeElementwiseLimit();
 void SetDnnlSmallTensorLimit(int64_t elements);
+
+// Whether `impl_name` (a primitive descriptor's impl_info_str) names one of oneDNN's reference
+// implementations: plain C++ loops written for correctness, 10-50x slower than its jit kernels
+// ("ref:any", "bnorm_ref:any", "ref_int8:any", ...). oneDNN 2.6 picks them silently whenever no
+// optimized implementation takes the layout (a BatchNormalization on a 3-D plain tensor, a
+// ConvTranspose on plain source and destination). "simple:" ones (concat, sum, reorder,
+// simple_layer_normalization) are memcpy loops or vectorised C++ and are not counted.
+bool IsDnnlReferenceImpl(absl::string_view impl_name);
+// The impl_info_str of the primitive `primitive` was created from ("" if oneDNN has none).
+std::string DnnlImplName(const dnnl::primitive& primitive);
 int64_t DnnlSmallTensorLimit();
 
 // Where a primitive argument's buffer comes from on each run.
@@ -101,6 +113,9 @@ struct PreparedOp {
   Mode mode = Mode::kExecute;
   Shape output_shape;
   dnnl::primitive primitive;
+  // kExecute: `primitive` (or a row part's) is one of oneDNN's reference implementations
+  // (IsDnnlReferenceImpl); each run of the step counts in RunStats::reference_steps.
+  bool reference_impl = false;
   std::vector<ArgBinding> bindings;
   size_t scratchpad_bytes = 0;
   // Before executing: input `input` is broadcast-copied into the frame's aux buffer k (bound as
@@ -289,6 +304,8 @@ class DnnlKernel : public Kernel {
   // The fallback for kReference signatures and types oneDNN lacks: the unfused nodes when the
   // kernel has them, else RunReference (counted in RunStats::reference_steps for float types).
   absl::Status RunFallback(KernelContext& ctx, DataType type, State& state) const;
+  // Counts the step in RunStats::reference_steps (once per step in a frame).
+  static void CountReferenceStep(KernelContext& ctx, State& state);
   // The op for a signature at `threads` OpenMP threads (the cache key has the count for ops of
   // kParallelWork or more; below, every count shares the single-threaded op).
   absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,

@@ -10,12 +10,20 @@
 
 #include "engine/engine.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/reference/reference.h"
+#include "engine/kernels/registry.h"
+#include "engine/runtime/node_evaluator.h"
 #include "engine/transform/elide_loop_identities.h"
+#include "engine/transform/eliminate_redundant.h"
+#include "engine/transform/fold_constants.h"
+#include "engine/transform/fold_into_conv.h"
+#include "engine/transform/fuse_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
 #include "engine/transform/fuse_softmax.h"
+#include "engine/transform/hoist_loop_invariants.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "gtest/gtest.h"
 
@@ -840,6 +848,634 @@ TEST(HoistLoopProjectionsTest, WeightsComputedInTheBodyAreLeftAlone) {
   EXPECT_EQ(OpTypes(rewritten),
             (std::vector<std::string>{"Identity", "Gather", "Identity", "MatMul", "Gather",
                                       "MatMul", "Add", "Add", "Tanh"}));
+}
+
+// ---- fold_constants, fold_into_conv and the optimized paths they lead to --------------------
+
+Attribute IntAttr(int64_t value) {
+  Attribute a;
+  a.type = Attribute::Type::kInt;
+  a.i = value;
+  return a;
+}
+
+Attribute FloatAttr(float value) {
+  Attribute a;
+  a.type = Attribute::Type::kFloat;
+  a.f = value;
+  return a;
+}
+
+Tensor Int64s(const Shape& shape, std::vector<int64_t> values) {
+  Tensor t(DataType::kInt64, shape);
+  std::copy(values.begin(), values.end(), t.mutable_data<int64_t>());
+  return t;
+}
+
+// The pipeline of Plan::Compile, with the engine's kernels as the evaluator: what a pass test
+// needs to see folding happen on a Builder graph.
+TransformContext EvaluatingContext(Builder& b) {
+  TransformContext c = b.Context();
+  c.evaluate = [](const Node& node, const std::vector<const Tensor*>& inputs) {
+    return EvaluateNode(KernelRegistry::Builtin(), node, inputs);
+  };
+  return c;
+}
+
+// Slice -> Concat -> Unsqueeze of constants (Silero VAD v5's weights) fold into one constant with
+// the values the spec gives; the node reading it and the inputs stay.
+TEST(FoldConstantsTest, ChainOfConstantsBecomesOneConstant) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 1, 6});
+  const Tensor w = Random(Shape{4, 3}, 40);
+  const ValueId wc = b.Constant("w", w);
+  const ValueId starts = b.Constant("starts", Int64s(Shape{1}, {1}));
+  const ValueId ends = b.Constant("ends", Int64s(Shape{1}, {3}));
+  const ValueId axes = b.Constant("axes", Int64s(Shape{1}, {0}));
+  const ValueId sliced = b.Op("Slice", {wc, starts, ends, axes});  // rows 1, 2: [2, 3]
+  const ValueId joined = b.Op("Concat", {sliced, sliced}, 13, {{"axis", IntAttr(1)}});  // [2, 6]
+  const ValueId unsq_axes = b.Constant("unsq_axes", Int64s(Shape{1}, {1}));
+  const ValueId weights = b.Op("Unsqueeze", {joined, unsq_axes});  // [2, 1, 6]
+  b.Output(b.Op("Add", {x, weights}));
+  std::vector<std::string> log;
+  ASSERT_TRUE(FoldConstantsPass().Run(b.graph(), EvaluatingContext(b), log).ok());
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(OpTypes(b.graph()), std::vector<std::string>{"Add"});
+  const Tensor* folded = b.Context().find_constant(weights);
+  ASSERT_NE(folded, nullptr);
+  ASSERT_EQ(folded->shape(), (Shape{2, 1, 6}));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 6; ++c) {
+      EXPECT_EQ(folded->data<float>()[r * 6 + c], w.data<float>()[(1 + r) * 3 + c % 3]);
+    }
+  }
+}
+
+// Shape of a checked top-level input with a fully known declared shape folds; one with an
+// unknown dim, a one-element input (which a request may send as a scalar) and a body's input
+// (not checked) do not. Random generators are never folded.
+TEST(FoldConstantsTest, ShapeOfDeclaredInputAndWhatIsLeftAlone) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 3, 5});
+  const ValueId y = b.Input("y", {-1, 3});
+  const ValueId s = b.Input("s", {1});
+  const ValueId shape_x = b.Op("Shape", {x}, 15, {{"start", IntAttr(1)}});
+  const ValueId shape_y = b.Op("Shape", {y});
+  const ValueId shape_s = b.Op("Shape", {s});
+  const ValueId size_x = b.Op("Size", {x});
+  const ValueId random = b.Op("RandomNormalLike", {x});
+  for (ValueId v : {shape_x, shape_y, shape_s, size_x, random}) b.Output(v);
+  TransformContext context = EvaluatingContext(b);
+  context.inputs_checked = true;
+  std::vector<std::string> log;
+  ASSERT_TRUE(FoldConstantsPass().Run(b.graph(), context, log).ok());
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"Shape", "Shape", "RandomNormalLike"}));
+  const Tensor* dims = b.Context().find_constant(shape_x);
+  ASSERT_NE(dims, nullptr);
+  ASSERT_EQ(dims->NumElements(), 2);
+  EXPECT_EQ(dims->data<int64_t>()[0], 3);
+  EXPECT_EQ(dims->data<int64_t>()[1], 5);
+  const Tensor* size = b.Context().find_constant(size_x);
+  ASSERT_NE(size, nullptr);
+  EXPECT_EQ(size->data<int64_t>()[0], 30);
+
+  Builder body;
+  const ValueId z = body.Input("z", {2, 3});
+  body.Output(body.Op("Shape", {z}));
+  std::vector<std::string> body_log;
+  ASSERT_TRUE(FoldConstantsPass().Run(body.graph(), EvaluatingContext(body), body_log).ok());
+  EXPECT_TRUE(body_log.empty());
+}
+
+// An expansion past the cap is not evaluated at all (a hostile ConstantOfShape cannot make the
+// load allocate), and a node whose evaluation fails stays for the run to report.
+TEST(FoldConstantsTest, LargeExpansionsAndFailuresStay) {
+  Builder b;
+  const ValueId x = b.Input("x", {4});
+  const ValueId huge = b.Constant("huge", Int64s(Shape{2}, {1 << 20, 1 << 20}));
+  const ValueId filled = b.Op("ConstantOfShape", {huge}, 9);
+  const ValueId bad = b.Op(
+      "Reshape", {b.Constant("v", Random(Shape{6}, 41)), b.Constant("to", Int64s(Shape{1}, {4}))});
+  b.Output(filled);
+  b.Output(b.Op("Add", {x, bad}));
+  std::vector<std::string> log;
+  ASSERT_TRUE(FoldConstantsPass().Run(b.graph(), EvaluatingContext(b), log).ok());
+  EXPECT_TRUE(log.empty());
+  EXPECT_EQ(OpTypes(b.graph()), (std::vector<std::string>{"ConstantOfShape", "Reshape", "Add"}));
+}
+
+// Inside an If branch: the branch's Slice and Concat of the model's constants (captured) fold
+// when the branch is compiled; the model's answers are the spec's for both branches.
+TEST(FoldConstantsTest, InsideIfBranchThroughTheModel) {
+  auto outer = std::make_shared<Graph>();
+  outer->name = "main";
+  ValueType cond_type;
+  cond_type.dtype = DataType::kBool;
+  cond_type.dims = std::vector<int64_t>{};
+  ValueType x_type;
+  x_type.dtype = DataType::kFloat32;
+  x_type.dims = std::vector<int64_t>{2, 4};
+  const ValueId cond = outer->AddValue("cond", cond_type);
+  const ValueId x = outer->AddValue("x", x_type);
+  const ValueId y = outer->AddValue("y");
+  outer->inputs = {cond, x};
+  outer->outputs = {y};
+  const Tensor w = Random(Shape{4, 2}, 42);
+  auto wt = std::make_shared<Tensor>();
+  wt->CopyFrom(w);
+  const ValueId wc = outer->AddValue("w");
+  outer->constants.push_back({wc, wt});
+
+  // then: x + Concat(w[0:2] reshaped to [1, 4], same), else: x - that.
+  auto branch = [&](const char* op) {
+    Builder g;
+    const ValueId w_in = g.graph().AddValue("w_in");
+    g.graph().captures.push_back({w_in, wc});
+    const ValueId x_in = g.graph().AddValue("x_in");
+    g.graph().captures.push_back({x_in, x});
+    const ValueId top = g.Op("Slice", {w_in, g.Constant("s", Int64s(Shape{1}, {0})),
+                                       g.Constant("e", Int64s(Shape{1}, {2})),
+                                       g.Constant("a", Int64s(Shape{1}, {0}))});  // [2, 2]
+    const ValueId row = g.Op("Reshape", {top, g.Constant("r", Int64s(Shape{2}, {1, 4}))});
+    const ValueId both = g.Op("Concat", {row, row}, 13, {{"axis", IntAttr(0)}});  // [2, 4]
+    g.Output(g.Op(op, {x_in, both}));
+    return g.shared();
+  };
+  Node node;
+  node.op_type = "If";
+  node.name = "if";
+  node.opset = 13;
+  node.inputs = {cond};
+  node.outputs = {y};
+  node.implicit_inputs = {wc, x};
+  Attribute then_attr, else_attr;
+  then_attr.type = else_attr.type = Attribute::Type::kGraph;
+  then_attr.graph = branch("Add");
+  else_attr.graph = branch("Sub");
+  node.attributes["then_branch"] = then_attr;
+  node.attributes["else_branch"] = else_attr;
+  outer->nodes.push_back(node);
+
+  LoadOptions options;
+  options.dump_plan = true;
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::FromGraph(outer, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_NE((*model)->plan_dump().find("fold_constants: node 'Concat"), std::string::npos)
+      << (*model)->plan_dump();
+  const Tensor tx = Random(Shape{2, 4}, 43);
+  for (bool c : {true, false}) {
+    Tensor tc(DataType::kBool, Shape{});
+    tc.mutable_data<bool>()[0] = c;
+    RunStats stats;
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(tc)));
+    feed.push_back(Value(Tensor::ViewOf(tx)));
+    absl::StatusOr<std::vector<Value>> out = (*model)->Run(std::move(feed), RunOptions(), &stats);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& got = (*out)[0].tensor();
+    ASSERT_EQ(got.shape(), (Shape{2, 4}));
+    for (int64_t i = 0; i < 8; ++i) {
+      const float wv = w.data<float>()[i % 4];  // w[0:2] flattened, repeated per row
+      const float xv = tx.data<float>()[i];
+      EXPECT_EQ(got.data<float>()[i], c ? xv + wv : xv - wv) << "element " << i;
+    }
+    EXPECT_EQ(stats.reference_steps, 0);
+  }
+}
+
+// Conv -> BatchNormalization -> Mul -> Add become one Conv with new weights and bias; the answer
+// is the unfolded nodes' through the reference kernels.
+TEST(FoldIntoConvTest, BatchNormMulAddFoldIntoWeightsAndBias) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    const int64_t c_in = 3, m = 4;
+    const Tensor w = Random(Shape{m, c_in, 3, 3}, 50);
+    const Tensor bias = Random(Shape{m}, 51);
+    const Tensor scale = Random(Shape{m}, 52), beta = Random(Shape{m}, 53),
+                 mean = Random(Shape{m}, 54), var = Random(Shape{m}, 55, 0.2f, 3.0f);
+    const Tensor mul = Random(Shape{m, 1, 1}, 56);
+    const Tensor add = Random(Shape{1, m, 1, 1}, 57);
+    Builder b;
+    const ValueId x = b.Input("x", {1, c_in, 7, 6});
+    std::vector<ValueId> conv_inputs = {x, b.Constant("w", w)};
+    if (with_bias) conv_inputs.push_back(b.Constant("b", bias));
+    const ValueId conv = b.Op("Conv", conv_inputs, 11, {{"pads", Ints({1, 1, 1, 1})}});
+    const ValueId bn = b.Op("BatchNormalization",
+                            {conv, b.Constant("scale", scale), b.Constant("beta", beta),
+                             b.Constant("mean", mean), b.Constant("var", var)},
+                            15, {{"epsilon", FloatAttr(1e-3f)}});
+    const ValueId scaled = b.Op("Mul", {b.Constant("mul", mul), bn});
+    b.Output(b.Op("Add", {scaled, b.Constant("add", add)}));
+    Builder copy;  // the same graph for the pass alone
+    copy.graph() = b.graph();
+    const std::vector<std::string> log = RunPass(FoldIntoConvPass(), copy);
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_EQ(OpTypes(copy.graph()), std::vector<std::string>{"Conv"});
+    EXPECT_EQ(copy.graph().nodes[0].outputs[0], b.graph().outputs[0]);
+
+    const Tensor tx = Random(Shape{1, c_in, 7, 6}, 58);
+    const Tensor got = RunModel(b.shared(), {&tx});
+    reference::WindowAttrs window;
+    window.pads = {1, 1, 1, 1};
+    Tensor expected, normalized;
+    ASSERT_TRUE(reference::Conv(tx, w, with_bias ? &bias : nullptr, window, 1, expected).ok());
+    ASSERT_TRUE(reference::BatchNorm(expected, scale, beta, mean, var, 1e-3f, normalized).ok());
+    ASSERT_EQ(got.shape(), normalized.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      const int64_t c = (i / 42) % m;
+      const double want =
+          normalized.data<float>()[i] * double{mul.data<float>()[c]} + add.data<float>()[c];
+      EXPECT_NEAR(got.data<float>()[i], want, 1e-4 * (1 + std::abs(want))) << "element " << i;
+    }
+  }
+}
+
+// Left alone: a Conv result with a second reader, runtime weights, a Mul whose operand would
+// broadcast the result to a larger shape, a BatchNormalization in training mode.
+TEST(FoldIntoConvTest, WhatIsLeftAlone) {
+  const Tensor w = Random(Shape{4, 3, 1, 1}, 60);
+  const Tensor v4 = Random(Shape{4}, 61, 0.5f, 2.0f);
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Constant("w", w)});
+    b.Output(b.Op("Mul", {conv, b.Constant("s", Random(Shape{4, 1, 1}, 62))}));
+    b.Output(conv);
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Input("w", {4, 3, 1, 1})});
+    b.Output(b.Op("Mul", {conv, b.Constant("s", Random(Shape{4, 1, 1}, 63))}));
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Constant("w", w)});
+    b.Output(b.Op("Mul", {conv, b.Constant("s", Random(Shape{2, 4, 1, 1}, 64))}));
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+  {
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 5, 5});
+    const ValueId conv = b.Op("Conv", {x, b.Constant("w", w)});
+    b.Output(b.Op(
+        "BatchNormalization",
+        {conv, b.Constant("a", v4), b.Constant("b", v4), b.Constant("m", v4), b.Constant("v", v4)},
+        15, {{"training_mode", IntAttr(1)}}));
+    EXPECT_TRUE(RunPass(FoldIntoConvPass(), b).empty());
+  }
+}
+
+// ConvTranspose with constant weights runs on oneDNN's blocked jit kernels (on plain layouts
+// oneDNN 2.6 has only ref:any for most), or with at most 4 output channels per group on its gemm
+// path over the plain layouts (PP-OCRv4's 24 -> 1 channel upsampling): no reference step, and the
+// reference kernel's values.
+TEST(OptimizedPathTest, ConvTransposeWithConstantWeights) {
+  struct Case {
+    int64_t group, m_per_group, kernel;
+  };
+  for (const Case& c : {Case{1, 8, 3}, Case{2, 4, 3}, Case{1, 1, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "group " << c.group << " m/group " << c.m_per_group);
+    const Tensor w = Random(Shape{16, c.m_per_group, c.kernel, c.kernel}, 70);
+    const Tensor bias = Random(Shape{c.group * c.m_per_group}, 71);
+    const int64_t pad = c.kernel == 3 ? 1 : 0;
+    Builder b;
+    const ValueId x = b.Input("x", {1, 16, 9, 7});
+    b.Output(b.Op("ConvTranspose", {x, b.Constant("w", w), b.Constant("b", bias)}, 11,
+                  {{"strides", Ints({2, 2})},
+                   {"pads", Ints({pad, pad, pad, pad})},
+                   {"group", IntAttr(c.group)}}));
+    const Tensor tx = Random(Shape{1, 16, 9, 7}, 72);
+    const Tensor got = RunModel(b.shared(), {&tx});
+    reference::ConvTransposeAttrs attrs;
+    attrs.window.strides = {2, 2};
+    attrs.window.pads = {pad, pad, pad, pad};
+    attrs.group = c.group;
+    Tensor expected;
+    ASSERT_TRUE(reference::ConvTranspose(tx, w, &bias, attrs, expected).ok());
+    ASSERT_EQ(got.shape(), expected.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      EXPECT_NEAR(got.data<float>()[i], expected.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
+// Identity and an inference Dropout are dropped (their readers read the input); a repeated
+// Transpose (same input and perm) and a repeated Add are merged into the first; a repeated node
+// with other attributes, and one whose output the graph returns, stay. The answer is the spec's.
+TEST(EliminateRedundantTest, IdentityDropoutAndRepeatedNodes) {
+  Builder b;
+  const ValueId x = b.Input("x", {2, 3});
+  const ValueId y = b.Input("y", {2, 3});
+  const ValueId id = b.Op("Identity", {x});
+  const ValueId dropped = b.Op("Dropout", {id}, 13);
+  const ValueId t1 = b.Op("Transpose", {dropped}, 13, {{"perm", Ints({1, 0})}});
+  const ValueId t2 = b.Op("Transpose", {x}, 13, {{"perm", Ints({1, 0})}});  // same after the drops
+  const ValueId t3 = b.Op("Transpose", {x}, 13, {{"perm", Ints({0, 1})}});  // other perm
+  const ValueId a1 = b.Op("Add", {x, y});
+  const ValueId a2 = b.Op("Add", {x, y});
+  const ValueId out_repeat = b.Op("Add", {x, y});  // returned: keeps its producer
+  const ValueId sum = b.Op("Add", {b.Op("Mul", {t1, t2}), b.Op("Transpose", {t3}, 13)});
+  b.Output(b.Op("Sub", {sum, b.Op("Transpose", {b.Op("Mul", {a1, a2})}, 13)}));
+  b.Output(out_repeat);
+  const std::vector<std::string> log = RunPass(EliminateRedundantPass(), b);
+  EXPECT_EQ(log.size(), 4u);  // Identity, Dropout, Transpose, Add
+  EXPECT_EQ(OpTypes(b.graph()),
+            (std::vector<std::string>{"Transpose", "Transpose", "Add", "Add", "Mul", "Transpose",
+                                      "Add", "Mul", "Transpose", "Sub"}));
+  EXPECT_EQ(b.graph().nodes[0].inputs[0], x);
+
+  const Tensor tx = Random(Shape{2, 3}, 80), ty = Random(Shape{2, 3}, 81);
+  Builder fresh;  // the same model through the whole pipeline
+  fresh.graph() = b.graph();
+  const Tensor got = RunModel(fresh.shared(), {&tx, &ty});
+  ASSERT_EQ(got.shape(), (Shape{3, 2}));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      const double xv = tx.data<float>()[j * 3 + i], yv = ty.data<float>()[j * 3 + i];
+      const double want = xv * xv + xv - (xv + yv) * (xv + yv);
+      EXPECT_NEAR(got.data<float>()[i * 2 + j], want, 1e-5) << i << "," << j;
+    }
+  }
+}
+
+// Conv -> HardSwish written out (x * Clip(x + 3, 0, 6) / 6) -> Add of a per-channel constant ->
+// Relu becomes one Conv with three post-ops; a Conv without bias keeps input 2 as an omitted
+// slot. The answer is reference::Conv's followed by the ops' definitions.
+TEST(FuseConvTest, HardSwishAndConstantsBecomePostOps) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    const Tensor w = Random(Shape{4, 3, 3, 3}, 90);
+    const Tensor bias = Random(Shape{4}, 91);
+    const Tensor shift = Random(Shape{4, 1, 1}, 92);
+    Builder b;
+    const ValueId x = b.Input("x", {1, 3, 6, 5});
+    std::vector<ValueId> conv_inputs = {x, b.Constant("w", w)};
+    if (with_bias) conv_inputs.push_back(b.Constant("b", bias));
+    const ValueId conv = b.Op("Conv", conv_inputs, 11, {{"pads", Ints({1, 1, 1, 1})}});
+    const ValueId clipped = b.Op("Clip", {b.Op("Add", {conv, b.Scalar("three", 3.0f)}),
+                                          b.Scalar("zero", 0.0f), b.Scalar("six", 6.0f)});
+    const ValueId hs = b.Op("Div", {b.Op("Mul", {conv, clipped}), b.Scalar("six2", 6.0f)});
+    b.Output(b.Op("Relu", {b.Op("Add", {hs, b.Constant("shift", shift)})}));
+    Builder copy;
+    copy.graph() = b.graph();
+    ASSERT_EQ(RunPass(FuseConvPass(), copy).size(), 1u);
+    ASSERT_EQ(OpTypes(copy.graph()), std::vector<std::string>{"Conv"});
+    const Node& fused = copy.graph().nodes[0];
+    ASSERT_NE(fused.fusion, nullptr);
+    ASSERT_EQ(fused.fusion->post_ops.size(), 3u);
+    EXPECT_EQ(fused.fusion->post_ops[0].fn, EltwiseFn::kHardSwish);
+    EXPECT_EQ(fused.fusion->post_ops[1].op, ArithOp::kAdd);
+    EXPECT_EQ(fused.fusion->post_ops[2].fn, EltwiseFn::kRelu);
+    ASSERT_EQ(fused.inputs.size(), 4u);
+    EXPECT_EQ(fused.inputs[2] == kNoValue, !with_bias);
+
+    const Tensor tx = Random(Shape{1, 3, 6, 5}, 93, -3.0f, 3.0f);
+    const Tensor got = RunModel(b.shared(), {&tx});
+    reference::WindowAttrs window;
+    window.pads = {1, 1, 1, 1};
+    Tensor conv_out;
+    ASSERT_TRUE(reference::Conv(tx, w, with_bias ? &bias : nullptr, window, 1, conv_out).ok());
+    ASSERT_EQ(got.shape(), conv_out.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      const double v = conv_out.data<float>()[i];
+      const double h = v * std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+      const double want = std::max(h + shift.data<float>()[i / 30], 0.0);
+      EXPECT_NEAR(got.data<float>()[i], want, 1e-5 * (1 + std::abs(want))) << "element " << i;
+    }
+  }
+}
+
+// A binary op with a computed operand (a residual Add, a squeeze-excitation Mul whose operand is
+// larger than the Conv's result) ends the chain; an activation before it is still absorbed. The
+// answer (the broadcast Mul included) is the reference's.
+TEST(FuseConvTest, ComputedOperandEndsTheChain) {
+  const Tensor w = Random(Shape{4, 4, 1, 1}, 94);
+  Builder b;
+  const ValueId x = b.Input("x", {1, 4, 3, 3});
+  const ValueId pooled = b.Op("GlobalAveragePool", {x});
+  const ValueId gate = b.Op("Sigmoid", {b.Op("Conv", {pooled, b.Constant("w", w)})});
+  b.Output(b.Op("Mul", {x, gate}));  // [1, 4, 3, 3] from a [1, 4, 1, 1] Conv result
+  Builder copy;
+  copy.graph() = b.graph();
+  RunPass(FuseConvPass(), copy);
+  EXPECT_EQ(OpTypes(copy.graph()), (std::vector<std::string>{"GlobalAveragePool", "Conv", "Mul"}));
+
+  const Tensor tx = Random(Shape{1, 4, 3, 3}, 95);
+  const Tensor got = RunModel(b.shared(), {&tx});
+  ASSERT_EQ(got.shape(), (Shape{1, 4, 3, 3}));
+  for (int64_t c = 0; c < 4; ++c) {
+    double z = 0;
+    for (int64_t k = 0; k < 4; ++k) {
+      double mean = 0;
+      for (int64_t i = 0; i < 9; ++i) mean += tx.data<float>()[k * 9 + i] / 9.0;
+      z += w.data<float>()[c * 4 + k] * mean;
+    }
+    const double g = 1 / (1 + std::exp(-z));
+    for (int64_t i = 0; i < 9; ++i) {
+      EXPECT_NEAR(got.data<float>()[c * 9 + i], tx.data<float>()[c * 9 + i] * g, 1e-5);
+    }
+  }
+}
+
+// Pointwise Convs with constant weights: on plain NCHW through oneDNN's gemm path (no reorders),
+// or, where oneDNN has only its reference implementation for the plain layouts (Silero's 1-D
+// decoder Conv to one channel), on the blocked kernels: never a reference step, and the
+// reference kernel's values.
+TEST(OptimizedPathTest, PointwiseConvs) {
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c :
+       {Case{Shape{1, 16, 5, 7}, Shape{8, 16, 1, 1}}, Case{Shape{1, 128, 1}, Shape{1, 128, 1}},
+        Case{Shape{2, 3, 4}, Shape{5, 3, 1}}}) {
+    SCOPED_TRACE(c.x.ToString() + " " + c.w.ToString());
+    const Tensor w = Random(c.w, 100);
+    const Tensor bias = Random(Shape{c.w[0]}, 101);
+    Builder b;
+    const ValueId x = b.Input("x", std::vector<int64_t>(c.x.dims().begin(), c.x.dims().end()));
+    b.Output(b.Op("Conv", {x, b.Constant("w", w), b.Constant("b", bias)}, 11));
+    const Tensor tx = Random(c.x, 102);
+    const Tensor got = RunModel(b.shared(), {&tx});  // checks reference_steps == 0
+    Tensor expected;
+    ASSERT_TRUE(reference::Conv(tx, w, &bias, reference::WindowAttrs(), 1, expected).ok());
+    ASSERT_EQ(got.shape(), expected.shape());
+    for (int64_t i = 0; i < got.NumElements(); ++i) {
+      EXPECT_NEAR(got.data<float>()[i], expected.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
+// A Loop body h' = h + Tanh(MatMul(E, W)) with E a computed value of the enclosing graph (an
+// encoder output) and W a body constant: the MatMul and the Tanh are invariant and move before
+// the Loop; the body keeps the Add. The model's answer is h0 + T tanh(E W), in double here.
+TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
+  constexpr int64_t kTrips = 5;
+  auto type = [](DataType dtype, std::vector<int64_t> dims) {
+    ValueType t;
+    t.dtype = dtype;
+    t.dims = std::move(dims);
+    return t;
+  };
+  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
+    Node n;
+    n.op_type = op;
+    n.name = std::string(op) + "_" + std::to_string(out);
+    n.opset = 13;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    return n;
+  };
+  const Tensor w = Random(Shape{3, 4}, 110, -0.5f, 0.5f);
+  auto outer = std::make_shared<Graph>();
+  outer->name = "main";
+  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {2, 4}));
+  const ValueId x = outer->AddValue("x", type(DataType::kFloat32, {2, 3}));
+  const ValueId e = outer->AddValue("e", type(DataType::kFloat32, {2, 3}));
+  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {2, 4}));
+  outer->inputs = {m, cond, h0, x};
+  outer->outputs = {h};
+  outer->nodes.push_back(node("Neg", {x}, e));  // computed: not a constant
+
+  auto body = std::make_shared<Graph>();
+  body->name = "body";
+  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {2, 4}));
+  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {2, 4}));
+  const ValueId e_in = body->AddValue("e_in");
+  body->captures.push_back({e_in, e});
+  const ValueId w_c = body->AddValue("w");
+  auto wt = std::make_shared<Tensor>();
+  wt->CopyFrom(w);
+  body->constants.push_back({w_c, wt});
+  const ValueId ew = body->AddValue("ew");
+  const ValueId t = body->AddValue("t");
+  body->inputs = {i, cond_in, h_in};
+  body->outputs = {cond_out, h_out};
+  body->nodes = {node("Identity", {cond_in}, cond_out), node("MatMul", {e_in, w_c}, ew),
+                 node("Tanh", {ew}, t), node("Add", {h_in, t}, h_out)};
+  auto spec = std::make_shared<LoopSpec>();
+  spec->current_iteration_param = 0;
+  spec->condition_result = 0;
+  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
+                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
+  LoopSpec::OutputPort last;
+  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
+  last.node_output = 0;
+  last.body_result = 1;
+  spec->outputs = {last};
+  Node loop;
+  loop.op_type = "Loop";
+  loop.name = "loop";
+  loop.opset = 13;
+  loop.loop = spec;
+  loop.inputs = {m, cond, h0};
+  loop.outputs = {h};
+  loop.implicit_inputs = {e};
+  Attribute attr;
+  attr.type = Attribute::Type::kGraph;
+  attr.graph = body;
+  loop.attributes["body"] = attr;
+  outer->nodes.push_back(loop);
+
+  Graph rewritten = *outer;
+  std::vector<std::string> log;
+  ASSERT_TRUE(HoistLoopInvariantsPass().Run(rewritten, TransformContext(), log).ok());
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(OpTypes(rewritten), (std::vector<std::string>{"Neg", "MatMul", "Tanh", "Loop"}));
+  const Graph& new_body = *rewritten.nodes[3].attributes.at("body").graph;
+  EXPECT_EQ(OpTypes(new_body), (std::vector<std::string>{"Identity", "Add"}));
+  EXPECT_EQ(rewritten.nodes[3].implicit_inputs.size(), 3u);  // e, and the MatMul's and Tanh's
+
+  Tensor tm(DataType::kInt64, Shape{});
+  tm.mutable_data<int64_t>()[0] = kTrips;
+  Tensor tc(DataType::kBool, Shape{});
+  tc.mutable_data<bool>()[0] = true;
+  const Tensor th = Random(Shape{2, 4}, 111), tx = Random(Shape{2, 3}, 112);
+  const Tensor got = RunModel(outer, {&tm, &tc, &th, &tx});
+  ASSERT_EQ(got.shape(), (Shape{2, 4}));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      double dot = 0;
+      for (int64_t k = 0; k < 3; ++k) {
+        dot += -double{tx.data<float>()[r * 3 + k]} * w.data<float>()[k * 4 + c];
+      }
+      const double want = th.data<float>()[r * 4 + c] + kTrips * std::tanh(dot);
+      EXPECT_NEAR(got.data<float>()[r * 4 + c], want, 1e-5) << r << "," << c;
+    }
+  }
+}
+
+// ConvTranspose (two groups) -> BatchNormalization -> Add become one ConvTranspose: each output
+// channel's weights are spread over the input channels of its group. The answer is the unfolded
+// nodes' through the reference kernels.
+TEST(FoldIntoConvTest, ConvTransposeWithGroups) {
+  const int64_t c_in = 4, group = 2, m = 6;
+  const Tensor w = Random(Shape{c_in, m / group, 2, 2}, 120);
+  const Tensor bias = Random(Shape{m}, 121);
+  const Tensor scale = Random(Shape{m}, 122), beta = Random(Shape{m}, 123),
+               mean = Random(Shape{m}, 124), var = Random(Shape{m}, 125, 0.2f, 3.0f);
+  const Tensor add = Random(Shape{m, 1, 1}, 126);
+  Builder b;
+  const ValueId x = b.Input("x", {1, c_in, 3, 4});
+  const ValueId up = b.Op("ConvTranspose", {x, b.Constant("w", w), b.Constant("b", bias)}, 11,
+                          {{"strides", Ints({2, 2})}, {"group", IntAttr(group)}});
+  const ValueId bn = b.Op("BatchNormalization",
+                          {up, b.Constant("scale", scale), b.Constant("beta", beta),
+                           b.Constant("mean", mean), b.Constant("var", var)},
+                          15);
+  b.Output(b.Op("Add", {bn, b.Constant("add", add)}));
+  Builder copy;
+  copy.graph() = b.graph();
+  ASSERT_EQ(RunPass(FoldIntoConvPass(), copy).size(), 1u);
+  EXPECT_EQ(OpTypes(copy.graph()), std::vector<std::string>{"ConvTranspose"});
+
+  const Tensor tx = Random(Shape{1, c_in, 3, 4}, 127);
+  const Tensor got = RunModel(b.shared(), {&tx});
+  reference::ConvTransposeAttrs attrs;
+  attrs.window.strides = {2, 2};
+  attrs.group = group;
+  Tensor up_ref, normalized;
+  ASSERT_TRUE(reference::ConvTranspose(tx, w, &bias, attrs, up_ref).ok());
+  ASSERT_TRUE(reference::BatchNorm(up_ref, scale, beta, mean, var, 1e-5f, normalized).ok());
+  ASSERT_EQ(got.shape(), normalized.shape());
+  const int64_t plane = got.NumElements() / m;
+  for (int64_t i = 0; i < got.NumElements(); ++i) {
+    const double want = double{normalized.data<float>()[i]} + add.data<float>()[i / plane];
+    EXPECT_NEAR(got.data<float>()[i], want, 1e-4 * (1 + std::abs(want))) << "element " << i;
+  }
+}
+
+// A graph output that folds to a constant is returned on every run with the spec's values (the
+// run hands out a copy, the constant stays).
+TEST(FoldConstantsTest, FoldedGraphOutputOnEveryRun) {
+  Builder b;
+  const ValueId x = b.Input("x", {3});
+  const Tensor c = Random(Shape{3}, 130);
+  const ValueId cc = b.Constant("c", c);
+  b.Output(b.Op("Neg", {cc}));
+  b.Output(b.Op("Add", {x, cc}));
+  auto model = Model::FromGraph(b.shared());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tensor tx = Random(Shape{3}, 131);
+  for (int run = 0; run < 3; ++run) {
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(tx)));
+    absl::StatusOr<std::vector<Value>> out = (*model)->Run(std::move(feed), RunOptions());
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].tensor().NumElements(), 3);
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ((*out)[0].tensor().data<float>()[i], -c.data<float>()[i]) << "run " << run;
+      EXPECT_EQ((*out)[1].tensor().data<float>()[i], tx.data<float>()[i] + c.data<float>()[i]);
+    }
+  }
 }
 
 }  // namespace

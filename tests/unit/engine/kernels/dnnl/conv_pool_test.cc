@@ -162,6 +162,43 @@ TEST(ConvTransposeTest, RandomWindowsMatchReference) {
   }
 }
 
+// oneDNN 2.6 has only its reference implementation (ref:any) for a dilated max pool: the step
+// counts in RunStats::reference_steps although no kernel of ours ran its reference (the cliff it
+// marks is oneDNN's). The names oneDNN gives its reference implementations are told apart from
+// the optimized ones.
+TEST(PoolTest, OneDnnReferenceImplementationIsCounted) {
+  EXPECT_TRUE(IsDnnlReferenceImpl("ref:any"));
+  EXPECT_TRUE(IsDnnlReferenceImpl("bnorm_ref:any"));
+  EXPECT_TRUE(IsDnnlReferenceImpl("lrn_ref:any"));
+  EXPECT_TRUE(IsDnnlReferenceImpl("ref_int8:any"));
+  EXPECT_FALSE(IsDnnlReferenceImpl("jit:avx512_core"));
+  EXPECT_FALSE(IsDnnlReferenceImpl("ncsp_bnorm:any"));
+  EXPECT_FALSE(IsDnnlReferenceImpl("simple:any"));
+  EXPECT_FALSE(IsDnnlReferenceImpl("x64:gemm:jit"));
+  EXPECT_FALSE(IsDnnlReferenceImpl("brgconv:avx512_core"));
+  EXPECT_FALSE(IsDnnlReferenceImpl(""));
+
+  std::mt19937 rng(34);
+  const Tensor x = RandomTensor(DataType::kFloat32, Shape{1, 4, 16, 16}, rng);
+  const Attributes attrs = {{"kernel_shape", IntsAttr({2, 2})}, {"dilations", IntsAttr({2, 2})}};
+  absl::StatusOr<std::unique_ptr<NodeRunner>> runner = NodeRunner::Create("MaxPool", 12, 1, attrs);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const int64_t created = DnnlPrimitiveCreationCount();
+  for (int run = 0; run < 2; ++run) {
+    absl::StatusOr<const Tensor*> y = (*runner)->Run({&x});
+    ASSERT_TRUE(y.ok()) << y.status();
+  }
+  EXPECT_EQ(DnnlPrimitiveCreationCount(), created + 1);  // oneDNN ran it, not our reference
+  // Counted once for the step in this frame, as a step on our own reference kernels is.
+  EXPECT_EQ((*runner)->stats().reference_steps, 1);
+
+  // An undilated pool of the same input runs on a jit kernel: nothing counted.
+  runner = NodeRunner::Create("MaxPool", 12, 1, {{"kernel_shape", IntsAttr({2, 2})}});
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ASSERT_TRUE((*runner)->Run({&x}).ok());
+  EXPECT_EQ((*runner)->stats().reference_steps, 0);
+}
+
 TEST(ConvTransposeSpecTest, ValuesByHand) {
   // test_convtranspose_dilations: a 3x3 input, a 2x2 kernel dilated by 2.
   const Tensor x = MakeTensor<float>({1, 1, 3, 3}, {3, 8, 1, 9, 5, 7, 3, 2, 6});

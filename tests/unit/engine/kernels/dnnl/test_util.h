@@ -41,6 +41,8 @@ class NodeRunner {
   absl::StatusOr<const Tensor*> Run(const std::vector<const Tensor*>& inputs);
   // Output i of the last Run.
   const Tensor& output(int i) const;
+  // What the runs so far counted (reference_steps, ...).
+  const RunStats& stats() { return context_->stats(); }
 
   // Another runner with its own frame (and RunContext) over the same plan and kernel.
   std::unique_ptr<NodeRunner> NewFrame() const;
