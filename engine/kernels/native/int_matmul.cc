@@ -1,28 +1,22 @@
 // MatMulInteger and QLinearMatMul: 8-bit matrix products with zero points (numpy matmul
-// broadcasting over batch dims), accumulated in int32.
+// broadcasting over batch dims), accumulated in int32 on native::Int8Gemm (AVX-512 VNNI, AVX2 or
+// scalar, chosen at load); a constant B is packed once, at load.
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/broadcast.h"
 #include "engine/kernels/native/common.h"
+#include "engine/kernels/native/int8_gemm.h"
 #include "engine/kernels/native/register_families.h"
 
 namespace loopserve::engine::native {
 namespace {
-
-// Zero point of row/column `i`: a scalar (or 1-element) tensor, or one value per row/column.
-int32_t ZeroPoint(const Tensor* zp, int64_t i) {
-  if (zp == nullptr) return 0;
-  const int64_t k = zp->NumElements() == 1 ? 0 : i;
-  return zp->dtype() == DataType::kInt8 ? zp->data<int8_t>()[k] : zp->data<uint8_t>()[k];
-}
-
-int32_t Element(const Tensor& t, int64_t i) {
-  return t.dtype() == DataType::kInt8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
-}
 
 // The validated geometry of A @ B: [batch..., m, k] x [batch..., k, n] with broadcast batches.
 struct IntMatMulPlan {
@@ -71,33 +65,83 @@ absl::Status PrepareIntMatMul(const Tensor& a, const Tensor& b, const Tensor* az
   return absl::OkStatus();
 }
 
-// Calls sink(flat output index, sum_k (A[m, k] - azp[m]) * (B[k, n] - bzp[n])) for every output.
-template <typename Sink>
-void RunIntMatMul(const IntMatMulPlan& plan, const Tensor& a, const Tensor& b, const Tensor* azp,
-                  const Tensor* bzp, Sink&& sink) {
-  const int64_t m = plan.m, k = plan.k, n = plan.n;
-  ForEachBroadcast<2>(plan.batches, [&](int64_t batch, const std::array<int64_t, 2>& in) {
-    const int64_t a0 = in[0] * m * k;
-    const int64_t b0 = in[1] * k * n;
-    for (int64_t i = 0; i < m; ++i) {
-      const int32_t za = ZeroPoint(azp, i);
-      for (int64_t j = 0; j < n; ++j) {
-        const int32_t zb = ZeroPoint(bzp, j);
-        int32_t acc = 0;
-        for (int64_t p = 0; p < k; ++p) {
-          acc += (Element(a, a0 + i * k + p) - za) * (Element(b, b0 + p * n + j) - zb);
-        }
-        sink((batch * m + i) * n + j, acc);
-      }
-    }
-  });
+Int8ZeroPoint ZeroPointOf(const Tensor* zp) {
+  Int8ZeroPoint z;
+  if (zp != nullptr) {
+    z.data = zp->raw_data();
+    z.is_signed = zp->dtype() == DataType::kInt8;
+    z.count = zp->NumElements();
+  }
+  return z;
 }
+
+// Per-frame buffers: the product's scratch, a non-constant B packed per call, QLinearMatMul's
+// int32 product before requantization.
+struct IntMatMulState final : KernelState {
+  Int8GemmScratch scratch;
+  Int8Gemm b;
+  std::vector<int32_t> product;
+};
+
+// What MatMulInteger and QLinearMatMul share: the product of A (input a_index) and B (input
+// b_index) on Int8Gemm, B packed at load when it is a 2-D (or 1-D) uint8/int8 constant.
+class IntProduct {
+ public:
+  IntProduct(const KernelInit& init, int b_index) {
+    const Tensor* b = init.constant_input(b_index);
+    if (b != nullptr && (b->dtype() == DataType::kInt8 || b->dtype() == DataType::kUint8) &&
+        (b->rank() == 1 || b->rank() == 2)) {
+      const int64_t k = b->dim(0);
+      const int64_t n = b->rank() == 2 ? b->dim(1) : 1;
+      constant_b_ =
+          std::make_shared<const Int8Gemm>(b->raw_data(), b->dtype() == DataType::kInt8, k, n);
+    }
+  }
+
+  // out[plan.out_shape] = (a - azp) @ (b - bzp) in int32.
+  void Run(const IntMatMulPlan& plan, const Tensor& a, const Tensor& b, const Tensor* azp,
+           const Tensor* bzp, int32_t* out, IntMatMulState& state) const {
+    const int64_t m = plan.m, k = plan.k, n = plan.n;
+    const bool a_signed = a.dtype() == DataType::kInt8;
+    const bool b_signed = b.dtype() == DataType::kInt8;
+    const Int8ZeroPoint za = ZeroPointOf(azp);
+    const Int8ZeroPoint zb = ZeroPointOf(bzp);
+    const uint8_t* a_data = static_cast<const uint8_t*>(a.raw_data());
+    const uint8_t* b_data = static_cast<const uint8_t*>(b.raw_data());
+    const bool b_2d = b.rank() <= 2;
+    const Int8Gemm* gemm = constant_b_.get();
+    if (b_2d && gemm == nullptr) {
+      state.b.Repack(b_data, b_signed, k, n);
+      gemm = &state.b;
+    }
+    if (b_2d && za.count <= 1) {
+      // Every batch of A times the same B: one product over all rows.
+      gemm->Run(a_data, a_signed, plan.batches.num_elements * m, za, zb, out, state.scratch);
+      return;
+    }
+    int64_t packed_batch = -1;
+    ForEachBroadcast<2>(plan.batches, [&](int64_t batch, const std::array<int64_t, 2>& in) {
+      if (!b_2d && in[1] != packed_batch) {
+        state.b.Repack(b_data + in[1] * k * n, b_signed, k, n);
+        gemm = &state.b;
+        packed_batch = in[1];
+      }
+      gemm->Run(a_data + in[0] * m * k, a_signed, m, za, zb, out + batch * m * n, state.scratch);
+    });
+  }
+
+ private:
+  std::shared_ptr<const Int8Gemm> constant_b_;  // null when B is not a usable constant
+};
 
 class MatMulIntegerKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 2, 4));
-    return std::unique_ptr<Kernel>(new MatMulIntegerKernel());
+    return std::unique_ptr<Kernel>(new MatMulIntegerKernel(init));
+  }
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<IntMatMulState>();
   }
   absl::Status Run(KernelContext& ctx) const override {
     const Tensor& a = ctx.input(0);
@@ -107,9 +151,13 @@ class MatMulIntegerKernel final : public Kernel {
     IntMatMulPlan plan;
     LS_RETURN_IF_ERROR(PrepareIntMatMul(a, b, azp, bzp, &plan));
     int32_t* out = ctx.output(0, DataType::kInt32, plan.out_shape)->mutable_data<int32_t>();
-    RunIntMatMul(plan, a, b, azp, bzp, [out](int64_t i, int32_t v) { out[i] = v; });
+    product_.Run(plan, a, b, azp, bzp, out, *ctx.state<IntMatMulState>());
     return absl::OkStatus();
   }
+
+ private:
+  explicit MatMulIntegerKernel(const KernelInit& init) : product_(init, 1) {}
+  IntProduct product_;
 };
 
 // QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
@@ -118,7 +166,10 @@ class QLinearMatMulKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
     LS_RETURN_IF_ERROR(CheckArity(init, 8, 8));
-    return std::unique_ptr<Kernel>(new QLinearMatMulKernel());
+    return std::unique_ptr<Kernel>(new QLinearMatMulKernel(init));
+  }
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<IntMatMulState>();
   }
   absl::Status Run(KernelContext& ctx) const override {
     for (int i : {1, 4, 6}) {
@@ -133,30 +184,38 @@ class QLinearMatMulKernel final : public Kernel {
     }
     const float multiplier = ctx.input(1).data<float>()[0] * ctx.input(4).data<float>()[0] /
                              ctx.input(6).data<float>()[0];
-    const int32_t z = Element(yzp, 0);
     const bool is_signed = yzp.dtype() == DataType::kInt8;
+    const int32_t z = ZeroPointOf(&yzp).At(0);
     const double lo = is_signed ? -128 : 0;
     const double hi = is_signed ? 127 : 255;
     IntMatMulPlan plan;
     LS_RETURN_IF_ERROR(
         PrepareIntMatMul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), &plan));
     Tensor* y = ctx.output(0, yzp.dtype(), plan.out_shape);
+    IntMatMulState& state = *ctx.state<IntMatMulState>();
+    state.product.resize(plan.out_shape.NumElements());
+    product_.Run(plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
+                 state.product.data(), state);
     void* out = y->mutable_raw_data();
-    RunIntMatMul(
-        plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
-        [&](int64_t i, int32_t acc) {
-          double v = std::nearbyint(static_cast<double>(static_cast<float>(acc) * multiplier)) + z;
-          // NaN (a zero y_scale with a zero product scale or sum) is the lowest value, as in
-          // QuantizeLinear, never an undefined float-to-integer conversion.
-          v = std::isnan(v) ? lo : std::min(std::max(v, lo), hi);
-          if (is_signed) {
-            static_cast<int8_t*>(out)[i] = static_cast<int8_t>(v);
-          } else {
-            static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(v);
-          }
-        });
+    for (size_t i = 0; i < state.product.size(); ++i) {
+      double v =
+          std::nearbyint(static_cast<double>(static_cast<float>(state.product[i]) * multiplier)) +
+          z;
+      // NaN (a zero y_scale with a zero product scale or sum) is the lowest value, as in
+      // QuantizeLinear, never an undefined float-to-integer conversion.
+      v = std::isnan(v) ? lo : std::min(std::max(v, lo), hi);
+      if (is_signed) {
+        static_cast<int8_t*>(out)[i] = static_cast<int8_t>(v);
+      } else {
+        static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(v);
+      }
+    }
     return absl::OkStatus();
   }
+
+ private:
+  explicit QLinearMatMulKernel(const KernelInit& init) : product_(init, 3) {}
+  IntProduct product_;
 };
 
 }  // namespace
