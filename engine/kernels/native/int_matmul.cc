@@ -13,6 +13,7 @@
 #include "engine/kernels/native/broadcast.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/int8_gemm.h"
+#include "engine/kernels/native/int8_gemm_dnnl.h"
 #include "engine/kernels/native/register_families.h"
 
 namespace loopserve::engine::native {
@@ -81,10 +82,14 @@ struct IntMatMulState final : KernelState {
   Int8GemmScratch scratch;
   Int8Gemm b;
   std::vector<int32_t> product;
+  std::vector<uint8_t> a_moved;  // an int8 A moved to uint8 for oneDNN
+  DnnlInt8GemmBinding dnnl;
 };
 
 // What MatMulInteger and QLinearMatMul share: the product of A (input a_index) and B (input
-// b_index) on Int8Gemm, B packed at load when it is a 2-D (or 1-D) uint8/int8 constant.
+// b_index) on Int8Gemm, B packed at load when it is a 2-D (or 1-D) uint8/int8 constant; such a
+// product with a per-tensor A zero point runs on oneDNN's brgemm instead where DnnlInt8Gemm
+// measured faster (at least kMinMultiplyAdds, a brgemm primitive for its row count).
 class IntProduct {
  public:
   IntProduct(const KernelInit& init, int b_index) {
@@ -95,12 +100,14 @@ class IntProduct {
       const int64_t n = b->rank() == 2 ? b->dim(1) : 1;
       constant_b_ =
           std::make_shared<const Int8Gemm>(b->raw_data(), b->dtype() == DataType::kInt8, k, n);
+      dnnl_b_ =
+          std::make_shared<const DnnlInt8Gemm>(b->raw_data(), b->dtype() == DataType::kInt8, k, n);
     }
   }
 
   // out[plan.out_shape] = (a - azp) @ (b - bzp) in int32.
-  void Run(const IntMatMulPlan& plan, const Tensor& a, const Tensor& b, const Tensor* azp,
-           const Tensor* bzp, int32_t* out, IntMatMulState& state) const {
+  absl::Status Run(const IntMatMulPlan& plan, const Tensor& a, const Tensor& b, const Tensor* azp,
+                   const Tensor* bzp, int32_t* out, IntMatMulState& state, RunContext& run) const {
     const int64_t m = plan.m, k = plan.k, n = plan.n;
     const bool a_signed = a.dtype() == DataType::kInt8;
     const bool b_signed = b.dtype() == DataType::kInt8;
@@ -116,8 +123,20 @@ class IntProduct {
     }
     if (b_2d && za.count <= 1) {
       // Every batch of A times the same B: one product over all rows.
-      gemm->Run(a_data, a_signed, plan.batches.num_elements * m, za, zb, out, state.scratch);
-      return;
+      const int64_t rows = plan.batches.num_elements * m;
+      if (dnnl_b_ != nullptr && rows * k * n >= DnnlInt8Gemm::kMinMultiplyAdds &&
+          dnnl_b_->Usable(rows)) {
+        const uint8_t* a_moved = a_data;
+        if (a_signed) {
+          state.a_moved.resize(rows * k);
+          for (int64_t i = 0; i < rows * k; ++i) state.a_moved[i] = a_data[i] ^ 0x80;
+          a_moved = state.a_moved.data();
+        }
+        return dnnl_b_->Run(a_moved, rows, za.At(0) + (a_signed ? 128 : 0), zb.data, zb.count, out,
+                            state.dnnl, run);
+      }
+      gemm->Run(a_data, a_signed, rows, za, zb, out, state.scratch);
+      return absl::OkStatus();
     }
     int64_t packed_batch = -1;
     ForEachBroadcast<2>(plan.batches, [&](int64_t batch, const std::array<int64_t, 2>& in) {
@@ -128,10 +147,12 @@ class IntProduct {
       }
       gemm->Run(a_data + in[0] * m * k, a_signed, m, za, zb, out + batch * m * n, state.scratch);
     });
+    return absl::OkStatus();
   }
 
  private:
   std::shared_ptr<const Int8Gemm> constant_b_;  // null when B is not a usable constant
+  std::shared_ptr<const DnnlInt8Gemm> dnnl_b_;  // the same B for oneDNN, or null
 };
 
 class MatMulIntegerKernel final : public Kernel {
@@ -151,8 +172,7 @@ class MatMulIntegerKernel final : public Kernel {
     IntMatMulPlan plan;
     LS_RETURN_IF_ERROR(PrepareIntMatMul(a, b, azp, bzp, &plan));
     int32_t* out = ctx.output(0, DataType::kInt32, plan.out_shape)->mutable_data<int32_t>();
-    product_.Run(plan, a, b, azp, bzp, out, *ctx.state<IntMatMulState>());
-    return absl::OkStatus();
+    return product_.Run(plan, a, b, azp, bzp, out, *ctx.state<IntMatMulState>(), ctx.run_context());
   }
 
  private:
@@ -194,8 +214,8 @@ class QLinearMatMulKernel final : public Kernel {
     Tensor* y = ctx.output(0, yzp.dtype(), plan.out_shape);
     IntMatMulState& state = *ctx.state<IntMatMulState>();
     state.product.resize(plan.out_shape.NumElements());
-    product_.Run(plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
-                 state.product.data(), state);
+    LS_RETURN_IF_ERROR(product_.Run(plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
+                                    state.product.data(), state, ctx.run_context()));
     void* out = y->mutable_raw_data();
     for (size_t i = 0; i < state.product.size(); ++i) {
       double v =

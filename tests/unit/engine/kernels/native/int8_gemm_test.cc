@@ -18,7 +18,9 @@
 
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/native/int8_gemm_dnnl.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/native/packed_test_util.h"
 
@@ -225,6 +227,45 @@ TEST_F(Int8GemmTest, MatMulIntegerKernelConstantAndBatchedB) {
       }
     }
   }
+}
+
+// A constant B in a product of at least DnnlInt8Gemm::kMinMultiplyAdds runs on oneDNN's brgemm
+// (a primitive is created on a CPU with VNNI); every signedness and B zero-point form against the
+// reference, and the same products with the oneDNN path turned off (Int8Gemm).
+TEST_F(Int8GemmTest, LargeConstantProductsOnOneDnnAndNative) {
+  std::mt19937 rng(13);
+  const int64_t m = 16, k = 300, n = 70;  // 336000 multiply-adds
+  ASSERT_GE(m * k * n, DnnlInt8Gemm::kMinMultiplyAdds);
+  for (const bool use_dnnl : {true, false}) {
+    DnnlInt8Gemm::SetEnabled(use_dnnl);
+    for (const bool a_signed : {false, true}) {
+      for (const bool b_signed : {false, true}) {
+        for (const bool per_column : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "oneDNN " << use_dnnl << " a_signed=" << a_signed
+                       << " b_signed=" << b_signed << " per_column=" << per_column);
+          const Tensor a = RandomBytes(Shape{2, m / 2, k}, a_signed, false, rng);
+          const Tensor b = RandomBytes(Shape{k, n}, b_signed, false, rng);
+          const Tensor azp = RandomBytes(Shape{}, a_signed, false, rng);
+          const Tensor bzp = RandomBytes(per_column ? Shape{n} : Shape{}, b_signed, false, rng);
+          const int64_t before = DnnlPrimitiveCreationCount();
+          absl::StatusOr<Tensor> got = RunNode("MatMulInteger", {&a, &b, &azp, &bzp}, 1);
+          ASSERT_TRUE(got.ok()) << got.status();
+          if (use_dnnl && Int8Gemm::BestPath() == Int8Gemm::Path::kAvx512Vnni) {
+            EXPECT_GT(DnnlPrimitiveCreationCount(), before) << "the product did not use oneDNN";
+          } else if (!use_dnnl) {
+            EXPECT_EQ(DnnlPrimitiveCreationCount(), before);
+          }
+          Tensor a2(a.dtype(), Shape{m, k});
+          std::memcpy(a2.mutable_raw_data(), a.raw_data(), m * k);
+          const std::vector<int64_t> want = Reference(a2, b, &azp, &bzp, m, k, n);
+          ASSERT_EQ(got->NumElements(), m * n);
+          for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(got->data<int32_t>()[i], want[i]) << i;
+        }
+      }
+    }
+  }
+  DnnlInt8Gemm::SetEnabled(true);
 }
 
 // QLinearMatMul with a constant int8 B: the requantization of the ONNX definition
