@@ -89,7 +89,8 @@ struct IntMatMulState final : KernelState {
 // What MatMulInteger and QLinearMatMul share: the product of A (input a_index) and B (input
 // b_index) on Int8Gemm, B packed at load when it is a 2-D (or 1-D) uint8/int8 constant; such a
 // product with a per-tensor A zero point runs on oneDNN's brgemm instead where DnnlInt8Gemm
-// measured faster (at least kMinMultiplyAdds, a brgemm primitive for its row count).
+// measured faster (at least kMinRows rows and kMinMultiplyAdds, a brgemm primitive for its row
+// count).
 class IntProduct {
  public:
   IntProduct(const KernelInit& init, int b_index) {
@@ -124,8 +125,8 @@ class IntProduct {
     if (b_2d && za.count <= 1) {
       // Every batch of A times the same B: one product over all rows.
       const int64_t rows = plan.batches.num_elements * m;
-      if (dnnl_b_ != nullptr && rows * k * n >= DnnlInt8Gemm::kMinMultiplyAdds &&
-          dnnl_b_->Usable(rows)) {
+      if (dnnl_b_ != nullptr && rows >= DnnlInt8Gemm::kMinRows &&
+          rows * k * n >= DnnlInt8Gemm::kMinMultiplyAdds && dnnl_b_->Usable(rows)) {
         const uint8_t* a_moved = a_data;
         if (a_signed) {
           state.a_moved.resize(rows * k);
