@@ -182,7 +182,8 @@ class MatMulIntegerKernel final : public Kernel {
 };
 
 // QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-// y = saturate(round((a - azp) @ (b - bzp) * a_scale * b_scale / y_scale) + y_zero_point).
+// y = saturate(round((a - azp) @ (b - bzp) * a_scale * b_scale / y_scale) + y_zero_point), with
+// a's scale and zero point per tensor or per row and b's per tensor or per column.
 class QLinearMatMulKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -194,8 +195,8 @@ class QLinearMatMulKernel final : public Kernel {
   }
   absl::Status Run(KernelContext& ctx) const override {
     for (int i : {1, 4, 6}) {
-      if (ctx.input(i).dtype() != DataType::kFloat32 || ctx.input(i).NumElements() != 1) {
-        return absl::InvalidArgumentError("scales must be float32 scalars");
+      if (ctx.input(i).dtype() != DataType::kFloat32) {
+        return absl::InvalidArgumentError("scales must be float32");
       }
     }
     const Tensor& yzp = ctx.input(7);
@@ -203,8 +204,6 @@ class QLinearMatMulKernel final : public Kernel {
         (yzp.dtype() != DataType::kInt8 && yzp.dtype() != DataType::kUint8)) {
       return absl::InvalidArgumentError("y_zero_point must be an int8 or uint8 scalar");
     }
-    const float multiplier = ctx.input(1).data<float>()[0] * ctx.input(4).data<float>()[0] /
-                             ctx.input(6).data<float>()[0];
     const bool is_signed = yzp.dtype() == DataType::kInt8;
     const int32_t z = ZeroPointOf(&yzp).At(0);
     const double lo = is_signed ? -128 : 0;
@@ -212,13 +211,34 @@ class QLinearMatMulKernel final : public Kernel {
     IntMatMulPlan plan;
     LS_RETURN_IF_ERROR(
         PrepareIntMatMul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), &plan));
+    // Scales per tensor, or per row of a and per column of b (as their zero points may be).
+    const Tensor& a_scale = ctx.input(1);
+    const Tensor& b_scale = ctx.input(4);
+    const Tensor& y_scale = ctx.input(6);
+    if (a_scale.NumElements() != 1 && a_scale.NumElements() != plan.m) {
+      return absl::InvalidArgumentError("a_scale must be a scalar or have one value per row");
+    }
+    if (b_scale.NumElements() != 1 && b_scale.NumElements() != plan.n) {
+      return absl::InvalidArgumentError("b_scale must be a scalar or have one value per column");
+    }
+    if (y_scale.NumElements() != 1) return absl::InvalidArgumentError("y_scale must be a scalar");
+    const bool per_row = a_scale.NumElements() != 1;
+    const bool per_column = b_scale.NumElements() != 1;
+    const float* as = a_scale.data<float>();
+    const float* bs = b_scale.data<float>();
+    const float ys = y_scale.data<float>()[0];
     Tensor* y = ctx.output(0, yzp.dtype(), plan.out_shape);
     IntMatMulState& state = *ctx.state<IntMatMulState>();
     state.product.resize(plan.out_shape.NumElements());
     LS_RETURN_IF_ERROR(product_.Run(plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
                                     state.product.data(), state, ctx.run_context()));
     void* out = y->mutable_raw_data();
+    const int64_t n = plan.n;
+    const int64_t m = plan.m;
     for (size_t i = 0; i < state.product.size(); ++i) {
+      const int64_t row = per_row ? static_cast<int64_t>(i) / n % m : 0;
+      const int64_t column = per_column ? static_cast<int64_t>(i) % n : 0;
+      const float multiplier = as[row] * bs[column] / ys;
       double v =
           std::nearbyint(static_cast<double>(static_cast<float>(state.product[i]) * multiplier)) +
           z;

@@ -303,6 +303,46 @@ TEST_F(Int8GemmTest, QLinearMatMulKernelMatchesDefinition) {
   }
 }
 
+// QLinearMatMul with a's scale and zero point per row and b's per column (int8 a, uint8 b, int8
+// y), against the definition applied per element; a scale count that is neither 1 nor the row
+// count is refused.
+TEST_F(Int8GemmTest, QLinearMatMulPerRowAndPerColumnScales) {
+  std::mt19937 rng(14);
+  const int64_t m = 3, k = 29, n = 21;
+  const Tensor a = RandomBytes(Shape{m, k}, true, false, rng);
+  const Tensor b = RandomBytes(Shape{k, n}, false, false, rng);
+  const Tensor azp = RandomBytes(Shape{m}, true, false, rng);
+  const Tensor bzp = RandomBytes(Shape{n}, false, false, rng);
+  Tensor a_scale(DataType::kFloat32, Shape{m}), b_scale(DataType::kFloat32, Shape{n}),
+      y_scale(DataType::kFloat32, Shape{});
+  for (int64_t i = 0; i < m; ++i) a_scale.mutable_data<float>()[i] = 0.01f * (i + 1);
+  for (int64_t j = 0; j < n; ++j) b_scale.mutable_data<float>()[j] = 0.003f * (j + 1);
+  y_scale.mutable_data<float>()[0] = 0.7f;
+  Tensor yzp(DataType::kInt8, Shape{});
+  yzp.mutable_data<int8_t>()[0] = -5;
+  absl::StatusOr<Tensor> got =
+      RunNode("QLinearMatMul", {&a, &a_scale, &azp, &b, &b_scale, &bzp, &y_scale, &yzp}, 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->dtype(), DataType::kInt8);
+  const std::vector<int64_t> sums = Reference(a, b, &azp, &bzp, m, k, n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float multiplier = a_scale.data<float>()[i] * b_scale.data<float>()[j] / 0.7f;
+      const double v =
+          std::nearbyint(static_cast<double>(static_cast<float>(sums[i * n + j]) * multiplier)) - 5;
+      const int want = static_cast<int>(std::min(127.0, std::max(-128.0, v)));
+      ASSERT_EQ(got->data<int8_t>()[i * n + j], want) << i << " " << j;
+    }
+  }
+  Tensor two(DataType::kFloat32, Shape{2});
+  two.mutable_data<float>()[0] = two.mutable_data<float>()[1] = 1.0f;
+  absl::StatusOr<Tensor> bad =
+      RunNode("QLinearMatMul", {&a, &two, &azp, &b, &b_scale, &bzp, &y_scale, &yzp}, 3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("a_scale"), std::string::npos) << bad.status();
+}
+
 // DynamicQuantizeLinear on every ISA cap against the ONNX formula in float32: scale = (max(0, x)
 // - min(0, x)) / 255, zero point = saturate(round(-min / scale)), y = saturate(round(x / scale) +
 // zero point), round half to even; lengths around the 8/16-float vectors, values on exact halves.
