@@ -3,9 +3,11 @@
 // scalar, chosen at load); a constant B is packed once, at load.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/int8_gemm.h"
 #include "engine/kernels/native/int8_gemm_dnnl.h"
+#include "engine/kernels/native/post_ops.h"
 #include "engine/kernels/native/register_families.h"
 
 namespace loopserve::engine::native {
@@ -78,7 +81,7 @@ Int8ZeroPoint ZeroPointOf(const Tensor* zp) {
 
 // Per-frame buffers: the product's scratch, a non-constant B packed per call, QLinearMatMul's
 // int32 product before requantization.
-struct IntMatMulState final : KernelState {
+struct IntMatMulState : KernelState {
   Int8GemmScratch scratch;
   Int8Gemm b;
   std::vector<int32_t> product;
@@ -259,11 +262,104 @@ class QLinearMatMulKernel final : public Kernel {
   IntProduct product_;
 };
 
+// kFusedMatMulIntegerOp (engine/transform/fuse_int_matmul.h): MatMulInteger's int32 product
+// converted to float32 (the Cast it replaced), then the node's post-ops over the output in one
+// pass (native::ElementwiseChain, numpy broadcasting of their operands, inputs 4, 5, ...).
+class FusedIntMatMulKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 2, 4 + ElementwiseChain::kMaxOperands));
+    const FusionSpec* spec = init.node().fusion.get();
+    if (spec == nullptr) return absl::InvalidArgumentError("fused MatMulInteger without a spec");
+    std::vector<int> epilogue_inputs;
+    LS_ASSIGN_OR_RETURN(ElementwiseChain chain,
+                        ChainOfPostOps(spec->post_ops, init.num_inputs(), &epilogue_inputs));
+    for (int input : epilogue_inputs) {
+      if (input < 4) return absl::InvalidArgumentError("a post-op reads a product input");
+    }
+    return std::unique_ptr<Kernel>(
+        new FusedIntMatMulKernel(init, std::move(chain), std::move(epilogue_inputs)));
+  }
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<FusedState>();
+  }
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    const Tensor* azp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+    const Tensor* bzp = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+    IntMatMulPlan plan;
+    LS_RETURN_IF_ERROR(PrepareIntMatMul(a, b, azp, bzp, &plan));
+    FusedState& state = *ctx.state<FusedState>();
+    const int64_t size = plan.out_shape.NumElements();
+    state.product.resize(size);
+    LS_RETURN_IF_ERROR(
+        product_.Run(plan, a, b, azp, bzp, state.product.data(), state, ctx.run_context()));
+    // The epilogue's iteration plan, kept while the shapes stay the same (every Loop iteration
+    // after the first).
+    const int num_operands = 1 + static_cast<int>(epilogue_inputs_.size());
+    bool same = state.prepared.has_value() &&
+                state.shapes.size() == static_cast<size_t>(num_operands) &&
+                state.shapes[0] == plan.out_shape;
+    for (int i = 1; same && i < num_operands; ++i) {
+      same = state.shapes[i] == ctx.input(epilogue_inputs_[i - 1]).shape();
+    }
+    if (!same) {
+      state.shapes.assign(1, plan.out_shape);
+      for (int input : epilogue_inputs_) state.shapes.push_back(ctx.input(input).shape());
+      std::vector<const Shape*> shapes;
+      for (const Shape& shape : state.shapes) shapes.push_back(&shape);
+      LS_ASSIGN_OR_RETURN(state.prepared, chain_.Prepare(shapes));
+    }
+    for (int input : epilogue_inputs_) {
+      if (ctx.input(input).dtype() != DataType::kFloat32) {
+        return UnsupportedType("post-op operand", ctx.input(input).dtype());
+      }
+    }
+    // The Cast: exact for |sum| <= 2^24, rounded to nearest even beyond, as static_cast does.
+    const bool in_place = state.prepared->output == plan.out_shape;
+    float* converted;
+    Tensor* y = ctx.output(0, DataType::kFloat32, state.prepared->output);
+    if (in_place) {
+      converted = y->mutable_data<float>();
+    } else {
+      state.converted.resize(size);
+      converted = state.converted.data();
+    }
+    for (int64_t i = 0; i < size; ++i) converted[i] = static_cast<float>(state.product[i]);
+    if (chain_.steps().empty() && in_place) return absl::OkStatus();
+    std::array<const float*, ElementwiseChain::kMaxOperands> operands{};
+    operands[0] = converted;
+    for (size_t i = 0; i < epilogue_inputs_.size(); ++i) {
+      operands[i + 1] = ctx.input(epilogue_inputs_[i]).data<float>();
+    }
+    chain_.Run(*state.prepared, absl::MakeConstSpan(operands.data(), num_operands),
+               y->mutable_data<float>());
+    return absl::OkStatus();
+  }
+
+ private:
+  struct FusedState final : IntMatMulState {
+    std::vector<float> converted;  // the product in float when the output is broadcast larger
+    std::vector<Shape> shapes;     // the operand shapes `prepared` was made for
+    std::optional<ElementwiseChain::Prepared> prepared;
+  };
+
+  FusedIntMatMulKernel(const KernelInit& init, ElementwiseChain chain,
+                       std::vector<int> epilogue_inputs)
+      : product_(init, 1), chain_(std::move(chain)), epilogue_inputs_(std::move(epilogue_inputs)) {}
+
+  IntProduct product_;
+  ElementwiseChain chain_;
+  std::vector<int> epilogue_inputs_;  // the node input of each chain operand 1, 2, ...
+};
+
 }  // namespace
 
 void RegisterIntMatMulKernels(KernelRegistry& registry) {
   registry.Register("MatMulInteger", FactoryOf<MatMulIntegerKernel>(), 10);
   registry.Register("QLinearMatMul", FactoryOf<QLinearMatMulKernel>(), 10);
+  registry.Register(kFusedMatMulIntegerOp, FactoryOf<FusedIntMatMulKernel>());
 }
 
 }  // namespace loopserve::engine::native

@@ -18,9 +18,11 @@
 
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
+#include "engine/ir/fusion.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/native/int8_gemm_dnnl.h"
+#include "engine/transform/fuse_int_matmul.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/native/packed_test_util.h"
 
@@ -341,6 +343,82 @@ TEST_F(Int8GemmTest, QLinearMatMulPerRowAndPerColumnScales) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(bad.status().message()).find("a_scale"), std::string::npos) << bad.status();
+}
+
+// quantize_dynamic's MatMulInteger -> Cast -> Mul(scale) -> Add -> Relu: fuse_int_matmul makes
+// one kFusedMatMulIntegerOp node of it, and the model's output equals the definition computed in
+// float32 in the same order, for an addend of the product's shape (the epilogue in place) and one
+// that broadcasts it to [2, m, n].
+TEST_F(Int8GemmTest, FusedCastAndEpilogueMatchUnfusedDefinition) {
+  std::mt19937 rng(15);
+  const int64_t m = 4, k = 50, n = 40;
+  const Tensor a = RandomBytes(Shape{m, k}, false, false, rng);
+  const Tensor b = RandomBytes(Shape{k, n}, true, false, rng);
+  const Tensor azp = RandomBytes(Shape{}, false, false, rng);
+  const Tensor bzp = RandomBytes(Shape{}, true, false, rng);
+  Tensor scale(DataType::kFloat32, Shape{});
+  scale.mutable_data<float>()[0] = 0.00123f;
+  const std::vector<int64_t> sums = Reference(a, b, &azp, &bzp, m, k, n);
+  for (const bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "addend [2, m, n]" : "addend [m, n]");
+    const Shape addend_shape = broadcast ? Shape{2, m, n} : Shape{m, n};
+    Tensor addend(DataType::kFloat32, addend_shape);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t i = 0; i < addend.NumElements(); ++i) addend.mutable_data<float>()[i] = dist(rng);
+
+    auto g = std::make_shared<Graph>();
+    const ValueId va = g->AddValue("a"), vb = g->AddValue("b"), vazp = g->AddValue("azp"),
+                  vbzp = g->AddValue("bzp"), vs = g->AddValue("s"), vadd = g->AddValue("addend"),
+                  vi = g->AddValue("i32"), vf = g->AddValue("f"), vm = g->AddValue("m"),
+                  vsum = g->AddValue("sum"), vy = g->AddValue("y");
+    g->constants.emplace_back(vb, std::make_shared<Tensor>(Tensor::ViewOf(b)));
+    g->constants.emplace_back(vbzp, std::make_shared<Tensor>(Tensor::ViewOf(bzp)));
+    Node matmul = MakeNode("MatMulInteger", {va, vb, vazp, vbzp}, vi);
+    matmul.opset = 10;
+    Node cast = MakeNode("Cast", {vi}, vf);
+    cast.attributes["to"].type = Attribute::Type::kInt;
+    cast.attributes["to"].i = 1;
+    g->nodes.push_back(std::move(matmul));
+    g->nodes.push_back(std::move(cast));
+    g->nodes.push_back(MakeNode("Mul", {vf, vs}, vm));
+    g->nodes.push_back(MakeNode("Add", {vm, vadd}, vsum));
+    g->nodes.push_back(MakeNode("Relu", {vsum}, vy));
+    g->inputs = {va, vazp, vs, vadd};
+    g->outputs = {vy};
+
+    // The pass alone: one fused node with the three post-ops.
+    Graph copy = *g;
+    transform::TransformContext context;
+    context.find_constant = [&](ValueId id) -> const Tensor* {
+      for (const auto& [v, t] : copy.constants) {
+        if (v == id) return t.get();
+      }
+      return nullptr;
+    };
+    std::vector<std::string> log;
+    ASSERT_TRUE(transform::FuseIntMatMulPass().Run(copy, context, log).ok());
+    ASSERT_EQ(copy.nodes.size(), 1u);
+    EXPECT_EQ(copy.nodes[0].op_type, kFusedMatMulIntegerOp);
+    ASSERT_NE(copy.nodes[0].fusion, nullptr);
+    EXPECT_EQ(copy.nodes[0].fusion->post_ops.size(), 3u);
+
+    auto model = Model::FromGraph(g);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(a)));
+    feed.push_back(Value(Tensor::ViewOf(azp)));
+    feed.push_back(Value(Tensor::ViewOf(scale)));
+    feed.push_back(Value(Tensor::ViewOf(addend)));
+    auto out = (*model)->Run(std::move(feed), RunOptions());
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& y = (*out)[0].tensor();
+    ASSERT_EQ(y.shape(), addend_shape);
+    for (int64_t i = 0; i < y.NumElements(); ++i) {
+      const float product = static_cast<float>(sums[i % (m * n)]) * 0.00123f;
+      const float want = std::max(0.0f, product + addend.data<float>()[i]);
+      ASSERT_EQ(y.data<float>()[i], want) << i;
+    }
+  }
 }
 
 // DynamicQuantizeLinear on every ISA cap against the ONNX formula in float32: scale = (max(0, x)
