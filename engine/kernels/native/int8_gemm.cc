@@ -261,6 +261,7 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
   }
   if (path_ == Path::kScalar) {
     packed_.resize(k * n);
+    offset_ = 0;
     for (int64_t p = 0; p < k; ++p) {
       for (int64_t j = 0; j < n; ++j) packed_[p * n + j] = static_cast<int8_t>(element(p, j));
     }
@@ -274,12 +275,16 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
     return;
   }
   const int64_t last_width = CeilDiv(n - (panels - 1) * geo.panel, geo.vector) * geo.vector;
-  packed_.assign(((panels - 1) * geo.panel + last_width) * groups * 4, 0);
+  // 64 bytes more, for the panels to start on a cache line (every vector load then stays within
+  // one line: a panel row is a whole number of vectors).
+  const int64_t bytes = ((panels - 1) * geo.panel + last_width) * groups * 4;
+  packed_.assign(bytes + 64, 0);
+  offset_ = (64 - reinterpret_cast<uintptr_t>(packed_.data()) % 64) % 64;
   for (int64_t panel = 0; panel < panels; ++panel) {
     const int64_t col0 = panel * geo.panel;
     const int64_t width = panel + 1 < panels ? geo.panel : last_width;
     const int64_t cols = std::min(geo.panel, n - col0);
-    int8_t* dst = packed_.data() + col0 * groups * 4;
+    int8_t* dst = packed_.data() + offset_ + col0 * groups * 4;
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t j = 0; j < cols; ++j) {
         int8_t* cell = dst + (g * width + j) * 4;
@@ -383,7 +388,7 @@ void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint&
     const int64_t cols = std::min(geo.panel, n_ - col0);
     const int64_t vectors = CeilDiv(cols, geo.vector);
     const int64_t width = panel + 1 < panels ? geo.panel : vectors * geo.vector;
-    const int8_t* packed = packed_.data() + col0 * groups * 4;
+    const int8_t* packed = packed_.data() + offset_ + col0 * groups * 4;
     int64_t row = 0;
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const int64_t rows = base + (tile < extra ? 1 : 0);

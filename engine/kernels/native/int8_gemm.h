@@ -90,6 +90,7 @@ class Int8Gemm {
   int64_t k_ = 0;
   int64_t n_ = 0;
   std::vector<int8_t> packed_;    // the panels (bytes; int16 pairs on the AVX2 path)
+  int64_t offset_ = 0;            // where they start in packed_ (a 64-byte boundary)
   std::vector<int32_t> col_sum_;  // sum over k of B' per column
 };
 

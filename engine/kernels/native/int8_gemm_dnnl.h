@@ -1,14 +1,14 @@
 #pragma once
 
 // The int8 products with a constant B that oneDNN's brgemm matmul runs faster than Int8Gemm: on a
-// CPU with AMX-INT8 its tile kernels (`brg:avx512_core_amx_int8`), and its AVX-512 VNNI brgemm for
-// one row. Measured on a 2-vCPU Sapphire Rapids (1 thread, uint8 x int8 -> int32 with a runtime
-// source zero point, bit-equal results): 1x512x512 5.1 us against 7.4 us for Int8Gemm's VNNI
-// tiles (5.1 against 5.5 on a quieter run), 8x512x512 3.3 against 7.4, 16x512x512 4.9 against
-// 29.5, 64x512x512 16.6 against 81;
-// 1x128x128 0.59 us against 0.16 (a primitive's execute costs more than such a product, so small
-// products stay native: kMinMultiplyAdds). Taken only when the primitive oneDNN picks is a brgemm
-// one: its AVX2 `gemm:jit` saturates vpmaddubsw's 16-bit sums (results differ), and `ref:` is slow.
+// CPU with AMX-INT8 its tile kernels (`brg:avx512_core_amx_int8`). Measured on a 2-vCPU Sapphire
+// Rapids (1 thread, uint8 x int8 -> int32 with a runtime source zero point, bit-equal results,
+// Int8Gemm's panels 64-byte aligned), oneDNN against Int8Gemm's VNNI tiles: 1x512x512 3.2 us
+// against 1.8, 2x512x512 3.2 against 2.9, 4x512x512 3.0 against 7.7, 8x512x512 4.1 against 10.5,
+// 16x512x512 4.9 against 11.8; 4x128x128 1.58 against 0.26, 16x128x128 1.85 against 1.81 (a
+// primitive's execute costs more than a small product: kMinRows, kMinMultiplyAdds). Taken only
+// when the primitive oneDNN picks is a brgemm one: its AVX2 `gemm:jit` saturates vpmaddubsw's
+// 16-bit sums (results differ), and `ref:` is slow.
 //
 // B (uint8 moved to int8 by -128, as in Int8Gemm) is reordered into the primitive's layout once per
 // row count m, at the first product of that many rows; A is uint8 (an int8 A is moved by +128 by
@@ -44,11 +44,9 @@ struct DnnlInt8GemmBinding {
 
 class DnnlInt8Gemm {
  public:
-  // Products of fewer multiply-adds stay on Int8Gemm, and so do one-row products: both take
-  // ~5.5 us for 1x512x512 (the read of B bounds them), and in the qrnn_b1_h512 grid case the
-  // native kernel ran 1.83x ORT's speed against 1.48x on oneDNN (its execute costs more per call).
+  // Products of fewer rows or multiply-adds stay on Int8Gemm (measured above).
   static constexpr int64_t kMinMultiplyAdds = int64_t{1} << 17;
-  static constexpr int64_t kMinRows = 2;
+  static constexpr int64_t kMinRows = 4;
 
   // Turns the oneDNN path off process-wide (tests and benchmarks compare against Int8Gemm).
   static void SetEnabled(bool enabled);

@@ -306,7 +306,7 @@ class DynamicQuantizeKernel final : public Kernel {
     const uint8_t zero = scale == 0 ? 0 : Saturate<uint8_t>(-lo / scale);
     uint8_t* out = ctx.output(0, DataType::kUint8, x.shape())->mutable_data<uint8_t>();
     if (scale == 0) {
-      std::memset(out, zero, n);
+      if (n > 0) std::memset(out, zero, n);
     } else {
       QuantizeU8(isa, in, n, scale, zero, out);
     }
