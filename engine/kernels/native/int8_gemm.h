@@ -24,11 +24,8 @@
 // scratch each.
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 
 namespace loopserve::engine::native {
 
@@ -92,20 +89,6 @@ class Int8Gemm {
   std::vector<int8_t> packed_;    // the panels (bytes; int16 pairs on the AVX2 path)
   int64_t offset_ = 0;            // where they start in packed_ (a 64-byte boundary)
   std::vector<int32_t> col_sum_;  // sum over k of B' per column
-};
-
-// One constant B's Int8Gemm, packed by the first caller and shared by the rest. Thread-safe.
-class Int8GemmOnce {
- public:
-  std::shared_ptr<const Int8Gemm> Get(const void* b, bool b_signed, int64_t k, int64_t n) const {
-    absl::MutexLock lock(&mu_);
-    if (gemm_ == nullptr) gemm_ = std::make_shared<const Int8Gemm>(b, b_signed, k, n);
-    return gemm_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  mutable std::shared_ptr<const Int8Gemm> gemm_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loopserve::engine::native
