@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -30,7 +31,8 @@ int32_t At8(const Tensor& t, int64_t i) {
 class IntConvState : public KernelState {
  public:
   std::vector<uint8_t> weights;  // one group's weights transposed, [Cg * K, Mg], bytes of w
-  std::vector<uint8_t> patches;  // [P, Cg * K] im2col rows, bytes of x (x's zero point outside)
+  std::vector<uint8_t> columns;  // [Cg * K, P] im2col, bytes of x (x's zero point outside)
+  std::vector<uint8_t> patches;  // the same transposed, [P, Cg * K]: one row per position
   std::vector<int32_t> acc;      // [P, Mg] per image and group
   native::Int8Gemm product;      // the group's weights, packed
   native::Int8GemmScratch scratch;
@@ -121,6 +123,7 @@ class IntConvKernel final : public Kernel {
     if (x_zp != nullptr) x_zero = {x_zp->raw_data(), x_signed, 1};
     state.weights.resize(static_cast<size_t>(rows * m_group));
     state.patches.resize(static_cast<size_t>(positions * rows));
+    state.columns.resize(static_cast<size_t>(positions * rows));
     state.acc.resize(static_cast<size_t>(positions * m_group));
     Shape::Dims out_index(win.rank), k_index(win.rank);
     if (win.rank < 1) return absl::InvalidArgumentError("x must have a spatial dimension");
@@ -152,9 +155,18 @@ class IntConvKernel final : public Kernel {
               k_index[d] = krem % win.kernel[d];
               krem /= win.kernel[d];
             }
-            uint8_t* col = state.patches.data() + c * k_size + k;
+            uint8_t* col = state.columns.data() + (c * k_size + k) * positions;
             // Output positions row by row along the last dim (its input positions step by the
-            // stride): the outer dims' part of the offset once per row.
+            // stride): the outer dims' part of the offset once per row, the in-range run of a
+            // stride-1 row copied whole.
+            const int64_t first = k_index[last] * win.dilations[last] - win.pads_begin[last];
+            const int64_t step = win.strides[last];
+            // o in [lo, hi) reads inside the input row: 0 <= o * step + first < input[last].
+            const int64_t lo = std::min(out_last, first >= 0 ? 0 : (-first + step - 1) / step);
+            const int64_t hi =
+                std::max(lo, std::min(out_last, win.input[last] - first <= 0
+                                                    ? 0
+                                                    : (win.input[last] - first + step - 1) / step));
             for (int64_t row = 0; row < outer_rows; ++row) {
               int64_t rem = row, offset = 0;
               bool inside = true;
@@ -168,16 +180,29 @@ class IntConvKernel final : public Kernel {
                 inside = inside && pos >= 0 && pos < win.input[d];
                 offset = offset * win.input[d] + pos;
               }
-              uint8_t* dst = col + row * out_last * rows;
+              uint8_t* dst = col + row * out_last;
               if (!inside) {
-                for (int64_t o = 0; o < out_last; ++o) dst[o * rows] = pad;
+                std::memset(dst, pad, out_last);
                 continue;
               }
-              const uint8_t* src = x_bytes + plane + offset * win.input[last];
-              const int64_t first = k_index[last] * win.dilations[last] - win.pads_begin[last];
-              for (int64_t o = 0; o < out_last; ++o) {
-                const int64_t pos = o * win.strides[last] + first;
-                dst[o * rows] = pos >= 0 && pos < win.input[last] ? src[pos] : pad;
+              const uint8_t* src = x_bytes + plane + offset * win.input[last] + first;
+              std::memset(dst, pad, lo);
+              if (step == 1) {
+                std::memcpy(dst + lo, src + lo, hi - lo);
+              } else {
+                for (int64_t o = lo; o < hi; ++o) dst[o] = src[o * step];
+              }
+              std::memset(dst + hi, pad, out_last - hi);
+            }
+          }
+        }
+        // [rows, P] -> [P, rows], in 32 x 32 blocks.
+        for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+          for (int64_t p0 = 0; p0 < positions; p0 += 32) {
+            const int64_t r1 = std::min(rows, r0 + 32), p1 = std::min(positions, p0 + 32);
+            for (int64_t p = p0; p < p1; ++p) {
+              for (int64_t r = r0; r < r1; ++r) {
+                state.patches[p * rows + r] = state.columns[r * positions + p];
               }
             }
           }
