@@ -5,12 +5,14 @@
 // The accumulation is an 8-bit matrix product on native::Int8Gemm (VNNI / AVX2, exact in int32,
 // zero points applied through row and column sums): the im2col of the input, one row of taps per
 // output position (padding holds x's zero point, so it contributes 0), times the group's weights
-// transposed (packed per run), over the frame's reused buffers.
+// transposed (packed at load when they are a constant, else per run), over the frame's reused
+// buffers.
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,8 +42,31 @@ class IntConvState : public KernelState {
 
 class IntConvKernel final : public Kernel {
  public:
-  IntConvKernel(reference::WindowAttrs attrs, int64_t group, bool qlinear)
-      : attrs_(std::move(attrs)), group_(group), qlinear_(qlinear) {}
+  // `w`: the weights when they are a constant (packed here, once per group), else null.
+  IntConvKernel(reference::WindowAttrs attrs, int64_t group, bool qlinear, const Tensor* w)
+      : attrs_(std::move(attrs)), group_(group), qlinear_(qlinear) {
+    if (w == nullptr || !Is8Bit(w->dtype()) || w->rank() < 3 || w->dim(0) % group != 0 ||
+        w->NumElements() == 0) {
+      return;
+    }
+    const int64_t m_group = w->dim(0) / group;
+    const int64_t rows = w->NumElements() / w->dim(0);
+    std::vector<uint8_t> transposed(rows * m_group);
+    for (int64_t g = 0; g < group; ++g) {
+      TransposeGroup(static_cast<const uint8_t*>(w->raw_data()), g, rows, m_group,
+                     transposed.data());
+      packed_.push_back(std::make_shared<const native::Int8Gemm>(
+          transposed.data(), w->dtype() == DataType::kInt8, rows, m_group));
+    }
+  }
+
+  // dst[r, m] = w[g * m_group + m, r]: group g's weights as the product's B.
+  static void TransposeGroup(const uint8_t* w, int64_t g, int64_t rows, int64_t m_group,
+                             uint8_t* dst) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t m = 0; m < m_group; ++m) dst[r * m_group + m] = w[(g * m_group + m) * rows + r];
+    }
+  }
 
   std::unique_ptr<KernelState> CreateState() const override {
     return std::make_unique<IntConvState>();
@@ -133,12 +158,14 @@ class IntConvKernel final : public Kernel {
     for (int64_t g = 0; g < group_; ++g) {
       // acc[p, m] = (patches[p, :] - x_zero) (weights[:, m] - w_zero[m]) on native::Int8Gemm: the
       // weights of the group transposed into its B, the zero points per output channel.
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t m = 0; m < m_group; ++m) {
-          state.weights[r * m_group + m] = w_bytes[(g * m_group + m) * rows + r];
-        }
+      const native::Int8Gemm* product = &state.product;
+      if (static_cast<int64_t>(packed_.size()) == group_ && packed_[g]->k() == rows &&
+          packed_[g]->n() == m_group && packed_[g]->b_signed() == w_signed) {
+        product = packed_[g].get();
+      } else {
+        TransposeGroup(w_bytes, g, rows, m_group, state.weights.data());
+        state.product.Repack(state.weights.data(), w_signed, rows, m_group);
       }
-      state.product.Repack(state.weights.data(), w_signed, rows, m_group);
       native::Int8ZeroPoint w_zero;
       if (w_zp != nullptr) {
         const bool per_channel = w_zp->NumElements() != 1;
@@ -207,8 +234,8 @@ class IntConvKernel final : public Kernel {
             }
           }
         }
-        state.product.Run(state.patches.data(), x_signed, positions, x_zero, w_zero,
-                          state.acc.data(), state.scratch);
+        product->Run(state.patches.data(), x_signed, positions, x_zero, w_zero, state.acc.data(),
+                     state.scratch);
         for (int64_t m = 0; m < m_group; ++m) {
           const int64_t mo = g * m_group + m;
           const int64_t at = (n * m_total + mo) * positions;
@@ -246,6 +273,7 @@ class IntConvKernel final : public Kernel {
   const reference::WindowAttrs attrs_;
   const int64_t group_;
   const bool qlinear_;
+  std::vector<std::shared_ptr<const native::Int8Gemm>> packed_;  // per group; empty: pack per run
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateIntConv(const KernelInit& init, bool qlinear) {
@@ -267,7 +295,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIntConv(const KernelInit& init, bo
   if (group < 1 || group > reference::kMaxWindowAttr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
   }
-  return std::unique_ptr<Kernel>(new IntConvKernel(std::move(attrs), group, qlinear));
+  return std::unique_ptr<Kernel>(
+      new IntConvKernel(std::move(attrs), group, qlinear, init.constant_input(qlinear ? 3 : 1)));
 }
 
 }  // namespace
