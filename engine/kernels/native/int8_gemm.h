@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <vector>
 
-
 namespace loopserve::engine::native {
 
 // A zero point as the kernels receive it: one value or `count` values (per row of A or per column
