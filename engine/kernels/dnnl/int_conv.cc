@@ -3,10 +3,9 @@
 // x_scale * w_scale / y_scale, rounding half to even, and saturates to the type of y_zero_point.
 //
 // The accumulation is an 8-bit matrix product on native::Int8Gemm (VNNI / AVX2, exact in int32,
-// zero points applied through row and column sums): the im2col of the input, one row of taps per
-// output position (padding holds x's zero point, so it contributes 0), times the group's weights
-// transposed (packed at load when they are a constant, else per run), over the frame's reused
-// buffers.
+// zero points applied through row and column sums): the group's weights (A, rows in place, zero
+// points per row) times the im2col of the input (B, packed per image; padding holds x's zero
+// point, so it contributes 0), over the frame's reused buffers.
 
 #include <algorithm>
 #include <cmath>
@@ -32,41 +31,16 @@ int32_t At8(const Tensor& t, int64_t i) {
 
 class IntConvState : public KernelState {
  public:
-  std::vector<uint8_t> weights;  // one group's weights transposed, [Cg * K, Mg], bytes of w
   std::vector<uint8_t> columns;  // [Cg * K, P] im2col, bytes of x (x's zero point outside)
-  std::vector<uint8_t> patches;  // the same transposed, [P, Cg * K]: one row per position
-  std::vector<int32_t> acc;      // [P, Mg] per image and group
-  native::Int8Gemm product;      // the group's weights, packed
+  std::vector<int32_t> acc;      // [Mg, P] per image and group
+  native::Int8Gemm product;      // the im2col, packed
   native::Int8GemmScratch scratch;
 };
 
 class IntConvKernel final : public Kernel {
  public:
-  // `w`: the weights when they are a constant (packed here, once per group), else null.
-  IntConvKernel(reference::WindowAttrs attrs, int64_t group, bool qlinear, const Tensor* w)
-      : attrs_(std::move(attrs)), group_(group), qlinear_(qlinear) {
-    if (w == nullptr || !Is8Bit(w->dtype()) || w->rank() < 3 || w->dim(0) % group != 0 ||
-        w->NumElements() == 0) {
-      return;
-    }
-    const int64_t m_group = w->dim(0) / group;
-    const int64_t rows = w->NumElements() / w->dim(0);
-    std::vector<uint8_t> transposed(rows * m_group);
-    for (int64_t g = 0; g < group; ++g) {
-      TransposeGroup(static_cast<const uint8_t*>(w->raw_data()), g, rows, m_group,
-                     transposed.data());
-      packed_.push_back(std::make_shared<const native::Int8Gemm>(
-          transposed.data(), w->dtype() == DataType::kInt8, rows, m_group));
-    }
-  }
-
-  // dst[r, m] = w[g * m_group + m, r]: group g's weights as the product's B.
-  static void TransposeGroup(const uint8_t* w, int64_t g, int64_t rows, int64_t m_group,
-                             uint8_t* dst) {
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t m = 0; m < m_group; ++m) dst[r * m_group + m] = w[(g * m_group + m) * rows + r];
-    }
-  }
+  IntConvKernel(reference::WindowAttrs attrs, int64_t group, bool qlinear)
+      : attrs_(std::move(attrs)), group_(group), qlinear_(qlinear) {}
 
   std::unique_ptr<KernelState> CreateState() const override {
     return std::make_unique<IntConvState>();
@@ -146,8 +120,6 @@ class IntConvKernel final : public Kernel {
         x_zp != nullptr ? static_cast<const uint8_t*>(x_zp->raw_data())[0] : uint8_t{0};
     native::Int8ZeroPoint x_zero;  // per tensor
     if (x_zp != nullptr) x_zero = {x_zp->raw_data(), x_signed, 1};
-    state.weights.resize(static_cast<size_t>(rows * m_group));
-    state.patches.resize(static_cast<size_t>(positions * rows));
     state.columns.resize(static_cast<size_t>(positions * rows));
     state.acc.resize(static_cast<size_t>(positions * m_group));
     Shape::Dims out_index(win.rank), k_index(win.rank);
@@ -156,16 +128,7 @@ class IntConvKernel final : public Kernel {
     const int64_t out_last = win.output[last];
     const int64_t outer_rows = out_last == 0 ? 0 : positions / out_last;
     for (int64_t g = 0; g < group_; ++g) {
-      // acc[p, m] = (patches[p, :] - x_zero) (weights[:, m] - w_zero[m]) on native::Int8Gemm: the
-      // weights of the group transposed into its B, the zero points per output channel.
-      const native::Int8Gemm* product = &state.product;
-      if (static_cast<int64_t>(packed_.size()) == group_ && packed_[g]->k() == rows &&
-          packed_[g]->n() == m_group && packed_[g]->b_signed() == w_signed) {
-        product = packed_[g].get();
-      } else {
-        TransposeGroup(w_bytes, g, rows, m_group, state.weights.data());
-        state.product.Repack(state.weights.data(), w_signed, rows, m_group);
-      }
+      // The weight zero points per output channel: per row of the product's A.
       native::Int8ZeroPoint w_zero;
       if (w_zp != nullptr) {
         const bool per_channel = w_zp->NumElements() != 1;
@@ -173,7 +136,7 @@ class IntConvKernel final : public Kernel {
                   w_signed, per_channel ? m_group : 1};
       }
       for (int64_t n = 0; n < batch; ++n) {
-        // im2col of this image's group: row p holds the taps of output position p.
+        // im2col of this image's group: column p holds the taps of output position p.
         for (int64_t c = 0; c < c_group; ++c) {
           const int64_t plane = (n * channels + g * c_group + c) * in_size;
           for (int64_t k = 0; k < k_size; ++k) {
@@ -223,26 +186,17 @@ class IntConvKernel final : public Kernel {
             }
           }
         }
-        // [rows, P] -> [P, rows], in 32 x 32 blocks.
-        for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-          for (int64_t p0 = 0; p0 < positions; p0 += 32) {
-            const int64_t r1 = std::min(rows, r0 + 32), p1 = std::min(positions, p0 + 32);
-            for (int64_t p = p0; p < p1; ++p) {
-              for (int64_t r = r0; r < r1; ++r) {
-                state.patches[p * rows + r] = state.columns[r * positions + p];
-              }
-            }
-          }
-        }
-        product->Run(state.patches.data(), x_signed, positions, x_zero, w_zero, state.acc.data(),
-                     state.scratch);
+        // acc[m, p] = (w[m, :] - w_zero[m]) (columns[:, p] - x_zero): the group's weights as A
+        // (rows in place), the im2col packed as B.
+        state.product.Repack(state.columns.data(), x_signed, rows, positions);
+        state.product.Run(w_bytes + g * m_group * rows, w_signed, m_group, w_zero, x_zero,
+                          state.acc.data(), state.scratch);
         for (int64_t m = 0; m < m_group; ++m) {
           const int64_t mo = g * m_group + m;
           const int64_t at = (n * m_total + mo) * positions;
-          const int32_t* acc = state.acc.data() + m;  // stride m_group
+          const int32_t* acc = state.acc.data() + m * positions;
           if (!qlinear_) {
-            int32_t* out = y->mutable_data<int32_t>() + at;
-            for (int64_t p = 0; p < positions; ++p) out[p] = acc[p * m_group];
+            std::copy(acc, acc + positions, y->mutable_data<int32_t>() + at);
             continue;
           }
           const double scale = static_cast<double>(x_scale->data<float>()[0]) *
@@ -253,7 +207,7 @@ class IntConvKernel final : public Kernel {
           const bool is_signed = y_zp->dtype() == DataType::kInt8;
           const double lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
           for (int64_t p = 0; p < positions; ++p) {
-            const double q = std::nearbyint(static_cast<double>(acc[p * m_group] + b) * scale) + yz;
+            const double q = std::nearbyint(static_cast<double>(acc[p] + b) * scale) + yz;
             // NaN (a zero y_scale on a zero sum) is the lowest value, as in QLinearMatMul and
             // QuantizeLinear (converting NaN to an integer is undefined).
             const double v = std::isnan(q) ? lo : std::min(std::max(q, lo), hi);
@@ -273,7 +227,6 @@ class IntConvKernel final : public Kernel {
   const reference::WindowAttrs attrs_;
   const int64_t group_;
   const bool qlinear_;
-  std::vector<std::shared_ptr<const native::Int8Gemm>> packed_;  // per group; empty: pack per run
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateIntConv(const KernelInit& init, bool qlinear) {
@@ -295,8 +248,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIntConv(const KernelInit& init, bo
   if (group < 1 || group > reference::kMaxWindowAttr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be positive"));
   }
-  return std::unique_ptr<Kernel>(
-      new IntConvKernel(std::move(attrs), group, qlinear, init.constant_input(qlinear ? 3 : 1)));
+  return std::unique_ptr<Kernel>(new IntConvKernel(std::move(attrs), group, qlinear));
 }
 
 }  // namespace

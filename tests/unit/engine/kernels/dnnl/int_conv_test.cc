@@ -112,10 +112,10 @@ TEST(IntConvTest, MatchesShiftedFloatConv) {
   }
 }
 
-// Constant weights are packed at load, once per group (the other test feeds them as inputs,
-// packed per run): 2 groups, int8 weights with per-channel zero points, uint8 input, stride 2
-// and padding, against the reference float Conv of the shifted values.
-TEST(IntConvTest, ConstantWeightsPackedAtLoad) {
+// Constant weights (the other test feeds them as inputs) over two runs of one model: 2 groups,
+// int8 weights with per-channel zero points, uint8 input, stride 2 and padding, against the
+// reference float Conv of the shifted values.
+TEST(IntConvTest, ConstantWeights) {
   std::mt19937 rng(9);
   const int64_t group = 2, c = 4, m = 6;
   const Tensor x = Random8(DataType::kUint8, Shape{2, c, 7, 9}, rng);
@@ -150,7 +150,7 @@ TEST(IntConvTest, ConstantWeightsPackedAtLoad) {
   g->outputs = {vy};
   auto model = Model::FromGraph(g);
   ASSERT_TRUE(model.ok()) << model.status();
-  for (int run = 0; run < 2; ++run) {  // the packed weights serve every run
+  for (int run = 0; run < 2; ++run) {  // the frame's buffers reused
     std::vector<Value> feed;
     feed.push_back(Value(Tensor::ViewOf(x)));
     feed.push_back(Value(Tensor::ViewOf(x_zp)));
