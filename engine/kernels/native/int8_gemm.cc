@@ -250,21 +250,20 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
   b_signed_ = b_signed;
   k_ = k;
   n_ = n;
-  // B' = B as int8 (a uint8 B offset by -128: the xor of its top bit).
-  auto element = [&](int64_t p, int64_t j) -> int32_t {
-    return b_signed ? static_cast<const int8_t*>(b)[p * n + j]
-                    : static_cast<int32_t>(static_cast<const uint8_t*>(b)[p * n + j]) - 128;
-  };
+  // B' = B as int8: a uint8 B offset by -128 is the xor of its top bit. Rows are read whole and
+  // written with a constant stride (no per-element branch): the non-constant B of a product and
+  // the im2col of a convolution are packed on every run.
+  const uint8_t* src = static_cast<const uint8_t*>(b);
+  const uint8_t flip = b_signed ? 0 : 0x80;
   col_sum_.assign(n, 0);
   for (int64_t p = 0; p < k; ++p) {
-    for (int64_t j = 0; j < n; ++j) col_sum_[j] += element(p, j);
+    const uint8_t* row = src + p * n;
+    for (int64_t j = 0; j < n; ++j) col_sum_[j] += static_cast<int8_t>(row[j] ^ flip);
   }
   if (path_ == Path::kScalar) {
     packed_.resize(k * n);
     offset_ = 0;
-    for (int64_t p = 0; p < k; ++p) {
-      for (int64_t j = 0; j < n; ++j) packed_[p * n + j] = static_cast<int8_t>(element(p, j));
-    }
+    for (int64_t i = 0; i < k * n; ++i) packed_[i] = static_cast<int8_t>(src[i] ^ flip);
     return;
   }
   const Geometry geo = GeometryOf(path_);
@@ -285,18 +284,17 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
     const int64_t width = panel + 1 < panels ? geo.panel : last_width;
     const int64_t cols = std::min(geo.panel, n - col0);
     int8_t* dst = packed_.data() + offset_ + col0 * groups * 4;
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t j = 0; j < cols; ++j) {
-        int8_t* cell = dst + (g * width + j) * 4;
-        for (int64_t d = 0; d < geo.depth && g * geo.depth + d < k; ++d) {
-          const int32_t v = element(g * geo.depth + d, col0 + j);
-          if (path_ == Path::kAvx2) {
-            const int16_t w = static_cast<int16_t>(v);
-            std::memcpy(cell + 2 * d, &w, sizeof(w));
-          } else {
-            cell[d] = static_cast<int8_t>(v);
-          }
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t g = p / geo.depth, d = p % geo.depth;
+      const uint8_t* row = src + p * n + col0;
+      int8_t* cell = dst + g * width * 4;
+      if (path_ == Path::kAvx2) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const int16_t v = static_cast<int8_t>(row[j] ^ flip);
+          std::memcpy(cell + 4 * j + 2 * d, &v, sizeof(v));
         }
+      } else {
+        for (int64_t j = 0; j < cols; ++j) cell[4 * j + d] = static_cast<int8_t>(row[j] ^ flip);
       }
     }
   }
