@@ -176,13 +176,13 @@ class IntConvKernel final : public Kernel {
                 continue;
               }
               const uint8_t* src = x_bytes + plane + offset * win.input[last] + first;
-              std::memset(dst, pad, lo);
+              if (lo > 0) std::memset(dst, pad, lo);
               if (step == 1) {
                 std::memcpy(dst + lo, src + lo, hi - lo);
               } else {
                 for (int64_t o = lo; o < hi; ++o) dst[o] = src[o * step];
               }
-              std::memset(dst + hi, pad, out_last - hi);
+              if (hi < out_last) std::memset(dst + hi, pad, out_last - hi);
             }
           }
         }
