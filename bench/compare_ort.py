@@ -70,6 +70,12 @@ DEFAULT_MODELS = [
     "counter", "rnn_b1", "rnn_b16", "greedy", "large_scan", "nested", "lstm_b1", "gemm_rnn",
 ]
 RTOL, ATOL = 1e-3, 1e-5
+# Quantized grid cases (names starting with "q", issue 28): the engines agree to ~2e-7 per step
+# until a last-bit difference (tanh's approximation) moves one value of a per-tensor
+# DynamicQuantizeLinear across a rounding boundary, or moves the tensor's min/max and with it the
+# scale; the recurrence carries that one quantization step on (max abs diff ~0.017 in tanh
+# outputs over 200 steps). They are compared within a few quantization steps instead.
+QUANTIZED_ATOL = 0.05
 ORT_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
               "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "float16": np.float16}
 
@@ -128,7 +134,7 @@ def ort_outputs(path):
     return outputs
 
 
-def compare_outputs(ours, theirs):
+def compare_outputs(ours, theirs, atol=ATOL):
     """(problems, max abs diff over float outputs): problems is empty when they agree."""
     problems, max_diff = [], 0.0
     for name in sorted(ours.keys() | theirs.keys()):
@@ -147,13 +153,13 @@ def compare_outputs(ours, theirs):
             finite = np.isfinite(a64) & np.isfinite(b64)
             diff = float(np.abs(a64 - b64)[finite].max()) if finite.any() else 0.0
             max_diff = max(max_diff, diff)
-            close = np.isclose(a64, b64, rtol=RTOL, atol=ATOL, equal_nan=True)
+            close = np.isclose(a64, b64, rtol=RTOL, atol=atol, equal_nan=True)
             if not close.all():
                 bad = np.argwhere(~close)
                 first = tuple(int(i) for i in bad[0])
                 problems.append("%s: %d of %d elements differ beyond rtol=%g atol=%g, max abs diff "
                                 "%.3g, first at %s (%r vs ORT %r)"
-                                % (name, len(bad), a.size, RTOL, ATOL, diff, first, a[first],
+                                % (name, len(bad), a.size, RTOL, atol, diff, first, a[first],
                                    b[first]))
         elif not np.array_equal(a, b):
             bad = np.argwhere(a != b)
@@ -238,8 +244,9 @@ def time_case(name, folder, args, threads, tmp, env_ours, env_ort):
                 info = result
             sink.append(result["cpu_median_us" if args.cpu_time else "median_us"])
         if r == 0:
-            problems, max_diff = compare_outputs(looprun_outputs(ort_model, ours_out),
-                                                 ort_outputs(ort_out))
+            problems, max_diff = compare_outputs(
+                looprun_outputs(ort_model, ours_out), ort_outputs(ort_out),
+                QUANTIZED_ATOL if name.startswith("q") else ATOL)
             if problems:
                 ok = False
                 agree = "DIFFER (max abs diff %.2g)" % max_diff

@@ -589,6 +589,58 @@ def nested(rng, outer, inner):
     return make_model(g, 13), feeds(outer, [("x0", np.zeros(16, np.float32))])
 
 
+# --- quantized bodies (issue 28): begin ---
+def quantize_weight_int8(w):
+    """ORT quantize_dynamic's default weight format: int8, per tensor, symmetric (zero point 0,
+    scale max|w| / 127)."""
+    scale = np.float32(np.abs(w).max() / 127.0)
+    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def dynamic_quantized_matmul(x, name):
+    """The nodes quantize_dynamic writes for MatMul(x, <name>): DynamicQuantizeLinear ->
+    MatMulInteger -> Cast -> Mul(Mul(x_scale, w_scale)); reads <name>_q, _scale, _zp."""
+    p = x + "_" + name
+    return [node("DynamicQuantizeLinear", [x], [p + "_xq", p + "_xs", p + "_xz"]),
+            node("MatMulInteger", [p + "_xq", name + "_q", p + "_xz", name + "_zp"], [p + "_i32"]),
+            node("Cast", [p + "_i32"], [p + "_f"], to=F),
+            node("Mul", [p + "_xs", name + "_scale"], [p + "_s"]),
+            node("Mul", [p + "_f", p + "_s"], [p + "_out"])], p + "_out"
+
+
+def quantized_weight_consts(name, w):
+    q, scale = quantize_weight_int8(w)
+    return [const(name + "_q", q), const(name + "_scale", scale),
+            const(name + "_zp", np.int8(0))]
+
+
+def qrnn(rng, batch, hidden, trips):
+    """The rnn case's cell (same shapes and weight scales) as ORT's quantize_dynamic writes it:
+    each MatMul a dynamically quantized uint8 x int8 MatMulInteger."""
+    x = (rng.standard_normal((trips, batch, hidden)) * 0.5).astype(np.float32)
+    w = weights(rng, (hidden, hidden), hidden)
+    u = weights(rng, (hidden, hidden), hidden, 0.9)
+    b = (rng.standard_normal(hidden) * 0.1).astype(np.float32)
+    ins, outs = body_io([("h", F, [batch, hidden])], [vi("h_scan", F, [batch, hidden])])
+    xw_nodes, xw = dynamic_quantized_matmul("x_t", "W")
+    hu_nodes, hu = dynamic_quantized_matmul("h_in", "U")
+    body = helper.make_graph(
+        [node("Identity", ["cond_in"], ["cond_out"]),
+         node("Gather", ["X", "i"], ["x_t"], axis=0)] + xw_nodes + hu_nodes +
+        [node("Add", [xw, hu], ["s"]),
+         node("Add", ["s", "b"], ["sb"]),
+         node("Tanh", ["sb"], ["h_out"]),
+         node("Identity", ["h_out"], ["h_scan"])], "qrnn_body", ins, outs)
+    g = loop_graph("qrnn", body, [vi("h0", F, [batch, hidden])],
+                   [vi("h", F, [batch, hidden]), vi("hs", F, [trips, batch, hidden])],
+                   quantized_weight_consts("W", w) + quantized_weight_consts("U", u) +
+                   [const("b", b)], [vi("X", F, list(x.shape))],
+                   loop_inputs=["M", "cond", "h0"])
+    h0 = (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32)
+    return make_model(g, 13), feeds(trips, [("X", x), ("h0", h0)])
+# --- quantized bodies (issue 28): end ---
+
 # ---- The grid ----------------------------------------------------------------------------------
 
 # (case name, builder, keyword arguments). Trip counts keep ORT's time per run near 5-40 ms.
@@ -630,6 +682,11 @@ CASES = [
     ("counter", counter, dict(trips=100000)),
     ("scan16k", scan16k, dict(trips=2000)),
     ("nested", nested, dict(outer=200, inner=100)),
+    # Quantized bodies (issue 28): compare each with the rnn case of the same batch and hidden.
+    ("qrnn_b1_h512", qrnn, dict(batch=1, hidden=512, trips=500)),
+    ("qrnn_b8_h512", qrnn, dict(batch=8, hidden=512, trips=200)),
+    ("qrnn_b16_h512", qrnn, dict(batch=16, hidden=512, trips=200)),
+    ("qrnn_b1_h128", qrnn, dict(batch=1, hidden=128, trips=2000)),
 ]
 
 

@@ -70,12 +70,16 @@ struct FusionSpec {
 };
 
 // Internal op types made by engine/transform (the leading underscore keeps them out of ONNX's
-// namespace). Both carry a FusionSpec in Node::fusion.
+// namespace). Each carries a FusionSpec in Node::fusion.
 //   kFusedMatMulOp: inputs (A, B, operands...): numpy MatMul of A and B (transposes per the
 //     spec), then the post-ops, whose binary operands are inputs 2, 3, ...
 //   kElementwiseOp: inputs (x, operands...): x, then the post-ops.
 inline constexpr char kFusedMatMulOp[] = "_FusedMatMul";
 inline constexpr char kElementwiseOp[] = "_Elementwise";
+//   kFusedMatMulIntegerOp: inputs (A, B, a_zero_point, b_zero_point, operands...), the zero points
+//     possibly omitted: MatMulInteger of A and B converted to float32, then the post-ops, whose
+//     binary operands are inputs 4, 5, ... (engine/transform/fuse_int_matmul.h).
+inline constexpr char kFusedMatMulIntegerOp[] = "_FusedMatMulInteger";
 
 const char* EltwiseFnName(EltwiseFn fn);
 const char* ArithOpName(ArithOp op);

@@ -8,6 +8,7 @@
 #include "engine/transform/fuse_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
+#include "engine/transform/fuse_int_matmul.h"
 #include "engine/transform/fuse_layer_norm.h"
 #include "engine/transform/fuse_matmul.h"
 #include "engine/transform/fuse_softmax.h"
@@ -31,6 +32,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FuseConvPass>());
     list->push_back(std::make_unique<FuseLayerNormPass>());
     list->push_back(std::make_unique<FuseGeluPass>());
+    list->push_back(std::make_unique<FuseIntMatMulPass>());
     list->push_back(std::make_unique<FuseMatMulPass>());
     list->push_back(std::make_unique<FuseSoftmaxPass>());
     list->push_back(std::make_unique<FuseElementwisePass>());

@@ -2,19 +2,23 @@
 // or per output channel for w), accumulated in int32; QLinearConv requantises with
 // x_scale * w_scale / y_scale, rounding half to even, and saturates to the type of y_zero_point.
 //
-// The accumulation is an int32 matrix product of the weights (zero point subtracted) with the
-// im2col of the input (zero point subtracted, so padding contributes 0), over the frame's reused
-// buffers; the inner loop runs over output positions, contiguous, which the compiler vectorises.
+// The accumulation is an 8-bit matrix product on native::Int8Gemm (VNNI / AVX2, exact in int32,
+// zero points applied through row and column sums): the group's weights (A, rows in place, zero
+// points per row) times the im2col of the input (B, packed per image; padding holds x's zero
+// point, so it contributes 0), over the frame's reused buffers.
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/kernels/dnnl/window_attrs.h"
+#include "engine/kernels/native/int8_gemm.h"
 
 namespace loopserve::engine {
 namespace {
@@ -27,9 +31,10 @@ int32_t At8(const Tensor& t, int64_t i) {
 
 class IntConvState : public KernelState {
  public:
-  std::vector<int32_t> weights;  // [M, Cg * K] minus the weight zero points
-  std::vector<int32_t> columns;  // [Cg * K, P] im2col minus the input zero point
-  std::vector<int32_t> acc;      // QLinearConv: [M, P] per image
+  std::vector<uint8_t> columns;  // [Cg * K, P] im2col, bytes of x (x's zero point outside)
+  std::vector<int32_t> acc;      // [Mg, P] per image and group
+  native::Int8Gemm product;      // the im2col, packed
+  native::Int8GemmScratch scratch;
 };
 
 class IntConvKernel final : public Kernel {
@@ -67,7 +72,6 @@ class IntConvKernel final : public Kernel {
       return absl::InvalidArgumentError(
           "w_zero_point must be one value of w's type, or one per output channel");
     }
-    const int32_t xz = x_zp != nullptr ? At8(*x_zp, 0) : 0;
     // Requantisation: scales and the output's zero point.
     const Tensor* x_scale = nullptr;
     const Tensor* w_scale = nullptr;
@@ -107,16 +111,31 @@ class IntConvKernel final : public Kernel {
     const int64_t rows = c_group * k_size;  // per group: input channels x kernel taps
     const int64_t positions = out_shape.NumElements(2, out_shape.rank());
     const int64_t in_size = x.shape().NumElements(2, x.rank());
-    state.weights.resize(static_cast<size_t>(m_total * rows));
-    for (int64_t m = 0; m < m_total; ++m) {
-      const int32_t wz = w_zp == nullptr ? 0 : At8(*w_zp, w_zp->NumElements() == 1 ? 0 : m);
-      for (int64_t r = 0; r < rows; ++r) state.weights[m * rows + r] = At8(w, m * rows + r) - wz;
-    }
-    state.columns.resize(static_cast<size_t>(rows * positions));
-    state.acc.resize(static_cast<size_t>(m_group * positions));
+    const bool x_signed = x.dtype() == DataType::kInt8;
+    const bool w_signed = w.dtype() == DataType::kInt8;
+    const uint8_t* x_bytes = static_cast<const uint8_t*>(x.raw_data());
+    const uint8_t* w_bytes = static_cast<const uint8_t*>(w.raw_data());
+    // Padding holds x's zero point, so that it adds nothing once the zero point is subtracted.
+    const uint8_t pad =
+        x_zp != nullptr ? static_cast<const uint8_t*>(x_zp->raw_data())[0] : uint8_t{0};
+    native::Int8ZeroPoint x_zero;  // per tensor
+    if (x_zp != nullptr) x_zero = {x_zp->raw_data(), x_signed, 1};
+    state.columns.resize(static_cast<size_t>(positions * rows));
+    state.acc.resize(static_cast<size_t>(positions * m_group));
     Shape::Dims out_index(win.rank), k_index(win.rank);
-    for (int64_t n = 0; n < batch; ++n) {
-      for (int64_t g = 0; g < group_; ++g) {
+    if (win.rank < 1) return absl::InvalidArgumentError("x must have a spatial dimension");
+    const int last = win.rank - 1;
+    const int64_t out_last = win.output[last];
+    const int64_t outer_rows = out_last == 0 ? 0 : positions / out_last;
+    for (int64_t g = 0; g < group_; ++g) {
+      // The weight zero points per output channel: per row of the product's A.
+      native::Int8ZeroPoint w_zero;
+      if (w_zp != nullptr) {
+        const bool per_channel = w_zp->NumElements() != 1;
+        w_zero = {static_cast<const uint8_t*>(w_zp->raw_data()) + (per_channel ? g * m_group : 0),
+                  w_signed, per_channel ? m_group : 1};
+      }
+      for (int64_t n = 0; n < batch; ++n) {
         // im2col of this image's group: column p holds the taps of output position p.
         for (int64_t c = 0; c < c_group; ++c) {
           const int64_t plane = (n * channels + g * c_group + c) * in_size;
@@ -126,43 +145,58 @@ class IntConvKernel final : public Kernel {
               k_index[d] = krem % win.kernel[d];
               krem /= win.kernel[d];
             }
-            int32_t* col = state.columns.data() + (c * k_size + k) * positions;
-            for (int64_t p = 0; p < positions; ++p) {
-              int64_t prem = p, offset = 0;
+            uint8_t* col = state.columns.data() + (c * k_size + k) * positions;
+            // Output positions row by row along the last dim (its input positions step by the
+            // stride): the outer dims' part of the offset once per row, the in-range run of a
+            // stride-1 row copied whole.
+            const int64_t first = k_index[last] * win.dilations[last] - win.pads_begin[last];
+            const int64_t step = win.strides[last];
+            // o in [lo, hi) reads inside the input row: 0 <= o * step + first < input[last].
+            const int64_t lo = std::min(out_last, first >= 0 ? 0 : (-first + step - 1) / step);
+            const int64_t hi =
+                std::max(lo, std::min(out_last, win.input[last] - first <= 0
+                                                    ? 0
+                                                    : (win.input[last] - first + step - 1) / step));
+            for (int64_t row = 0; row < outer_rows; ++row) {
+              int64_t rem = row, offset = 0;
               bool inside = true;
-              for (int d = win.rank - 1; d >= 0; --d) {
-                out_index[d] = prem % win.output[d];
-                prem /= win.output[d];
+              for (int d = last - 1; d >= 0; --d) {
+                out_index[d] = rem % win.output[d];
+                rem /= win.output[d];
               }
-              for (int d = 0; d < win.rank; ++d) {
+              for (int d = 0; d < last; ++d) {
                 const int64_t pos = out_index[d] * win.strides[d] - win.pads_begin[d] +
                                     k_index[d] * win.dilations[d];
                 inside = inside && pos >= 0 && pos < win.input[d];
                 offset = offset * win.input[d] + pos;
               }
-              col[p] = inside ? At8(x, plane + offset) - xz : 0;
+              uint8_t* dst = col + row * out_last;
+              if (!inside) {
+                std::memset(dst, pad, out_last);
+                continue;
+              }
+              const uint8_t* src = x_bytes + plane + offset * win.input[last] + first;
+              if (lo > 0) std::memset(dst, pad, lo);
+              if (step == 1) {
+                std::memcpy(dst + lo, src + lo, hi - lo);
+              } else {
+                for (int64_t o = lo; o < hi; ++o) dst[o] = src[o * step];
+              }
+              if (hi < out_last) std::memset(dst + hi, pad, out_last - hi);
             }
           }
         }
-        // acc[m, p] = sum_r weights[m, r] * columns[r, p].
-        int32_t* acc = state.acc.data();
-        std::fill(acc, acc + m_group * positions, 0);
-        for (int64_t m = 0; m < m_group; ++m) {
-          const int32_t* wrow = state.weights.data() + (g * m_group + m) * rows;
-          int32_t* arow = acc + m * positions;
-          for (int64_t r = 0; r < rows; ++r) {
-            const int32_t wv = wrow[r];
-            if (wv == 0) continue;
-            const int32_t* col = state.columns.data() + r * positions;
-            for (int64_t p = 0; p < positions; ++p) arow[p] += wv * col[p];
-          }
-        }
+        // acc[m, p] = (w[m, :] - w_zero[m]) (columns[:, p] - x_zero): the group's weights as A
+        // (rows in place), the im2col packed as B.
+        state.product.Repack(state.columns.data(), x_signed, rows, positions);
+        state.product.Run(w_bytes + g * m_group * rows, w_signed, m_group, w_zero, x_zero,
+                          state.acc.data(), state.scratch);
         for (int64_t m = 0; m < m_group; ++m) {
           const int64_t mo = g * m_group + m;
           const int64_t at = (n * m_total + mo) * positions;
-          const int32_t* arow = acc + m * positions;
+          const int32_t* acc = state.acc.data() + m * positions;
           if (!qlinear_) {
-            std::copy(arow, arow + positions, y->mutable_data<int32_t>() + at);
+            std::copy(acc, acc + positions, y->mutable_data<int32_t>() + at);
             continue;
           }
           const double scale = static_cast<double>(x_scale->data<float>()[0]) *
@@ -173,7 +207,7 @@ class IntConvKernel final : public Kernel {
           const bool is_signed = y_zp->dtype() == DataType::kInt8;
           const double lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
           for (int64_t p = 0; p < positions; ++p) {
-            const double q = std::nearbyint(static_cast<double>(arow[p] + b) * scale) + yz;
+            const double q = std::nearbyint(static_cast<double>(acc[p] + b) * scale) + yz;
             // NaN (a zero y_scale on a zero sum) is the lowest value, as in QLinearMatMul and
             // QuantizeLinear (converting NaN to an integer is undefined).
             const double v = std::isnan(q) ? lo : std::min(std::max(q, lo), hi);

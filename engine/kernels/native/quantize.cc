@@ -2,11 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused merge source, which
+// -Wmaybe-uninitialized reports once they are inlined (a known false positive; packed_gemv.cc).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
+#include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/native/register_families.h"
 
 namespace loopserve::engine::native {
@@ -21,6 +32,119 @@ Q Saturate(double v) {
   v = std::min<double>(std::max<double>(v, std::numeric_limits<Q>::lowest()),
                        std::numeric_limits<Q>::max());
   return static_cast<Q>(v);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LS_QUANTIZE_X86 1
+#endif
+
+// The vector loops of DynamicQuantizeLinear give the scalar loop's results bit for bit: min/max
+// keep the running value when x is NaN (as std::min(lo, x) does), x / scale is rounded half to
+// even, the zero point added in float, and NaN clamps to 0 (maxps returns its second operand).
+
+// lo = min(lo, x...), hi = max(hi, x...), NaN skipped.
+void MinMaxScalar(const float* in, int64_t begin, int64_t n, float* lo, float* hi) {
+  for (int64_t i = begin; i < n; ++i) {
+    *lo = std::min(*lo, in[i]);
+    *hi = std::max(*hi, in[i]);
+  }
+}
+
+// out = saturate(round(x / scale) + zero).
+void QuantizeU8Scalar(const float* in, int64_t begin, int64_t n, float scale, uint8_t zero,
+                      uint8_t* out) {
+  for (int64_t i = begin; i < n; ++i) {
+    out[i] = Saturate<uint8_t>(std::nearbyint(in[i] / scale) + zero);
+  }
+}
+
+#if defined(LS_QUANTIZE_X86)
+__attribute__((target("avx512f"))) void MinMax512(const float* in, int64_t n, float* lo,
+                                                  float* hi) {
+  __m512 vlo = _mm512_set1_ps(*lo), vhi = _mm512_set1_ps(*hi);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    vlo = _mm512_min_ps(x, vlo);
+    vhi = _mm512_max_ps(x, vhi);
+  }
+  alignas(64) float l[16], h[16];
+  _mm512_store_ps(l, vlo);
+  _mm512_store_ps(h, vhi);
+  MinMaxScalar(l, 0, 16, lo, hi);
+  MinMaxScalar(h, 0, 16, lo, hi);
+  MinMaxScalar(in, i, n, lo, hi);
+}
+
+__attribute__((target("avx2"))) void MinMax256(const float* in, int64_t n, float* lo, float* hi) {
+  __m256 vlo = _mm256_set1_ps(*lo), vhi = _mm256_set1_ps(*hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    vlo = _mm256_min_ps(x, vlo);
+    vhi = _mm256_max_ps(x, vhi);
+  }
+  alignas(32) float l[8], h[8];
+  _mm256_store_ps(l, vlo);
+  _mm256_store_ps(h, vhi);
+  MinMaxScalar(l, 0, 8, lo, hi);
+  MinMaxScalar(h, 0, 8, lo, hi);
+  MinMaxScalar(in, i, n, lo, hi);
+}
+
+__attribute__((target("avx512f"))) void QuantizeU8_512(const float* in, int64_t n, float scale,
+                                                       uint8_t zero, uint8_t* out) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512 z = _mm512_set1_ps(zero);
+  const __m512 floor = _mm512_setzero_ps();
+  const __m512 ceiling = _mm512_set1_ps(255.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 q = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(in + i), s),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, z), floor), ceiling);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
+  }
+  QuantizeU8Scalar(in, i, n, scale, zero, out);
+}
+
+__attribute__((target("avx2"))) void QuantizeU8_256(const float* in, int64_t n, float scale,
+                                                    uint8_t zero, uint8_t* out) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 z = _mm256_set1_ps(zero);
+  const __m256 floor = _mm256_setzero_ps();
+  const __m256 ceiling = _mm256_set1_ps(255.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(in + i), s),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, z), floor), ceiling);
+    const __m256i v = _mm256_cvtps_epi32(q);
+    const __m128i words =
+        _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+  }
+  QuantizeU8Scalar(in, i, n, scale, zero, out);
+}
+#endif  // LS_QUANTIZE_X86
+
+void MinMax(Isa isa, const float* in, int64_t n, float* lo, float* hi) {
+#if defined(LS_QUANTIZE_X86)
+  if (isa == Isa::kAvx512) return MinMax512(in, n, lo, hi);
+  if (isa == Isa::kAvx2) return MinMax256(in, n, lo, hi);
+#endif
+  (void)isa;
+  MinMaxScalar(in, 0, n, lo, hi);
+}
+
+void QuantizeU8(Isa isa, const float* in, int64_t n, float scale, uint8_t zero, uint8_t* out) {
+#if defined(LS_QUANTIZE_X86)
+  if (isa == Isa::kAvx512) return QuantizeU8_512(in, n, scale, zero, out);
+  if (isa == Isa::kAvx2) return QuantizeU8_256(in, n, scale, zero, out);
+#endif
+  (void)isa;
+  QuantizeU8Scalar(in, 0, n, scale, zero, out);
 }
 
 // The scale / zero-point layout: one value, or one per index of `axis` (opset 13+).
@@ -174,17 +298,17 @@ class DynamicQuantizeKernel final : public Kernel {
     if (x.dtype() != DataType::kFloat32) return UnsupportedType("x", x.dtype());
     const float* in = x.data<float>();
     const int64_t n = x.NumElements();
+    const Isa isa = ActiveIsa();
     float lo = 0;
     float hi = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      lo = std::min(lo, in[i]);
-      hi = std::max(hi, in[i]);
-    }
+    MinMax(isa, in, n, &lo, &hi);
     const float scale = (hi - lo) / 255.0f;
     const uint8_t zero = scale == 0 ? 0 : Saturate<uint8_t>(-lo / scale);
     uint8_t* out = ctx.output(0, DataType::kUint8, x.shape())->mutable_data<uint8_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = scale == 0 ? zero : Saturate<uint8_t>(std::nearbyint(in[i] / scale) + zero);
+    if (scale == 0) {
+      if (n > 0) std::memset(out, zero, n);
+    } else {
+      QuantizeU8(isa, in, n, scale, zero, out);
     }
     if (ctx.num_outputs() > 1)
       ctx.output(1, DataType::kFloat32, Shape{})->mutable_data<float>()[0] = scale;

@@ -3,8 +3,11 @@
 // statistics computed here.
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <vector>
 
+#include "engine/engine.h"
 #include "engine/kernels/reference/reference.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/dnnl/test_util.h"
@@ -105,6 +108,58 @@ TEST(IntConvTest, MatchesShiftedFloatConv) {
                        100;
       EXPECT_EQ(q->data<uint8_t>()[i], static_cast<uint8_t>(std::min(std::max(v, 0.0), 255.0)))
           << i;
+    }
+  }
+}
+
+// Constant weights (the other test feeds them as inputs) over two runs of one model: 2 groups,
+// int8 weights with per-channel zero points, uint8 input, stride 2 and padding, against the
+// reference float Conv of the shifted values.
+TEST(IntConvTest, ConstantWeights) {
+  std::mt19937 rng(9);
+  const int64_t group = 2, c = 4, m = 6;
+  const Tensor x = Random8(DataType::kUint8, Shape{2, c, 7, 9}, rng);
+  const Tensor w = Random8(DataType::kInt8, Shape{m, c / group, 3, 2}, rng);
+  const Tensor x_zp = Random8(DataType::kUint8, Shape{}, rng);
+  const Tensor w_zp = Random8(DataType::kInt8, Shape{m}, rng);
+  reference::WindowAttrs window;
+  window.kernel_shape = {3, 2};
+  window.strides = {2, 1};
+  window.dilations = {1, 1};
+  window.pads = {1, 0, 1, 1};
+  Tensor expected;
+  ASSERT_TRUE(
+      reference::Conv(Shifted(x, x_zp), Shifted(w, w_zp), nullptr, window, group, expected).ok());
+
+  auto g = std::make_shared<Graph>();
+  const ValueId vx = g->AddValue("x"), vw = g->AddValue("w"), vxz = g->AddValue("xz"),
+                vwz = g->AddValue("wz"), vy = g->AddValue("y");
+  g->constants.emplace_back(vw, std::make_shared<Tensor>(Tensor::ViewOf(w)));
+  g->constants.emplace_back(vwz, std::make_shared<Tensor>(Tensor::ViewOf(w_zp)));
+  Node node;
+  node.name = "conv";
+  node.op_type = "ConvInteger";
+  node.opset = 10;
+  node.inputs = {vx, vw, vxz, vwz};
+  node.outputs = {vy};
+  node.attributes["strides"] = IntsAttr(window.strides);
+  node.attributes["pads"] = IntsAttr(window.pads);
+  node.attributes["group"] = IntAttr(group);
+  g->nodes.push_back(std::move(node));
+  g->inputs = {vx, vxz};
+  g->outputs = {vy};
+  auto model = Model::FromGraph(g);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (int run = 0; run < 2; ++run) {  // the frame's buffers reused
+    std::vector<Value> feed;
+    feed.push_back(Value(Tensor::ViewOf(x)));
+    feed.push_back(Value(Tensor::ViewOf(x_zp)));
+    auto out = (*model)->Run(std::move(feed), RunOptions());
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& y = (*out)[0].tensor();
+    ASSERT_EQ(y.shape(), expected.shape());
+    for (int64_t i = 0; i < expected.NumElements(); ++i) {
+      ASSERT_EQ(y.data<int32_t>()[i], static_cast<int32_t>(expected.data<double>()[i])) << i;
     }
   }
 }

@@ -97,6 +97,28 @@ TEST(SteadyStateTest, NoAllocationPerRun) {
   ExpectNoSteadyStateAllocation(OpCase("Identity", 16).In(I64({2, 3})));
 }
 
+// The 8-bit products and DynamicQuantizeLinear (issue 28): scratch and the per-call packing of a
+// non-constant B reuse the frame's buffers.
+TEST(SteadyStateTest, NoAllocationPerRunInt8) {
+  ExpectNoSteadyStateAllocation(
+      OpCase("DynamicQuantizeLinear", 11)
+          .In(Make<float>({2, 9}, {1, -2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, -9})));
+  ExpectNoSteadyStateAllocation(OpCase("MatMulInteger", 10)
+                                    .In(Make<uint8_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                    .In(Make<int8_t>({3, 2}, {-1, 2, -3, 4, -5, 6}))
+                                    .In(Scalar<uint8_t>(3))
+                                    .In(Scalar<int8_t>(1)));
+  ExpectNoSteadyStateAllocation(OpCase("QLinearMatMul", 10)
+                                    .In(Make<uint8_t>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                    .In(Scalar<float>(0.5f))
+                                    .In(Scalar<uint8_t>(3))
+                                    .In(Make<int8_t>({3, 2}, {-1, 2, -3, 4, -5, 6}))
+                                    .In(Scalar<float>(0.25f))
+                                    .In(Scalar<int8_t>(0))
+                                    .In(Scalar<float>(0.1f))
+                                    .In(Scalar<uint8_t>(128)));
+}
+
 // Reports (does not assert: the machine is shared) the cost of int64 scalar ops.
 TEST(SteadyStateTest, ScalarOpLatency) {
   for (const char* op : {"Identity", "Less", "Equal", "Mod", "Max", "Gather"}) {
