@@ -429,8 +429,14 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
         slot.failed_config_key.clear();
         if (old->config_key == entry->config_key) continue;
         // Same files, another config: validate and warm the loaded model again.
-        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured = Prepare(
-            source, *parsed, version, old->loaded->path, old->loaded->model, old->loaded->metrics);
+        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured =
+            absl::InternalError("not reconfigured");
+        const absl::Status thrown = CatchExceptions("reconfiguring the model: ", [&] {
+          reconfigured = Prepare(source, *parsed, version, old->loaded->path, old->loaded->model,
+                                 old->loaded->metrics);
+          return absl::OkStatus();
+        });
+        if (!thrown.ok()) reconfigured = thrown;
         if (!reconfigured.ok() && Stopping()) break;  // the caller discards the entry
         if (reconfigured.ok()) {
           slot.loaded = *std::move(reconfigured);
@@ -456,10 +462,16 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     absl::StatusOr<std::string> file =
         FindModelFile(version_dir, parsed->config, /*any_name=*/source.ovms != nullptr);
     load_options.name = label;
-    absl::StatusOr<std::shared_ptr<const engine::Model>> model =
-        file.ok() ? options_.loader(*file, load_options) : file.status();
-    absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded =
-        model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
+    // An exception of the loader or the warm-up (std::bad_alloc) fails this version only.
+    absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = absl::InternalError("not loaded");
+    const absl::Status thrown = CatchExceptions("loading the model: ", [&] {
+      absl::StatusOr<std::shared_ptr<const engine::Model>> model =
+          file.ok() ? options_.loader(*file, load_options) : file.status();
+      loaded =
+          model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
+      return absl::OkStatus();
+    });
+    if (!thrown.ok()) loaded = thrown;
     const absl::Duration took = absl::Now() - start;
     if (!loaded.ok() && Stopping()) break;  // not a failure of the model: the caller discards it
     slot.fingerprint = fingerprint;

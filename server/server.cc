@@ -21,6 +21,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/logging.h"
+#include "server/status_util.h"
 #include "server/version.h"
 
 namespace loopserve::server {
@@ -86,7 +87,8 @@ Server::Server(ServerOptions options)
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   std::unique_ptr<Server> server(new Server(std::move(options)));
-  absl::Status status = server->Init();
+  // No exception (std::bad_alloc of a load) leaves start-up: it fails with a status.
+  absl::Status status = CatchExceptions("start-up: ", [&] { return server->Init(); });
   if (!status.ok()) {
     server->Shutdown();
     return status;
@@ -313,7 +315,7 @@ void Server::PollRepository() {
   // Loads run here, never on a gRPC or worker thread; requests keep using the versions they find.
   std::string last_error;  // logged once, not on every poll
   while (!stop_polling_.WaitForNotificationWithTimeout(options_.repository_poll_interval)) {
-    absl::Status status = registry_->Poll();
+    absl::Status status = CatchExceptions("repository poll: ", [&] { return registry_->Poll(); });
     if (stop_->load()) break;
     const std::string error(status.message());
     if (!status.ok() && error != last_error) {

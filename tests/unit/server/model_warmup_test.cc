@@ -153,13 +153,15 @@ TEST(ModelWarmupTest, RunsEachSampleCountTimesWithItsData) {
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr("model_warmup 'file' (run 1 of 1)"));
 
-  // And the version's memory budget applies to warm-up runs as to requests.
+  // And the version's memory budget applies to warm-up samples as to requests (their inputs are
+  // charged first: one byte holds none).
   WarmupOptions tiny;
   tiny.max_memory_bytes = 1;
   absl::StatusOr<int64_t> over =
       RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model, root.path() + "/m", tiny);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
-  EXPECT_THAT(std::string(over.status().message()), HasSubstr("model_warmup 'zeros' (run 1 of 3)"));
+  EXPECT_THAT(std::string(over.status().message()),
+              HasSubstr("model_warmup 'zeros' (batch_size 0): its inputs do not fit"));
 }
 
 TEST(ModelWarmupTest, BadDataFileIsALoadError) {
@@ -326,6 +328,60 @@ TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ((*v2)->max_loop_iterations, 5000);
   EXPECT_TRUE(registry.Get("m", "1").ok());
+}
+
+// Issue 26: a warm-up batch is allocated through the version's per-request memory budget. A
+// batch_size of 2^30 under max_batch_size 2^31-1 (256 GiB of inputs) aborted the process with
+// std::bad_alloc, at start-up and on a poll-mode rewrite; now it is a load error naming the sample,
+// and a rewrite to it keeps the previous config serving.
+std::string HugeBatchWarmupConfig(uint32_t batch_size) {
+  return absl::StrCat(R"pb(
+    max_batch_size: 2147483647
+    model_warmup
+    [ {
+      name: "huge"
+      batch_size:)pb",
+                      batch_size, R"pb(
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 64 ]
+          random_data: true
+        }
+      }
+    }]
+  )pb");
+}
+
+TEST(ModelWarmupTest, ABatchOverTheMemoryBudgetIsALoadErrorNamingIt) {
+  TempDir root;
+  CopyModel(root, "matmul.onnx", "m/1/model.onnx");
+  root.WriteFile("m/config.pbtxt", HugeBatchWarmupConfig(uint32_t{1} << 30));
+  ModelRegistry::Options options{root.path(), 0, nullptr, nullptr};
+  options.max_request_memory_bytes = int64_t{64} << 20;
+  ModelRegistry registry(std::move(options));
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = registry.Get("m", "1");
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kUnavailable) << loaded.status();
+  const std::string message(loaded.status().message());
+  EXPECT_THAT(message, HasSubstr("model_warmup 'huge' (batch_size 1073741824)"));
+  EXPECT_THAT(message, HasSubstr("memory budget of 67108864 bytes"));
+  EXPECT_THAT(message, HasSubstr("RESOURCE_EXHAUSTED"));
+
+  // A batch that fits loads; a rewrite to the huge one (poll mode) keeps it serving.
+  root.WriteFile("m/config.pbtxt", HugeBatchWarmupConfig(16));
+  ASSERT_TRUE(registry.Poll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> fits = registry.Get("m", "1");
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  root.WriteFile("m/config.pbtxt", HugeBatchWarmupConfig(uint32_t{1} << 24));
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(*registry.Get("m", "1"), *fits);
+  const std::vector<ModelRegistry::ModelState> index = registry.Index();
+  ASSERT_EQ(index.size(), 1u);
+  ASSERT_EQ(index[0].versions.size(), 1u);
+  EXPECT_THAT(index[0].versions[0].reason, HasSubstr("new config rejected"));
+  EXPECT_THAT(index[0].versions[0].reason, HasSubstr("model_warmup 'huge' (batch_size 16777216)"));
 }
 
 // Model `name`'s config asks for 5 warm-up runs of the counter with M = INT64_MAX: each loops
