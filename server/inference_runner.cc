@@ -462,7 +462,7 @@ InferenceRunner::Formed InferenceRunner::FormBatch(const LoadedModel& model, Bat
     // Sent when full, at a preferred size, at once for a lone client (the version is quiet),
     // with its share of the version's requests, or when the oldest call waited `gather` (or the
     // earliest deadline comes).
-    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due)) {
+    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due || queue.flush_)) {
       if (!may_wait) return Formed::kWait;
       // One collector waits for a batch to fill; another gives its slot back (the waiting one
       // takes these calls).
@@ -766,9 +766,21 @@ void InferenceRunner::SetPolled(InferenceCall* call, bool polled) {
 }
 
 void InferenceRunner::CancelAll() {
-  absl::MutexLock lock(&mutex_);
-  cancel_all_ = true;
-  for (InferenceCall* call = calls_; call != nullptr; call = call->next_) call->Cancel();
+  {
+    absl::MutexLock lock(&mutex_);
+    cancel_all_ = true;
+    for (InferenceCall* call = calls_; call != nullptr; call = call->next_) call->Cancel();
+  }
+  // A collector waiting out a long max_queue_delay sends what it holds now: its calls, found
+  // cancelled, are answered at once instead of when the delay ends. (The served versions: a
+  // call's own pin is its submitting thread's until Finish.)
+  for (const std::shared_ptr<const LoadedModel>& model : registry_->ReadyModels()) {
+    if (model->batcher == nullptr) continue;
+    BatchQueue& queue = *model->batcher;
+    absl::MutexLock lock(&queue.mutex_);
+    queue.flush_ = true;
+    if (queue.waiting_) queue.more_.Signal();
+  }
 }
 
 void InferenceRunner::Watch() {
