@@ -466,5 +466,50 @@ TEST(ModelWarmupTest, ShutdownStopsAWarmupThePollerRuns) {
   EXPECT_EQ((*server)->registry().Get("slow", "").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Issue 26: loads and warm-ups run on the registry's loader pool. While the poller's load of a
+// model is stuck in an endless warm-up (5 runs x 60 s), a model added later is loaded by the next
+// polls, and a config change of a serving model is applied; Shutdown still stops the warm-up.
+TEST(ModelWarmupTest, ASlowWarmupDoesNotHoldUpOtherModelsUpdates) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "a/1/model.onnx");
+  ServerOptions options;
+  options.model_repository = root.path();
+  options.address = "127.0.0.1";
+  options.grpc_port = 0;
+  options.metrics_port = -1;
+  options.model_control_mode = ModelControlMode::kPoll;
+  options.repository_poll_interval = absl::Milliseconds(100);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ModelRegistry& registry = (*server)->registry();
+  WriteEndlessWarmup(root, "slow");
+  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
+  absl::SleepFor(absl::Seconds(1));  // a poll finds it and starts its endless warm-up
+  CopyModel(root, "counter.onnx", "b/1/model.onnx");
+  root.WriteFile("a/config.pbtxt",
+                 "parameters { key: \"max_loop_iterations\" value: { string_value: \"77\" } }");
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  auto updated = [&] {
+    absl::StatusOr<std::shared_ptr<const LoadedModel>> a = registry.Get("a", "");
+    return registry.Get("b", "").ok() && a.ok() && (*a)->max_loop_iterations == 77;
+  };
+  while (!updated() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));  // bounded wait for the next polls
+  }
+  EXPECT_TRUE(registry.Get("b", "").ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> a = registry.Get("a", "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->max_loop_iterations, 77);
+  // Still warming up: not served yet.
+  EXPECT_EQ(registry.Get("slow", "").status().code(), absl::StatusCode::kNotFound);
+  const absl::Time start = absl::Now();
+  (*server)->Shutdown();
+  server->reset();  // joins the loader pool: the warm-up was stopped
+  const absl::Duration took = absl::Now() - start;
+  std::printf("Shutdown and teardown during an endless warm-up on the loader pool: %.1f ms\n",
+              absl::ToDoubleMilliseconds(took));
+  EXPECT_LT(took, absl::Seconds(15));  // the warm-up alone: 5 x 60 s
+}
+
 }  // namespace
 }  // namespace loopserve::server
