@@ -13,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/inference_runner.h"
+#include "server/metrics.h"
 #include "server/model_repository.h"
 #include "server/server.h"
 #include "server/worker_pool.h"
@@ -85,6 +87,99 @@ TEST(ThreadExceptionsTest, StartupAndThePollerSurviveALoaderThatThrowsBadAlloc) 
   EXPECT_THAT(std::string((*server)->registry().Get("oom2", "").status().message()),
               HasSubstr("std::bad_alloc"));
   (*server)->Shutdown();
+}
+
+// A call whose adapter throws std::bad_alloc where told: from Respond (on the worker that ran it)
+// or from ClientGone (on the runner's watcher thread). Records how it was answered.
+class ThrowingCall : public InferenceCall {
+ public:
+  ThrowingCall(bool throw_in_respond, bool throw_in_client_gone)
+      : InferenceCall(Protocol::kGrpc, Polling::kAlways, absl::Now(), absl::InfiniteFuture()),
+        throw_in_respond_(throw_in_respond),
+        throw_in_client_gone_(throw_in_client_gone) {
+    request.model_name = "m";
+    InferenceRequest::Input x;
+    x.name = "x";
+    x.datatype = "FP32";
+    x.shape = {1, 2};
+    x.raw = absl::string_view(reinterpret_cast<const char*>(values_), sizeof(values_));
+    request.inputs.push_back(std::move(x));
+  }
+
+  absl::Status Wait() {
+    EXPECT_TRUE(finished_.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    return status_;
+  }
+  int finishes() const { return finishes_.load(); }
+  bool was_cancelled() const { return cancelled(); }
+
+ protected:
+  absl::Status Respond(const LoadedModel&, const std::vector<int>&,
+                       std::vector<engine::Value>&) override {
+    if (throw_in_respond_) throw std::bad_alloc();
+    return absl::OkStatus();
+  }
+  void Finish(const absl::Status& status) override {
+    status_ = status;
+    if (finishes_.fetch_add(1) == 0) finished_.Notify();
+  }
+  bool ClientGone() override {
+    if (throw_in_client_gone_) throw std::bad_alloc();
+    return false;
+  }
+
+ private:
+  const bool throw_in_respond_;
+  const bool throw_in_client_gone_;
+  const float values_[2] = {1.f, 2.f};
+  absl::Status status_;
+  std::atomic<int> finishes_{0};
+  absl::Notification finished_;
+};
+
+TEST(ThreadExceptionsTest, BadAllocFromAnAdapterOnAWorkerOrTheWatcherAnswersTheCallOnce) {
+  testing::TempDir root;
+  root.WriteFile("m/1/model.onnx");
+  ModelRegistry registry({root.path(), 0,
+                          [](const std::string&, const engine::LoadOptions&)
+                              -> absl::StatusOr<std::shared_ptr<const engine::Model>> {
+                            return testing::PassthroughModelOf(
+                                {{"x", engine::DataType::kFloat32, std::vector<int64_t>{-1, 2}}});
+                          },
+                          nullptr});
+  ASSERT_TRUE(registry.LoadAll().ok());
+  ASSERT_TRUE(registry.Get("m", "").ok());
+  Metrics metrics;
+  WorkerPool pool(1, 16);
+  InferenceRunner runner(&registry, &pool, metrics, InferenceRunner::Options());
+
+  // On the worker: Respond throws; the call is answered INTERNAL, once, and the worker goes on.
+  ThrowingCall respond_throws(/*throw_in_respond=*/true, /*throw_in_client_gone=*/false);
+  runner.Submit(&respond_throws);
+  const absl::Status respond_status = respond_throws.Wait();
+  EXPECT_EQ(respond_status.code(), absl::StatusCode::kInternal) << respond_status;
+  EXPECT_THAT(std::string(respond_status.message()), HasSubstr("std::bad_alloc"));
+
+  // On the watcher: ClientGone throws while the call waits for the held worker; the call counts
+  // as gone and is answered CANCELLED once the worker is free; the watcher goes on polling.
+  absl::Notification release;
+  ASSERT_TRUE(pool.TrySchedule([&] { release.WaitForNotification(); }).ok());
+  ThrowingCall gone_throws(/*throw_in_respond=*/false, /*throw_in_client_gone=*/true);
+  ThrowingCall fine(/*throw_in_respond=*/false, /*throw_in_client_gone=*/false);
+  runner.Submit(&gone_throws);
+  runner.Submit(&fine);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!gone_throws.was_cancelled() && absl::Now() < give_up) {
+    absl::SleepFor(InferenceRunner::kCancelPollInterval);  // bounded wait for the watcher's poll
+  }
+  EXPECT_TRUE(gone_throws.was_cancelled());
+  release.Notify();
+  EXPECT_EQ(gone_throws.Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(fine.Wait().ok());
+  EXPECT_TRUE(runner.WaitForIdle(absl::Now() + absl::Seconds(20)));
+  EXPECT_EQ(respond_throws.finishes(), 1);
+  EXPECT_EQ(gone_throws.finishes(), 1);
+  EXPECT_EQ(fine.finishes(), 1);
 }
 
 }  // namespace
