@@ -233,8 +233,7 @@ absl::Status ModelRegistry::PollModels(bool wait) {
   }
   if (wait) {
     absl::MutexLock lock(&pending->mutex);
-    pending->mutex.Await(absl::Condition(
-        +[](int* left) { return *left == 0; }, &pending->left));
+    while (pending->left > 0) pending->done.Wait(&pending->mutex);
   }
   if (Stopping()) return StoppedError();
   return absl::OkStatus();
@@ -248,12 +247,7 @@ void ModelRegistry::StartLoad(const ModelSource& source,
     absl::MutexLock lock(&mutex_);
     // Still loading (a long warm-up): a waiting poll waits for it (the caller wants this poll's
     // outcome); otherwise it is left to a later poll, which then sees what changed.
-    if (wait) {
-      const std::string& name = source.name;
-      auto done = [this, &name]()
-                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return !loading_.contains(name); };
-      mutex_.Await(absl::Condition(&done));
-    }
+    while (wait && loading_.contains(source.name)) load_done_.Wait(&mutex_);
     if (!loading_.insert(source.name).second) return;
     epoch = epochs_[source.name];
   }
@@ -275,9 +269,10 @@ void ModelRegistry::StartLoad(const ModelSource& source,
     {
       absl::MutexLock lock(&mutex_);
       loading_.erase(source.name);
+      load_done_.SignalAll();
     }
     absl::MutexLock lock(&pending->mutex);
-    --pending->left;
+    if (--pending->left == 0) pending->done.SignalAll();
   };
   if (loader_pool_ != nullptr && loader_pool_->TrySchedule(load).ok()) return;
   load();  // no loader pool (or it is stopping): on this thread

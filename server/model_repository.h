@@ -245,6 +245,7 @@ class ModelRegistry {
   // The loads a Poll waits for.
   struct PendingLoads {
     absl::Mutex mutex;
+    absl::CondVar done;  // signalled when `left` reaches 0
     int left ABSL_GUARDED_BY(mutex) = 0;
   };
   absl::Status PollModels(bool wait);
@@ -266,6 +267,7 @@ class ModelRegistry {
   // Models whose load runs on the pool; per model, a count of unloads, removals and requested
   // loads (a load on the pool installs its result only if it did not change meanwhile).
   absl::flat_hash_set<std::string> loading_ ABSL_GUARDED_BY(mutex_);
+  absl::CondVar load_done_;  // signalled when a model leaves `loading_`
   absl::flat_hash_map<std::string, uint64_t> epochs_ ABSL_GUARDED_BY(mutex_);
   // Last: destroyed (its threads joined) first, while what its loads use still exists.
   std::unique_ptr<WorkerPool> loader_pool_;
