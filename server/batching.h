@@ -92,6 +92,8 @@ class BatchQueue {
   // Counts the times calls were taken out of `pending_` (arrivals only append): a collector that
   // waited scans the queue again from its head when it changed meanwhile.
   uint64_t taken_ ABSL_GUARDED_BY(mutex_) = 0;
+  // Set by InferenceRunner::CancelAll (shutdown past its exit timeout): every batch goes at once.
+  bool flush_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 // ---- Merging and splitting (stateless; thread-safe) ----

@@ -19,6 +19,17 @@ constexpr absl::Duration kDeadlineClockSlack = absl::Milliseconds(20);
 // The longest a batch gathers while another batch of its version runs (see FormBatch).
 constexpr absl::Duration kMaxGather = absl::Milliseconds(100);
 
+// Runs `body`; an exception it throws is logged, never passed on (a thread's top, or a point
+// past which the caller must not answer the calls involved again).
+template <typename Body>
+void CatchAndLog(Body&& body) {
+  const absl::Status status = CatchExceptions("inference: ", [&] {
+    body();
+    return absl::OkStatus();
+  });
+  if (!status.ok()) LogError(std::string(status.message()));
+}
+
 }  // namespace
 
 std::string ModelLabel(const LoadedModel& model) {
@@ -166,7 +177,7 @@ absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
           [&] {
             metrics_.inflight_requests().Increment();
             if (call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
-            Run(call);  // `call` may be gone after this
+            CatchAndLog([&] { Run(call); });  // `call` may be gone after this
           },
           model.instances)) {
     return absl::OkStatus();
@@ -210,7 +221,7 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
     const bool ran = pool_->TryRunHere(
         [&] {
           metrics_.inflight_requests().Increment();
-          Run(call);  // `call` may be gone after this
+          CatchAndLog([&] { Run(call); });  // `call` may be gone after this
         },
         model->instances);
     if (ran) {
@@ -259,7 +270,10 @@ absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
   // A free collector slot: for a version of short runs, this thread sends the batch when one is
   // due now (with `call` in it, or `call` left for the next collector) rather than waking a
   // worker; a batch still to be gathered goes to a worker collector, which waits for it.
-  if (!alone && short_runs && pool_->TryRunHere([&] { CollectOnce(model); }, model->instances)) {
+  // `call` is the queue's from here on: nothing thrown may reach Submit, which would answer it
+  // again.
+  if (!alone && short_runs &&
+      pool_->TryRunHere([&] { CatchAndLog([&] { CollectOnce(model); }); }, model->instances)) {
     return absl::OkStatus();
   }
   StartCollector(model);  // may answer `call` (the pool refused)
@@ -316,8 +330,10 @@ void InferenceRunner::BatchDone(BatchQueue& queue, int64_t rows) {
 }
 
 void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& model) {
-  absl::Status scheduled =
-      pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
+  // Whatever happens (a full pool, an allocation that fails), the slot is not lost.
+  const absl::Status scheduled = CatchExceptions(ModelLabel(*model), [&] {
+    return pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
+  });
   if (scheduled.ok()) return;
   // No collector for the slot taken: when none is left at all, nobody would take the calls
   // queued, so they are answered with the pool's error here.
@@ -364,7 +380,9 @@ void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
     }
     // Other models' tasks wait: queue behind them (this task's collector slot moves along).
     if (pool_->queue_size() > 0 &&
-        pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances).ok()) {
+        CatchExceptions(ModelLabel(*model), [&] {
+          return pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
+        }).ok()) {
       return;
     }
   }
@@ -444,7 +462,7 @@ InferenceRunner::Formed InferenceRunner::FormBatch(const LoadedModel& model, Bat
     // Sent when full, at a preferred size, at once for a lone client (the version is quiet),
     // with its share of the version's requests, or when the oldest call waited `gather` (or the
     // earliest deadline comes).
-    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due)) {
+    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due || queue.flush_)) {
       if (!may_wait) return Formed::kWait;
       // One collector waits for a batch to fill; another gives its slot back (the waiting one
       // takes these calls).
@@ -748,9 +766,21 @@ void InferenceRunner::SetPolled(InferenceCall* call, bool polled) {
 }
 
 void InferenceRunner::CancelAll() {
-  absl::MutexLock lock(&mutex_);
-  cancel_all_ = true;
-  for (InferenceCall* call = calls_; call != nullptr; call = call->next_) call->Cancel();
+  {
+    absl::MutexLock lock(&mutex_);
+    cancel_all_ = true;
+    for (InferenceCall* call = calls_; call != nullptr; call = call->next_) call->Cancel();
+  }
+  // A collector waiting out a long max_queue_delay sends what it holds now: its calls, found
+  // cancelled, are answered at once instead of when the delay ends. (The served versions: a
+  // call's own pin is its submitting thread's until Finish.)
+  for (const std::shared_ptr<const LoadedModel>& model : registry_->ReadyModels()) {
+    if (model->batcher == nullptr) continue;
+    BatchQueue& queue = *model->batcher;
+    absl::MutexLock lock(&queue.mutex_);
+    queue.flush_ = true;
+    if (queue.waiting_) queue.more_.Signal();
+  }
 }
 
 void InferenceRunner::Watch() {
@@ -763,7 +793,13 @@ void InferenceRunner::Watch() {
     mutex_.Await(absl::Condition(&busy_or_stopping));
     if (stop_watcher_) return;
     for (InferenceCall* call = calls_; call != nullptr; call = call->next_) {
-      if (call->polled_ && call->ClientGone()) call->Cancel();
+      // An adapter's exception stops here: the call counts as gone (it is answered CANCELLED).
+      bool gone = true;
+      try {
+        gone = call->polled_ && call->ClientGone();
+      } catch (...) {
+      }
+      if (gone) call->Cancel();
     }
     for (RunningBatch* batch : batches_) {
       bool all = true;

@@ -190,7 +190,9 @@ class InferenceCall : private engine::IterationObserver {
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
 // every kCancelPollInterval: a client's cancel or a closed connection stops a run within one
-// poll plus one Loop iteration. CancelAll cancels every call in flight and every later one.
+// poll plus one Loop iteration. CancelAll cancels every call in flight and every later one, and
+// makes the served versions' batch collectors send at once (their cancelled calls are answered
+// then, not when a long max_queue_delay ends).
 //
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive it; every call
 // submitted must have been finished before it is destroyed (the servers' shutdown waits for it).

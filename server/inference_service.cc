@@ -6,7 +6,6 @@
 #include <chrono>
 #include <deque>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -120,9 +119,11 @@ void SetBoolParameter(inference::ModelInferResponse* response, const char* name,
 
 // One ModelInfer call: the InferenceCall the runner takes through the request path, and for a
 // queued request the call's reactor too. Created by ModelInfer on the gRPC thread; answered
-// inside the handler (Finish on the handler's thread: through the default reactor, and Start
-// deletes it) or later by a worker (through this reactor; deleted in OnDone, which gRPC calls
-// after Finish and never before ModelInfer has returned it).
+// inside the handler (Finish inside Start: through the default reactor, and Start deletes it) or
+// later (through this reactor; deleted in OnDone, which gRPC calls after Finish and never before
+// ModelInfer has returned it) by a worker or by another call's handler on any gRPC thread -- this
+// one's own included, since a handler may run a batch of calls queued before (so "inside Start" is
+// which call the thread is starting, not which thread it is).
 class InferenceService::InferCall final : public InferenceCall, public grpc::ServerUnaryReactor {
  public:
   InferCall(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
@@ -130,8 +131,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
       : InferenceCall(Protocol::kGrpc, Polling::kWhileInline, absl::Now(), CallDeadline(*context)),
         context_(context),
         request_bytes_(request_bytes),
-        response_bytes_(response_bytes),
-        handler_thread_(std::this_thread::get_id()) {}
+        response_bytes_(response_bytes) {}
   ~InferCall() override {
     if (request_size_ >= kTrimAfterRequestBytes) {
       // Give the pages of the request's buffers back (glibc keeps freed small blocks of a large
@@ -146,12 +146,14 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   // otherwise the default reactor (and `this` is deleted).
   grpc::ServerUnaryReactor* Start(InferenceRunner* runner) {
     const absl::Status parsed = CatchExceptions("ModelInfer: ", [this] { return Parse(); });
+    starting_ = this;
     if (!parsed.ok()) {
       Finish(parsed);  // no model named yet: nothing for the runner to record
     } else {
       request.error = ToInferenceRequest(request_, &request);
       runner->Submit(this);
     }
+    starting_ = nullptr;
     if (!answered_here_) return this;
     grpc::ServerUnaryReactor* reactor = default_reactor_;
     delete this;
@@ -174,7 +176,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   }
 
   void Finish(const absl::Status& status) override {
-    if (std::this_thread::get_id() == handler_thread_) {
+    if (starting_ == this) {
       answered_here_ = true;
       default_reactor_ = context_->DefaultReactor();
       default_reactor_->Finish(ToGrpcStatus(status));
@@ -197,12 +199,17 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   grpc::CallbackServerContext* const context_;
   const grpc::ByteBuffer* const request_bytes_;  // emptied by Parse
   grpc::ByteBuffer* const response_bytes_;
-  const std::thread::id handler_thread_;  // Finish there answers through the default reactor
+  // The call this thread's ModelInfer handler is starting (Start): Finish of that call answers
+  // through the default reactor. A thread's earlier calls, queued and returned to gRPC with their
+  // own reactor, may be finished here too (a batch this handler runs): by their reactor.
+  static thread_local InferCall* starting_;
   size_t request_size_ = 0;               // serialized bytes
   inference::ModelInferRequest request_;  // raw inputs are views of it until Finish
   bool answered_here_ = false;            // written only on the handler's thread
   grpc::ServerUnaryReactor* default_reactor_ = nullptr;
 };
+
+thread_local InferenceService::InferCall* InferenceService::InferCall::starting_ = nullptr;
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request,

@@ -20,7 +20,6 @@
 // the OpenMP re-exec) is held blocked until they are, then handled the same way.
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,6 +37,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
@@ -119,7 +119,10 @@ ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 
 namespace {
 
+// The main thread waits on the first pipe (and reads its byte); the watchdog on the second, so
+// each sees the signal whoever wakes first.
 int g_signal_pipe[2] = {-1, -1};
+int g_watchdog_pipe[2] = {-1, -1};
 // Set by the first SIGTERM/SIGINT: ServerOptions::stop (stops a start-up in progress).
 std::atomic<bool> g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "g_stop is set in a signal handler");
@@ -132,6 +135,7 @@ void OnSignal(int signal_number) {
   g_stop.store(true);
   const unsigned char byte = static_cast<unsigned char>(signal_number);
   [[maybe_unused]] ssize_t written = write(g_signal_pipe[1], &byte, 1);
+  written = write(g_watchdog_pipe[1], &byte, 1);
 }
 
 const char* SignalName() { return g_first_signal.load() == SIGINT ? "SIGINT" : "SIGTERM"; }
@@ -186,6 +190,10 @@ int main(int argc, char** argv) {
   };
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil keeps absl::Mutex deadlock detection on in release builds (kAbort): every
+  // lock then updates a global lock-order graph under its own lock, and a cycle it suspects
+  // aborts the server. Tests keep it on; the served binary does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using loopserve::server::LogError;
   using loopserve::server::LogInfo;
 
@@ -198,12 +206,14 @@ int main(int argc, char** argv) {
   loopserve::server::SetLogLevel(*level);
   loopserve::server::RouteProtobufLogs();
 
-  // SIGTERM/SIGINT set g_stop and write a byte to a pipe (both async-signal-safe); the main
-  // thread waits on the pipe once the server has started.
-  // The write end does not block: a flood of signals cannot stall the handler on a full pipe.
-  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0 || fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
-    LogError("cannot create the signal pipe");
-    return 1;
+  // SIGTERM/SIGINT set g_stop and write a byte to each of two pipes (all async-signal-safe): the
+  // main thread waits on one once the server has started, the watchdog on the other.
+  // The write ends do not block: a flood of signals cannot stall the handler on a full pipe.
+  for (int* fds : {g_signal_pipe, g_watchdog_pipe}) {
+    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
+      LogError("cannot create the signal pipes");
+      return 1;
+    }
   }
   InstallSignalHandlers();
   // From the first signal on (during start-up or serving), the process ends within
@@ -211,8 +221,10 @@ int main(int argc, char** argv) {
   // file still compiling, a request that does not stop).
   const absl::Duration exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
   std::thread([exit_timeout] {
-    pollfd signalled = {g_signal_pipe[0], POLLIN, 0};
-    while (poll(&signalled, 1, -1) < 0 && errno == EINTR) {
+    // Its own pipe: the main thread reads the byte of the other one, so a wait on that one could
+    // miss it (then a shutdown that hangs would never be ended).
+    unsigned char signal_number = 0;
+    while (read(g_watchdog_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
     }
     absl::SleepFor(exit_timeout + kForcedExitAfter);
     LogError("shutdown is taking longer than --exit_timeout_seconds + 1 s: exiting now");

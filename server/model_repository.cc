@@ -147,7 +147,12 @@ ModelRegistry::ModelRegistry(Options options)
         Options o = std::move(options);
         if (!o.loader) o.loader = &engine::Model::Load;
         return o;
-      }()) {}
+      }()) {
+  if (options_.loader_threads > 0) {
+    // Loads wait for nothing but files and the CPU: the queue holds every model of a repository.
+    loader_pool_ = std::make_unique<WorkerPool>(options_.loader_threads, kMaxQueuedLoads);
+  }
+}
 
 absl::Status ModelRegistry::LoadAll() { return Poll(); }
 
@@ -188,35 +193,90 @@ absl::StatusOr<std::vector<ModelRegistry::ModelSource>> ModelRegistry::ListModel
   return sources;
 }
 
-absl::Status ModelRegistry::Poll() {
-  absl::MutexLock load_lock(&load_mutex_);
-  std::unique_ptr<OvmsConfig> ovms_config;
-  LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&ovms_config));
-  std::vector<std::string> names;
-  for (const ModelSource& source : sources) {
-    if (Stopping()) return StoppedError();
-    std::shared_ptr<const ModelEntry> previous = Find(source.name);
-    absl::Status error;
-    std::shared_ptr<const ModelEntry> entry =
-        BuildEntry(source, previous.get(), /*retry_failed=*/false, &error);
-    // Built while the stop came (warm-ups cancelled, versions left out): not installed.
-    if (Stopping()) return StoppedError();
-    Install(source.name, std::move(entry), "");
-    names.push_back(source.name);
-  }
-  std::vector<std::string> removed;
+ModelRegistry::~ModelRegistry() {
+  if (loader_pool_ != nullptr) loader_pool_->Shutdown();  // before the members its loads use
+}
+
+absl::Status ModelRegistry::Poll() { return PollModels(/*wait=*/true); }
+
+absl::Status ModelRegistry::StartPoll() { return PollModels(/*wait=*/false); }
+
+absl::Status ModelRegistry::PollModels(bool wait) {
+  auto pending = std::make_shared<PendingLoads>();
   {
-    absl::MutexLock lock(&mutex_);
-    for (const auto& [name, entry] : models_) {
-      if (!std::binary_search(names.begin(), names.end(), name)) removed.push_back(name);
+    absl::MutexLock load_lock(&load_mutex_);
+    std::unique_ptr<OvmsConfig> listed;
+    LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&listed));
+    // The sources point into the config; loads that outlive this call keep it.
+    const std::shared_ptr<const OvmsConfig> ovms_config(std::move(listed));
+    std::vector<std::string> names;
+    for (const ModelSource& source : sources) {
+      if (Stopping()) return StoppedError();
+      StartLoad(source, ovms_config, pending, wait);
+      names.push_back(source.name);
+    }
+    std::vector<std::string> removed;
+    {
+      absl::MutexLock lock(&mutex_);
+      for (const auto& [name, entry] : models_) {
+        // A model whose load still runs is looked at again by the poll after it.
+        if (!std::binary_search(names.begin(), names.end(), name) && !loading_.contains(name)) {
+          removed.push_back(name);
+        }
+      }
+      for (const std::string& name : removed) ++epochs_[name];  // a load in flight installs nothing
+    }
+    for (const std::string& name : removed) {
+      Install(name, nullptr,
+              options_.config_path.empty() ? "its folder was removed from the repository"
+                                           : "it was removed from the config file");
     }
   }
-  for (const std::string& name : removed) {
-    Install(name, nullptr,
-            options_.config_path.empty() ? "its folder was removed from the repository"
-                                         : "it was removed from the config file");
+  if (wait) {
+    absl::MutexLock lock(&pending->mutex);
+    while (pending->left > 0) pending->done.Wait(&pending->mutex);
   }
+  if (Stopping()) return StoppedError();
   return absl::OkStatus();
+}
+
+void ModelRegistry::StartLoad(const ModelSource& source,
+                              std::shared_ptr<const OvmsConfig> ovms_config,
+                              std::shared_ptr<PendingLoads> pending, bool wait) {
+  uint64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mutex_);
+    // Still loading (a long warm-up): a waiting poll waits for it (the caller wants this poll's
+    // outcome); otherwise it is left to a later poll, which then sees what changed.
+    while (wait && loading_.contains(source.name)) load_done_.Wait(&mutex_);
+    if (!loading_.insert(source.name).second) return;
+    epoch = epochs_[source.name];
+  }
+  {
+    absl::MutexLock lock(&pending->mutex);
+    ++pending->left;
+  }
+  auto load = [this, source, ovms_config, pending, epoch] {
+    const absl::Status thrown = CatchExceptions("loading the model: ", [&] {
+      std::shared_ptr<const ModelEntry> previous = Find(source.name);
+      absl::Status error;
+      std::shared_ptr<const ModelEntry> entry =
+          BuildEntry(source, previous.get(), /*retry_failed=*/false, &error);
+      // Built while the stop came (warm-ups cancelled, versions left out): not installed.
+      if (!Stopping()) Install(source.name, std::move(entry), "", epoch);
+      return absl::OkStatus();
+    });
+    if (!thrown.ok()) LogError(absl::StrCat("model '", source.name, "': ", thrown.message()));
+    {
+      absl::MutexLock lock(&mutex_);
+      loading_.erase(source.name);
+      load_done_.SignalAll();
+    }
+    absl::MutexLock lock(&pending->mutex);
+    if (--pending->left == 0) pending->done.SignalAll();
+  };
+  if (loader_pool_ != nullptr && loader_pool_->TrySchedule(load).ok()) return;
+  load();  // no loader pool (or it is stopping): on this thread
 }
 
 absl::Status ModelRegistry::Load(absl::string_view name) {
@@ -238,6 +298,10 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
             : absl::StrCat("model '", model, "' is not listed in the config file"));
   }
   if (Stopping()) return StoppedError();
+  {
+    absl::MutexLock lock(&mutex_);
+    ++epochs_[model];  // this load's result wins over a poll's load still running
+  }
   std::shared_ptr<const ModelEntry> previous = Find(model);
   absl::Status error;
   std::shared_ptr<const ModelEntry> entry =
@@ -261,6 +325,10 @@ absl::Status ModelRegistry::Unload(absl::string_view name) {
     if (!known) {
       return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
     }
+  }
+  {
+    absl::MutexLock lock(&mutex_);
+    ++epochs_[model];  // a poll's load still running installs nothing
   }
   auto entry = std::make_shared<ModelEntry>();
   entry->reason = "unloaded";
@@ -438,8 +506,14 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
         slot.failed_config_key.clear();
         if (old->config_key == entry->config_key) continue;
         // Same files, another config: validate and warm the loaded model again.
-        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured = Prepare(
-            source, *parsed, version, old->loaded->path, old->loaded->model, old->loaded->metrics);
+        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured =
+            absl::InternalError("not reconfigured");
+        const absl::Status thrown = CatchExceptions("reconfiguring the model: ", [&] {
+          reconfigured = Prepare(source, *parsed, version, old->loaded->path, old->loaded->model,
+                                 old->loaded->metrics);
+          return absl::OkStatus();
+        });
+        if (!thrown.ok()) reconfigured = thrown;
         if (!reconfigured.ok() && Stopping()) break;  // the caller discards the entry
         if (reconfigured.ok()) {
           slot.loaded = *std::move(reconfigured);
@@ -479,10 +553,16 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
       if (!safe.ok()) file = safe;
     }
     load_options.name = label;
-    absl::StatusOr<std::shared_ptr<const engine::Model>> model =
-        file.ok() ? options_.loader(*file, load_options) : file.status();
-    absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded =
-        model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
+    // An exception of the loader or the warm-up (std::bad_alloc) fails this version only.
+    absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = absl::InternalError("not loaded");
+    const absl::Status thrown = CatchExceptions("loading the model: ", [&] {
+      absl::StatusOr<std::shared_ptr<const engine::Model>> model =
+          file.ok() ? options_.loader(*file, load_options) : file.status();
+      loaded =
+          model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
+      return absl::OkStatus();
+    });
+    if (!thrown.ok()) loaded = thrown;
     const absl::Duration took = absl::Now() - start;
     if (!loaded.ok() && Stopping()) break;  // not a failure of the model: the caller discards it
     slot.fingerprint = fingerprint;
@@ -539,10 +619,12 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
 }
 
 void ModelRegistry::Install(const std::string& name, std::shared_ptr<const ModelEntry> entry,
-                            absl::string_view why_unloaded) {
+                            absl::string_view why_unloaded, std::optional<uint64_t> epoch) {
   std::shared_ptr<const ModelEntry> old;
   {
     absl::MutexLock lock(&mutex_);
+    // Unloaded, removed or loaded again by request since this load started: it is stale.
+    if (epoch.has_value() && epochs_[name] != *epoch) return;
     auto it = models_.find(name);
     if (it != models_.end()) old = it->second;
     if (entry != nullptr) {

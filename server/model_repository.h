@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -89,8 +90,11 @@ using ModelLoader = std::function<absl::StatusOr<std::shared_ptr<const engine::M
 // loaded, changed ones reloaded, removed ones unloaded); Load and Unload act on one model (Triton's
 // explicit model control). A version is reloaded only when its files (names, sizes, modification
 // times) or the model's config changed, so polling an unchanged repository costs a directory
-// walk. Loads run on the caller's thread (the server's poller or a repository RPC), never on the
-// request path.
+// walk. Loads never run on the request path: a poll's loads (one task per model, its versions in
+// order) run on the registry's loader pool (Options::loader_threads; without one, on the
+// caller's thread), so one model's long load or warm-up never holds up the others': StartPoll
+// returns once they are started, and a later poll leaves a model whose load still runs alone
+// (it looks again once that load is done). Load (a repository RPC) runs on the caller's thread.
 //
 // Loading a version: find the model file the config names (FindModelFile), load it, complete and
 // validate the config against it (CompleteModelConfig; a mismatch is a load error naming the
@@ -105,8 +109,10 @@ using ModelLoader = std::function<absl::StatusOr<std::shared_ptr<const engine::M
 // while the previous state keeps serving: a reload failure keeps the loaded version, and when a new
 // version fails the versions it was to replace stay loaded ("retained") until it loads.
 //
-// Thread-safe: lifecycle operations are serialised among themselves (load_mutex_) and never hold
-// the read mutex while loading. `Options::metrics`, when set, must outlive the registry.
+// Thread-safe: lifecycle operations (listing, starting loads, Load, Unload) are serialised among
+// themselves (load_mutex_) and never hold the read mutex while loading; loads of different models
+// run in parallel on the loader pool, one load per model at a time. `Options::metrics`, when set,
+// must outlive the registry.
 class ModelRegistry {
  public:
   struct Options {
@@ -132,6 +138,9 @@ class ModelRegistry {
     // without installing what they had built (what serves keeps serving). A model file being
     // read and compiled (engine::Model::Load) is finished first. Not owned; may be null.
     const std::atomic<bool>* stop = nullptr;
+    // Threads that load models for Poll / StartPoll / LoadAll, one model each at a time; 0: the
+    // caller's thread loads them one after the other.
+    int loader_threads = 0;
   };
 
   struct VersionState {
@@ -146,6 +155,8 @@ class ModelRegistry {
   };
 
   explicit ModelRegistry(Options options);
+  // Stops the loader pool after the loads queued (set Options::stop first to cut them short).
+  ~ModelRegistry();
 
   // Scans the root (or reads config.json) and loads every model. Fails only when the root cannot
   // be read or config.json is missing or invalid, or (Cancelled) when Options::stop is set.
@@ -154,8 +165,13 @@ class ModelRegistry {
   // Rescans the root (or re-reads config.json): loads new models and versions, reloads changed
   // ones, unloads what was removed from disk (or from config.json) or left the version policy.
   // Fails only when the root cannot be read or config.json is missing or invalid, and then
-  // changes nothing.
+  // changes nothing. Waits for the loads it starts (in parallel on the loader pool).
   absl::Status Poll();
+
+  // As Poll, but returns once the loads are started on the loader pool; each installs its model
+  // when done. A model still loading from an earlier poll is skipped (and not unloaded). The
+  // server's poller uses it, so a model with an hour of warm-up never delays the others' updates.
+  absl::Status StartPoll();
 
   // Loads or reloads `name` from disk (retrying versions that failed before). InvalidArgument for
   // an invalid name, NotFound when the repository (or config.json) has no such model; otherwise
@@ -222,9 +238,23 @@ class ModelRegistry {
       const std::string& file, std::shared_ptr<const engine::Model> model,
       std::shared_ptr<ModelVersionMetrics> metrics) const;
   // Installs `entry` for `name` (null removes it) and updates model_ready / logs for versions that
-  // are no longer served.
+  // are no longer served. With `epoch` (a load on the pool): only while the model's epoch is
+  // still that (no unload, removal or requested load came since the load started).
   void Install(const std::string& name, std::shared_ptr<const ModelEntry> entry,
-               absl::string_view why_unloaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mutex_);
+               absl::string_view why_unloaded, std::optional<uint64_t> epoch = std::nullopt);
+  // The loads a Poll waits for.
+  struct PendingLoads {
+    absl::Mutex mutex;
+    absl::CondVar done;  // signalled when `left` reaches 0
+    int left ABSL_GUARDED_BY(mutex) = 0;
+  };
+  absl::Status PollModels(bool wait);
+  // Loads `source` on the loader pool (or here) unless it is loading already; counted in
+  // `pending` until installed. `ovms_config` holds what `source` points into.
+  void StartLoad(const ModelSource& source, std::shared_ptr<const OvmsConfig> ovms_config,
+                 std::shared_ptr<PendingLoads> pending, bool wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mutex_);
+  static constexpr int kMaxQueuedLoads = 1 << 20;
   std::shared_ptr<const ModelEntry> Find(absl::string_view name) const;
   bool Stopping() const { return options_.stop != nullptr && options_.stop->load(); }
 
@@ -234,6 +264,13 @@ class ModelRegistry {
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, std::shared_ptr<const ModelEntry>> models_
       ABSL_GUARDED_BY(mutex_);
+  // Models whose load runs on the pool; per model, a count of unloads, removals and requested
+  // loads (a load on the pool installs its result only if it did not change meanwhile).
+  absl::flat_hash_set<std::string> loading_ ABSL_GUARDED_BY(mutex_);
+  absl::CondVar load_done_;  // signalled when a model leaves `loading_`
+  absl::flat_hash_map<std::string, uint64_t> epochs_ ABSL_GUARDED_BY(mutex_);
+  // Last: destroyed (its threads joined) first, while what its loads use still exists.
+  std::unique_ptr<WorkerPool> loader_pool_;
 };
 
 }  // namespace loopserve::server

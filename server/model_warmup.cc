@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <new>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
+#include "engine/tensor/memory_budget.h"
 #include "engine/tensor/shape.h"
 #include "server/repo_file.h"
 
@@ -162,8 +164,10 @@ absl::Status ReadWarmupStrings(const std::string& model_dir, const std::string& 
 }
 
 // The model inputs of one sample, in Model::inputs() order (absent ones kNone), reshaped as the
-// config says.
-absl::StatusOr<std::vector<engine::Value>> BuildInputs(
+// config says. Their buffers are charged to `budget` (the version's per-request memory budget)
+// as they are allocated: a sample whose inputs do not fit is ResourceExhausted naming it, before
+// the memory is asked for.
+absl::StatusOr<std::vector<engine::Value>> BuildSampleInputs(
     const inference::ModelConfig& config, const inference::ModelWarmup& sample, const ModelIo& io,
     const engine::Model& model, const std::string& model_dir, const std::string& what) {
   std::vector<engine::Value> inputs(model.inputs().size());
@@ -222,6 +226,24 @@ absl::StatusOr<std::vector<engine::Value>> BuildInputs(
   return inputs;
 }
 
+absl::StatusOr<std::vector<engine::Value>> BuildInputs(
+    const inference::ModelConfig& config, const inference::ModelWarmup& sample, const ModelIo& io,
+    const engine::Model& model, const std::string& model_dir, const std::string& what,
+    int64_t max_memory_bytes) {
+  engine::MemoryBudget budget(max_memory_bytes);
+  engine::ScopedMemoryBudget scope(&budget);
+  try {
+    return BuildSampleInputs(config, sample, io, model, model_dir, what);
+  } catch (const engine::MemoryBudgetExceeded& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " (batch_size ", sample.batch_size(), "): its inputs do not fit the ",
+                     "version's per-request memory budget (max_request_memory_bytes): ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " (batch_size ", sample.batch_size(), "): cannot allocate its inputs"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, const ModelIo& io,
@@ -231,8 +253,9 @@ absl::StatusOr<int64_t> RunModelWarmup(const inference::ModelConfig& config, con
   int64_t total_runs = 0;
   for (const inference::ModelWarmup& sample : config.model_warmup()) {
     const std::string what = absl::StrCat("model_warmup '", absl::CEscape(sample.name()), "'");
-    LS_ASSIGN_OR_RETURN(std::vector<engine::Value> inputs,
-                        BuildInputs(config, sample, io, model, model_dir, what));
+    LS_ASSIGN_OR_RETURN(
+        std::vector<engine::Value> inputs,
+        BuildInputs(config, sample, io, model, model_dir, what, options.max_memory_bytes));
     const uint32_t runs = std::max<uint32_t>(sample.count(), 1);
     for (uint32_t run = 1; run <= runs; ++run) {
       if (options.cancelled != nullptr && options.cancelled->load()) {

@@ -42,6 +42,10 @@ struct WarmupOptions {
 // first client does not pay for it. Runs on the caller's thread (setting its intra-op threads
 // when `intra_op_threads` > 0), outside every request metric.
 //
+// A sample's inputs are allocated through the version's memory budget (`max_memory_bytes`, the
+// per-request one): a batch that does not fit is ResourceExhausted naming the sample, before the
+// memory is asked for (so a config's batch_size can never exhaust the process).
+//
 // Returns how many runs it made. Errors name the sample and the run: InvalidArgument for a data
 // file that is missing or of the wrong size, or inputs the model rejects; the engine's error
 // (annotated) when a run fails, including DeadlineExceeded after `run_timeout` and

@@ -21,6 +21,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/logging.h"
+#include "server/status_util.h"
 #include "server/version.h"
 
 namespace loopserve::server {
@@ -86,7 +87,8 @@ Server::Server(ServerOptions options)
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   std::unique_ptr<Server> server(new Server(std::move(options)));
-  absl::Status status = server->Init();
+  // No exception (std::bad_alloc of a load) leaves start-up: it fails with a status.
+  absl::Status status = CatchExceptions("start-up: ", [&] { return server->Init(); });
   if (!status.ok()) {
     server->Shutdown();
     return status;
@@ -204,6 +206,7 @@ absl::Status Server::Init() {
   registry_options.default_instance_count = options_.workers;
   registry_options.intra_op_threads = intra_op_threads;
   registry_options.stop = stop_;
+  registry_options.loader_threads = kLoaderThreads;
   registry_ = std::make_unique<ModelRegistry>(std::move(registry_options));
   const absl::Time loads_started = absl::Now();
   absl::Status loaded = LoadInitialModels();
@@ -310,10 +313,13 @@ absl::Status Server::LoadInitialModels() {
 }
 
 void Server::PollRepository() {
-  // Loads run here, never on a gRPC or worker thread; requests keep using the versions they find.
+  // Loads never run on a gRPC or worker thread; requests keep using the versions they find.
   std::string last_error;  // logged once, not on every poll
   while (!stop_polling_.WaitForNotificationWithTimeout(options_.repository_poll_interval)) {
-    absl::Status status = registry_->Poll();
+    // The loads run on the registry's loader pool: a model's long warm-up does not hold up the
+    // next polls (nor the other models' updates).
+    absl::Status status =
+        CatchExceptions("repository poll: ", [&] { return registry_->StartPoll(); });
     if (stop_->load()) break;
     const std::string error(status.message());
     if (!status.ok() && error != last_error) {

@@ -142,6 +142,8 @@ class Server {
   // kTrimAboveBytes of them (a large message gRPC read and then rejected, or any burst).
   void TrimHeap();
   static constexpr absl::Duration kTrimInterval = absl::Seconds(5);
+  // The registry's loader threads: models loading (or warming up) at once, each on its own.
+  static constexpr int kLoaderThreads = 4;
   static constexpr size_t kTrimAboveBytes = size_t{32} << 20;
 
   ServerOptions options_;

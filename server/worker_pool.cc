@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/logging.h"
 
 namespace loopserve::server {
 namespace {
@@ -14,6 +16,17 @@ namespace {
 // by a later pool).
 std::atomic<uint64_t> next_pool_id{1};
 thread_local uint64_t thread_started_for_pool = 0;
+
+void RunCatching(const std::function<void()>& task) {
+  try {
+    task();
+  } catch (const std::exception& e) {
+    LogError(
+        absl::StrCat("a worker task failed with an exception (the worker goes on): ", e.what()));
+  } catch (...) {
+    LogError("a worker task failed with an unknown exception (the worker goes on)");
+  }
+}
 
 }  // namespace
 
@@ -138,7 +151,9 @@ void WorkerPool::WorkerLoop() {
       ++running_;
       if (task.group != nullptr) ++task.group->running_;
     }
-    task.run();
+    // An exception (std::bad_alloc) stops at the thread's top: logged, the worker goes on. The
+    // server's tasks answer their own calls' errors; this only keeps the process alive.
+    RunCatching(task.run);
     task.run = nullptr;  // destroy what the task captured before the slots are released
     Release(task.group.get(), /*on_worker=*/true);
   }

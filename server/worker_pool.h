@@ -42,6 +42,9 @@ class TaskGroup {
 // of the bound, so a worker stays idle meanwhile. This saves the thread wake-up of a hand-off for
 // short tasks (the server's small requests).
 //
+// A task's exception stops at the worker's top (logged; the worker goes on): a task must answer
+// whatever it owns itself. TryRunHere lets it reach the caller.
+//
 // Thread-safe. Owns its threads; the destructor calls Shutdown, so tasks may still run while it
 // executes: anything a task touches must outlive the pool (or its Shutdown call).
 class WorkerPool {

@@ -153,13 +153,15 @@ TEST(ModelWarmupTest, RunsEachSampleCountTimesWithItsData) {
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr("model_warmup 'file' (run 1 of 1)"));
 
-  // And the version's memory budget applies to warm-up runs as to requests.
+  // And the version's memory budget applies to warm-up samples as to requests (their inputs are
+  // charged first: one byte holds none).
   WarmupOptions tiny;
   tiny.max_memory_bytes = 1;
   absl::StatusOr<int64_t> over =
       RunModelWarmup((*loaded)->config, (*loaded)->io, *(*loaded)->model, root.path() + "/m", tiny);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
-  EXPECT_THAT(std::string(over.status().message()), HasSubstr("model_warmup 'zeros' (run 1 of 3)"));
+  EXPECT_THAT(std::string(over.status().message()),
+              HasSubstr("model_warmup 'zeros' (batch_size 0): its inputs do not fit"));
 }
 
 TEST(ModelWarmupTest, BadDataFileIsALoadError) {
@@ -328,6 +330,60 @@ TEST(ModelWarmupTest, FailingWarmupKeepsThePreviousConfigAndVersionServing) {
   EXPECT_TRUE(registry.Get("m", "1").ok());
 }
 
+// Issue 26: a warm-up batch is allocated through the version's per-request memory budget. A
+// batch_size of 2^30 under max_batch_size 2^31-1 (256 GiB of inputs) aborted the process with
+// std::bad_alloc, at start-up and on a poll-mode rewrite; now it is a load error naming the sample,
+// and a rewrite to it keeps the previous config serving.
+std::string HugeBatchWarmupConfig(uint32_t batch_size) {
+  return absl::StrCat(R"pb(
+    max_batch_size: 2147483647
+    model_warmup
+    [ {
+      name: "huge"
+      batch_size:)pb",
+                      batch_size, R"pb(
+      inputs {
+        key: "x"
+        value: {
+          data_type: TYPE_FP32
+          dims: [ 64 ]
+          random_data: true
+        }
+      }
+    }]
+  )pb");
+}
+
+TEST(ModelWarmupTest, ABatchOverTheMemoryBudgetIsALoadErrorNamingIt) {
+  TempDir root;
+  CopyModel(root, "matmul.onnx", "m/1/model.onnx");
+  root.WriteFile("m/config.pbtxt", HugeBatchWarmupConfig(uint32_t{1} << 30));
+  ModelRegistry::Options options{root.path(), 0, nullptr, nullptr};
+  options.max_request_memory_bytes = int64_t{64} << 20;
+  ModelRegistry registry(std::move(options));
+  ASSERT_TRUE(registry.LoadAll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = registry.Get("m", "1");
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kUnavailable) << loaded.status();
+  const std::string message(loaded.status().message());
+  EXPECT_THAT(message, HasSubstr("model_warmup 'huge' (batch_size 1073741824)"));
+  EXPECT_THAT(message, HasSubstr("memory budget of 67108864 bytes"));
+  EXPECT_THAT(message, HasSubstr("RESOURCE_EXHAUSTED"));
+
+  // A batch that fits loads; a rewrite to the huge one (poll mode) keeps it serving.
+  root.WriteFile("m/config.pbtxt", HugeBatchWarmupConfig(16));
+  ASSERT_TRUE(registry.Poll().ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> fits = registry.Get("m", "1");
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  root.WriteFile("m/config.pbtxt", HugeBatchWarmupConfig(uint32_t{1} << 24));
+  ASSERT_TRUE(registry.Poll().ok());
+  EXPECT_EQ(*registry.Get("m", "1"), *fits);
+  const std::vector<ModelRegistry::ModelState> index = registry.Index();
+  ASSERT_EQ(index.size(), 1u);
+  ASSERT_EQ(index[0].versions.size(), 1u);
+  EXPECT_THAT(index[0].versions[0].reason, HasSubstr("new config rejected"));
+  EXPECT_THAT(index[0].versions[0].reason, HasSubstr("model_warmup 'huge' (batch_size 16777216)"));
+}
+
 // Model `name`'s config asks for 5 warm-up runs of the counter with M = INT64_MAX: each loops
 // until its deadline or a stop.
 void WriteEndlessWarmup(const TempDir& root, const std::string& name) {
@@ -408,6 +464,51 @@ TEST(ModelWarmupTest, ShutdownStopsAWarmupThePollerRuns) {
               absl::ToDoubleMilliseconds(took));
   EXPECT_LT(took, absl::Seconds(15));  // the warm-up alone: 5 x 60 s
   EXPECT_EQ((*server)->registry().Get("slow", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Issue 26: loads and warm-ups run on the registry's loader pool. While the poller's load of a
+// model is stuck in an endless warm-up (5 runs x 60 s), a model added later is loaded by the next
+// polls, and a config change of a serving model is applied; Shutdown still stops the warm-up.
+TEST(ModelWarmupTest, ASlowWarmupDoesNotHoldUpOtherModelsUpdates) {
+  TempDir root;
+  CopyModel(root, "counter.onnx", "a/1/model.onnx");
+  ServerOptions options;
+  options.model_repository = root.path();
+  options.address = "127.0.0.1";
+  options.grpc_port = 0;
+  options.metrics_port = -1;
+  options.model_control_mode = ModelControlMode::kPoll;
+  options.repository_poll_interval = absl::Milliseconds(100);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ModelRegistry& registry = (*server)->registry();
+  WriteEndlessWarmup(root, "slow");
+  CopyModel(root, "counter.onnx", "slow/1/model.onnx");
+  absl::SleepFor(absl::Seconds(1));  // a poll finds it and starts its endless warm-up
+  CopyModel(root, "counter.onnx", "b/1/model.onnx");
+  root.WriteFile("a/config.pbtxt",
+                 "parameters { key: \"max_loop_iterations\" value: { string_value: \"77\" } }");
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  auto updated = [&] {
+    absl::StatusOr<std::shared_ptr<const LoadedModel>> a = registry.Get("a", "");
+    return registry.Get("b", "").ok() && a.ok() && (*a)->max_loop_iterations == 77;
+  };
+  while (!updated() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));  // bounded wait for the next polls
+  }
+  EXPECT_TRUE(registry.Get("b", "").ok());
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> a = registry.Get("a", "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->max_loop_iterations, 77);
+  // Still warming up: not served yet.
+  EXPECT_EQ(registry.Get("slow", "").status().code(), absl::StatusCode::kNotFound);
+  const absl::Time start = absl::Now();
+  (*server)->Shutdown();
+  server->reset();  // joins the loader pool: the warm-up was stopped
+  const absl::Duration took = absl::Now() - start;
+  std::printf("Shutdown and teardown during an endless warm-up on the loader pool: %.1f ms\n",
+              absl::ToDoubleMilliseconds(took));
+  EXPECT_LT(took, absl::Seconds(15));  // the warm-up alone: 5 x 60 s
 }
 
 }  // namespace
