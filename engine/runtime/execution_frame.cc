@@ -8,7 +8,7 @@
 namespace loopserve::engine {
 
 ExecutionFrame::ExecutionFrame(const Plan& plan, RunContext& context)
-    : plan_(plan), context_(context), slots_(plan.num_slots()), states_(plan.steps().size()) {
+    : plan_(plan), context_(&context), slots_(plan.num_slots()), states_(plan.steps().size()) {
   for (const auto& [id, tensor] : plan.graph().constants) {
     slots_[id].mutable_tensor() = Tensor::ViewOf(*tensor);
   }
@@ -16,6 +16,16 @@ ExecutionFrame::ExecutionFrame(const Plan& plan, RunContext& context)
 }
 
 ExecutionFrame::~ExecutionFrame() = default;
+
+void ExecutionFrame::ReleaseRequestValues() {
+  for (const ValueId id : plan_.graph().inputs) slots_[id] = Value();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Value& v = slots_[i];
+    if (plan_.is_produced(static_cast<int>(i)) && v.is_tensor() && v.tensor().is_view()) {
+      v = Value();
+    }
+  }
+}
 
 namespace {
 
@@ -69,7 +79,7 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
   const std::vector<Step>& steps = plan_.steps();
   for (size_t s = 0; s < steps.size(); ++s) {
     const Step& step = steps[s];
-    if (check_interrupts) LS_RETURN_IF_ERROR(context_.CheckInterrupted());
+    if (check_interrupts) LS_RETURN_IF_ERROR(context_->CheckInterrupted());
     absl::Status status;
     if (!InputsAreTensors(step, *this)) {
       status = InputError(step, *this);

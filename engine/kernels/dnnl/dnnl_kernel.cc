@@ -13,6 +13,7 @@
 #include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
 #include "engine/runtime/spin_team.h"
+#include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine {
 namespace {
@@ -80,7 +81,8 @@ class DnnlKernel::State : public KernelState {
  public:
   Bound bound[3];                           // [0]: one thread, [1]: more, [2]: one + SpinTeam
   std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
-  bool reference_counted = false;           // this step is in RunStats::reference_steps
+  uint64_t reference_counted_run = 0;       // RunContext::id of the run whose reference_steps
+                                            // counts this step
 };
 
 DnnlKernel::DnnlKernel(int num_inputs, int required_inputs)
@@ -192,7 +194,7 @@ namespace {
 
 // kPackedGemm's product: on the calling thread, or split into contiguous ranges of column panels
 // over the OpenMP threads (`threads` > 1) or the engaged SpinTeam `team` when it is large enough
-// to pay for the fork (DnnlKernel::kParallelWork multiply-adds, as for the oneDNN primitives).
+// to pay for the fork (kOpenMpParallelWork / DnnlKernel::kParallelWork multiply-adds).
 // Every output element is computed by the same tile code either way (bitwise the same result).
 // Returns whether it split over the team.
 bool RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int threads, SpinTeam* team,
@@ -207,7 +209,8 @@ bool RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int thread
   epilogue.bias_scale = op.gemm_bias_scale;
   const int64_t panels = gemm.panels();
   const int parts = team != nullptr ? team->size() : threads;
-  if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < DnnlKernel::kParallelWork) {
+  const int64_t min_work = team != nullptr ? DnnlKernel::kParallelWork : kOpenMpParallelWork;
+  if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < min_work) {
     gemm.Run(x, op.gemm_rows, epilogue, y);
     return false;
   }
@@ -236,31 +239,13 @@ void RunEpilogue(const PreparedOp& op, const Tensor* const* inputs, Tensor* out)
                    out->mutable_data<float>());
 }
 
-// Runs the enclosing scope with one OpenMP thread on this thread (a per-thread setting), so that
-// a primitive created in it plans for one thread and one executed in it forks no team.
-class ScopedSingleThread {
- public:
-  // `threads`: the calling thread's current OpenMP thread count.
-  ScopedSingleThread(bool enable, int threads) : saved_(enable ? threads : 1) {
-    if (saved_ > 1) omp_set_num_threads(1);
-  }
-  ~ScopedSingleThread() {
-    if (saved_ > 1) omp_set_num_threads(saved_);
-  }
-  ScopedSingleThread(const ScopedSingleThread&) = delete;
-  ScopedSingleThread& operator=(const ScopedSingleThread&) = delete;
-
- private:
-  const int saved_;
-};
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType type,
                                                                      const Shape* const* shapes,
                                                                      int threads, int parts) const {
   const bool single_threaded =
-      threads <= 1 || Work(absl::MakeConstSpan(shapes, num_inputs_)) < kParallelWork;
+      threads <= 1 || Work(absl::MakeConstSpan(shapes, num_inputs_)) < kOpenMpParallelWork;
   if (parts > 1 && !SplitsRows(type, absl::MakeConstSpan(shapes, num_inputs_), parts)) parts = 1;
   Key key;
   key.push_back(static_cast<int64_t>(type));
@@ -283,7 +268,7 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType ty
   // Prepared outside the lock: creation takes 20-300 us and other signatures need not wait.
   std::shared_ptr<PreparedOp> op;
   try {
-    ScopedSingleThread scope(single_threaded, threads);
+    ScopedOneOpenMpThread scope(single_threaded && threads > 1);
     absl::StatusOr<std::unique_ptr<PreparedOp>> prepared =
         Prepare(type, absl::MakeConstSpan(shapes, num_inputs_));
     if (!prepared.ok()) return prepared.status();
@@ -501,7 +486,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   // The C entry point takes the pre-built argument table; the C++ one would build a vector from
   // an unordered_map on every call.
   dnnl_stream_t stream = run.stream().get();
-  ScopedSingleThread scope(op.single_threaded, threads);
+  ScopedOneOpenMpThread scope(op.single_threaded && threads > 1);
   if (op.staging != nullptr) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[0].get()},
                                      {DNNL_ARG_TO, state.stage_memories[1].get()}};
@@ -637,14 +622,17 @@ absl::Status DnnlKernel::RunRowParts(const PreparedOp& op, Bound& state,
 
 absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& state) const {
   if (unfused_ == nullptr) {
-    if (!state.reference_counted && IsFloatingPoint(type)) {
-      state.reference_counted = true;
-      ++ctx.run_context().stats().reference_steps;
+    RunContext& run = ctx.run_context();
+    if (state.reference_counted_run != run.id() && IsFloatingPoint(type)) {
+      state.reference_counted_run = run.id();
+      ++run.stats().reference_steps;
     }
     return RunReference(ctx);
   }
   if (state.unfused == nullptr) {
     state.unfused = std::make_unique<ExecutionFrame>(*unfused_, ctx.run_context());
+  } else {
+    state.unfused->Rebind(ctx.run_context());
   }
   ExecutionFrame& frame = *state.unfused;
   const Graph& graph = unfused_->graph();
