@@ -46,9 +46,20 @@ class ExecutionFrame {
   void ReleaseRequestValues();
 
  private:
+  // Before a step: gives each of its output slots that has no buffer the best-fitting recycled
+  // one at least as large as the buffer it released last time (so kernels that size their
+  // outputs any way they like find it). After a step: recycles the step's releases.
+  void TakeRecycled(const Step& step);
+  void Recycle(const Step& step);
+
   const Plan& plan_;
   RunContext* context_;
   std::vector<Value> slots_;
+  // Liveness-based reuse: buffers of values no later step reads (Step::releases), free for the
+  // outputs of later steps, and per slot the capacity its buffer had when it was released (0:
+  // never released). In steady state the same sizes change hands the same way every run.
+  std::vector<Tensor> recycled_;
+  std::vector<size_t> released_capacity_;
   // Created with the frame (not on first use), so a step's state is one load on the hot path.
   std::vector<std::unique_ptr<KernelState>> states_;
 };

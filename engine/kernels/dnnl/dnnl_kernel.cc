@@ -64,9 +64,10 @@ struct DnnlKernel::Bound {
   std::vector<dnnl::memory> memories;  // one per op->bindings entry
   std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
   Tensor aux[kMaxAux];                 // op->expansions' broadcast copies
-  // op->staging's buffers (kUint8) and memories: plain input 0, staged source, staged destination,
-  // plain output 0 (the plain ones get their data handles on each run).
-  Tensor staged[2];
+  // op->staging's buffers, this run's (DnnlRunResource::Staging: one area that every step of the
+  // run shares, as the staged copies live only while the step runs), and memories: plain input 0,
+  // staged source, staged destination, plain output 0 (all get their data handles on each run).
+  void* staged[2] = {};
   dnnl::memory stage_memories[4];
   // Per op->row_parts entry: its memories and argument table.
   std::vector<std::vector<dnnl::memory>> part_memories;
@@ -324,16 +325,12 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int th
     }
     if (op->staging != nullptr) {
       const PreparedOp::Staging& staging = *op->staging;
-      state.staged[0].Resize(DataType::kUint8,
-                             Shape{static_cast<int64_t>(staging.staged_src.get_size())});
-      state.staged[1].Resize(DataType::kUint8,
-                             Shape{static_cast<int64_t>(staging.staged_dst.get_size())});
       state.stage_memories[0] =
           dnnl::memory(staging.plain_src, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.stage_memories[1] =
-          dnnl::memory(staging.staged_src, CpuEngine(), state.staged[0].mutable_raw_data());
+          dnnl::memory(staging.staged_src, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.stage_memories[2] =
-          dnnl::memory(staging.staged_dst, CpuEngine(), state.staged[1].mutable_raw_data());
+          dnnl::memory(staging.staged_dst, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.stage_memories[3] =
           dnnl::memory(staging.plain_dst, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
     }
@@ -458,6 +455,18 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     reference::BroadcastCopy(in.raw_data(), in.shape(), out->mutable_raw_data(), out->shape(),
                              element_size);
   }
+  if (op.staging != nullptr) {
+    const size_t src_bytes = (op.staging->staged_src.get_size() + 63) / 64 * 64;
+    char* staged = static_cast<char*>(run.Staging(src_bytes + op.staging->staged_dst.get_size()));
+    state.staged[0] = staged;
+    state.staged[1] = staged + src_bytes;
+    try {
+      state.stage_memories[1].set_data_handle(state.staged[0]);
+      state.stage_memories[2].set_data_handle(state.staged[1]);
+    } catch (const dnnl::error& e) {
+      return FromDnnlError(e);
+    }
+  }
   if (!op.row_parts.empty()) {
     try {
       void* scratchpad = run.Scratchpad(op.row_parts_scratchpad_bytes);
@@ -565,8 +574,7 @@ void* DnnlKernel::BufferOf(BufferSource source, const PreparedOp& op, Bound& sta
       return const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
     case BufferSource::kStagedSrc:
     case BufferSource::kStagedDst:
-      return state.staged[static_cast<int>(source) - static_cast<int>(BufferSource::kStagedSrc)]
-          .mutable_raw_data();
+      return state.staged[static_cast<int>(source) - static_cast<int>(BufferSource::kStagedSrc)];
   }
   return nullptr;
 }

@@ -161,5 +161,37 @@ TEST(FramePoolTest, SteadyStateRunsTakeNoPageFaults) {
   SetIntraOpThreads(saved);
 }
 
+// The budget sees the arena: a run on a kept frame is charged the frame's bytes before it starts
+// (its peak includes them), and a budget too small for a run is refused with kMemory whether the
+// frame fits it (the run's own allocations then pass it) or not (a fresh frame is made); after
+// the refusals the model runs right again.
+TEST(FramePoolTest, TheMemoryBudgetStillRefusesAnOverBudgetRun) {
+  const std::string name = "loop_rnn_parallel";
+  std::shared_ptr<const Model> model = LoadCase(name);
+  ASSERT_NE(model, nullptr);
+  RunStats first, kept;
+  ExpectReferenceOutputs(*model, name, &first);
+  ExpectReferenceOutputs(*model, name, &kept);
+  ASSERT_GT(first.arena_bytes, 0);
+  EXPECT_GE(kept.peak_memory_bytes, first.arena_bytes);
+  EXPECT_GT(kept.peak_memory_bytes, kept.arena_bytes);  // and the outputs on top
+
+  const int64_t fits_frame_not_run = (kept.arena_bytes + kept.peak_memory_bytes) / 2;
+  const int64_t fits_nothing = kept.arena_bytes / 2;
+  for (const int64_t limit : {fits_frame_not_run, fits_nothing}) {
+    SCOPED_TRACE(limit);
+    RunOptions options;
+    options.max_memory_bytes = limit;
+    auto refused = model->Run(CaseInputs(*model, name), options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+    EXPECT_EQ(GetLimitReason(refused.status()), LimitReason::kMemory);
+  }
+  RunOptions enough;
+  enough.max_memory_bytes = 2 * kept.peak_memory_bytes;
+  auto ran = model->Run(CaseInputs(*model, name), enough);
+  EXPECT_TRUE(ran.ok()) << ran.status();
+  ExpectReferenceOutputs(*model, name, &kept);
+}
+
 }  // namespace
 }  // namespace loopserve::engine
