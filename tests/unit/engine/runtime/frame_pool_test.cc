@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -87,6 +88,21 @@ TEST(FramePoolTest, KeptFramesGiveTheReferenceOutputsAfterOtherShapes) {
       ExpectReferenceOutputs(*model, name, &stats);
     }
   }
+}
+
+// Concurrent runs of one model each get a frame of their own (taken from the pool or made) and
+// give the reference outputs.
+TEST(FramePoolTest, ConcurrentRunsGiveTheReferenceOutputs) {
+  const std::string name = "loop_nested_rnn";
+  std::shared_ptr<const Model> model = LoadCase(name);
+  ASSERT_NE(model, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) ExpectReferenceOutputs(*model, name, nullptr);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 // Tensor buffers one steady-state run allocates, and the bytes its frame keeps.
