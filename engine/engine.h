@@ -57,7 +57,7 @@ struct LoadOptions {
   // buffers, the model keeps for later runs (one per concurrent run), and the most bytes one of
   // them may hold to be kept. 0 frames: every run builds its frame afresh and frees it after.
   int kept_frames = 8;
-  int64_t max_kept_frame_bytes = int64_t{1} << 30;
+  int64_t max_kept_frame_bytes = int64_t{256} << 20;
 };
 
 // ---- Running -------------------------------------------------------------------------------

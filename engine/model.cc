@@ -1,5 +1,4 @@
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -212,22 +211,6 @@ absl::Status CheckInput(const Value& value, const TensorSpec& spec) {
 // Outputs below this size are copied out of a kept frame rather than moved (Model::Run).
 constexpr int64_t kCopiedOutputBytes = int64_t{256} << 10;
 
-// Keeps freed heap memory in the process, once per process (the first model load). glibc hands
-// the top of the heap back to the kernel when more than 128 KB are free there, and serves large
-// blocks from fresh mmaps; a run that frees and allocates again then faults every page back in
-// (44% of the OCR classifier's samples were page faults and brk before this and the kept frames,
-// issue 27). Blocks below 32 MB (glibc's largest fixed mmap threshold) now come from the heap,
-// which is trimmed only past 256 MB free at its top. Larger tensor buffers are recycled by the
-// tensor buffer cache (tensor.h).
-void KeepFreedHeapMemory() {
-  static const bool done = [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    return true;
-  }();
-  (void)done;
-}
-
 // Bytes of the buffers `value` owns (views count 0).
 int64_t OwnedBytes(const Value& value) {
   size_t bytes = value.is_tensor() ? value.tensor().capacity() : 0;
@@ -264,7 +247,6 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadOnnx(absl::string_view b
 absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Graph> graph,
                                                               const LoadOptions& options) {
   LS_RETURN_IF_ERROR(SortTopologically(*graph));
-  KeepFreedHeapMemory();
   std::shared_ptr<Model> model(new Model());
   for (ValueId v : graph->inputs) {
     model->inputs_.push_back(TensorSpec{graph->values[v].name, graph->values[v].type});
