@@ -53,6 +53,11 @@ struct LoadOptions {
   // Keep a text dump of every compiled graph before and after the optimizer (Model::plan_dump;
   // `looprun --dump_plan`).
   bool dump_plan = false;
+  // The per-model arena (engine/runtime/frame_pool.h): how many execution frames, with their
+  // buffers, the model keeps for later runs (one per concurrent run), and the most bytes one of
+  // them may hold to be kept. 0 frames: every run builds its frame afresh and frees it after.
+  int kept_frames = 8;
+  int64_t max_kept_frame_bytes = int64_t{256} << 20;
 };
 
 // ---- Running -------------------------------------------------------------------------------
@@ -143,6 +148,9 @@ struct RunStats {
   int64_t loop_executions = 0;
   int64_t loop_iterations = 0;
   int64_t peak_memory_bytes = 0;  // most tensor bytes the run held at once (MemoryBudget::peak)
+  // Tensor bytes the run's frame keeps for the model's next run after this one (the per-model
+  // arena; 0 when the frame was not kept). looprun prints it as "arena_bytes".
+  int64_t arena_bytes = 0;
   // Steps that ran float work on a naive reference kernel (engine/kernels/reference), counted
   // once per step and run: the optimized kernels cover every float op of the models we know,
   // so anything but 0 marks a performance cliff (looprun prints it as "reference_steps").
@@ -161,8 +169,12 @@ struct RunStats {
 // A loaded, compiled model. Immutable after Load and shared as shared_ptr<const Model>: Run is
 // thread-safe and may be called concurrently from any number of threads; each call gets its own
 // execution frame and run context.
+class FramePool;
+
 class Model {
  public:
+  ~Model();
+
   // Loads `path`: an ONNX model (.onnx) or an OpenVINO IR (.xml with its .bin beside it).
   // InvalidArgument for malformed models, files over the size limit and models needing more
   // memory than allowed (sizes are checked before anything is read or allocated), Unimplemented
@@ -213,6 +225,9 @@ class Model {
                                                   const RunOptions& options, RunStats* stats) const;
 
   std::shared_ptr<const Plan> plan_;
+  // Execution frames kept across runs (null with LoadOptions::kept_frames 0); declared after
+  // plan_, which its frames run, so it is destroyed first.
+  std::unique_ptr<FramePool> frames_;
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
   std::vector<std::string> loop_names_;

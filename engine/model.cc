@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "engine/import/openvino_importer.h"
 #include "engine/kernels/registry.h"
 #include "engine/runtime/execution_frame.h"
+#include "engine/runtime/frame_pool.h"
 #include "engine/runtime/plan.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/scalar_like.h"
@@ -210,6 +212,18 @@ absl::Status CheckInput(Value& value, const TensorSpec& spec) {
   return absl::OkStatus();
 }
 
+// Outputs below this size are copied out of a kept frame rather than moved (Model::Run).
+constexpr int64_t kCopiedOutputBytes = int64_t{256} << 10;
+
+// Bytes of the buffers `value` owns (views count 0).
+int64_t OwnedBytes(const Value& value) {
+  size_t bytes = value.is_tensor() ? value.tensor().capacity() : 0;
+  if (value.is_sequence()) {
+    for (const Tensor& t : value.sequence()) bytes += t.capacity();
+  }
+  return static_cast<int64_t>(bytes);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
@@ -249,6 +263,10 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   CompileContext context(registry);
   if (options.dump_plan) context.set_dump(&model->plan_dump_);
   LS_ASSIGN_OR_RETURN(model->plan_, Plan::Compile(std::move(graph), context));
+  if (options.kept_frames > 0) {
+    model->frames_ = std::make_unique<FramePool>(*model->plan_, options.kept_frames,
+                                                 options.max_kept_frame_bytes);
+  }
   model->loop_names_ = context.loop_names();
   model->scan_output_loops_ = context.scan_output_loops();
   model->scan_output_loops_.resize(model->outputs_.size(), -1);
@@ -256,6 +274,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
 }
 
 std::vector<std::string> RegisteredOpTypes() { return KernelRegistry::Builtin().OpTypes(); }
+
+Model::~Model() = default;
 
 int Model::FindInput(absl::string_view name) const {
   for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -296,32 +316,53 @@ absl::StatusOr<std::vector<Value>> Model::RunUnchecked(std::vector<Value> inputs
 
   RunContext context(options);
   LS_RETURN_IF_ERROR(context.CheckInterrupted());
-  // Everything the run allocates on this thread is charged to its budget, the frame included.
-  ScopedMemoryBudget budget(&context.memory_budget());
-  ExecutionFrame frame(*plan_, context);
+  // Everything the run allocates on this thread is charged to its budget, the frame included
+  // (a kept frame's buffers up front, by FramePool::Take).
+  MemoryBudget& memory = context.memory_budget();
+  ScopedMemoryBudget budget(&memory);
+  std::unique_ptr<ExecutionFrame> frame = frames_ != nullptr
+                                              ? frames_->Take(context)
+                                              : std::make_unique<ExecutionFrame>(*plan_, context);
   const Graph& graph = plan_->graph();
-  for (size_t i = 0; i < inputs.size(); ++i) swap(frame.slot(graph.inputs[i]), inputs[i]);
-  LS_RETURN_IF_ERROR(frame.Run(/*check_interrupts=*/true));
+  for (size_t i = 0; i < inputs.size(); ++i) swap(frame->slot(graph.inputs[i]), inputs[i]);
+  LS_RETURN_IF_ERROR(frame->Run(/*check_interrupts=*/true));
 
   std::vector<Value> outputs(graph.outputs.size());
+  int64_t output_bytes = 0;
   for (size_t i = 0; i < graph.outputs.size(); ++i) {
     const ValueId id = graph.outputs[i];
     // The caller owns every output: values the frame produced are moved out; views (constants,
-    // inputs passed straight through) are copied, and so is an output listed twice.
+    // inputs passed straight through) are copied, and so is an output listed twice. A kept
+    // frame's small outputs are copied too, so that their slots keep their buffers: one
+    // allocation per output, where a moved Loop result would cost its body slot a second one.
     size_t first = 0;
     while (graph.outputs[first] != id) ++first;
-    Value& v = frame.slot(id);
+    Value& v = frame->slot(id);
     if (first < i) {
       outputs[i].CopyFrom(outputs[first]);
-    } else if (plan_->is_produced(id) && !(v.is_tensor() && v.tensor().is_view())) {
+    } else if (plan_->is_produced(id) && !(v.is_tensor() && v.tensor().is_view()) &&
+               (frames_ == nullptr || OwnedBytes(v) >= kCopiedOutputBytes)) {
       swap(outputs[i], v);
     } else {
       outputs[i].CopyFrom(v);
     }
+    output_bytes += OwnedBytes(outputs[i]);
   }
   if (stats != nullptr) {
     *stats = context.stats();
-    stats->peak_memory_bytes = context.memory_budget().peak();
+    stats->peak_memory_bytes = memory.peak();
+  }
+  if (frames_ != nullptr) {
+    {
+      // The inputs are the caller's: releasing them credits nothing to this run.
+      ScopedMemoryBudget no_budget(nullptr);
+      frame->ReleaseRequestValues();
+    }
+    // What the budget still holds and the caller does not is the frame's: its slots' buffers and
+    // its kernels' states (body frames included).
+    const int64_t held = std::max<int64_t>(0, memory.used() - output_bytes);
+    const bool kept = frames_->Give(std::move(frame), context, held);
+    if (stats != nullptr) stats->arena_bytes = kept ? held : 0;
   }
   return outputs;
 }

@@ -8,7 +8,11 @@
 namespace loopserve::engine {
 
 ExecutionFrame::ExecutionFrame(const Plan& plan, RunContext& context)
-    : plan_(plan), context_(context), slots_(plan.num_slots()), states_(plan.steps().size()) {
+    : plan_(plan),
+      context_(&context),
+      slots_(plan.num_slots()),
+      released_capacity_(plan.num_slots(), 0),
+      states_(plan.steps().size()) {
   for (const auto& [id, tensor] : plan.graph().constants) {
     slots_[id].mutable_tensor() = Tensor::ViewOf(*tensor);
   }
@@ -16,6 +20,16 @@ ExecutionFrame::ExecutionFrame(const Plan& plan, RunContext& context)
 }
 
 ExecutionFrame::~ExecutionFrame() = default;
+
+void ExecutionFrame::ReleaseRequestValues() {
+  for (const ValueId id : plan_.graph().inputs) slots_[id] = Value();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Value& v = slots_[i];
+    if (plan_.is_produced(static_cast<int>(i)) && v.is_tensor() && v.tensor().is_view()) {
+      v = Value();
+    }
+  }
+}
 
 namespace {
 
@@ -65,15 +79,50 @@ absl::Status InputError(const Step& step, const ExecutionFrame& frame) {
 
 }  // namespace
 
+void ExecutionFrame::TakeRecycled(const Step& step) {
+  for (const int32_t slot : step.outputs) {
+    const size_t wanted = released_capacity_[slot];
+    if (wanted == 0 || recycled_.empty()) continue;
+    Value& v = slots_[slot];
+    if (v.is_sequence() || (v.is_tensor() && v.tensor().capacity() > 0)) continue;
+    size_t best = recycled_.size();
+    for (size_t i = 0; i < recycled_.size(); ++i) {
+      const size_t capacity = recycled_[i].capacity();
+      if (capacity >= wanted &&
+          (best == recycled_.size() || capacity < recycled_[best].capacity())) {
+        best = i;
+      }
+    }
+    if (best == recycled_.size()) continue;
+    v.mutable_tensor() = std::move(recycled_[best]);
+    if (best + 1 != recycled_.size()) recycled_[best] = std::move(recycled_.back());
+    recycled_.pop_back();
+  }
+}
+
+void ExecutionFrame::Recycle(const Step& step) {
+  for (const int32_t slot : step.releases) {
+    Value& v = slots_[slot];
+    // Owned tensors only: a view's memory is someone else's, and a string tensor's buffer holds
+    // constructed objects.
+    if (!v.is_tensor() || v.tensor().capacity() == 0 || v.tensor().dtype() == DataType::kString) {
+      continue;
+    }
+    released_capacity_[slot] = v.tensor().capacity();
+    recycled_.push_back(std::move(v.mutable_tensor()));
+  }
+}
+
 absl::Status ExecutionFrame::Run(bool check_interrupts) {
   const std::vector<Step>& steps = plan_.steps();
   for (size_t s = 0; s < steps.size(); ++s) {
     const Step& step = steps[s];
-    if (check_interrupts) LS_RETURN_IF_ERROR(context_.CheckInterrupted());
+    if (check_interrupts) LS_RETURN_IF_ERROR(context_->CheckInterrupted());
     absl::Status status;
     if (!InputsAreTensors(step, *this)) {
       status = InputError(step, *this);
     } else {
+      if (!recycled_.empty()) TakeRecycled(step);
       KernelContext ctx(*this, step, states_[s].get(), slots_.data());
       try {
         status = step.kernel->Run(ctx);
@@ -95,6 +144,7 @@ absl::Status ExecutionFrame::Run(bool check_interrupts) {
       }
       return Annotate(status, step.label);
     }
+    if (!step.releases.empty()) Recycle(step);
   }
   return absl::OkStatus();
 }

@@ -54,6 +54,37 @@ void MarkTakeableInputs(const Graph& graph, bool top_level, std::vector<Step>& s
   }
 }
 
+// Sets Step::releases: each produced value is released after the last step that reads it (a
+// subgraph's capture counts as a read by the node that owns the subgraph), or after its producer
+// when nothing reads it. Graph inputs and outputs, constants and captures are never released.
+void MarkReleases(const Graph& graph, int num_slots, std::vector<Step>& steps) {
+  std::vector<int> last_read(num_slots, -1);
+  std::vector<bool> pinned(num_slots, false);
+  auto pin = [&pinned](ValueId v) {
+    if (v != kNoValue && v >= 0 && v < static_cast<int>(pinned.size())) pinned[v] = true;
+  };
+  for (ValueId v : graph.inputs) pin(v);
+  for (ValueId v : graph.outputs) pin(v);
+  for (const auto& [v, tensor] : graph.constants) pin(v);
+  for (const Capture& c : graph.captures) pin(c.inner);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    steps[s].releases.clear();
+    auto read = [&](ValueId v) {
+      if (v != kNoValue && v >= 0 && v < num_slots) last_read[v] = static_cast<int>(s);
+    };
+    for (ValueId v : steps[s].node->inputs) read(v);
+    for (ValueId v : steps[s].node->implicit_inputs) read(v);
+  }
+  for (size_t s = 0; s < steps.size(); ++s) {
+    for (const int32_t v : steps[s].outputs) {
+      if (v < 0 || pinned[v]) continue;
+      pinned[v] = true;  // an output listed twice is released once
+      const int last = std::max(last_read[v], static_cast<int>(s));
+      steps[last].releases.push_back(v);
+    }
+  }
+}
+
 }  // namespace
 
 const Tensor* CompileContext::FindConstant(ValueId id) const {
@@ -147,6 +178,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
   }
   plan->num_slots_ = num_slots;
   MarkTakeableInputs(*graph, context.depth() == 0, plan->steps_);
+  MarkReleases(*graph, num_slots, plan->steps_);
   if (std::string* dump = context.dump()) {
     absl::StrAppend(dump, "graph '", graph->name, "' (depth ", context.depth(), ")\n");
     if (!rewrites.empty()) {

@@ -31,6 +31,10 @@ struct Step {
   // place (KernelContext::TakeInput) instead of copying it: a Loop's carried tensor array that
   // ScatterND writes one row of, or that Concat appends to. Inputs 32 and up are never set.
   uint32_t takeable_inputs = 0;
+  // Slots no later step reads (this step was their last reader, or produced them unread): the
+  // frame recycles their buffers for later steps' outputs after this step (ExecutionFrame). Never
+  // graph inputs or outputs, constants or captures.
+  absl::InlinedVector<int32_t, 2> releases;
 };
 
 // State shared while compiling one model: registry, the Loop table, the nesting depth.

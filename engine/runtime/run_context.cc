@@ -13,6 +13,11 @@ namespace loopserve::engine {
 
 namespace {
 constexpr char kLimitPayloadUrl[] = "type.loopserve.dev/engine.LimitReason";
+
+uint64_t NextRunId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 }  // namespace
 
 absl::Status LimitExceededError(LimitReason reason, absl::string_view message) {
@@ -33,6 +38,7 @@ LimitReason GetLimitReason(const absl::Status& status) {
 
 RunContext::RunContext(const RunOptions& options)
     : options_(options),
+      id_(NextRunId()),
       has_deadline_(options.deadline != absl::InfiniteFuture()),
       memory_budget_(options.max_memory_bytes) {
   if (has_deadline_) {

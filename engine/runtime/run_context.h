@@ -84,6 +84,14 @@ class InterruptPacer {
 // Not thread-safe: a run executes on one thread. Owned by Model::Run for the duration of the run.
 class RunContext {
  public:
+  static constexpr int kMaxResources = 4;
+  // The kernel families' resources of a run. A kept frame (FramePool) carries them from one run to
+  // the next (SwapResources), so a later run reuses them (oneDNN's stream and scratchpad) instead
+  // of building them again.
+  struct Resources {
+    std::unique_ptr<RunResource> slots[kMaxResources];
+  };
+
   explicit RunContext(const RunOptions& options);
   ~RunContext();
   RunContext(const RunContext&) = delete;
@@ -91,6 +99,9 @@ class RunContext {
 
   const RunOptions& options() const { return options_; }
   RunStats& stats() { return stats_; }
+  // A number no other RunContext of the process has had (from 1): per-frame state that must act
+  // once per run (count a step in the run's statistics) remembers the last run it acted for.
+  uint64_t id() const { return id_; }
 
   // Cancelled or DeadlineExceeded when the run must stop; OK otherwise. Cheap enough to call on
   // every loop iteration: an atomic load and, with a deadline, a read of the coarse monotonic
@@ -119,13 +130,17 @@ class RunContext {
   template <typename T>
   T& Resource() {
     static const int slot = NewResourceSlot();
-    std::unique_ptr<RunResource>& r = resources_[slot];
+    std::unique_ptr<RunResource>& r = resources_.slots[slot];
     if (r == nullptr) r = std::make_unique<T>();
     return static_cast<T&>(*r);
   }
 
+  // Exchanges this run's resources with `kept`.
+  void SwapResources(Resources& kept) {
+    for (int i = 0; i < kMaxResources; ++i) resources_.slots[i].swap(kept.slots[i]);
+  }
+
  private:
-  static constexpr int kMaxResources = 4;
   // Hands out resource slots 0, 1, ...; aborts past kMaxResources (a build-time mistake: one slot
   // per kernel family that needs one).
   static int NewResourceSlot();
@@ -134,11 +149,12 @@ class RunContext {
   absl::Status DeadlineError() const;
 
   RunOptions options_;
+  uint64_t id_;
   bool has_deadline_;
   int64_t deadline_ns_ = 0;  // options_.deadline on the CoarseMonotonicNanos() clock
   RunStats stats_;
   MemoryBudget memory_budget_;
-  std::unique_ptr<RunResource> resources_[kMaxResources];
+  Resources resources_;
 };
 
 }  // namespace loopserve::engine

@@ -132,4 +132,33 @@ class ThreadModeChooser {
 int ThreadsOfThisThread();
 void SetThreadsOfThisThread(int threads);
 
+// The least work (multiply-adds; elements for element-wise ops) for which an op is split over the
+// OpenMP intra-op team. Below it the op runs on one thread: the team sleeps between parallel
+// regions (OMP_WAIT_POLICY=PASSIVE, UsePassiveOpenMpWait), so each fork wakes its threads through
+// the kernel, tens of microseconds on a busy machine, which an op of 2M multiply-adds (~50 us on
+// one AVX-512 core) barely wins back on two threads. At 1 << 18 (and with a Conv's work counted
+// without its strides) Silero VAD ran slower on 2 threads than on 1 (issue 27). Splits over a
+// Loop's spinning SpinTeam cost far less and have their own threshold
+// (DnnlKernel::kParallelWork).
+inline constexpr int64_t kOpenMpParallelWork = int64_t{1} << 21;
+
+// Runs the enclosing scope on one OpenMP thread of the calling thread when `one_thread` (and it
+// has more), restoring its count afterwards: a oneDNN primitive created in the scope plans for
+// one thread, and one executed in it (or a dnnl_sgemm call) forks no team. A per-thread setting,
+// one store each way.
+class ScopedOneOpenMpThread {
+ public:
+  explicit ScopedOneOpenMpThread(bool one_thread) : saved_(one_thread ? ThreadsOfThisThread() : 1) {
+    if (saved_ > 1) SetThreadsOfThisThread(1);
+  }
+  ~ScopedOneOpenMpThread() {
+    if (saved_ > 1) SetThreadsOfThisThread(saved_);
+  }
+  ScopedOneOpenMpThread(const ScopedOneOpenMpThread&) = delete;
+  ScopedOneOpenMpThread& operator=(const ScopedOneOpenMpThread&) = delete;
+
+ private:
+  const int saved_;
+};
+
 }  // namespace loopserve::engine

@@ -166,11 +166,12 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
                    "{\"model\":%s,\"repeat\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,"
                    "\"min_us\":%.1f,\"cpu_median_us\":%.1f,\"loop_iterations\":%d,"
                    "\"loop_executions\":%d,\"reference_steps\":%d,"
-                   "\"one_thread_iterations\":%d,\"team_splits\":%d,\"isa\":%s}",
+                   "\"one_thread_iterations\":%d,\"team_splits\":%d,\"arena_bytes\":%d,"
+                   "\"peak_memory_bytes\":%d,\"isa\":%s}",
                    JsonString(options.model), options.repeat, p.median, p.p90, p.min, cpu.median,
                    stats.loop_iterations, stats.loop_executions, stats.reference_steps,
-                   stats.one_thread_iterations, stats.team_splits,
-                   JsonString(engine::ActiveVectorIsa()))
+                   stats.one_thread_iterations, stats.team_splits, stats.arena_bytes,
+                   stats.peak_memory_bytes, JsonString(engine::ActiveVectorIsa()))
             << std::endl;
   if (options.verbose) {
     std::cerr << "looprun: kernels for " << engine::ActiveVectorIsa() << "; "

@@ -41,9 +41,9 @@ struct RunModelOptions {
 // other processes on a shared machine do not inflate the way they do wall time), loop_iterations,
 // loop_executions, reference_steps (RunStats; 0 unless a float op ran on a reference kernel),
 // one_thread_iterations (RunStats: the last run's Loop iterations run on one thread although it
-// had more intra-op threads), team_splits (RunStats: kernel runs split over the Loop's SpinTeam)
-// and isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or
-// kExitError.
+// had more intra-op threads), team_splits (RunStats: kernel runs split over the Loop's SpinTeam),
+// arena_bytes (RunStats: what the model keeps for its next run), peak_memory_bytes (RunStats) and
+// isa (the engine's kernel ISA). Returns kExitOk, kExitMismatch or kExitError.
 int RunModelMain(const RunModelOptions& options);
 
 // Reads `dir`/input_<k>.pb for each model input k, in the encoding the input's declared kind calls

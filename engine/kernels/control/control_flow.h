@@ -10,12 +10,18 @@ namespace loopserve::engine {
 // Helpers shared by the control-flow kernels (Loop, If).
 
 // A subgraph's frame, kept in the owning kernel's per-frame state so that it (and every buffer
-// its slots own) is reused across iterations and across executions within one request.
+// its slots own) is reused across iterations and executions, also of later requests when the
+// enclosing frame is kept (FramePool).
 struct SubgraphFrame {
   std::unique_ptr<ExecutionFrame> frame;
 
+  // The frame, bound to `context` (the current run's).
   ExecutionFrame& Get(const Plan& plan, RunContext& context) {
-    if (frame == nullptr) frame = std::make_unique<ExecutionFrame>(plan, context);
+    if (frame == nullptr) {
+      frame = std::make_unique<ExecutionFrame>(plan, context);
+    } else {
+      frame->Rebind(context);
+    }
     return *frame;
   }
 };

@@ -151,21 +151,19 @@ class ConvKernel final : public DnnlKernel {
     return prepared;
   }
 
-  // Multiply-adds: the output's elements times the inputs each one reads.
+  // Multiply-adds: the output's elements times the inputs each one reads (strides included: a
+  // strided Conv, like Silero VAD's STFT, computes a fraction of its input's positions).
   int64_t Work(absl::Span<const Shape* const> shapes) const override {
     if (shapes[0] == nullptr || shapes[1] == nullptr || shapes[1]->rank() < 2) {
       return DnnlKernel::Work(shapes);
     }
+    reference::Window window;
+    absl::StatusOr<Shape> out =
+        reference::ConvShapes(*shapes[0], *shapes[1], shapes[2], attrs_, group_, &window);
+    if (!out.ok()) return DnnlKernel::Work(shapes);  // Prepare reports the error
     const Shape& w = *shapes[1];
-    int64_t per_output = 1;
-    for (int i = 1; i < w.rank(); ++i) per_output *= w.dims()[i];
-    // The output has about as many elements per image as the input has per channel, times M.
-    const Shape& x = *shapes[0];
-    int64_t spatial = 1;
-    for (int i = 2; i < x.rank(); ++i) spatial *= x.dims()[i];
-    const int64_t batch = x.rank() > 0 ? x.dims()[0] : 1;
-    const double work = static_cast<double>(batch) * static_cast<double>(w.dims()[0]) *
-                        static_cast<double>(spatial) * static_cast<double>(per_output);
+    double work = static_cast<double>(out->NumElements());
+    for (int i = 1; i < w.rank(); ++i) work *= static_cast<double>(w.dims()[i]);
     return work > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(work);
   }
 

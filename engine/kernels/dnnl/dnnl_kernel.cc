@@ -14,6 +14,7 @@
 #include "engine/runtime/plan.h"
 #include "engine/runtime/run_context.h"
 #include "engine/runtime/spin_team.h"
+#include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine {
 namespace {
@@ -81,9 +82,10 @@ struct DnnlKernel::Bound {
   std::vector<dnnl::memory> memories;  // one per op->bindings entry
   std::vector<dnnl_exec_arg_t> args;   // the same, as oneDNN's C argument table
   Tensor aux[kMaxAux];                 // op->expansions' broadcast copies
-  // op->staging's buffers (kUint8) and memories: plain input 0, staged source, staged destination,
-  // plain output 0 (the plain ones get their data handles on each run).
-  Tensor staged[2];
+  // op->staging's buffers, this run's (DnnlRunResource::Staging: one area that every step of the
+  // run shares, as the staged copies live only while the step runs), and memories: plain input 0,
+  // staged source, staged destination, plain output 0 (all get their data handles on each run).
+  void* staged[2] = {};
   dnnl::memory stage_memories[4];
   // Per op->row_parts entry: its memories and argument table.
   std::vector<std::vector<dnnl::memory>> part_memories;
@@ -98,7 +100,8 @@ class DnnlKernel::State : public KernelState {
  public:
   Bound bound[3];                           // [0]: one thread, [1]: more, [2]: one + SpinTeam
   std::unique_ptr<ExecutionFrame> unfused;  // the unfused nodes' frame, made on first use
-  bool reference_counted = false;           // this step is in RunStats::reference_steps
+  uint64_t reference_counted_run = 0;       // RunContext::id of the run whose reference_steps
+                                            // counts this step
 };
 
 DnnlKernel::DnnlKernel(int num_inputs, int required_inputs)
@@ -210,7 +213,7 @@ namespace {
 
 // kPackedGemm's product: on the calling thread, or split into contiguous ranges of column panels
 // over the OpenMP threads (`threads` > 1) or the engaged SpinTeam `team` when it is large enough
-// to pay for the fork (DnnlKernel::kParallelWork multiply-adds, as for the oneDNN primitives).
+// to pay for the fork (kOpenMpParallelWork / DnnlKernel::kParallelWork multiply-adds).
 // Every output element is computed by the same tile code either way (bitwise the same result).
 // Returns whether it split over the team.
 bool RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int threads, SpinTeam* team,
@@ -225,7 +228,8 @@ bool RunPackedGemm(const PreparedOp& op, const Tensor* const* inputs, int thread
   epilogue.bias_scale = op.gemm_bias_scale;
   const int64_t panels = gemm.panels();
   const int parts = team != nullptr ? team->size() : threads;
-  if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < DnnlKernel::kParallelWork) {
+  const int64_t min_work = team != nullptr ? DnnlKernel::kParallelWork : kOpenMpParallelWork;
+  if (parts <= 1 || panels < 2 || op.gemm_rows * gemm.k() * gemm.n() < min_work) {
     gemm.Run(x, op.gemm_rows, epilogue, y);
     return false;
   }
@@ -254,31 +258,13 @@ void RunEpilogue(const PreparedOp& op, const Tensor* const* inputs, Tensor* out)
                    out->mutable_data<float>());
 }
 
-// Runs the enclosing scope with one OpenMP thread on this thread (a per-thread setting), so that
-// a primitive created in it plans for one thread and one executed in it forks no team.
-class ScopedSingleThread {
- public:
-  // `threads`: the calling thread's current OpenMP thread count.
-  ScopedSingleThread(bool enable, int threads) : saved_(enable ? threads : 1) {
-    if (saved_ > 1) omp_set_num_threads(1);
-  }
-  ~ScopedSingleThread() {
-    if (saved_ > 1) omp_set_num_threads(saved_);
-  }
-  ScopedSingleThread(const ScopedSingleThread&) = delete;
-  ScopedSingleThread& operator=(const ScopedSingleThread&) = delete;
-
- private:
-  const int saved_;
-};
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType type,
                                                                      const Shape* const* shapes,
                                                                      int threads, int parts) const {
   const bool single_threaded =
-      threads <= 1 || Work(absl::MakeConstSpan(shapes, num_inputs_)) < kParallelWork;
+      threads <= 1 || Work(absl::MakeConstSpan(shapes, num_inputs_)) < kOpenMpParallelWork;
   if (parts > 1 && !SplitsRows(type, absl::MakeConstSpan(shapes, num_inputs_), parts)) parts = 1;
   Key key;
   key.push_back(static_cast<int64_t>(type));
@@ -301,7 +287,7 @@ absl::StatusOr<std::shared_ptr<const PreparedOp>> DnnlKernel::Lookup(DataType ty
   // Prepared outside the lock: creation takes 20-300 us and other signatures need not wait.
   std::shared_ptr<PreparedOp> op;
   try {
-    ScopedSingleThread scope(single_threaded, threads);
+    ScopedOneOpenMpThread scope(single_threaded && threads > 1);
     absl::StatusOr<std::unique_ptr<PreparedOp>> prepared =
         Prepare(type, absl::MakeConstSpan(shapes, num_inputs_));
     if (!prepared.ok()) return prepared.status();
@@ -363,16 +349,12 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int th
     }
     if (op->staging != nullptr) {
       const PreparedOp::Staging& staging = *op->staging;
-      state.staged[0].Resize(DataType::kUint8,
-                             Shape{static_cast<int64_t>(staging.staged_src.get_size())});
-      state.staged[1].Resize(DataType::kUint8,
-                             Shape{static_cast<int64_t>(staging.staged_dst.get_size())});
       state.stage_memories[0] =
           dnnl::memory(staging.plain_src, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.stage_memories[1] =
-          dnnl::memory(staging.staged_src, CpuEngine(), state.staged[0].mutable_raw_data());
+          dnnl::memory(staging.staged_src, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.stage_memories[2] =
-          dnnl::memory(staging.staged_dst, CpuEngine(), state.staged[1].mutable_raw_data());
+          dnnl::memory(staging.staged_dst, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
       state.stage_memories[3] =
           dnnl::memory(staging.plain_dst, CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
     }
@@ -498,6 +480,18 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
     reference::BroadcastCopy(in.raw_data(), in.shape(), out->mutable_raw_data(), out->shape(),
                              element_size);
   }
+  if (op.staging != nullptr) {
+    const size_t src_bytes = (op.staging->staged_src.get_size() + 63) / 64 * 64;
+    char* staged = static_cast<char*>(run.Staging(src_bytes + op.staging->staged_dst.get_size()));
+    state.staged[0] = staged;
+    state.staged[1] = staged + src_bytes;
+    try {
+      state.stage_memories[1].set_data_handle(state.staged[0]);
+      state.stage_memories[2].set_data_handle(state.staged[1]);
+    } catch (const dnnl::error& e) {
+      return FromDnnlError(e);
+    }
+  }
   if (!op.row_parts.empty()) {
     try {
       void* scratchpad = run.Scratchpad(op.row_parts_scratchpad_bytes);
@@ -526,7 +520,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   // The C entry point takes the pre-built argument table; the C++ one would build a vector from
   // an unordered_map on every call.
   dnnl_stream_t stream = run.stream().get();
-  ScopedSingleThread scope(op.single_threaded, threads);
+  ScopedOneOpenMpThread scope(op.single_threaded && threads > 1);
   if (op.staging != nullptr) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[0].get()},
                                      {DNNL_ARG_TO, state.stage_memories[1].get()}};
@@ -605,8 +599,7 @@ void* DnnlKernel::BufferOf(BufferSource source, const PreparedOp& op, Bound& sta
       return const_cast<void*>(op.packed->raw_data());  // oneDNN only reads weights
     case BufferSource::kStagedSrc:
     case BufferSource::kStagedDst:
-      return state.staged[static_cast<int>(source) - static_cast<int>(BufferSource::kStagedSrc)]
-          .mutable_raw_data();
+      return state.staged[static_cast<int>(source) - static_cast<int>(BufferSource::kStagedSrc)];
   }
   return nullptr;
 }
@@ -661,9 +654,10 @@ absl::Status DnnlKernel::RunRowParts(const PreparedOp& op, Bound& state,
 }
 
 void DnnlKernel::CountReferenceStep(KernelContext& ctx, State& state) {
-  if (state.reference_counted) return;
-  state.reference_counted = true;
-  ++ctx.run_context().stats().reference_steps;
+  RunContext& run = ctx.run_context();
+  if (state.reference_counted_run == run.id()) return;
+  state.reference_counted_run = run.id();
+  ++run.stats().reference_steps;
 }
 
 absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& state) const {
@@ -673,6 +667,8 @@ absl::Status DnnlKernel::RunFallback(KernelContext& ctx, DataType type, State& s
   }
   if (state.unfused == nullptr) {
     state.unfused = std::make_unique<ExecutionFrame>(*unfused_, ctx.run_context());
+  } else {
+    state.unfused->Rebind(ctx.run_context());
   }
   ExecutionFrame& frame = *state.unfused;
   const Graph& graph = unfused_->graph();

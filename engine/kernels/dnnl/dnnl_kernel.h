@@ -132,8 +132,9 @@ struct PreparedOp {
   // Outputs 1, 2, ... (bound as kOutput1, kOutput2), sized to these types and shapes on every run
   // in kExecute and kEmpty modes. Only as many as the node has; Finish post-processes them.
   absl::InlinedVector<std::pair<DataType, Shape>, 2> extra_outputs;
-  // Created and executed with one OpenMP thread (DnnlKernel::Work below kParallelWork): an OpenMP
-  // fork/join costs ~1 us on this class of machine, more than a small primitive's whole run.
+  // Created and executed with one OpenMP thread (DnnlKernel::Work below kOpenMpParallelWork,
+  // engine/runtime/thread_mode.h):
+  // an OpenMP fork/join costs more than a small primitive's whole run.
   bool single_threaded = false;
   // A constant operand (MatMul weights) already in the primitive's preferred layout, made when the
   // signature is prepared (at load when shapes are declared) and bound as BufferSource::kPacked.
@@ -212,7 +213,9 @@ class DnnlKernel : public Kernel {
   static constexpr int kMaxAux = 2;
   static constexpr size_t kMaxCachedSignatures = 64;
   static constexpr size_t kMaxPackedConstants = 16;
-  // Signatures whose Work is below this run single-threaded.
+  // Products whose Work is below this are not split over a Loop's SpinTeam (helper threads that
+  // spin while the Loop runs: a split costs about a microsecond). Splits over the OpenMP team
+  // need kOpenMpParallelWork (engine/runtime/thread_mode.h).
   static constexpr int64_t kParallelWork = int64_t{1} << 18;
 
   // The first `required_inputs` of `num_inputs` (<= kMaxInputs) inputs must be present.
@@ -307,7 +310,7 @@ class DnnlKernel : public Kernel {
   // Counts the step in RunStats::reference_steps (once per step in a frame).
   static void CountReferenceStep(KernelContext& ctx, State& state);
   // The op for a signature at `threads` OpenMP threads (the cache key has the count for ops of
-  // kParallelWork or more; below, every count shares the single-threaded op).
+  // kOpenMpParallelWork or more; below, every count shares the single-threaded op).
   absl::StatusOr<std::shared_ptr<const PreparedOp>> Lookup(DataType type,
                                                            const Shape* const* shapes, int threads,
                                                            int parts = 1) const;

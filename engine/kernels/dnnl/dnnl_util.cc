@@ -69,7 +69,10 @@ absl::Status FromDnnlError(const dnnl::error& e) {
   return absl::InternalError(absl::StrCat("oneDNN error (status ", e.status, "): ", e.what()));
 }
 
-DnnlRunResource::~DnnlRunResource() { std::free(scratchpad_); }
+DnnlRunResource::~DnnlRunResource() {
+  std::free(scratchpad_);
+  std::free(staging_);
+}
 
 dnnl::stream& DnnlRunResource::stream() {
   if (stream_ == nullptr) stream_ = std::make_unique<dnnl::stream>(CpuEngine());
@@ -77,16 +80,22 @@ dnnl::stream& DnnlRunResource::stream() {
 }
 
 void* DnnlRunResource::Scratchpad(size_t bytes) {
-  if (bytes > scratchpad_bytes_) {
-    std::free(scratchpad_);
-    scratchpad_ = nullptr;
-    scratchpad_bytes_ = 0;
+  return Grow(scratchpad_, scratchpad_bytes_, bytes);
+}
+
+void* DnnlRunResource::Staging(size_t bytes) { return Grow(staging_, staging_bytes_, bytes); }
+
+void* DnnlRunResource::Grow(void*& buffer, size_t& capacity, size_t bytes) {
+  if (bytes > capacity) {
+    std::free(buffer);
+    buffer = nullptr;
+    capacity = 0;
     const size_t rounded = (bytes + 63) / 64 * 64;
-    scratchpad_ = std::aligned_alloc(64, rounded);
-    if (scratchpad_ == nullptr) throw std::bad_alloc();
-    scratchpad_bytes_ = rounded;
+    buffer = std::aligned_alloc(64, rounded);
+    if (buffer == nullptr) throw std::bad_alloc();
+    capacity = rounded;
   }
-  return scratchpad_;
+  return buffer;
 }
 
 }  // namespace loopserve::engine

@@ -23,10 +23,12 @@ dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type type);
 // Converts a dnnl::error thrown by oneDNN into a Status (Internal, with oneDNN's message).
 absl::Status FromDnnlError(const dnnl::error& e);
 
-// The oneDNN state of one run (RunContext::Resource<DnnlRunResource>()): its CPU stream and the
-// user-managed scratchpad every primitive of the run shares (one buffer, grown to the largest
-// need). Primitives are created with scratchpad_mode::user, so one const primitive runs on any
-// thread with the run's scratchpad. Not thread-safe, like the run.
+// The oneDNN state of one run (RunContext::Resource<DnnlRunResource>()): its CPU stream, the
+// user-managed scratchpad every primitive of the run shares and the staging area every staged
+// step shares (one buffer each, grown to the largest need; kept with the model's frame for its
+// next run, FramePool). Neither is a tensor buffer: the memory budget does not count them.
+// Primitives are created with scratchpad_mode::user, so one const primitive runs on any thread with
+// the run's scratchpad. Not thread-safe, like the run.
 class DnnlRunResource final : public RunResource {
  public:
   DnnlRunResource() = default;
@@ -37,11 +39,19 @@ class DnnlRunResource final : public RunResource {
 
   // A 64-byte aligned buffer of at least `bytes`, valid until the next call with a larger size.
   void* Scratchpad(size_t bytes);
+  // The same for the staged (blocked-layout) copies of a step's source and result: one area for
+  // every step of the run, instead of a pair per step that would all stay allocated.
+  void* Staging(size_t bytes);
 
  private:
+  // A 64-byte aligned buffer of at least `bytes` in `buffer`, grown (not kept) when too small.
+  static void* Grow(void*& buffer, size_t& capacity, size_t bytes);
+
   std::unique_ptr<dnnl::stream> stream_;
   void* scratchpad_ = nullptr;
   size_t scratchpad_bytes_ = 0;
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
 };
 
 }  // namespace loopserve::engine

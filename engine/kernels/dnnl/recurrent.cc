@@ -32,6 +32,7 @@
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
 #include "engine/runtime/run_context.h"
+#include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine {
 namespace {
@@ -446,7 +447,11 @@ class RecurrentKernel final : public Kernel {
     const bool lstm = spec_.cell == RecurrentCell::kLstm;
     // oneDNN's LSTM takes both initial states or neither: a missing one is zeros.
     const bool initial = io.h0 != nullptr || io.c0 != nullptr;
-    // The primitive is created for the thread count it runs at (the Loop's thread mode sets it).
+    // The primitive is created for the thread count it runs at (the Loop's thread mode sets it);
+    // a layer too small to pay for an OpenMP fork is created and run on one thread.
+    const double work = static_cast<double>(shape.steps) * static_cast<double>(shape.batch) * d *
+                        spec_.gates() * h * static_cast<double>(h + shape.input);
+    ScopedOneOpenMpThread one_thread(work < static_cast<double>(kOpenMpParallelWork));
     const int threads = omp_get_max_threads();
     Signature sig{shape.steps, shape.batch, shape.input, initial, lstm && initial, threads};
     BoundRnn& bound = state.bound[threads > 1 ? 1 : 0];

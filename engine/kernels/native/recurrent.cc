@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/vector_math.h"
+#include "engine/runtime/thread_mode.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -114,6 +115,9 @@ void Sgemm(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, in
     }
     return;
   }
+  // oneDNN's sgemm forks the OpenMP team for any size; a small product (one step's projection
+  // of a batch of one) runs faster than the fork on the calling thread alone.
+  ScopedOneOpenMpThread one_thread(m * n * k < kOpenMpParallelWork);
   dnnl_sgemm('N', transpose_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
