@@ -99,6 +99,14 @@ float ScalarUnary(VecUnary op, float x, float alpha, float beta) {
       return std::nearbyint(x);
     case VecUnary::kMish:
       return x * std::tanh(std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))));
+    case VecUnary::kTan:
+      return std::tan(x);
+    case VecUnary::kAsin:
+      return std::asin(x);
+    case VecUnary::kAcos:
+      return std::acos(x);
+    case VecUnary::kAtan:
+      return std::atan(x);
     case VecUnary::kCount:
       break;
   }
@@ -121,6 +129,8 @@ float ScalarBinary(VecBinary op, float a, float b) {
       return std::isnan(a) ? a : std::isnan(b) ? b : (b < a ? b : a);
     case VecBinary::kPow:
       return std::pow(a, b);
+    case VecBinary::kPRelu:
+      return a >= 0.0f ? a : a * b;
     case VecBinary::kCount:
       break;
   }

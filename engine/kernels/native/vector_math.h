@@ -47,11 +47,16 @@ enum class VecUnary : uint8_t {
   kCeil,
   kRound,  // half to even
   kMish,   // x tanh(softplus(x))
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
   kCount,
 };
 
 // Elementwise y = a op b.
-enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kCount };
+// kPRelu: a >= 0 ? a : a * b (ONNX PRelu, b the slope).
+enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu, kCount };
 
 // y[i] = op(x[i]) for i < n. `y` may be `x` (in place).
 void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.0f,

@@ -175,6 +175,10 @@ inline __m256 Avx2Log1pUnit(__m256 e) {
 #define LS_SIN(v) Sleef_sinf8_u35avx2(v)
 #define LS_COS(v) Sleef_cosf8_u35avx2(v)
 #define LS_POW(a, b) Sleef_powf8_u10avx2(a, b)
+#define LS_TAN(v) Sleef_tanf8_u10avx2(v)
+#define LS_ASIN(v) Sleef_asinf8_u10avx2(v)
+#define LS_ACOS(v) Sleef_acosf8_u10avx2(v)
+#define LS_ATAN(v) Sleef_atanf8_u10avx2(v)
 #define LS_TABLE kAvx2Table
 
 #include "engine/kernels/native/vector_math_impl.inc"

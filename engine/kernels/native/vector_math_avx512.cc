@@ -46,6 +46,10 @@
 #define LS_SIN(v) Sleef_sinf16_u35avx512f(v)
 #define LS_COS(v) Sleef_cosf16_u35avx512f(v)
 #define LS_POW(a, b) Sleef_powf16_u10avx512f(a, b)
+#define LS_TAN(v) Sleef_tanf16_u10avx512f(v)
+#define LS_ASIN(v) Sleef_asinf16_u10avx512f(v)
+#define LS_ACOS(v) Sleef_acosf16_u10avx512f(v)
+#define LS_ATAN(v) Sleef_atanf16_u10avx512f(v)
 #define LS_TABLE kAvx512Table
 
 #include "engine/kernels/native/vector_math_impl.inc"

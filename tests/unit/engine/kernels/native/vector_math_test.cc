@@ -76,6 +76,14 @@ double Reference(VecUnary op, double x, double alpha, double beta) {
       return std::nearbyint(x);
     case VecUnary::kMish:
       return x * std::tanh(std::log1p(std::exp(x)));
+    case VecUnary::kTan:
+      return std::tan(x);
+    case VecUnary::kAsin:
+      return std::asin(x);
+    case VecUnary::kAcos:
+      return std::acos(x);
+    case VecUnary::kAtan:
+      return std::atan(x);
     case VecUnary::kCount:
       break;
   }
@@ -146,6 +154,10 @@ TEST_P(VectorMathTest, UnaryMatchesDoublePrecision) {
       {VecUnary::kCeil, -5, 5, 0, 0},
       {VecUnary::kRound, -5, 5, 0, 0},
       {VecUnary::kMish, -20, 20, 0, 0},
+      {VecUnary::kTan, -1.5f, 1.5f, 0, 0},
+      {VecUnary::kAsin, -1, 1, 0, 0},
+      {VecUnary::kAcos, -1, 1, 0, 0},
+      {VecUnary::kAtan, -50, 50, 0, 0},
   };
   for (const UnaryCase& c : cases) {
     for (int n : {1, 7, 8, 15, 16, 17, 33, 200}) {
@@ -288,10 +300,11 @@ TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
 
 TEST_P(VectorMathTest, BinaryWithScalarOperands) {
   const VecBinary ops[] = {VecBinary::kAdd, VecBinary::kSub, VecBinary::kMul, VecBinary::kDiv,
-                           VecBinary::kMax, VecBinary::kMin, VecBinary::kPow};
+                           VecBinary::kMax, VecBinary::kMin, VecBinary::kPow, VecBinary::kPRelu};
   for (VecBinary op : ops) {
     for (int n : {1, 9, 16, 31}) {
-      const std::vector<float> a = Inputs(n, 0.5f, 4.0f, 3);
+      // PRelu's both branches: a negative and positive.
+      const std::vector<float> a = Inputs(n, op == VecBinary::kPRelu ? -4.0f : 0.5f, 4.0f, 3);
       const std::vector<float> b = Inputs(n, -2.0f, 2.0f, 4);
       for (int sa : {0, 1}) {
         for (int sb : {0, 1}) {
@@ -321,6 +334,9 @@ TEST_P(VectorMathTest, BinaryWithScalarOperands) {
                 break;
               case VecBinary::kPow:
                 want = std::pow(x, z);
+                break;
+              case VecBinary::kPRelu:
+                want = x >= 0 ? x : x * z;
                 break;
               case VecBinary::kCount:
                 break;
