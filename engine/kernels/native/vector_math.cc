@@ -166,6 +166,43 @@ float SumF32(const float* x, int64_t n) {
   return total;
 }
 
+void ReduceRowsF32(VecReduce op, const float* x, int64_t rows, int64_t n, float* y) {
+  if (rows <= 0 || n <= 0) return;
+  if (const vecmath::Table* table = Vectorised()) {
+    table->reduce_rows(static_cast<int>(op), x, rows, n, y);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r, x += n) {
+    float acc = x[0];
+    if (op == VecReduce::kSumAbs) acc = std::fabs(acc);
+    if (op == VecReduce::kSumSquare) acc = acc * acc;
+    for (int64_t i = 1; i < n; ++i) {
+      const float v = x[i];
+      switch (op) {
+        case VecReduce::kMax:
+          acc = std::isnan(acc) ? acc : std::isnan(v) ? v : (acc < v ? v : acc);
+          break;
+        case VecReduce::kMin:
+          acc = std::isnan(acc) ? acc : std::isnan(v) ? v : (v < acc ? v : acc);
+          break;
+        case VecReduce::kProd:
+          acc *= v;
+          break;
+        case VecReduce::kSumAbs:
+          acc += std::fabs(v);
+          break;
+        case VecReduce::kSumSquare:
+          acc += v * v;
+          break;
+        default:
+          acc += v;
+          break;
+      }
+    }
+    y[r] = acc;
+  }
+}
+
 float MaxF32(const float* x, int64_t n) {
   if (n <= 0) return -INFINITY;
   if (const vecmath::Table* table = Vectorised()) return table->max(x, n);

@@ -67,6 +67,13 @@ void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.
 void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, int64_t b_stride,
                float* y, int64_t n);
 
+// Row reductions (ReduceRowsF32). Max and Min return NaN when the row has one (numpy's rule).
+enum class VecReduce : uint8_t { kSum, kMax, kMin, kProd, kSumAbs, kSumSquare, kCount };
+
+// y[r] = reduce(x[r * n], ..., x[r * n + n - 1]) for r < rows: `rows` contiguous rows of n >= 1
+// in one call (a Reduce* over a short last axis: no per-row dispatch).
+void ReduceRowsF32(VecReduce op, const float* x, int64_t rows, int64_t n, float* y);
+
 // Reductions of one contiguous row.
 float SumF32(const float* x, int64_t n);
 float MaxF32(const float* x, int64_t n);

@@ -298,6 +298,60 @@ TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
   }
 }
 
+TEST_P(VectorMathTest, ReduceRowsMatchDoublePrecision) {
+  const VecReduce ops[] = {VecReduce::kSum,  VecReduce::kMax,    VecReduce::kMin,
+                           VecReduce::kProd, VecReduce::kSumAbs, VecReduce::kSumSquare};
+  for (VecReduce op : ops) {
+    for (int n : {1, 7, 16, 17, 33, 56, 100}) {
+      SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)) + " n " + std::to_string(n));
+      const int rows = 5;
+      std::vector<float> x = Inputs(rows * n, -1.5f, 1.5f, 7 + n);
+      std::vector<float> y(rows, -7.0f);
+      ReduceRowsF32(op, x.data(), rows, n, y.data());
+      for (int r = 0; r < rows; ++r) {
+        const float* row = x.data() + r * n;
+        double want = op == VecReduce::kProd ? 1 : 0;
+        if (op == VecReduce::kMax) want = -INFINITY;
+        if (op == VecReduce::kMin) want = INFINITY;
+        for (int i = 0; i < n; ++i) {
+          const double v = row[i];
+          switch (op) {
+            case VecReduce::kMax:
+              want = std::max(want, v);
+              break;
+            case VecReduce::kMin:
+              want = std::min(want, v);
+              break;
+            case VecReduce::kProd:
+              want *= v;
+              break;
+            case VecReduce::kSumAbs:
+              want += std::fabs(v);
+              break;
+            case VecReduce::kSumSquare:
+              want += v * v;
+              break;
+            default:
+              want += v;
+              break;
+          }
+        }
+        ASSERT_NEAR(y[r], want, 1e-5 * (1 + std::fabs(want))) << "row " << r;
+      }
+    }
+    // A NaN anywhere in a row wins Max and Min (and poisons the rest).
+    if (op == VecReduce::kMax || op == VecReduce::kMin) {
+      for (int at : {0, 5, 16, 20}) {
+        std::vector<float> x = Inputs(21, -1.0f, 1.0f, 3);
+        x[at] = std::numeric_limits<float>::quiet_NaN();
+        float y = 0;
+        ReduceRowsF32(op, x.data(), 1, 21, &y);
+        EXPECT_TRUE(std::isnan(y)) << "NaN at " << at;
+      }
+    }
+  }
+}
+
 TEST_P(VectorMathTest, BinaryWithScalarOperands) {
   const VecBinary ops[] = {VecBinary::kAdd, VecBinary::kSub, VecBinary::kMul, VecBinary::kDiv,
                            VecBinary::kMax, VecBinary::kMin, VecBinary::kPow, VecBinary::kPRelu};
