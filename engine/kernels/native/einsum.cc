@@ -3,7 +3,9 @@
 // a batch (both operands and the output), M (A and the output), N (B and the output) or K (both
 // operands, contracted) dim; the operands are gathered into [batch, M, K] and [batch, K, N] (in
 // place when already laid out so, or transposed), multiplied by oneDNN's sgemm per batch, and the
-// [batch, M, N] product is scattered into the output's label order. Everything else takes the
+// [batch, M, N] product is scattered into the output's label order. A float32 equation of one
+// operand without diagonals ("ij->ji", "bij->bj", "ij->") is a strided gather into the output's
+// order, or vector row sums / adds when labels are summed. Everything else takes the
 // general implementation: every label of the equation becomes one loop dimension; the kernel walks
 // all label combinations once, multiplying the input elements and accumulating into the output
 // element (contracted labels have output stride 0). Repeated labels in one operand take
@@ -19,6 +21,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -174,6 +177,16 @@ class EinsumKernel final : public Kernel {
     for (int id = 0; id < kMaxDims; ++id) {
       if (used[id] || size[id] != 1) loop.push_back(id);
     }
+    if (n == 1 && dtype == DataType::kFloat32 && !has_diagonal_) {
+      Tensor* y = ctx.output(0, dtype, out_shape);
+      float* out = y->mutable_data<float>();
+      if (ctx.input(0).NumElements() == 0) {
+        std::fill_n(out, y->NumElements(), 0.0f);
+        return absl::OkStatus();
+      }
+      TransposeSum(ctx.input(0).data<float>(), loop, size, strides[0], out_stride, out);
+      return absl::OkStatus();
+    }
     if (n == 2 && dtype == DataType::kFloat32 && !has_diagonal_) {
       Tensor* y = ctx.output(0, dtype, out_shape);
       float* out = y->mutable_data<float>();
@@ -281,6 +294,60 @@ class EinsumKernel final : public Kernel {
       s *= size[ids[j]];
     }
     return true;
+  }
+
+  // A one-operand float32 equation without diagonals: a transpose (a strided gather into the
+  // output's order), or, when labels are summed, a walk over the input in its own order adding
+  // contiguous rows into the output with vector code.
+  static void TransposeSum(const float* x, const Labels& loop, const int64_t* size,
+                           const Strides& sx, const Strides& so, float* out) {
+    Labels kept, summed;
+    int64_t n_out = 1, k = 1;
+    for (int id : loop) {
+      if (size[id] == 1) continue;
+      if (so[id] != 0) {
+        kept.push_back(id), n_out *= size[id];
+      } else {
+        summed.push_back(id), k *= size[id];
+      }
+    }
+    std::sort(kept.begin(), kept.end(), [&](int a, int b) { return so[a] > so[b]; });
+    if (summed.empty()) {
+      Gather(x, kept, size, sx, out);
+      return;
+    }
+    // Sums: walk the input in its own order (dims by stride), the innermost dim a contiguous
+    // row that is either summed (a vector sum into one output) or kept (a vector add into the
+    // output row when that is contiguous too).
+    Labels order = kept;
+    order.insert(order.end(), summed.begin(), summed.end());
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return sx[a] > sx[b]; });
+    std::fill_n(out, n_out, 0.0f);
+    const int inner = order.back();
+    const int64_t len = size[inner];
+    absl::InlinedVector<int64_t, 8> coord(order.size(), 0);
+    int64_t xi = 0, oi = 0;
+    for (;;) {
+      const float* row = x + xi;
+      if (so[inner] == 0 && sx[inner] == 1) {
+        out[oi] += SumF32(row, len);
+      } else if (so[inner] == 1 && sx[inner] == 1) {
+        BinaryF32(VecBinary::kAdd, out + oi, 1, row, 1, out + oi, len);
+      } else {
+        for (int64_t i = 0; i < len; ++i) out[oi + i * so[inner]] += row[i * sx[inner]];
+      }
+      int j = static_cast<int>(order.size()) - 2;
+      for (; j >= 0; --j) {
+        const int id = order[j];
+        xi += sx[id];
+        oi += so[id];
+        if (++coord[j] < size[id]) break;
+        xi -= sx[id] * size[id];
+        oi -= so[id] * size[id];
+        coord[j] = 0;
+      }
+      if (j < 0) break;
+    }
   }
 
   // The batched-GEMM lowering of a two-operand float32 equation without diagonals.

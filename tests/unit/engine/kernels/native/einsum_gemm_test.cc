@@ -98,6 +98,32 @@ TEST(EinsumGemmTest, MatchesTheDefinition) {
   }
 }
 
+// One operand: transposes and sums (the reference multiplies by a scalar 1).
+TEST(EinsumGemmTest, OneOperandTransposesAndSums) {
+  std::mt19937 rng(31);
+  const std::map<char, int64_t> extent = {{'b', 3}, {'h', 2}, {'i', 7}, {'j', 5},
+                                          {'k', 9}, {'q', 6}, {'d', 11}};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"ij", "ji"},  {"bij", "jbi"},   {"ijk", "i"},   {"ijk", ""},
+      {"ijk", "kj"}, {"bhqd", "bqhd"}, {"bhqd", "hd"}, {"i", "i"}};
+  Tensor one(DataType::kFloat32, Shape{});
+  one.mutable_data<float>()[0] = 1.0f;
+  for (const auto& [term, out] : cases) {
+    std::vector<int64_t> dims;
+    std::map<char, int64_t> used;
+    for (char x : term) dims.push_back(extent.at(x)), used[x] = extent.at(x);
+    Tensor a = Random(dims, rng);
+    const std::vector<double> want = Reference(term, "", out, a, one, used);
+    const std::string eq = term + "->" + out;
+    Tensor y = RunOk(OpCase("Einsum", 12).In(Copy(a)).Attr("equation", StringAttr(eq)));
+    ASSERT_EQ(y.NumElements(), static_cast<int64_t>(want.size())) << eq;
+    ASSERT_EQ(y.rank(), static_cast<int>(out.size())) << eq;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << eq << " @" << i;
+    }
+  }
+}
+
 TEST(EinsumGemmTest, EllipsisBroadcastsAndEmptySums) {
   std::mt19937 rng(5);
   // "...ij,...jk->...ik" with the batch [3, 1] against [1, 4]: broadcast to [3, 4].
