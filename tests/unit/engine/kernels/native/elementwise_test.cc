@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -145,6 +147,60 @@ TEST(WhereTest, Broadcast3Way) {
       absl::StatusCode::kInvalidArgument, "input X has element type int64");
   ExpectError(OpCase("Where", 16).In(Make<bool>({2}, {true, true})).In(I64({1, 2, 3})).In(I64({1})),
               absl::StatusCode::kInvalidArgument, "cannot be broadcast");
+}
+
+// Random broadcast forms (every operand broadcast along some dim, contiguous rows, odd sizes)
+// against the definition: out[i, j, k] = c[...] ? x[...] : y[...] with size-1 dims indexed at 0.
+TEST(WhereTest, RandomBroadcastFormsMatchTheDefinition) {
+  std::mt19937 rng(17);
+  const std::vector<std::vector<std::vector<int64_t>>> forms = {
+      {{3, 5, 37}, {3, 5, 37}, {3, 5, 37}},
+      {{3, 1, 37}, {1, 5, 37}, {3, 5, 1}},
+      {{1, 1, 37}, {3, 5, 37}, {1, 1, 1}},
+      {{3, 5, 1}, {1, 1, 37}, {3, 1, 37}},
+      {{37}, {3, 5, 37}, {5, 1}}};
+  for (const auto& form : forms) {
+    std::vector<Tensor> ops;
+    for (int k = 0; k < 3; ++k) {
+      Shape shape;
+      for (int64_t d : form[k]) shape.mutable_dims().push_back(d);
+      Tensor t(k == 0 ? DataType::kBool : DataType::kFloat32, shape);
+      for (int64_t i = 0; i < t.NumElements(); ++i) {
+        if (k == 0) {
+          t.mutable_data<bool>()[i] = rng() % 2 == 0;
+        } else {
+          t.mutable_data<float>()[i] = static_cast<float>(rng() % 1000) + 1000.0f * k;
+        }
+      }
+      ops.push_back(std::move(t));
+    }
+    auto at = [](const Tensor& t, int64_t i, int64_t j, int64_t k) {
+      const int r = t.rank();
+      const int64_t idx[3] = {i, j, k};
+      int64_t off = 0;
+      for (int d = 0; d < r; ++d) {
+        const int64_t v = t.dim(d) == 1 ? 0 : idx[3 - r + d];
+        off = off * t.dim(d) + v;
+      }
+      return off;
+    };
+    Tensor c, x, y;
+    c.CopyFrom(ops[0]);
+    x.CopyFrom(ops[1]);
+    y.CopyFrom(ops[2]);
+    Tensor out = RunOk(OpCase("Where", 16).In(std::move(c)).In(std::move(x)).In(std::move(y)));
+    ASSERT_EQ(out.shape(), Shape({3, 5, 37}));
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 5; ++j) {
+        for (int64_t k = 0; k < 37; ++k) {
+          const float want = ops[0].data<bool>()[at(ops[0], i, j, k)]
+                                 ? ops[1].data<float>()[at(ops[1], i, j, k)]
+                                 : ops[2].data<float>()[at(ops[2], i, j, k)];
+          ASSERT_EQ(out.data<float>()[(i * 5 + j) * 37 + k], want) << i << " " << j << " " << k;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
