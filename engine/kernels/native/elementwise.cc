@@ -144,6 +144,20 @@ class HalfState : public KernelState {
   Tensor result;
 };
 
+// fmod of floats, exact (as std::fmod) but without its bit-by-bit loop where the quotient is
+// below 2^24: k = trunc(x / d) in double is then the true integer part (the quotient's distance
+// from an integer is at least 2^-24, double's error below 2^-29), k d and x - k d are exact in
+// double, and the result takes x's sign (fmod(-4, 2) is -0). Infinite or NaN operands, a zero or
+// infinite divisor and larger quotients go to std::fmod.
+inline float FastFmod(float x, float d) {
+  const double q = static_cast<double>(x) / static_cast<double>(d);
+  if (std::fabs(q) < 16777216.0 && std::isfinite(d)) {
+    const double r = static_cast<double>(x) - std::trunc(q) * static_cast<double>(d);
+    return std::copysign(static_cast<float>(r), x);
+  }
+  return std::fmod(x, d);
+}
+
 class ModKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -199,7 +213,9 @@ class ModKernel final : public Kernel {
       ForEachBroadcast<2>(bc, [&](int64_t o, const std::array<int64_t, 2>& in) {
         const T x = pa[in[0]];
         const T d = pb[in[1]];
-        if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (std::is_same_v<T, float>) {
+          out[o] = FastFmod(x, d);
+        } else if constexpr (std::is_floating_point_v<T>) {
           out[o] = std::fmod(x, d);
         } else {
           if (d == 0) {

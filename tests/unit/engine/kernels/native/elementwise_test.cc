@@ -88,6 +88,45 @@ TEST(ModTest, FloatFmodAndBroadcast) {
       {2, 2}, {2, 0, 1, 2});
 }
 
+// float fmod against std::fmod bit for bit: random magnitudes over 60 binades (quotients below
+// and above 2^24), both signs, exact multiples (signed zeros), and infinities, NaN and zeros.
+TEST(ModTest, FloatFmodMatchesStdFmodBitForBit) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-30, 30);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs, ds;
+  for (int i = 0; i < 4000; ++i) {
+    const float sx = rng() % 2 ? -1.0f : 1.0f, sd = rng() % 2 ? -1.0f : 1.0f;
+    xs.push_back(sx * std::ldexp(mant(rng), expo(rng)));
+    ds.push_back(sd * std::ldexp(mant(rng), expo(rng)));
+  }
+  const float specials_x[] = {-4.0f, 4.0f, 6.0f, -7.5f, 0.0f, -0.0f,
+                              inf,   -inf, nan,  5.0f,  3.0f, 1e30f};
+  const float specials_d[] = {2.0f, -2.0f, 1.5f, 2.5f, 3.0f, 3.0f,
+                              2.0f, 2.0f,  2.0f, inf,  0.0f, 7.0f};
+  for (size_t i = 0; i < sizeof(specials_x) / sizeof(float); ++i) {
+    xs.push_back(specials_x[i]);
+    ds.push_back(specials_d[i]);
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor a(DataType::kFloat32, Shape({n})), b(DataType::kFloat32, Shape({n}));
+  std::copy(xs.begin(), xs.end(), a.mutable_data<float>());
+  std::copy(ds.begin(), ds.end(), b.mutable_data<float>());
+  Tensor y = RunOk(OpCase("Mod", 13).In(std::move(a)).In(std::move(b)).Attr("fmod", IntAttr(1)));
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = std::fmod(xs[i], ds[i]);
+    const float got = y.data<float>()[i];
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << xs[i] << " fmod " << ds[i];
+    } else {
+      EXPECT_EQ(got, want) << xs[i] << " fmod " << ds[i];
+      EXPECT_EQ(std::signbit(got), std::signbit(want)) << xs[i] << " fmod " << ds[i];
+    }
+  }
+}
+
 TEST(ModTest, Errors) {
   ExpectError(OpCase("Mod", 13).In(I64({5})).In(I64({0})), absl::StatusCode::kInvalidArgument,
               "modulo by zero");
