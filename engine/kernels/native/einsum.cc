@@ -194,9 +194,8 @@ class EinsumKernel final : public Kernel {
         std::fill_n(out, y->NumElements(), 0.0f);  // an empty sum (or an empty output)
         return absl::OkStatus();
       }
-      Gemm(ctx.input(0).data<float>(), ctx.input(1).data<float>(), loop, size, strides[0],
-           strides[1], out_stride, out, scratch);
-      return absl::OkStatus();
+      return Gemm(ctx.input(0).data<float>(), ctx.input(1).data<float>(), loop, size, strides[0],
+                  strides[1], out_stride, out, scratch);
     }
     int64_t total = 1;
     for (int id : loop) total *= size[id];
@@ -351,9 +350,9 @@ class EinsumKernel final : public Kernel {
   }
 
   // The batched-GEMM lowering of a two-operand float32 equation without diagonals.
-  static void Gemm(const float* a, const float* b, const Labels& loop, const int64_t* size,
-                   const Strides& sa, const Strides& sb, const Strides& so, float* out,
-                   std::vector<float>& scratch) {
+  static absl::Status Gemm(const float* a, const float* b, const Labels& loop, const int64_t* size,
+                           const Strides& sa, const Strides& sb, const Strides& so, float* out,
+                           std::vector<float>& scratch) {
     Labels batch, m_ids, n_ids, k_ids, a_only, b_only;
     int64_t nb = 1, m = 1, n = 1, k = 1;
     for (int id : loop) {
@@ -413,10 +412,15 @@ class EinsumKernel final : public Kernel {
     float* pc = o_direct ? out : next;
     const int64_t lda = ta ? m : k, ldb = tb ? k : n;
     for (int64_t i = 0; i < nb; ++i) {
-      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, pa + i * m * k, lda, pb + i * k * n,
-                 ldb, 0.0f, pc + i * m * n, n);
+      const dnnl_status_t status =
+          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, pa + i * m * k, lda,
+                     pb + i * k * n, ldb, 0.0f, pc + i * m * n, n);
+      if (status != dnnl_success) {
+        return absl::InternalError(
+            absl::StrCat("Einsum: oneDNN sgemm failed (status ", static_cast<int>(status), ")"));
+      }
     }
-    if (o_direct) return;
+    if (o_direct) return absl::OkStatus();
     // Scatter [batch, M, N] into the output's order: gather the output from the product, whose
     // strides per output dim are those of its row-major [batch, M, N] layout.
     Strides sp;
@@ -429,6 +433,7 @@ class EinsumKernel final : public Kernel {
     Labels out_order(o_mn);
     std::sort(out_order.begin(), out_order.end(), [&](int x, int y) { return so[x] > so[y]; });
     Gather(pc, out_order, size, sp, out);
+    return absl::OkStatus();
   }
 
   std::vector<Labels> inputs_;
