@@ -312,6 +312,10 @@ def cases_for(op):
         out.append(Case(op, "bij,bjk->bik 8x64x64", [("a", rand((8, 64, 64))),
                                                      ("b", rand((8, 64, 64)))], [("y", F)],
                         {"equation": "bij,bjk->bik"}))
+        out.append(Case(op, "bhqd->bqhd 1x12x128x64", [("a", rand((1, 12, 128, 64)))], [("y", F)],
+                        {"equation": "bhqd->bqhd"}))
+        out.append(Case(op, "bij->bj 16x64x256", [("a", rand((16, 64, 256)))], [("y", F)],
+                        {"equation": "bij->bj"}))
     elif op in ("LSTM", "GRU", "RNN"):
         gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
         for label, seq, batch, inp, hid in (("seq 32 b1 in 64 h 64", 32, 1, 64, 64),

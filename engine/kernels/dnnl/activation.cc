@@ -1,5 +1,7 @@
-// oneDNN LeakyRelu, Elu, HardSwish, Softplus (eltwise); Selu, HardSigmoid, Celu and Softsign on
-// the reference (no single oneDNN 2.6 eltwise computes them); PRelu (prelu primitive).
+// oneDNN LeakyRelu, Elu, HardSwish, Softplus (eltwise); Selu, HardSigmoid, Celu and Softsign
+// (no single oneDNN 2.6 eltwise computes them) and PRelu (oneDNN's prelu primitive is a reference
+// loop for a per-channel slope: 12 ms on [1, 64, 56, 56]) run float32 on native vector code (an
+// ElementwiseChain: vector_math, numpy broadcasting of the slope), other types on the reference.
 
 #include <optional>
 
@@ -8,6 +10,7 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/native/elementwise_chain.h"
 #include "engine/kernels/reference/broadcast.h"
 
 namespace loopserve::engine {
@@ -45,16 +48,41 @@ std::optional<EltwiseStep> EltwiseFor(ActivationOp op, const reference::Activati
   return std::nullopt;
 }
 
+// The op as vector_math steps, for the ops EltwiseFor has no algorithm for.
+std::optional<native::ElementwiseChain> ChainFor(ActivationOp op,
+                                                 const reference::ActivationParams& p) {
+  using native::ChainStep;
+  using native::VecUnary;
+  switch (op) {
+    case ActivationOp::kHardSigmoid:
+      return native::ElementwiseChain(1,
+                                      {ChainStep::Unary(VecUnary::kHardSigmoid, p.alpha, p.beta)});
+    case ActivationOp::kSoftsign:
+      return native::ElementwiseChain(1, {ChainStep::Unary(VecUnary::kSoftsign)});
+    case ActivationOp::kSelu:  // gamma * elu(x; alpha)
+      return native::ElementwiseChain(1, {ChainStep::Unary(VecUnary::kElu, p.alpha),
+                                          ChainStep::Unary(VecUnary::kLinear, p.gamma, 0.0f)});
+    case ActivationOp::kCelu:  // alpha * elu(x / alpha; 1)
+      return native::ElementwiseChain(1, {ChainStep::Unary(VecUnary::kLinear, 1.0f / p.alpha, 0.0f),
+                                          ChainStep::Unary(VecUnary::kElu, 1.0f),
+                                          ChainStep::Unary(VecUnary::kLinear, p.alpha, 0.0f)});
+    default:
+      return std::nullopt;
+  }
+}
+
 class ActivationKernel final : public DnnlKernel {
  public:
   ActivationKernel(ActivationOp op, reference::ActivationParams params)
       : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1),
         op_(op),
         params_(params),
-        step_(EltwiseFor(op, params)) {}
+        step_(EltwiseFor(op, params)),
+        chain_(step_.has_value() ? std::nullopt : ChainFor(op, params)) {}
 
  protected:
   bool UsesDnnl(DataType type) const override {
+    if (chain_.has_value()) return type == DataType::kFloat32;
     return step_.has_value() && DnnlKernel::UsesDnnl(type);
   }
 
@@ -65,6 +93,12 @@ class ActivationKernel final : public DnnlKernel {
     const int64_t n = shapes[0]->NumElements();
     if (n == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    if (chain_.has_value()) {
+      LS_ASSIGN_OR_RETURN(prepared->chain_prepared, chain_->Prepare(shapes));
+      prepared->mode = PreparedOp::Mode::kNative;
+      prepared->chain = &*chain_;
       return prepared;
     }
     const dnnl::memory::desc desc = Desc({n}, type);
@@ -87,11 +121,14 @@ class ActivationKernel final : public DnnlKernel {
   const ActivationOp op_;
   const reference::ActivationParams params_;
   const std::optional<EltwiseStep> step_;
+  const std::optional<native::ElementwiseChain> chain_;
 };
 
 class PReluKernel final : public DnnlKernel {
  public:
-  PReluKernel() : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2) {}
+  PReluKernel()
+      : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2),
+        chain_(2, {native::ChainStep::Binary(native::VecBinary::kPRelu, 1)}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -108,6 +145,12 @@ class PReluKernel final : public DnnlKernel {
     prepared->output_shape = x;
     if (x.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    if (type == DataType::kFloat32) {
+      LS_ASSIGN_OR_RETURN(prepared->chain_prepared, chain_.Prepare(shapes));
+      prepared->mode = PreparedOp::Mode::kNative;
+      prepared->chain = &chain_;
       return prepared;
     }
     const Shape* operands[] = {&x, &slope};
@@ -132,6 +175,9 @@ class PReluKernel final : public DnnlKernel {
   absl::Status RunReference(KernelContext& ctx) const override {
     return reference::PRelu(ctx.input(0), ctx.input(1), ctx.output_value(0).mutable_tensor());
   }
+
+ private:
+  const native::ElementwiseChain chain_;
 };
 
 }  // namespace

@@ -1,15 +1,27 @@
-// Einsum: a general (not fast) implementation. Every label of the equation becomes one loop
-// dimension; the kernel walks all label combinations once, multiplying the input elements and
-// accumulating into the output element (contracted labels have output stride 0). Repeated labels
-// in one operand take diagonals; "..." broadcasts like numpy.
+// Einsum. A float32 equation of two operands without diagonals (the matmul-like ones: "ij,jk",
+// "bij,bjk->bik", "bhqd,bhkd->bhqk", "i,j->ij", ...) is lowered onto batched GEMM: every label is
+// a batch (both operands and the output), M (A and the output), N (B and the output) or K (both
+// operands, contracted) dim; the operands are gathered into [batch, M, K] and [batch, K, N] (in
+// place when already laid out so, or transposed), multiplied by oneDNN's sgemm per batch, and the
+// [batch, M, N] product is scattered into the output's label order. A float32 equation of one
+// operand without diagonals ("ij->ji", "bij->bj", "ij->") is a strided gather into the output's
+// order, or vector row sums / adds when labels are summed. Everything else takes the
+// general implementation: every label of the equation becomes one loop dimension; the kernel walks
+// all label combinations once, multiplying the input elements and accumulating into the output
+// element (contracted labels have output stride 0). Repeated labels in one operand take
+// diagonals; "..." broadcasts like numpy.
+
+#include <dnnl.h>
 
 #include <cctype>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -57,6 +69,11 @@ class EinsumKernel final : public Kernel {
     }
     for (absl::string_view term : absl::StrSplit(lhs, ',')) {
       LS_ASSIGN_OR_RETURN(Labels labels, ParseTerm(term));
+      for (size_t i = 0; i < labels.size(); ++i) {
+        if (std::find(labels.begin() + i + 1, labels.end(), labels[i]) != labels.end()) {
+          kernel->has_diagonal_ = true;
+        }
+      }
       kernel->inputs_.push_back(labels);
     }
     if (static_cast<int>(kernel->inputs_.size()) != init.num_inputs()) {
@@ -86,6 +103,7 @@ class EinsumKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) const override {
+    std::vector<float> scratch;  // per run: Run may be called from several threads at once
     const int n = ctx.num_inputs();
     const DataType dtype = ctx.input(0).dtype();
     // Loop dims: 52 letters + up to 8 ellipsis dims (ids 52..59).
@@ -159,6 +177,26 @@ class EinsumKernel final : public Kernel {
     for (int id = 0; id < kMaxDims; ++id) {
       if (used[id] || size[id] != 1) loop.push_back(id);
     }
+    if (n == 1 && dtype == DataType::kFloat32 && !has_diagonal_) {
+      Tensor* y = ctx.output(0, dtype, out_shape);
+      float* out = y->mutable_data<float>();
+      if (ctx.input(0).NumElements() == 0) {
+        std::fill_n(out, y->NumElements(), 0.0f);
+        return absl::OkStatus();
+      }
+      TransposeSum(ctx.input(0).data<float>(), loop, size, strides[0], out_stride, out);
+      return absl::OkStatus();
+    }
+    if (n == 2 && dtype == DataType::kFloat32 && !has_diagonal_) {
+      Tensor* y = ctx.output(0, dtype, out_shape);
+      float* out = y->mutable_data<float>();
+      if (ctx.input(0).NumElements() == 0 || ctx.input(1).NumElements() == 0) {
+        std::fill_n(out, y->NumElements(), 0.0f);  // an empty sum (or an empty output)
+        return absl::OkStatus();
+      }
+      return Gemm(ctx.input(0).data<float>(), ctx.input(1).data<float>(), loop, size, strides[0],
+                  strides[1], out_stride, out, scratch);
+    }
     int64_t total = 1;
     for (int id : loop) total *= size[id];
     const bool ok = DispatchNumeric(dtype, [&](auto tag) {
@@ -212,9 +250,196 @@ class EinsumKernel final : public Kernel {
     return absl::OkStatus();
   }
 
+  using Strides = std::array<int64_t, 60>;
+
+  // dst[i] for i in the row-major order of dims `ids` (extents `size`) = src at the offset the
+  // per-dim strides `st` give: a strided gather; the inner dim is a tight loop.
+  static void Gather(const float* src, const Labels& ids, const int64_t* size, const Strides& st,
+                     float* dst) {
+    if (ids.empty()) {
+      *dst = *src;
+      return;
+    }
+    const int inner = ids.back();
+    const int64_t n_in = size[inner];
+    const int64_t s_in = st[inner];
+    int64_t outer = 1;
+    for (size_t j = 0; j + 1 < ids.size(); ++j) outer *= size[ids[j]];
+    absl::InlinedVector<int64_t, 8> coord(ids.size(), 0);
+    int64_t off = 0;
+    for (int64_t o = 0; o < outer; ++o, dst += n_in) {
+      if (s_in == 1) {
+        std::copy_n(src + off, n_in, dst);
+      } else {
+        for (int64_t i = 0; i < n_in; ++i) dst[i] = src[off + i * s_in];
+      }
+      for (int j = static_cast<int>(ids.size()) - 2; j >= 0; --j) {
+        const int id = ids[j];
+        if (++coord[j] < size[id]) {
+          off += st[id];
+          break;
+        }
+        off -= st[id] * (size[id] - 1);
+        coord[j] = 0;
+      }
+    }
+  }
+
+  // Whether the strides `st` lay dims `ids` out row-major and contiguous.
+  static bool RowMajor(const Labels& ids, const int64_t* size, const Strides& st) {
+    int64_t s = 1;
+    for (int j = static_cast<int>(ids.size()) - 1; j >= 0; --j) {
+      if (size[ids[j]] != 1 && st[ids[j]] != s) return false;
+      s *= size[ids[j]];
+    }
+    return true;
+  }
+
+  // A one-operand float32 equation without diagonals: a transpose (a strided gather into the
+  // output's order), or, when labels are summed, a walk over the input in its own order adding
+  // contiguous rows into the output with vector code.
+  static void TransposeSum(const float* x, const Labels& loop, const int64_t* size,
+                           const Strides& sx, const Strides& so, float* out) {
+    Labels kept, summed;
+    int64_t n_out = 1, k = 1;
+    for (int id : loop) {
+      if (size[id] == 1) continue;
+      if (so[id] != 0) {
+        kept.push_back(id), n_out *= size[id];
+      } else {
+        summed.push_back(id), k *= size[id];
+      }
+    }
+    std::sort(kept.begin(), kept.end(), [&](int a, int b) { return so[a] > so[b]; });
+    if (summed.empty()) {
+      Gather(x, kept, size, sx, out);
+      return;
+    }
+    // Sums: walk the input in its own order (dims by stride), the innermost dim a contiguous
+    // row that is either summed (a vector sum into one output) or kept (a vector add into the
+    // output row when that is contiguous too).
+    Labels order = kept;
+    order.insert(order.end(), summed.begin(), summed.end());
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return sx[a] > sx[b]; });
+    std::fill_n(out, n_out, 0.0f);
+    const int inner = order.back();
+    const int64_t len = size[inner];
+    absl::InlinedVector<int64_t, 8> coord(order.size(), 0);
+    int64_t xi = 0, oi = 0;
+    for (;;) {
+      const float* row = x + xi;
+      if (so[inner] == 0 && sx[inner] == 1) {
+        out[oi] += SumF32(row, len);
+      } else if (so[inner] == 1 && sx[inner] == 1) {
+        BinaryF32(VecBinary::kAdd, out + oi, 1, row, 1, out + oi, len);
+      } else {
+        for (int64_t i = 0; i < len; ++i) out[oi + i * so[inner]] += row[i * sx[inner]];
+      }
+      int j = static_cast<int>(order.size()) - 2;
+      for (; j >= 0; --j) {
+        const int id = order[j];
+        xi += sx[id];
+        oi += so[id];
+        if (++coord[j] < size[id]) break;
+        xi -= sx[id] * size[id];
+        oi -= so[id] * size[id];
+        coord[j] = 0;
+      }
+      if (j < 0) break;
+    }
+  }
+
+  // The batched-GEMM lowering of a two-operand float32 equation without diagonals.
+  static absl::Status Gemm(const float* a, const float* b, const Labels& loop, const int64_t* size,
+                           const Strides& sa, const Strides& sb, const Strides& so, float* out,
+                           std::vector<float>& scratch) {
+    Labels batch, m_ids, n_ids, k_ids, a_only, b_only;
+    int64_t nb = 1, m = 1, n = 1, k = 1;
+    for (int id : loop) {
+      if (size[id] == 1) continue;
+      const bool in_a = sa[id] != 0, in_b = sb[id] != 0, in_o = so[id] != 0;
+      if (in_a && in_b && in_o) {
+        batch.push_back(id), nb *= size[id];
+      } else if (in_a && in_b) {
+        k_ids.push_back(id), k *= size[id];
+      } else if (in_a && in_o) {
+        m_ids.push_back(id), m *= size[id];
+      } else if (in_b && in_o) {
+        n_ids.push_back(id), n *= size[id];
+      } else if (in_a) {
+        a_only.push_back(id), k *= size[id];  // summed: a K dim B is constant along
+      } else if (in_b) {
+        b_only.push_back(id), k *= size[id];
+      }
+    }
+    // A as [batch, M, K] (or [batch, K, M], transposed), B as [batch, K, N] (or [batch, N, K]).
+    // A dim summed in one operand only is a K dim along which the other operand repeats (stride
+    // 0), so the gathers read it there too.
+    Labels k_all = k_ids;
+    k_all.insert(k_all.end(), a_only.begin(), a_only.end());
+    k_all.insert(k_all.end(), b_only.begin(), b_only.end());
+    auto cat = [](std::initializer_list<const Labels*> parts) {
+      Labels r;
+      for (const Labels* p : parts) r.insert(r.end(), p->begin(), p->end());
+      return r;
+    };
+    const Labels a_mk = cat({&batch, &m_ids, &k_all}), a_km = cat({&batch, &k_all, &m_ids});
+    const Labels b_kn = cat({&batch, &k_all, &n_ids}), b_nk = cat({&batch, &n_ids, &k_all});
+    const Labels o_mn = cat({&batch, &m_ids, &n_ids});
+    const bool a_only_none = a_only.empty() && b_only.empty();
+    size_t need = 0;
+    bool ta = false, tb = false;
+    const bool a_direct =
+        a_only_none && (RowMajor(a_mk, size, sa) || (ta = RowMajor(a_km, size, sa)));
+    if (!a_direct) ta = false, need += nb * m * k;
+    const bool b_direct =
+        a_only_none && (RowMajor(b_kn, size, sb) || (tb = RowMajor(b_nk, size, sb)));
+    if (!b_direct) tb = false, need += nb * k * n;
+    const bool o_direct = RowMajor(o_mn, size, so);
+    if (!o_direct) need += nb * m * n;
+    scratch.resize(need);
+    float* next = scratch.data();
+    const float* pa = a;
+    if (!a_direct) {
+      Gather(a, a_mk, size, sa, next);
+      pa = next, next += nb * m * k;
+    }
+    const float* pb = b;
+    if (!b_direct) {
+      Gather(b, b_kn, size, sb, next);
+      pb = next, next += nb * k * n;
+    }
+    float* pc = o_direct ? out : next;
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    for (int64_t i = 0; i < nb; ++i) {
+      const dnnl_status_t status =
+          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, pa + i * m * k, lda,
+                     pb + i * k * n, ldb, 0.0f, pc + i * m * n, n);
+      if (status != dnnl_success) {
+        return absl::InternalError(
+            absl::StrCat("Einsum: oneDNN sgemm failed (status ", static_cast<int>(status), ")"));
+      }
+    }
+    if (o_direct) return absl::OkStatus();
+    // Scatter [batch, M, N] into the output's order: gather the output from the product, whose
+    // strides per output dim are those of its row-major [batch, M, N] layout.
+    Strides sp;
+    sp.fill(0);
+    int64_t s = 1;
+    for (int j = static_cast<int>(o_mn.size()) - 1; j >= 0; --j) {
+      sp[o_mn[j]] = s;
+      s *= size[o_mn[j]];
+    }
+    Labels out_order(o_mn);
+    std::sort(out_order.begin(), out_order.end(), [&](int x, int y) { return so[x] > so[y]; });
+    Gather(pc, out_order, size, sp, out);
+    return absl::OkStatus();
+  }
+
   std::vector<Labels> inputs_;
   Labels output_;
   bool explicit_output_ = false;
+  bool has_diagonal_ = false;  // a label repeated within one operand
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "engine/kernels/native/half.h"
 #include "engine/kernels/native/register_families.h"
 #include "engine/kernels/native/saturate.h"
+#include "engine/kernels/reference/broadcast.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -143,6 +144,20 @@ class HalfState : public KernelState {
   Tensor result;
 };
 
+// fmod of floats, exact (as std::fmod) but without its bit-by-bit loop where the quotient is
+// below 2^24: k = trunc(x / d) in double is then the true integer part (the quotient's distance
+// from an integer is at least 2^-24, double's error below 2^-29), k d and x - k d are exact in
+// double, and the result takes x's sign (fmod(-4, 2) is -0). Infinite or NaN operands, a zero or
+// infinite divisor and larger quotients go to std::fmod.
+inline float FastFmod(float x, float d) {
+  const double q = static_cast<double>(x) / static_cast<double>(d);
+  if (std::fabs(q) < 16777216.0 && std::isfinite(d)) {
+    const double r = static_cast<double>(x) - std::trunc(q) * static_cast<double>(d);
+    return std::copysign(static_cast<float>(r), x);
+  }
+  return std::fmod(x, d);
+}
+
 class ModKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -198,7 +213,9 @@ class ModKernel final : public Kernel {
       ForEachBroadcast<2>(bc, [&](int64_t o, const std::array<int64_t, 2>& in) {
         const T x = pa[in[0]];
         const T d = pb[in[1]];
-        if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (std::is_same_v<T, float>) {
+          out[o] = FastFmod(x, d);
+        } else if constexpr (std::is_floating_point_v<T>) {
           out[o] = std::fmod(x, d);
         } else {
           if (d == 0) {
@@ -376,8 +393,34 @@ class WhereKernel final : public Kernel {
       const T* px = x.data<T>();
       const T* py = y.data<T>();
       T* po = out->mutable_data<T>();
-      ForEachBroadcast<3>(bc, [&](int64_t o, const std::array<int64_t, 3>& in) {
-        po[o] = pc[in[0]] ? px[in[1]] : py[in[2]];
+      if (bc.out_shape.NumElements() == 0) return;
+      // Rows of the collapsed broadcast layout: each operand's stride along a row is 0 or 1, and
+      // the all-contiguous row is a plain select loop the compiler vectorises.
+      const Shape* shapes[] = {&c.shape(), &x.shape(), &y.shape()};
+      const reference::BroadcastLayout layout =
+          reference::MakeBroadcastLayout(bc.out_shape, shapes);
+      const int64_t n = layout.dims.back();
+      const int64_t sc = layout.strides[0].back(), sx = layout.strides[1].back(),
+                    sy = layout.strides[2].back();
+      // Branch-free (a random condition mispredicts half the branches): T is the unsigned
+      // integer of the element's size, selected through an all-ones or all-zeros mask.
+      const uint8_t* pc8 = reinterpret_cast<const uint8_t*>(pc);
+      reference::ForEachInner(layout, 1, [&](int64_t o, const int64_t* in) {
+        const uint8_t* rc = pc8 + in[0];
+        const T* rx = px + in[1];
+        const T* ry = py + in[2];
+        T* ro = po + o;
+        if (sc == 1 && sx == 1 && sy == 1) {
+          for (int64_t i = 0; i < n; ++i) {
+            const T m = static_cast<T>(T{0} - static_cast<T>(rc[i] != 0));
+            ro[i] = static_cast<T>((rx[i] & m) | (ry[i] & static_cast<T>(~m)));
+          }
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            const T m = static_cast<T>(T{0} - static_cast<T>(rc[i * sc] != 0));
+            ro[i] = static_cast<T>((rx[i * sx] & m) | (ry[i * sy] & static_cast<T>(~m)));
+          }
+        }
       });
     });
     if (!ok) return UnsupportedType("input X", x.dtype());

@@ -1,5 +1,6 @@
 // Elementwise math: trigonometric and hyperbolic functions, Erf, Round, Mish, IsNaN, IsInf, Clip,
-// Shrink, ThresholdedRelu, BitShift and the variadic Sum / Mean.
+// Shrink, ThresholdedRelu, BitShift and the variadic Sum / Mean. Sin, Cos, Tan, Asin, Acos, Atan,
+// Erf, Round and Mish run float32 on vector_math.
 
 #include <cmath>
 #include <limits>
@@ -8,6 +9,7 @@
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
 #include "engine/kernels/native/saturate.h"
+#include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -43,6 +45,36 @@ LS_FLOAT_UNARY(RoundOp, std::nearbyint(x))
 LS_FLOAT_UNARY(MishOp, x* std::tanh(std::log1p(std::exp(x))))
 
 #undef LS_FLOAT_UNARY
+
+// Policy's op, float32 on vector_math (SLEEF / own vector code, the CPU's ISA), other float types
+// through Policy::Apply element by element.
+template <typename Policy, VecUnary kOp>
+class VectorUnaryKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    return std::unique_ptr<Kernel>(new VectorUnaryKernel());
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() == DataType::kFloat32) {
+      Tensor* y = ctx.output(0, x.dtype(), x.shape());
+      UnaryF32(kOp, x.data<float>(), y->mutable_data<float>(), x.NumElements());
+      return absl::OkStatus();
+    }
+    bool ok = DispatchAccepted<Policy>(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, x.dtype(), x.shape());
+      const T* in = x.data<T>();
+      T* out = y->mutable_data<T>();
+      const int64_t n = x.NumElements();
+      for (int64_t i = 0; i < n; ++i) out[i] = Policy::Apply(in[i]);
+    });
+    if (!ok) return UnsupportedType("input", x.dtype());
+    return absl::OkStatus();
+  }
+};
 
 // IsNaN(X) -> bool.
 class IsNaNKernel final : public Kernel {
@@ -340,20 +372,20 @@ class SumKernel final : public Kernel {
 }  // namespace
 
 void RegisterMathKernels(KernelRegistry& registry) {
-  registry.Register("Sin", FactoryOf<UnaryKernel<SinOp>>());
-  registry.Register("Cos", FactoryOf<UnaryKernel<CosOp>>());
-  registry.Register("Tan", FactoryOf<UnaryKernel<TanOp>>());
-  registry.Register("Asin", FactoryOf<UnaryKernel<AsinOp>>());
-  registry.Register("Acos", FactoryOf<UnaryKernel<AcosOp>>());
-  registry.Register("Atan", FactoryOf<UnaryKernel<AtanOp>>());
+  registry.Register("Sin", FactoryOf<VectorUnaryKernel<SinOp, VecUnary::kSin>>());
+  registry.Register("Cos", FactoryOf<VectorUnaryKernel<CosOp, VecUnary::kCos>>());
+  registry.Register("Tan", FactoryOf<VectorUnaryKernel<TanOp, VecUnary::kTan>>());
+  registry.Register("Asin", FactoryOf<VectorUnaryKernel<AsinOp, VecUnary::kAsin>>());
+  registry.Register("Acos", FactoryOf<VectorUnaryKernel<AcosOp, VecUnary::kAcos>>());
+  registry.Register("Atan", FactoryOf<VectorUnaryKernel<AtanOp, VecUnary::kAtan>>());
   registry.Register("Sinh", FactoryOf<UnaryKernel<SinhOp>>());
   registry.Register("Cosh", FactoryOf<UnaryKernel<CoshOp>>());
   registry.Register("Asinh", FactoryOf<UnaryKernel<AsinhOp>>());
   registry.Register("Acosh", FactoryOf<UnaryKernel<AcoshOp>>());
   registry.Register("Atanh", FactoryOf<UnaryKernel<AtanhOp>>());
-  registry.Register("Erf", FactoryOf<UnaryKernel<ErfOp>>());
-  registry.Register("Round", FactoryOf<UnaryKernel<RoundOp>>());
-  registry.Register("Mish", FactoryOf<UnaryKernel<MishOp>>());
+  registry.Register("Erf", FactoryOf<VectorUnaryKernel<ErfOp, VecUnary::kErf>>());
+  registry.Register("Round", FactoryOf<VectorUnaryKernel<RoundOp, VecUnary::kRound>>());
+  registry.Register("Mish", FactoryOf<VectorUnaryKernel<MishOp, VecUnary::kMish>>());
   registry.Register("IsNaN", FactoryOf<IsNaNKernel>());
   registry.Register("IsInf", FactoryOf<IsInfKernel>());
   registry.Register("Clip", FactoryOf<ClipKernel>(ListFrom::kAttribute), 1, 10);

@@ -2,11 +2,14 @@
 //
 // Reductions walk the input once in row-major order, accumulating into the output element each
 // input element maps to (output stride 0 along reduced axes); that keeps them allocation-free and
-// cache-friendly for any set of axes.
+// cache-friendly for any set of axes. float32 (all but LogSumExp) walks contiguous rows instead,
+// each on vector_math (ReduceContiguousF32).
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "engine/kernels/native/elementwise.h"
 #include "engine/kernels/native/register_families.h"
@@ -278,42 +281,152 @@ class ReduceKernel final : public Kernel {
  private:
   ReduceKernel() = default;
 
-  // Sum, Mean and Max of float32 over trailing dims (each output reduces one contiguous row:
-  // vector_math's sum / max) or leading dims (rows added into the output with vector ops): the
-  // LayerNorm, softmax and selective-scan reductions. Returns false for other ops and layouts.
+  // Every float32 reduction but LogSumExp, over any set of axes, on vector_math. The dims are
+  // collapsed into alternating kept / reduced groups (size-1 dims dropped); the outer groups are
+  // walked with an odometer; the innermost group is contiguous rows: reduced rows are reduced to
+  // one value each (ReduceRowsF32, a block of rows per call) and combined into their output
+  // elements; a kept row is combined elementwise into a row of the output (vector add / max /
+  // min / mul). Returns false for LogSumExp and empty reductions.
   bool ReduceContiguousF32(const Tensor& x, const absl::InlinedVector<bool, 8>& reduced,
                            int64_t count, const Shape& out_shape, KernelContext& ctx) const {
-    if (op_ != ReduceOp::kSum && op_ != ReduceOp::kMean && op_ != ReduceOp::kMax) return false;
+    if (op_ == ReduceOp::kLogSumExp || count == 0) return false;
     const int rank = x.rank();
-    int first_reduced = rank;
-    while (first_reduced > 0 && reduced[first_reduced - 1]) --first_reduced;
-    bool suffix = first_reduced < rank;
-    for (int d = 0; d < first_reduced && suffix; ++d) suffix = !reduced[d];
-    int last_reduced = 0;
-    while (last_reduced < rank && reduced[last_reduced]) ++last_reduced;
-    bool prefix = last_reduced > 0 && !suffix;
-    for (int d = last_reduced; d < rank && prefix; ++d) prefix = !reduced[d];
-    if ((!suffix && !prefix) || count == 0) return false;
+    absl::InlinedVector<int64_t, 8> size;
+    absl::InlinedVector<bool, 8> red;
+    for (int d = 0; d < rank; ++d) {
+      if (x.dim(d) == 1) continue;
+      if (!red.empty() && red.back() == reduced[d]) {
+        size.back() *= x.dim(d);
+      } else {
+        size.push_back(x.dim(d));
+        red.push_back(reduced[d]);
+      }
+    }
+    if (size.empty()) size.push_back(1), red.push_back(false);
     Tensor* y = ctx.output(0, x.dtype(), out_shape);
-    const float* in = x.data<float>();
-    float* out = y->mutable_data<float>();
     const int64_t n_out = out_shape.NumElements();
     if (n_out == 0) return true;
-    if (suffix) {
-      for (int64_t o = 0; o < n_out; ++o) {
-        const float* row = in + o * count;
-        out[o] = op_ == ReduceOp::kMax ? MaxF32(row, count) : SumF32(row, count);
-      }
-    } else {
-      std::copy(in, in + n_out, out);
-      const VecBinary add = op_ == ReduceOp::kMax ? VecBinary::kMax : VecBinary::kAdd;
-      for (int64_t r = 1; r < count; ++r) BinaryF32(add, out, 1, in + r * n_out, 1, out, n_out);
+    const float* in = x.data<float>();
+    float* out = y->mutable_data<float>();
+    std::fill_n(out, n_out, Initial<float>(op_));
+    const int groups = static_cast<int>(size.size());
+    absl::InlinedVector<int64_t, 8> in_stride(groups), out_stride(groups);
+    int64_t si = 1, so = 1;
+    for (int g = groups - 1; g >= 0; --g) {
+      in_stride[g] = si;
+      si *= size[g];
+      out_stride[g] = red[g] ? 0 : so;
+      if (!red[g]) so *= size[g];
     }
-    if (op_ == ReduceOp::kMean) {
-      const float scale = 1.0f / static_cast<float>(count);
-      UnaryF32(VecUnary::kLinear, out, out, n_out, scale, 0.0f);
+    const int64_t inner = size[groups - 1];
+    const bool inner_reduced = red[groups - 1];
+    // Groups alternate: when the inner group is reduced, the one before it is kept, and its rows
+    // reduce into consecutive outputs (one ReduceRowsF32 call for them all).
+    const int walked = inner_reduced ? std::max(groups - 2, 0) : groups - 1;
+    const int64_t rows = inner_reduced && groups >= 2 ? size[groups - 2] : 1;
+    bool outer_reduced = false;
+    for (int g = 0; g < walked; ++g) outer_reduced = outer_reduced || red[g];
+    const bool needs_scratch = inner_reduced ? outer_reduced
+                                             : (op_ == ReduceOp::kL1 || op_ == ReduceOp::kL2 ||
+                                                op_ == ReduceOp::kSumSquare);
+    std::vector<float> scratch(needs_scratch ? (inner_reduced ? rows : inner) : 0);
+    absl::InlinedVector<int64_t, 8> coord(groups, 0);
+    int64_t in_off = 0, out_off = 0;
+    for (;;) {
+      const float* row = in + in_off;
+      if (inner_reduced) {
+        float* dst = outer_reduced ? scratch.data() : out + out_off;
+        ReduceRowsF32(RowOp(), row, rows, inner, dst);
+        if (outer_reduced) {
+          BinaryF32(CombineOp(), out + out_off, 1, dst, 1, out + out_off, rows);
+        }
+      } else {
+        CombineRow(row, inner, scratch.data(), out + out_off);
+      }
+      int g = walked - 1;
+      for (; g >= 0; --g) {
+        in_off += in_stride[g];
+        out_off += out_stride[g];
+        if (++coord[g] < size[g]) break;
+        in_off -= in_stride[g] * size[g];
+        out_off -= out_stride[g] * size[g];
+        coord[g] = 0;
+      }
+      if (g < 0) break;
+    }
+    switch (op_) {
+      case ReduceOp::kMean:
+        UnaryF32(VecUnary::kLinear, out, out, n_out, 1.0f / static_cast<float>(count), 0.0f);
+        break;
+      case ReduceOp::kL2:
+        UnaryF32(VecUnary::kSqrt, out, out, n_out);
+        break;
+      case ReduceOp::kLogSum:
+        UnaryF32(VecUnary::kLog, out, out, n_out);
+        break;
+      default:
+        break;
     }
     return true;
+  }
+
+  // The row reduction ReduceRowsF32 computes for the op, and the elementwise op that combines
+  // partial results.
+  VecReduce RowOp() const {
+    switch (op_) {
+      case ReduceOp::kMax:
+        return VecReduce::kMax;
+      case ReduceOp::kMin:
+        return VecReduce::kMin;
+      case ReduceOp::kProd:
+        return VecReduce::kProd;
+      case ReduceOp::kL1:
+        return VecReduce::kSumAbs;
+      case ReduceOp::kL2:
+      case ReduceOp::kSumSquare:
+        return VecReduce::kSumSquare;
+      default:  // Sum, Mean, LogSum
+        return VecReduce::kSum;
+    }
+  }
+  VecBinary CombineOp() const {
+    switch (op_) {
+      case ReduceOp::kMax:
+        return VecBinary::kMax;
+      case ReduceOp::kMin:
+        return VecBinary::kMin;
+      case ReduceOp::kProd:
+        return VecBinary::kMul;
+      default:
+        return VecBinary::kAdd;
+    }
+  }
+
+  // acc[i] = Combine(acc[i], f(row[i])) for i < n; `scratch` has n (f: |x|, x^2 or x).
+  void CombineRow(const float* row, int64_t n, float* scratch, float* acc) const {
+    switch (op_) {
+      case ReduceOp::kMax:
+        BinaryF32(VecBinary::kMax, acc, 1, row, 1, acc, n);
+        return;
+      case ReduceOp::kMin:
+        BinaryF32(VecBinary::kMin, acc, 1, row, 1, acc, n);
+        return;
+      case ReduceOp::kProd:
+        BinaryF32(VecBinary::kMul, acc, 1, row, 1, acc, n);
+        return;
+      case ReduceOp::kL1:
+        UnaryF32(VecUnary::kAbs, row, scratch, n);
+        BinaryF32(VecBinary::kAdd, acc, 1, scratch, 1, acc, n);
+        return;
+      case ReduceOp::kL2:
+      case ReduceOp::kSumSquare:
+        BinaryF32(VecBinary::kMul, row, 1, row, 1, scratch, n);
+        BinaryF32(VecBinary::kAdd, acc, 1, scratch, 1, acc, n);
+        return;
+      default:
+        BinaryF32(VecBinary::kAdd, acc, 1, row, 1, acc, n);
+        return;
+    }
   }
 
   ReduceOp op_ = ReduceOp::kSum;

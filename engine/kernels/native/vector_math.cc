@@ -99,6 +99,14 @@ float ScalarUnary(VecUnary op, float x, float alpha, float beta) {
       return std::nearbyint(x);
     case VecUnary::kMish:
       return x * std::tanh(std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))));
+    case VecUnary::kTan:
+      return std::tan(x);
+    case VecUnary::kAsin:
+      return std::asin(x);
+    case VecUnary::kAcos:
+      return std::acos(x);
+    case VecUnary::kAtan:
+      return std::atan(x);
     case VecUnary::kCount:
       break;
   }
@@ -121,6 +129,8 @@ float ScalarBinary(VecBinary op, float a, float b) {
       return std::isnan(a) ? a : std::isnan(b) ? b : (b < a ? b : a);
     case VecBinary::kPow:
       return std::pow(a, b);
+    case VecBinary::kPRelu:
+      return a >= 0.0f ? a : a * b;
     case VecBinary::kCount:
       break;
   }
@@ -154,6 +164,43 @@ float SumF32(const float* x, int64_t n) {
   float total = 0.0f;
   for (int64_t i = 0; i < n; ++i) total += x[i];
   return total;
+}
+
+void ReduceRowsF32(VecReduce op, const float* x, int64_t rows, int64_t n, float* y) {
+  if (rows <= 0 || n <= 0) return;
+  if (const vecmath::Table* table = Vectorised()) {
+    table->reduce_rows(static_cast<int>(op), x, rows, n, y);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r, x += n) {
+    float acc = x[0];
+    if (op == VecReduce::kSumAbs) acc = std::fabs(acc);
+    if (op == VecReduce::kSumSquare) acc = acc * acc;
+    for (int64_t i = 1; i < n; ++i) {
+      const float v = x[i];
+      switch (op) {
+        case VecReduce::kMax:
+          acc = std::isnan(acc) ? acc : std::isnan(v) ? v : (acc < v ? v : acc);
+          break;
+        case VecReduce::kMin:
+          acc = std::isnan(acc) ? acc : std::isnan(v) ? v : (v < acc ? v : acc);
+          break;
+        case VecReduce::kProd:
+          acc *= v;
+          break;
+        case VecReduce::kSumAbs:
+          acc += std::fabs(v);
+          break;
+        case VecReduce::kSumSquare:
+          acc += v * v;
+          break;
+        default:
+          acc += v;
+          break;
+      }
+    }
+    y[r] = acc;
+  }
 }
 
 float MaxF32(const float* x, int64_t n) {

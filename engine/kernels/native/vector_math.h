@@ -47,11 +47,16 @@ enum class VecUnary : uint8_t {
   kCeil,
   kRound,  // half to even
   kMish,   // x tanh(softplus(x))
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
   kCount,
 };
 
 // Elementwise y = a op b.
-enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kCount };
+// kPRelu: a >= 0 ? a : a * b (ONNX PRelu, b the slope).
+enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu, kCount };
 
 // y[i] = op(x[i]) for i < n. `y` may be `x` (in place).
 void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.0f,
@@ -61,6 +66,13 @@ void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.
 // `y` may be `a` or `b`. Max and Min return NaN when either operand is NaN (numpy's rule).
 void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, int64_t b_stride,
                float* y, int64_t n);
+
+// Row reductions (ReduceRowsF32). Max and Min return NaN when the row has one (numpy's rule).
+enum class VecReduce : uint8_t { kSum, kMax, kMin, kProd, kSumAbs, kSumSquare, kCount };
+
+// y[r] = reduce(x[r * n], ..., x[r * n + n - 1]) for r < rows: `rows` contiguous rows of n >= 1
+// in one call (a Reduce* over a short last axis: no per-row dispatch).
+void ReduceRowsF32(VecReduce op, const float* x, int64_t rows, int64_t n, float* y);
 
 // Reductions of one contiguous row.
 float SumF32(const float* x, int64_t n);

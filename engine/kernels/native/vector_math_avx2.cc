@@ -24,6 +24,26 @@ inline float Avx2HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Horizontal max / min / product (no NaN handling: callers check for NaN lanes first).
+inline float Avx2HorizontalMax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float Avx2HorizontalMin(__m256 v) {
+  __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_min_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_min_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float Avx2HorizontalMul(__m256 v) {
+  __m128 s = _mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_mul_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_mul_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // e^x = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 (ln 2 in two parts, Cody-Waite), |r| <=
 // ln 2 / 2, e^r by a degree-6 polynomial with the first two coefficients 1 (Horner, six FMAs;
 // the others fitted for relative error, 6e-8 on the interval in float arithmetic). 2^n is applied
@@ -165,6 +185,9 @@ inline __m256 Avx2Log1pUnit(__m256 e) {
 #define LS_CEIL(v) _mm256_round_ps(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
 #define LS_ROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define LS_HSUM(v) Avx2HorizontalSum(v)
+#define LS_HMAX(v) Avx2HorizontalMax(v)
+#define LS_HMIN(v) Avx2HorizontalMin(v)
+#define LS_HMUL(v) Avx2HorizontalMul(v)
 #define LS_TANH(v) Avx2Tanh(v)
 #define LS_EXP(v) Avx2Exp(v)
 #define LS_EXPM1(v) Sleef_expm1f8_u10avx2(v)
@@ -175,6 +198,10 @@ inline __m256 Avx2Log1pUnit(__m256 e) {
 #define LS_SIN(v) Sleef_sinf8_u35avx2(v)
 #define LS_COS(v) Sleef_cosf8_u35avx2(v)
 #define LS_POW(a, b) Sleef_powf8_u10avx2(a, b)
+#define LS_TAN(v) Sleef_tanf8_u10avx2(v)
+#define LS_ASIN(v) Sleef_asinf8_u10avx2(v)
+#define LS_ACOS(v) Sleef_acosf8_u10avx2(v)
+#define LS_ATAN(v) Sleef_atanf8_u10avx2(v)
 #define LS_TABLE kAvx2Table
 
 #include "engine/kernels/native/vector_math_impl.inc"

@@ -46,6 +46,8 @@ struct Table {
   void (*vec_mat)(const float* x, const float* b, int64_t ldb, int64_t k, int64_t n, float* y);
   // y[r] = sum_kk x[kk] * b[r * k + kk] for r < n (the dot products of x with n rows of b).
   void (*row_dots)(const float* x, const float* b, int64_t k, int64_t n, float* y);
+  // y[r] = reduce(row r) for `rows` contiguous rows of n >= 1; op a VecReduce.
+  void (*reduce_rows)(int op, const float* x, int64_t rows, int64_t n, float* y);
 };
 
 // The table of the active ISA, or null on CPUs without AVX2 (vector_math.cc).

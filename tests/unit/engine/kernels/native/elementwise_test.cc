@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -86,6 +88,45 @@ TEST(ModTest, FloatFmodAndBroadcast) {
       {2, 2}, {2, 0, 1, 2});
 }
 
+// float fmod against std::fmod bit for bit: random magnitudes over 60 binades (quotients below
+// and above 2^24), both signs, exact multiples (signed zeros), and infinities, NaN and zeros.
+TEST(ModTest, FloatFmodMatchesStdFmodBitForBit) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-30, 30);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs, ds;
+  for (int i = 0; i < 4000; ++i) {
+    const float sx = rng() % 2 ? -1.0f : 1.0f, sd = rng() % 2 ? -1.0f : 1.0f;
+    xs.push_back(sx * std::ldexp(mant(rng), expo(rng)));
+    ds.push_back(sd * std::ldexp(mant(rng), expo(rng)));
+  }
+  const float specials_x[] = {-4.0f, 4.0f, 6.0f, -7.5f, 0.0f, -0.0f,
+                              inf,   -inf, nan,  5.0f,  3.0f, 1e30f};
+  const float specials_d[] = {2.0f, -2.0f, 1.5f, 2.5f, 3.0f, 3.0f,
+                              2.0f, 2.0f,  2.0f, inf,  0.0f, 7.0f};
+  for (size_t i = 0; i < sizeof(specials_x) / sizeof(float); ++i) {
+    xs.push_back(specials_x[i]);
+    ds.push_back(specials_d[i]);
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor a(DataType::kFloat32, Shape({n})), b(DataType::kFloat32, Shape({n}));
+  std::copy(xs.begin(), xs.end(), a.mutable_data<float>());
+  std::copy(ds.begin(), ds.end(), b.mutable_data<float>());
+  Tensor y = RunOk(OpCase("Mod", 13).In(std::move(a)).In(std::move(b)).Attr("fmod", IntAttr(1)));
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = std::fmod(xs[i], ds[i]);
+    const float got = y.data<float>()[i];
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << xs[i] << " fmod " << ds[i];
+    } else {
+      EXPECT_EQ(got, want) << xs[i] << " fmod " << ds[i];
+      EXPECT_EQ(std::signbit(got), std::signbit(want)) << xs[i] << " fmod " << ds[i];
+    }
+  }
+}
+
 TEST(ModTest, Errors) {
   ExpectError(OpCase("Mod", 13).In(I64({5})).In(I64({0})), absl::StatusCode::kInvalidArgument,
               "modulo by zero");
@@ -145,6 +186,60 @@ TEST(WhereTest, Broadcast3Way) {
       absl::StatusCode::kInvalidArgument, "input X has element type int64");
   ExpectError(OpCase("Where", 16).In(Make<bool>({2}, {true, true})).In(I64({1, 2, 3})).In(I64({1})),
               absl::StatusCode::kInvalidArgument, "cannot be broadcast");
+}
+
+// Random broadcast forms (every operand broadcast along some dim, contiguous rows, odd sizes)
+// against the definition: out[i, j, k] = c[...] ? x[...] : y[...] with size-1 dims indexed at 0.
+TEST(WhereTest, RandomBroadcastFormsMatchTheDefinition) {
+  std::mt19937 rng(17);
+  const std::vector<std::vector<std::vector<int64_t>>> forms = {
+      {{3, 5, 37}, {3, 5, 37}, {3, 5, 37}},
+      {{3, 1, 37}, {1, 5, 37}, {3, 5, 1}},
+      {{1, 1, 37}, {3, 5, 37}, {1, 1, 1}},
+      {{3, 5, 1}, {1, 1, 37}, {3, 1, 37}},
+      {{37}, {3, 5, 37}, {5, 1}}};
+  for (const auto& form : forms) {
+    std::vector<Tensor> ops;
+    for (int k = 0; k < 3; ++k) {
+      Shape shape;
+      for (int64_t d : form[k]) shape.mutable_dims().push_back(d);
+      Tensor t(k == 0 ? DataType::kBool : DataType::kFloat32, shape);
+      for (int64_t i = 0; i < t.NumElements(); ++i) {
+        if (k == 0) {
+          t.mutable_data<bool>()[i] = rng() % 2 == 0;
+        } else {
+          t.mutable_data<float>()[i] = static_cast<float>(rng() % 1000) + 1000.0f * k;
+        }
+      }
+      ops.push_back(std::move(t));
+    }
+    auto at = [](const Tensor& t, int64_t i, int64_t j, int64_t k) {
+      const int r = t.rank();
+      const int64_t idx[3] = {i, j, k};
+      int64_t off = 0;
+      for (int d = 0; d < r; ++d) {
+        const int64_t v = t.dim(d) == 1 ? 0 : idx[3 - r + d];
+        off = off * t.dim(d) + v;
+      }
+      return off;
+    };
+    Tensor c, x, y;
+    c.CopyFrom(ops[0]);
+    x.CopyFrom(ops[1]);
+    y.CopyFrom(ops[2]);
+    Tensor out = RunOk(OpCase("Where", 16).In(std::move(c)).In(std::move(x)).In(std::move(y)));
+    ASSERT_EQ(out.shape(), Shape({3, 5, 37}));
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 5; ++j) {
+        for (int64_t k = 0; k < 37; ++k) {
+          const float want = ops[0].data<bool>()[at(ops[0], i, j, k)]
+                                 ? ops[1].data<float>()[at(ops[1], i, j, k)]
+                                 : ops[2].data<float>()[at(ops[2], i, j, k)];
+          ASSERT_EQ(out.data<float>()[(i * 5 + j) * 37 + k], want) << i << " " << j << " " << k;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // Sum, Mean, CastLike, Dropout.
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <random>
+#include <string>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -25,6 +28,45 @@ TEST(TrigTest, KnownValues) {
   ExpectTensor<float>(RunOk(OpCase("Erf", 13).In(Make<float>({2}, {0, 10}))), {2}, {0, 1});
   ExpectError(OpCase("Sin", 7).In(Make<int32_t>({1}, {0})), absl::StatusCode::kInvalidArgument,
               "int32");
+}
+
+// The float32 vector path (vector_math) of each op against the double-precision libm function,
+// over a size that is not a multiple of any vector width.
+TEST(TrigTest, Float32VectorPathMatchesDoublePrecision) {
+  struct Case {
+    const char* op;
+    int opset;
+    float lo, hi;
+    std::function<double(double)> f;
+  };
+  const Case cases[] = {
+      {"Sin", 7, -10, 10, [](double x) { return std::sin(x); }},
+      {"Cos", 7, -10, 10, [](double x) { return std::cos(x); }},
+      {"Tan", 7, -1.5f, 1.5f, [](double x) { return std::tan(x); }},
+      {"Asin", 7, -1, 1, [](double x) { return std::asin(x); }},
+      {"Acos", 7, -1, 1, [](double x) { return std::acos(x); }},
+      {"Atan", 7, -20, 20, [](double x) { return std::atan(x); }},
+      {"Erf", 13, -4, 4, [](double x) { return std::erf(x); }},
+      {"Round", 11, -50, 50, [](double x) { return std::nearbyint(x); }},
+      {"Mish", 18, -20, 20, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }},
+  };
+  std::mt19937 rng(9);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    std::uniform_real_distribution<float> u(c.lo, c.hi);
+    Tensor x(DataType::kFloat32, {3, 347});
+    float* p = x.mutable_data<float>();
+    for (int64_t i = 0; i < x.NumElements(); ++i) p[i] = u(rng);
+    p[0] = c.lo;
+    p[1] = c.hi;
+    std::vector<float> in(p, p + x.NumElements());
+    Tensor y = RunOk(OpCase(c.op, c.opset).In(std::move(x)));
+    ASSERT_EQ(y.shape(), Shape({3, 347}));
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double want = c.f(in[i]);
+      ASSERT_NEAR(y.data<float>()[i], want, 2e-6 + 2e-6 * std::fabs(want)) << "x = " << in[i];
+    }
+  }
 }
 
 TEST(RoundTest, HalfToEven) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
@@ -99,6 +100,122 @@ TEST(ReduceOtherTest, MeanMaxMinProd) {
 // modulo 2^bits), and a float result (log, sqrt) stored as the integer type saturates instead of
 // being undefined: log(0) = -inf is the type's lowest value (the fuzzer's ReduceLogSum on uint16
 // zeros, tests/fuzz/regressions/onnx_importer_fuzz/reduce_log_sum_uint16_zeros_neg_inf.onnx).
+// Every float32 reduce op over every subset of axes of an odd-sized [3, 5, 1, 7, 18] tensor
+// (inner and outer reduced axes, interleaved kept ones, a size-1 dim), keepdims on and off,
+// against a double-precision loop over the definition written here.
+TEST(ReduceTest, Float32EveryAxisSetMatchesTheDefinition) {
+  const std::vector<int64_t> dims = {3, 5, 1, 7, 18};
+  const int rank = static_cast<int>(dims.size());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  std::bernoulli_distribution negative(0.3);
+  int64_t total = 1;
+  for (int64_t d : dims) total *= d;
+  std::vector<float> data(total);
+  for (float& v : data) v = negative(rng) ? -u(rng) : u(rng);
+  const char* ops[] = {"ReduceSum", "ReduceMean", "ReduceMax",    "ReduceMin",      "ReduceProd",
+                       "ReduceL1",  "ReduceL2",   "ReduceLogSum", "ReduceSumSquare"};
+  for (const char* op : ops) {
+    const std::string name = op;
+    for (int mask = 1; mask < (1 << rank); ++mask) {
+      for (int keep = 0; keep < 2; ++keep) {
+        SCOPED_TRACE(name + " axes mask " + std::to_string(mask) + " keepdims " +
+                     std::to_string(keep));
+        std::vector<int64_t> axes;
+        for (int d = 0; d < rank; ++d) {
+          if (mask & (1 << d)) axes.push_back(d);
+        }
+        // Reference: per output element, the reduced values in double.
+        std::vector<int64_t> out_dims;
+        for (int d = 0; d < rank; ++d) {
+          if (!(mask & (1 << d))) out_dims.push_back(dims[d]);
+        }
+        int64_t n_out = 1;
+        for (int64_t d : out_dims) n_out *= d;
+        std::vector<std::vector<double>> groups(n_out);
+        for (int64_t i = 0; i < total; ++i) {
+          int64_t rem = i, o = 0, scale = 1;
+          for (int d = rank - 1; d >= 0; --d) {
+            const int64_t c = rem % dims[d];
+            rem /= dims[d];
+            if (!(mask & (1 << d))) {
+              o += c * scale;
+              scale *= dims[d];
+            }
+          }
+          groups[o].push_back(data[i]);
+        }
+        Tensor x(DataType::kFloat32, Shape(std::vector<int64_t>(dims)));
+        std::copy(data.begin(), data.end(), x.mutable_data<float>());
+        // ReduceSum takes axes as an input at opset 13, the others as an attribute at opset 13.
+        OpCase c(op, 13);
+        c.In(std::move(x)).Attr("keepdims", IntAttr(keep));
+        if (name == "ReduceSum") {
+          Tensor a(DataType::kInt64, Shape({static_cast<int64_t>(axes.size())}));
+          std::copy(axes.begin(), axes.end(), a.mutable_data<int64_t>());
+          c.In(std::move(a));
+        } else {
+          c.Attr("axes", IntsAttr(axes));
+        }
+        Tensor y = RunOk(c);
+        ASSERT_EQ(y.NumElements(), n_out);
+        ASSERT_EQ(y.rank(), keep ? rank : static_cast<int>(out_dims.size()));
+        for (int64_t o = 0; o < n_out; ++o) {
+          const std::vector<double>& g = groups[o];
+          double want = 0;
+          if (name == "ReduceMax") {
+            want = *std::max_element(g.begin(), g.end());
+          } else if (name == "ReduceMin") {
+            want = *std::min_element(g.begin(), g.end());
+          } else if (name == "ReduceProd") {
+            want = 1;
+            for (double v : g) want *= v;
+          } else {
+            for (double v : g) {
+              want += name == "ReduceL1"                                  ? std::fabs(v)
+                      : (name == "ReduceL2" || name == "ReduceSumSquare") ? v * v
+                                                                          : v;
+            }
+            if (name == "ReduceMean") want /= static_cast<double>(g.size());
+            if (name == "ReduceL2") want = std::sqrt(want);
+            if (name == "ReduceLogSum") want = std::log(want);
+          }
+          const double got = y.data<float>()[o];
+          if (name == "ReduceLogSum" && !(want == want)) {  // log of a negative sum
+            EXPECT_TRUE(std::isnan(got)) << "output " << o;
+            continue;
+          }
+          if (std::isinf(static_cast<float>(want))) {
+            EXPECT_EQ(got, static_cast<float>(want)) << "output " << o;
+            continue;
+          }
+          ASSERT_NEAR(got, want, 2e-5 * (1 + std::fabs(want))) << "output " << o;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, Float32MaxMinPropagateNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    SCOPED_TRACE(op);
+    // Along the inner axis (rows) and the outer axis (elementwise over rows).
+    ExpectTensor<float>(RunOk(OpCase(op, 13)
+                                  .In(Make<float>({2, 3}, {1, nan, 3, 4, 5, 6}))
+                                  .Attr("axes", IntsAttr({1}))
+                                  .Attr("keepdims", IntAttr(0))),
+                        {2}, {nan, std::string(op) == "ReduceMax" ? 6.0f : 4.0f});
+    ExpectTensor<float>(RunOk(OpCase(op, 13)
+                                  .In(Make<float>({2, 3}, {1, nan, 3, 4, 5, 6}))
+                                  .Attr("axes", IntsAttr({0}))
+                                  .Attr("keepdims", IntAttr(0))),
+                        {3},
+                        {std::string(op) == "ReduceMax" ? 4.0f : 1.0f, nan,
+                         std::string(op) == "ReduceMax" ? 6.0f : 3.0f});
+  }
+}
+
 TEST(ReduceTest, IntegerTypesWrapAndSaturate) {
   ExpectTensor<uint16_t>(RunOk(OpCase("ReduceLogSum", 13).In(Make<uint16_t>({2, 2}, {0, 0, 0, 0}))),
                          {1, 1}, {0});

@@ -76,6 +76,14 @@ double Reference(VecUnary op, double x, double alpha, double beta) {
       return std::nearbyint(x);
     case VecUnary::kMish:
       return x * std::tanh(std::log1p(std::exp(x)));
+    case VecUnary::kTan:
+      return std::tan(x);
+    case VecUnary::kAsin:
+      return std::asin(x);
+    case VecUnary::kAcos:
+      return std::acos(x);
+    case VecUnary::kAtan:
+      return std::atan(x);
     case VecUnary::kCount:
       break;
   }
@@ -146,6 +154,10 @@ TEST_P(VectorMathTest, UnaryMatchesDoublePrecision) {
       {VecUnary::kCeil, -5, 5, 0, 0},
       {VecUnary::kRound, -5, 5, 0, 0},
       {VecUnary::kMish, -20, 20, 0, 0},
+      {VecUnary::kTan, -1.5f, 1.5f, 0, 0},
+      {VecUnary::kAsin, -1, 1, 0, 0},
+      {VecUnary::kAcos, -1, 1, 0, 0},
+      {VecUnary::kAtan, -50, 50, 0, 0},
   };
   for (const UnaryCase& c : cases) {
     for (int n : {1, 7, 8, 15, 16, 17, 33, 200}) {
@@ -286,12 +298,67 @@ TEST_P(VectorMathTest, ExpTanhSigmoidOverTheWholeRange) {
   }
 }
 
+TEST_P(VectorMathTest, ReduceRowsMatchDoublePrecision) {
+  const VecReduce ops[] = {VecReduce::kSum,  VecReduce::kMax,    VecReduce::kMin,
+                           VecReduce::kProd, VecReduce::kSumAbs, VecReduce::kSumSquare};
+  for (VecReduce op : ops) {
+    for (int n : {1, 7, 16, 17, 33, 56, 100}) {
+      SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)) + " n " + std::to_string(n));
+      const int rows = 5;
+      std::vector<float> x = Inputs(rows * n, -1.5f, 1.5f, 7 + n);
+      std::vector<float> y(rows, -7.0f);
+      ReduceRowsF32(op, x.data(), rows, n, y.data());
+      for (int r = 0; r < rows; ++r) {
+        const float* row = x.data() + r * n;
+        double want = op == VecReduce::kProd ? 1 : 0;
+        if (op == VecReduce::kMax) want = -INFINITY;
+        if (op == VecReduce::kMin) want = INFINITY;
+        for (int i = 0; i < n; ++i) {
+          const double v = row[i];
+          switch (op) {
+            case VecReduce::kMax:
+              want = std::max(want, v);
+              break;
+            case VecReduce::kMin:
+              want = std::min(want, v);
+              break;
+            case VecReduce::kProd:
+              want *= v;
+              break;
+            case VecReduce::kSumAbs:
+              want += std::fabs(v);
+              break;
+            case VecReduce::kSumSquare:
+              want += v * v;
+              break;
+            default:
+              want += v;
+              break;
+          }
+        }
+        ASSERT_NEAR(y[r], want, 1e-5 * (1 + std::fabs(want))) << "row " << r;
+      }
+    }
+    // A NaN anywhere in a row wins Max and Min (and poisons the rest).
+    if (op == VecReduce::kMax || op == VecReduce::kMin) {
+      for (int at : {0, 5, 16, 20}) {
+        std::vector<float> x = Inputs(21, -1.0f, 1.0f, 3);
+        x[at] = std::numeric_limits<float>::quiet_NaN();
+        float y = 0;
+        ReduceRowsF32(op, x.data(), 1, 21, &y);
+        EXPECT_TRUE(std::isnan(y)) << "NaN at " << at;
+      }
+    }
+  }
+}
+
 TEST_P(VectorMathTest, BinaryWithScalarOperands) {
   const VecBinary ops[] = {VecBinary::kAdd, VecBinary::kSub, VecBinary::kMul, VecBinary::kDiv,
-                           VecBinary::kMax, VecBinary::kMin, VecBinary::kPow};
+                           VecBinary::kMax, VecBinary::kMin, VecBinary::kPow, VecBinary::kPRelu};
   for (VecBinary op : ops) {
     for (int n : {1, 9, 16, 31}) {
-      const std::vector<float> a = Inputs(n, 0.5f, 4.0f, 3);
+      // PRelu's both branches: a negative and positive.
+      const std::vector<float> a = Inputs(n, op == VecBinary::kPRelu ? -4.0f : 0.5f, 4.0f, 3);
       const std::vector<float> b = Inputs(n, -2.0f, 2.0f, 4);
       for (int sa : {0, 1}) {
         for (int sb : {0, 1}) {
@@ -321,6 +388,9 @@ TEST_P(VectorMathTest, BinaryWithScalarOperands) {
                 break;
               case VecBinary::kPow:
                 want = std::pow(x, z);
+                break;
+              case VecBinary::kPRelu:
+                want = x >= 0 ? x : x * z;
                 break;
               case VecBinary::kCount:
                 break;
