@@ -69,16 +69,6 @@ absl::Status PrepareIntMatMul(const Tensor& a, const Tensor& b, const Tensor* az
   return absl::OkStatus();
 }
 
-Int8ZeroPoint ZeroPointOf(const Tensor* zp) {
-  Int8ZeroPoint z;
-  if (zp != nullptr) {
-    z.data = zp->raw_data();
-    z.is_signed = zp->dtype() == DataType::kInt8;
-    z.count = zp->NumElements();
-  }
-  return z;
-}
-
 // Per-frame buffers: the product's scratch, a non-constant B packed per call, QLinearMatMul's
 // int32 product before requantization.
 struct IntMatMulState : KernelState {
