@@ -38,13 +38,12 @@ absl::Status HoistLoopInvariantsPass::Run(Graph& graph, const TransformContext& 
   std::vector<Node> nodes;
   nodes.reserve(graph.nodes.size());
   for (Node& loop : graph.nodes) {
-    auto it = loop.attributes.find("body");
-    if (loop.op_type != "Loop" || loop.loop == nullptr || it == loop.attributes.end() ||
-        it->second.graph == nullptr) {
+    Attribute* body_attribute = LoopBodyAttribute(loop);
+    if (body_attribute == nullptr) {
       nodes.push_back(std::move(loop));
       continue;
     }
-    const Graph& source = *it->second.graph;
+    const Graph& source = *body_attribute->graph;
     // Invariant body values and the enclosing-graph value each stands for (kNoValue for a body
     // constant not yet copied out).
     absl::flat_hash_map<ValueId, ValueId> outer;
@@ -105,7 +104,7 @@ absl::Status HoistLoopInvariantsPass::Run(Graph& graph, const TransformContext& 
     RemoveNodes(*body, removed);
     log.push_back(absl::StrCat(name(), ": ", loop.Label(), ": ", hoisted.size(),
                                " invariant node(s) run once before the Loop: ", names));
-    it->second.graph = std::move(body);
+    body_attribute->graph = std::move(body);
     nodes.push_back(std::move(loop));
   }
   graph.nodes = std::move(nodes);
