@@ -488,6 +488,33 @@ TEST(FuseLayerNormTest, MeanOverAnotherAxisIsLeftAlone) {
   EXPECT_TRUE(RunPass(FuseLayerNormPass(), b).empty());
 }
 
+// A Loop node (opset 13) over `body` that carries the condition and one state (body inputs 1 and
+// 2, body results 0 and 1) and returns the state's last value, then the `more` output ports.
+Node CarriedStateLoop(std::shared_ptr<const Graph> body,
+                      std::vector<LoopSpec::OutputPort> more = {}) {
+  auto spec = std::make_shared<LoopSpec>();
+  spec->current_iteration_param = 0;
+  spec->condition_result = 0;
+  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
+                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
+  LoopSpec::OutputPort last;
+  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
+  last.node_output = 0;
+  last.body_result = 1;
+  spec->outputs = {last};
+  spec->outputs.insert(spec->outputs.end(), more.begin(), more.end());
+  Node loop;
+  loop.op_type = "Loop";
+  loop.name = "loop";
+  loop.opset = 13;
+  loop.loop = spec;
+  Attribute attr;
+  attr.type = Attribute::Type::kGraph;
+  attr.graph = std::move(body);
+  loop.attributes["body"] = attr;
+  return loop;
+}
+
 TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   // body(i, cond_in, x_in) -> (cond_out = Identity(cond_in), x_out = x_in + 1,
   //                            scan = Identity(x_out))
@@ -527,31 +554,12 @@ TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   body->nodes = {node("Identity", {cond_in}, cond_out), node("Add", {x_in, one}, x_out),
                  node("Identity", {x_out}, scan)};
 
-  auto spec = std::make_shared<LoopSpec>();
-  spec->current_iteration_param = 0;
-  spec->condition_result = 0;
-  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
-                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
-  LoopSpec::OutputPort last;
-  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
-  last.node_output = 0;
-  last.body_result = 1;
   LoopSpec::OutputPort stacked;
   stacked.kind = LoopSpec::OutputPort::Kind::kStack;
   stacked.node_output = 1;
   stacked.body_result = 2;
-  spec->outputs = {last, stacked};
-
   Builder b;
-  Node loop;
-  loop.op_type = "Loop";
-  loop.name = "loop";
-  loop.opset = 13;
-  loop.loop = spec;
-  Attribute attr;
-  attr.type = Attribute::Type::kGraph;
-  attr.graph = body;
-  loop.attributes["body"] = attr;
+  const Node loop = CarriedStateLoop(body, {stacked});
   b.graph().nodes.push_back(loop);
   const std::vector<std::string> log = RunPass(ElideLoopIdentitiesPass(), b);
   ASSERT_EQ(log.size(), 1u);
@@ -675,28 +683,10 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
                  node("Tanh", {s2}, h_out)};
   r.original_body = body;
 
-  auto spec = std::make_shared<LoopSpec>();
-  spec->current_iteration_param = 0;
-  spec->condition_result = 0;
-  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
-                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
-  LoopSpec::OutputPort last;
-  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
-  last.node_output = 0;
-  last.body_result = 1;
-  spec->outputs = {last};
-  Node loop;
-  loop.op_type = "Loop";
-  loop.name = "loop";
-  loop.opset = 13;
-  loop.loop = spec;
+  Node loop = CarriedStateLoop(body);
   loop.inputs = {m, cond, h0};
   loop.outputs = {h};
   loop.implicit_inputs = {x, constants[0], constants[1], constants[2], constants[3]};
-  Attribute attr;
-  attr.type = Attribute::Type::kGraph;
-  attr.graph = body;
-  loop.attributes["body"] = attr;
   outer->nodes.push_back(loop);
   r.graph = outer;
   return r;
@@ -1361,28 +1351,10 @@ TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
   body->outputs = {cond_out, h_out};
   body->nodes = {node("Identity", {cond_in}, cond_out), node("MatMul", {e_in, w_c}, ew),
                  node("Tanh", {ew}, t), node("Add", {h_in, t}, h_out)};
-  auto spec = std::make_shared<LoopSpec>();
-  spec->current_iteration_param = 0;
-  spec->condition_result = 0;
-  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
-                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
-  LoopSpec::OutputPort last;
-  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
-  last.node_output = 0;
-  last.body_result = 1;
-  spec->outputs = {last};
-  Node loop;
-  loop.op_type = "Loop";
-  loop.name = "loop";
-  loop.opset = 13;
-  loop.loop = spec;
+  Node loop = CarriedStateLoop(body);
   loop.inputs = {m, cond, h0};
   loop.outputs = {h};
   loop.implicit_inputs = {e};
-  Attribute attr;
-  attr.type = Attribute::Type::kGraph;
-  attr.graph = body;
-  loop.attributes["body"] = attr;
   outer->nodes.push_back(loop);
 
   Graph rewritten = *outer;
