@@ -488,6 +488,25 @@ TEST(FuseLayerNormTest, MeanOverAnotherAxisIsLeftAlone) {
   EXPECT_TRUE(RunPass(FuseLayerNormPass(), b).empty());
 }
 
+// The declared type of a graph value.
+ValueType TypeOf(DataType dtype, std::vector<int64_t> dims) {
+  ValueType t;
+  t.dtype = dtype;
+  t.dims = std::move(dims);
+  return t;
+}
+
+// An opset-13 node `op` reading `in` and writing `out`, named after its op and output.
+Node BodyNode(const char* op, std::vector<ValueId> in, ValueId out) {
+  Node n;
+  n.op_type = op;
+  n.name = std::string(op) + "_" + std::to_string(out);
+  n.opset = 13;
+  n.inputs = std::move(in);
+  n.outputs = {out};
+  return n;
+}
+
 // A Loop node (opset 13) over `body` that carries the condition and one state (body inputs 1 and
 // 2, body results 0 and 1) and returns the state's last value, then the `more` output ports.
 Node CarriedStateLoop(std::shared_ptr<const Graph> body,
@@ -542,17 +561,8 @@ TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   body->constants.push_back({one, one_t});
   body->inputs = {i, cond_in, x_in};
   body->outputs = {cond_out, x_out, scan};
-  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.op_type = op;
-    n.name = std::string(op) + "_" + std::to_string(out);
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
-  body->nodes = {node("Identity", {cond_in}, cond_out), node("Add", {x_in, one}, x_out),
-                 node("Identity", {x_out}, scan)};
+  body->nodes = {BodyNode("Identity", {cond_in}, cond_out), BodyNode("Add", {x_in, one}, x_out),
+                 BodyNode("Identity", {x_out}, scan)};
 
   LoopSpec::OutputPort stacked;
   stacked.kind = LoopSpec::OutputPort::Kind::kStack;
@@ -596,28 +606,13 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
   r.u = Random(Shape{hidden, hidden}, 5, -0.5f, 0.5f);
   r.h0 = Random(Shape{batch, hidden}, 6);
 
-  auto type = [](DataType dtype, std::vector<int64_t> dims) {
-    ValueType t;
-    t.dtype = dtype;
-    t.dims = std::move(dims);
-    return t;
-  };
-  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.op_type = op;
-    n.name = std::string(op) + "_" + std::to_string(out);
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
   auto outer = std::make_shared<Graph>();
   outer->name = "rnn";
-  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
-  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
-  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {batch, hidden}));
-  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, batch, in}));
-  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId m = outer->AddValue("M", TypeOf(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", TypeOf(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", TypeOf(DataType::kFloat32, {batch, hidden}));
+  const ValueId x = outer->AddValue("X", TypeOf(DataType::kFloat32, {kSteps, batch, in}));
+  const ValueId h = outer->AddValue("h", TypeOf(DataType::kFloat32, {batch, hidden}));
   outer->inputs = {m, cond, h0, x};
   outer->outputs = {h};
   std::vector<ValueId> constants;
@@ -632,11 +627,11 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
 
   auto body = std::make_shared<Graph>();
   body->name = "rnn_body";
-  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
-  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
-  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {batch, hidden}));
-  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
-  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId i = body->AddValue("i", TypeOf(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", TypeOf(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", TypeOf(DataType::kFloat32, {batch, hidden}));
+  const ValueId cond_out = body->AddValue("cond_out", TypeOf(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", TypeOf(DataType::kFloat32, {batch, hidden}));
   const ValueId x_in = body->AddValue("X_in");
   body->captures.push_back({x_in, x});
   std::vector<ValueId> inner;  // W, G, c, U
@@ -660,7 +655,7 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
   const ValueId s2 = body->AddValue("s2");
   body->inputs = {i, cond_in, h_in};
   body->outputs = {cond_out, h_out};
-  Node gemm = node("Gemm", {x_t, inner[1], inner[2]}, xg);
+  Node gemm = BodyNode("Gemm", {x_t, inner[1], inner[2]}, xg);
   Attribute one;
   one.type = Attribute::Type::kInt;
   one.i = 1;
@@ -672,15 +667,15 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
   Attribute beta = alpha;
   beta.f = 2.0f;
   gemm.attributes["beta"] = beta;
-  Node gather = node("Gather", {x_in, index}, x_t);
-  body->nodes = {node("Identity", {cond_in}, cond_out),
+  Node gather = BodyNode("Gather", {x_in, index}, x_t);
+  body->nodes = {BodyNode("Identity", {cond_in}, cond_out),
                  gather,
-                 node("MatMul", {x_t, inner[0]}, xw),
+                 BodyNode("MatMul", {x_t, inner[0]}, xw),
                  gemm,
-                 node("MatMul", {h_in, inner[3]}, hu),
-                 node("Add", {xw, xg}, s1),
-                 node("Add", {s1, hu}, s2),
-                 node("Tanh", {s2}, h_out)};
+                 BodyNode("MatMul", {h_in, inner[3]}, hu),
+                 BodyNode("Add", {xw, xg}, s1),
+                 BodyNode("Add", {s1, hu}, s2),
+                 BodyNode("Tanh", {s2}, h_out)};
   r.original_body = body;
 
   Node loop = CarriedStateLoop(body);
@@ -1304,41 +1299,26 @@ TEST(OptimizedPathTest, PointwiseConvs) {
 // the Loop; the body keeps the Add. The model's answer is h0 + T tanh(E W), in double here.
 TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
   constexpr int64_t kTrips = 5;
-  auto type = [](DataType dtype, std::vector<int64_t> dims) {
-    ValueType t;
-    t.dtype = dtype;
-    t.dims = std::move(dims);
-    return t;
-  };
-  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.op_type = op;
-    n.name = std::string(op) + "_" + std::to_string(out);
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
   const Tensor w = Random(Shape{3, 4}, 110, -0.5f, 0.5f);
   auto outer = std::make_shared<Graph>();
   outer->name = "main";
-  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
-  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
-  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {2, 4}));
-  const ValueId x = outer->AddValue("x", type(DataType::kFloat32, {2, 3}));
-  const ValueId e = outer->AddValue("e", type(DataType::kFloat32, {2, 3}));
-  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {2, 4}));
+  const ValueId m = outer->AddValue("M", TypeOf(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", TypeOf(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", TypeOf(DataType::kFloat32, {2, 4}));
+  const ValueId x = outer->AddValue("x", TypeOf(DataType::kFloat32, {2, 3}));
+  const ValueId e = outer->AddValue("e", TypeOf(DataType::kFloat32, {2, 3}));
+  const ValueId h = outer->AddValue("h", TypeOf(DataType::kFloat32, {2, 4}));
   outer->inputs = {m, cond, h0, x};
   outer->outputs = {h};
-  outer->nodes.push_back(node("Neg", {x}, e));  // computed: not a constant
+  outer->nodes.push_back(BodyNode("Neg", {x}, e));  // computed: not a constant
 
   auto body = std::make_shared<Graph>();
   body->name = "body";
-  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
-  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
-  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {2, 4}));
-  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
-  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {2, 4}));
+  const ValueId i = body->AddValue("i", TypeOf(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", TypeOf(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", TypeOf(DataType::kFloat32, {2, 4}));
+  const ValueId cond_out = body->AddValue("cond_out", TypeOf(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", TypeOf(DataType::kFloat32, {2, 4}));
   const ValueId e_in = body->AddValue("e_in");
   body->captures.push_back({e_in, e});
   const ValueId w_c = body->AddValue("w");
@@ -1349,8 +1329,8 @@ TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
   const ValueId t = body->AddValue("t");
   body->inputs = {i, cond_in, h_in};
   body->outputs = {cond_out, h_out};
-  body->nodes = {node("Identity", {cond_in}, cond_out), node("MatMul", {e_in, w_c}, ew),
-                 node("Tanh", {ew}, t), node("Add", {h_in, t}, h_out)};
+  body->nodes = {BodyNode("Identity", {cond_in}, cond_out), BodyNode("MatMul", {e_in, w_c}, ew),
+                 BodyNode("Tanh", {ew}, t), BodyNode("Add", {h_in, t}, h_out)};
   Node loop = CarriedStateLoop(body);
   loop.inputs = {m, cond, h0};
   loop.outputs = {h};
