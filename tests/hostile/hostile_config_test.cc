@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
@@ -24,6 +23,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_service.grpc.pb.h"
+#include "tests/integration/raw_grpc.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_util.h"
 
@@ -168,19 +168,7 @@ TEST(HostileConfigTest, UndecodableBytesGetInvalidArgumentOnEveryMethod) {
   for (const std::string& method : methods) {
     for (const std::string& bytes :
          {std::string("\xff\xff\xff\xff", 4), std::string("\x0a\xff\xff\xff\xff\x0f", 6)}) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer request(&slice, 1);
-      grpc::ByteBuffer response;
-      absl::Notification done;
-      grpc::Status status;
-      generic.UnaryCall(&context, "/inference.GRPCInferenceService/" + method, {}, &request,
-                        &response, [&](grpc::Status s) {
-                          status = std::move(s);
-                          done.Notify();
-                        });
-      done.WaitForNotification();
+      const grpc::Status status = RawUnaryCall(generic, method, bytes);
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
       EXPECT_THAT(status.error_message(),
                   HasSubstr(absl::StrCat(method, ": the request (", bytes.size(),
