@@ -26,6 +26,7 @@
 #include "engine/transform/hoist_loop_invariants.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/attribute_builders.h"
 
 namespace loopserve::engine::transform {
 namespace {
@@ -837,19 +838,8 @@ TEST(HoistLoopProjectionsTest, WeightsComputedInTheBodyAreLeftAlone) {
 
 // ---- fold_constants, fold_into_conv and the optimized paths they lead to --------------------
 
-Attribute IntAttr(int64_t value) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = value;
-  return a;
-}
-
-Attribute FloatAttr(float value) {
-  Attribute a;
-  a.type = Attribute::Type::kFloat;
-  a.f = value;
-  return a;
-}
+using test_attrs::FloatAttr;
+using test_attrs::IntAttr;
 
 Tensor Int64s(const Shape& shape, std::vector<int64_t> values) {
   Tensor t(DataType::kInt64, shape);
