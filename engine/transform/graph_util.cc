@@ -70,6 +70,18 @@ Attribute* LoopBodyAttribute(Node& node) {
   return &it->second;
 }
 
+void RewriteLoops(
+    Graph& graph,
+    absl::FunctionRef<void(Node& loop, Attribute& body, std::vector<Node>& nodes)> rewrite) {
+  std::vector<Node> nodes;
+  nodes.reserve(graph.nodes.size());
+  for (Node& node : graph.nodes) {
+    if (Attribute* body = LoopBodyAttribute(node)) rewrite(node, *body, nodes);
+    nodes.push_back(std::move(node));
+  }
+  graph.nodes = std::move(nodes);
+}
+
 void FuseEachNode(
     Graph& graph,
     absl::FunctionRef<bool(int n, const ValueUses& uses, std::vector<bool>& removed)> fuse) {

@@ -39,6 +39,13 @@ bool BroadcastsPerChannel(const Tensor& t, int64_t rank, int64_t channels);
 // the loop passes rewrite.
 Attribute* LoopBodyAttribute(Node& node);
 
+// Rebuilds graph.nodes in order: each Loop node with a body (LoopBodyAttribute) goes after what
+// `rewrite(loop, body, nodes)` appends to the new list `nodes` (nodes that move before the Loop);
+// `rewrite` may change the Loop and its body attribute. The other nodes are kept as they are.
+void RewriteLoops(
+    Graph& graph,
+    absl::FunctionRef<void(Node& loop, Attribute& body, std::vector<Node>& nodes)> rewrite);
+
 // Drops the nodes marked in `removed` (keeping the others' order).
 void RemoveNodes(Graph& graph, const std::vector<bool>& removed);
 
