@@ -540,15 +540,9 @@ TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   //                            scan = Identity(x_out))
   auto body = std::make_shared<Graph>();
   body->name = "body";
-  ValueType b_type;
-  b_type.dtype = DataType::kBool;
-  b_type.dims = std::vector<int64_t>{};
-  ValueType f_type;
-  f_type.dtype = DataType::kFloat32;
-  f_type.dims = std::vector<int64_t>{2};
-  ValueType i_type;
-  i_type.dtype = DataType::kInt64;
-  i_type.dims = std::vector<int64_t>{};
+  const ValueType b_type = TypeOf(DataType::kBool, {});
+  const ValueType f_type = TypeOf(DataType::kFloat32, {2});
+  const ValueType i_type = TypeOf(DataType::kInt64, {});
   const ValueId i = body->AddValue("i", i_type);
   const ValueId cond_in = body->AddValue("cond_in", b_type);
   const ValueId x_in = body->AddValue("x_in", f_type);
@@ -944,12 +938,8 @@ TEST(FoldConstantsTest, LargeExpansionsAndFailuresStay) {
 TEST(FoldConstantsTest, InsideIfBranchThroughTheModel) {
   auto outer = std::make_shared<Graph>();
   outer->name = "main";
-  ValueType cond_type;
-  cond_type.dtype = DataType::kBool;
-  cond_type.dims = std::vector<int64_t>{};
-  ValueType x_type;
-  x_type.dtype = DataType::kFloat32;
-  x_type.dims = std::vector<int64_t>{2, 4};
+  const ValueType cond_type = TypeOf(DataType::kBool, {});
+  const ValueType x_type = TypeOf(DataType::kFloat32, {2, 4});
   const ValueId cond = outer->AddValue("cond", cond_type);
   const ValueId x = outer->AddValue("x", x_type);
   const ValueId y = outer->AddValue("y");
