@@ -76,6 +76,21 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const std::string& reposito
   return ServerProcess::Start(options);
 }
 
+// ModelReady for `name` over gRPC: the answer, or the call's error.
+absl::StatusOr<bool> ModelIsReady(inference::GRPCInferenceService::Stub& stub,
+                                  const std::string& name) {
+  grpc::ClientContext context;
+  inference::ModelReadyRequest request;
+  request.set_name(name);
+  inference::ModelReadyResponse response;
+  const grpc::Status status = stub.ModelReady(&context, request, &response);
+  if (!status.ok()) {
+    return absl::UnknownError(
+        absl::StrCat("ModelReady: gRPC code ", status.error_code(), ": ", status.error_message()));
+  }
+  return response.ready();
+}
+
 TEST(HostileConfigTest, HostileRepositoryFilesAreRefusedUnreadAndTheOthersServe) {
   const std::string root = Repository();
   const std::string outside = MakeScratchDir("hostile_config_outside");
@@ -133,12 +148,9 @@ TEST(HostileConfigTest, HostileRepositoryFilesAreRefusedUnreadAndTheOthersServe)
   EXPECT_THAT((*server)->log(), Not(HasSubstr(kSecret)));
 
   // The good model serves.
-  grpc::ClientContext ready_context;
-  inference::ModelReadyRequest ready_request;
-  ready_request.set_name("counter");
-  inference::ModelReadyResponse ready;
-  ASSERT_TRUE(stub->ModelReady(&ready_context, ready_request, &ready).ok());
-  EXPECT_TRUE(ready.ready());
+  const absl::StatusOr<bool> ready = ModelIsReady(*stub, "counter");
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(*ready);
 }
 
 TEST(HostileConfigTest, DeeplyNestedConfigJsonIsRejectedAtOnce) {
@@ -178,12 +190,9 @@ TEST(HostileConfigTest, UndecodableBytesGetInvalidArgumentOnEveryMethod) {
   }
   // The server is fine, and the well-formed calls still work (the unload above did not happen).
   auto stub = Stub(**server);
-  grpc::ClientContext context;
-  inference::ModelReadyRequest ready_request;
-  ready_request.set_name("counter");
-  inference::ModelReadyResponse ready;
-  ASSERT_TRUE(stub->ModelReady(&context, ready_request, &ready).ok());
-  EXPECT_TRUE(ready.ready());
+  const absl::StatusOr<bool> ready = ModelIsReady(*stub, "counter");
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(*ready);
   grpc::ClientContext unload_context;
   inference::RepositoryModelUnloadRequest unload;
   unload.set_model_name("counter");
