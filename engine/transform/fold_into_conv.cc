@@ -78,27 +78,24 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
                                    std::vector<std::string>& log) const {
   // Rewrites only add constants and move a Conv's output to a later value no other Conv chain
   // reads, so the uses of the values the loop looks at stay as counted here.
-  const ValueUses uses(graph);
-  std::vector<bool> removed(graph.nodes.size(), false);
-  bool changed = false;
-  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+  FuseEachNode(graph, [&](int n, const ValueUses& uses, std::vector<bool>& removed) {
     Node& conv = graph.nodes[n];
     const bool transposed = conv.op_type == "ConvTranspose";
-    if (removed[n] || (conv.op_type != "Conv" && !transposed) ||
+    if ((conv.op_type != "Conv" && !transposed) ||
         !(conv.domain.empty() || conv.domain == "ai.onnx") || conv.inputs.size() < 2 ||
         conv.inputs.size() > 3 || conv.outputs.size() != 1 || conv.fusion != nullptr) {
-      continue;
+      return false;
     }
     const Tensor* w = FloatConstant(context, conv.inputs[1]);
     const bool has_bias = conv.inputs.size() == 3 && conv.inputs[2] != kNoValue;
     const Tensor* bias = has_bias ? FloatConstant(context, conv.inputs[2]) : nullptr;
-    if (w == nullptr || w->rank() < 3 || (has_bias && bias == nullptr)) continue;
+    if (w == nullptr || w->rank() < 3 || (has_bias && bias == nullptr)) return false;
     // Output channels: Conv's W is [M, C / group, k...]; ConvTranspose's [C, M / group, k...].
     absl::StatusOr<int64_t> group = conv.GetInt("group", 1);
-    if (!group.ok() || *group < 1 || (transposed && w->dim(0) % *group != 0)) continue;
+    if (!group.ok() || *group < 1 || (transposed && w->dim(0) % *group != 0)) return false;
     const int64_t channels = transposed ? w->dim(1) * *group : w->dim(0);
     const int64_t rank = w->rank();
-    if (bias != nullptr && bias->NumElements() != channels) continue;
+    if (bias != nullptr && bias->NumElements() != channels) return false;
     // The Conv as y = x (*) (W * scale) + shift, grown along the chain.
     std::vector<double> scale(channels, 1.0), shift(channels, 0.0);
     if (bias != nullptr) shift.assign(bias->data<float>(), bias->data<float>() + channels);
@@ -138,7 +135,7 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
       chain.push_back(next);
       value = node.outputs[0];
     }
-    if (chain.size() == 1) continue;
+    if (chain.size() == 1) return false;
 
     auto new_w = std::make_shared<Tensor>(DataType::kFloat32, w->shape());
     // Blocks of `taps` weights that share an output channel, in order: Conv's [M][C/g][k...]
@@ -172,9 +169,8 @@ absl::Status FoldIntoConvPass::Run(Graph& graph, const TransformContext& context
     for (size_t k = 1; k < chain.size(); ++k) removed[chain[k]] = true;
     log.push_back(absl::StrCat(name(), ": ", described, " -> ", target.op_type, " '", target.name,
                                "' (weights and bias folded)"));
-    changed = true;
-  }
-  if (changed) RemoveNodes(graph, removed);
+    return true;
+  });
   return absl::OkStatus();
 }
 

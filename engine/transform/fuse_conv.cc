@@ -98,16 +98,12 @@ bool KeepsShape(const Node& reader, ValueId value, const Tensor* weights,
 
 absl::Status FuseConvPass::Run(Graph& graph, const TransformContext& context,
                                std::vector<std::string>& log) const {
-  const ValueUses uses(graph);
-  std::vector<bool> removed(graph.nodes.size(), false);
-  bool changed = false;
-  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
-    if (removed[n]) continue;
+  FuseEachNode(graph, [&](int n, const ValueUses& uses, std::vector<bool>& removed) {
     const Node& node = graph.nodes[n];
     if (node.op_type != "Conv" || !(node.domain.empty() || node.domain == "ai.onnx") ||
         node.fusion != nullptr || node.inputs.size() < 2 || node.inputs.size() > 3 ||
         node.outputs.size() != 1 || node.outputs[0] == kNoValue) {
-      continue;
+      return false;
     }
     ChainBuilder chain;
     chain.inputs = node.inputs;
@@ -131,11 +127,10 @@ absl::Status FuseConvPass::Run(Graph& graph, const TransformContext& context,
         break;
       }
     }
-    if (chain.post_ops.empty()) continue;
+    if (chain.post_ops.empty()) return false;
     chain.Replace(graph, node, std::make_shared<FusionSpec>(), name(), log, removed);
-    changed = true;
-  }
-  if (changed) RemoveNodes(graph, removed);
+    return true;
+  });
   return absl::OkStatus();
 }
 

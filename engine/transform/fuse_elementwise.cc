@@ -6,11 +6,8 @@ namespace loopserve::engine::transform {
 
 absl::Status FuseElementwisePass::Run(Graph& graph, const TransformContext& context,
                                       std::vector<std::string>& log) const {
-  const ValueUses uses(graph);
-  std::vector<bool> removed(graph.nodes.size(), false);
-  bool changed = false;
-  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
-    if (removed[n] || !IsFusableElementwise(graph.nodes[n], context)) continue;
+  FuseEachNode(graph, [&](int n, const ValueUses& uses, std::vector<bool>& removed) {
+    if (!IsFusableElementwise(graph.nodes[n], context)) return false;
     const Node& start = graph.nodes[n];
     ChainBuilder chain;
     if (start.op_type == kElementwiseOp) {
@@ -21,18 +18,17 @@ absl::Status FuseElementwisePass::Run(Graph& graph, const TransformContext& cont
     } else {
       chain.value = start.inputs[0];
       chain.inputs = {start.inputs[0]};
-      if (!chain.Absorb(graph, n, context)) continue;
+      if (!chain.Absorb(graph, n, context)) return false;
     }
     chain.Grow(graph, uses, removed, context);
-    if (chain.nodes.size() < 2) continue;  // nothing to fuse with
+    if (chain.nodes.size() < 2) return false;  // nothing to fuse with
     Node fused;
     fused.name = start.name;
     fused.op_type = kElementwiseOp;
     fused.opset = start.opset;
     chain.Replace(graph, std::move(fused), std::make_shared<FusionSpec>(), name(), log, removed);
-    changed = true;
-  }
-  if (changed) RemoveNodes(graph, removed);
+    return true;
+  });
   return absl::OkStatus();
 }
 

@@ -7,22 +7,18 @@ namespace loopserve::engine::transform {
 
 absl::Status FuseIntMatMulPass::Run(Graph& graph, const TransformContext& context,
                                     std::vector<std::string>& log) const {
-  const ValueUses uses(graph);
-  std::vector<bool> removed(graph.nodes.size(), false);
-  bool changed = false;
-  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
-    if (removed[n]) continue;
+  FuseEachNode(graph, [&](int n, const ValueUses& uses, std::vector<bool>& removed) {
     const Node& node = graph.nodes[n];
     if (node.op_type != "MatMulInteger" || !(node.domain.empty() || node.domain == "ai.onnx") ||
         node.fusion != nullptr || node.inputs.size() < 2 || node.inputs.size() > 4 ||
         node.inputs[0] == kNoValue || node.inputs[1] == kNoValue || node.outputs.size() != 1 ||
         !uses.Single(node.outputs[0])) {
-      continue;
+      return false;
     }
     const int cast = uses.consumer[node.outputs[0]];
-    if (cast < 0 || removed[cast] || !IsOp(graph.nodes[cast], "Cast", 1, 1)) continue;
+    if (cast < 0 || removed[cast] || !IsOp(graph.nodes[cast], "Cast", 1, 1)) return false;
     absl::StatusOr<int64_t> to = graph.nodes[cast].GetInt("to", 0);
-    if (!to.ok() || *to != DataTypeToOnnx(DataType::kFloat32)) continue;
+    if (!to.ok() || *to != DataTypeToOnnx(DataType::kFloat32)) return false;
 
     ChainBuilder chain;
     chain.inputs = node.inputs;  // positional: A, B, a_zero_point, b_zero_point
@@ -34,9 +30,8 @@ absl::Status FuseIntMatMulPass::Run(Graph& graph, const TransformContext& contex
     Node fused = node;
     fused.op_type = kFusedMatMulIntegerOp;
     chain.Replace(graph, std::move(fused), std::make_shared<FusionSpec>(), name(), log, removed);
-    changed = true;
-  }
-  if (changed) RemoveNodes(graph, removed);
+    return true;
+  });
   return absl::OkStatus();
 }
 

@@ -63,6 +63,37 @@ void RemoveNodes(Graph& graph, const std::vector<bool>& removed) {
   graph.nodes = std::move(kept);
 }
 
+Attribute* LoopBodyAttribute(Node& node) {
+  if (node.op_type != "Loop" || node.loop == nullptr) return nullptr;
+  auto it = node.attributes.find("body");
+  if (it == node.attributes.end() || it->second.graph == nullptr) return nullptr;
+  return &it->second;
+}
+
+void RewriteLoops(
+    Graph& graph,
+    absl::FunctionRef<void(Node& loop, Attribute& body, std::vector<Node>& nodes)> rewrite) {
+  std::vector<Node> nodes;
+  nodes.reserve(graph.nodes.size());
+  for (Node& node : graph.nodes) {
+    if (Attribute* body = LoopBodyAttribute(node)) rewrite(node, *body, nodes);
+    nodes.push_back(std::move(node));
+  }
+  graph.nodes = std::move(nodes);
+}
+
+void FuseEachNode(
+    Graph& graph,
+    absl::FunctionRef<bool(int n, const ValueUses& uses, std::vector<bool>& removed)> fuse) {
+  const ValueUses uses(graph);
+  std::vector<bool> removed(graph.nodes.size(), false);
+  bool changed = false;
+  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+    if (!removed[n] && fuse(n, uses, removed)) changed = true;
+  }
+  if (changed) RemoveNodes(graph, removed);
+}
+
 void ReplaceNodes(Graph& graph, const std::vector<int>& nodes, int last, Node fused,
                   std::vector<bool>& removed) {
   for (int k : nodes) removed[k] = true;

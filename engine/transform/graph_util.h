@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "engine/ir/graph.h"
 #include "engine/transform/pass.h"
 
@@ -34,8 +35,26 @@ std::optional<float> ScalarConstant(const TransformContext& context, ValueId id)
 // element of rank <= `rank`, or [M, 1, ...] of rank - 1, or [1, M, 1, ...] of rank.
 bool BroadcastsPerChannel(const Tensor& t, int64_t rank, int64_t channels);
 
+// The "body" attribute of a Loop node that has its loop info and a body graph, else null: what
+// the loop passes rewrite.
+Attribute* LoopBodyAttribute(Node& node);
+
+// Rebuilds graph.nodes in order: each Loop node with a body (LoopBodyAttribute) goes after what
+// `rewrite(loop, body, nodes)` appends to the new list `nodes` (nodes that move before the Loop);
+// `rewrite` may change the Loop and its body attribute. The other nodes are kept as they are.
+void RewriteLoops(
+    Graph& graph,
+    absl::FunctionRef<void(Node& loop, Attribute& body, std::vector<Node>& nodes)> rewrite);
+
 // Drops the nodes marked in `removed` (keeping the others' order).
 void RemoveNodes(Graph& graph, const std::vector<bool>& removed);
+
+// A fusion pass's walk over the graph: `fuse(n, uses, removed)` on every node n not yet marked in
+// `removed`, in order, with the readers counted before the walk; it returns whether it rewrote
+// the graph, marking the nodes it merged away. The marked nodes are dropped at the end.
+void FuseEachNode(
+    Graph& graph,
+    absl::FunctionRef<bool(int n, const ValueUses& uses, std::vector<bool>& removed)> fuse);
 
 // Puts `fused` at node `last` (one of `nodes`) and marks the other `nodes` removed, for a later
 // RemoveNodes: how every fusion pass replaces the nodes it merged.

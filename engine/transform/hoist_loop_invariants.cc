@@ -35,16 +35,8 @@ bool Hoistable(const Node& node) {
 
 absl::Status HoistLoopInvariantsPass::Run(Graph& graph, const TransformContext& /*context*/,
                                           std::vector<std::string>& log) const {
-  std::vector<Node> nodes;
-  nodes.reserve(graph.nodes.size());
-  for (Node& loop : graph.nodes) {
-    auto it = loop.attributes.find("body");
-    if (loop.op_type != "Loop" || loop.loop == nullptr || it == loop.attributes.end() ||
-        it->second.graph == nullptr) {
-      nodes.push_back(std::move(loop));
-      continue;
-    }
-    const Graph& source = *it->second.graph;
+  RewriteLoops(graph, [&](Node& loop, Attribute& body_attribute, std::vector<Node>& nodes) {
+    const Graph& source = *body_attribute.graph;
     // Invariant body values and the enclosing-graph value each stands for (kNoValue for a body
     // constant not yet copied out).
     absl::flat_hash_map<ValueId, ValueId> outer;
@@ -87,8 +79,7 @@ absl::Status HoistLoopInvariantsPass::Run(Graph& graph, const TransformContext& 
       hoisted.push_back(n);
     }
     if (hoisted.empty()) {
-      nodes.push_back(std::move(loop));
-      continue;
+      return;
     }
     auto body = std::make_shared<Graph>(source);
     std::vector<bool> removed(body->nodes.size(), false);
@@ -105,10 +96,8 @@ absl::Status HoistLoopInvariantsPass::Run(Graph& graph, const TransformContext& 
     RemoveNodes(*body, removed);
     log.push_back(absl::StrCat(name(), ": ", loop.Label(), ": ", hoisted.size(),
                                " invariant node(s) run once before the Loop: ", names));
-    it->second.graph = std::move(body);
-    nodes.push_back(std::move(loop));
-  }
-  graph.nodes = std::move(nodes);
+    body_attribute.graph = std::move(body);
+  });
   return absl::OkStatus();
 }
 

@@ -194,21 +194,12 @@ std::vector<Hoist> FindHoists(const Graph& graph, const Node& loop, const Graph&
 
 absl::Status HoistLoopProjectionsPass::Run(Graph& graph, const TransformContext& context,
                                            std::vector<std::string>& log) const {
-  std::vector<Node> nodes;
-  nodes.reserve(graph.nodes.size());
-  for (Node& loop : graph.nodes) {
-    auto it = loop.attributes.find("body");
-    if (loop.op_type != "Loop" || loop.loop == nullptr || it == loop.attributes.end() ||
-        it->second.graph == nullptr) {
-      nodes.push_back(std::move(loop));
-      continue;
-    }
-    const std::vector<Hoist> hoists = FindHoists(graph, loop, *it->second.graph, context);
+  RewriteLoops(graph, [&](Node& loop, Attribute& body_attribute, std::vector<Node>& nodes) {
+    const std::vector<Hoist> hoists = FindHoists(graph, loop, *body_attribute.graph, context);
     if (hoists.empty()) {
-      nodes.push_back(std::move(loop));
-      continue;
+      return;
     }
-    auto body = std::make_shared<Graph>(*it->second.graph);
+    auto body = std::make_shared<Graph>(*body_attribute.graph);
     const ValueId iteration = body->inputs[loop.loop->current_iteration_param];
     for (const Hoist& h : hoists) {
       const std::string product_name = body->nodes[h.node].name;
@@ -275,10 +266,8 @@ absl::Status HoistLoopProjectionsPass::Run(Graph& graph, const TransformContext&
     log.push_back(absl::StrCat(name(), ": ", loop.Label(), ": ", hoists.size(),
                                " product(s) of the iteration's input step computed for all steps "
                                "before the Loop"));
-    it->second.graph = std::move(body);
-    nodes.push_back(std::move(loop));
-  }
-  graph.nodes = std::move(nodes);
+    body_attribute.graph = std::move(body);
+  });
   return absl::OkStatus();
 }
 

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
@@ -24,6 +23,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_service.grpc.pb.h"
+#include "tests/integration/raw_grpc.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_util.h"
 
@@ -74,6 +74,21 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const std::string& reposito
   options.extra_flags = std::move(flags);
   options.startup_timeout = absl::Seconds(60);
   return ServerProcess::Start(options);
+}
+
+// ModelReady for `name` over gRPC: the answer, or the call's error.
+absl::StatusOr<bool> ModelIsReady(inference::GRPCInferenceService::Stub& stub,
+                                  const std::string& name) {
+  grpc::ClientContext context;
+  inference::ModelReadyRequest request;
+  request.set_name(name);
+  inference::ModelReadyResponse response;
+  const grpc::Status status = stub.ModelReady(&context, request, &response);
+  if (!status.ok()) {
+    return absl::UnknownError(
+        absl::StrCat("ModelReady: gRPC code ", status.error_code(), ": ", status.error_message()));
+  }
+  return response.ready();
 }
 
 TEST(HostileConfigTest, HostileRepositoryFilesAreRefusedUnreadAndTheOthersServe) {
@@ -133,12 +148,9 @@ TEST(HostileConfigTest, HostileRepositoryFilesAreRefusedUnreadAndTheOthersServe)
   EXPECT_THAT((*server)->log(), Not(HasSubstr(kSecret)));
 
   // The good model serves.
-  grpc::ClientContext ready_context;
-  inference::ModelReadyRequest ready_request;
-  ready_request.set_name("counter");
-  inference::ModelReadyResponse ready;
-  ASSERT_TRUE(stub->ModelReady(&ready_context, ready_request, &ready).ok());
-  EXPECT_TRUE(ready.ready());
+  const absl::StatusOr<bool> ready = ModelIsReady(*stub, "counter");
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(*ready);
 }
 
 TEST(HostileConfigTest, DeeplyNestedConfigJsonIsRejectedAtOnce) {
@@ -168,19 +180,7 @@ TEST(HostileConfigTest, UndecodableBytesGetInvalidArgumentOnEveryMethod) {
   for (const std::string& method : methods) {
     for (const std::string& bytes :
          {std::string("\xff\xff\xff\xff", 4), std::string("\x0a\xff\xff\xff\xff\x0f", 6)}) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer request(&slice, 1);
-      grpc::ByteBuffer response;
-      absl::Notification done;
-      grpc::Status status;
-      generic.UnaryCall(&context, "/inference.GRPCInferenceService/" + method, {}, &request,
-                        &response, [&](grpc::Status s) {
-                          status = std::move(s);
-                          done.Notify();
-                        });
-      done.WaitForNotification();
+      const grpc::Status status = RawUnaryCall(generic, method, bytes);
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
       EXPECT_THAT(status.error_message(),
                   HasSubstr(absl::StrCat(method, ": the request (", bytes.size(),
@@ -190,12 +190,9 @@ TEST(HostileConfigTest, UndecodableBytesGetInvalidArgumentOnEveryMethod) {
   }
   // The server is fine, and the well-formed calls still work (the unload above did not happen).
   auto stub = Stub(**server);
-  grpc::ClientContext context;
-  inference::ModelReadyRequest ready_request;
-  ready_request.set_name("counter");
-  inference::ModelReadyResponse ready;
-  ASSERT_TRUE(stub->ModelReady(&context, ready_request, &ready).ok());
-  EXPECT_TRUE(ready.ready());
+  const absl::StatusOr<bool> ready = ModelIsReady(*stub, "counter");
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(*ready);
   grpc::ClientContext unload_context;
   inference::RepositoryModelUnloadRequest unload;
   unload.set_model_name("counter");

@@ -29,7 +29,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -38,6 +37,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_service.grpc.pb.h"
+#include "tests/integration/raw_grpc.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_util.h"
 
@@ -298,19 +298,7 @@ TEST(HostileTest, HostileRequestsGetCanonicalCodesAndLeaveNoTrace) {
                       4),
           // Well-formed wire bytes, but model_name (a proto3 string) is not UTF-8.
           std::string("\x0a\x02\xff\xfe", 4)}) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer request(&slice, 1);
-      grpc::ByteBuffer response;
-      absl::Notification done;
-      grpc::Status status;
-      generic.UnaryCall(&context, "/inference.GRPCInferenceService/ModelInfer", {}, &request,
-                        &response, [&](grpc::Status s) {
-                          status = std::move(s);
-                          done.Notify();
-                        });
-      done.WaitForNotification();
+      const grpc::Status status = RawUnaryCall(generic, "ModelInfer", bytes);
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
       EXPECT_THAT(status.error_message(), HasSubstr("not a valid inference.ModelInferRequest"));
     }

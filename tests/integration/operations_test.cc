@@ -80,6 +80,25 @@ int64_t Percentile(std::vector<int64_t> values, double p) {
   return values[index];
 }
 
+struct SignalledExit {
+  int code;
+  absl::Duration took;  // from the signal to the exit
+};
+
+// Sends SIGTERM and waits (30 s at most) for the process to exit; an error (with the server's
+// log) when the signal could not be sent or the process did not exit.
+absl::StatusOr<SignalledExit> SigtermAndWait(ServerProcess& server) {
+  const absl::Time signalled = absl::Now();
+  if (absl::Status s = server.Signal(SIGTERM); !s.ok()) return s;
+  absl::StatusOr<int> exit_code = server.WaitForExit(absl::Seconds(30));
+  const absl::Duration took = absl::Now() - signalled;
+  if (!exit_code.ok()) {
+    return absl::Status(exit_code.status().code(),
+                        absl::StrCat(exit_code.status().message(), "\nlog:\n", server.log()));
+  }
+  return SignalledExit{*exit_code, took};
+}
+
 TEST(OperationsTest, HostileRequestsGetTheRightCodesAndTheServerSurvives) {
   auto server = StartLoopserve(TestModelRepository(), {});
   ASSERT_TRUE(server.ok()) << server.status();
@@ -461,17 +480,14 @@ TEST(OperationsTest, SigtermWithEndlessLoopsExitsWithinTheExitTimeoutPlusOneSeco
     absl::SleepFor(absl::Milliseconds(10));  // bounded polling of a gauge
   }
   ASSERT_GE(inflight, 3);
-  const absl::Time signalled = absl::Now();
-  ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
-  auto exit_code = (*server)->WaitForExit(absl::Seconds(30));
-  const absl::Duration took = absl::Now() - signalled;
-  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\nlog:\n" << (*server)->log();
-  EXPECT_EQ(*exit_code, 0) << (*server)->log();
-  EXPECT_LT(took, absl::Seconds(3)) << (*server)->log();
+  const absl::StatusOr<SignalledExit> stopped = SigtermAndWait(**server);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->code, 0) << (*server)->log();
+  EXPECT_LT(stopped->took, absl::Seconds(3)) << (*server)->log();
   std::printf(
       "SIGTERM with 3 endless Loops (inline, worker, queued), exit timeout 2 s: exit %d "
       "after %.2f s\n",
-      *exit_code, absl::ToDoubleSeconds(took));
+      stopped->code, absl::ToDoubleSeconds(stopped->took));
   for (std::thread& caller : callers) caller.join();
   EXPECT_EQ(answered.load(), 3);
   EXPECT_THAT((*server)->log(), HasSubstr("shutdown complete"));
@@ -521,16 +537,13 @@ TEST(OperationsTest, SigtermExitsWithinTheExitTimeoutWhileALoadIsStuck) {
   }
   ASSERT_THAT((*server)->log(), HasSubstr("'stuck' v1: warming up"));
   absl::SleepFor(absl::Milliseconds(200));  // into the open of the FIFO
-  const absl::Time signalled = absl::Now();
-  ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
-  auto exit_code = (*server)->WaitForExit(absl::Seconds(30));
-  const absl::Duration took = absl::Now() - signalled;
-  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\nlog:\n" << (*server)->log();
-  EXPECT_EQ(*exit_code, 0) << (*server)->log();
-  EXPECT_LT(took, absl::Seconds(3)) << (*server)->log();
+  const absl::StatusOr<SignalledExit> stopped = SigtermAndWait(**server);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->code, 0) << (*server)->log();
+  EXPECT_LT(stopped->took, absl::Seconds(3)) << (*server)->log();
   std::printf(
-      "SIGTERM while a load is stuck, exit timeout 1 s: exit %d after %.2f s%s\n", *exit_code,
-      absl::ToDoubleSeconds(took),
+      "SIGTERM while a load is stuck, exit timeout 1 s: exit %d after %.2f s%s\n", stopped->code,
+      absl::ToDoubleSeconds(stopped->took),
       (*server)->log().find("exiting now") != std::string::npos ? " (by the watchdog)" : "");
 }
 

@@ -102,6 +102,23 @@ class BinaryKernel final : public Kernel {
   LegacyBroadcast legacy_;
 };
 
+// Output 0 = Policy::Apply(input 0) element by element, same shape and type; an error for a type
+// the policy does not accept.
+template <typename Policy>
+absl::Status RunUnary(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  bool ok = DispatchAccepted<Policy>(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Tensor* y = ctx.output(0, x.dtype(), x.shape());
+    const T* in = x.data<T>();
+    T* out = y->mutable_data<T>();
+    const int64_t n = x.NumElements();
+    for (int64_t i = 0; i < n; ++i) out[i] = Policy::Apply(in[i]);
+  });
+  if (!ok) return UnsupportedType("input", x.dtype());
+  return absl::OkStatus();
+}
+
 // out = Policy::Apply(x), same shape.
 template <typename Policy>
 class UnaryKernel final : public Kernel {
@@ -111,19 +128,7 @@ class UnaryKernel final : public Kernel {
     return std::unique_ptr<Kernel>(new UnaryKernel());
   }
 
-  absl::Status Run(KernelContext& ctx) const override {
-    const Tensor& x = ctx.input(0);
-    bool ok = DispatchAccepted<Policy>(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, x.dtype(), x.shape());
-      const T* in = x.data<T>();
-      T* out = y->mutable_data<T>();
-      const int64_t n = x.NumElements();
-      for (int64_t i = 0; i < n; ++i) out[i] = Policy::Apply(in[i]);
-    });
-    if (!ok) return UnsupportedType("input", x.dtype());
-    return absl::OkStatus();
-  }
+  absl::Status Run(KernelContext& ctx) const override { return RunUnary<Policy>(ctx); }
 };
 
 // Type predicates for policies.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/kernels/native/cpu_isa.h"
+#include "engine/tensor/tensor.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -223,6 +224,16 @@ bool CpuHasVnni() {
 #endif  // LS_INT8_GEMM_X86
 
 }  // namespace
+
+Int8ZeroPoint ZeroPointOf(const Tensor* zp) {
+  Int8ZeroPoint z;
+  if (zp != nullptr) {
+    z.data = zp->raw_data();
+    z.is_signed = zp->dtype() == DataType::kInt8;
+    z.count = zp->NumElements();
+  }
+  return z;
+}
 
 Int8Gemm::Path Int8Gemm::BestPath() {
 #if defined(LS_INT8_GEMM_X86)

@@ -26,6 +26,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace loopserve::engine {
+class Tensor;
+}  // namespace loopserve::engine
+
 namespace loopserve::engine::native {
 
 // A zero point as the kernels receive it: one value or `count` values (per row of A or per column
@@ -40,6 +44,10 @@ struct Int8ZeroPoint {
     return is_signed ? static_cast<const int8_t*>(data)[j] : static_cast<const uint8_t*>(data)[j];
   }
 };
+
+// The zero point tensor `zp` (uint8 or int8; null for none) as the kernels receive it: its
+// element count is how many values it holds (1 for one per tensor).
+Int8ZeroPoint ZeroPointOf(const Tensor* zp);
 
 // Per-caller buffers of Int8Gemm::Run (reused across calls: no allocation once they are large
 // enough). Not thread-safe; one per frame.

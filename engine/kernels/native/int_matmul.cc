@@ -29,8 +29,25 @@ struct IntMatMulPlan {
   Shape out_shape;
 };
 
-absl::Status PrepareIntMatMul(const Tensor& a, const Tensor& b, const Tensor* azp,
-                              const Tensor* bzp, IntMatMulPlan* plan) {
+// The operands of (A - azp) @ (B - bzp); a zero point that is absent is null.
+struct IntOperands {
+  const Tensor* a;
+  const Tensor* b;
+  const Tensor* azp;
+  const Tensor* bzp;
+};
+
+// MatMulInteger's operands (and those of its fused form): inputs 0 to 3.
+IntOperands MatMulIntegerOperands(const KernelContext& ctx) {
+  return {&ctx.input(0), &ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
+          ctx.has_input(3) ? &ctx.input(3) : nullptr};
+}
+
+absl::Status PrepareIntMatMul(const IntOperands& factors, IntMatMulPlan* plan) {
+  const Tensor& a = *factors.a;
+  const Tensor& b = *factors.b;
+  const Tensor* azp = factors.azp;
+  const Tensor* bzp = factors.bzp;
   for (const Tensor* t : {&a, &b}) {
     if (t->dtype() != DataType::kInt8 && t->dtype() != DataType::kUint8) {
       return UnsupportedType("A/B", t->dtype());
@@ -69,16 +86,6 @@ absl::Status PrepareIntMatMul(const Tensor& a, const Tensor& b, const Tensor* az
   return absl::OkStatus();
 }
 
-Int8ZeroPoint ZeroPointOf(const Tensor* zp) {
-  Int8ZeroPoint z;
-  if (zp != nullptr) {
-    z.data = zp->raw_data();
-    z.is_signed = zp->dtype() == DataType::kInt8;
-    z.count = zp->NumElements();
-  }
-  return z;
-}
-
 // Per-frame buffers: the product's scratch, a non-constant B packed per call, QLinearMatMul's
 // int32 product before requantization.
 struct IntMatMulState : KernelState {
@@ -110,13 +117,15 @@ class IntProduct {
   }
 
   // out[plan.out_shape] = (a - azp) @ (b - bzp) in int32.
-  absl::Status Run(const IntMatMulPlan& plan, const Tensor& a, const Tensor& b, const Tensor* azp,
-                   const Tensor* bzp, int32_t* out, IntMatMulState& state, RunContext& run) const {
+  absl::Status Run(const IntMatMulPlan& plan, const IntOperands& factors, int32_t* out,
+                   IntMatMulState& state, RunContext& run) const {
+    const Tensor& a = *factors.a;
+    const Tensor& b = *factors.b;
     const int64_t m = plan.m, k = plan.k, n = plan.n;
     const bool a_signed = a.dtype() == DataType::kInt8;
     const bool b_signed = b.dtype() == DataType::kInt8;
-    const Int8ZeroPoint za = ZeroPointOf(azp);
-    const Int8ZeroPoint zb = ZeroPointOf(bzp);
+    const Int8ZeroPoint za = ZeroPointOf(factors.azp);
+    const Int8ZeroPoint zb = ZeroPointOf(factors.bzp);
     const uint8_t* a_data = static_cast<const uint8_t*>(a.raw_data());
     const uint8_t* b_data = static_cast<const uint8_t*>(b.raw_data());
     const bool b_2d = b.rank() <= 2;
@@ -169,14 +178,11 @@ class MatMulIntegerKernel final : public Kernel {
     return std::make_unique<IntMatMulState>();
   }
   absl::Status Run(KernelContext& ctx) const override {
-    const Tensor& a = ctx.input(0);
-    const Tensor& b = ctx.input(1);
-    const Tensor* azp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    const Tensor* bzp = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+    const IntOperands factors = MatMulIntegerOperands(ctx);
     IntMatMulPlan plan;
-    LS_RETURN_IF_ERROR(PrepareIntMatMul(a, b, azp, bzp, &plan));
+    LS_RETURN_IF_ERROR(PrepareIntMatMul(factors, &plan));
     int32_t* out = ctx.output(0, DataType::kInt32, plan.out_shape)->mutable_data<int32_t>();
-    return product_.Run(plan, a, b, azp, bzp, out, *ctx.state<IntMatMulState>(), ctx.run_context());
+    return product_.Run(plan, factors, out, *ctx.state<IntMatMulState>(), ctx.run_context());
   }
 
  private:
@@ -211,9 +217,9 @@ class QLinearMatMulKernel final : public Kernel {
     const int32_t z = ZeroPointOf(&yzp).At(0);
     const double lo = is_signed ? -128 : 0;
     const double hi = is_signed ? 127 : 255;
+    const IntOperands factors{&ctx.input(0), &ctx.input(3), &ctx.input(2), &ctx.input(5)};
     IntMatMulPlan plan;
-    LS_RETURN_IF_ERROR(
-        PrepareIntMatMul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), &plan));
+    LS_RETURN_IF_ERROR(PrepareIntMatMul(factors, &plan));
     // Scales per tensor, or per row of a and per column of b (as their zero points may be).
     const Tensor& a_scale = ctx.input(1);
     const Tensor& b_scale = ctx.input(4);
@@ -233,8 +239,7 @@ class QLinearMatMulKernel final : public Kernel {
     Tensor* y = ctx.output(0, yzp.dtype(), plan.out_shape);
     IntMatMulState& state = *ctx.state<IntMatMulState>();
     state.product.resize(plan.out_shape.NumElements());
-    LS_RETURN_IF_ERROR(product_.Run(plan, ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5),
-                                    state.product.data(), state, ctx.run_context()));
+    LS_RETURN_IF_ERROR(product_.Run(plan, factors, state.product.data(), state, ctx.run_context()));
     void* out = y->mutable_raw_data();
     const int64_t n = plan.n;
     const int64_t m = plan.m;
@@ -284,17 +289,13 @@ class FusedIntMatMulKernel final : public Kernel {
     return std::make_unique<FusedState>();
   }
   absl::Status Run(KernelContext& ctx) const override {
-    const Tensor& a = ctx.input(0);
-    const Tensor& b = ctx.input(1);
-    const Tensor* azp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    const Tensor* bzp = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+    const IntOperands factors = MatMulIntegerOperands(ctx);
     IntMatMulPlan plan;
-    LS_RETURN_IF_ERROR(PrepareIntMatMul(a, b, azp, bzp, &plan));
+    LS_RETURN_IF_ERROR(PrepareIntMatMul(factors, &plan));
     FusedState& state = *ctx.state<FusedState>();
     const int64_t size = plan.out_shape.NumElements();
     state.product.resize(size);
-    LS_RETURN_IF_ERROR(
-        product_.Run(plan, a, b, azp, bzp, state.product.data(), state, ctx.run_context()));
+    LS_RETURN_IF_ERROR(product_.Run(plan, factors, state.product.data(), state, ctx.run_context()));
     // The epilogue's iteration plan, kept while the shapes stay the same (every Loop iteration
     // after the first).
     const int num_operands = 1 + static_cast<int>(epilogue_inputs_.size());

@@ -63,16 +63,7 @@ class VectorUnaryKernel final : public Kernel {
       UnaryF32(kOp, x.data<float>(), y->mutable_data<float>(), x.NumElements());
       return absl::OkStatus();
     }
-    bool ok = DispatchAccepted<Policy>(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, x.dtype(), x.shape());
-      const T* in = x.data<T>();
-      T* out = y->mutable_data<T>();
-      const int64_t n = x.NumElements();
-      for (int64_t i = 0; i < n; ++i) out[i] = Policy::Apply(in[i]);
-    });
-    if (!ok) return UnsupportedType("input", x.dtype());
-    return absl::OkStatus();
+    return RunUnary<Policy>(ctx);
   }
 };
 

@@ -17,30 +17,14 @@ inline __m256 Avx2NanSelect(__m256 a, __m256 b, __m256 r) {
   return _mm256_blendv_ps(_mm256_blendv_ps(r, b, b_nan), a, a_nan);
 }
 
-inline float Avx2HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Horizontal max / min / product (no NaN handling: callers check for NaN lanes first).
-inline float Avx2HorizontalMax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-inline float Avx2HorizontalMin(__m256 v) {
-  __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_min_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_min_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-inline float Avx2HorizontalMul(__m256 v) {
-  __m128 s = _mm_mul_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_mul_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_mul_ss(s, _mm_movehdup_ps(s));
+// Horizontal op(lane 0, ..., lane 7) of an associative `op` on __m128 (_mm_add_ps, _mm_max_ps,
+// ...): halves, then quarters, then pairs; lane 0 holds the result. Max / min / product have no NaN
+// handling: callers check for NaN lanes first.
+template <typename Op>
+inline float Avx2Horizontal(__m256 v, Op op) {
+  __m128 s = op(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = op(s, _mm_movehl_ps(s, s));
+  s = op(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
@@ -108,29 +92,6 @@ inline __m256 Avx2Tanh(__m256 x) {
   return _mm256_blendv_ps(small, large, _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_GE_OQ));
 }
 
-// erf(x) ~ x P(x^2) / Q(x^2), degrees 13/8, on x clamped to [-4, 4] (beyond, float erf rounds to
-// +-1): the approximation Eigen, XLA and TVM use for float erf. Inline, ~16 instructions against
-// SLEEF's out-of-line erff8_u10avx2, which took 1.6x its AVX-512 twin's time per element
-// (mlp_b16_h512's erf-GELU, perf, Zen 4). NaN stays NaN (the bounds come first in max/min).
-inline __m256 Avx2Erf(__m256 x) {
-  x = _mm256_min_ps(_mm256_set1_ps(4.0f), _mm256_max_ps(_mm256_set1_ps(-4.0f), x));
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 p = _mm256_fmadd_ps(x2, _mm256_set1_ps(-2.72614225801306e-10f),
-                             _mm256_set1_ps(2.77068142495902e-08f));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.10102402082508e-06f));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-5.69250639462346e-05f));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-7.34990630326855e-04f));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.95459980854025e-03f));
-  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.60960333262415e-02f));
-  p = _mm256_mul_ps(p, x);
-  __m256 q = _mm256_fmadd_ps(x2, _mm256_set1_ps(-1.45660718464996e-05f),
-                             _mm256_set1_ps(-2.13374055278905e-04f));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.68282697438203e-03f));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
-  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
-  return _mm256_div_ps(p, q);
-}
-
 // log1p(e) for e in [0, 1] (NaN passes through), which is all Softplus needs: u = 1 + e in [1, 2],
 // log(u) = k ln 2 + log(m) with m = u or u / 2 in [sqrt(1/2), sqrt(2)], log(m) = f - f^2 / 2 +
 // f^3 P(f) (f = m - 1 exactly; Cephes logf's degree-8 P), plus (e - (u - 1)) / u for what rounding
@@ -184,17 +145,16 @@ inline __m256 Avx2Log1pUnit(__m256 e) {
 #define LS_FLOOR(v) _mm256_round_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 #define LS_CEIL(v) _mm256_round_ps(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
 #define LS_ROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define LS_HSUM(v) Avx2HorizontalSum(v)
-#define LS_HMAX(v) Avx2HorizontalMax(v)
-#define LS_HMIN(v) Avx2HorizontalMin(v)
-#define LS_HMUL(v) Avx2HorizontalMul(v)
+#define LS_HSUM(v) Avx2Horizontal(v, [](__m128 a, __m128 b) { return _mm_add_ps(a, b); })
+#define LS_HMAX(v) Avx2Horizontal(v, [](__m128 a, __m128 b) { return _mm_max_ps(a, b); })
+#define LS_HMIN(v) Avx2Horizontal(v, [](__m128 a, __m128 b) { return _mm_min_ps(a, b); })
+#define LS_HMUL(v) Avx2Horizontal(v, [](__m128 a, __m128 b) { return _mm_mul_ps(a, b); })
 #define LS_TANH(v) Avx2Tanh(v)
 #define LS_EXP(v) Avx2Exp(v)
 #define LS_EXPM1(v) Sleef_expm1f8_u10avx2(v)
 #define LS_LOG(v) Sleef_logf8_u10avx2(v)
 #define LS_LOG1P(v) Sleef_log1pf8_u10avx2(v)
 #define LS_LOG1P_UNIT(v) Avx2Log1pUnit(v)
-#define LS_ERF(v) Avx2Erf(v)
 #define LS_SIN(v) Sleef_sinf8_u35avx2(v)
 #define LS_COS(v) Sleef_cosf8_u35avx2(v)
 #define LS_POW(a, b) Sleef_powf8_u10avx2(a, b)

@@ -14,34 +14,6 @@
 #include "engine/kernels/native/vector_math.h"
 #include "engine/kernels/native/vector_math_isa.h"
 
-namespace loopserve::engine::native::vecmath {
-namespace {
-
-// erf(x) ~ x P(x^2) / Q(x^2) on x clamped to [-4, 4]: vector_math_avx2.cc's Avx2Erf (Eigen's, XLA's
-// and TVM's float erf, within 6 ulp) on 16 lanes. SLEEF's erff16_u10avx512f took 2 ns an element
-// (op grid Erf on [1, 64, 56, 56]: 415 us, 0.82x ONNX Runtime). NaN stays NaN.
-inline __m512 Avx512Erf(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(4.0f), _mm512_max_ps(_mm512_set1_ps(-4.0f), x));
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(-2.72614225801306e-10f),
-                             _mm512_set1_ps(2.77068142495902e-08f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-2.10102402082508e-06f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-5.69250639462346e-05f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-7.34990630326855e-04f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-2.95459980854025e-03f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.60960333262415e-02f));
-  p = _mm512_mul_ps(p, x);
-  __m512 q = _mm512_fmadd_ps(x2, _mm512_set1_ps(-1.45660718464996e-05f),
-                             _mm512_set1_ps(-2.13374055278905e-04f));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.68282697438203e-03f));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-7.37332916720468e-03f));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.42647390514189e-02f));
-  return _mm512_div_ps(p, q);
-}
-
-}  // namespace
-}  // namespace loopserve::engine::native::vecmath
-
 #define LS_V __m512
 #define LS_W 16
 #define LS_LOAD(p) _mm512_loadu_ps(p)
@@ -73,7 +45,6 @@ inline __m512 Avx512Erf(__m512 x) {
 #define LS_EXPM1(v) Sleef_expm1f16_u10avx512f(v)
 #define LS_LOG(v) Sleef_logf16_u10avx512f(v)
 #define LS_LOG1P(v) Sleef_log1pf16_u10avx512f(v)
-#define LS_ERF(v) Avx512Erf(v)
 #define LS_SIN(v) Sleef_sinf16_u35avx512f(v)
 #define LS_COS(v) Sleef_cosf16_u35avx512f(v)
 #define LS_POW(a, b) Sleef_powf16_u10avx512f(a, b)

@@ -75,11 +75,7 @@ TEST(BatchingStressTest, EveryRequestIsAnsweredOnceUnderManyClientsCancelsAndDea
                        "max_batch_size: 8\n"
                        "instance_group [ { count: 4 kind: KIND_CPU } ]\n"
                        "dynamic_batching { max_queue_delay_microseconds: 500 }");
-  ServerOptions options;
-  options.model_repository = repository.path();
-  options.address = "127.0.0.1";
-  options.grpc_port = 0;
-  options.metrics_port = -1;
+  ServerOptions options = testing::LocalServerOptions(repository.path());
   options.workers = 16;
   options.max_queue_size = 1024;
   options.model_control_mode = ModelControlMode::kNone;

@@ -39,11 +39,7 @@ class EngineServerTest : public ::testing::Test {
     repository_.MakeDir("capped/1");
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/capped/1/model.onnx");
-    ServerOptions options;
-    options.model_repository = repository_.path();
-    options.address = "127.0.0.1";
-    options.grpc_port = 0;
-    options.metrics_port = -1;
+    ServerOptions options = testing::LocalServerOptions(repository_.path());
     options.workers = 1;
     options.max_loop_iterations = 1000;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
@@ -128,11 +124,7 @@ class UncappedEngineServerTest : public EngineServerTest {
     EngineServerTest::SetUp();
     if (IsSkipped()) return;
     server_.reset();  // restart without the server-wide cap
-    ServerOptions options;
-    options.model_repository = repository_.path();
-    options.address = "127.0.0.1";
-    options.grpc_port = 0;
-    options.metrics_port = -1;
+    ServerOptions options = testing::LocalServerOptions(repository_.path());
     options.workers = 1;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -193,11 +185,7 @@ class InlineEngineServerTest : public EngineServerTest {
     std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/counter.onnx",
                                repository_.path() + "/single/1/model.onnx");
     server_.reset();
-    ServerOptions options;
-    options.model_repository = repository_.path();
-    options.address = "127.0.0.1";
-    options.grpc_port = 0;
-    options.metrics_port = -1;
+    ServerOptions options = testing::LocalServerOptions(repository_.path());
     options.workers = 2;
     options.max_queue_size = 1;
     options.inline_run_limit = absl::Hours(1);
@@ -370,11 +358,7 @@ TEST_F(InlineEngineServerTest, ClientCancelStopsAnInlineRunWithinAPoll) {
 // returns about exit_timeout after it started whatever the Loops would do.
 TEST_F(InlineEngineServerTest, ShutdownCancelsEndlessRunsAfterTheExitTimeout) {
   server_.reset();
-  ServerOptions options;
-  options.model_repository = repository_.path();
-  options.address = "127.0.0.1";
-  options.grpc_port = 0;
-  options.metrics_port = -1;
+  ServerOptions options = testing::LocalServerOptions(repository_.path());
   options.workers = 2;
   options.inline_run_limit = absl::Hours(1);
   options.max_inline_runs = 1;
@@ -441,11 +425,7 @@ class BatchingEngineServerTest : public ::testing::Test {
                                        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
                                        "dynamic_batching { max_queue_delay_microseconds: 30000000 ",
                                        batching, " }"));
-    ServerOptions options;
-    options.model_repository = repository_.path();
-    options.address = "127.0.0.1";
-    options.grpc_port = 0;
-    options.metrics_port = -1;
+    ServerOptions options = testing::LocalServerOptions(repository_.path());
     options.workers = 1;
     options.inline_run_limit = absl::ZeroDuration();  // every request through the batch queue
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);

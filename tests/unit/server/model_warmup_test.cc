@@ -440,19 +440,20 @@ TEST(ModelWarmupTest, TheStopFlagCancelsAWarmupAndInstallsNothing) {
   EXPECT_TRUE(registry.Get("a_serving", "").ok());
 }
 
+// A gRPC-only server on a free port that polls `root` every 100 ms.
+ServerOptions PollingOptions(const TempDir& root) {
+  ServerOptions options = testing::LocalServerOptions(root.path());
+  options.model_control_mode = ModelControlMode::kPoll;
+  options.repository_poll_interval = absl::Milliseconds(100);
+  return options;
+}
+
 // Shutdown while the repository poller is warming up a new model (endless warm-up runs, 60 s
 // deadline each): the warm-up is cancelled and Shutdown returns at once instead of after it.
 TEST(ModelWarmupTest, ShutdownStopsAWarmupThePollerRuns) {
   TempDir root;
   CopyModel(root, "counter.onnx", "a/1/model.onnx");
-  ServerOptions options;
-  options.model_repository = root.path();
-  options.address = "127.0.0.1";
-  options.grpc_port = 0;
-  options.metrics_port = -1;
-  options.model_control_mode = ModelControlMode::kPoll;
-  options.repository_poll_interval = absl::Milliseconds(100);
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(PollingOptions(root));
   ASSERT_TRUE(server.ok()) << server.status();
   WriteEndlessWarmup(root, "slow");
   CopyModel(root, "counter.onnx", "slow/1/model.onnx");
@@ -472,14 +473,7 @@ TEST(ModelWarmupTest, ShutdownStopsAWarmupThePollerRuns) {
 TEST(ModelWarmupTest, ASlowWarmupDoesNotHoldUpOtherModelsUpdates) {
   TempDir root;
   CopyModel(root, "counter.onnx", "a/1/model.onnx");
-  ServerOptions options;
-  options.model_repository = root.path();
-  options.address = "127.0.0.1";
-  options.grpc_port = 0;
-  options.metrics_port = -1;
-  options.model_control_mode = ModelControlMode::kPoll;
-  options.repository_poll_interval = absl::Milliseconds(100);
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(PollingOptions(root));
   ASSERT_TRUE(server.ok()) << server.status();
   ModelRegistry& registry = (*server)->registry();
   WriteEndlessWarmup(root, "slow");

@@ -280,11 +280,7 @@ TEST_F(OperationsTest, ShutdownAnswersNotServingAndUnavailableWhileInFlightReque
 
 TEST(OperationsStartTest, BadOperationsOptionsFail) {
   TempDir repository;
-  ServerOptions options;
-  options.model_repository = repository.path();
-  options.address = "127.0.0.1";
-  options.grpc_port = 0;
-  options.metrics_port = -1;
+  ServerOptions options = testing::LocalServerOptions(repository.path());
   options.tls_cert = "/nonexistent/cert.pem";
   EXPECT_EQ(Server::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
   options.tls_key = "/nonexistent/key.pem";

@@ -39,11 +39,7 @@ class ServerTest : public ::testing::Test {
     repository_.WriteFile("echo/2/model.onnx");
     repository_.WriteFile("echo/config.pbtxt", "version_policy { all {} }");
     repository_.WriteFile("broken/1/model.onnx");
-    ServerOptions options;
-    options.model_repository = repository_.path();
-    options.address = "127.0.0.1";
-    options.grpc_port = 0;
-    options.metrics_port = -1;
+    ServerOptions options = testing::LocalServerOptions(repository_.path());
     options.workers = workers;
     options.max_queue_size = max_queue_size;
     options.exit_timeout = absl::Seconds(5);

@@ -10,8 +10,20 @@
 #include "engine/engine.h"
 #include "engine/ir/graph.h"
 #include "gtest/gtest.h"
+#include "server/server.h"
 
 namespace loopserve::server::testing {
+
+// Options for a server on `repository` that serves gRPC on a free port of 127.0.0.1 and has no
+// metrics endpoint: what most server tests start from.
+inline ServerOptions LocalServerOptions(const std::string& repository) {
+  ServerOptions options;
+  options.model_repository = repository;
+  options.address = "127.0.0.1";
+  options.grpc_port = 0;
+  options.metrics_port = -1;
+  return options;
+}
 
 // A graph with no nodes whose outputs are its inputs: the engine returns copies of what it is fed.
 // Inputs (and outputs, same names): x float32 [-1,2], y int64 [3], b bool [] (scalar).

@@ -65,11 +65,7 @@ TEST(ThreadExceptionsTest, StartupAndThePollerSurviveALoaderThatThrowsBadAlloc) 
   testing::TempDir root;
   root.WriteFile("good/1/model.onnx");
   root.WriteFile("oom/1/model.onnx");
-  ServerOptions options;
-  options.model_repository = root.path();
-  options.address = "127.0.0.1";
-  options.grpc_port = 0;
-  options.metrics_port = -1;
+  ServerOptions options = testing::LocalServerOptions(root.path());
   options.model_loader = ThrowingLoader;
   options.model_control_mode = ModelControlMode::kPoll;
   options.repository_poll_interval = absl::Milliseconds(50);

@@ -26,6 +26,7 @@
 #include "engine/transform/hoist_loop_invariants.h"
 #include "engine/transform/hoist_loop_projections.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/attribute_builders.h"
 
 namespace loopserve::engine::transform {
 namespace {
@@ -488,20 +489,60 @@ TEST(FuseLayerNormTest, MeanOverAnotherAxisIsLeftAlone) {
   EXPECT_TRUE(RunPass(FuseLayerNormPass(), b).empty());
 }
 
+// The declared type of a graph value.
+ValueType TypeOf(DataType dtype, std::vector<int64_t> dims) {
+  ValueType t;
+  t.dtype = dtype;
+  t.dims = std::move(dims);
+  return t;
+}
+
+// An opset-13 node `op` reading `in` and writing `out`, named after its op and output.
+Node BodyNode(const char* op, std::vector<ValueId> in, ValueId out) {
+  Node n;
+  n.op_type = op;
+  n.name = std::string(op) + "_" + std::to_string(out);
+  n.opset = 13;
+  n.inputs = std::move(in);
+  n.outputs = {out};
+  return n;
+}
+
+// A Loop node (opset 13) over `body` that carries the condition and one state (body inputs 1 and
+// 2, body results 0 and 1) and returns the state's last value, then the `more` output ports.
+Node CarriedStateLoop(std::shared_ptr<const Graph> body,
+                      std::vector<LoopSpec::OutputPort> more = {}) {
+  auto spec = std::make_shared<LoopSpec>();
+  spec->current_iteration_param = 0;
+  spec->condition_result = 0;
+  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
+                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
+  LoopSpec::OutputPort last;
+  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
+  last.node_output = 0;
+  last.body_result = 1;
+  spec->outputs = {last};
+  spec->outputs.insert(spec->outputs.end(), more.begin(), more.end());
+  Node loop;
+  loop.op_type = "Loop";
+  loop.name = "loop";
+  loop.opset = 13;
+  loop.loop = spec;
+  Attribute attr;
+  attr.type = Attribute::Type::kGraph;
+  attr.graph = std::move(body);
+  loop.attributes["body"] = attr;
+  return loop;
+}
+
 TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   // body(i, cond_in, x_in) -> (cond_out = Identity(cond_in), x_out = x_in + 1,
   //                            scan = Identity(x_out))
   auto body = std::make_shared<Graph>();
   body->name = "body";
-  ValueType b_type;
-  b_type.dtype = DataType::kBool;
-  b_type.dims = std::vector<int64_t>{};
-  ValueType f_type;
-  f_type.dtype = DataType::kFloat32;
-  f_type.dims = std::vector<int64_t>{2};
-  ValueType i_type;
-  i_type.dtype = DataType::kInt64;
-  i_type.dims = std::vector<int64_t>{};
+  const ValueType b_type = TypeOf(DataType::kBool, {});
+  const ValueType f_type = TypeOf(DataType::kFloat32, {2});
+  const ValueType i_type = TypeOf(DataType::kInt64, {});
   const ValueId i = body->AddValue("i", i_type);
   const ValueId cond_in = body->AddValue("cond_in", b_type);
   const ValueId x_in = body->AddValue("x_in", f_type);
@@ -515,43 +556,15 @@ TEST(ElideLoopIdentitiesTest, ConditionAndScanIdentitiesAreDropped) {
   body->constants.push_back({one, one_t});
   body->inputs = {i, cond_in, x_in};
   body->outputs = {cond_out, x_out, scan};
-  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.op_type = op;
-    n.name = std::string(op) + "_" + std::to_string(out);
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
-  body->nodes = {node("Identity", {cond_in}, cond_out), node("Add", {x_in, one}, x_out),
-                 node("Identity", {x_out}, scan)};
+  body->nodes = {BodyNode("Identity", {cond_in}, cond_out), BodyNode("Add", {x_in, one}, x_out),
+                 BodyNode("Identity", {x_out}, scan)};
 
-  auto spec = std::make_shared<LoopSpec>();
-  spec->current_iteration_param = 0;
-  spec->condition_result = 0;
-  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
-                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
-  LoopSpec::OutputPort last;
-  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
-  last.node_output = 0;
-  last.body_result = 1;
   LoopSpec::OutputPort stacked;
   stacked.kind = LoopSpec::OutputPort::Kind::kStack;
   stacked.node_output = 1;
   stacked.body_result = 2;
-  spec->outputs = {last, stacked};
-
   Builder b;
-  Node loop;
-  loop.op_type = "Loop";
-  loop.name = "loop";
-  loop.opset = 13;
-  loop.loop = spec;
-  Attribute attr;
-  attr.type = Attribute::Type::kGraph;
-  attr.graph = body;
-  loop.attributes["body"] = attr;
+  const Node loop = CarriedStateLoop(body, {stacked});
   b.graph().nodes.push_back(loop);
   const std::vector<std::string> log = RunPass(ElideLoopIdentitiesPass(), b);
   ASSERT_EQ(log.size(), 1u);
@@ -588,28 +601,13 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
   r.u = Random(Shape{hidden, hidden}, 5, -0.5f, 0.5f);
   r.h0 = Random(Shape{batch, hidden}, 6);
 
-  auto type = [](DataType dtype, std::vector<int64_t> dims) {
-    ValueType t;
-    t.dtype = dtype;
-    t.dims = std::move(dims);
-    return t;
-  };
-  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.op_type = op;
-    n.name = std::string(op) + "_" + std::to_string(out);
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
   auto outer = std::make_shared<Graph>();
   outer->name = "rnn";
-  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
-  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
-  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {batch, hidden}));
-  const ValueId x = outer->AddValue("X", type(DataType::kFloat32, {kSteps, batch, in}));
-  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId m = outer->AddValue("M", TypeOf(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", TypeOf(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", TypeOf(DataType::kFloat32, {batch, hidden}));
+  const ValueId x = outer->AddValue("X", TypeOf(DataType::kFloat32, {kSteps, batch, in}));
+  const ValueId h = outer->AddValue("h", TypeOf(DataType::kFloat32, {batch, hidden}));
   outer->inputs = {m, cond, h0, x};
   outer->outputs = {h};
   std::vector<ValueId> constants;
@@ -624,11 +622,11 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
 
   auto body = std::make_shared<Graph>();
   body->name = "rnn_body";
-  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
-  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
-  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {batch, hidden}));
-  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
-  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {batch, hidden}));
+  const ValueId i = body->AddValue("i", TypeOf(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", TypeOf(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", TypeOf(DataType::kFloat32, {batch, hidden}));
+  const ValueId cond_out = body->AddValue("cond_out", TypeOf(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", TypeOf(DataType::kFloat32, {batch, hidden}));
   const ValueId x_in = body->AddValue("X_in");
   body->captures.push_back({x_in, x});
   std::vector<ValueId> inner;  // W, G, c, U
@@ -652,7 +650,7 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
   const ValueId s2 = body->AddValue("s2");
   body->inputs = {i, cond_in, h_in};
   body->outputs = {cond_out, h_out};
-  Node gemm = node("Gemm", {x_t, inner[1], inner[2]}, xg);
+  Node gemm = BodyNode("Gemm", {x_t, inner[1], inner[2]}, xg);
   Attribute one;
   one.type = Attribute::Type::kInt;
   one.i = 1;
@@ -664,39 +662,21 @@ RnnLoop MakeRnnLoop(bool index_is_i, int64_t batch = 3, int64_t in = kIn,
   Attribute beta = alpha;
   beta.f = 2.0f;
   gemm.attributes["beta"] = beta;
-  Node gather = node("Gather", {x_in, index}, x_t);
-  body->nodes = {node("Identity", {cond_in}, cond_out),
+  Node gather = BodyNode("Gather", {x_in, index}, x_t);
+  body->nodes = {BodyNode("Identity", {cond_in}, cond_out),
                  gather,
-                 node("MatMul", {x_t, inner[0]}, xw),
+                 BodyNode("MatMul", {x_t, inner[0]}, xw),
                  gemm,
-                 node("MatMul", {h_in, inner[3]}, hu),
-                 node("Add", {xw, xg}, s1),
-                 node("Add", {s1, hu}, s2),
-                 node("Tanh", {s2}, h_out)};
+                 BodyNode("MatMul", {h_in, inner[3]}, hu),
+                 BodyNode("Add", {xw, xg}, s1),
+                 BodyNode("Add", {s1, hu}, s2),
+                 BodyNode("Tanh", {s2}, h_out)};
   r.original_body = body;
 
-  auto spec = std::make_shared<LoopSpec>();
-  spec->current_iteration_param = 0;
-  spec->condition_result = 0;
-  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
-                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
-  LoopSpec::OutputPort last;
-  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
-  last.node_output = 0;
-  last.body_result = 1;
-  spec->outputs = {last};
-  Node loop;
-  loop.op_type = "Loop";
-  loop.name = "loop";
-  loop.opset = 13;
-  loop.loop = spec;
+  Node loop = CarriedStateLoop(body);
   loop.inputs = {m, cond, h0};
   loop.outputs = {h};
   loop.implicit_inputs = {x, constants[0], constants[1], constants[2], constants[3]};
-  Attribute attr;
-  attr.type = Attribute::Type::kGraph;
-  attr.graph = body;
-  loop.attributes["body"] = attr;
   outer->nodes.push_back(loop);
   r.graph = outer;
   return r;
@@ -852,19 +832,8 @@ TEST(HoistLoopProjectionsTest, WeightsComputedInTheBodyAreLeftAlone) {
 
 // ---- fold_constants, fold_into_conv and the optimized paths they lead to --------------------
 
-Attribute IntAttr(int64_t value) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = value;
-  return a;
-}
-
-Attribute FloatAttr(float value) {
-  Attribute a;
-  a.type = Attribute::Type::kFloat;
-  a.f = value;
-  return a;
-}
+using test_attrs::FloatAttr;
+using test_attrs::IntAttr;
 
 Tensor Int64s(const Shape& shape, std::vector<int64_t> values) {
   Tensor t(DataType::kInt64, shape);
@@ -969,12 +938,8 @@ TEST(FoldConstantsTest, LargeExpansionsAndFailuresStay) {
 TEST(FoldConstantsTest, InsideIfBranchThroughTheModel) {
   auto outer = std::make_shared<Graph>();
   outer->name = "main";
-  ValueType cond_type;
-  cond_type.dtype = DataType::kBool;
-  cond_type.dims = std::vector<int64_t>{};
-  ValueType x_type;
-  x_type.dtype = DataType::kFloat32;
-  x_type.dims = std::vector<int64_t>{2, 4};
+  const ValueType cond_type = TypeOf(DataType::kBool, {});
+  const ValueType x_type = TypeOf(DataType::kFloat32, {2, 4});
   const ValueId cond = outer->AddValue("cond", cond_type);
   const ValueId x = outer->AddValue("x", x_type);
   const ValueId y = outer->AddValue("y");
@@ -1314,41 +1279,26 @@ TEST(OptimizedPathTest, PointwiseConvs) {
 // the Loop; the body keeps the Add. The model's answer is h0 + T tanh(E W), in double here.
 TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
   constexpr int64_t kTrips = 5;
-  auto type = [](DataType dtype, std::vector<int64_t> dims) {
-    ValueType t;
-    t.dtype = dtype;
-    t.dims = std::move(dims);
-    return t;
-  };
-  auto node = [](const char* op, std::vector<ValueId> in, ValueId out) {
-    Node n;
-    n.op_type = op;
-    n.name = std::string(op) + "_" + std::to_string(out);
-    n.opset = 13;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    return n;
-  };
   const Tensor w = Random(Shape{3, 4}, 110, -0.5f, 0.5f);
   auto outer = std::make_shared<Graph>();
   outer->name = "main";
-  const ValueId m = outer->AddValue("M", type(DataType::kInt64, {}));
-  const ValueId cond = outer->AddValue("cond", type(DataType::kBool, {}));
-  const ValueId h0 = outer->AddValue("h0", type(DataType::kFloat32, {2, 4}));
-  const ValueId x = outer->AddValue("x", type(DataType::kFloat32, {2, 3}));
-  const ValueId e = outer->AddValue("e", type(DataType::kFloat32, {2, 3}));
-  const ValueId h = outer->AddValue("h", type(DataType::kFloat32, {2, 4}));
+  const ValueId m = outer->AddValue("M", TypeOf(DataType::kInt64, {}));
+  const ValueId cond = outer->AddValue("cond", TypeOf(DataType::kBool, {}));
+  const ValueId h0 = outer->AddValue("h0", TypeOf(DataType::kFloat32, {2, 4}));
+  const ValueId x = outer->AddValue("x", TypeOf(DataType::kFloat32, {2, 3}));
+  const ValueId e = outer->AddValue("e", TypeOf(DataType::kFloat32, {2, 3}));
+  const ValueId h = outer->AddValue("h", TypeOf(DataType::kFloat32, {2, 4}));
   outer->inputs = {m, cond, h0, x};
   outer->outputs = {h};
-  outer->nodes.push_back(node("Neg", {x}, e));  // computed: not a constant
+  outer->nodes.push_back(BodyNode("Neg", {x}, e));  // computed: not a constant
 
   auto body = std::make_shared<Graph>();
   body->name = "body";
-  const ValueId i = body->AddValue("i", type(DataType::kInt64, {}));
-  const ValueId cond_in = body->AddValue("cond_in", type(DataType::kBool, {}));
-  const ValueId h_in = body->AddValue("h_in", type(DataType::kFloat32, {2, 4}));
-  const ValueId cond_out = body->AddValue("cond_out", type(DataType::kBool, {}));
-  const ValueId h_out = body->AddValue("h_out", type(DataType::kFloat32, {2, 4}));
+  const ValueId i = body->AddValue("i", TypeOf(DataType::kInt64, {}));
+  const ValueId cond_in = body->AddValue("cond_in", TypeOf(DataType::kBool, {}));
+  const ValueId h_in = body->AddValue("h_in", TypeOf(DataType::kFloat32, {2, 4}));
+  const ValueId cond_out = body->AddValue("cond_out", TypeOf(DataType::kBool, {}));
+  const ValueId h_out = body->AddValue("h_out", TypeOf(DataType::kFloat32, {2, 4}));
   const ValueId e_in = body->AddValue("e_in");
   body->captures.push_back({e_in, e});
   const ValueId w_c = body->AddValue("w");
@@ -1359,30 +1309,12 @@ TEST(HoistLoopInvariantsTest, InvariantNodesRunOnceBeforeTheLoop) {
   const ValueId t = body->AddValue("t");
   body->inputs = {i, cond_in, h_in};
   body->outputs = {cond_out, h_out};
-  body->nodes = {node("Identity", {cond_in}, cond_out), node("MatMul", {e_in, w_c}, ew),
-                 node("Tanh", {ew}, t), node("Add", {h_in, t}, h_out)};
-  auto spec = std::make_shared<LoopSpec>();
-  spec->current_iteration_param = 0;
-  spec->condition_result = 0;
-  spec->inputs = {{LoopSpec::InputPort::Kind::kCarried, 1, 1, 0, 0, 1},
-                  {LoopSpec::InputPort::Kind::kCarried, 2, 2, 1, 0, 1}};
-  LoopSpec::OutputPort last;
-  last.kind = LoopSpec::OutputPort::Kind::kLastValue;
-  last.node_output = 0;
-  last.body_result = 1;
-  spec->outputs = {last};
-  Node loop;
-  loop.op_type = "Loop";
-  loop.name = "loop";
-  loop.opset = 13;
-  loop.loop = spec;
+  body->nodes = {BodyNode("Identity", {cond_in}, cond_out), BodyNode("MatMul", {e_in, w_c}, ew),
+                 BodyNode("Tanh", {ew}, t), BodyNode("Add", {h_in, t}, h_out)};
+  Node loop = CarriedStateLoop(body);
   loop.inputs = {m, cond, h0};
   loop.outputs = {h};
   loop.implicit_inputs = {e};
-  Attribute attr;
-  attr.type = Attribute::Type::kGraph;
-  attr.graph = body;
-  loop.attributes["body"] = attr;
   outer->nodes.push_back(loop);
 
   Graph rewritten = *outer;

@@ -22,34 +22,6 @@ const KernelRegistry& DnnlRegistry() {
 
 }  // namespace
 
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-
-Attribute FloatAttr(float v) {
-  Attribute a;
-  a.type = Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-
-Attribute IntsAttr(std::vector<int64_t> v) {
-  Attribute a;
-  a.type = Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-Attribute StringAttr(std::string v) {
-  Attribute a;
-  a.type = Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
-}
-
 absl::StatusOr<std::unique_ptr<NodeRunner>> NodeRunner::Create(
     const std::string& op_type, int opset, int num_inputs,
     absl::flat_hash_map<std::string, Attribute> attributes, std::vector<int> omitted,

@@ -16,13 +16,14 @@
 #include "engine/runtime/run_context.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/attribute_builders.h"
 
 namespace loopserve::engine::testing {
 
-Attribute IntAttr(int64_t v);
-Attribute FloatAttr(float v);
-Attribute IntsAttr(std::vector<int64_t> v);
-Attribute StringAttr(std::string v);
+using test_attrs::FloatAttr;
+using test_attrs::IntAttr;
+using test_attrs::IntsAttr;
+using test_attrs::StringAttr;
 
 // One node of `op_type` at `opset`, compiled with a registry holding only the oneDNN kernels, and
 // one frame to run it in (reused across Run calls, as a Loop body's frame is). Inputs are bound as

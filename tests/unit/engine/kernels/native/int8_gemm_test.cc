@@ -67,16 +67,6 @@ std::vector<int64_t> Reference(const Tensor& a, const Tensor& b, const Tensor* a
   return y;
 }
 
-Int8ZeroPoint ZeroPointOf(const Tensor* zp) {
-  Int8ZeroPoint z;
-  if (zp != nullptr) {
-    z.data = zp->raw_data();
-    z.is_signed = zp->dtype() == DataType::kInt8;
-    z.count = zp->NumElements();
-  }
-  return z;
-}
-
 // Each test runs on every path the CPU has; the cap is lifted afterwards.
 class Int8GemmTest : public ::testing::Test {
  protected:

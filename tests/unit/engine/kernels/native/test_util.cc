@@ -7,41 +7,6 @@
 
 namespace loopserve::engine::native_test {
 
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-
-Attribute IntsAttr(std::vector<int64_t> v) {
-  Attribute a;
-  a.type = Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-Attribute StringAttr(std::string v) {
-  Attribute a;
-  a.type = Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
-}
-
-Attribute FloatAttr(float v) {
-  Attribute a;
-  a.type = Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-
-Attribute TensorAttr(Tensor t) {
-  Attribute a;
-  a.type = Attribute::Type::kTensor;
-  a.tensor = std::make_shared<const Tensor>(std::move(t));
-  return a;
-}
-
 absl::StatusOr<std::vector<Value>> RunOp(const OpCase& c) {
   auto graph = std::make_shared<Graph>();
   graph->name = "test";

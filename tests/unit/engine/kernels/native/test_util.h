@@ -16,6 +16,7 @@
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/value.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/attribute_builders.h"
 
 namespace loopserve::engine::native_test {
 
@@ -37,12 +38,11 @@ inline Tensor I64(std::initializer_list<int64_t> v) {
   return Make<int64_t>(Shape{static_cast<int64_t>(v.size())}, v);
 }
 
-// Attribute builders.
-Attribute IntAttr(int64_t v);
-Attribute IntsAttr(std::vector<int64_t> v);
-Attribute StringAttr(std::string v);
-Attribute FloatAttr(float v);
-Attribute TensorAttr(Tensor t);
+using test_attrs::FloatAttr;
+using test_attrs::IntAttr;
+using test_attrs::IntsAttr;
+using test_attrs::StringAttr;
+using test_attrs::TensorAttr;
 
 // A node to run, built fluently: OpCase("Gather", 13).In(data).In(indices).Attr("axis", ...).
 struct OpCase {
