@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""The request path's own cost (issue 34): server CPU per request, throughput and latency.
+
+Usage: /usr/bin/python3 bench/request_cost.py [--bin=build/bin] [--duration=4] [--clients=1,4,16]
+           [--workers=2] [--scaling_workers=1,2] [--profile=true]
+
+Part 1, request cost. One loopserve (`--workers=N`, loopback, kernel-picked ports) serves a
+one-iteration model: the example 256-wide RNN cell (deploy/make_example_models.py, rnn_cell without
+its dynamic-batching config) at M=1, x and h0 [1,256] FP32, so the engine needs a few microseconds
+and what is left is the request path. `loopctl perf` drives it over gRPC, REST with binary tensor
+data and REST with JSON data, at each client count for --duration seconds. Around every run the
+script reads the server's utime+stime from /proc/<pid>/stat, the client's CPU time (the waited
+child's rusage) and the machine's busy time from /proc/stat, and prints per row: requests/s,
+p50/p99 latency, server CPU us per request, the client's share of the machine and how busy the
+machine was in all (the machine may be shared: the load average is printed before and after).
+The issue's targets stand beside the 4-client gRPC and REST binary rows.
+
+Part 2, `--workers` scaling. A compute-bound model (the same cell, 1024 wide, M=16) is served with
+`--workers=W --intra_op_threads=1` for each W in --scaling_workers, at 2W clients; its throughput
+is set against W times the engine's single-core rate, measured in the same run with `looprun
+--threads=1` (median wall time and median CPU time per run; the CPU-time rate is what one free
+core gives).
+
+Part 3, profile (--profile=true and `perf` present): `perf record -g -p <server pid>` for 3 s of an
+extra 4-client gRPC run (not one of the table's rows, as the profiler costs CPU too), then the top
+symbols of `perf report` (self time). With perf_event_paranoid >= 2 only user space is sampled.
+
+Every loop is bounded: each perf run has --duration and a subprocess timeout, servers are stopped
+with SIGTERM (then killed) in `finally`. Needs Debian's /usr/bin/python3 (numpy + onnx 1.12).
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(REPO_ROOT, "deploy"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_example_models as examples  # noqa: E402  (sets the numpy aliases onnx 1.12 needs)
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+from bench_env import cpu_name, load_average  # noqa: E402
+from loopserve_py import start_server  # noqa: E402
+
+PROTOCOLS = {
+    "grpc": ("grpc", ["--protocol=grpc"]),
+    "rest-binary": ("http", ["--protocol=http"]),
+    "rest-json": ("http", ["--protocol=http", "--typed=true"]),
+}
+# Issue 34's targets: server CPU us per request for the one-iteration cell at 4 clients.
+TARGETS_US = {("grpc", 4): 30.0, ("rest-binary", 4): 20.0}
+SMALL = ("cell256", 256, 1)  # model name, hidden width, loop iterations (M)
+LARGE = ("cell1024", 1024, 16)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def isa_flags():
+    """The vector ISA extensions /proc/cpuinfo lists that the engine's kernels care about."""
+    wanted = ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile"]
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return " ".join(w for w in wanted if w in have)
+    except OSError:
+        pass
+    return "unknown"
+
+
+def process_cpu_seconds(pid):
+    """utime + stime of a process, in seconds, from /proc/<pid>/stat (fields 14 and 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields[0] is field 3 (state)
+
+
+def machine_times():
+    """(busy, total) jiffies of all CPUs together, from the first line of /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def write_repository(root):
+    """A model repository with the two cells (no config.pbtxt: auto-completed, no batching) and
+    looprun data folders for the large one."""
+    for name, hidden, steps in (SMALL, LARGE):
+        os.makedirs(os.path.join(root, "models", name, "1"))
+        onnx.save(examples.build_rnn_cell(hidden), os.path.join(root, "models", name, "1",
+                                                                  "model.onnx"))
+        data = os.path.join(root, "data_" + name)
+        os.makedirs(data)
+        rng = np.random.RandomState(34)
+        inputs = [("M", np.array(steps, np.int64)),
+                  ("x", rng.uniform(-1, 1, (1, hidden)).astype(np.float32)),
+                  ("h0", rng.uniform(-1, 1, (1, hidden)).astype(np.float32))]
+        for k, (input_name, array) in enumerate(inputs):
+            with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
+                f.write(numpy_helper.from_array(array, input_name).SerializeToString())
+
+
+class Server:
+    """loopserve on kernel-picked loopback ports; stopped by stop() (SIGTERM, then kill)."""
+
+    def __init__(self, binary, repository, workers, extra=()):
+        self.proc, ports = start_server(
+            binary, ["--model_repository=" + repository, "--metrics_port=-1",
+                     "--workers=%d" % workers] + list(extra), kinds=("grpc", "http"))
+        self.address = {k: "127.0.0.1:%d" % p for k, p in ports.items()}
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=None):
+    """One `loopctl perf` run with the CPU counters read around it; `during(pid)` (optional) is
+    called once the run has started and returns a Popen to wait for afterwards."""
+    kind, flags = PROTOCOLS[protocol]
+    command = ([loopctl, "--addr=" + server.address[kind]] + flags +
+               ["perf", model, "--input=M:INT64::%d" % steps, "--concurrency=%d" % clients,
+                "--duration=%g" % duration, "--warmup=%d" % (50 * clients), "--progress=false"])
+    pid = server.proc.pid
+    server_before = process_cpu_seconds(pid)
+    client_before = children_cpu_seconds()
+    busy_before, total_before = machine_times()
+    wall_before = time.monotonic()
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    side = during(pid) if during else None
+    try:
+        out, err = client.communicate(timeout=duration * 4 + 120)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        client.communicate()
+        raise RuntimeError("%s %d clients: loopctl perf timed out" % (protocol, clients))
+    wall = time.monotonic() - wall_before
+    busy_after, total_after = machine_times()
+    server_cpu = process_cpu_seconds(pid) - server_before
+    if side is not None:
+        side.wait(timeout=120)
+    client_cpu = children_cpu_seconds() - client_before  # includes the profiler, if any
+    if client.returncode != 0:
+        raise RuntimeError("%s %d clients: %s" % (protocol, clients, err.strip()))
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    # The server's CPU covers the warm-up requests too: count them in the divisor.
+    served = result["requests"] + 50 * clients
+    cores = os.cpu_count()
+    result.update({
+        "protocol": protocol, "clients": clients,
+        "server_cpu_us_per_request": server_cpu * 1e6 / served,
+        "server_cores": server_cpu / wall,
+        "client_share": client_cpu / (wall * cores),
+        "machine_busy": (busy_after - busy_before) / max(1, total_after - total_before),
+    })
+    return result
+
+
+def looprun_rate(looprun, root, model, repeat):
+    """The engine alone on one thread: (median wall us, median CPU us) per run of `model`."""
+    out = subprocess.run(
+        [looprun, "--model=" + os.path.join(root, "models", model, "1", "model.onnx"),
+         "--data=" + os.path.join(root, "data_" + model), "--repeat=%d" % repeat, "--warmup=5",
+         "--threads=1"], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError("looprun: " + out.stderr.strip())
+    result = json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
+    return result["median_us"], result["cpu_median_us"]
+
+
+def profile(root, seconds):
+    """A function for perf_run's `during`: perf record -g on the server for `seconds`."""
+    data = os.path.join(root, "perf.data")
+
+    def start(pid):
+        return subprocess.Popen(["perf", "record", "-g", "-o", data, "-p", str(pid), "--",
+                                 "sleep", str(seconds)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return start, data
+
+
+def top_symbols(data, count, sort="dso,symbol"):
+    """The first `count` rows of `perf report` (self time, >= 0.7%) sorted by `sort`."""
+    out = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                          "--sort", sort, "-g", "none", "--percent-limit", "0.7"],
+                         capture_output=True, text=True, timeout=300)
+    rows = [" ".join(w for w in line.split() if w != "-") for line in out.stdout.splitlines()
+            if line.strip() and not line.startswith("#")]
+    return rows[:count]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default=os.path.join(REPO_ROOT, "build", "bin"),
+                        help="folder with loopserve, loopctl and looprun")
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per perf run")
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--scaling_workers", default="1,2")
+    parser.add_argument("--profile", default="true")
+    args = parser.parse_args()
+    binary = {b: os.path.join(args.bin, b) for b in ("loopserve", "loopctl", "looprun")}
+    clients = [int(c) for c in args.clients.split(",")]
+    scaling = [int(w) for w in args.scaling_workers.split(",") if w]
+    do_profile = args.profile == "true" and shutil.which("perf") is not None
+
+    root = tempfile.mkdtemp(prefix="request_cost_")
+    repository = os.path.join(root, "models")
+    print("CPU: %s, %d cores, ISA: %s" % (cpu_name(), os.cpu_count(), isa_flags()))
+    print("load average before: %s" % load_average())
+    rows, scale_rows, symbols = [], [], []
+    try:
+        write_repository(root)
+        server = Server(binary["loopserve"], repository, args.workers)
+        try:
+            for protocol in PROTOCOLS:
+                for c in clients:
+                    rows.append(perf_run(binary["loopctl"], server, protocol, SMALL[0], SMALL[2],
+                                         c, args.duration))
+            if do_profile:
+                start, data = profile(root, 3)
+                perf_run(binary["loopctl"], server, "grpc", SMALL[0], SMALL[2], 4,
+                         max(args.duration, 4.0), during=start)
+                symbols = top_symbols(data, 12, "dso") + [""] + top_symbols(data, 25)
+        finally:
+            server.stop()
+        small_wall_us, small_cpu_us = looprun_rate(binary["looprun"], root, SMALL[0], 2000)
+        wall_us, cpu_us = looprun_rate(binary["looprun"], root, LARGE[0], 40)
+        for w in scaling:
+            server = Server(binary["loopserve"], repository, w, ["--intra_op_threads=1"])
+            try:
+                r = perf_run(binary["loopctl"], server, "grpc", LARGE[0], LARGE[2], 2 * w,
+                             args.duration)
+            finally:
+                server.stop()
+            r["workers"] = w
+            r["vs_cpu_rate"] = r["throughput"] / (w * 1e6 / cpu_us)
+            r["vs_wall_rate"] = r["throughput"] / (w * 1e6 / wall_us)
+            scale_rows.append(r)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("load average after: %s" % load_average())
+
+    print("\nRequest cost: %s (hidden %d, M=%d), --workers=%d, %g s per row" %
+          (SMALL[0], SMALL[1], SMALL[2], args.workers, args.duration))
+    print("engine alone (looprun --threads=1): median %.1f us wall, %.1f us CPU per run; the "
+          "rest of the server CPU per request is the request path" % (small_wall_us, small_cpu_us))
+    print("| protocol | clients | req/s | p50 (us) | p99 (us) | server CPU us/req | target |"
+          " server cores | client share | machine busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        target = TARGETS_US.get((r["protocol"], r["clients"]))
+        mark = "" if target is None else "<= %.0f (%s)" % (
+            target, "met" if r["server_cpu_us_per_request"] <= target else "not met")
+        print("| %s | %d | %.0f | %.0f | %.0f | %.1f | %s | %.2f | %.0f%% | %.0f%% |" %
+              (r["protocol"], r["clients"], r["throughput"], r["p50_us"], r["p99_us"],
+               r["server_cpu_us_per_request"], mark, r["server_cores"], 100 * r["client_share"],
+               100 * r["machine_busy"]))
+    if scale_rows:
+        print("\n--workers scaling: %s (hidden %d, M=%d), gRPC, 2 clients per worker, "
+              "--intra_op_threads=1; engine alone (looprun --threads=1): median %.0f us wall, "
+              "%.0f us CPU per run = %.0f runs/s per core (CPU)" %
+              (LARGE[0], LARGE[1], LARGE[2], wall_us, cpu_us, 1e6 / cpu_us))
+        print("| workers | req/s | p50 (us) | server CPU us/req | vs W x engine rate (CPU) |"
+              " vs W x engine rate (wall) | client share | machine busy |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in scale_rows:
+            print("| %d | %.0f | %.0f | %.0f | %.0f%% | %.0f%% | %.0f%% | %.0f%% |" %
+                  (r["workers"], r["throughput"], r["p50_us"], r["server_cpu_us_per_request"],
+                   100 * r["vs_cpu_rate"], 100 * r["vs_wall_rate"], 100 * r["client_share"],
+                   100 * r["machine_busy"]))
+    if symbols:
+        print("\nperf profile of the server, 3 s of a 4-client gRPC run (self time, by library, then top symbols):")
+        for line in symbols:
+            print("  " + line if line else "")
+    elif args.profile == "true":
+        print("\nperf profile: skipped (perf not found)")
+    print(json.dumps({"cpu": cpu_name(), "isa": isa_flags(), "rows": rows,
+                      "scaling": scale_rows, "engine_us": {"wall": wall_us, "cpu": cpu_us},
+                      "small_engine_us": {"wall": small_wall_us, "cpu": small_cpu_us}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
