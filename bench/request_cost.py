@@ -209,6 +209,33 @@ def top_symbols(data, count, sort="dso,symbol"):
     return rows[:count]
 
 
+# Named shares of the profile (self time, summed over every symbol that matches).
+BUCKETS = [
+    ("malloc/free", ("malloc", "free", "_int_", "operator new", "operator delete", "tcache")),
+    ("absl mutex deadlock detection", ("GraphCycles", "Deadlock")),
+    ("futex", ("futex",)),
+    ("thread switches", ("finish_task_switch", "schedule", "switch_to")),
+]
+
+
+def buckets(data):
+    """[(bucket name, percent)] over every sampled symbol of the profile."""
+    out = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                          "--sort", "symbol", "-g", "none", "--percent-limit", "0"],
+                         capture_output=True, text=True, timeout=300)
+    totals = {name: 0.0 for name, _ in BUCKETS}
+    for line in out.stdout.splitlines():
+        words = line.split()
+        if line.startswith("#") or not words or not words[0].endswith("%"):
+            continue
+        symbol = " ".join(words[2:])
+        for name, patterns in BUCKETS:
+            if any(p in symbol for p in patterns):
+                totals[name] += float(words[0][:-1])
+                break
+    return [(name, totals[name]) for name, _ in BUCKETS]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default=os.path.join(REPO_ROOT, "build", "bin"),
@@ -241,7 +268,8 @@ def main():
                 start, data = profile(root, 3)
                 perf_run(binary["loopctl"], server, "grpc", SMALL[0], SMALL[2], 4,
                          max(args.duration, 4.0), during=start)
-                symbols = top_symbols(data, 12, "dso") + [""] + top_symbols(data, 25)
+                symbols = (top_symbols(data, 12, "dso") + [""] + top_symbols(data, 25) + [""] +
+                           ["%.2f%% %s" % (p, name) for name, p in buckets(data)])
         finally:
             server.stop()
         small_wall_us, small_cpu_us = looprun_rate(binary["looprun"], root, SMALL[0], 2000)
@@ -290,7 +318,7 @@ def main():
                    100 * r["vs_cpu_rate"], 100 * r["vs_wall_rate"], 100 * r["client_share"],
                    100 * r["machine_busy"]))
     if symbols:
-        print("\nperf profile of the server, 3 s of a 4-client gRPC run (self time, by library, then top symbols):")
+        print("\nperf profile of the server, 3 s of a 4-client gRPC run (self time, by library, top symbols, named shares):")
         for line in symbols:
             print("  " + line if line else "")
     elif args.profile == "true":
