@@ -107,13 +107,19 @@ def write_repository(root):
                                                                   "model.onnx"))
         data = os.path.join(root, "data_" + name)
         os.makedirs(data)
+        # serving_bench's layout (bare model files with test_data_set_0/), for the echo ratio.
+        echo_dir = os.path.join(root, "echo", name, "test_data_set_0")
+        os.makedirs(echo_dir)
+        shutil.copy(os.path.join(root, "models", name, "1", "model.onnx"),
+                    os.path.dirname(echo_dir))
         rng = np.random.RandomState(34)
         inputs = [("M", np.array(steps, np.int64)),
                   ("x", rng.uniform(-1, 1, (1, hidden)).astype(np.float32)),
                   ("h0", rng.uniform(-1, 1, (1, hidden)).astype(np.float32))]
         for k, (input_name, array) in enumerate(inputs):
-            with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
-                f.write(numpy_helper.from_array(array, input_name).SerializeToString())
+            for folder in (data, echo_dir):
+                with open(os.path.join(folder, "input_%d.pb" % k), "wb") as f:
+                    f.write(numpy_helper.from_array(array, input_name).SerializeToString())
 
 
 class Server:
@@ -236,6 +242,23 @@ def buckets(data):
     return [(name, totals[name]) for name, _ in BUCKETS]
 
 
+def echo_ratio(serving_bench, root, model):
+    """serving_bench at 1 client: (echo median us, loopserve median us) over gRPC for `model`,
+    both servers in one process, against a bare gRPC echo of the same payload; None if absent."""
+    if not os.path.exists(serving_bench):
+        return None
+    out = subprocess.run([serving_bench, "--models=" + os.path.join(root, "echo"),
+                          "--model=" + model, "--clients=1", "--rounds=3", "--requests=3000"],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError("serving_bench: " + out.stderr.strip()[-2000:])
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 3 and cells[0] == "1":
+            return float(cells[1]), float(cells[2])
+    raise RuntimeError("serving_bench printed no 1-client row")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default=os.path.join(REPO_ROOT, "build", "bin"),
@@ -246,7 +269,8 @@ def main():
     parser.add_argument("--scaling_workers", default="1,2")
     parser.add_argument("--profile", default="true")
     args = parser.parse_args()
-    binary = {b: os.path.join(args.bin, b) for b in ("loopserve", "loopctl", "looprun")}
+    binary = {b: os.path.join(args.bin, b)
+              for b in ("loopserve", "loopctl", "looprun", "serving_bench")}
     clients = [int(c) for c in args.clients.split(",")]
     scaling = [int(w) for w in args.scaling_workers.split(",") if w]
     do_profile = args.profile == "true" and shutil.which("perf") is not None
@@ -272,6 +296,7 @@ def main():
                            ["%.2f%% %s" % (p, name) for name, p in buckets(data)])
         finally:
             server.stop()
+        echo = echo_ratio(binary["serving_bench"], root, SMALL[0])
         small_wall_us, small_cpu_us = looprun_rate(binary["looprun"], root, SMALL[0], 2000)
         wall_us, cpu_us = looprun_rate(binary["looprun"], root, LARGE[0], 40)
         for w in scaling:
@@ -304,6 +329,13 @@ def main():
               (r["protocol"], r["clients"], r["throughput"], r["p50_us"], r["p99_us"],
                r["server_cpu_us_per_request"], mark, r["server_cores"], 100 * r["client_share"],
                100 * r["machine_busy"]))
+    if echo is not None:
+        print("\n1 client, gRPC, median latency (serving_bench, both servers in one process, "
+              "synchronous stub): bare gRPC echo %.1f us, loopserve %.1f us: %.2fx (target <= 1.5x:"
+              " %s)" % (echo[0], echo[1], echo[1] / echo[0],
+                        "met" if echo[1] <= 1.5 * echo[0] else "not met"))
+    else:
+        print("\n1 client echo ratio: skipped (no serving_bench in --bin)")
     if scale_rows:
         print("\n--workers scaling: %s (hidden %d, M=%d), gRPC, 2 clients per worker, "
               "--intra_op_threads=1; engine alone (looprun --threads=1): median %.0f us wall, "
@@ -324,7 +356,7 @@ def main():
     elif args.profile == "true":
         print("\nperf profile: skipped (perf not found)")
     print(json.dumps({"cpu": cpu_name(), "isa": isa_flags(), "rows": rows,
-                      "scaling": scale_rows, "engine_us": {"wall": wall_us, "cpu": cpu_us},
+                      "scaling": scale_rows, "echo_us": echo, "engine_us": {"wall": wall_us, "cpu": cpu_us},
                       "small_engine_us": {"wall": small_wall_us, "cpu": small_cpu_us}}))
     return 0
 
