@@ -15,6 +15,10 @@ p50/p99 latency, server CPU us per request, the client's share of the machine an
 machine was in all (the machine may be shared: the load average is printed before and after).
 The issue's targets stand beside the 4-client gRPC and REST binary rows.
 
+Then, if --bin has serving_bench: the 1-client gRPC median latency of loopserve against a bare
+gRPC echo of the same payload (serving_bench --model=cell256, both in one process) and the ratio
+(issue 34: <= 1.5x).
+
 Part 2, `--workers` scaling. A compute-bound model (the same cell, 1024 wide, M=16) is served with
 `--workers=W --intra_op_threads=1` for each W in --scaling_workers, at 2W clients; its throughput
 is set against W times the engine's single-core rate, measured in the same run with `looprun
