@@ -1,5 +1,7 @@
 // Pad: constant, reflect, edge and wrap padding (negative pads crop).
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/native/common.h"
@@ -107,45 +109,50 @@ class PadKernel final : public Kernel {
       Tensor* y = ctx.output(0, x.dtype(), out_shape);
       const T* in = x.data<T>();
       T* out = y->mutable_data<T>();
+      if (n == 0) return;
+      if (rank == 0) {
+        out[0] = in[0];
+        return;
+      }
+      // Row by row along the last axis: the outer axes give the source row (or none: the constant
+      // fills it), the last axis copies its inside run in one block and maps the pads around it.
+      const int last = rank - 1;
+      const int64_t width = out_shape[last];
+      const int64_t size = x.dim(last);
+      const int64_t lo = std::clamp<int64_t>(begin[last], 0, width);
+      const int64_t hi = std::clamp<int64_t>(size + begin[last], lo, width);
       DimVector coord(rank, 0);
-      for (int64_t o = 0; o < n; ++o) {
-        if (!pacer.Produced(sizeof(T))) {
+      for (int64_t row = 0; row < n; row += width) {
+        T* dst = out + row;
+        if (!pacer.Produced(sizeof(T) * static_cast<size_t>(width))) {
           done = false;
           return;
         }
         int64_t offset = 0;
         bool inside = true;
-        for (int d = 0; d < rank; ++d) {
-          int64_t i = coord[d] - begin[d];
-          const int64_t size = x.dim(d);
-          if (i < 0 || i >= size) {
-            switch (mode_) {
-              case PadMode::kConstant:
-                inside = false;
-                break;
-              case PadMode::kEdge:
-                i = i < 0 ? 0 : size - 1;
-                break;
-              case PadMode::kWrap:
-                i = ((i % size) + size) % size;
-                break;
-              case PadMode::kReflect: {
-                if (size == 1) {
-                  i = 0;
-                  break;
-                }
-                const int64_t period = 2 * (size - 1);
-                i = ((i % period) + period) % period;
-                if (i >= size) i = period - i;
-                break;
-              }
-            }
+        for (int d = 0; d < last && inside; ++d) {
+          const int64_t i = MapIndex(coord[d] - begin[d], x.dim(d));
+          if (i < 0) {
+            inside = false;
+          } else {
+            offset += i * strides[d];
           }
-          if (!inside) break;
-          offset += i * strides[d];
         }
-        out[o] = inside ? in[offset] : value;
-        for (int d = rank - 1; d >= 0; --d) {
+        if (!inside) {
+          std::fill(dst, dst + width, value);
+        } else {
+          const T* src = in + offset;
+          for (int64_t j = 0; j < lo; ++j) {
+            const int64_t i = MapIndex(j - begin[last], size);
+            dst[j] = i < 0 ? value : src[i];
+          }
+          if (hi > lo) std::copy(src + (lo - begin[last]), src + (hi - begin[last]), dst + lo);
+          for (int64_t j = hi; j < width; ++j) {
+            const int64_t i = MapIndex(j - begin[last], size);
+            dst[j] = i < 0 ? value : src[i];
+          }
+        }
+        for (int d = last - 1; d >= 0; --d) {
           if (++coord[d] < out_shape[d]) break;
           coord[d] = 0;
         }
@@ -157,6 +164,28 @@ class PadKernel final : public Kernel {
 
  private:
   PadKernel() = default;
+
+  // The source index of padded position i on an axis of `size` elements, or -1 where the constant
+  // goes (constant mode outside the data).
+  int64_t MapIndex(int64_t i, int64_t size) const {
+    if (i >= 0 && i < size) return i;
+    switch (mode_) {
+      case PadMode::kConstant:
+        return -1;
+      case PadMode::kEdge:
+        return i < 0 ? 0 : size - 1;
+      case PadMode::kWrap:
+        return ((i % size) + size) % size;
+      case PadMode::kReflect: {
+        if (size == 1) return 0;
+        const int64_t period = 2 * (size - 1);
+        i = ((i % period) + period) % period;
+        return i >= size ? period - i : i;
+      }
+    }
+    return -1;
+  }
+
   ListFrom from_ = ListFrom::kInput;
   PadMode mode_ = PadMode::kConstant;
   DimVector attr_pads_;

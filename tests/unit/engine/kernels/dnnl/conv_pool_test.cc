@@ -100,6 +100,32 @@ TEST(ConvTest, RandomWindowsMatchReference) {
   }
 }
 
+// 1-D depthwise Convs (one input and one output channel per group), which run on oneDNN as 2-D
+// with a height of 1: random channels, kernels, strides, dilations, pads, batch and bias.
+TEST(ConvTest, DepthwiseOneDimensionalMatchesReference) {
+  std::mt19937 rng(27);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t c = Pick(rng, 2, 40);
+    reference::WindowAttrs window;
+    Attributes attrs;
+    const Shape x_shape = RandomWindow(rng, 1, /*dilations=*/trial % 2 == 1, /*pool=*/false,
+                                       Pick(rng, 1, 2), c, window, attrs);
+    Shape::Dims w_dims = {c, 1, window.kernel_shape[0]};
+    attrs["group"] = IntAttr(c);
+    const Tensor x = RandomTensor(DataType::kFloat32, x_shape, rng);
+    const Tensor w = RandomTensor(DataType::kFloat32, Shape(w_dims), rng);
+    const Tensor b = RandomTensor(DataType::kFloat32, Shape{c}, rng);
+    const Tensor* bias = trial % 3 ? &b : nullptr;
+    SCOPED_TRACE(::testing::Message()
+                 << "x " << x_shape.ToString() << " w " << Shape(w_dims).ToString());
+    absl::StatusOr<Tensor> actual = RunOnce("Conv", 11, {&x, &w, bias}, attrs);
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    Tensor expected;
+    ASSERT_TRUE(reference::Conv(x, w, bias, window, c, expected).ok());
+    EXPECT_TRUE(TensorsNear(*actual, expected, 1e-4, 1e-4));
+  }
+}
+
 TEST(ConvTransposeTest, RandomWindowsMatchReference) {
   // oneDNN's deconvolution (constant and runtime weights, groups, strides, dilations, pads,
   // auto_pad) against the reference scatter; extended outputs (output_padding, an output_shape

@@ -179,6 +179,34 @@ TEST(PadTest, Modes) {
               absl::StatusCode::kInvalidArgument, "below zero");
 }
 
+// Pads on the last axis (the kernel copies each row's inside run and maps the pads around it),
+// mixed with pads and crops on the outer axis; expected values from numpy.pad, the reference the
+// ONNX spec's Pad tests use.
+TEST(PadTest, LastAxisRowsAgreeWithNumpyPad) {
+  auto x = [] { return Make<float>({2, 3}, {1, 2, 3, 4, 5, 6}); };
+  // Reflect farther than the axis is long: the reflection repeats. (Wrap stays within one period:
+  // numpy.pad wraps longer pads over its own padding.)
+  ExpectTensor<float>(
+      RunOk(OpCase("Pad", 13).In(x()).In(I64({0, 4, 0, 5})).Attr("mode", StringAttr("reflect"))),
+      {2, 12}, {1, 2, 3, 2, 1, 2, 3, 2, 1, 2, 3, 2, 4, 5, 6, 5, 4, 5, 6, 5, 4, 5, 6, 5});
+  ExpectTensor<float>(
+      RunOk(OpCase("Pad", 19).In(x()).In(I64({1, 2, 0, 3})).Attr("mode", StringAttr("wrap"))),
+      {3, 8}, {5, 6, 4, 5, 6, 4, 5, 6, 2, 3, 1, 2, 3, 1, 2, 3, 5, 6, 4, 5, 6, 4, 5, 6});
+  ExpectTensor<float>(
+      RunOk(OpCase("Pad", 13).In(x()).In(I64({0, 1, 1, 2})).Attr("mode", StringAttr("edge"))),
+      {3, 6}, {1, 1, 2, 3, 3, 3, 4, 4, 5, 6, 6, 6, 4, 4, 5, 6, 6, 6});
+  auto y = [] { return Make<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}); };
+  // A constant row above, the first column cropped, two constant columns after.
+  ExpectTensor<float>(RunOk(OpCase("Pad", 13).In(y()).In(I64({1, -1, 0, 2})).In(Scalar<float>(9))),
+                      {3, 5}, {9, 9, 9, 9, 9, 1, 2, 3, 9, 9, 5, 6, 7, 9, 9});
+  ExpectTensor<float>(
+      RunOk(OpCase("Pad", 13).In(y()).In(I64({0, 2, 0, -1})).Attr("mode", StringAttr("reflect"))),
+      {2, 5}, {2, 1, 0, 1, 2, 6, 5, 4, 5, 6});
+  // Cropped past the data: only the constant is left.
+  ExpectTensor<float>(RunOk(OpCase("Pad", 13).In(y()).In(I64({0, -5, 0, 3})).In(Scalar<float>(9))),
+                      {2, 2}, {9, 9, 9, 9});
+}
+
 TEST(EinsumTest, MatmulTransposeDiagonalAndEllipsis) {
   ExpectTensor<float>(RunOk(OpCase("Einsum", 12)
                                 .In(Make<float>({2, 2}, {1, 2, 3, 4}))

@@ -45,6 +45,23 @@ TEST(PowTest, SpecExamples) {
                         {2, 3}, {1, 4, 27, 4, 25, 216});
 }
 
+// One exponent of 2 squares the base (x * x, as the spec's x^2); any exponent type, a broadcast
+// that adds axes, and the IEEE special values: (-inf)^2 = inf, NaN^2 = NaN, (-0)^2 = 0.
+TEST(PowTest, SingleExponentTwoSquares) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ExpectTensor<float>(RunOk(OpCase("Pow", 15)
+                                .In(Make<float>({4}, {-3, 0.5f, -inf, -0.0f}))
+                                .In(Make<int64_t>({1, 1}, {2}))),
+                      {1, 4}, {9, 0.25f, inf, 0});
+  Tensor r = RunOk(OpCase("Pow", 15).In(Make<float>({2}, {nan, 1e20f})).In(Scalar<float>(2)));
+  ASSERT_EQ(r.NumElements(), 2);
+  EXPECT_TRUE(std::isnan(r.data<float>()[0]));
+  EXPECT_EQ(r.data<float>()[1], inf);
+  ExpectTensor<double>(RunOk(OpCase("Pow", 15).In(Make<double>({2}, {1.5, -2})).In(I64({2}))), {2},
+                       {2.25, 4});
+}
+
 TEST(PowTest, MixedTypes) {
   // test_pow_types_int64_float32: [1,2,3] ^ [4,5,6] = [1,32,729] as int64.
   ExpectTensor<int64_t>(RunOk(OpCase("Pow", 15).In(I64({1, 2, 3})).In(Make<float>({3}, {4, 5, 6}))),
