@@ -29,6 +29,7 @@ Body kinds (issue 12 and ../shared/research/loop-engine-anchors.md section 4):
   counter    trivial int64 body with a scan output (per-iteration overhead)
   scan16k    elementwise body with a 16 KB scan slice per iteration
   nested     a Loop in a Loop
+  nms        greedy non-max suppression: ArgMax, IoU on [N,1] columns, Where, data-dependent stop
 """
 import argparse
 import os
@@ -641,6 +642,114 @@ def qrnn(rng, batch, hidden, trips):
     return make_model(g, 13), feeds(trips, [("X", x), ("h0", h0)])
 # --- quantized bodies (issue 28): end ---
 
+# --- NMS loops and odd widths (issue 27 part 6): begin ---
+def nms(rng, boxes, trips, iou_threshold=0.5):
+    """Greedy NMS as TF/torchvision exporters write it as a Loop over [N,1] columns: each
+    iteration takes the ArgMax of the remaining scores, Gathers that box, computes its IoU against
+    every box (Slice the x1/y1/x2/y2 columns, Max/Min/Sub/Mul/Div), suppresses the boxes above the
+    threshold (the chosen one included: IoU 1) with Greater/Where, and scan-outputs the index;
+    it stops after `trips` boxes or when no positive score is left (ReduceMax/Greater)."""
+    xy = rng.uniform(0.0, 1.0, (boxes, 2)).astype(np.float32)
+    wh = rng.uniform(0.02, 0.2, (boxes, 2)).astype(np.float32)
+    bxs = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+    scores = rng.uniform(0.01, 1.0, (boxes, 1)).astype(np.float32)
+    ins = [vi("i", I64, []), vi("cond_in", B, []), vi("s_in", F, [boxes, 1])]
+    outs = [vi("cond_out", B, []), vi("s_out", F, [boxes, 1]), vi("idx_scan", I64, [1])]
+    cols = []
+    for k, c in enumerate(("x1", "y1", "x2", "y2")):
+        cols += [node("Slice", ["Boxes", "c%d" % k, "c%d" % (k + 1), "ax_1"], [c]),
+                 node("Slice", ["box", "c%d" % k, "c%d" % (k + 1), "ax_1"], ["b" + c])]
+    body = helper.make_graph(
+        [node("ArgMax", ["s_in"], ["idx"], axis=0, keepdims=0),
+         node("Gather", ["Boxes", "idx"], ["box"], axis=0)] + cols +
+        [node("Max", ["x1", "bx1"], ["ix1"]),
+         node("Max", ["y1", "by1"], ["iy1"]),
+         node("Min", ["x2", "bx2"], ["ix2"]),
+         node("Min", ["y2", "by2"], ["iy2"]),
+         node("Sub", ["ix2", "ix1"], ["iw0"]),
+         node("Sub", ["iy2", "iy1"], ["ih0"]),
+         node("Max", ["iw0", "zero"], ["iw"]),
+         node("Max", ["ih0", "zero"], ["ih"]),
+         node("Mul", ["iw", "ih"], ["inter"]),
+         node("Sub", ["x2", "x1"], ["w"]),
+         node("Sub", ["y2", "y1"], ["h"]),
+         node("Mul", ["w", "h"], ["area"]),
+         node("Sub", ["bx2", "bx1"], ["bw"]),
+         node("Sub", ["by2", "by1"], ["bh"]),
+         node("Mul", ["bw", "bh"], ["barea"]),
+         node("Add", ["area", "barea"], ["sum"]),
+         node("Sub", ["sum", "inter"], ["union"]),
+         node("Div", ["inter", "union"], ["iou"]),
+         node("Greater", ["iou", "thr"], ["sup"]),
+         node("Where", ["sup", "gone", "s_in"], ["s_out"]),
+         node("ReduceMax", ["s_out"], ["best"], keepdims=0),
+         node("Greater", ["best", "zero"], ["cond_out"]),
+         node("Identity", ["idx"], ["idx_scan"])], "nms_body", ins, outs,
+        [const("c%d" % k, np.array([k], np.int64)) for k in range(5)] +
+        [const("ax_1", np.array([1], np.int64)), const("zero", np.array(0.0, np.float32)),
+         const("thr", np.array(iou_threshold, np.float32)),
+         const("gone", np.array(-1.0, np.float32))])
+    g = loop_graph("nms", body, [vi("s0", F, [boxes, 1])],
+                   [vi("s", F, [boxes, 1]), vi("keep", I64, [None, 1])], [],
+                   [vi("Boxes", F, [boxes, 4])], loop_inputs=["M", "cond", "s0"])
+    return make_model(g, 13), feeds(trips, [("Boxes", bxs), ("s0", scores)])
+
+
+def nms_reference(inputs):
+    """numpy greedy NMS over the nms case's inputs: {"s": scores left, "keep": [K,1] indices}."""
+    boxes, s = inputs["Boxes"], inputs["s0"].copy()
+    x1, y1, x2, y2 = (boxes[:, k:k + 1] for k in range(4))
+    area = (x2 - x1) * (y2 - y1)
+    keep = []
+    for _ in range(int(inputs["M"])):
+        j = int(np.argmax(s[:, 0]))
+        keep.append(j)
+        iw = np.maximum(np.minimum(x2, x2[j]) - np.maximum(x1, x1[j]), np.float32(0))
+        ih = np.maximum(np.minimum(y2, y2[j]) - np.maximum(y1, y1[j]), np.float32(0))
+        inter = iw * ih
+        iou = inter / (area + area[j] - inter)
+        s = np.where(iou > np.float32(0.5), np.float32(-1), s)
+        if not s.max() > 0:
+            break
+    return {"s": s, "keep": np.array(keep, np.int64).reshape(-1, 1)}
+
+
+def rnn_reference(inputs, init):
+    """numpy RNN cell over the rnn case: {"h": last state, "hs": every state}."""
+    h = inputs["h0"].astype(np.float64)
+    hs = []
+    for t in range(int(inputs["M"])):
+        h = np.tanh(inputs["X"][t] @ init["W"] + h @ init["U"] + init["b"])
+        hs.append(h)
+    return {"h": h, "hs": np.stack(hs)}
+
+
+def mlp_reference(inputs, init):
+    """numpy residual MLP block (LayerNorm eps 1e-5, erf-GELU) over the mlp case."""
+    from math import erf
+    verf = np.vectorize(erf)
+    h = inputs["h0"].astype(np.float64)
+    hs = []
+    for _ in range(int(inputs["M"])):
+        xc = h - h.mean(-1, keepdims=True)
+        ln = xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5) * init["gamma"] + init["beta"]
+        u = ln @ init["W1"] + init["b1"]
+        h = h + (0.5 * u * (1.0 + verf(u / np.sqrt(2.0)))) @ init["W2"] + init["b2"]
+        hs.append(h)
+    return {"h": h, "hs": np.stack(hs)}
+
+
+# Case name prefix -> numpy reference(inputs by name, initializers by name) -> {output: array}:
+# tests/unit/engine/tools/grid_reference_test.py checks looprun against these.
+REFERENCES = {
+    "nms_": lambda inputs, init: nms_reference(inputs),
+    "rnn_": rnn_reference,
+    "mlp_": mlp_reference,
+}
+# The cases that test checks (the others of these kinds are large; ORT is their peer).
+REFERENCE_CASES = ("nms_n200_k20", "nms_n1000_k50", "rnn_b1_h333", "mlp_b7_h100")
+# --- NMS loops and odd widths (issue 27 part 6): end ---
+
 # ---- The grid ----------------------------------------------------------------------------------
 
 # (case name, builder, keyword arguments). Trip counts keep ORT's time per run near 5-40 ms.
@@ -687,6 +796,11 @@ CASES = [
     ("qrnn_b8_h512", qrnn, dict(batch=8, hidden=512, trips=200)),
     ("qrnn_b16_h512", qrnn, dict(batch=16, hidden=512, trips=200)),
     ("qrnn_b1_h128", qrnn, dict(batch=1, hidden=128, trips=2000)),
+    # NMS loops and odd widths, not multiples of 16 (issue 27 part 6).
+    ("nms_n200_k20", nms, dict(boxes=200, trips=20)),
+    ("nms_n1000_k50", nms, dict(boxes=1000, trips=50)),
+    ("rnn_b1_h333", rnn, dict(batch=1, hidden=333, trips=1000)),
+    ("mlp_b7_h100", mlp, dict(batch=7, hidden=100, trips=300)),
 ]
 
 
