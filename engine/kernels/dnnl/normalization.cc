@@ -1,7 +1,9 @@
 // oneDNN BatchNormalization (inference and opset-14 training mode), InstanceNormalization,
 // LayerNormalization and LRN.
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -156,8 +158,27 @@ class BatchNormKernel final : public DnnlKernel {
     const float* mean = inputs[3]->data<float>();
     const float* var = inputs[4]->data<float>();
     float* y = out.mutable_data<float>();
-    const int64_t planes = batch * channels;
     const float epsilon = epsilon_;
+    if (spatial < kMinPlane) {
+      // Short planes (rank 2 [N, C]: one element each): a and b laid out over a sample's
+      // channels * spatial elements, then y = x * a + b one sample at a time.
+      const int64_t sample = channels * spatial;
+      std::vector<float> a(sample), b(sample);
+      for (int64_t c = 0; c < channels; ++c) {
+        const float ac = scale[c] / std::sqrt(var[c] + epsilon);
+        std::fill_n(a.data() + c * spatial, spatial, ac);
+        std::fill_n(b.data() + c * spatial, spatial, bias[c] - mean[c] * ac);
+      }
+#pragma omp parallel for schedule(static) if (!op.single_threaded)
+      for (int64_t n = 0; n < batch; ++n) {
+        const float* in = x + n * sample;
+        float* o = y + n * sample;
+#pragma omp simd
+        for (int64_t i = 0; i < sample; ++i) o[i] = in[i] * a[i] + b[i];
+      }
+      return absl::OkStatus();
+    }
+    const int64_t planes = batch * channels;
 #pragma omp parallel for schedule(static) if (!op.single_threaded)
     for (int64_t p = 0; p < planes; ++p) {
       const int64_t c = p % channels;
@@ -222,6 +243,7 @@ class BatchNormKernel final : public DnnlKernel {
     return prepared;
   }
 
+  static constexpr int64_t kMinPlane = 16;  // shorter planes take the per-sample pass
   const float epsilon_;
   const BatchNormTraining training_;
 };

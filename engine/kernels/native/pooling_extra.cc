@@ -28,12 +28,69 @@ void StoreFloat(Tensor& t, int64_t i, double v) {
 
 class MvnState : public KernelState {
  public:
-  std::vector<double> mean, squares;
-  std::vector<int64_t> group;  // per element: its statistics group
+  std::vector<double> sum, squares;  // per statistics group
+  std::vector<float> shift_f, scale_f;
+  std::vector<double> shift_d, scale_d;
+  std::vector<float>& shift(float*) { return shift_f; }
+  std::vector<float>& scale(float*) { return scale_f; }
+  std::vector<double>& shift(double*) { return shift_d; }
+  std::vector<double>& scale(double*) { return scale_d; }
 };
 
+// The input seen as alternating blocks of reduced and kept dimensions (adjacent dimensions of one
+// kind merged, size-1 ones dropped): rows of the last block's length `row`, each row either all
+// of one statistics group (the last block reduced) or `row` consecutive groups (kept).
+struct MvnLayout {
+  DimVector sizes;         // the blocks before the last one
+  std::vector<bool> kept;  // whether each of those is a kept block
+  int64_t row = 1;
+  bool row_reduced = false;
+  int64_t groups = 1, group_size = 1;
+
+  // The first statistics group of row r.
+  int64_t FirstGroup(int64_t r) const {
+    int64_t g = 0, kept_stride = row_reduced ? 1 : row;
+    for (int b = static_cast<int>(sizes.size()) - 1; b >= 0; --b) {
+      const int64_t coord = r % sizes[b];
+      r /= sizes[b];
+      if (kept[b]) {
+        g += coord * kept_stride;
+        kept_stride *= sizes[b];
+      }
+    }
+    return g;
+  }
+};
+
+MvnLayout MakeMvnLayout(const Shape& shape, const bool* reduced) {
+  DimVector sizes;
+  std::vector<bool> kept;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!kept.empty() && kept.back() == !reduced[d]) {
+      sizes.back() *= shape[d];
+    } else {
+      sizes.push_back(shape[d]);
+      kept.push_back(!reduced[d]);
+    }
+  }
+  MvnLayout layout;
+  for (size_t b = 0; b < sizes.size(); ++b)
+    (kept[b] ? layout.groups : layout.group_size) *= sizes[b];
+  if (!sizes.empty()) {
+    layout.row = sizes.back();
+    layout.row_reduced = !kept.back();
+    sizes.pop_back();
+    kept.pop_back();
+  }
+  layout.sizes = std::move(sizes);
+  layout.kept = std::move(kept);
+  return layout;
+}
+
 // MeanVarianceNormalization(X; axes = [0, 2, 3]): (X - mean) / (sqrt(variance) + 1e-9), mean and
-// variance over `axes` (the function body of the spec), accumulated in double.
+// variance over `axes` (the function body of the spec). One pass over rows of the input sums x and
+// x^2 per group in double, a second writes (x - mean) * (1 / (sd + 1e-9)) per row.
 class MvnKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -48,39 +105,19 @@ class MvnKernel final : public Kernel {
   absl::Status Run(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     if (!IsFloatingPoint(x.dtype())) return UnsupportedType("X", x.dtype());
+    if (x.rank() > kMaxRank) return absl::InvalidArgumentError("input rank is too large");
     DimVector axes(axes_.begin(), axes_.end());
     LS_RETURN_IF_ERROR(NormalizeAxes(axes, x.rank(), "axes"));
     Tensor* y = ctx.output(0, x.dtype(), x.shape());
-    const int rank = x.rank();
+    if (x.NumElements() == 0) return absl::OkStatus();
     bool reduced[kMaxRank] = {};
-    if (rank > kMaxRank) return absl::InvalidArgumentError("input rank is too large");
     for (int64_t a : axes) reduced[a] = true;
-    DimVector strides;
-    RowMajorStrides(x.shape(), &strides);
-    int64_t groups = 1, group_size = 1;
-    for (int d = 0; d < rank; ++d) (reduced[d] ? group_size : groups) *= x.dim(d);
+    const MvnLayout layout = MakeMvnLayout(x.shape(), reduced);
     MvnState& s = *ctx.state<MvnState>();
-    const int64_t n = x.NumElements();
-    s.mean.assign(groups, 0.0);
-    s.squares.assign(groups, 0.0);
-    s.group.resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t g = 0;
-      for (int d = 0; d < rank; ++d) {
-        if (!reduced[d]) g = g * x.dim(d) + (i / strides[d]) % x.dim(d);
-      }
-      s.group[i] = g;
-      s.mean[g] += LoadFloat(x, i);
-    }
-    for (int64_t g = 0; g < groups; ++g) s.mean[g] /= static_cast<double>(group_size);
-    for (int64_t i = 0; i < n; ++i) {
-      const double d = LoadFloat(x, i) - s.mean[s.group[i]];
-      s.squares[s.group[i]] += d * d;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t g = s.group[i];
-      const double sd = std::sqrt(s.squares[g] / static_cast<double>(group_size));
-      StoreFloat(*y, i, (LoadFloat(x, i) - s.mean[g]) / (sd + 1e-9));
+    if (x.dtype() == DataType::kFloat32) {
+      Normalize(layout, x.data<float>(), y->mutable_data<float>(), x.NumElements(), s);
+    } else {
+      Normalize(layout, x.data<double>(), y->mutable_data<double>(), x.NumElements(), s);
     }
     return absl::OkStatus();
   }
@@ -88,6 +125,64 @@ class MvnKernel final : public Kernel {
  private:
   static constexpr int kMaxRank = 64;
   explicit MvnKernel(std::vector<int64_t> axes) : axes_(std::move(axes)) {}
+
+  template <typename T>
+  static void Normalize(const MvnLayout& layout, const T* x, T* y, int64_t n, MvnState& s) {
+    const int64_t row = layout.row, rows = n / row;
+    s.sum.assign(layout.groups, 0.0);
+    s.squares.assign(layout.groups, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* in = x + r * row;
+      const int64_t g = layout.FirstGroup(r);
+      if (layout.row_reduced) {
+        double sum = 0, squares = 0;
+#pragma omp simd reduction(+ : sum, squares)
+        for (int64_t i = 0; i < row; ++i) {
+          const double v = in[i];
+          sum += v;
+          squares += v * v;
+        }
+        s.sum[g] += sum;
+        s.squares[g] += squares;
+      } else {
+        double* sum = s.sum.data() + g;
+        double* squares = s.squares.data() + g;
+#pragma omp simd
+        for (int64_t i = 0; i < row; ++i) {
+          const double v = in[i];
+          sum[i] += v;
+          squares[i] += v * v;
+        }
+      }
+    }
+    std::vector<T>& shift = s.shift(static_cast<T*>(nullptr));
+    std::vector<T>& scale = s.scale(static_cast<T*>(nullptr));
+    shift.resize(layout.groups);
+    scale.resize(layout.groups);
+    const double count = static_cast<double>(layout.group_size);
+    for (int64_t g = 0; g < layout.groups; ++g) {
+      const double mean = s.sum[g] / count;
+      const double variance = std::max(0.0, s.squares[g] / count - mean * mean);
+      shift[g] = static_cast<T>(mean);
+      scale[g] = static_cast<T>(1.0 / (std::sqrt(variance) + 1e-9));
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* in = x + r * row;
+      T* out = y + r * row;
+      const int64_t g = layout.FirstGroup(r);
+      if (layout.row_reduced) {
+        const T m = shift[g], a = scale[g];
+#pragma omp simd
+        for (int64_t i = 0; i < row; ++i) out[i] = (in[i] - m) * a;
+      } else {
+        const T* m = shift.data() + g;
+        const T* a = scale.data() + g;
+#pragma omp simd
+        for (int64_t i = 0; i < row; ++i) out[i] = (in[i] - m[i]) * a[i];
+      }
+    }
+  }
+
   std::vector<int64_t> axes_;
 };
 

@@ -1,6 +1,7 @@
 // BatchNormalization, InstanceNormalization, LayerNormalization, LRN, LogSoftmax, the parametric
 // activations and PRelu against the reference and the spec.
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -201,6 +202,40 @@ TEST(NormTest, BatchAndInstanceNormRunOffTheReference) {
     ASSERT_TRUE(reference::InstanceNorm(x, scale, bias, 1e-2f, expected).ok());
     EXPECT_TRUE(TensorsNear(**y, expected, 1e-4, 1e-4));
     EXPECT_EQ((*in)->stats().reference_steps, 0);
+  }
+}
+
+// Inference BatchNormalization on short planes (rank 2 [N, C], or little spatial extent) takes a
+// per-sample pass: the spec's (x - mean) / sqrt(var + epsilon) * scale + B evaluated in double.
+TEST(NormTest, BatchNormShortPlanesMatchDefinition) {
+  std::mt19937 rng(38);
+  for (const Shape& shape : {Shape{16, 1024}, Shape{3, 5}, Shape{1, 7}, Shape{4, 6, 3},
+                             Shape{2, 3, 2, 2}, Shape{2, 3, 1, 1, 5}}) {
+    SCOPED_TRACE(shape.ToString());
+    const Shape vec{shape[1]};
+    const Tensor x = RandomTensor(DataType::kFloat32, shape, rng);
+    const Tensor scale = RandomTensor(DataType::kFloat32, vec, rng);
+    const Tensor bias = RandomTensor(DataType::kFloat32, vec, rng);
+    const Tensor mean = RandomTensor(DataType::kFloat32, vec, rng);
+    const Tensor var = RandomTensor(DataType::kFloat32, vec, rng, Range::kPositive);
+    absl::StatusOr<std::unique_ptr<NodeRunner>> bn =
+        NodeRunner::Create("BatchNormalization", 15, 5, {{"epsilon", FloatAttr(1e-3f)}});
+    ASSERT_TRUE(bn.ok()) << bn.status();
+    absl::StatusOr<const Tensor*> y = (*bn)->Run({&x, &scale, &bias, &mean, &var});
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ((*y)->shape(), shape);
+    EXPECT_EQ((*bn)->stats().reference_steps, 0);
+    const int64_t channels = shape[1], spatial = shape.NumElements(2, shape.rank());
+    const float* got = (*y)->data<float>();
+    for (int64_t i = 0; i < x.NumElements(); ++i) {
+      const int64_t c = (i / spatial) % channels;
+      const double e =
+          (static_cast<double>(x.data<float>()[i]) - mean.data<float>()[c]) /
+              std::sqrt(static_cast<double>(var.data<float>()[c]) + static_cast<double>(1e-3f)) *
+              scale.data<float>()[c] +
+          bias.data<float>()[c];
+      ASSERT_NEAR(got[i], e, 1e-5 * std::max(1.0, std::abs(e))) << "element " << i;
+    }
   }
 }
 
