@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -160,21 +159,28 @@ class BatchNormKernel final : public DnnlKernel {
     float* y = out.mutable_data<float>();
     const float epsilon = epsilon_;
     if (spatial < kMinPlane) {
-      // Short planes (rank 2 [N, C]: one element each): a and b laid out over a sample's
-      // channels * spatial elements, then y = x * a + b one sample at a time.
+      // Short planes (rank 2 [N, C]: one element each): per block of channels, a and b laid out
+      // over the block's elements of a sample (on the stack: no allocation), then y = x * a + b
+      // for every sample.
       const int64_t sample = channels * spatial;
-      std::vector<float> a(sample), b(sample);
-      for (int64_t c = 0; c < channels; ++c) {
-        const float ac = scale[c] / std::sqrt(var[c] + epsilon);
-        std::fill_n(a.data() + c * spatial, spatial, ac);
-        std::fill_n(b.data() + c * spatial, spatial, bias[c] - mean[c] * ac);
-      }
+      const int64_t block_channels = kBlockElements / spatial;
+      const int64_t blocks = (channels + block_channels - 1) / block_channels;
 #pragma omp parallel for schedule(static) if (!op.single_threaded)
-      for (int64_t n = 0; n < batch; ++n) {
-        const float* in = x + n * sample;
-        float* o = y + n * sample;
+      for (int64_t k = 0; k < blocks; ++k) {
+        const int64_t c0 = k * block_channels;
+        const int64_t cn = std::min(block_channels, channels - c0), len = cn * spatial;
+        float a[kBlockElements], b[kBlockElements];
+        for (int64_t c = 0; c < cn; ++c) {
+          const float ac = scale[c0 + c] / std::sqrt(var[c0 + c] + epsilon);
+          std::fill_n(a + c * spatial, spatial, ac);
+          std::fill_n(b + c * spatial, spatial, bias[c0 + c] - mean[c0 + c] * ac);
+        }
+        for (int64_t n = 0; n < batch; ++n) {
+          const float* in = x + n * sample + c0 * spatial;
+          float* o = y + n * sample + c0 * spatial;
 #pragma omp simd
-        for (int64_t i = 0; i < sample; ++i) o[i] = in[i] * a[i] + b[i];
+          for (int64_t i = 0; i < len; ++i) o[i] = in[i] * a[i] + b[i];
+        }
       }
       return absl::OkStatus();
     }
@@ -243,7 +249,8 @@ class BatchNormKernel final : public DnnlKernel {
     return prepared;
   }
 
-  static constexpr int64_t kMinPlane = 16;  // shorter planes take the per-sample pass
+  static constexpr int64_t kMinPlane = 16;         // shorter planes take the per-sample pass
+  static constexpr int64_t kBlockElements = 1024;  // its a and b, floats each (>= kMinPlane)
   const float epsilon_;
   const BatchNormTraining training_;
 };

@@ -41,8 +41,8 @@ class MvnState : public KernelState {
 // kind merged, size-1 ones dropped): rows of the last block's length `row`, each row either all
 // of one statistics group (the last block reduced) or `row` consecutive groups (kept).
 struct MvnLayout {
-  DimVector sizes;         // the blocks before the last one
-  std::vector<bool> kept;  // whether each of those is a kept block
+  DimVector sizes;  // the blocks before the last one
+  DimVector kept;   // whether each of those is a kept block (1) or a reduced one (0)
   int64_t row = 1;
   bool row_reduced = false;
   int64_t groups = 1, group_size = 1;
@@ -64,7 +64,7 @@ struct MvnLayout {
 
 MvnLayout MakeMvnLayout(const Shape& shape, const bool* reduced) {
   DimVector sizes;
-  std::vector<bool> kept;
+  DimVector kept;
   for (int d = 0; d < shape.rank(); ++d) {
     if (shape[d] == 1) continue;
     if (!kept.empty() && kept.back() == !reduced[d]) {

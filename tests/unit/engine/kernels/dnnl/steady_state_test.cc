@@ -48,6 +48,7 @@ std::vector<Case> Cases() {
       {"AveragePool", 11, {Shape{2, 3, 7, 7}}, {{"kernel_shape", IntsAttr({2, 2})}}},
       {"GlobalAveragePool", 1, {Shape{2, 3, 4, 5}}, {}},
       {"BatchNormalization", 15, {Shape{2, 3, 4}, Shape{3}, Shape{3}, Shape{3}, Shape{3}}, {}},
+      {"BatchNormalization", 15, {Shape{4, 8}, Shape{8}, Shape{8}, Shape{8}, Shape{8}}, {}},
       {"InstanceNormalization", 6, {Shape{2, 3, 4}, Shape{3}, Shape{3}}, {}},  // tiled scale
       {"LayerNormalization",
        17,

@@ -95,6 +95,8 @@ TEST(SteadyStateTest, NoAllocationPerRun) {
   ExpectNoSteadyStateAllocation(OpCase("Mod", 13).In(I64({7})).In(Scalar<int64_t>(3)));
   ExpectNoSteadyStateAllocation(OpCase("ConstantOfShape", 9).In(I64({2, 3})));
   ExpectNoSteadyStateAllocation(OpCase("Identity", 16).In(I64({2, 3})));
+  ExpectNoSteadyStateAllocation(
+      OpCase("MeanVarianceNormalization", 13).In(Make<float>({1, 2, 1, 3}, {1, 2, 3, 4, 6, 8})));
 }
 
 // The 8-bit products and DynamicQuantizeLinear (issue 28): scratch and the per-call packing of a
