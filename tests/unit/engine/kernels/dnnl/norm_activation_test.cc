@@ -171,6 +171,18 @@ TEST(NormTest, LayerNormSmallRowsRunNatively) {
   }
 }
 
+// Random BatchNormalization operands for an [N, C, ...] input: x, and per-channel scale, bias,
+// mean and a positive variance.
+struct BatchNormInputs {
+  BatchNormInputs(const Shape& shape, std::mt19937& rng)
+      : x(RandomTensor(DataType::kFloat32, shape, rng)),
+        scale(RandomTensor(DataType::kFloat32, Shape{shape[1]}, rng)),
+        bias(RandomTensor(DataType::kFloat32, Shape{shape[1]}, rng)),
+        mean(RandomTensor(DataType::kFloat32, Shape{shape[1]}, rng)),
+        var(RandomTensor(DataType::kFloat32, Shape{shape[1]}, rng, Range::kPositive)) {}
+  Tensor x, scale, bias, mean, var;
+};
+
 // BatchNormalization and InstanceNormalization run float32 on native vector passes (oneDNN 2.6
 // has only its reference implementation for them on plain layouts): no step on a reference
 // kernel, oneDNN's or ours, at ranks 3 to 5 and with a batch, and the values of the reference.
@@ -178,12 +190,9 @@ TEST(NormTest, BatchAndInstanceNormRunOffTheReference) {
   std::mt19937 rng(37);
   for (const Shape& shape : {Shape{1, 96, 3136}, Shape{2, 3, 4, 5}, Shape{2, 5, 3, 2, 3}}) {
     SCOPED_TRACE(shape.ToString());
-    const Shape vec{shape[1]};
-    const Tensor x = RandomTensor(DataType::kFloat32, shape, rng);
-    const Tensor scale = RandomTensor(DataType::kFloat32, vec, rng);
-    const Tensor bias = RandomTensor(DataType::kFloat32, vec, rng);
-    const Tensor mean = RandomTensor(DataType::kFloat32, vec, rng);
-    const Tensor var = RandomTensor(DataType::kFloat32, vec, rng, Range::kPositive);
+    const BatchNormInputs operands(shape, rng);
+    const Tensor &x = operands.x, &scale = operands.scale, &bias = operands.bias,
+                 &mean = operands.mean, &var = operands.var;
     absl::StatusOr<std::unique_ptr<NodeRunner>> bn =
         NodeRunner::Create("BatchNormalization", 15, 5, {{"epsilon", FloatAttr(1e-3f)}});
     ASSERT_TRUE(bn.ok()) << bn.status();
@@ -213,12 +222,9 @@ TEST(NormTest, BatchNormShortPlanesMatchDefinition) {
        {Shape{16, 1024}, Shape{3, 2500}, Shape{2, 700, 3}, Shape{3, 5}, Shape{1, 7}, Shape{4, 6, 3},
         Shape{2, 3, 2, 2}, Shape{2, 3, 1, 1, 5}}) {
     SCOPED_TRACE(shape.ToString());
-    const Shape vec{shape[1]};
-    const Tensor x = RandomTensor(DataType::kFloat32, shape, rng);
-    const Tensor scale = RandomTensor(DataType::kFloat32, vec, rng);
-    const Tensor bias = RandomTensor(DataType::kFloat32, vec, rng);
-    const Tensor mean = RandomTensor(DataType::kFloat32, vec, rng);
-    const Tensor var = RandomTensor(DataType::kFloat32, vec, rng, Range::kPositive);
+    const BatchNormInputs operands(shape, rng);
+    const Tensor &x = operands.x, &scale = operands.scale, &bias = operands.bias,
+                 &mean = operands.mean, &var = operands.var;
     absl::StatusOr<std::unique_ptr<NodeRunner>> bn =
         NodeRunner::Create("BatchNormalization", 15, 5, {{"epsilon", FloatAttr(1e-3f)}});
     ASSERT_TRUE(bn.ok()) << bn.status();
