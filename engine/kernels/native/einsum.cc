@@ -54,6 +54,12 @@ absl::StatusOr<Labels> ParseTerm(absl::string_view term) {
   return labels;
 }
 
+// Per-frame scratch of the Einsum kernel.
+class ScratchState : public KernelState {
+ public:
+  std::vector<float> scratch;
+};
+
 class EinsumKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -102,8 +108,14 @@ class EinsumKernel final : public Kernel {
     return std::unique_ptr<Kernel>(std::move(kernel));
   }
 
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<ScratchState>();
+  }
+
   absl::Status Run(KernelContext& ctx) const override {
-    std::vector<float> scratch;  // per run: Run may be called from several threads at once
+    // The transposed operands' buffer, kept in the frame's state (one per frame, so concurrent
+    // runs never share it) so that steady-state runs and Loop iterations do not allocate.
+    std::vector<float>& scratch = ctx.state<ScratchState>()->scratch;
     const int n = ctx.num_inputs();
     const DataType dtype = ctx.input(0).dtype();
     // Loop dims: 52 letters + up to 8 ellipsis dims (ids 52..59).

@@ -97,6 +97,23 @@ TEST(SteadyStateTest, NoAllocationPerRun) {
   ExpectNoSteadyStateAllocation(OpCase("Identity", 16).In(I64({2, 3})));
   ExpectNoSteadyStateAllocation(
       OpCase("MeanVarianceNormalization", 13).In(Make<float>({1, 2, 1, 3}, {1, 2, 3, 4, 6, 8})));
+  // Einsum's products on sgemm: operands a product cannot read in place are gathered into the
+  // frame's scratch, not a per-run buffer.
+  for (const char* equation : {"ij,jk->ik", "ji,kj->ik", "bij,bkj->bik", "ij,jk->ki", "ij->ji"}) {
+    const bool batched = equation[0] == 'b',
+               unary = std::string(equation).find(',') == std::string::npos;
+    OpCase c("Einsum", 12);
+    c.In(batched ? Make<float>({2, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+                 : Make<float>({2, 3}, {1, 2, 3, 4, 5, 6}));
+    if (!unary) {
+      c.In(batched              ? Make<float>({2, 4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                          1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+           : equation[0] == 'j' ? Make<float>({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8})
+                                : Make<float>({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+    }
+    c.Attr("equation", StringAttr(equation));
+    ExpectNoSteadyStateAllocation(c);
+  }
 }
 
 // The 8-bit products and DynamicQuantizeLinear (issue 28): scratch and the per-call packing of a
