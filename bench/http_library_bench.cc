@@ -1,6 +1,6 @@
 // The two HTTP server libraries Debian bookworm ships that loopserve could serve KServe v2 REST
 // with, measured on what the REST port does: small requests over keep-alive connections. The
-// measurement behind the choice of libevhtp (server/http_server.cc).
+// measurement behind the choice of libevhtp (server/http/http_server.cc).
 //
 //   build/bin/http_library_bench [--requests=20000] [--rounds=3] [--idle=200]
 //

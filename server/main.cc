@@ -41,7 +41,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
-#include "server/logging.h"
+#include "server/observability/logging.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model_repository, "",

@@ -20,7 +20,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "server/logging.h"
+#include "server/observability/logging.h"
 #include "server/status_util.h"
 #include "server/version.h"
 

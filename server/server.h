@@ -14,13 +14,13 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "grpcpp/server.h"
-#include "server/http_service.h"
-#include "server/inference_runner.h"
-#include "server/inference_service.h"
-#include "server/metrics.h"
-#include "server/model_repository.h"
+#include "server/grpc/inference_service.h"
+#include "server/http/http_service.h"
+#include "server/observability/metrics.h"
+#include "server/repository/model_repository.h"
+#include "server/runner/inference_runner.h"
+#include "server/runner/worker_pool.h"
 #include "server/server_api.h"
-#include "server/worker_pool.h"
 
 namespace loopserve::server {
 

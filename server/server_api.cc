@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "server/datatype.h"
-#include "server/logging.h"
+#include "server/observability/logging.h"
 #include "server/status_util.h"
 #include "server/version.h"
 

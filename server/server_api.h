@@ -8,9 +8,9 @@
 #include "absl/strings/string_view.h"
 #include "proto/grpc_service.pb.h"
 #include "proto/model_config.pb.h"
-#include "server/inference_runner.h"
-#include "server/model_repository.h"
-#include "server/worker_pool.h"
+#include "server/repository/model_repository.h"
+#include "server/runner/inference_runner.h"
+#include "server/runner/worker_pool.h"
 
 namespace loopserve::server {
 

@@ -23,7 +23,7 @@
 
 #include "absl/strings/string_view.h"
 #include "evhtp/parser.h"
-#include "server/http_framing.h"
+#include "server/http/http_framing.h"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "proto/grpc_service.pb.h"
-#include "server/logging.h"
-#include "server/tensor_codec.h"
+#include "server/grpc/tensor_codec.h"
+#include "server/observability/logging.h"
 #include "tests/fuzz/fuzz_models.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -222,7 +222,7 @@ CONFIGS = [
     'name: "other"\n',
     "sequence_batching { }\n",
     "version_policy { latest { num_versions: 4294967295 } } # comment\n",
-    # Nesting at and past the limit (server/repo_file.h kMaxConfigNesting = 32); brackets inside
+    # Nesting at and past the limit (server/repository/repo_file.h kMaxConfigNesting = 32); brackets inside
     # strings and comments do not count.
     "model_warmup { " * 32 + "}" * 32,
     "model_warmup < " * 33,

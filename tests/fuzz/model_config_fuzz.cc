@@ -9,7 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
 #include "engine/ir/graph.h"
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 
 namespace {
 

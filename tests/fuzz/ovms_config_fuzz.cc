@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "server/ovms_config.h"
+#include "server/repository/ovms_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)loopserve::server::ParseOvmsConfig(

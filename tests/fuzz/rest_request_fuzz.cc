@@ -19,10 +19,10 @@
 
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
-#include "server/http_codec.h"
-#include "server/http_server.h"
-#include "server/http_service.h"
-#include "server/infer_request.h"
+#include "server/http/http_codec.h"
+#include "server/http/http_server.h"
+#include "server/http/http_service.h"
+#include "server/runner/infer_request.h"
 #include "tests/fuzz/fuzz_models.h"
 #include "tests/fuzz/fuzz_util.h"
 

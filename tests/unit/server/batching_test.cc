@@ -1,8 +1,8 @@
-// The dynamic batcher's merging and splitting (server/batching.h). Expected values are written out
-// by hand from the layout (row r of request k is row offset_k + r of the batch), never taken from
-// the functions under test.
+// The dynamic batcher's merging and splitting (server/scheduling/batching.h). Expected values are
+// written out by hand from the layout (row r of request k is row offset_k + r of the batch), never
+// taken from the functions under test.
 
-#include "server/batching.h"
+#include "server/scheduling/batching.h"
 
 #include <cstdint>
 #include <numeric>
@@ -12,7 +12,7 @@
 #include "engine/tensor/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {

@@ -1,4 +1,4 @@
-#include "server/http_codec.h"
+#include "server/http/http_codec.h"
 
 #include <cstring>
 #include <string>
@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc_service.pb.h"
 #include "proto/model_config.pb.h"
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {

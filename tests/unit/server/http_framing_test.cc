@@ -1,7 +1,7 @@
 // RequestFramer against RFC 9112's framing rules: what each request is handed on as (its
 // canonical form, written out here by hand from the RFC's grammar), where requests end, and the
 // status each malformed shape is refused with, whatever the reads the bytes arrive in.
-#include "server/http_framing.h"
+#include "server/http/http_framing.h"
 
 #include <string>
 #include <vector>

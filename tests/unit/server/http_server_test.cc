@@ -3,7 +3,7 @@
 // reaches the client (through the thread's event loop), and one that cannot be handed over at all
 // abandons the exchange honestly (the producer learns it, the exchange is freed, Shutdown does not
 // wait for it).
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -2,7 +2,7 @@
 // fields), completion and validation against a model, the request-side checks and reshapes
 // (ModelIo), and OpenVINO Model Server's config.json.
 
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 
 #include <optional>
 #include <string>
@@ -14,7 +14,7 @@
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/ovms_config.h"
+#include "server/repository/ovms_config.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {

@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/model_repository.h"
+#include "server/repository/model_repository.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {

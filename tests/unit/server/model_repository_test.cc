@@ -1,4 +1,4 @@
-#include "server/model_repository.h"
+#include "server/repository/model_repository.h"
 
 #include <map>
 #include <string>

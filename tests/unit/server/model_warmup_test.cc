@@ -2,7 +2,7 @@
 // shape needs, runs as often as configured, reads its data files, and a warm-up that fails is a
 // load error that leaves the previous version (or configuration) serving.
 
-#include "server/model_warmup.h"
+#include "server/repository/model_warmup.h"
 
 #include <atomic>
 #include <climits>
@@ -20,7 +20,7 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/model_repository.h"
+#include "server/repository/model_repository.h"
 #include "server/server.h"
 #include "tests/unit/server/test_util.h"
 

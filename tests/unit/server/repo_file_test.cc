@@ -1,9 +1,9 @@
-// Opening repository files (server/repo_file.h) and the config readers built on it: symlinks that
-// leave the model folder, non-regular files, size caps, nesting depth and bounded messages. The
-// expected behaviour is the contract of issue 26 (parts 3 and 5): a clear InvalidArgument that
-// shows neither a server path nor a byte of the file, and never a hang.
+// Opening repository files (server/repository/repo_file.h) and the config readers built on it:
+// symlinks that leave the model folder, non-regular files, size caps, nesting depth and bounded
+// messages. The expected behaviour is the contract of issue 26 (parts 3 and 5): a clear
+// InvalidArgument that shows neither a server path nor a byte of the file, and never a hang.
 
-#include "server/repo_file.h"
+#include "server/repository/repo_file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,9 +15,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/model_config.h"
-#include "server/model_repository.h"
-#include "server/ovms_config.h"
+#include "server/repository/model_config.h"
+#include "server/repository/model_repository.h"
+#include "server/repository/ovms_config.h"
 #include "server/status_util.h"
 #include "tests/unit/server/test_util.h"
 

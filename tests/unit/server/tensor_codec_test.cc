@@ -1,4 +1,4 @@
-#include "server/tensor_codec.h"
+#include "server/grpc/tensor_codec.h"
 
 #include <cstring>
 #include <string>

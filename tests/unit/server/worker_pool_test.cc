@@ -1,4 +1,4 @@
-#include "server/worker_pool.h"
+#include "server/runner/worker_pool.h"
 
 #include <atomic>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "server/http_framing.h"
+#include "server/http/http_framing.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "server/http_service.h"
+#include "server/http/http_service.h"
 
 #include <string>
 #include <utility>
@@ -11,8 +11,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
-#include "server/http_codec.h"
-#include "server/logging.h"
+#include "server/http/http_codec.h"
+#include "server/observability/logging.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {

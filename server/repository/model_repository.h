@@ -17,11 +17,11 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "proto/model_config.pb.h"
-#include "server/batching.h"
-#include "server/metrics.h"
-#include "server/model_config.h"
-#include "server/ovms_config.h"
-#include "server/worker_pool.h"
+#include "server/observability/metrics.h"
+#include "server/repository/model_config.h"
+#include "server/repository/ovms_config.h"
+#include "server/runner/worker_pool.h"
+#include "server/scheduling/batching.h"
 
 namespace loopserve::server {
 

@@ -1,4 +1,4 @@
-#include "server/model_repository.h"
+#include "server/repository/model_repository.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -13,10 +13,10 @@
 #include "engine/base/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "server/logging.h"
-#include "server/model_config.h"
-#include "server/model_warmup.h"
-#include "server/repo_file.h"
+#include "server/observability/logging.h"
+#include "server/repository/model_config.h"
+#include "server/repository/model_warmup.h"
+#include "server/repository/repo_file.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -428,7 +428,8 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
   };
 
   // A repository's model folder may not lead out of it; a config.json entry's base_path is the
-  // operator's choice. Every file is then opened inside the model folder (server/repo_file.h).
+  // operator's choice. Every file is then opened inside the model folder
+  // (server/repository/repo_file.h).
   const absl::Status folder =
       source.ovms != nullptr
           ? absl::OkStatus()

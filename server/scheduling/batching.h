@@ -13,7 +13,7 @@
 #include "absl/types/span.h"
 #include "engine/tensor/value.h"
 #include "proto/model_config.pb.h"
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 
 namespace loopserve::server {
 

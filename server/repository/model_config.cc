@@ -1,4 +1,4 @@
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -23,7 +23,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "server/repo_file.h"
+#include "server/repository/repo_file.h"
 
 namespace loopserve::server {
 namespace {

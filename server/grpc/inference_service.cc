@@ -1,4 +1,4 @@
-#include "server/inference_service.h"
+#include "server/grpc/inference_service.h"
 
 #include <malloc.h>
 
@@ -13,9 +13,9 @@
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
 #include "grpcpp/support/proto_buffer_writer.h"
-#include "server/logging.h"
+#include "server/grpc/tensor_codec.h"
+#include "server/observability/logging.h"
 #include "server/status_util.h"
-#include "server/tensor_codec.h"
 
 namespace loopserve::server {
 namespace {

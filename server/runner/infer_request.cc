@@ -1,4 +1,4 @@
-#include "server/infer_request.h"
+#include "server/runner/infer_request.h"
 
 #include <cstring>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/repo_file.h"
+#include "server/repository/repo_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "google/protobuf/message.h"
-#include "server/infer_request.h"
+#include "server/runner/infer_request.h"
 
 namespace loopserve::server {
 

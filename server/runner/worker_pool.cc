@@ -1,4 +1,4 @@
-#include "server/worker_pool.h"
+#include "server/runner/worker_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/logging.h"
+#include "server/observability/logging.h"
 
 namespace loopserve::server {
 namespace {

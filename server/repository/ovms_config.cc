@@ -1,4 +1,4 @@
-#include "server/ovms_config.h"
+#include "server/repository/ovms_config.h"
 
 #include <cmath>
 #include <filesystem>
@@ -15,8 +15,8 @@
 #include "engine/base/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/struct.pb.h"
-#include "server/model_repository.h"
-#include "server/repo_file.h"
+#include "server/repository/model_repository.h"
+#include "server/repository/repo_file.h"
 #include "simdjson.h"
 
 namespace loopserve::server {

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/model_config.pb.h"
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 
 namespace loopserve::server {
 
@@ -40,7 +40,8 @@ struct OvmsConfig {
 
 // Parses config.json text; `config_dir` is the folder relative base paths start from. Errors
 // start with "config.json: " and name the JSON path:
-//   InvalidArgument: nested deeper than kMaxConfigNesting (server/repo_file.h; checked before
+//   InvalidArgument: nested deeper than kMaxConfigNesting (server/repository/repo_file.h; checked
+//   before
 //     parsing), not JSON (simdjson's kind of error, never the text), not an object, a missing or
 //     misspelt key (the schema of OVMS has no other keys either), a value of the wrong type or
 //     range (nireq < 0, num_versions < 1, a version < 1), a model name that is not one folder

@@ -6,8 +6,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/http_server.h"
-#include "server/inference_runner.h"
+#include "server/http/http_server.h"
+#include "server/runner/inference_runner.h"
 #include "server/server_api.h"
 
 namespace loopserve::server {

@@ -1,4 +1,4 @@
-#include "server/http_codec.h"
+#include "server/http/http_codec.h"
 
 #include <charconv>
 #include <cmath>

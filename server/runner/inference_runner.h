@@ -14,10 +14,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/engine.h"
-#include "server/infer_request.h"
-#include "server/metrics.h"
-#include "server/model_repository.h"
-#include "server/worker_pool.h"
+#include "server/observability/metrics.h"
+#include "server/repository/model_repository.h"
+#include "server/runner/infer_request.h"
+#include "server/runner/worker_pool.h"
 
 namespace loopserve::server {
 

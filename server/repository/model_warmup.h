@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "proto/model_config.pb.h"
-#include "server/model_config.h"
+#include "server/repository/model_config.h"
 
 namespace loopserve::server {
 

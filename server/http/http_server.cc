@@ -1,4 +1,4 @@
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,8 +20,8 @@
 #include "event2/listener.h"
 #include "event2/thread.h"
 #include "evhtp/evhtp.h"
-#include "server/http_framing.h"
-#include "server/logging.h"
+#include "server/http/http_framing.h"
+#include "server/observability/logging.h"
 
 namespace loopserve::server {
 

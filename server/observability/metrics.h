@@ -18,7 +18,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace loopserve::server {
 

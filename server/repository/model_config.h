@@ -73,7 +73,8 @@ struct ParsedModelConfig {
 
 // Parses the protobuf text format of a Triton ModelConfig and checks what needs no model. Errors
 // name the field and start with "config.pbtxt: ":
-//   InvalidArgument: brackets nested deeper than kMaxConfigNesting (server/repo_file.h; checked
+//   InvalidArgument: brackets nested deeper than kMaxConfigNesting (server/repository/repo_file.h;
+//   checked
 //     before parsing); a syntax error or a name that is no Triton field (line:column, never the
 //     text: the file may be no config at all); loopserve's old top-level settings
 //     (max_loop_iterations, max_output_bytes, instance_count) with where they moved; `name`

@@ -1,4 +1,4 @@
-#include "server/batching.h"
+#include "server/scheduling/batching.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "server/inference_runner.h"
+#include "server/runner/inference_runner.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
-#include "server/logging.h"
+#include "server/observability/logging.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {

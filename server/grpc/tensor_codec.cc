@@ -1,4 +1,4 @@
-#include "server/tensor_codec.h"
+#include "server/grpc/tensor_codec.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include "engine/tensor/value.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/grpc_service.pb.h"
-#include "server/infer_request.h"
+#include "server/runner/infer_request.h"
 
 namespace loopserve::server {
 

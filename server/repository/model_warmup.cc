@@ -1,4 +1,4 @@
-#include "server/model_warmup.h"
+#include "server/repository/model_warmup.h"
 
 #include <cstring>
 #include <filesystem>
@@ -16,7 +16,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/shape.h"
-#include "server/repo_file.h"
+#include "server/repository/repo_file.h"
 
 namespace loopserve::server {
 namespace {

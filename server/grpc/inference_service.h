@@ -3,7 +3,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/grpc_service.grpc.pb.h"
-#include "server/inference_runner.h"
+#include "server/runner/inference_runner.h"
 #include "server/server_api.h"
 
 namespace loopserve::server {
