@@ -14,6 +14,8 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "google/protobuf/util/json_util.h"
+#include "protocol/datatype.h"
+#include "protocol/json_sink.h"
 #include "rapidjson/writer.h"
 #include "simdjson.h"
 
@@ -22,13 +24,7 @@ namespace {
 
 using simdjson::dom::element;
 
-struct StringOut {
-  using Ch = char;
-  std::string* s;
-  void Put(char c) { s->push_back(c); }
-  void Flush() {}
-};
-using JsonWriter = rapidjson::Writer<StringOut>;
+using JsonWriter = rapidjson::Writer<protocol::StringSink>;
 
 size_t AppendBody(char* data, size_t size, size_t count, void* arg) {
   static_cast<std::string*>(arg)->append(data, size * count);
@@ -70,33 +66,13 @@ void WriteValues(JsonWriter& w, const std::string& bytes) {
 }
 
 absl::Status WriteData(JsonWriter& w, const Tensor& t) {
-  const std::string& d = t.datatype;
   w.StartArray();
-  if (d == "BOOL") {
-    WriteValues<bool>(w, t.bytes);
-  } else if (d == "FP32") {
-    WriteValues<float>(w, t.bytes);
-  } else if (d == "FP64") {
-    WriteValues<double>(w, t.bytes);
-  } else if (d == "INT8") {
-    WriteValues<int8_t>(w, t.bytes);
-  } else if (d == "INT16") {
-    WriteValues<int16_t>(w, t.bytes);
-  } else if (d == "INT32") {
-    WriteValues<int32_t>(w, t.bytes);
-  } else if (d == "INT64") {
-    WriteValues<int64_t>(w, t.bytes);
-  } else if (d == "UINT8") {
-    WriteValues<uint8_t>(w, t.bytes);
-  } else if (d == "UINT16") {
-    WriteValues<uint16_t>(w, t.bytes);
-  } else if (d == "UINT32") {
-    WriteValues<uint32_t>(w, t.bytes);
-  } else if (d == "UINT64") {
-    WriteValues<uint64_t>(w, t.bytes);
-  } else {
+  const bool written = protocol::VisitNumeric(protocol::ParseDatatype(t.datatype), [&](auto tag) {
+    WriteValues<typename decltype(tag)::type>(w, t.bytes);
+  });
+  if (!written) {
     return absl::InvalidArgumentError(
-        absl::StrCat("input '", t.name, "': ", d, " cannot be sent as JSON data"));
+        absl::StrCat("input '", t.name, "': ", t.datatype, " cannot be sent as JSON data"));
   }
   w.EndArray();
   return absl::OkStatus();
@@ -135,18 +111,11 @@ absl::Status AppendValues(const element& e, std::string* out) {
 }
 
 absl::Status DataToBytes(const element& data, const std::string& datatype, std::string* out) {
-  if (datatype == "BOOL") return AppendValues<bool>(data, out);
-  if (datatype == "FP32") return AppendValues<float>(data, out);
-  if (datatype == "FP64") return AppendValues<double>(data, out);
-  if (datatype == "INT8") return AppendValues<int8_t>(data, out);
-  if (datatype == "INT16") return AppendValues<int16_t>(data, out);
-  if (datatype == "INT32") return AppendValues<int32_t>(data, out);
-  if (datatype == "INT64") return AppendValues<int64_t>(data, out);
-  if (datatype == "UINT8") return AppendValues<uint8_t>(data, out);
-  if (datatype == "UINT16") return AppendValues<uint16_t>(data, out);
-  if (datatype == "UINT32") return AppendValues<uint32_t>(data, out);
-  if (datatype == "UINT64") return AppendValues<uint64_t>(data, out);
-  return absl::InternalError(absl::StrCat("datatype ", datatype, " as JSON data"));
+  absl::Status status = absl::InternalError(absl::StrCat("datatype ", datatype, " as JSON data"));
+  protocol::VisitNumeric(protocol::ParseDatatype(datatype), [&](auto tag) {
+    status = AppendValues<typename decltype(tag)::type>(data, out);
+  });
+  return status;
 }
 
 template <typename Message>
@@ -344,7 +313,7 @@ absl::StatusOr<InferResult> HttpClient::Infer(absl::string_view model,
   }
   // The JSON header, then the raw inputs' bytes.
   std::string body;
-  StringOut out{&body};
+  protocol::StringSink out{&body};
   JsonWriter w(out);
   w.StartObject();
   if (!options.request_id.empty()) {

@@ -25,6 +25,8 @@
 #include "client/client.h"
 #include "client/onnx_tensor.h"
 #include "google/protobuf/text_format.h"
+#include "protocol/bytes.h"
+#include "protocol/datatype.h"
 
 namespace loopserve::client {
 namespace {
@@ -99,69 +101,53 @@ absl::StatusOr<std::vector<int64_t>> ParseDims(absl::string_view text) {
   return dims;
 }
 
+// Parses one element of numeric `datatype` (C++ type T) and appends its little-endian bytes.
 template <typename T>
-absl::Status AppendInt(absl::string_view text, std::string* bytes) {
-  T v;
-  if constexpr (std::is_signed_v<T>) {
-    int64_t wide;
-    if (!absl::SimpleAtoi(text, &wide) || wide < std::numeric_limits<T>::min() ||
-        wide > std::numeric_limits<T>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", text, "' is not a valid ", DataTypeOf<T>::kName, " value"));
-    }
+absl::Status AppendNumber(absl::string_view datatype, absl::string_view text, std::string* bytes) {
+  T v{};
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = absl::SimpleAtob(text, &v);
+  } else if constexpr (std::is_same_v<T, float>) {
+    ok = absl::SimpleAtof(text, &v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    ok = absl::SimpleAtod(text, &v);
+  } else if constexpr (std::is_signed_v<T>) {
+    int64_t wide = 0;
+    ok = absl::SimpleAtoi(text, &wide) && wide >= std::numeric_limits<T>::min() &&
+         wide <= std::numeric_limits<T>::max();
     v = static_cast<T>(wide);
   } else {
-    uint64_t wide;
-    if (!absl::SimpleAtoi(text, &wide) || wide > std::numeric_limits<T>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", text, "' is not a valid ", DataTypeOf<T>::kName, " value"));
-    }
+    uint64_t wide = 0;
+    ok = absl::SimpleAtoi(text, &wide) && wide <= std::numeric_limits<T>::max();
     v = static_cast<T>(wide);
   }
-  bytes->append(reinterpret_cast<const char*>(&v), sizeof(T));
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a valid ", datatype, " value"));
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    bytes->push_back(v ? 1 : 0);
+  } else {
+    bytes->append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
   return absl::OkStatus();
 }
 
 absl::Status AppendValue(absl::string_view datatype, absl::string_view text, std::string* bytes) {
   text = absl::StripAsciiWhitespace(text);
-  if (datatype == "FP32") {
-    float v;
-    if (!absl::SimpleAtof(text, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid FP32 value"));
-    }
-    bytes->append(reinterpret_cast<const char*>(&v), sizeof(v));
-    return absl::OkStatus();
-  }
-  if (datatype == "FP64") {
-    double v;
-    if (!absl::SimpleAtod(text, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid FP64 value"));
-    }
-    bytes->append(reinterpret_cast<const char*>(&v), sizeof(v));
-    return absl::OkStatus();
-  }
-  if (datatype == "BOOL") {
-    bool v;
-    if (!absl::SimpleAtob(text, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid BOOL value"));
-    }
-    bytes->push_back(v ? 1 : 0);
-    return absl::OkStatus();
-  }
-  if (datatype == "INT8") return AppendInt<int8_t>(text, bytes);
-  if (datatype == "INT16") return AppendInt<int16_t>(text, bytes);
-  if (datatype == "INT32") return AppendInt<int32_t>(text, bytes);
-  if (datatype == "INT64") return AppendInt<int64_t>(text, bytes);
-  if (datatype == "UINT8") return AppendInt<uint8_t>(text, bytes);
-  if (datatype == "UINT16") return AppendInt<uint16_t>(text, bytes);
-  if (datatype == "UINT32") return AppendInt<uint32_t>(text, bytes);
-  if (datatype == "UINT64") return AppendInt<uint64_t>(text, bytes);
-  if (datatype == "BYTES") {
+  const protocol::Datatype d = protocol::ParseDatatype(datatype);
+  if (d == protocol::Datatype::kBytes) {
     // The element's text as given (after trimming), length-prefixed.
-    *bytes += MakeBytesTensor("", {}, {std::string(text)}).bytes;
+    protocol::AppendBytesElement(text, bytes);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("datatype ", datatype, " cannot be given inline"));
+  absl::Status status =
+      absl::InvalidArgumentError(absl::StrCat("datatype ", datatype, " cannot be given inline"));
+  protocol::VisitNumeric(d, [&](auto tag) {
+    status = AppendNumber<typename decltype(tag)::type>(datatype, text, bytes);
+  });
+  return status;
 }
 
 // Random contents for `datatype`/`shape`: floats uniform in [-1, 1), integers in [0, 8), bools

@@ -1,10 +1,14 @@
 #include "client/tensor.h"
 
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "protocol/bytes.h"
+#include "protocol/datatype.h"
+#include "protocol/typed_contents.h"
 
 namespace loopserve::client {
 namespace {
@@ -23,35 +27,18 @@ void Store(T v, std::string* bytes) {
   bytes->append(buf, sizeof(T));
 }
 
-// Copies the typed field's values into `bytes` narrowed/widened to the element type Elem.
-template <typename Elem, typename Field>
-void AppendAs(const Field& field, std::string* bytes) {
-  bytes->reserve(bytes->size() + field.size() * sizeof(Elem));
-  for (const auto& v : field) Store<Elem>(static_cast<Elem>(v), bytes);
-}
-
-template <typename Elem, typename Field>
-void CopyInto(const std::string& bytes, int64_t n, Field* field) {
-  field->Reserve(static_cast<int>(n));
-  for (int64_t i = 0; i < n; ++i) field->Add(Load<Elem>(bytes, i));
-}
-
 // Splits length-prefixed BYTES contents; `expected` elements (or any number when negative).
 absl::StatusOr<std::vector<std::string>> SplitBytes(const std::string& name,
                                                     const std::string& bytes, int64_t expected) {
   std::vector<std::string> elements;
   size_t at = 0;
   while (at < bytes.size()) {
-    if (bytes.size() - at < 4) {
+    const protocol::BytesElement e = protocol::ReadBytesElement(bytes, at);
+    if (e.error == protocol::BytesElement::Error::kTruncatedLength) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", name, "': BYTES contents end inside a length"));
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
-    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                            (static_cast<uint32_t>(p[2]) << 16) |
-                            (static_cast<uint32_t>(p[3]) << 24);
-    at += 4;
-    if (length > bytes.size() - at) {
+    if (e.error == protocol::BytesElement::Error::kOverrun) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': BYTES element ",
                                                      elements.size(), " overruns the contents"));
     }
@@ -59,8 +46,8 @@ absl::StatusOr<std::vector<std::string>> SplitBytes(const std::string& name,
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", name, "': more than ", expected, " BYTES elements"));
     }
-    elements.emplace_back(bytes.data() + at, length);
-    at += length;
+    elements.emplace_back(e.value);
+    at = e.next;
   }
   if (expected >= 0 && static_cast<int64_t>(elements.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", elements.size(),
@@ -69,80 +56,56 @@ absl::StatusOr<std::vector<std::string>> SplitBytes(const std::string& name,
   return elements;
 }
 
-void AppendLengthPrefixed(absl::string_view element, std::string* bytes) {
-  const auto n = static_cast<uint32_t>(element.size());
-  const char prefix[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
-                          static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
-  bytes->append(prefix, 4);
-  bytes->append(element.data(), element.size());
-}
-
+// The raw little-endian bytes `b` (n elements of `d`) -> the typed contents field of `d`.
 absl::Status ToTyped(const Tensor& t, int64_t n, inference::InferTensorContents* c) {
-  const std::string& d = t.datatype;
-  const std::string& b = t.bytes;
-  if (d == "BYTES") {
-    absl::StatusOr<std::vector<std::string>> elements = SplitBytes(t.name, b, -1);
+  const protocol::Datatype d = protocol::ParseDatatype(t.datatype);
+  const protocol::ContentsField field = protocol::ContentsFieldOf(d);
+  if (field == protocol::ContentsField::kBytes) {
+    absl::StatusOr<std::vector<std::string>> elements = SplitBytes(t.name, t.bytes, -1);
     if (!elements.ok()) return elements.status();
     for (std::string& e : *elements) c->add_bytes_contents(std::move(e));
-  } else if (d == "BOOL") {
-    for (int64_t i = 0; i < n; ++i) c->add_bool_contents(b[i] != 0);
-  } else if (d == "INT8") {
-    CopyInto<int8_t>(b, n, c->mutable_int_contents());
-  } else if (d == "INT16") {
-    CopyInto<int16_t>(b, n, c->mutable_int_contents());
-  } else if (d == "INT32") {
-    CopyInto<int32_t>(b, n, c->mutable_int_contents());
-  } else if (d == "INT64") {
-    CopyInto<int64_t>(b, n, c->mutable_int64_contents());
-  } else if (d == "UINT8") {
-    CopyInto<uint8_t>(b, n, c->mutable_uint_contents());
-  } else if (d == "UINT16") {
-    CopyInto<uint16_t>(b, n, c->mutable_uint_contents());
-  } else if (d == "UINT32") {
-    CopyInto<uint32_t>(b, n, c->mutable_uint_contents());
-  } else if (d == "UINT64") {
-    CopyInto<uint64_t>(b, n, c->mutable_uint64_contents());
-  } else if (d == "FP32") {
-    CopyInto<float>(b, n, c->mutable_fp32_contents());
-  } else if (d == "FP64") {
-    CopyInto<double>(b, n, c->mutable_fp64_contents());
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t.name, "': datatype ", d, " has no typed contents field"));
+    return absl::OkStatus();
+  }
+  const bool typed = protocol::VisitNumeric(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    protocol::VisitMutableContents(c, field, [&](auto* values) {
+      values->Reserve(static_cast<int>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<T, bool>) {
+          values->Add(t.bytes[i] != 0);
+        } else {
+          values->Add(Load<T>(t.bytes, i));
+        }
+      }
+    });
+  });
+  if (!typed || field == protocol::ContentsField::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': datatype ", t.datatype,
+                                                   " has no typed contents field"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> FromTyped(const std::string& name, const std::string& d,
+// A typed contents field of datatype `d` -> raw little-endian bytes.
+absl::StatusOr<std::string> FromTyped(const std::string& name, const std::string& datatype,
                                       const inference::InferTensorContents& c) {
+  const protocol::Datatype d = protocol::ParseDatatype(datatype);
+  const protocol::ContentsField field = protocol::ContentsFieldOf(d);
   std::string b;
-  if (d == "BYTES") {
-    for (const std::string& e : c.bytes_contents()) AppendLengthPrefixed(e, &b);
-  } else if (d == "BOOL") {
-    for (bool v : c.bool_contents()) b.push_back(v ? 1 : 0);
-  } else if (d == "INT8") {
-    AppendAs<int8_t>(c.int_contents(), &b);
-  } else if (d == "INT16") {
-    AppendAs<int16_t>(c.int_contents(), &b);
-  } else if (d == "INT32") {
-    AppendAs<int32_t>(c.int_contents(), &b);
-  } else if (d == "INT64") {
-    AppendAs<int64_t>(c.int64_contents(), &b);
-  } else if (d == "UINT8") {
-    AppendAs<uint8_t>(c.uint_contents(), &b);
-  } else if (d == "UINT16") {
-    AppendAs<uint16_t>(c.uint_contents(), &b);
-  } else if (d == "UINT32") {
-    AppendAs<uint32_t>(c.uint_contents(), &b);
-  } else if (d == "UINT64") {
-    AppendAs<uint64_t>(c.uint64_contents(), &b);
-  } else if (d == "FP32") {
-    AppendAs<float>(c.fp32_contents(), &b);
-  } else if (d == "FP64") {
-    AppendAs<double>(c.fp64_contents(), &b);
-  } else {
+  if (field == protocol::ContentsField::kBytes) {
+    for (const std::string& e : c.bytes_contents()) protocol::AppendBytesElement(e, &b);
+    return b;
+  }
+  const bool typed = protocol::VisitNumeric(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    protocol::VisitContents(c, field, [&](const auto& values) {
+      b.reserve(values.size() * sizeof(T));
+      for (const auto& v : values) Store<T>(static_cast<T>(v), &b);
+    });
+  });
+  if (!typed || field == protocol::ContentsField::kNone) {
     return absl::InvalidArgumentError(
-        absl::StrCat("output '", name, "': datatype ", d, " has no typed contents field"));
+        absl::StrCat("output '", name, "': datatype ", datatype, " has no typed contents field"));
   }
   return b;
 }
@@ -150,11 +113,7 @@ absl::StatusOr<std::string> FromTyped(const std::string& name, const std::string
 }  // namespace
 
 int64_t DataTypeSize(absl::string_view d) {
-  if (d == "BOOL" || d == "INT8" || d == "UINT8") return 1;
-  if (d == "INT16" || d == "UINT16" || d == "FP16" || d == "BF16") return 2;
-  if (d == "INT32" || d == "UINT32" || d == "FP32") return 4;
-  if (d == "INT64" || d == "UINT64" || d == "FP64") return 8;
-  return 0;
+  return protocol::ElementSize(protocol::ParseDatatype(d));
 }
 
 absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape) {
@@ -173,7 +132,9 @@ absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape) {
   return n;
 }
 
-bool IsDataType(absl::string_view d) { return DataTypeSize(d) > 0 || d == "BYTES"; }
+bool IsDataType(absl::string_view d) {
+  return protocol::ParseDatatype(d) != protocol::Datatype::kInvalid;
+}
 
 Tensor MakeBytesTensor(std::string name, std::vector<int64_t> shape,
                        const std::vector<std::string>& elements) {
@@ -181,7 +142,7 @@ Tensor MakeBytesTensor(std::string name, std::vector<int64_t> shape,
   t.name = std::move(name);
   t.datatype = "BYTES";
   t.shape = std::move(shape);
-  for (const std::string& e : elements) AppendLengthPrefixed(e, &t.bytes);
+  for (const std::string& e : elements) protocol::AppendBytesElement(e, &t.bytes);
   return t;
 }
 
@@ -265,26 +226,30 @@ absl::StatusOr<std::vector<Tensor>> DecodeOutputs(const inference::ModelInferRes
 }
 
 std::string FormatElement(const Tensor& t, int64_t i) {
-  const std::string& d = t.datatype;
+  const protocol::Datatype d = protocol::ParseDatatype(t.datatype);
   const std::string& b = t.bytes;
-  if (d == "BYTES") {
+  if (d == protocol::Datatype::kBytes) {
     absl::StatusOr<std::vector<std::string>> elements = SplitBytes(t.name, b, -1);
     if (!elements.ok() || i < 0 || i >= static_cast<int64_t>(elements->size())) return "?";
     return absl::StrCat("\"", absl::Utf8SafeCEscape((*elements)[i]), "\"");
   }
-  if (d == "BOOL") return b[i] != 0 ? "true" : "false";
-  if (d == "INT8") return absl::StrCat(Load<int8_t>(b, i));
-  if (d == "INT16") return absl::StrCat(Load<int16_t>(b, i));
-  if (d == "INT32") return absl::StrCat(Load<int32_t>(b, i));
-  if (d == "INT64") return absl::StrCat(Load<int64_t>(b, i));
-  if (d == "UINT8") return absl::StrCat(Load<uint8_t>(b, i));
-  if (d == "UINT16") return absl::StrCat(Load<uint16_t>(b, i));
-  if (d == "UINT32") return absl::StrCat(Load<uint32_t>(b, i));
-  if (d == "UINT64") return absl::StrCat(Load<uint64_t>(b, i));
-  if (d == "FP32") return absl::StrFormat("%.9g", Load<float>(b, i));
-  if (d == "FP64") return absl::StrFormat("%.17g", Load<double>(b, i));
-  if (d == "FP16" || d == "BF16") return absl::StrFormat("0x%04x", Load<uint16_t>(b, i));
-  return "?";
+  if (d == protocol::Datatype::kFp16 || d == protocol::Datatype::kBf16) {
+    return absl::StrFormat("0x%04x", Load<uint16_t>(b, i));
+  }
+  std::string out = "?";
+  protocol::VisitNumeric(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      out = b[i] != 0 ? "true" : "false";
+    } else if constexpr (std::is_same_v<T, float>) {
+      out = absl::StrFormat("%.9g", Load<float>(b, i));
+    } else if constexpr (std::is_same_v<T, double>) {
+      out = absl::StrFormat("%.17g", Load<double>(b, i));
+    } else {
+      out = absl::StrCat(Load<T>(b, i));
+    }
+  });
+  return out;
 }
 
 std::string FormatTensor(const Tensor& t, int64_t max_elements) {

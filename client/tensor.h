@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "proto/grpc_service.pb.h"
+#include "protocol/datatype.h"
 
 namespace loopserve::client {
 
@@ -48,61 +49,13 @@ Tensor MakeBytesTensor(std::string name, std::vector<int64_t> shape,
 // The elements of a BYTES tensor. InvalidArgument when it is not BYTES or is malformed.
 absl::StatusOr<std::vector<std::string>> BytesElements(const Tensor& t);
 
-// Maps a C++ element type to its OIP datatype name.
-template <typename T>
-struct DataTypeOf;
-template <>
-struct DataTypeOf<float> {
-  static constexpr const char* kName = "FP32";
-};
-template <>
-struct DataTypeOf<double> {
-  static constexpr const char* kName = "FP64";
-};
-template <>
-struct DataTypeOf<int8_t> {
-  static constexpr const char* kName = "INT8";
-};
-template <>
-struct DataTypeOf<int16_t> {
-  static constexpr const char* kName = "INT16";
-};
-template <>
-struct DataTypeOf<int32_t> {
-  static constexpr const char* kName = "INT32";
-};
-template <>
-struct DataTypeOf<int64_t> {
-  static constexpr const char* kName = "INT64";
-};
-template <>
-struct DataTypeOf<uint8_t> {
-  static constexpr const char* kName = "UINT8";
-};
-template <>
-struct DataTypeOf<uint16_t> {
-  static constexpr const char* kName = "UINT16";
-};
-template <>
-struct DataTypeOf<uint32_t> {
-  static constexpr const char* kName = "UINT32";
-};
-template <>
-struct DataTypeOf<uint64_t> {
-  static constexpr const char* kName = "UINT64";
-};
-template <>
-struct DataTypeOf<bool> {
-  static constexpr const char* kName = "BOOL";
-};
-
 // Builds a tensor from typed values. The caller makes shape and value count agree (Validate()
 // checks it; the server rejects a mismatch with InvalidArgument).
 template <typename T>
 Tensor MakeTensor(std::string name, std::vector<int64_t> shape, const std::vector<T>& values) {
   Tensor t;
   t.name = std::move(name);
-  t.datatype = DataTypeOf<T>::kName;
+  t.datatype = std::string(protocol::DatatypeName(protocol::DatatypeOf<T>()));
   t.shape = std::move(shape);
   t.bytes.resize(values.size() * sizeof(T));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -116,9 +69,10 @@ Tensor MakeTensor(std::string name, std::vector<int64_t> shape, const std::vecto
 // not match the shape.
 template <typename T>
 absl::StatusOr<std::vector<T>> TensorValues(const Tensor& t) {
-  if (t.datatype != DataTypeOf<T>::kName) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has datatype ",
-                                                   t.datatype, ", not ", DataTypeOf<T>::kName));
+  if (protocol::ParseDatatype(t.datatype) != protocol::DatatypeOf<T>()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' has datatype ", t.datatype, ", not ",
+                     protocol::DatatypeName(protocol::DatatypeOf<T>())));
   }
   absl::Status valid = t.Validate();
   if (!valid.ok()) return valid;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "protocol/datatype.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -10,26 +11,37 @@ namespace {
 
 using engine::DataType;
 
-constexpr std::pair<absl::string_view, DataType> kTypes[] = {
-    {"BOOL", DataType::kBool},     {"UINT8", DataType::kUint8},   {"UINT16", DataType::kUint16},
-    {"UINT32", DataType::kUint32}, {"UINT64", DataType::kUint64}, {"INT8", DataType::kInt8},
-    {"INT16", DataType::kInt16},   {"INT32", DataType::kInt32},   {"INT64", DataType::kInt64},
-    {"FP16", DataType::kFloat16},  {"FP32", DataType::kFloat32},  {"FP64", DataType::kFloat64},
-    {"BF16", DataType::kBFloat16}, {"BYTES", DataType::kString},
+// The protocol's datatypes (protocol/datatype.h) as engine element types (BYTES: kString).
+constexpr std::pair<protocol::Datatype, DataType> kTypes[] = {
+    {protocol::Datatype::kBool, DataType::kBool},
+    {protocol::Datatype::kUint8, DataType::kUint8},
+    {protocol::Datatype::kUint16, DataType::kUint16},
+    {protocol::Datatype::kUint32, DataType::kUint32},
+    {protocol::Datatype::kUint64, DataType::kUint64},
+    {protocol::Datatype::kInt8, DataType::kInt8},
+    {protocol::Datatype::kInt16, DataType::kInt16},
+    {protocol::Datatype::kInt32, DataType::kInt32},
+    {protocol::Datatype::kInt64, DataType::kInt64},
+    {protocol::Datatype::kFp16, DataType::kFloat16},
+    {protocol::Datatype::kFp32, DataType::kFloat32},
+    {protocol::Datatype::kFp64, DataType::kFloat64},
+    {protocol::Datatype::kBf16, DataType::kBFloat16},
+    {protocol::Datatype::kBytes, DataType::kString},
 };
 
 }  // namespace
 
 absl::StatusOr<DataType> DataTypeFromKserve(absl::string_view datatype) {
-  for (const auto& [name, type] : kTypes) {
-    if (name == datatype) return type;
+  const protocol::Datatype parsed = protocol::ParseDatatype(datatype);
+  for (const auto& [wire, type] : kTypes) {
+    if (wire == parsed) return type;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown datatype ", QuoteUntrusted(datatype)));
 }
 
 absl::string_view KserveDataType(DataType dtype) {
-  for (const auto& [name, type] : kTypes) {
-    if (type == dtype) return name;
+  for (const auto& [wire, type] : kTypes) {
+    if (type == dtype) return protocol::DatatypeName(wire);
   }
   return "";
 }

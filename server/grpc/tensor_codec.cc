@@ -11,6 +11,8 @@
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "protocol/datatype.h"
+#include "protocol/typed_contents.h"
 #include "server/datatype.h"
 #include "server/status_util.h"
 
@@ -27,23 +29,15 @@ absl::Status Invalid(absl::string_view what, absl::string_view message) {
 }
 
 bool HasTypedContents(const InputTensor& input) {
-  if (!input.has_contents()) return false;
-  const inference::InferTensorContents& c = input.contents();
-  return c.bool_contents_size() > 0 || c.int_contents_size() > 0 || c.int64_contents_size() > 0 ||
-         c.uint_contents_size() > 0 || c.uint64_contents_size() > 0 || c.fp32_contents_size() > 0 ||
-         c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
+  return input.has_contents() &&
+         protocol::OtherFilledField(input.contents(), protocol::ContentsField::kNone) !=
+             protocol::ContentsField::kNone;
 }
-
-// The number of elements in each typed-contents field, by field name.
-struct FieldCount {
-  const char* name;
-  int size;
-};
 
 // Copies a repeated proto field into an owned tensor of element type T after checking the count.
 template <typename T, typename Field>
 absl::StatusOr<Tensor> CopyTyped(const std::string& what, const Field& field,
-                                 const char* field_name, DataType dtype,
+                                 absl::string_view field_name, DataType dtype,
                                  const engine::Shape& shape) {
   const int64_t expected = shape.NumElements();
   if (static_cast<int64_t>(field.size()) != expected) {
@@ -61,82 +55,31 @@ absl::StatusOr<Tensor> DecodeTyped(const std::string& what, const InputTensor& i
                                    const engine::Shape& shape) {
   const inference::InferTensorContents& c = input.contents();
   // The field that may carry this datatype; every other field must be empty.
-  const char* expected_field = nullptr;
-  switch (dtype) {
-    case DataType::kBool:
-      expected_field = "bool_contents";
-      break;
-    case DataType::kInt8:
-    case DataType::kInt16:
-    case DataType::kInt32:
-      expected_field = "int_contents";
-      break;
-    case DataType::kInt64:
-      expected_field = "int64_contents";
-      break;
-    case DataType::kUint8:
-    case DataType::kUint16:
-    case DataType::kUint32:
-      expected_field = "uint_contents";
-      break;
-    case DataType::kUint64:
-      expected_field = "uint64_contents";
-      break;
-    case DataType::kFloat32:
-      expected_field = "fp32_contents";
-      break;
-    case DataType::kFloat64:
-      expected_field = "fp64_contents";
-      break;
-    case DataType::kString:
-      expected_field = "bytes_contents";
-      break;
-    default:
-      return Invalid(what,
-                     absl::StrCat("datatype ", datatype,
-                                  " has no typed contents field; send it in raw_input_contents"));
+  const protocol::Datatype wire = protocol::ParseDatatype(datatype);
+  const protocol::ContentsField field = protocol::ContentsFieldOf(wire);
+  if (field == protocol::ContentsField::kNone) {
+    return Invalid(what,
+                   absl::StrCat("datatype ", datatype,
+                                " has no typed contents field; send it in raw_input_contents"));
   }
-  const FieldCount fields[] = {
-      {"bool_contents", c.bool_contents_size()},     {"int_contents", c.int_contents_size()},
-      {"int64_contents", c.int64_contents_size()},   {"uint_contents", c.uint_contents_size()},
-      {"uint64_contents", c.uint64_contents_size()}, {"fp32_contents", c.fp32_contents_size()},
-      {"fp64_contents", c.fp64_contents_size()},     {"bytes_contents", c.bytes_contents_size()},
-  };
-  for (const FieldCount& field : fields) {
-    if (field.size > 0 && std::strcmp(field.name, expected_field) != 0) {
-      return Invalid(what, absl::StrCat("datatype ", datatype, " expects ", expected_field,
-                                        ", got ", field.name));
-    }
+  const absl::string_view expected_field = protocol::ContentsFieldName(field);
+  const protocol::ContentsField other = protocol::OtherFilledField(c, field);
+  if (other != protocol::ContentsField::kNone) {
+    return Invalid(what, absl::StrCat("datatype ", datatype, " expects ", expected_field, ", got ",
+                                      protocol::ContentsFieldName(other)));
   }
-  switch (dtype) {
-    case DataType::kBool:
-      return CopyTyped<bool>(what, c.bool_contents(), expected_field, dtype, shape);
-    case DataType::kInt8:
-      return CopyTyped<int8_t>(what, c.int_contents(), expected_field, dtype, shape);
-    case DataType::kInt16:
-      return CopyTyped<int16_t>(what, c.int_contents(), expected_field, dtype, shape);
-    case DataType::kInt32:
-      return CopyTyped<int32_t>(what, c.int_contents(), expected_field, dtype, shape);
-    case DataType::kInt64:
-      return CopyTyped<int64_t>(what, c.int64_contents(), expected_field, dtype, shape);
-    case DataType::kUint8:
-      return CopyTyped<uint8_t>(what, c.uint_contents(), expected_field, dtype, shape);
-    case DataType::kUint16:
-      return CopyTyped<uint16_t>(what, c.uint_contents(), expected_field, dtype, shape);
-    case DataType::kUint32:
-      return CopyTyped<uint32_t>(what, c.uint_contents(), expected_field, dtype, shape);
-    case DataType::kUint64:
-      return CopyTyped<uint64_t>(what, c.uint64_contents(), expected_field, dtype, shape);
-    case DataType::kFloat32:
-      return CopyTyped<float>(what, c.fp32_contents(), expected_field, dtype, shape);
-    case DataType::kFloat64:
-      return CopyTyped<double>(what, c.fp64_contents(), expected_field, dtype, shape);
-    case DataType::kString:
-      return CopyTyped<std::string>(what, c.bytes_contents(), expected_field, dtype, shape);
-    default:
-      break;
+  if (field == protocol::ContentsField::kBytes) {
+    return CopyTyped<std::string>(what, c.bytes_contents(), expected_field, dtype, shape);
   }
-  return absl::InternalError(absl::StrCat(what, ": unhandled datatype ", datatype));
+  absl::StatusOr<Tensor> tensor =
+      absl::InternalError(absl::StrCat(what, ": unhandled datatype ", datatype));
+  protocol::VisitNumeric(wire, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    protocol::VisitContents(c, field, [&](const auto& values) {
+      tensor = CopyTyped<T>(what, values, expected_field, dtype, shape);
+    });
+  });
+  return tensor;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "protocol/json_sink.h"
 #include "rapidjson/writer.h"
 #include "server/datatype.h"
 #include "server/status_util.h"
@@ -240,14 +241,7 @@ absl::StatusOr<Tensor> DecodeJsonData(const std::string& what, const element& da
 
 // ---- writing JSON ----
 
-// RapidJSON output stream appending to a std::string.
-struct StringOut {
-  using Ch = char;
-  std::string* s;
-  void Put(char c) { s->push_back(c); }
-  void Flush() {}
-};
-using JsonWriter = rapidjson::Writer<StringOut>;
+using JsonWriter = rapidjson::Writer<protocol::StringSink>;
 
 // A number as std::to_chars prints it (shortest round trip); NaN and infinities as Python's json
 // module writes and reads them (JSON itself has no spelling for them).
@@ -677,7 +671,7 @@ absl::Status EncodeRestSlices(const engine::Model& model, absl::string_view mode
                               int64_t iteration, absl::Span<const engine::ScanSlice> slices,
                               std::string* json) {
   json->clear();
-  StringOut out{json};
+  protocol::StringSink out{json};
   JsonWriter w(out);
   w.StartObject();
   const RestStreamParameters stream{iteration, /*final_response=*/false};
@@ -704,7 +698,7 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 const RestStreamParameters* stream) {
   std::string& json = *body;
   json.clear();
-  StringOut out{&json};
+  protocol::StringSink out{&json};
   JsonWriter w(out);
   std::vector<std::pair<std::string, const Tensor*>> blobs;  // written after the JSON
   size_t blob_bytes = 0;
@@ -749,7 +743,7 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
 
 std::string ProtoToJson(const google::protobuf::Message& message) {
   std::string json;
-  StringOut out{&json};
+  protocol::StringSink out{&json};
   JsonWriter w(out);
   WriteMessage(w, message);
   return json;
@@ -807,7 +801,7 @@ absl::StatusOr<bool> ParseLoadBody(absl::string_view body) {
 
 std::string ErrorJson(absl::string_view message) {
   std::string json;
-  StringOut out{&json};
+  protocol::StringSink out{&json};
   JsonWriter w(out);
   w.StartObject();
   w.Key("error");

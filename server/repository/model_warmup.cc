@@ -16,6 +16,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/shape.h"
+#include "protocol/bytes.h"
 #include "server/repository/repo_file.h"
 
 namespace loopserve::server {
@@ -138,22 +139,18 @@ absl::Status ReadWarmupStrings(const std::string& model_dir, const std::string& 
   const std::string& data = *read;
   size_t at = 0;
   for (int64_t i = 0; i < elements; ++i) {
-    if (data.size() - at < 4) {
+    const protocol::BytesElement e = protocol::ReadBytesElement(data, at);
+    if (e.error == protocol::BytesElement::Error::kTruncatedLength) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file,
                                                      " holds fewer than ", elements,
                                                      " length-prefixed BYTES elements"));
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(data.data() + at);
-    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                            (static_cast<uint32_t>(p[2]) << 16) |
-                            (static_cast<uint32_t>(p[3]) << 24);
-    at += 4;
-    if (length > data.size() - at) {
+    if (e.error == protocol::BytesElement::Error::kOverrun) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file,
                                                      ": BYTES element ", i, " overruns the file"));
     }
-    out[i].assign(data.data() + at, length);
-    at += length;
+    out[i].assign(e.value.data(), e.value.size());
+    at = e.next;
   }
   if (at != data.size()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": input_data_file warmup/", file,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
+#include "protocol/bytes.h"
 #include "server/datatype.h"
 #include "server/status_util.h"
 
@@ -35,21 +36,17 @@ absl::StatusOr<Tensor> DecodeRawStrings(const std::string& what, absl::string_vi
   std::string* out = tensor.mutable_data<std::string>();
   size_t at = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (bytes.size() - at < 4) {
+    const protocol::BytesElement e = protocol::ReadBytesElement(bytes, at);
+    if (e.error == protocol::BytesElement::Error::kTruncatedLength) {
       return Invalid(
           what, absl::StrCat(field, " ends inside the length of BYTES element ", i, " of ", n));
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
-    const uint32_t length = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                            (static_cast<uint32_t>(p[2]) << 16) |
-                            (static_cast<uint32_t>(p[3]) << 24);
-    at += 4;
-    if (length > bytes.size() - at) {
-      return Invalid(what, absl::StrCat("BYTES element ", i, " has length ", length, " but only ",
-                                        bytes.size() - at, " bytes follow"));
+    if (e.error == protocol::BytesElement::Error::kOverrun) {
+      return Invalid(what, absl::StrCat("BYTES element ", i, " has length ", e.length, " but only ",
+                                        bytes.size() - at - 4, " bytes follow"));
     }
-    out[i].assign(bytes.data() + at, length);
-    at += length;
+    out[i].assign(e.value.data(), e.value.size());
+    at = e.next;
   }
   if (at != bytes.size()) {
     return Invalid(what, absl::StrCat(field, " has ", bytes.size() - at, " bytes after the ", n,
@@ -108,12 +105,7 @@ absl::Status AppendRawTensor(const std::string& what, const Tensor& tensor, std:
         return absl::ResourceExhaustedError(
             absl::StrCat(what, ": a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
       }
-      const auto length = static_cast<uint32_t>(s.size());
-      const char prefix[4] = {
-          static_cast<char>(length & 0xff), static_cast<char>((length >> 8) & 0xff),
-          static_cast<char>((length >> 16) & 0xff), static_cast<char>(length >> 24)};
-      out->append(prefix, 4);
-      out->append(s);
+      protocol::AppendBytesElement(s, out);
     }
     return absl::OkStatus();
   }
