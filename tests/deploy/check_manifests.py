@@ -570,7 +570,7 @@ def run_static(args):
         dev = f.read()
     check("8001" in dev and "8002" in dev, "deploy/dev.sh does not default to 8001/8002")
     lists = install_deps_lists(root)
-    for needed in ("prometheus", "python3-yaml"):
+    for needed in ("prometheus", "python3-yaml", "haproxy"):
         check(needed in lists["TEST_PACKAGES"], "install_deps.sh: TEST_PACKAGES lacks %s" % needed)
     owner = check_runtime_packages([args.loopserve, args.loopctl], lists["RUNTIME_PACKAGES"])
     if args.verbose:
