@@ -2,7 +2,8 @@
 """Scale-out: three loopserve replicas behind HAProxy, scraped by a real Prometheus (issue 33).
 
 Usage:
-  scale_out_test.py --repo_root=DIR --loopserve=BIN --haproxy=BIN --prometheus=BIN --work=DIR
+  scale_out_test.py --repo_root=DIR --loopserve=BIN --loopctl=BIN --haproxy=BIN --prometheus=BIN
+                    --work=DIR
                     [--protoc=PROTOC] [--summary=FILE]
 
 Everything runs on 127.0.0.1: three replicas (`--workers=1 --intra_op_threads=1
@@ -14,6 +15,9 @@ shortened from 1m to 5s so the test sees changes within seconds). gRPC and REST 
 `rnn` requests through HAProxy and check every answer against numpy's reference
 (deploy/make_example_models.py), never against a server's own output. Phases:
 
+  capacity  `loopctl perf` on a few example models: one replica directly (concurrency 1: its one
+            worker, one core) and the three through HAProxy (concurrency 6); throughput and
+            latency percentiles, for server/OPERATIONS.md's capacity note.
   sticky    interleaved sequences carry the `loopserve-sequence-id` header (gRPC metadata and
             HTTP header): every step of one id reaches the same replica (told by the replicas'
             own request counters of a model only this phase uses), and the ids spread over more
@@ -435,6 +439,40 @@ def phase_sticky(env, checks):
             "replica_of_sequence": {"%s/%d" % k: v[0] for k, v in sorted(placement.items())}}
 
 
+# What the capacity phase measures: (label, loopctl perf arguments).
+CAPACITY_CASES = [
+    ("rnn M=16", ["rnn", "--input=M:INT64::16", "--shape=h0:2,4"]),
+    ("rnn M=2000", ["rnn", "--input=M:INT64::2000", "--shape=h0:2,4"]),
+    ("counter M=16", ["counter", "--input=M:INT64::16"]),
+]
+
+
+def phase_capacity(env, checks):
+    """loopctl perf (C++, no client-side bottleneck) for a few example models: one replica
+    directly at concurrency 1 (its single worker on one core: requests per second per core), and
+    the three through HAProxy at concurrency 6."""
+    out = {}
+    for label, perf in CAPACITY_CASES:
+        row = {}
+        for where, port, concurrency in (
+                ("one_replica", env.replicas[0].grpc_port, 1),
+                ("three_via_haproxy", env.haproxy.grpc_port, 2 * REPLICAS)):
+            r = subprocess.run([env.loopctl, "--addr=127.0.0.1:%d" % port, "perf"] + perf +
+                               ["--concurrency=%d" % concurrency, "--duration=3", "--warmup=20",
+                                "--progress=false"],
+                               capture_output=True, text=True, timeout=BOUND_SECONDS)
+            checks.check(r.returncode == 0, "loopctl perf %s (%s): %s" % (label, where,
+                                                                         r.stderr[-500:]))
+            result = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+            checks.check(result and result[-1]["requests"] > 0, "loopctl perf printed no result")
+            res = result[-1]
+            row[where] = {"concurrency": concurrency, "rps": round(res["throughput"], 1),
+                          "p50_ms": round(res["p50_us"] / 1000, 3),
+                          "p99_ms": round(res["p99_us"] / 1000, 3)}
+        out[label] = row
+    return out
+
+
 def phase_rolling(env, checks):
     log = Log()
     clients = Clients(env, grpc_n=4, rest_n=4, steps=[4, 8, 16, 32], log=log)
@@ -593,12 +631,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo_root", required=True)
     parser.add_argument("--loopserve", required=True)
+    parser.add_argument("--loopctl", required=True)
     parser.add_argument("--haproxy", default="/usr/sbin/haproxy")
     parser.add_argument("--prometheus", default="/usr/bin/prometheus")
     parser.add_argument("--protoc", default="protoc")
     parser.add_argument("--work", required=True)
     parser.add_argument("--summary")
-    parser.add_argument("--phases", default="sticky,rolling,kill,overload")
+    parser.add_argument("--phases", default="capacity,sticky,rolling,kill,overload")
     parser.add_argument("--keep_work", action="store_true", help="leave --work for debugging")
     args = parser.parse_args()
 
@@ -614,6 +653,7 @@ def main():
 
     env = Env()
     env.pb, env.pb_grpc = grpc_service_pb2, grpc_service_pb2_grpc
+    env.loopctl = args.loopctl
     env.reference_rnn = make_example_models.reference_rnn
     models = os.path.join(args.work, "models")
     subprocess.run(["/usr/bin/python3", os.path.join(args.repo_root, "deploy",
@@ -621,7 +661,9 @@ def main():
                    check=True, timeout=BOUND_SECONDS, stdout=subprocess.DEVNULL)
     procs = Processes()
     checks = Checks()
-    summary = {"cpu": cpu_name(), "cores": os.cpu_count(), "replica_flags": Replica.FLAGS}
+    # The machine's load when the test started: other work on it shares the cores.
+    summary = {"cpu": cpu_name(), "cores": os.cpu_count(), "replica_flags": Replica.FLAGS,
+               "loadavg_1m_at_start": os.getloadavg()[0]}
     started = time.monotonic()
     status = 1
     try:
@@ -632,7 +674,7 @@ def main():
         start_prometheus(env, args, procs, args.work)
         for r in env.replicas:
             wait_until("HAProxy to route to %s" % r.name, lambda r=r: env.haproxy.all_up(r.name))
-        phases = {"sticky": phase_sticky, "rolling": phase_rolling, "kill": phase_kill,
+        phases = {"capacity": phase_capacity, "sticky": phase_sticky, "rolling": phase_rolling, "kill": phase_kill,
                   "overload": phase_overload}
         for name in args.phases.split(","):
             t = time.monotonic()
