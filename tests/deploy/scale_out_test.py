@@ -7,7 +7,7 @@ Usage:
                     [--protoc=PROTOC] [--summary=FILE]
 
 Everything runs on 127.0.0.1: three replicas (`--workers=1 --intra_op_threads=1
---drain_delay_seconds=2`, the example models), HAProxy in front (gRPC over HTTP/2 with `proto
+--drain_delay_seconds=3`, the example models), HAProxy in front (gRPC over HTTP/2 with `proto
 h2`, KServe v2 REST over HTTP/1.1; health checks on each replica's /v2/health/ready; `retry-on
 conn-failure empty-response 503`, `option redispatch`; `balance hdr(loopserve-sequence-id)`),
 and Prometheus scraping the three with deploy/prometheus/loopserve-rules.yml (its windows
@@ -37,6 +37,7 @@ passed.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import random
@@ -94,6 +95,13 @@ def wait_until(what, predicate, seconds=BOUND_SECONDS, interval=0.05):
     raise AssertionError("timed out after %d s waiting for %s" % (seconds, what))
 
 
+def die_with_parent():
+    """In a child before exec: SIGKILL it when the test process dies (even of SIGKILL, as a
+    CTest timeout kills it), so no replica, HAProxy or Prometheus outlives the test."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class Processes:
     """Every process the test started, stopped by PID at the end (SIGTERM, then SIGKILL)."""
 
@@ -102,7 +110,8 @@ class Processes:
 
     def start(self, args, log_path, **kwargs):
         log = open(log_path, "a")
-        proc = subprocess.Popen(args, stderr=log, stdout=kwargs.pop("stdout", log), **kwargs)
+        proc = subprocess.Popen(args, stderr=log, stdout=kwargs.pop("stdout", log),
+                                preexec_fn=die_with_parent, **kwargs)
         proc.log_file = log
         self.procs.append(proc)
         return proc
@@ -124,7 +133,7 @@ class Replica:
     """One loopserve on fixed ports (a restart keeps them, as a pod keeps its address)."""
 
     FLAGS = ["--workers=1", "--intra_op_threads=1", "--max_queue_size=256",
-             "--drain_delay_seconds=2", "--exit_timeout_seconds=10", "--model_control_mode=none",
+             "--drain_delay_seconds=3", "--exit_timeout_seconds=10", "--model_control_mode=none",
              "--log_level=warning"]
 
     def __init__(self, index, binary, models, procs, work):
@@ -640,6 +649,8 @@ def main():
     parser.add_argument("--phases", default="capacity,sticky,rolling,kill,overload")
     parser.add_argument("--keep_work", action="store_true", help="leave --work for debugging")
     args = parser.parse_args()
+    # SIGTERM (a CTest timeout, a Ctrl-C'd CI job) unwinds through the cleanup below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("scale_out: terminated"))
 
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
