@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
@@ -21,6 +22,7 @@
 namespace loopserve::server {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 absl::StatusOr<std::shared_ptr<const engine::Model>> PassthroughLoader(const std::string&,
@@ -41,7 +43,16 @@ class ReadinessTest : public ::testing::Test {
     stub_ = inference::GRPCInferenceService::NewStub(channel_);
   }
 
-  ServerOptions Options() { return testing::LocalServerOptions(repository_.path()); }
+  ServerOptions Options() {
+    ServerOptions options = testing::LocalServerOptions(repository_.path());
+    options.http_port = 0;  // REST's /v2/health/ready is what balancers check
+    return options;
+  }
+
+  // The status line and body of GET /v2/health/ready.
+  std::string RestReady() {
+    return testing::HttpRequest(server_->http_port(), "GET", "/v2/health/ready");
+  }
 
   bool Ready() {
     grpc::ClientContext context;
@@ -112,8 +123,12 @@ TEST_F(ReadinessTest, NotReadyWhileTheQueueIsPastTheThreshold) {
   running.WaitForNotification();
   Occupy(&release, nullptr);  // 1 waiting: not more than the threshold
   EXPECT_TRUE(Ready());
+  EXPECT_THAT(RestReady(), HasSubstr("200 OK"));
   Occupy(&release, nullptr);  // 2 waiting
   EXPECT_FALSE(Ready());
+  const std::string rest = RestReady();
+  EXPECT_THAT(rest, HasSubstr("503"));
+  EXPECT_THAT(rest, HasSubstr("2 requests wait for a worker (more than --unready_queue_depth=1)"));
   // The liveness probe's health is not the readiness: an overloaded replica is not restarted.
   EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::SERVING);
 
@@ -153,6 +168,7 @@ TEST_F(ReadinessTest, DrainDelayReportsNotReadyButStillServes) {
   while (Ready() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_FALSE(Ready());
   EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_THAT(RestReady(), HasSubstr("503"));
   const grpc::Status during_delay = InferEcho();
   const absl::Duration answered_after = absl::Now() - shutdown_started;
   if (answered_after < options.drain_delay) {
