@@ -20,15 +20,16 @@ shortened from 1m to 5s so the test sees changes within seconds). gRPC and REST 
             latency percentiles, for server/OPERATIONS.md's capacity note.
   sticky    interleaved sequences carry the `loopserve-sequence-id` header (gRPC metadata and
             HTTP header): every step of one id reaches the same replica (told by the replicas'
-            own request counters of a model only this phase uses), and the ids spread over more
+            own request counters of a model no other traffic uses meanwhile), and the ids spread over more
             than one replica.
   rolling   under load, each replica in turn gets SIGTERM (not ready at once, still serving for
             the drain delay, then drains and exits 0), is restarted on the same ports and waits
             until HAProxy routes to it again: zero failed requests, gRPC and REST.
   kill      under load, one replica gets SIGKILL: the failed requests are at most those in flight
             at that moment and none started later fails; HAProxy marks it DOWN within 2 s.
-  overload  many clients with long Loops: the recording rule loopserve:queue_compute_ratio:rate1m rises
-            above 2; with the overload gone (one light client left) it falls below 0.2.
+  overload  after a baseline below 0.2 (one client), many clients with long Loops: the recording
+            rule loopserve:queue_compute_ratio:rate1m rises above 2; with the overload gone (one
+            client left) it falls below 0.2 again.
 
 It prints one JSON line of what it measured (throughput, latency percentiles, failures, times),
 also written to --summary when given. Every process it starts is stopped by its PID (also on
@@ -562,10 +563,16 @@ def prom_value(env, expr):
 def phase_overload(env, checks):
     ratio = "max(loopserve:queue_compute_ratio:rate1m)"
     queue_avg = "max(loopserve:queue_seconds_per_request:rate1m)"
-    below = lambda limit: lambda: (lambda v: v if v is not None and v < limit else None)(
-        prom_value(env, ratio))
-    above = lambda limit: lambda: (lambda v: v if v is not None and v > limit else None)(
-        prom_value(env, ratio))
+
+    def ratio_where(test):
+        # A one-element list, true even when the ratio is 0; None until `test` holds.
+        def predicate():
+            value = prom_value(env, ratio)
+            return [value] if value is not None and test(value) else None
+        return predicate
+
+    below = lambda limit: ratio_where(lambda v: v < limit)
+    above = lambda limit: ratio_where(lambda v: v > limit)
 
     def light_until(what, predicate):
         # One client with long Loops: its requests never wait for a worker.
@@ -577,22 +584,22 @@ def phase_overload(env, checks):
             light.stop()
 
     # The earlier phases' short requests leave their own ratio in the window: first a baseline.
-    base, _ = light_until("the queue/compute ratio to settle below 0.2 under a light load",
+    (base,), _ = light_until("the queue/compute ratio to settle below 0.2 under a light load",
                           below(0.2))
     log = Log()
     # 12 clients with long Loops against 3 single-worker replicas: 3 run, 9 wait.
     heavy = Clients(env, grpc_n=6, rest_n=6, steps=[20000], log=log)
     t0 = time.monotonic()
     try:
-        peak = wait_until("the queue/compute ratio to rise above 2 under overload", above(2.0),
-                          seconds=90, interval=0.5)
+        (peak,) = wait_until("the queue/compute ratio to rise above 2 under overload",
+                             above(2.0), seconds=90, interval=0.5)
         peak_queue = prom_value(env, queue_avg)
     finally:
         heavy.stop()
     t1 = time.monotonic()
     overload = summarize(log.between(t0, t1), t1 - t0)
     checks.check(overload["failed"] == 0, "overload: " + failures_text(log.between(t0, t1)))
-    low, fall_s = light_until("the queue/compute ratio to fall below 0.2 after the overload",
+    (low,), fall_s = light_until("the queue/compute ratio to fall below 0.2 after the overload",
                               below(0.2))
     return {"baseline_ratio": round(base, 3), "peak_ratio": round(peak, 2),
             "peak_queue_seconds": round(peak_queue, 3), "rise_s": round(t1 - t0, 1),
