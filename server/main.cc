@@ -10,10 +10,11 @@
 //   loopserve: metrics listening on <address>:<port>
 // or, with --http_port=-1 / --metrics_port=-1, "loopserve: http disabled" / "loopserve: metrics
 // disabled" instead. Logs go to
-// stderr, one line per event. It serves until SIGTERM or SIGINT, then reports NOT_SERVING, answers
-// new requests UNAVAILABLE, lets requests in flight finish (up to --exit_timeout_seconds), cancels
-// the rest and exits 0 -- at the latest --exit_timeout_seconds + 1 s after the signal, whatever
-// the models are doing (a watchdog ends the process if the orderly shutdown has not by then).
+// stderr, one line per event. It serves until SIGTERM or SIGINT, then reports NOT_SERVING (still
+// serving new requests for --drain_delay_seconds), answers new requests UNAVAILABLE, lets requests
+// in flight finish (up to --exit_timeout_seconds), cancels the rest and exits 0 -- at the latest
+// --drain_delay_seconds + --exit_timeout_seconds + 1 s after the signal, whatever the models are
+// doing (a watchdog ends the process if the orderly shutdown has not by then).
 // Startup errors exit 1. A SIGTERM/SIGINT during start-up (model loading, warm-up) stops it: the
 // model loading stops (a warm-up run in progress is cancelled), nothing is served, and the process
 // exits 0 within the same bound; one that arrives before the handlers are installed (even across
@@ -101,6 +102,15 @@ ABSL_FLAG(int, max_message_bytes, 1 << 30,
 ABSL_FLAG(int, exit_timeout_seconds, 30,
           "On SIGTERM/SIGINT, how long to wait for calls in flight before cancelling them; the "
           "process exits at most 1 s later");
+ABSL_FLAG(int, drain_delay_seconds, 0,
+          "On SIGTERM/SIGINT, first report not ready (grpc.health.v1 NOT_SERVING, "
+          "/v2/health/ready 503) for this many seconds while still serving new requests, so load "
+          "balancers stop routing here before any request is refused; then drain as "
+          "--exit_timeout_seconds says (the process exits at most the sum + 1 s after the signal)");
+ABSL_FLAG(int, unready_queue_depth, 0,
+          "Report not ready (/v2/health/ready 503, ServerReady false) while more than this many "
+          "requests wait for a worker, so a load balancer sends new requests to other replicas; "
+          "0 = readiness ignores the queue");
 ABSL_FLAG(std::string, model_control_mode, "poll",
           "none (load the repository once), poll (also rescan it every "
           "--repository_poll_seconds) or explicit (RepositoryModelLoad/Unload RPCs; --load_model "
@@ -220,14 +230,17 @@ int main(int argc, char** argv) {
   // --exit_timeout_seconds + 1 s: a watchdog ends it if the orderly stop has not by then (a model
   // file still compiling, a request that does not stop).
   const absl::Duration exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
-  std::thread([exit_timeout] {
+  const absl::Duration drain_delay = absl::Seconds(absl::GetFlag(FLAGS_drain_delay_seconds));
+  std::thread([exit_timeout, drain_delay] {
     // Its own pipe: the main thread reads the byte of the other one, so a wait on that one could
     // miss it (then a shutdown that hangs would never be ended).
     unsigned char signal_number = 0;
     while (read(g_watchdog_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
     }
-    absl::SleepFor(exit_timeout + kForcedExitAfter);
-    LogError("shutdown is taking longer than --exit_timeout_seconds + 1 s: exiting now");
+    absl::SleepFor(drain_delay + exit_timeout + kForcedExitAfter);
+    LogError(
+        "shutdown is taking longer than --drain_delay_seconds + --exit_timeout_seconds + 1 s: "
+        "exiting now");
     std::_Exit(0);
   }).detach();
   // A signal that came before this is delivered now.
@@ -259,6 +272,8 @@ int main(int argc, char** argv) {
   options.max_model_file_bytes = absl::GetFlag(FLAGS_max_model_file_bytes);
   options.inline_run_limit = absl::Microseconds(absl::GetFlag(FLAGS_inline_run_limit_us));
   options.exit_timeout = exit_timeout;
+  options.drain_delay = drain_delay;
+  options.unready_queue_depth = absl::GetFlag(FLAGS_unready_queue_depth);
   options.stop = &g_stop;
   absl::StatusOr<loopserve::server::ModelControlMode> mode =
       loopserve::server::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));

@@ -231,8 +231,11 @@ absl::Status Server::Init() {
   runner_options.inline_run_limit = options_.inline_run_limit;
   runner_ =
       std::make_unique<InferenceRunner>(registry_.get(), pool_.get(), *metrics_, runner_options);
-  api_ = std::make_unique<ServerApi>(registry_.get(), runner_.get(),
-                                     options_.model_control_mode == ModelControlMode::kExplicit);
+  ServerApi::Options api_options;
+  api_options.model_control = options_.model_control_mode == ModelControlMode::kExplicit;
+  api_options.pool = pool_.get();
+  api_options.unready_queue_depth = options_.unready_queue_depth;
+  api_ = std::make_unique<ServerApi>(registry_.get(), runner_.get(), api_options);
   service_ = std::make_unique<InferenceService>(runner_.get(), api_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -338,6 +341,16 @@ void Server::Shutdown() {
   absl::MutexLock lock(&shutdown_mutex_);
   if (shut_down_) return;
   shut_down_ = true;
+  if (api_ != nullptr && grpc_server_ != nullptr && options_.drain_delay > absl::ZeroDuration()) {
+    // Not ready, still serving: a balancer's next health checks take this replica out of
+    // rotation before any request to it is refused.
+    api_->StopReady();
+    grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+    if (health != nullptr) health->SetServingStatus(false);
+    LogInfo(absl::StrCat("shutting down: not ready, still serving for ",
+                         absl::FormatDuration(options_.drain_delay), " (--drain_delay_seconds)"));
+    absl::SleepFor(options_.drain_delay);
+  }
   const absl::Time deadline = absl::Now() + options_.exit_timeout;
   if (runner_ != nullptr) runner_->StartDraining();
   stop_polling_.Notify();

@@ -68,6 +68,12 @@ struct ServerOptions {
   // Largest gRPC message received or sent, and largest HTTP request body (413 beyond it).
   int max_message_bytes = 1 << 30;
   absl::Duration exit_timeout = absl::Seconds(30);  // drain limit in Shutdown
+  // Shutdown's first phase: this long the server reports not ready (health NOT_SERVING,
+  // /v2/health/ready 503) but still serves new requests, so load balancers stop routing to it
+  // before it refuses any. Zero: it drains at once.
+  absl::Duration drain_delay = absl::ZeroDuration();
+  // > 0: not ready while more than this many requests wait for a worker (ServerApi).
+  int unready_queue_depth = 0;
   ModelControlMode model_control_mode = ModelControlMode::kPoll;
   absl::Duration repository_poll_interval = absl::Seconds(2);  // kPoll; <= 0 disables polling
   std::vector<std::string> load_models;  // kExplicit: models loaded at startup ("*" = all)
@@ -105,7 +111,8 @@ struct ServerOptions {
 //   loopserve: http listening on <address>:<port>          (or "loopserve: http disabled")
 //   loopserve: metrics listening on <address>:<port>       (or "loopserve: metrics disabled")
 //
-// Shutdown: health -> NOT_SERVING, ServerReady/ModelReady -> false and new ModelInfer calls get
+// Shutdown: health -> NOT_SERVING and ServerReady/ModelReady -> false; for drain_delay new calls
+// are still served (a balancer's health checks see the change first); then new ModelInfer calls get
 // UNAVAILABLE while the server still answers; the poller stops; ModelInfer calls in flight finish
 // (up to exit_timeout); then every call still in flight is cancelled (InferenceService::CancelAll:
 // a running Loop stops at its next iteration, a large kernel at its next chunk, a queued request

@@ -32,11 +32,27 @@ void Fill(const ModelVersionStatistics::Duration& d, inference::StatisticDuratio
 
 }  // namespace
 
-ServerApi::ServerApi(ModelRegistry* registry, const InferenceRunner* runner, bool model_control)
+ServerApi::ServerApi(ModelRegistry* registry, const InferenceRunner* runner, Options options)
     : registry_(registry),
       runner_(runner),
-      model_control_(model_control),
+      options_(options),
       loader_(/*num_workers=*/1, /*max_queue_size=*/16) {}
+
+absl::Status ServerApi::CheckReady() const {
+  if (stopping_.load() || runner_->draining()) {
+    return absl::UnavailableError("the server is not ready (shutting down)");
+  }
+  if (options_.unready_queue_depth > 0 && options_.pool != nullptr) {
+    const int queued = options_.pool->queue_size();
+    if (queued > options_.unready_queue_depth) {
+      return absl::UnavailableError(
+          absl::StrCat("the server is not ready: ", queued,
+                       " requests wait for a worker (more than --unready_queue_depth=",
+                       options_.unready_queue_depth, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 ServerApi::~ServerApi() { loader_.Shutdown(); }
 
@@ -174,7 +190,7 @@ absl::Status ServerApi::Unload(absl::string_view rpc, const std::string& reposit
 
 absl::Status ServerApi::ScheduleChange(absl::string_view rpc, const std::string& repository_name,
                                        std::function<absl::Status()> change, Done done) {
-  if (!model_control_) {
+  if (!options_.model_control) {
     return absl::FailedPreconditionError(absl::StrCat(
         rpc, " needs explicit model control (--model_control_mode=explicit); this server ",
         "picks up repository changes by itself or not at all"));

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -23,14 +24,29 @@ namespace loopserve::server {
 // a protocol or worker thread) and only when `model_control` is set (explicit model control);
 // otherwise they fail with FAILED_PRECONDITION.
 //
-// Thread-safe. Borrows the registry and runner, which must outlive it; the destructor joins the
-// loader thread after the changes already queued have run.
+// Readiness is what a load balancer's health check reads (/v2/health/ready, ServerReady): it is
+// false from StopReady (a shutdown begins) on, while the runner drains, and, when
+// `unready_queue_depth` > 0, while more than that many requests wait for a worker, so a balancer
+// moves traffic elsewhere before requests fail. (Models load before the ports open, so a replica
+// is never reachable while a model it is configured with at start-up still loads.)
+//
+// Thread-safe. Borrows the registry, runner and pool, which must outlive it; the destructor joins
+// the loader thread after the changes already queued have run.
 class ServerApi {
  public:
-  ServerApi(ModelRegistry* registry, const InferenceRunner* runner, bool model_control);
+  struct Options {
+    bool model_control = false;        // Load/Unload allowed (explicit model control)
+    const WorkerPool* pool = nullptr;  // whose queue `unready_queue_depth` watches; may be null
+    int unready_queue_depth = 0;       // > 0: not ready while more requests than this wait
+  };
+  ServerApi(ModelRegistry* registry, const InferenceRunner* runner, Options options);
   ~ServerApi();
 
-  bool ServerReady() const { return !runner_->draining(); }
+  // OK when ready; otherwise Unavailable saying why (shutting down, draining, queue too deep).
+  absl::Status CheckReady() const;
+  bool ServerReady() const { return CheckReady().ok(); }
+  // From now on not ready (a shutdown's first step); requests are still served.
+  void StopReady() { stopping_.store(true); }
   // NotFound for an unknown model; otherwise whether the version serves (and the server is not
   // draining).
   absl::StatusOr<bool> ModelReady(absl::string_view name, absl::string_view version) const;
@@ -63,7 +79,8 @@ class ServerApi {
 
   ModelRegistry* const registry_;
   const InferenceRunner* const runner_;
-  const bool model_control_;
+  const Options options_;
+  std::atomic<bool> stopping_{false};
   WorkerPool loader_;  // one thread for repository loads/unloads
 };
 

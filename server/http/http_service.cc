@@ -271,8 +271,9 @@ void HttpService::Handle(HttpExchange* exchange) {
   } else if (a == "live") {
     ReplyJson(exchange, "{\"live\":true}");
   } else if (route.model.empty() && a == "ready") {
-    if (api_->ServerReady()) return ReplyJson(exchange, "{\"ready\":true}");
-    ReplyError(exchange, absl::UnavailableError("the server is not ready (shutting down)"));
+    absl::Status ready = api_->CheckReady();
+    if (ready.ok()) return ReplyJson(exchange, "{\"ready\":true}");
+    ReplyError(exchange, ready);
   } else if (a == "ready") {
     absl::StatusOr<bool> ready = api_->ModelReady(route.model, route.version);
     if (!ready.ok()) return ReplyError(exchange, ready.status());

@@ -9,9 +9,14 @@ Usage:
            Grafana provisioning, Kubernetes and KServe manifests have their required fields; every
            loopserve flag they pass is one `loopserve --help` lists; ports agree everywhere; the
            runtime package list of deploy/install_deps.sh covers every shared library `ldd` finds
-           for loopserve and loopctl; `promtool check config` accepts the scrape config.
+           for loopserve and loopctl; `promtool check config` accepts the scrape config and
+           `promtool check rules` the recording rules; the queue-time autoscaling artefacts (HPA,
+           prometheus-adapter values, KEDA ScaledObject, PrometheusRule, the InferenceService's
+           autoScaling) use the recorded series and agree on thresholds; `kubectl kustomize
+           deploy/k8s` renders.
   metrics  starts loopserve with each command line the artefacts use (ports and repository
-           overridden to 127.0.0.1:0 and the example models): each one starts; every metric name
+           overridden to 127.0.0.1:0 and the example models): each one starts; every metric the
+           recording rules read, and every metric name
            (and selector label) the Grafana dashboard queries exists in a real /metrics scrape.
   promql   starts loopserve and Debian's prometheus (1 s scrapes) on loopback, sends Loop requests
            with loopctl (successes, a deadline hit), then runs every dashboard query through
@@ -422,10 +427,18 @@ def check_kubernetes(docs, known_flags, ports):
     check(container_port(c, "http") == http, "Deployment: containerPort http != ConfigMap --http_port %d" % http)
     check(container_port(c, "metrics") == metrics,
           "Deployment: containerPort metrics != ConfigMap --metrics_port %d" % metrics)
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         p = c.get(probe, {})
         check(p.get("grpc", {}).get("port") == grpc,
               "Deployment: %s must be a gRPC health probe on port %d" % (probe, grpc))
+    # Readiness: /v2/health/ready on the HTTP port (it also reflects --unready_queue_depth), or
+    # grpc.health.v1.
+    ready = c.get("readinessProbe", {})
+    get = ready.get("httpGet", {})
+    check(ready.get("grpc", {}).get("port") == grpc or
+          (get.get("path") == "/v2/health/ready" and get.get("port") in ("http", http)),
+          "Deployment: readinessProbe must be GET /v2/health/ready on the http port or a gRPC "
+          "health probe on port %d" % grpc)
     res = c.get("resources", {})
     for section in ("requests", "limits"):
         for r in ("cpu", "memory"):
@@ -439,8 +452,11 @@ def check_kubernetes(docs, known_flags, ports):
           "Deployment: prometheus.io/port != --metrics_port %d" % metrics)
     check(annotations.get("prometheus.io/path") == "/metrics", "Deployment: prometheus.io/path")
     exit_timeout = int(cm_flags.get("exit_timeout_seconds", 30))
-    check(pod.get("terminationGracePeriodSeconds", 30) > exit_timeout,
-          "Deployment: terminationGracePeriodSeconds <= --exit_timeout_seconds")
+    drain_delay = int(cm_flags.get("drain_delay_seconds", 0))
+    check(pod.get("terminationGracePeriodSeconds", 30) > exit_timeout + drain_delay,
+          "Deployment: terminationGracePeriodSeconds <= --drain_delay_seconds + "
+          "--exit_timeout_seconds (%d + %d)" % (drain_delay, exit_timeout))
+    ports["deployment_name"] = deployment.get("metadata", {}).get("name")
     workers = int(cm_flags.get("workers", 2))
     threads = int(cm_flags.get("intra_op_threads", 0))
     limit = str(res.get("limits", {}).get("cpu", "0"))
@@ -470,7 +486,10 @@ def check_kubernetes(docs, known_flags, ports):
 
     kustomization = docs.get("deploy/k8s/kustomization.yaml", [{}])[0]
     listed = set(kustomization.get("resources", []))
-    on_disk = {os.path.basename(p) for p in docs if p.startswith("deploy/k8s/")} - {"kustomization.yaml"}
+    # deploy/k8s/autoscaling/ holds add-ons that need CRDs or Helm charts (PrometheusRule, KEDA,
+    # prometheus-adapter values): applied on their own, not part of the base.
+    on_disk = {os.path.basename(p) for p in docs
+               if os.path.dirname(p) == "deploy/k8s"} - {"kustomization.yaml"}
     check(listed == on_disk, "kustomization.yaml lists %s, deploy/k8s has %s" % (sorted(listed), sorted(on_disk)))
 
 
@@ -512,6 +531,127 @@ def check_kserve(docs, known_flags, ports):
     check(model.get("storageUri"), "InferenceService: storageUri")
     isvc_ports = {p.get("name"): p.get("containerPort") for p in model.get("ports", [])}
     check(isvc_ports.get("h2c") == grpc, "InferenceService: the h2c port != --grpc_port %d" % grpc)
+
+
+def quantity(text):
+    """A Kubernetes quantity ("1500m", "2", "0.1") as a float."""
+    text = str(text)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def recorded_names(rules):
+    return {r.get("record") for g in rules.get("groups", []) for r in g.get("rules", [])
+            if r.get("record")}
+
+
+def check_autoscaling(root, docs, ports):
+    """The queue-time autoscaling artefacts agree: the recording rules (plain Prometheus file and
+    PrometheusRule), prometheus-adapter's rules, the HPA, the KEDA ScaledObject and the KServe
+    InferenceService's autoscaling query."""
+    rules_rel = "deploy/prometheus/loopserve-rules.yml"
+    rules = (docs.get(rules_rel) or [{}])[0]
+    recorded = recorded_names(rules)
+    check({"loopserve:queue_compute_ratio:rate1m",
+           "loopserve:queue_seconds_per_request:rate1m"} <= recorded,
+          "%s: records %s, expected the queue/compute ratio and queue time per request" % (
+              rules_rel, sorted(recorded)))
+    ports["rule_metrics"] = sorted({m for g in rules.get("groups", []) for r in g.get("rules", [])
+                                    for m in re.findall(r"\bloopserve_[a-z0-9_]+", r.get("expr", ""))})
+    scrape = (docs.get("deploy/prometheus/prometheus.yml") or [{}])[0]
+    check("loopserve-rules.yml" in scrape.get("rule_files", []),
+          "prometheus.yml: rule_files does not load loopserve-rules.yml")
+    compose_prom = (docs.get("deploy/compose.yaml") or [{}])[0].get("services", {}).get("prometheus", {})
+    check(any(v.startswith("./prometheus/loopserve-rules.yml:/etc/prometheus/loopserve-rules.yml")
+              for v in compose_prom.get("volumes", [])),
+          "compose.yaml: prometheus does not mount loopserve-rules.yml beside prometheus.yml")
+    operator_rules = find_kind(docs, "PrometheusRule")
+    check(len(operator_rules) == 1 and operator_rules[0][1].get("spec") == rules,
+          "the PrometheusRule under deploy/ must hold exactly the groups of %s" % rules_rel)
+
+    adapter = (docs.get("deploy/k8s/autoscaling/prometheus-adapter-values.yaml") or [{}])[0]
+    served = {}
+    for rule in adapter.get("rules", {}).get("custom", []):
+        series = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", rule.get("seriesQuery", ""))
+        name = series.group(1) if series else None
+        check(name in recorded, "prometheus-adapter values: seriesQuery %r is not a recorded series"
+              % rule.get("seriesQuery"))
+        overrides = rule.get("resources", {}).get("overrides", {})
+        check(overrides.get("pod", {}).get("resource") == "pod" and
+              overrides.get("namespace", {}).get("resource") == "namespace",
+              "prometheus-adapter values: %s is not mapped to pods and namespaces" % name)
+        served[rule.get("name", {}).get("as")] = name
+
+    hpa = one_kind(docs, "HorizontalPodAutoscaler")
+    spec = hpa.get("spec", {})
+    deployment = ports.get("deployment_name")
+    check(spec.get("scaleTargetRef", {}).get("name") == deployment,
+          "HPA: scaleTargetRef is not the Deployment %s" % deployment)
+    targets = {}
+    for m in spec.get("metrics", []):
+        check(m.get("type") == "Pods", "HPA: scales on %s; it must scale on the queue (Pods "
+              "metrics served by prometheus-adapter), not CPU" % m.get("type"))
+        name = m.get("pods", {}).get("metric", {}).get("name")
+        target = m.get("pods", {}).get("target", {})
+        check(name in served, "HPA: metric %s is not one prometheus-adapter serves (%s)" % (
+            name, sorted(k for k in served if k)))
+        check(target.get("type") == "AverageValue" and target.get("averageValue") is not None,
+              "HPA: metric %s needs an AverageValue target" % name)
+        if name in served and target.get("averageValue") is not None:
+            targets[served[name]] = quantity(target["averageValue"])
+    check(targets, "HPA: no queue metric")
+
+    scaled = find_kind(docs, "ScaledObject")
+    check(len(scaled) == 1, "expected one KEDA ScaledObject under deploy/, found %d" % len(scaled))
+    for _, so in scaled:
+        check(so.get("spec", {}).get("scaleTargetRef", {}).get("name") == deployment,
+              "ScaledObject: scaleTargetRef is not the Deployment %s" % deployment)
+        seen = set()
+        for t in so.get("spec", {}).get("triggers", []):
+            meta = t.get("metadata", {})
+            used = [n for n in recorded if n in meta.get("query", "")]
+            check(t.get("type") == "prometheus" and len(used) == 1,
+                  "ScaledObject: trigger %r must query one recorded series" % meta.get("query"))
+            for n in used:
+                seen.add(n)
+                check(n not in targets or abs(quantity(meta.get("threshold", "nan")) - targets[n]) < 1e-9,
+                      "ScaledObject: threshold %s for %s differs from the HPA's %s" % (
+                          meta.get("threshold"), n, targets.get(n)))
+        check(seen == set(targets), "ScaledObject scales on %s, the HPA on %s" % (
+            sorted(seen), sorted(targets)))
+
+    isvc = one_kind(docs, "InferenceService")
+    annotations = isvc.get("metadata", {}).get("annotations", {})
+    predictor = isvc.get("spec", {}).get("predictor", {})
+    if annotations.get("serving.kserve.io/autoscalerClass") == "keda":
+        check(annotations.get("serving.kserve.io/deploymentMode") in ("RawDeployment", "Standard"),
+              "InferenceService: KEDA autoscaling needs the raw (Standard) deployment mode")
+    metrics = predictor.get("autoScaling", {}).get("metrics", [])
+    check(metrics, "InferenceService: no autoScaling metrics (it must scale on queue time)")
+    for m in metrics:
+        metric = m.get("external", {}).get("metric", {})
+        used = [n for n in recorded if n in metric.get("query", "")]
+        check(m.get("type") == "External" and metric.get("backend") == "prometheus" and used,
+              "InferenceService: autoScaling metric %r must query a recorded series" % metric)
+        target = m.get("external", {}).get("target", {})
+        for n in used:
+            check(n not in targets or abs(quantity(target.get("value", "nan")) - targets[n]) < 1e-9,
+                  "InferenceService: target %s for %s differs from the HPA's %s" % (
+                      target.get("value"), n, targets.get(n)))
+
+
+def check_kustomize(root):
+    """`kubectl kustomize deploy/k8s` renders every resource the kustomization lists."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        print("note: no kubectl; `kubectl kustomize deploy/k8s` not checked")
+        return
+    r = subprocess.run([kubectl, "kustomize", os.path.join(root, "deploy", "k8s")],
+                       capture_output=True, text=True, timeout=60)
+    if not check(r.returncode == 0, "kubectl kustomize deploy/k8s: %s" % r.stderr.strip()):
+        return
+    rendered = {d.get("kind") for d in yaml.safe_load_all(r.stdout) if d}
+    check({"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler"} <= rendered,
+          "kubectl kustomize deploy/k8s renders %s" % sorted(rendered))
 
 
 def dashboard_queries(dashboard):
@@ -563,6 +703,8 @@ def run_static(args):
     check_compose(docs, known, known_loopctl, ports)
     check_kubernetes(docs, known, ports)
     check_kserve(docs, known, ports)
+    check_autoscaling(root, docs, ports)
+    check_kustomize(root)
     check_dashboard(docs, ports)
     check(ports.get("docker") == ports.get("compose"),
           "Dockerfile CMD ports %s differ from compose ports %s" % (ports.get("docker"), ports.get("compose")))
@@ -570,7 +712,7 @@ def run_static(args):
         dev = f.read()
     check("8001" in dev and "8002" in dev, "deploy/dev.sh does not default to 8001/8002")
     lists = install_deps_lists(root)
-    for needed in ("prometheus", "python3-yaml"):
+    for needed in ("prometheus", "python3-yaml", "haproxy"):
         check(needed in lists["TEST_PACKAGES"], "install_deps.sh: TEST_PACKAGES lacks %s" % needed)
     owner = check_runtime_packages([args.loopserve, args.loopctl], lists["RUNTIME_PACKAGES"])
     if args.verbose:
@@ -581,6 +723,10 @@ def run_static(args):
                             os.path.join(root, "deploy", "prometheus", "prometheus.yml")],
                            capture_output=True, text=True, timeout=60)
         check(r.returncode == 0, "promtool check config: %s%s" % (r.stdout, r.stderr))
+        r = subprocess.run([args.promtool, "check", "rules",
+                            os.path.join(root, "deploy", "prometheus", "loopserve-rules.yml")],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "promtool check rules: %s%s" % (r.stdout, r.stderr))
     return docs, ports
 
 
@@ -716,6 +862,8 @@ def run_metrics(args, docs, ports, work):
             "killed" if code is None else "status %d" % code, server.exit_seconds))
     samples = scrape_samples(text)
     check(any(n.startswith("loopserve_") for n in samples), "/metrics has no loopserve_ samples")
+    for name in ports.get("rule_metrics", []):
+        check(name in samples, "deploy/prometheus/loopserve-rules.yml: %s is not in /metrics" % name)
     for path, d in docs.items():
         if not path.startswith("deploy/grafana/dashboards/"):
             continue

@@ -13,33 +13,14 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {
 namespace {
 
 using ::testing::HasSubstr;
 
-// `method` http://127.0.0.1:<port><path> (HTTP/1.0, no body) with a plain socket; returns the
-// whole HTTP response.
-std::string HttpRequest(int port, const std::string& method, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        method + " " + path + " HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-    }
-  }
-  close(fd);
-  return response;
-}
+using testing::HttpRequest;
 
 std::string HttpGet(int port, const std::string& path) { return HttpRequest(port, "GET", path); }
 

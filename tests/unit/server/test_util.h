@@ -1,5 +1,10 @@
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -13,6 +18,28 @@
 #include "server/server.h"
 
 namespace loopserve::server::testing {
+
+// `method` http://127.0.0.1:<port><path> (HTTP/1.0, no body) with a plain socket; returns the
+// whole HTTP response.
+inline std::string HttpRequest(int port, const std::string& method, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        method + " " + path + " HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      ssize_t n;
+      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  return response;
+}
 
 // Options for a server on `repository` that serves gRPC on a free port of 127.0.0.1 and has no
 // metrics endpoint: what most server tests start from.
