@@ -150,6 +150,10 @@ TEST_F(ReadinessTest, QueueIgnoredByDefault) {
   for (int i = 0; i < 5; ++i) Occupy(&release, nullptr);
   EXPECT_TRUE(Ready());
   release.Notify();
+  // The queued tasks borrow `release`: wait for the one worker to run them all before it goes.
+  absl::Notification drained;
+  ASSERT_TRUE(server_->worker_pool().TrySchedule([&] { drained.Notify(); }).ok());
+  drained.WaitForNotification();
 }
 
 TEST_F(ReadinessTest, DrainDelayReportsNotReadyButStillServes) {
