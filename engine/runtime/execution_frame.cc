@@ -85,8 +85,7 @@ void ExecutionFrame::TakeRecycled(const Step& step) {
     if (wanted == 0 || recycled_.empty()) continue;
     Value& v = slots_[slot];
     if (v.is_sequence() || (v.is_tensor() && v.tensor().capacity() > 0)) continue;
-    Tensor buffer;
-    if (recycled_.Take(wanted, &buffer)) v.mutable_tensor() = std::move(buffer);
+    recycled_.TakeInto(wanted, [&v](Tensor&& buffer) { v.mutable_tensor() = std::move(buffer); });
   }
 }
 

@@ -23,16 +23,4 @@ void RecycledBuffers::Put(Tensor&& tensor) {
   order_.insert(at, Entry{capacity, index});
 }
 
-bool RecycledBuffers::Take(size_t wanted, Tensor* out) {
-  const auto at =
-      std::lower_bound(order_.begin(), order_.end(), wanted,
-                       [](const Entry& entry, size_t size) { return entry.capacity < size; });
-  if (at == order_.end()) return false;
-  *out = std::move(pool_[at->index]);
-  pool_[at->index] = Tensor();
-  free_.push_back(at->index);
-  order_.erase(at);
-  return true;
-}
-
 }  // namespace loopserve::engine

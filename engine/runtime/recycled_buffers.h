@@ -1,7 +1,9 @@
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/tensor/tensor.h"
@@ -25,7 +27,23 @@ class RecycledBuffers {
 
   // Moves the smallest kept buffer of capacity >= `wanted` into *out and returns true, or
   // returns false (and leaves *out alone) when every kept buffer is smaller.
-  bool Take(size_t wanted, Tensor* out);
+  bool Take(size_t wanted, Tensor* out) {
+    return TakeInto(wanted, [out](Tensor&& buffer) { *out = std::move(buffer); });
+  }
+
+  // Take's general form: hands the buffer to `sink(Tensor&&)` (one move, straight to where it
+  // goes: the frame's slot).
+  template <typename Sink>
+  bool TakeInto(size_t wanted, Sink&& sink) {
+    const auto at =
+        std::lower_bound(order_.begin(), order_.end(), wanted,
+                         [](const Entry& entry, size_t size) { return entry.capacity < size; });
+    if (at == order_.end()) return false;
+    sink(std::move(pool_[at->index]));
+    free_.push_back(at->index);
+    order_.erase(at);
+    return true;
+  }
 
  private:
   struct Entry {
