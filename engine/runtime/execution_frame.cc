@@ -85,18 +85,7 @@ void ExecutionFrame::TakeRecycled(const Step& step) {
     if (wanted == 0 || recycled_.empty()) continue;
     Value& v = slots_[slot];
     if (v.is_sequence() || (v.is_tensor() && v.tensor().capacity() > 0)) continue;
-    size_t best = recycled_.size();
-    for (size_t i = 0; i < recycled_.size(); ++i) {
-      const size_t capacity = recycled_[i].capacity();
-      if (capacity >= wanted &&
-          (best == recycled_.size() || capacity < recycled_[best].capacity())) {
-        best = i;
-      }
-    }
-    if (best == recycled_.size()) continue;
-    v.mutable_tensor() = std::move(recycled_[best]);
-    if (best + 1 != recycled_.size()) recycled_[best] = std::move(recycled_.back());
-    recycled_.pop_back();
+    recycled_.TakeInto(wanted, [&v](Tensor&& buffer) { v.mutable_tensor() = std::move(buffer); });
   }
 }
 
@@ -109,7 +98,7 @@ void ExecutionFrame::Recycle(const Step& step) {
       continue;
     }
     released_capacity_[slot] = v.tensor().capacity();
-    recycled_.push_back(std::move(v.mutable_tensor()));
+    recycled_.Put(std::move(v.mutable_tensor()));
   }
 }
 

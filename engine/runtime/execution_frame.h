@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "engine/runtime/plan.h"
+#include "engine/runtime/recycled_buffers.h"
 #include "engine/runtime/run_context.h"
 #include "engine/tensor/value.h"
 
@@ -58,7 +59,7 @@ class ExecutionFrame {
   // Liveness-based reuse: buffers of values no later step reads (Step::releases), free for the
   // outputs of later steps, and per slot the capacity its buffer had when it was released (0:
   // never released). In steady state the same sizes change hands the same way every run.
-  std::vector<Tensor> recycled_;
+  RecycledBuffers recycled_;
   std::vector<size_t> released_capacity_;
   // Created with the frame (not on first use), so a step's state is one load on the hot path.
   std::vector<std::unique_ptr<KernelState>> states_;

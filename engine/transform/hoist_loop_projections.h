@@ -14,7 +14,7 @@ namespace loopserve::engine::transform {
 // One GEMM over T x batch rows runs at the machine's GEMM rate where T products of batch rows
 // each did not (the RNN/GRU/LSTM cells PyTorch and TF export carry one such product per gate
 // group beside the recurrent one); the recurrent product `h W_hh` stays in the body. Only for
-// steps of at most 4 rows or weights of at least 2 MB (X's dims known): otherwise the product is
+// steps of at most 4 rows or weights of at least 1 MB (X's dims known): otherwise the product is
 // already GEMM-bound in the body, and hoisted it was slower (its T-step result leaves the cache).
 //
 // The Loop node keeps its port map; its body is replaced and captures P, its implicit inputs gain

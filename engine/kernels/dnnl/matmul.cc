@@ -259,7 +259,7 @@ class MatMulKernel final : public DnnlKernel {
     const bool packed_rows = type == DataType::kFloat32 && constant != nullptr &&
                              constant->rank() == 2 && !trans_a && !batched_gemv &&
                              dims.a_batch.NumElements() == dims.batch.NumElements() && rows > 1 &&
-                             dims.k > 0 && dims.n > 0 && native::PackedGemm::Available();
+                             dims.k > 0 && dims.n > 0 && native::PackedGemm::Preferred(rows);
     int addend_input = -1;
     bool bias_first = false;
     native::PackedGemv::Activation rows_activation = native::PackedGemv::Activation::kNone;
@@ -576,7 +576,7 @@ class GemmKernel final : public DnnlKernel {
     }
     if (type == DataType::kFloat32 && constant != nullptr && !attrs_.trans_a && dims.m > 1 &&
         (shapes[2] == nullptr || attrs_.beta == 0.0f || IsRow(dims, *shapes[2])) &&
-        native::PackedGemm::Available()) {
+        native::PackedGemm::Preferred(dims.m)) {
       prepared->mode = PreparedOp::Mode::kPackedGemm;
       prepared->gemm =
           packed_gemm_.Get(constant->data<float>(), dims.k, dims.n, attrs_.trans_b, attrs_.alpha);

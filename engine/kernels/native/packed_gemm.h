@@ -31,12 +31,20 @@ namespace loopserve::engine::native {
 
 class PackedGemm {
  public:
-  // Columns per packed panel (three ymm vectors).
-  static constexpr int64_t kPanel = 24;
+  // Columns per packed panel: three ymm vectors on AVX2, three zmm vectors on AVX-512 (the ISA
+  // active when the weights are packed; the packing keeps its ISA).
+  static constexpr int64_t kPanelAvx2 = 24;
+  static constexpr int64_t kPanelAvx512 = 48;
+  // On AVX-512, products of more rows keep oneDNN's brgemm (blocked over rows and depth; this
+  // kernel re-reads a panel per 8-row tile and all of x per panel).
+  static constexpr int64_t kMaxRowsAvx512 = 128;
 
-  // Whether ActiveIsa() is one the kernel is written for (AVX2 + FMA, and not AVX-512, where
-  // oneDNN's brgemm is kept), and the kernel is enabled (SetEnabled; on by default).
+  // Whether ActiveIsa() is one the kernel is written for (AVX2 + FMA, or AVX-512F), and the
+  // kernel is enabled (SetEnabled; on by default).
   static bool Available();
+  // Whether a product of `rows` rows should run here rather than on oneDNN: Available(), and on
+  // AVX-512 at most kMaxRowsAvx512 rows.
+  static bool Preferred(int64_t rows);
   // Turns the kernel off process-wide (tests and benchmarks compare against oneDNN). Thread-safe.
   static void SetEnabled(bool enabled);
 
@@ -47,7 +55,9 @@ class PackedGemm {
 
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
-  int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
+  // Columns per panel of this packing (kPanelAvx2 or kPanelAvx512).
+  int64_t panel() const { return panel_; }
+  int64_t panels() const { return (n_ + panel_ - 1) / panel_; }
 
   // What is applied to each register tile before it is stored:
   // y = act(x W + addend + bias_scale * bias).
@@ -69,9 +79,14 @@ class PackedGemm {
                  int64_t last) const;
 
  private:
+  void RunPanels512(const float* x, int64_t m, const Epilogue& epilogue, float* y, int64_t first,
+                    int64_t last) const;
+
   int64_t k_ = 0;
   int64_t n_ = 0;
-  Tensor packed_;  // panel p: k rows of its width at offset p * kPanel * k; columns past n zero
+  bool avx512_ = false;  // packed for (and run on) the AVX-512 tiles
+  int64_t panel_ = kPanelAvx2;
+  Tensor packed_;  // panel p: k rows of its width at offset p * panel_ * k; columns past n zero
 };
 
 // One constant operand's PackedGemm, packed by the first caller and shared by the rest: a MatMul
