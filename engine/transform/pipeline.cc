@@ -5,6 +5,7 @@
 #include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
 #include "engine/transform/fold_into_conv.h"
+#include "engine/transform/fold_qdq.h"
 #include "engine/transform/fuse_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
@@ -22,6 +23,7 @@ namespace loopserve::engine::transform {
 const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
   static const std::vector<std::unique_ptr<Pass>>* passes = [] {
     auto* list = new std::vector<std::unique_ptr<Pass>>();
+    list->push_back(std::make_unique<FoldQdqPass>());
     list->push_back(std::make_unique<LowerCellLoopsPass>());
     list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
     list->push_back(std::make_unique<HoistLoopProjectionsPass>());
