@@ -697,6 +697,34 @@ def qdq_rnn(rng, batch, hidden, trips):
     h0 = np.tanh(rng.standard_normal((batch, hidden))).astype(np.float32)
     return make_model(g, 13), feeds(trips, [("X", x), ("h0", h0)])
 
+
+def qdq_rnn_reference(inputs, init):
+    """numpy QDQ RNN cell over the qdq_rnn case (QuantizeLinear's division in float32, round half
+    to even, then float64): {"h": last state, "hs": every state}."""
+    def fake_quant(x, scale, zp):
+        q = np.clip(np.rint(x.astype(np.float32) / scale) + float(zp), 0, 255)
+        return (q - float(zp)) * np.float64(scale)
+
+    def weight(name):
+        return (init[name + "_q"].astype(np.float64) - init[name + "_zp"]) * init[name + "_scale"]
+
+    w, u, zp = weight("W"), weight("U"), init["zp"]
+    wide, state = init["s_wide"], init["s_state"]
+    h = inputs["h0"].astype(np.float64)
+    hs = []
+    for t in range(int(inputs["M"])):
+        xw = fake_quant(fake_quant(inputs["X"][t], wide, zp) @ w, wide, zp)
+        hu = fake_quant(fake_quant(h, state, zp) @ u, wide, zp)
+        h = np.tanh(xw + hu + init["b"])
+        hs.append(h)
+    return {"h": h, "hs": np.stack(hs)}
+
+
+# The QDQ cases' tolerance: the reference quantizes as the spec does (float32 division, round half
+# to even), so the engine's outputs agree to float rounding (1.2e-7 measured on qdq_rnn_b3_h96);
+# 1e-3 is well below one quantization step (2 / 255 for the state), so a QuantizeLinear that
+# rounded otherwise, or a product that skipped the quantization, fails.
+REFERENCE_ATOL = {"qdq_rnn_": 1e-3}
 # --- quantized bodies (issue 28): end ---
 
 # --- NMS loops and odd widths (issue 27 part 6): begin ---
@@ -802,9 +830,11 @@ REFERENCES = {
     "nms_": lambda inputs, init: nms_reference(inputs),
     "rnn_": rnn_reference,
     "mlp_": mlp_reference,
+    "qdq_rnn_": qdq_rnn_reference,
 }
 # The cases that test checks (the others of these kinds are large; ORT is their peer).
-REFERENCE_CASES = ("nms_n200_k20", "nms_n1000_k50", "rnn_b1_h333", "mlp_b7_h100")
+REFERENCE_CASES = ("nms_n200_k20", "nms_n1000_k50", "rnn_b1_h333", "mlp_b7_h100",
+                   "qdq_rnn_b3_h96")
 # --- NMS loops and odd widths (issue 27 part 6): end ---
 
 # ---- The grid ----------------------------------------------------------------------------------
@@ -856,6 +886,7 @@ CASES = [
     ("qdq_rnn_b1_h512", qdq_rnn, dict(batch=1, hidden=512, trips=500)),
     ("qdq_rnn_b8_h512", qdq_rnn, dict(batch=8, hidden=512, trips=200)),
     ("qdq_rnn_b16_h512", qdq_rnn, dict(batch=16, hidden=512, trips=200)),
+    ("qdq_rnn_b3_h96", qdq_rnn, dict(batch=3, hidden=96, trips=40)),
     # NMS loops and odd widths, not multiples of 16 (issue 27 part 6).
     ("nms_n200_k20", nms, dict(boxes=200, trips=20)),
     ("nms_n1000_k50", nms, dict(boxes=1000, trips=50)),
