@@ -1,6 +1,7 @@
 #include "engine/transform/pipeline.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/transform/bf16_products.h"
 #include "engine/transform/elide_loop_identities.h"
 #include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
@@ -38,6 +39,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FuseMatMulPass>());
     list->push_back(std::make_unique<FuseSoftmaxPass>());
     list->push_back(std::make_unique<FuseElementwisePass>());
+    list->push_back(std::make_unique<Bf16ProductsPass>());
     return list;
   }();
   return *passes;
