@@ -43,6 +43,22 @@ bool CpuHasNativeBf16() {
 #endif
 }
 
+bool Bf16MatMulAvailable() {
+  static const bool available = [] {
+    try {
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      const dnnl::memory::desc src({4, 16}, dt::bf16, tag::ab),
+          weights({16, 16}, dt::bf16, tag::any), dst({4, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), CpuEngine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 namespace {
 
 // Round to nearest even; NaN stays a (quiet) NaN.
@@ -84,7 +100,7 @@ class Bf16Product {
     try {
       using dt = dnnl::memory::data_type;
       using tag = dnnl::memory::format_tag;
-      p->bf16 = m >= kMinBf16Rows;
+      p->bf16 = m >= kMinBf16Rows && Bf16MatMulAvailable();
       const dt in_type = p->bf16 ? dt::bf16 : dt::f32;
       p->src = dnnl::memory::desc({m, k_}, in_type, tag::ab);
       p->dst = dnnl::memory::desc({m, n_}, dt::f32, tag::ab);

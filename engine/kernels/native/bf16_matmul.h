@@ -19,6 +19,11 @@ namespace loopserve::engine::native {
 // either oneDNN emulates them, slower than float32.
 bool CpuHasNativeBf16();
 
+// Whether oneDNN has a bf16 matmul here at all (natively or emulated on AVX-512; not on an
+// AVX2-only CPU or under ONEDNN_MAX_CPU_ISA=AVX2): where it has none, every product runs in
+// float32.
+bool Bf16MatMulAvailable();
+
 // Products of fewer rows stay float32 (the measurement: a one-row bf16 product is 0.68x
 // float32 on AMX; a primitive's execute costs more than such a product gains).
 inline constexpr int64_t kMinBf16Rows = 4;
