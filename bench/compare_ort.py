@@ -8,7 +8,7 @@ Benchmark models (bench/make_bench_models.py):
     /usr/bin/python3 bench/compare_ort.py --models=build/bench_models \\
         --looprun=build/bin/looprun --node-modules=build/ort/node_modules --threads=1
 
-The grid (bench/grid_models.py: 45 generated Loop models over the body kinds real exported models
+The grid (bench/grid_models.py: 49 generated Loop models over the body kinds real exported models
 contain, batch 1-64, hidden 64-1024), at 1 and 2 threads, with the minimum and geometric mean of
 the speedups, the CPU and the vector ISA in use:
 

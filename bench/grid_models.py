@@ -640,6 +640,91 @@ def qrnn(rng, batch, hidden, trips):
                    loop_inputs=["M", "cond", "h0"])
     h0 = (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32)
     return make_model(g, 13), feeds(trips, [("X", x), ("h0", h0)])
+
+
+def qdq(x, scale, zero_point):
+    """quantize_static's activation pair: x -> QuantizeLinear -> DequantizeLinear (uint8)."""
+    return [node("QuantizeLinear", [x, scale, zero_point], [x + "_q"]),
+            node("DequantizeLinear", [x + "_q", scale, zero_point], [x + "_dq"])], x + "_dq"
+
+
+def qdq_weight_consts(name, w, per_channel):
+    """quantize_static's weight format: int8, symmetric (zero point 0), per tensor or per output
+    column (axis 1 of the [K, N] MatMul weight), behind a DequantizeLinear."""
+    if per_channel:
+        scale = (np.abs(w).max(axis=0) / 127.0).astype(np.float32)
+        zp = np.zeros(w.shape[1], np.int8)
+    else:
+        scale = np.float32(np.abs(w).max() / 127.0)
+        zp = np.int8(0)
+    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    return [const(name + "_q", q), const(name + "_scale", np.asarray(scale, np.float32)),
+            const(name + "_zp", np.asarray(zp, np.int8))]
+
+
+def qdq_rnn(rng, batch, hidden, trips):
+    """The rnn case's cell in the QDQ format ORT's quantize_static writes (uint8 activations,
+    int8 symmetric weights: W per tensor, U per output column): every MatMul's inputs and output
+    behind QuantizeLinear -> DequantizeLinear pairs, the Adds and Tanh in float. Activation
+    ranges as a calibration over the inputs would set them: x and the products in [-3, 3], the
+    state in [-1, 1]."""
+    x = (rng.standard_normal((trips, batch, hidden)) * 0.5).astype(np.float32)
+    w = weights(rng, (hidden, hidden), hidden)
+    u = weights(rng, (hidden, hidden), hidden, 0.9)
+    b = (rng.standard_normal(hidden) * 0.1).astype(np.float32)
+    ins, outs = body_io([("h", F, [batch, hidden])], [vi("h_scan", F, [batch, hidden])])
+    x_nodes, x_dq = qdq("x_t", "s_wide", "zp")
+    h_nodes, h_dq = qdq("h_in", "s_state", "zp")
+    xw_nodes, xw_dq = qdq("xw", "s_wide", "zp")
+    hu_nodes, hu_dq = qdq("hu", "s_wide", "zp")
+    body = helper.make_graph(
+        [node("Identity", ["cond_in"], ["cond_out"]),
+         node("Gather", ["X", "i"], ["x_t"], axis=0)] + x_nodes + h_nodes +
+        [node("DequantizeLinear", ["W_q", "W_scale", "W_zp"], ["W_dq"]),
+         node("DequantizeLinear", ["U_q", "U_scale", "U_zp"], ["U_dq"], axis=1),
+         node("MatMul", [x_dq, "W_dq"], ["xw"]),
+         node("MatMul", [h_dq, "U_dq"], ["hu"])] + xw_nodes + hu_nodes +
+        [node("Add", [xw_dq, hu_dq], ["s"]),
+         node("Add", ["s", "b"], ["sb"]),
+         node("Tanh", ["sb"], ["h_out"]),
+         node("Identity", ["h_out"], ["h_scan"])], "qdq_rnn_body", ins, outs)
+    g = loop_graph("qdq_rnn", body, [vi("h0", F, [batch, hidden])],
+                   [vi("h", F, [batch, hidden]), vi("hs", F, [trips, batch, hidden])],
+                   qdq_weight_consts("W", w, False) + qdq_weight_consts("U", u, True) +
+                   [const("b", b), const("s_wide", np.float32(6.0 / 255)),
+                    const("s_state", np.float32(2.0 / 255)), const("zp", np.uint8(128))],
+                   [vi("X", F, list(x.shape))], loop_inputs=["M", "cond", "h0"])
+    h0 = np.tanh(rng.standard_normal((batch, hidden))).astype(np.float32)
+    return make_model(g, 13), feeds(trips, [("X", x), ("h0", h0)])
+
+
+def qdq_rnn_reference(inputs, init):
+    """numpy QDQ RNN cell over the qdq_rnn case (QuantizeLinear's division in float32, round half
+    to even, then float64): {"h": last state, "hs": every state}."""
+    def fake_quant(x, scale, zp):
+        q = np.clip(np.rint(x.astype(np.float32) / scale) + float(zp), 0, 255)
+        return (q - float(zp)) * np.float64(scale)
+
+    def weight(name):
+        return (init[name + "_q"].astype(np.float64) - init[name + "_zp"]) * init[name + "_scale"]
+
+    w, u, zp = weight("W"), weight("U"), init["zp"]
+    wide, state = init["s_wide"], init["s_state"]
+    h = inputs["h0"].astype(np.float64)
+    hs = []
+    for t in range(int(inputs["M"])):
+        xw = fake_quant(fake_quant(inputs["X"][t], wide, zp) @ w, wide, zp)
+        hu = fake_quant(fake_quant(h, state, zp) @ u, wide, zp)
+        h = np.tanh(xw + hu + init["b"])
+        hs.append(h)
+    return {"h": h, "hs": np.stack(hs)}
+
+
+# The QDQ cases' tolerance: the reference quantizes as the spec does (float32 division, round half
+# to even), so the engine's outputs agree to float rounding (1.2e-7 measured on qdq_rnn_b3_h96);
+# 1e-3 is well below one quantization step (2 / 255 for the state), so a QuantizeLinear that
+# rounded otherwise, or a product that skipped the quantization, fails.
+REFERENCE_ATOL = {"qdq_rnn_": 1e-3}
 # --- quantized bodies (issue 28): end ---
 
 # --- NMS loops and odd widths (issue 27 part 6): begin ---
@@ -745,9 +830,11 @@ REFERENCES = {
     "nms_": lambda inputs, init: nms_reference(inputs),
     "rnn_": rnn_reference,
     "mlp_": mlp_reference,
+    "qdq_rnn_": qdq_rnn_reference,
 }
 # The cases that test checks (the others of these kinds are large; ORT is their peer).
-REFERENCE_CASES = ("nms_n200_k20", "nms_n1000_k50", "rnn_b1_h333", "mlp_b7_h100")
+REFERENCE_CASES = ("nms_n200_k20", "nms_n1000_k50", "rnn_b1_h333", "mlp_b7_h100",
+                   "qdq_rnn_b3_h96")
 # --- NMS loops and odd widths (issue 27 part 6): end ---
 
 # ---- The grid ----------------------------------------------------------------------------------
@@ -796,6 +883,10 @@ CASES = [
     ("qrnn_b8_h512", qrnn, dict(batch=8, hidden=512, trips=200)),
     ("qrnn_b16_h512", qrnn, dict(batch=16, hidden=512, trips=200)),
     ("qrnn_b1_h128", qrnn, dict(batch=1, hidden=128, trips=2000)),
+    ("qdq_rnn_b1_h512", qdq_rnn, dict(batch=1, hidden=512, trips=500)),
+    ("qdq_rnn_b8_h512", qdq_rnn, dict(batch=8, hidden=512, trips=200)),
+    ("qdq_rnn_b16_h512", qdq_rnn, dict(batch=16, hidden=512, trips=200)),
+    ("qdq_rnn_b3_h96", qdq_rnn, dict(batch=3, hidden=96, trips=40)),
     # NMS loops and odd widths, not multiples of 16 (issue 27 part 6).
     ("nms_n200_k20", nms, dict(boxes=200, trips=20)),
     ("nms_n1000_k50", nms, dict(boxes=1000, trips=50)),

@@ -58,6 +58,15 @@ struct LoadOptions {
   // them may hold to be kept. 0 frames: every run builds its frame afresh and frees it after.
   int kept_frames = 8;
   int64_t max_kept_frame_bytes = int64_t{256} << 20;
+  // Reduced precision, opt-in per model (the `precision` model parameter, `--precision`):
+  // kBf16 runs the products with constant float32 weights (MatMul, and MatMul with a fused
+  // epilogue) of 4 rows or more in bfloat16 with float32 accumulation; elementwise math stays
+  // float32 (error bound: engine/kernels/native/bf16_matmul.h). Refused at load (Unimplemented)
+  // on a CPU without AVX512_BF16 or AMX-BF16, where oneDNN would emulate it slower than float32,
+  // unless `force_precision`.
+  enum class Precision { kFp32, kBf16 };
+  Precision precision = Precision::kFp32;
+  bool force_precision = false;
 };
 
 // ---- Running -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/import/openvino_importer.h"
+#include "engine/kernels/native/bf16_matmul.h"
 #include "engine/kernels/registry.h"
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/frame_pool.h"
@@ -262,6 +263,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   LS_RETURN_IF_ERROR(registry.status());
   CompileContext context(registry);
   if (options.dump_plan) context.set_dump(&model->plan_dump_);
+  if (options.precision == LoadOptions::Precision::kBf16) {
+    if (!native::CpuHasNativeBf16() && !options.force_precision) {
+      return absl::UnimplementedError(
+          "precision bf16: this CPU has neither AVX512_BF16 nor AMX-BF16 (oneDNN would emulate "
+          "bf16 products slower than float32); force it to run anyway");
+    }
+    context.set_bf16_products(true);
+  }
   LS_ASSIGN_OR_RETURN(model->plan_, Plan::Compile(std::move(graph), context));
   if (options.kept_frames > 0) {
     model->frames_ = std::make_unique<FramePool>(*model->plan_, options.kept_frames,

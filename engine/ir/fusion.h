@@ -80,6 +80,10 @@ inline constexpr char kElementwiseOp[] = "_Elementwise";
 //     possibly omitted: MatMulInteger of A and B converted to float32, then the post-ops, whose
 //     binary operands are inputs 4, 5, ... (engine/transform/fuse_int_matmul.h).
 inline constexpr char kFusedMatMulIntegerOp[] = "_FusedMatMulInteger";
+//   kBf16MatMulOp: inputs (A, B, operands...), B a constant float32 matrix: MatMul of A and B in
+//     bfloat16 with float32 accumulation, then the post-ops, whose binary operands are inputs 2,
+//     3, ... (engine/transform/bf16_products.h; only with LoadOptions::precision = kBf16).
+inline constexpr char kBf16MatMulOp[] = "_MatMulBf16";
 
 const char* EltwiseFnName(EltwiseFn fn);
 const char* ArithOpName(ArithOp op);

@@ -125,6 +125,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> Plan::Compile(std::shared_ptr<const 
       return EvaluateNode(context.registry(), node, inputs);
     };
     transform_context.inputs_checked = context.scopes_.size() == 1;
+    transform_context.bf16_products = context.bf16_products();
     absl::StatusOr<std::shared_ptr<const Graph>> optimized =
         transform::Optimize(graph, transform_context, &rewrites);
     context.PopScope();

@@ -47,6 +47,9 @@ class CompileContext {
   // off for the `unfused` fallbacks of fused nodes, which must run as they are.
   bool transforms() const { return transforms_; }
   void set_transforms(bool on) const { transforms_ = on; }
+  // Whether the optimizer may run products in bfloat16 (LoadOptions::precision = kBf16).
+  bool bf16_products() const { return bf16_products_; }
+  void set_bf16_products(bool on) { bf16_products_ = on; }
   // When set, Plan::Compile appends each graph's nodes before and after the optimizer, the
   // rewrites that fired and the steps (LoadOptions::dump_plan).
   std::string* dump() const { return dump_; }
@@ -82,6 +85,7 @@ class CompileContext {
  private:
   const KernelRegistry& registry_;
   mutable bool transforms_ = true;
+  bool bf16_products_ = false;
   mutable std::string* dump_ = nullptr;
   mutable std::vector<std::string> loop_names_;
   mutable std::vector<int> scan_output_loops_;

@@ -101,6 +101,13 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
 
   engine::LoadOptions load_options;
   load_options.dump_plan = options.dump_plan;
+  if (options.precision == "bf16") {
+    load_options.precision = engine::LoadOptions::Precision::kBf16;
+  } else if (options.precision != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision '", options.precision, "': expected fp32 or bf16"));
+  }
+  load_options.force_precision = options.force_precision;
   auto loaded = Model::Load(options.model, load_options);
   if (!loaded.ok()) {
     return Annotate(loaded.status(), absl::StrCat("loading '", options.model, "': "));
@@ -160,6 +167,38 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
     }
   }
 
+  // Reduced precision: the largest deviation of any float output from the fp32 model's, absolute
+  // and relative to that output's largest magnitude.
+  std::string deviation;
+  if (load_options.precision != engine::LoadOptions::Precision::kFp32) {
+    engine::LoadOptions fp32_options;
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Model> fp32,
+                        Model::Load(options.model, fp32_options));
+    LS_ASSIGN_OR_RETURN(std::vector<Value> want, fp32->Run(ViewInputs(inputs), run_options));
+    double max_abs = 0, max_rel = 0;
+    for (size_t k = 0; k < outputs.size() && k < want.size(); ++k) {
+      if (!outputs[k].is_tensor() || !want[k].is_tensor()) continue;
+      const Tensor& got = outputs[k].tensor();
+      const Tensor& ref = want[k].tensor();
+      if (got.dtype() != engine::DataType::kFloat32 || ref.dtype() != got.dtype() ||
+          got.NumElements() != ref.NumElements()) {
+        continue;
+      }
+      double scale = 0, diff = 0;
+      for (int64_t i = 0; i < ref.NumElements(); ++i) {
+        scale = std::max(scale, static_cast<double>(std::abs(ref.data<float>()[i])));
+        diff = std::max(diff,
+                        static_cast<double>(std::abs(got.data<float>()[i] - ref.data<float>()[i])));
+      }
+      max_abs = std::max(max_abs, diff);
+      if (scale > 0) max_rel = std::max(max_rel, diff / scale);
+    }
+    deviation = absl::StrFormat(
+        ",\"precision\":%s,\"max_abs_diff_vs_fp32\":%.3g,"
+        "\"max_rel_diff_vs_fp32\":%.3g",
+        JsonString(options.precision), max_abs, max_rel);
+  }
+
   const Percentiles p = Summarize(times_us);
   const Percentiles cpu = Summarize(cpu_us);
   std::cout << absl::StrFormat(
@@ -167,11 +206,11 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
                    "\"min_us\":%.1f,\"cpu_median_us\":%.1f,\"loop_iterations\":%d,"
                    "\"loop_executions\":%d,\"reference_steps\":%d,"
                    "\"one_thread_iterations\":%d,\"team_splits\":%d,\"arena_bytes\":%d,"
-                   "\"peak_memory_bytes\":%d,\"isa\":%s}",
+                   "\"peak_memory_bytes\":%d,\"isa\":%s%s}",
                    JsonString(options.model), options.repeat, p.median, p.p90, p.min, cpu.median,
                    stats.loop_iterations, stats.loop_executions, stats.reference_steps,
                    stats.one_thread_iterations, stats.team_splits, stats.arena_bytes,
-                   stats.peak_memory_bytes, JsonString(engine::ActiveVectorIsa()))
+                   stats.peak_memory_bytes, JsonString(engine::ActiveVectorIsa()), deviation)
             << std::endl;
   if (options.verbose) {
     std::cerr << "looprun: kernels for " << engine::ActiveVectorIsa() << "; "

@@ -32,6 +32,10 @@ struct RunModelOptions {
   // RunOptions::loop_threads: "adaptive", "intra_op" or "one"; anything else is an error.
   std::string loop_threads = "adaptive";
   bool loop_team = true;  // RunOptions::loop_team
+  // LoadOptions::precision: "fp32" or "bf16" (then the model is also run once in fp32 and the
+  // JSON line has the largest deviation from it); anything else is an error.
+  std::string precision = "fp32";
+  bool force_precision = false;  // LoadOptions::force_precision
 };
 
 // `looprun --model=...`: loads the model, feeds the inputs, runs warmup + repeat times, writes and

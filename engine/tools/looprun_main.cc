@@ -32,6 +32,11 @@ ABSL_FLAG(bool, loop_team, true,
           "With more than one intra-op thread, while a Loop runs on one thread, split its larger "
           "products by rows over a team of our own that spins only while the Loop runs "
           "(false: plain one thread).");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 (default) or bf16: products with constant weights in bfloat16 (LoadOptions::"
+          "precision); the JSON line then reports the largest deviation from an fp32 run.");
+ABSL_FLAG(bool, force_precision, false,
+          "With --precision=bf16: run on a CPU without native bf16 too (emulated, slow).");
 ABSL_FLAG(bool, dump_plan, false,
           "Print every graph (Loop bodies included) before and after the graph optimizer, the "
           "rewrites that fired and the nodes the plan runs, then run as usual.");
@@ -55,7 +60,8 @@ int main(int argc, char** argv) {
   loopserve::engine::UsePassiveOpenMpWait(argv);
   absl::SetProgramUsageMessage(
       "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
-      "[--threads=N] [--loop_threads=adaptive|intra_op|one] [--dump_plan] [--verbose]\n  looprun "
+      "[--threads=N] [--loop_threads=adaptive|intra_op|one] [--precision=fp32|bf16] [--dump_plan] "
+      "[--verbose]\n  looprun "
       "--conformance=DIR [--list_file=PATH] "
       "[--filter=REGEX] "
       "[--jobs=N] [--case_timeout=20s] [--threads=N]");
@@ -90,6 +96,8 @@ int main(int argc, char** argv) {
   options.repeat = absl::GetFlag(FLAGS_repeat);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.dump_plan = absl::GetFlag(FLAGS_dump_plan);
+  options.precision = absl::GetFlag(FLAGS_precision);
+  options.force_precision = absl::GetFlag(FLAGS_force_precision);
   options.verbose = absl::GetFlag(FLAGS_verbose);
   options.loop_threads = absl::GetFlag(FLAGS_loop_threads);
   options.loop_team = absl::GetFlag(FLAGS_loop_team);

@@ -32,6 +32,9 @@ struct TransformContext {
   // model's top-level graph; not a Loop body or If branch): a fully known declared shape is then
   // a fact the passes may fold (Shape of such an input).
   bool inputs_checked = false;
+  // LoadOptions::precision is kBf16: products with constant float32 weights may run in bfloat16
+  // (engine/transform/bf16_products.h).
+  bool bf16_products = false;
 };
 
 class Pass {

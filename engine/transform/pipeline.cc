@@ -1,10 +1,12 @@
 #include "engine/transform/pipeline.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/transform/bf16_products.h"
 #include "engine/transform/elide_loop_identities.h"
 #include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
 #include "engine/transform/fold_into_conv.h"
+#include "engine/transform/fold_qdq.h"
 #include "engine/transform/fuse_conv.h"
 #include "engine/transform/fuse_elementwise.h"
 #include "engine/transform/fuse_gelu.h"
@@ -22,6 +24,7 @@ namespace loopserve::engine::transform {
 const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
   static const std::vector<std::unique_ptr<Pass>>* passes = [] {
     auto* list = new std::vector<std::unique_ptr<Pass>>();
+    list->push_back(std::make_unique<FoldQdqPass>());
     list->push_back(std::make_unique<LowerCellLoopsPass>());
     list->push_back(std::make_unique<ElideLoopIdentitiesPass>());
     list->push_back(std::make_unique<HoistLoopProjectionsPass>());
@@ -36,6 +39,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FuseMatMulPass>());
     list->push_back(std::make_unique<FuseSoftmaxPass>());
     list->push_back(std::make_unique<FuseElementwisePass>());
+    list->push_back(std::make_unique<Bf16ProductsPass>());
     return list;
   }();
   return *passes;

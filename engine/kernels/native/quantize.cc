@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused merge source, which
@@ -51,10 +52,10 @@ void MinMaxScalar(const float* in, int64_t begin, int64_t n, float* lo, float* h
 }
 
 // out = saturate(round(x / scale) + zero).
-void QuantizeU8Scalar(const float* in, int64_t begin, int64_t n, float scale, uint8_t zero,
-                      uint8_t* out) {
+template <typename Q>
+void Quantize8Scalar(const float* in, int64_t begin, int64_t n, float scale, Q zero, Q* out) {
   for (int64_t i = begin; i < n; ++i) {
-    out[i] = Saturate<uint8_t>(std::nearbyint(in[i] / scale) + zero);
+    out[i] = Saturate<Q>(std::nearbyint(in[i] / scale) + zero);
   }
 }
 
@@ -92,12 +93,14 @@ __attribute__((target("avx2"))) void MinMax256(const float* in, int64_t n, float
   MinMaxScalar(in, i, n, lo, hi);
 }
 
-__attribute__((target("avx512f"))) void QuantizeU8_512(const float* in, int64_t n, float scale,
-                                                       uint8_t zero, uint8_t* out) {
+// Q is uint8_t or int8_t: the clamp to Q's range in float, then the low byte of each int32.
+template <typename Q>
+__attribute__((target("avx512f"))) void Quantize8_512(const float* in, int64_t n, float scale,
+                                                      Q zero, Q* out) {
   const __m512 s = _mm512_set1_ps(scale);
   const __m512 z = _mm512_set1_ps(zero);
-  const __m512 floor = _mm512_setzero_ps();
-  const __m512 ceiling = _mm512_set1_ps(255.0f);
+  const __m512 floor = _mm512_set1_ps(std::numeric_limits<Q>::lowest());
+  const __m512 ceiling = _mm512_set1_ps(std::numeric_limits<Q>::max());
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 q = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(in + i), s),
@@ -106,26 +109,30 @@ __attribute__((target("avx512f"))) void QuantizeU8_512(const float* in, int64_t 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
   }
-  QuantizeU8Scalar(in, i, n, scale, zero, out);
+  Quantize8Scalar<Q>(in, i, n, scale, zero, out);
 }
 
-__attribute__((target("avx2"))) void QuantizeU8_256(const float* in, int64_t n, float scale,
-                                                    uint8_t zero, uint8_t* out) {
+template <typename Q>
+__attribute__((target("avx2"))) void Quantize8_256(const float* in, int64_t n, float scale, Q zero,
+                                                   Q* out) {
   const __m256 s = _mm256_set1_ps(scale);
   const __m256 z = _mm256_set1_ps(zero);
-  const __m256 floor = _mm256_setzero_ps();
-  const __m256 ceiling = _mm256_set1_ps(255.0f);
+  const __m256 floor = _mm256_set1_ps(std::numeric_limits<Q>::lowest());
+  const __m256 ceiling = _mm256_set1_ps(std::numeric_limits<Q>::max());
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(in + i), s),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, z), floor), ceiling);
     const __m256i v = _mm256_cvtps_epi32(q);
-    const __m128i words =
-        _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    // In range already: the saturating packs only narrow.
+    const __m128i bytes = std::is_signed_v<Q>
+                              ? _mm_packs_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128())
+                              : _mm_packus_epi16(_mm_packus_epi32(lo, hi), _mm_setzero_si128());
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), bytes);
   }
-  QuantizeU8Scalar(in, i, n, scale, zero, out);
+  Quantize8Scalar<Q>(in, i, n, scale, zero, out);
 }
 #endif  // LS_QUANTIZE_X86
 
@@ -138,13 +145,14 @@ void MinMax(Isa isa, const float* in, int64_t n, float* lo, float* hi) {
   MinMaxScalar(in, 0, n, lo, hi);
 }
 
-void QuantizeU8(Isa isa, const float* in, int64_t n, float scale, uint8_t zero, uint8_t* out) {
+template <typename Q>
+void Quantize8(Isa isa, const float* in, int64_t n, float scale, Q zero, Q* out) {
 #if defined(LS_QUANTIZE_X86)
-  if (isa == Isa::kAvx512) return QuantizeU8_512(in, n, scale, zero, out);
-  if (isa == Isa::kAvx2) return QuantizeU8_256(in, n, scale, zero, out);
+  if (isa == Isa::kAvx512) return Quantize8_512<Q>(in, n, scale, zero, out);
+  if (isa == Isa::kAvx2) return Quantize8_256<Q>(in, n, scale, zero, out);
 #endif
   (void)isa;
-  QuantizeU8Scalar(in, 0, n, scale, zero, out);
+  Quantize8Scalar<Q>(in, 0, n, scale, zero, out);
 }
 
 // The scale / zero-point layout: one value, or one per index of `axis` (opset 13+).
@@ -202,6 +210,19 @@ class QuantizeKernel final : public Kernel {
       return absl::InvalidArgumentError("y_zero_point must have the shape of y_scale");
     }
     Tensor* y = ctx.output(0, qtype, x.shape());
+    if (p.n == 1 && x.dtype() == DataType::kFloat32) {  // per tensor: the vector loop
+      const float s = scale.data<float>()[0];
+      if (qtype == DataType::kUint8) {
+        Quantize8<uint8_t>(ActiveIsa(), x.data<float>(), p.inner, s,
+                           zp != nullptr ? zp->data<uint8_t>()[0] : uint8_t{0},
+                           y->mutable_data<uint8_t>());
+      } else {
+        Quantize8<int8_t>(ActiveIsa(), x.data<float>(), p.inner, s,
+                          zp != nullptr ? zp->data<int8_t>()[0] : int8_t{0},
+                          y->mutable_data<int8_t>());
+      }
+      return absl::OkStatus();
+    }
     auto run = [&](auto q_tag, auto x_tag) {
       using Q = typename decltype(q_tag)::type;
       using X = typename decltype(x_tag)::type;
@@ -268,8 +289,16 @@ class DequantizeKernel final : public Kernel {
             const float s = scale.data<float>()[c];
             const int64_t z = zp != nullptr ? static_cast<int64_t>(zp->data<X>()[c]) : 0;
             const int64_t base = (o * p.n + c) * p.inner;
-            for (int64_t i = 0; i < p.inner; ++i) {
-              out[base + i] = static_cast<float>(static_cast<int64_t>(in[base + i]) - z) * s;
+            if constexpr (sizeof(X) == 1) {
+              // Exact in int32 (|x - z| <= 255): a loop the compiler vectorizes.
+              const int32_t z32 = static_cast<int32_t>(z);
+              for (int64_t i = 0; i < p.inner; ++i) {
+                out[base + i] = static_cast<float>(static_cast<int32_t>(in[base + i]) - z32) * s;
+              }
+            } else {
+              for (int64_t i = 0; i < p.inner; ++i) {
+                out[base + i] = static_cast<float>(static_cast<int64_t>(in[base + i]) - z) * s;
+              }
             }
           }
         }
@@ -308,7 +337,7 @@ class DynamicQuantizeKernel final : public Kernel {
     if (scale == 0) {
       if (n > 0) std::memset(out, zero, n);
     } else {
-      QuantizeU8(isa, in, n, scale, zero, out);
+      Quantize8<uint8_t>(isa, in, n, scale, zero, out);
     }
     if (ctx.num_outputs() > 1)
       ctx.output(1, DataType::kFloat32, Shape{})->mutable_data<float>()[0] = scale;

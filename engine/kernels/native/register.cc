@@ -30,6 +30,7 @@ void RegisterNativeKernels(KernelRegistry& registry) {
   native::RegisterQuantizeKernels(registry);
   native::RegisterUniqueKernels(registry);
   native::RegisterIntMatMulKernels(registry);
+  native::RegisterBf16MatMulKernels(registry);
   native::RegisterStringKernels(registry);
   native::RegisterGridSampleKernels(registry);
   native::RegisterSpectralKernels(registry);

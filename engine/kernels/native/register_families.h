@@ -33,6 +33,7 @@ void RegisterWindowKernels(KernelRegistry& registry);        // window.cc: EyeLi
 void RegisterResizeKernels(KernelRegistry& registry);        // resize.cc: Resize, Upsample
 void RegisterQuantizeKernels(KernelRegistry& registry);      // quantize.cc: (De)QuantizeLinear
 void RegisterUniqueKernels(KernelRegistry& registry);        // unique.cc
+void RegisterBf16MatMulKernels(KernelRegistry& registry);    // bf16_matmul.cc: _MatMulBf16
 void RegisterIntMatMulKernels(KernelRegistry& registry);     // int_matmul.cc: MatMulInteger, ...
 void RegisterStringKernels(KernelRegistry& registry);        // strings.cc: StringNormalizer, TfIdf
 void RegisterGridSampleKernels(KernelRegistry& registry);    // grid_sample.cc

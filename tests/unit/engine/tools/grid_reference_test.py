@@ -2,7 +2,8 @@
 """The grid cases with a numpy reference (bench/grid_models.py REFERENCE_CASES: the NMS loops and
 the odd-width cells of issue 27 part 6) run through looprun at their full size, and every output
 must match the reference: integer outputs (NMS's kept indices) exactly, floats with
-np.allclose(rtol=1e-3, atol=1e-4) (the reference runs in float64).
+np.allclose(rtol=1e-3, atol=1e-4) (the reference runs in float64; the QDQ cases within
+grid_models.REFERENCE_ATOL, and their products must be folded into integer products by fold_qdq).
 
     grid_reference_test.py LOOPRUN REPO_ROOT
 
@@ -51,6 +52,16 @@ def main():
                                                          proc.stderr.strip()[-300:]))
                 continue
             problems = []
+            atol = next((a for p, a in grid_models.REFERENCE_ATOL.items() if name.startswith(p)),
+                        1e-4)
+            if name.startswith("qdq_"):
+                # The QDQ products must run as integer products (bench/grid_models.py qdq_rnn).
+                plan = subprocess.run([looprun, "--model=" + os.path.join(folder, "model.onnx"),
+                                       "--data=" + data, "--threads=1", "--dump_plan"],
+                                      capture_output=True, text=True)
+                folds = (plan.stdout + plan.stderr).count("fold_qdq: ")
+                if folds != 2:
+                    problems.append("fold_qdq rewrote %d products, want 2" % folds)
             for k, graph_output in enumerate(m.graph.output):
                 t = onnx.TensorProto()
                 with open(os.path.join(out_dir, "output_%d.pb" % k), "rb") as f:
@@ -63,7 +74,7 @@ def main():
                     if not np.array_equal(got, want):
                         problems.append("%s: differs at %d of %d" % (
                             graph_output.name, int((got != want).sum()), want.size))
-                elif not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+                elif not np.allclose(got, want, rtol=1e-3, atol=atol):
                     problems.append("%s: max |diff| %.3g" % (
                         graph_output.name, float(np.abs(got - want).max())))
             if name.startswith("nms_") and len(expected["keep"]) < 10:

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -407,6 +408,60 @@ TEST_F(Int8GemmTest, FusedCastAndEpilogueMatchUnfusedDefinition) {
       const float product = static_cast<float>(sums[i % (m * n)]) * 0.00123f;
       const float want = std::max(0.0f, product + addend.data<float>()[i]);
       ASSERT_EQ(y.data<float>()[i], want) << i;
+    }
+  }
+}
+
+// QuantizeLinear per tensor (the vector loops) on every ISA cap, to uint8 and int8, against the
+// ONNX formula (y = saturate(round(x / scale) + zero point), round half to even, the division in
+// float32): lengths around the 8/16-float vectors, values on exact halves, beyond the range, NaN
+// (the lowest value, as in the per-axis loop) and infinities; DequantizeLinear inverts it exactly.
+TEST_F(Int8GemmTest, QuantizeLinearPerTensorMatchesFormula) {
+  std::mt19937 rng(21);
+  const float scale = 0.037f;
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > DetectedIsa()) continue;
+    SetMaxIsa(isa);
+    for (const bool is_signed : {false, true}) {
+      for (const int64_t len : {1, 7, 8, 15, 16, 17, 33, 1027}) {
+        SCOPED_TRACE(::testing::Message()
+                     << IsaName(isa) << (is_signed ? " int8" : " uint8") << " length " << len);
+        Tensor x(DataType::kFloat32, Shape{len});
+        std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+        for (int64_t i = 0; i < len; ++i) x.mutable_data<float>()[i] = dist(rng);
+        for (int64_t i = 1; i < len; i += 5) {
+          x.mutable_data<float>()[i] = (static_cast<float>(i % 100) - 50.0f + 0.5f) * scale;
+        }
+        if (len > 9) {
+          x.mutable_data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+          x.mutable_data<float>()[4] = std::numeric_limits<float>::infinity();
+          x.mutable_data<float>()[9] = -std::numeric_limits<float>::infinity();
+        }
+        Tensor s(DataType::kFloat32, Shape{});
+        s.mutable_data<float>()[0] = scale;
+        Tensor zp(is_signed ? DataType::kInt8 : DataType::kUint8, Shape{});
+        const int zero = is_signed ? -7 : 131;
+        static_cast<uint8_t*>(zp.mutable_raw_data())[0] = static_cast<uint8_t>(zero);
+        absl::StatusOr<Tensor> q = RunNode("QuantizeLinear", {&x, &s, &zp}, -1);
+        ASSERT_TRUE(q.ok()) << q.status();
+        ASSERT_EQ(q->dtype(), zp.dtype());
+        const double lowest = is_signed ? -128 : 0, highest = is_signed ? 127 : 255;
+        for (int64_t i = 0; i < len; ++i) {
+          const float v = x.data<float>()[i];
+          const double want =
+              std::isnan(v)
+                  ? lowest
+                  : std::min(
+                        highest,
+                        std::max(lowest, static_cast<double>(std::nearbyint(v / scale)) + zero));
+          ASSERT_EQ(ValueAt(*q, i), static_cast<int64_t>(want)) << i << ": " << v;
+        }
+        absl::StatusOr<Tensor> back = RunNode("DequantizeLinear", {&*q, &s, &zp}, -1);
+        ASSERT_TRUE(back.ok()) << back.status();
+        for (int64_t i = 0; i < len; ++i) {
+          ASSERT_EQ(back->data<float>()[i], static_cast<float>(ValueAt(*q, i) - zero) * scale);
+        }
+      }
     }
   }
 }
