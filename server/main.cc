@@ -176,6 +176,100 @@ void PrintLine(const std::string& line) {
   std::fflush(stdout);
 }
 
+// SIGTERM/SIGINT set g_stop and write a byte to each of two pipes (all async-signal-safe): the
+// main thread waits on one once the server has started, the watchdog on the other. False (logged)
+// when the pipes cannot be made.
+bool StartSignalHandling(absl::Duration exit_timeout, absl::Duration drain_delay) {
+  // The write ends do not block: a flood of signals cannot stall the handler on a full pipe.
+  for (int* fds : {g_signal_pipe, g_watchdog_pipe}) {
+    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
+      loopserve::server::LogError("cannot create the signal pipes");
+      return false;
+    }
+  }
+  InstallSignalHandlers();
+  // From the first signal on (during start-up or serving), the process ends within
+  // --drain_delay_seconds + --exit_timeout_seconds + 1 s: a watchdog ends it if the orderly stop
+  // has not by then (a model file still compiling, a request that does not stop).
+  std::thread([exit_timeout, drain_delay] {
+    // Its own pipe: the main thread reads the byte of the other one, so a wait on that one could
+    // miss it (then a shutdown that hangs would never be ended).
+    unsigned char signal_number = 0;
+    while (read(g_watchdog_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
+    }
+    absl::SleepFor(drain_delay + exit_timeout + kForcedExitAfter);
+    loopserve::server::LogError(
+        "shutdown is taking longer than --drain_delay_seconds + --exit_timeout_seconds + 1 s: "
+        "exiting now");
+    std::_Exit(0);
+  }).detach();
+  return true;
+}
+
+// The server's options from the flags; the flag's error when one does not parse.
+absl::StatusOr<loopserve::server::ServerOptions> OptionsFromFlags(absl::Duration exit_timeout,
+                                                                  absl::Duration drain_delay) {
+  loopserve::server::ServerOptions options;
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.config_path = absl::GetFlag(FLAGS_config_path);
+  options.disable_auto_complete_config = absl::GetFlag(FLAGS_disable_auto_complete_config);
+  options.address = absl::GetFlag(FLAGS_address);
+  options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.http_port = absl::GetFlag(FLAGS_http_port);
+  options.http_threads = absl::GetFlag(FLAGS_http_threads);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  absl::StatusOr<loopserve::engine::LoopThreads> loop_threads =
+      loopserve::engine::ParseLoopThreads(absl::GetFlag(FLAGS_loop_threads));
+  if (!loop_threads.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--loop_threads ", loop_threads.status().message()));
+  }
+  options.loop_threads = *loop_threads;
+  options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
+  options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
+  options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_request_memory_bytes = absl::GetFlag(FLAGS_max_request_memory_bytes);
+  options.max_model_file_bytes = absl::GetFlag(FLAGS_max_model_file_bytes);
+  options.inline_run_limit = absl::Microseconds(absl::GetFlag(FLAGS_inline_run_limit_us));
+  options.exit_timeout = exit_timeout;
+  options.drain_delay = drain_delay;
+  options.unready_queue_depth = absl::GetFlag(FLAGS_unready_queue_depth);
+  options.stop = &g_stop;
+  absl::StatusOr<loopserve::server::ModelControlMode> mode =
+      loopserve::server::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model_control_mode: ", mode.status().message()));
+  }
+  options.model_control_mode = *mode;
+  options.repository_poll_interval = absl::Seconds(absl::GetFlag(FLAGS_repository_poll_seconds));
+  options.load_models = absl::GetFlag(FLAGS_load_model);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+
+  return options;
+}
+
+// The ports the server listens on, on stdout (scripts read them).
+void PrintListening(const loopserve::server::Server& server, const std::string& address) {
+  PrintLine(absl::StrCat("loopserve: grpc listening on ", address, ":", server.grpc_port()));
+  if (server.http_port() >= 0) {
+    PrintLine(absl::StrCat("loopserve: http listening on ", address, ":", server.http_port()));
+  } else {
+    PrintLine("loopserve: http disabled");
+  }
+  if (server.metrics_port() >= 0) {
+    PrintLine(
+        absl::StrCat("loopserve: metrics listening on ", address, ":", server.metrics_port()));
+  } else {
+    PrintLine("loopserve: metrics disabled");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,80 +310,19 @@ int main(int argc, char** argv) {
   loopserve::server::SetLogLevel(*level);
   loopserve::server::RouteProtobufLogs();
 
-  // SIGTERM/SIGINT set g_stop and write a byte to each of two pipes (all async-signal-safe): the
-  // main thread waits on one once the server has started, the watchdog on the other.
-  // The write ends do not block: a flood of signals cannot stall the handler on a full pipe.
-  for (int* fds : {g_signal_pipe, g_watchdog_pipe}) {
-    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
-      LogError("cannot create the signal pipes");
-      return 1;
-    }
-  }
-  InstallSignalHandlers();
-  // From the first signal on (during start-up or serving), the process ends within
-  // --exit_timeout_seconds + 1 s: a watchdog ends it if the orderly stop has not by then (a model
-  // file still compiling, a request that does not stop).
   const absl::Duration exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
   const absl::Duration drain_delay = absl::Seconds(absl::GetFlag(FLAGS_drain_delay_seconds));
-  std::thread([exit_timeout, drain_delay] {
-    // Its own pipe: the main thread reads the byte of the other one, so a wait on that one could
-    // miss it (then a shutdown that hangs would never be ended).
-    unsigned char signal_number = 0;
-    while (read(g_watchdog_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
-    }
-    absl::SleepFor(drain_delay + exit_timeout + kForcedExitAfter);
-    LogError(
-        "shutdown is taking longer than --drain_delay_seconds + --exit_timeout_seconds + 1 s: "
-        "exiting now");
-    std::_Exit(0);
-  }).detach();
+  if (!StartSignalHandling(exit_timeout, drain_delay)) return 1;
   // A signal that came before this is delivered now.
   pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
-  loopserve::server::ServerOptions options;
-  options.model_repository = absl::GetFlag(FLAGS_model_repository);
-  options.config_path = absl::GetFlag(FLAGS_config_path);
-  options.disable_auto_complete_config = absl::GetFlag(FLAGS_disable_auto_complete_config);
-  options.address = absl::GetFlag(FLAGS_address);
-  options.grpc_port = absl::GetFlag(FLAGS_grpc_port);
-  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.http_port = absl::GetFlag(FLAGS_http_port);
-  options.http_threads = absl::GetFlag(FLAGS_http_threads);
-  options.workers = absl::GetFlag(FLAGS_workers);
-  options.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
-  absl::StatusOr<loopserve::engine::LoopThreads> loop_threads =
-      loopserve::engine::ParseLoopThreads(absl::GetFlag(FLAGS_loop_threads));
-  if (!loop_threads.ok()) {
-    LogError(absl::StrCat("--loop_threads ", loop_threads.status().message()));
+  absl::StatusOr<loopserve::server::ServerOptions> options = OptionsFromFlags(exit_timeout, drain_delay);
+  if (!options.ok()) {
+    LogError(std::string(options.status().message()));
     return 1;
   }
-  options.loop_threads = *loop_threads;
-  options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
-  options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
-  options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
-  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.max_request_memory_bytes = absl::GetFlag(FLAGS_max_request_memory_bytes);
-  options.max_model_file_bytes = absl::GetFlag(FLAGS_max_model_file_bytes);
-  options.inline_run_limit = absl::Microseconds(absl::GetFlag(FLAGS_inline_run_limit_us));
-  options.exit_timeout = exit_timeout;
-  options.drain_delay = drain_delay;
-  options.unready_queue_depth = absl::GetFlag(FLAGS_unready_queue_depth);
-  options.stop = &g_stop;
-  absl::StatusOr<loopserve::server::ModelControlMode> mode =
-      loopserve::server::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));
-  if (!mode.ok()) {
-    LogError(absl::StrCat("--model_control_mode: ", mode.status().message()));
-    return 1;
-  }
-  options.model_control_mode = *mode;
-  options.repository_poll_interval = absl::Seconds(absl::GetFlag(FLAGS_repository_poll_seconds));
-  options.load_models = absl::GetFlag(FLAGS_load_model);
-  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  options.tls_key = absl::GetFlag(FLAGS_tls_key);
-  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
-
   absl::StatusOr<std::unique_ptr<loopserve::server::Server>> server =
-      loopserve::server::Server::Start(options);
+      loopserve::server::Server::Start(*options);
   if (!server.ok()) {
     if (absl::IsCancelled(server.status()) && g_stop.load()) {
       LogInfo(absl::StrCat("received ", SignalName(), " during start-up: stopped"));
@@ -300,21 +333,7 @@ int main(int argc, char** argv) {
   }
   // Again, in case a library (civetweb) replaced the handlers while the server started.
   InstallSignalHandlers();
-  PrintLine(
-      absl::StrCat("loopserve: grpc listening on ", options.address, ":", (*server)->grpc_port()));
-  if ((*server)->http_port() >= 0) {
-    PrintLine(absl::StrCat("loopserve: http listening on ", options.address, ":",
-                           (*server)->http_port()));
-  } else {
-    PrintLine("loopserve: http disabled");
-  }
-  if ((*server)->metrics_port() >= 0) {
-    PrintLine(absl::StrCat("loopserve: metrics listening on ", options.address, ":",
-                           (*server)->metrics_port()));
-  } else {
-    PrintLine("loopserve: metrics disabled");
-  }
-
+  PrintListening(**server, options->address);
   unsigned char signal_number = 0;
   while (read(g_signal_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
   }

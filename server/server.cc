@@ -97,6 +97,25 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
 }
 
 absl::Status Server::Init() {
+  LS_RETURN_IF_ERROR(CheckOptions());
+  LS_ASSIGN_OR_RETURN(const Transport transport, MakeTransport());
+  const Limits limits = DeriveLimits();
+  LogStart(limits);
+  LS_RETURN_IF_ERROR(StartRegistry(limits));
+  StartRunner(limits);
+  LS_RETURN_IF_ERROR(StartGrpc(transport));
+  LS_RETURN_IF_ERROR(StartHttp(transport));
+  LS_RETURN_IF_ERROR(StartMetrics());
+  if (options_.model_control_mode == ModelControlMode::kPoll &&
+      options_.repository_poll_interval > absl::ZeroDuration()) {
+    poller_ = std::thread([this] { PollRepository(); });
+  }
+  trimmer_ = std::thread([this] { TrimHeap(); });
+  if (stop_->load()) return absl::CancelledError("start-up stopped by request");
+  return absl::OkStatus();
+}
+
+absl::Status Server::CheckOptions() const {
   if (options_.model_repository.empty() == options_.config_path.empty()) {
     return absl::InvalidArgumentError(
         "give either --model_repository (a Triton-style repository) or --config_path (an "
@@ -146,35 +165,49 @@ absl::Status Server::Init() {
   if (!options_.tls_client_ca.empty() && options_.tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
   }
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-  std::string transport = "plaintext";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Server::Transport> Server::MakeTransport() const {
+  Transport transport;
+  transport.credentials = grpc::InsecureServerCredentials();
+  transport.name = "plaintext";
   if (!options_.tls_cert.empty()) {
     grpc::SslServerCredentialsOptions ssl;
     grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
     LS_ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile(options_.tls_cert, "--tls_cert"));
     LS_ASSIGN_OR_RETURN(pair.private_key, ReadPemFile(options_.tls_key, "--tls_key"));
     ssl.pem_key_cert_pairs.push_back(std::move(pair));
-    transport = "TLS";
+    transport.name = "TLS";
     if (!options_.tls_client_ca.empty()) {
       LS_ASSIGN_OR_RETURN(ssl.pem_root_certs,
                           ReadPemFile(options_.tls_client_ca, "--tls_client_ca"));
       ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-      transport = "mutual TLS";
+      transport.name = "mutual TLS";
     }
-    credentials = grpc::SslServerCredentials(ssl);
+    transport.credentials = grpc::SslServerCredentials(ssl);
   }
 
+  return transport;
+}
+
+Server::Limits Server::DeriveLimits() const {
+  Limits limits;
   // workers x intra-op threads <= cores: oversubscribed OpenMP teams spin against each other.
-  const int intra_op_threads = options_.intra_op_threads > 0
-                                   ? options_.intra_op_threads
-                                   : std::max(1, engine::AvailableCores() / options_.workers);
-  const int64_t max_output_bytes =
+  limits.intra_op_threads = options_.intra_op_threads > 0
+                                ? options_.intra_op_threads
+                                : std::max(1, engine::AvailableCores() / options_.workers);
+  limits.max_output_bytes =
       options_.max_output_bytes > 0 ? options_.max_output_bytes : options_.max_message_bytes;
   constexpr int64_t kMinAutoMemoryBytes = int64_t{64} << 20;
-  const int64_t max_request_memory_bytes =
+  limits.max_request_memory_bytes =
       options_.max_request_memory_bytes > 0
           ? options_.max_request_memory_bytes
           : std::max(kMinAutoMemoryBytes, AvailableMemoryBytes() / (2 * options_.workers));
+  return limits;
+}
+
+void Server::LogStart(const Limits& limits) const {
   LogInfo(absl::StrCat(
       "loopserve ", kServerVersion, " starting: ",
       options_.config_path.empty() ? absl::StrCat("repository '", options_.model_repository, "'")
@@ -184,27 +217,29 @@ absl::Status Server::Init() {
       options_.model_control_mode == ModelControlMode::kPoll
           ? absl::StrCat(" every ", absl::FormatDuration(options_.repository_poll_interval))
           : "",
-      ", ", options_.workers, " workers x ", intra_op_threads, " intra-op threads, queue ",
+      ", ", options_.workers, " workers x ", limits.intra_op_threads, " intra-op threads, queue ",
       options_.max_queue_size, ", max_loop_iterations ", options_.max_loop_iterations,
-      ", max_output_bytes ", max_output_bytes, ", max_request_memory_bytes ",
-      max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
+      ", max_output_bytes ", limits.max_output_bytes, ", max_request_memory_bytes ",
+      limits.max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
       ", inline runs under ", absl::FormatDuration(options_.inline_run_limit), ", loop_threads ",
       engine::LoopThreadsName(options_.loop_threads)));
+}
 
+absl::Status Server::StartRegistry(const Limits& limits) {
   metrics_ = std::make_unique<Metrics>();
   ModelRegistry::Options registry_options;
   registry_options.root = options_.model_repository;
   registry_options.config_path = options_.config_path;
   registry_options.max_loop_iterations = options_.max_loop_iterations;
   registry_options.loop_threads = options_.loop_threads;
-  registry_options.max_output_bytes = max_output_bytes;
-  registry_options.max_request_memory_bytes = max_request_memory_bytes;
+  registry_options.max_output_bytes = limits.max_output_bytes;
+  registry_options.max_request_memory_bytes = limits.max_request_memory_bytes;
   registry_options.max_model_file_bytes = options_.max_model_file_bytes;
   registry_options.loader = options_.model_loader;
   registry_options.metrics = metrics_.get();
   registry_options.auto_complete = !options_.disable_auto_complete_config;
   registry_options.default_instance_count = options_.workers;
-  registry_options.intra_op_threads = intra_op_threads;
+  registry_options.intra_op_threads = limits.intra_op_threads;
   registry_options.stop = stop_;
   registry_options.loader_threads = kLoaderThreads;
   registry_ = std::make_unique<ModelRegistry>(std::move(registry_options));
@@ -216,8 +251,11 @@ absl::Status Server::Init() {
                          " ms of model loading"));
     return absl::CancelledError("start-up stopped by request");
   }
-  LS_RETURN_IF_ERROR(loaded);
+  return loaded;
+}
 
+void Server::StartRunner(const Limits& limits) {
+  const int intra_op_threads = limits.intra_op_threads;
   // gRPC 1.51 runs callbacks on cores / 2 threads (at least 2): runs on them (see
   // InferenceService) are capped at half of those, so the others keep receiving requests for the
   // workers.
@@ -237,12 +275,14 @@ absl::Status Server::Init() {
   api_options.unready_queue_depth = options_.unready_queue_depth;
   api_ = std::make_unique<ServerApi>(registry_.get(), runner_.get(), api_options);
   service_ = std::make_unique<InferenceService>(runner_.get(), api_.get());
+}
 
+absl::Status Server::StartGrpc(const Transport& transport) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string grpc_address = HostPort(options_.address, options_.grpc_port);
-  builder.AddListeningPort(grpc_address, credentials, &grpc_port_);
+  builder.AddListeningPort(grpc_address, transport.credentials, &grpc_port_);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a busy port silently.
@@ -255,38 +295,36 @@ absl::Status Server::Init() {
   }
   grpc_server_->GetHealthCheckService()->SetServingStatus(true);
   LogInfo(absl::StrCat("gRPC listening on ", HostPort(options_.address, grpc_port_), " (",
-                       transport, ")"));
+                       transport.name, ")"));
+  return absl::OkStatus();
+}
 
-  if (options_.http_port >= 0) {
-    HttpServer::Options http;
-    http.address = options_.address;
-    http.port = options_.http_port;
-    http.threads = options_.http_threads;
-    http.max_body_bytes = static_cast<uint64_t>(options_.max_message_bytes);
-    http.tls_cert = options_.tls_cert;
-    http.tls_key = options_.tls_key;
-    http.tls_client_ca = options_.tls_client_ca;
-    LS_ASSIGN_OR_RETURN(http_, HttpService::Start(http, runner_.get(), api_.get()));
-    http_port_ = http_->port();
-    LogInfo(absl::StrCat("HTTP listening on ", HostPort(options_.address, http_port_), " (",
-                         transport, ")"));
-  }
+absl::Status Server::StartHttp(const Transport& transport) {
+  if (options_.http_port < 0) return absl::OkStatus();
+  HttpServer::Options http;
+  http.address = options_.address;
+  http.port = options_.http_port;
+  http.threads = options_.http_threads;
+  http.max_body_bytes = static_cast<uint64_t>(options_.max_message_bytes);
+  http.tls_cert = options_.tls_cert;
+  http.tls_key = options_.tls_key;
+  http.tls_client_ca = options_.tls_client_ca;
+  LS_ASSIGN_OR_RETURN(http_, HttpService::Start(http, runner_.get(), api_.get()));
+  http_port_ = http_->port();
+  LogInfo(absl::StrCat("HTTP listening on ", HostPort(options_.address, http_port_), " (",
+                       transport.name, ")"));
+  return absl::OkStatus();
+}
 
-  if (options_.metrics_port >= 0) {
-    absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
-        MetricsExposer::Start(options_.address, options_.metrics_port, metrics_->collectable());
-    if (!exposer.ok()) return exposer.status();
-    exposer_ = *std::move(exposer);
-    metrics_port_ = exposer_->port();
-    LogInfo(absl::StrCat("metrics listening on ", HostPort(options_.address, metrics_port_),
-                         "/metrics"));
-  }
-  if (options_.model_control_mode == ModelControlMode::kPoll &&
-      options_.repository_poll_interval > absl::ZeroDuration()) {
-    poller_ = std::thread([this] { PollRepository(); });
-  }
-  trimmer_ = std::thread([this] { TrimHeap(); });
-  if (stop_->load()) return absl::CancelledError("start-up stopped by request");
+absl::Status Server::StartMetrics() {
+  if (options_.metrics_port < 0) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> exposer =
+      MetricsExposer::Start(options_.address, options_.metrics_port, metrics_->collectable());
+  if (!exposer.ok()) return exposer.status();
+  exposer_ = *std::move(exposer);
+  metrics_port_ = exposer_->port();
+  LogInfo(
+      absl::StrCat("metrics listening on ", HostPort(options_.address, metrics_port_), "/metrics"));
   return absl::OkStatus();
 }
 

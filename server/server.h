@@ -16,10 +16,11 @@
 #include "grpcpp/server.h"
 #include "server/grpc/inference_service.h"
 #include "server/http/http_service.h"
+#include "server/http/metrics_exposer.h"
 #include "server/observability/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/inference_runner.h"
-#include "server/runner/worker_pool.h"
+#include "server/scheduling/worker_pool.h"
 #include "server/server_api.h"
 
 namespace loopserve::server {
@@ -142,7 +143,31 @@ class Server {
 
  private:
   explicit Server(ServerOptions options);
+  // Start-up, in order: the options checked, the gRPC/HTTP transport (TLS files read), the limits
+  // the options leave to the machine, the registry with its first loads, the pool and the runner,
+  // then the gRPC, HTTP and metrics listeners.
   absl::Status Init();
+  // The flags' ranges and combinations: InvalidArgument naming the flag.
+  absl::Status CheckOptions() const;
+  struct Transport {
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    std::string name;  // "plaintext", "TLS", "mutual TLS" (for the log)
+  };
+  absl::StatusOr<Transport> MakeTransport() const;
+  // What the options leave at 0 ("auto"), decided for this machine.
+  struct Limits {
+    int intra_op_threads = 1;  // workers x intra-op threads <= cores
+    int64_t max_output_bytes = 0;
+    int64_t max_request_memory_bytes = 0;
+  };
+  Limits DeriveLimits() const;
+  void LogStart(const Limits& limits) const;
+  // Metrics and the registry, and the models present at start; Cancelled when stopped meanwhile.
+  absl::Status StartRegistry(const Limits& limits);
+  void StartRunner(const Limits& limits);
+  absl::Status StartGrpc(const Transport& transport);
+  absl::Status StartHttp(const Transport& transport);
+  absl::Status StartMetrics();
   absl::Status LoadInitialModels();
   void PollRepository();
   // Every kTrimInterval, hands free heap pages back to the kernel when glibc holds more than

@@ -11,7 +11,7 @@
 #include "proto/model_config.pb.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/inference_runner.h"
-#include "server/runner/worker_pool.h"
+#include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
 

@@ -167,10 +167,6 @@ void ModelVersionMetrics::RecordComputeInput(absl::Duration decoding) {
 
 void ModelVersionMetrics::RecordCompute(absl::Duration computed) {
   compute_infer_.Add(computed);
-  // Concurrent runs may lose an update to each other: an estimate, not a statistic.
-  const int64_t ns = std::max<int64_t>(0, absl::ToInt64Nanoseconds(computed));
-  const int64_t recent = recent_compute_ns_.load(std::memory_order_relaxed);
-  recent_compute_ns_.store(recent < 0 ? ns : recent + (ns - recent) / 8, std::memory_order_relaxed);
   if (has_handles_) compute_duration_->Observe(absl::ToDoubleSeconds(computed));
 }
 
@@ -191,11 +187,6 @@ void ModelVersionMetrics::RecordStreamSlice(bool first, absl::Duration since_rec
   if (!has_handles_) return;
   stream_slices_->Increment();
   if (first) stream_first_slice_->Observe(absl::ToDoubleSeconds(since_received));
-}
-
-absl::Duration ModelVersionMetrics::RecentCompute() const {
-  const int64_t recent = recent_compute_ns_.load(std::memory_order_relaxed);
-  return recent < 0 ? absl::InfiniteDuration() : absl::Nanoseconds(recent);
 }
 
 void ModelVersionMetrics::RecordComputeOutput(absl::Duration encoding) {
@@ -434,46 +425,5 @@ std::string Metrics::Serialize() const {
   prometheus::TextSerializer().Serialize(out, collectable_->Collect());
   return out.str();
 }
-
-absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
-    const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable,
-    absl::Duration idle_timeout) {
-  HttpServer::Options options;
-  options.address = address;
-  options.port = port;
-  options.threads = kThreads;
-  options.max_body_bytes = 64 << 10;  // a scrape has no body
-  options.idle_timeout = idle_timeout;
-  std::weak_ptr<prometheus::Collectable> weak = collectable;
-  absl::StatusOr<std::unique_ptr<HttpServer>> server =
-      HttpServer::Start(options, [weak](HttpExchange* exchange) {
-        if (exchange->path() != "/metrics") {
-          exchange->Reply(404, {{"Content-Type", "text/plain"}}, "not found: try /metrics\n");
-          return;
-        }
-        if (exchange->method() != "GET") {
-          exchange->Reply(405, {{"Allow", "GET"}, {"Content-Type", "text/plain"}},
-                          "/metrics answers GET\n");
-          return;
-        }
-        std::shared_ptr<prometheus::Collectable> metrics = weak.lock();
-        if (metrics == nullptr) {
-          exchange->Reply(503, {{"Content-Type", "text/plain"}}, "the metrics are gone\n");
-          return;
-        }
-        std::ostringstream text;
-        prometheus::TextSerializer().Serialize(text, metrics->Collect());
-        exchange->Reply(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
-                        text.str());
-      });
-  if (!server.ok()) {
-    return absl::Status(server.status().code(),
-                        absl::StrCat("cannot serve metrics: ", server.status().message()));
-  }
-  return std::unique_ptr<MetricsExposer>(new MetricsExposer(*std::move(server)));
-}
-
-// Every scrape is answered on the event thread as it arrives: nothing to wait for.
-MetricsExposer::~MetricsExposer() { server_->Shutdown(absl::Milliseconds(100)); }
 
 }  // namespace loopserve::server

@@ -18,7 +18,6 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/http/http_server.h"
 
 namespace loopserve::server {
 
@@ -89,9 +88,6 @@ class ModelVersionMetrics : public engine::LoopObserver {
   // loopserve_stream_slices_total, and for the request's first one (`first`) its time since the
   // request arrived in loopserve_stream_first_slice_seconds.
   void RecordStreamSlice(bool first, absl::Duration since_received);
-  // A moving average of the recent Model::Run times (each new run weighs 1/8); InfiniteDuration
-  // before the first run.
-  absl::Duration RecentCompute() const;
 
   // engine::LoopObserver: loopserve_loop_iterations / _loop_iteration_duration_seconds and the
   // per-loop statistics.
@@ -112,7 +108,6 @@ class ModelVersionMetrics : public engine::LoopObserver {
   DurationStat success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
   std::atomic<uint64_t> inferences_{0};
   std::atomic<uint64_t> executions_{0};
-  std::atomic<int64_t> recent_compute_ns_{-1};    // RecentCompute; -1 before the first run
   std::vector<std::unique_ptr<LoopStat>> loops_;  // by loop index
 
   // Prometheus handles; null for StatisticsOnly.
@@ -226,36 +221,6 @@ class Metrics {
   prometheus::Counter* limit_memory_;
   prometheus::Gauge* inflight_;
   prometheus::Gauge* queue_depth_;
-};
-
-// Serves a collectable (a registry, or Metrics::collectable()) at http://<address>:<port>/metrics
-// in Prometheus' text format (GET; other paths 404, other methods 405), on an HttpServer
-// (libevhtp) of kThreads event thread plus its accepting thread: a scrape takes a fraction of a
-// millisecond, and idle or slow clients cost a socket, never a thread, so however many
-// connections are open a scrape is answered at once. A connection idle for `idle_timeout` is
-// closed. Owns the HTTP server; the collectable is held weakly (a scrape after it is gone answers
-// 503), so keep it alive. Thread-safe.
-class MetricsExposer {
- public:
-  static constexpr int kThreads = 1;
-  // Longer than Prometheus' scrape interval (15 s by default), so a scraper's keep-alive
-  // connection is reused.
-  static constexpr absl::Duration kIdleTimeout = absl::Seconds(30);
-
-  // Binds `address`:`port` (port 0 picks a free port). Unavailable with a clean message when the
-  // port is taken or the address is invalid.
-  static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
-      const std::string& address, int port, std::shared_ptr<prometheus::Collectable> collectable,
-      absl::Duration idle_timeout = kIdleTimeout);
-
-  ~MetricsExposer();
-
-  int port() const { return server_->port(); }
-
- private:
-  explicit MetricsExposer(std::unique_ptr<HttpServer> server) : server_(std::move(server)) {}
-
-  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace loopserve::server

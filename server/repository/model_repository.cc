@@ -17,20 +17,11 @@
 #include "server/repository/model_config.h"
 #include "server/repository/model_warmup.h"
 #include "server/repository/repo_file.h"
+#include "server/scheduling/batching.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
 namespace fs = std::filesystem;
-
-bool IsValidModelName(absl::string_view name) {
-  if (name.empty() || name.size() > 255 || name.front() == '.') return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::optional<int64_t> ParseVersion(absl::string_view name) {
   if (name.empty() || name.size() > 19 || name.front() == '0') return std::nullopt;
@@ -379,8 +370,9 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
                          "' has no batch axis (a sequence), so merged batches could not be split"));
       }
     }
-    loaded->batcher = std::make_shared<BatchQueue>(*std::move(policy), InstanceCount(config));
   }
+  loaded->scheduler = MakeScheduler(config, InstanceCount(config), loaded->instances,
+                                    absl::StrCat("model '", source.name, "' v", version, ": "));
   loaded->config = std::move(config);
 
   if (loaded->config.model_warmup_size() > 0) {
@@ -412,13 +404,34 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
   return std::shared_ptr<const LoadedModel>(std::move(loaded));
 }
 
+absl::StatusOr<ParsedModelConfig> ModelRegistry::ReadSourceConfig(const ModelSource& source) const {
+  // A repository's model folder may not lead out of it; a config.json entry's base_path is the
+  // operator's choice. Every file is then opened inside the model folder
+  // (server/repository/repo_file.h).
+  const absl::Status folder =
+      source.ovms != nullptr
+          ? absl::OkStatus()
+          : CheckRepositoryFolder(options_.root, source.dir,
+                                  absl::StrCat("model '", source.name, "': its folder"));
+  absl::StatusOr<ParsedModelConfig> parsed = folder.ok()
+                                                 ? ReadModelConfig(source.dir, source.name)
+                                                 : absl::StatusOr<ParsedModelConfig>(folder);
+  if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
+  std::error_code ec;
+  if (parsed.ok() && !fs::is_directory(source.dir, ec)) {
+    // Reasons reach clients (RepositoryIndex, ModelReady): no server paths in them.
+    parsed = absl::NotFoundError(
+        absl::StrCat("model '", source.name, "': its base_path is not a directory"));
+  }
+  return parsed;
+}
+
 std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     const ModelSource& source, const ModelEntry* previous, bool retry_failed,
     absl::Status* error) const {
   *error = absl::OkStatus();
   const std::string& name = source.name;
   auto entry = std::make_shared<ModelEntry>();
-  const std::string& model_dir = source.dir;
   auto has_loaded = [](const ModelEntry* e) {
     if (e == nullptr) return false;
     for (const auto& [v, slot] : e->versions) {
@@ -426,24 +439,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     }
     return false;
   };
-
-  // A repository's model folder may not lead out of it; a config.json entry's base_path is the
-  // operator's choice. Every file is then opened inside the model folder
-  // (server/repository/repo_file.h).
-  const absl::Status folder =
-      source.ovms != nullptr
-          ? absl::OkStatus()
-          : CheckRepositoryFolder(options_.root, model_dir,
-                                  absl::StrCat("model '", name, "': its folder"));
-  absl::StatusOr<ParsedModelConfig> parsed =
-      folder.ok() ? ReadModelConfig(model_dir, name) : absl::StatusOr<ParsedModelConfig>(folder);
-  if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
-  std::error_code ec;
-  if (parsed.ok() && !fs::is_directory(model_dir, ec)) {
-    // Reasons reach clients (RepositoryIndex, ModelReady): no server paths in them.
-    parsed =
-        absl::NotFoundError(absl::StrCat("model '", name, "': its base_path is not a directory"));
-  }
+  absl::StatusOr<ParsedModelConfig> parsed = ReadSourceConfig(source);
   if (!parsed.ok()) {
     *error = parsed.status();
     const std::string reason = BoundMessage(parsed.status().message());
@@ -456,7 +452,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     entry->reason = reason;
     return entry;
   }
-  entry->config_key = absl::StrCat(model_dir, "\n", DeterministicBytes(parsed->config));
+  entry->config_key = absl::StrCat(source.dir, "\n", DeterministicBytes(parsed->config));
   const bool config_changed = previous == nullptr || previous->config_key != entry->config_key;
   if (config_changed) {
     for (const std::string& line : parsed->ignored) {
@@ -465,7 +461,7 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     }
   }
   const std::vector<int64_t> selected =
-      SelectVersions(ScanVersions(model_dir), parsed->config.version_policy());
+      SelectVersions(ScanVersions(source.dir), parsed->config.version_policy());
   if (selected.empty()) {
     entry->reason =
         absl::StrCat("model '", name, "': no version folder matches the version policy");
@@ -476,147 +472,175 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
     return entry;
   }
 
-  // The memory budget also caps the model's constants at load.
-  engine::LoadOptions load_options;
-  load_options.max_file_bytes = options_.max_model_file_bytes;
-  load_options.max_memory_bytes = ParameterOr(parsed->config, kMaxRequestMemoryBytesParameter,
-                                              options_.max_request_memory_bytes);
-
   bool any_failed = false;
   for (int64_t version : selected) {
     if (Stopping()) break;  // the caller discards the entry
-    const std::string label = absl::StrCat("model '", name, "' v", version);
-    const std::string version_dir = (fs::path(model_dir) / absl::StrCat(version)).string();
-    const std::string fingerprint = Fingerprint(version_dir);
     const VersionSlot* old = nullptr;
     if (previous != nullptr) {
       auto it = previous->versions.find(version);
       if (it != previous->versions.end()) old = &it->second;
     }
-    VersionSlot& slot = entry->versions[version];
-    if (old != nullptr && old->fingerprint == fingerprint) {
-      if (!retry_failed && old->failed_config_key == entry->config_key) {
-        // The same files under the same config failed before: they would fail the same way.
-        slot = *old;
-        any_failed |= old->loaded == nullptr;
-        continue;
-      }
-      if (old->loaded != nullptr && old->loaded_fingerprint == fingerprint) {
-        slot = *old;
-        slot.reason.clear();
-        slot.failed_config_key.clear();
-        if (old->config_key == entry->config_key) continue;
-        // Same files, another config: validate and warm the loaded model again.
-        absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured =
-            absl::InternalError("not reconfigured");
-        const absl::Status thrown = CatchExceptions("reconfiguring the model: ", [&] {
-          reconfigured = Prepare(source, *parsed, version, old->loaded->path, old->loaded->model,
-                                 old->loaded->metrics);
-          return absl::OkStatus();
-        });
-        if (!thrown.ok()) reconfigured = thrown;
-        if (!reconfigured.ok() && Stopping()) break;  // the caller discards the entry
-        if (reconfigured.ok()) {
-          slot.loaded = *std::move(reconfigured);
-          slot.config_key = entry->config_key;
-          LogInfo(absl::StrCat("reconfigured ", label, " (its config changed)"));
-        } else {
-          if (*error == absl::OkStatus()) {
-            *error = Annotate(reconfigured.status(), absl::StrCat(label, ": "));
-          }
-          slot.reason =
-              BoundMessage(absl::StrCat("new config rejected, serving the previous one: ", label,
-                                        ": ", reconfigured.status().ToString()));
-          slot.failed_config_key = entry->config_key;
-          LogError(absl::StrCat(
-              "new config of ", label,
-              " rejected (the previous config keeps serving): ", reconfigured.status().ToString()));
-        }
-        continue;
-      }
-      // A failed load, or a failed reload of a serving version: try the files again.
-    }
-
-    const absl::Time start = absl::Now();
-    absl::StatusOr<std::string> file =
-        FindModelFile(version_dir, parsed->config, /*any_name=*/source.ovms != nullptr);
-    if (file.ok()) {
-      // The engine opens it (and an OpenVINO IR's weights beside it) by path: check them as
-      // repository files first. Missing weights are the engine's to report.
-      absl::Status safe = CheckRepositoryFile(
-          model_dir, *file, absl::StrCat("model file ", fs::path(*file).filename().string()));
-      if (safe.ok() && absl::EndsWith(*file, ".xml")) {
-        const fs::path weights = fs::path(*file).replace_extension(".bin");
-        safe = CheckRepositoryFile(model_dir, weights.string(),
-                                   absl::StrCat("weights file ", weights.filename().string()));
-        if (absl::IsNotFound(safe)) safe = absl::OkStatus();
-      }
-      if (!safe.ok()) file = safe;
-    }
-    load_options.name = label;
-    // An exception of the loader or the warm-up (std::bad_alloc) fails this version only.
-    absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = absl::InternalError("not loaded");
-    const absl::Status thrown = CatchExceptions("loading the model: ", [&] {
-      absl::StatusOr<std::shared_ptr<const engine::Model>> model =
-          file.ok() ? options_.loader(*file, load_options) : file.status();
-      loaded =
-          model.ok() ? Prepare(source, *parsed, version, *file, *model, nullptr) : model.status();
-      return absl::OkStatus();
-    });
-    if (!thrown.ok()) loaded = thrown;
-    const absl::Duration took = absl::Now() - start;
-    if (!loaded.ok() && Stopping()) break;  // not a failure of the model: the caller discards it
-    slot.fingerprint = fingerprint;
-    slot.failed_config_key.clear();
-    if (options_.metrics != nullptr) {
-      options_.metrics->RecordModelLoad(name, version, loaded.ok(), took);
-    }
-    if (!loaded.ok()) {
-      const std::string reason =
-          BoundMessage(absl::StrCat(label, ": ", loaded.status().ToString()));
-      if (*error == absl::OkStatus()) *error = Annotate(loaded.status(), absl::StrCat(label, ": "));
-      slot.failed_config_key = entry->config_key;
-      if (old != nullptr && old->loaded != nullptr) {
-        // A reload of a serving version failed: the files it was loaded from keep serving.
-        slot.loaded = old->loaded;
-        slot.loaded_fingerprint = old->loaded_fingerprint;
-        slot.config_key = old->config_key;
-        slot.reason = absl::StrCat("reload failed, serving the previous load: ", reason);
-        LogError(absl::StrCat("reload of ", label, " failed (the previous load keeps serving): ",
-                              loaded.status().ToString()));
-      } else {
-        slot.reason = reason;
-        any_failed = true;
-        LogError(absl::StrCat("failed to load ", label, ": ", loaded.status().ToString()));
-      }
-      continue;
-    }
-    slot.loaded = *std::move(loaded);
-    slot.loaded_fingerprint = fingerprint;
-    slot.config_key = entry->config_key;
-    LogInfo(absl::StrCat(old != nullptr ? "reloaded " : "loaded ", label, " from '", *file, "' in ",
-                         absl::FormatDuration(absl::Trunc(took, absl::Microseconds(100))), " (",
-                         slot.loaded->model->inputs().size(), " inputs, ",
-                         slot.loaded->model->outputs().size(), " outputs, ",
-                         slot.loaded->model->loop_names().size(), " loops)"));
+    const VersionOutcome outcome =
+        BuildVersion(source, *parsed, version, old, retry_failed, *entry, error);
+    if (outcome == VersionOutcome::kStopped) break;  // the caller discards the entry
+    any_failed |= outcome == VersionOutcome::kFailed;
   }
-
-  // A new version that failed must not leave the model without the versions it was to replace:
-  // those stay loaded (while their folders exist) until it loads.
-  if (any_failed && previous != nullptr) {
-    for (const auto& [version, old] : previous->versions) {
-      if (old.loaded == nullptr || entry->versions.count(version) > 0) continue;
-      if (!fs::is_directory(fs::path(model_dir) / absl::StrCat(version), ec)) continue;
-      VersionSlot& slot = entry->versions[version];
-      slot = old;
-      slot.reason = "retained: a newer version selected by the version policy failed to load";
-      if (old.reason != slot.reason) {
-        LogWarning(absl::StrCat("model '", name, "' v", version,
-                                " keeps serving: a newer version failed to load"));
-      }
-    }
-  }
+  // A new version that failed must not leave the model without the versions it was to replace.
+  if (any_failed && previous != nullptr) RetainVersions(source, *previous, *entry);
   return entry;
+}
+
+ModelRegistry::VersionOutcome ModelRegistry::BuildVersion(const ModelSource& source,
+                                                          const ParsedModelConfig& parsed,
+                                                          int64_t version, const VersionSlot* old,
+                                                          bool retry_failed, ModelEntry& entry,
+                                                          absl::Status* error) const {
+  const std::string version_dir = (fs::path(source.dir) / absl::StrCat(version)).string();
+  const std::string fingerprint = Fingerprint(version_dir);
+  VersionSlot& slot = entry.versions[version];
+  if (old != nullptr && old->fingerprint == fingerprint) {
+    if (!retry_failed && old->failed_config_key == entry.config_key) {
+      // The same files under the same config failed before: they would fail the same way.
+      slot = *old;
+      return old->loaded == nullptr ? VersionOutcome::kFailed : VersionOutcome::kServing;
+    }
+    if (old->loaded != nullptr && old->loaded_fingerprint == fingerprint) {
+      slot = *old;
+      slot.reason.clear();
+      slot.failed_config_key.clear();
+      if (old->config_key == entry.config_key) return VersionOutcome::kServing;
+      return Reconfigure(source, parsed, version, entry.config_key, slot, error);
+    }
+    // A failed load, or a failed reload of a serving version: try the files again.
+  }
+  return Load(source, parsed, version, version_dir, fingerprint, old, entry.config_key, slot,
+              error);
+}
+
+ModelRegistry::VersionOutcome ModelRegistry::Reconfigure(
+    const ModelSource& source, const ParsedModelConfig& parsed, int64_t version,
+    const std::string& config_key, VersionSlot& slot, absl::Status* error) const {
+  // Same files, another config: validate and warm the loaded model again.
+  const std::string label = absl::StrCat("model '", source.name, "' v", version);
+  const std::shared_ptr<const LoadedModel> serving = slot.loaded;
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> reconfigured =
+      absl::InternalError("not reconfigured");
+  const absl::Status thrown = CatchExceptions("reconfiguring the model: ", [&] {
+    reconfigured =
+        Prepare(source, parsed, version, serving->path, serving->model, serving->metrics);
+    return absl::OkStatus();
+  });
+  if (!thrown.ok()) reconfigured = thrown;
+  if (!reconfigured.ok() && Stopping()) return VersionOutcome::kStopped;
+  if (reconfigured.ok()) {
+    slot.loaded = *std::move(reconfigured);
+    slot.config_key = config_key;
+    LogInfo(absl::StrCat("reconfigured ", label, " (its config changed)"));
+    return VersionOutcome::kServing;
+  }
+  if (*error == absl::OkStatus()) {
+    *error = Annotate(reconfigured.status(), absl::StrCat(label, ": "));
+  }
+  slot.reason = BoundMessage(absl::StrCat("new config rejected, serving the previous one: ", label,
+                                          ": ", reconfigured.status().ToString()));
+  slot.failed_config_key = config_key;
+  LogError(absl::StrCat("new config of ", label, " rejected (the previous config keeps serving): ",
+                        reconfigured.status().ToString()));
+  return VersionOutcome::kServing;
+}
+
+absl::StatusOr<std::string> ModelRegistry::FindSafeModelFile(
+    const ModelSource& source, const std::string& version_dir,
+    const ParsedModelConfig& parsed) const {
+  LS_ASSIGN_OR_RETURN(std::string file, FindModelFile(version_dir, parsed.config,
+                                                      /*any_name=*/source.ovms != nullptr));
+  // The engine opens it (and an OpenVINO IR's weights beside it) by path: check them as
+  // repository files first. Missing weights are the engine's to report.
+  LS_RETURN_IF_ERROR(CheckRepositoryFile(
+      source.dir, file, absl::StrCat("model file ", fs::path(file).filename().string())));
+  if (absl::EndsWith(file, ".xml")) {
+    const fs::path weights = fs::path(file).replace_extension(".bin");
+    const absl::Status safe = CheckRepositoryFile(
+        source.dir, weights.string(), absl::StrCat("weights file ", weights.filename().string()));
+    if (!safe.ok() && !absl::IsNotFound(safe)) return safe;
+  }
+  return file;
+}
+
+ModelRegistry::VersionOutcome ModelRegistry::Load(
+    const ModelSource& source, const ParsedModelConfig& parsed, int64_t version,
+    const std::string& version_dir, const std::string& fingerprint, const VersionSlot* old,
+    const std::string& config_key, VersionSlot& slot, absl::Status* error) const {
+  const std::string label = absl::StrCat("model '", source.name, "' v", version);
+  // The memory budget also caps the model's constants at load.
+  engine::LoadOptions load_options;
+  load_options.max_file_bytes = options_.max_model_file_bytes;
+  load_options.max_memory_bytes = ParameterOr(parsed.config, kMaxRequestMemoryBytesParameter,
+                                              options_.max_request_memory_bytes);
+  load_options.name = label;
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<std::string> file = FindSafeModelFile(source, version_dir, parsed);
+  // An exception of the loader or the warm-up (std::bad_alloc) fails this version only.
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> loaded = absl::InternalError("not loaded");
+  const absl::Status thrown = CatchExceptions("loading the model: ", [&] {
+    absl::StatusOr<std::shared_ptr<const engine::Model>> model =
+        file.ok() ? options_.loader(*file, load_options) : file.status();
+    loaded = model.ok() ? Prepare(source, parsed, version, *file, *model, nullptr) : model.status();
+    return absl::OkStatus();
+  });
+  if (!thrown.ok()) loaded = thrown;
+  const absl::Duration took = absl::Now() - start;
+  // Not a failure of the model: the caller discards the entry.
+  if (!loaded.ok() && Stopping()) return VersionOutcome::kStopped;
+  slot.fingerprint = fingerprint;
+  slot.failed_config_key.clear();
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordModelLoad(source.name, version, loaded.ok(), took);
+  }
+  if (!loaded.ok()) {
+    const std::string reason = BoundMessage(absl::StrCat(label, ": ", loaded.status().ToString()));
+    if (*error == absl::OkStatus()) *error = Annotate(loaded.status(), absl::StrCat(label, ": "));
+    slot.failed_config_key = config_key;
+    if (old != nullptr && old->loaded != nullptr) {
+      // A reload of a serving version failed: the files it was loaded from keep serving.
+      slot.loaded = old->loaded;
+      slot.loaded_fingerprint = old->loaded_fingerprint;
+      slot.config_key = old->config_key;
+      slot.reason = absl::StrCat("reload failed, serving the previous load: ", reason);
+      LogError(absl::StrCat("reload of ", label, " failed (the previous load keeps serving): ",
+                            loaded.status().ToString()));
+      return VersionOutcome::kServing;
+    }
+    slot.reason = reason;
+    LogError(absl::StrCat("failed to load ", label, ": ", loaded.status().ToString()));
+    return VersionOutcome::kFailed;
+  }
+  slot.loaded = *std::move(loaded);
+  slot.loaded_fingerprint = fingerprint;
+  slot.config_key = config_key;
+  LogInfo(absl::StrCat(old != nullptr ? "reloaded " : "loaded ", label, " from '", *file, "' in ",
+                       absl::FormatDuration(absl::Trunc(took, absl::Microseconds(100))), " (",
+                       slot.loaded->model->inputs().size(), " inputs, ",
+                       slot.loaded->model->outputs().size(), " outputs, ",
+                       slot.loaded->model->loop_names().size(), " loops)"));
+  return VersionOutcome::kServing;
+}
+
+void ModelRegistry::RetainVersions(const ModelSource& source, const ModelEntry& previous,
+                                   ModelEntry& entry) const {
+  // Those stay loaded (while their folders exist) until the new version loads.
+  std::error_code ec;
+  for (const auto& [version, old] : previous.versions) {
+    if (old.loaded == nullptr || entry.versions.count(version) > 0) continue;
+    if (!fs::is_directory(fs::path(source.dir) / absl::StrCat(version), ec)) continue;
+    VersionSlot& slot = entry.versions[version];
+    slot = old;
+    slot.reason = "retained: a newer version selected by the version policy failed to load";
+    if (old.reason != slot.reason) {
+      LogWarning(absl::StrCat("model '", source.name, "' v", version,
+                              " keeps serving: a newer version failed to load"));
+    }
+  }
 }
 
 void ModelRegistry::Install(const std::string& name, std::shared_ptr<const ModelEntry> entry,

@@ -20,17 +20,16 @@
 #include "server/observability/metrics.h"
 #include "server/repository/model_config.h"
 #include "server/repository/ovms_config.h"
-#include "server/runner/worker_pool.h"
-#include "server/scheduling/batching.h"
+#include "server/repository/repo_file.h"
+#include "server/scheduling/scheduler.h"
+#include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
 
 // ---- Repository layout: <root>/<model>/[config.pbtxt]/<version>/model.{onnx,xml} ----
 // (or, with an OpenVINO Model Server config.json, the model folders it lists; see ovms_config.h)
 
-// A model name is one path component: non-empty, at most 255 bytes, not starting with '.', and
-// made of letters, digits, '_', '-' and '.' only. So a name can never leave the repository root.
-bool IsValidModelName(absl::string_view name);
+// IsValidModelName: server/repository/repo_file.h.
 
 // A version folder name: a positive decimal integer without sign or leading zeros that fits in
 // int64 ("1", "42"). std::nullopt for anything else ("0", "01", "-1", "v1", "1.0").
@@ -73,9 +72,10 @@ struct LoadedModel {
   std::shared_ptr<ModelVersionMetrics> metrics;
   // Caps the requests of this version running at once (the instance count); null = no cap.
   std::shared_ptr<TaskGroup> instances;
-  // The dynamic batcher's queue when the config has `dynamic_batching`; null otherwise. Mutable
-  // through the const LoadedModel (it is the runner's per-version state, see BatchQueue).
-  std::shared_ptr<BatchQueue> batcher;
+  // How its requests get to run (server/scheduling/scheduler.h): the DynamicBatcher when the
+  // config has `dynamic_batching`, else the DirectScheduler; never null. Mutable through the
+  // const LoadedModel (its queue and timing state are the scheduler's own, thread-safe).
+  std::shared_ptr<Scheduler> scheduler;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.
@@ -231,6 +231,38 @@ class ModelRegistry {
   std::shared_ptr<const ModelEntry> BuildEntry(const ModelSource& source,
                                                const ModelEntry* previous, bool retry_failed,
                                                absl::Status* error) const;
+  // BuildEntry's steps. The model's config (config.pbtxt, the config.json entry over it), its
+  // folder checked.
+  absl::StatusOr<ParsedModelConfig> ReadSourceConfig(const ModelSource& source) const;
+  // What became of one version: it serves (loaded, kept, or its previous load kept), it failed
+  // with nothing serving, or the registry is stopping (the entry is discarded).
+  enum class VersionOutcome { kServing, kFailed, kStopped };
+  // One selected version into `entry.versions[version]`: kept as it was when its files and
+  // config did not change (or failed the same way before, unless `retry_failed`), reconfigured
+  // when only the config changed, loaded otherwise. The first error goes to `*error`.
+  VersionOutcome BuildVersion(const ModelSource& source, const ParsedModelConfig& parsed,
+                              int64_t version, const VersionSlot* old, bool retry_failed,
+                              ModelEntry& entry, absl::Status* error) const;
+  // The serving load of `slot` under a new config (Prepare again); a rejected config keeps the
+  // previous one serving.
+  VersionOutcome Reconfigure(const ModelSource& source, const ParsedModelConfig& parsed,
+                             int64_t version, const std::string& config_key, VersionSlot& slot,
+                             absl::Status* error) const;
+  // Loads the version's files (FindSafeModelFile, the loader, Prepare); a failed reload keeps
+  // `old`'s load serving.
+  VersionOutcome Load(const ModelSource& source, const ParsedModelConfig& parsed, int64_t version,
+                      const std::string& version_dir, const std::string& fingerprint,
+                      const VersionSlot* old, const std::string& config_key, VersionSlot& slot,
+                      absl::Status* error) const;
+  // The model file the config names in `version_dir` (FindModelFile), and an OpenVINO IR's
+  // weights beside it, checked as repository files.
+  absl::StatusOr<std::string> FindSafeModelFile(const ModelSource& source,
+                                                const std::string& version_dir,
+                                                const ParsedModelConfig& parsed) const;
+  // After a new version failed: `previous`'s loaded versions no longer selected stay (while
+  // their folders exist) until it loads.
+  void RetainVersions(const ModelSource& source, const ModelEntry& previous,
+                      ModelEntry& entry) const;
   // Completes and validates `parsed` against `model`, builds the LoadedModel and runs the
   // warm-up. `metrics` null: new handles.
   absl::StatusOr<std::shared_ptr<const LoadedModel>> Prepare(

@@ -15,7 +15,6 @@
 #include "engine/base/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/struct.pb.h"
-#include "server/repository/model_repository.h"
 #include "server/repository/repo_file.h"
 #include "simdjson.h"
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 
@@ -226,6 +227,16 @@ absl::Status CheckConfigNesting(absl::string_view text, ConfigSyntax syntax, abs
     }
   }
   return absl::OkStatus();
+}
+
+bool IsValidModelName(absl::string_view name) {
+  if (name.empty() || name.size() > 255 || name.front() == '.') return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace loopserve::server

@@ -98,4 +98,8 @@ enum class ConfigSyntax { kJson, kProtobufText };
 absl::Status CheckConfigNesting(absl::string_view text, ConfigSyntax syntax, absl::string_view role,
                                 int max_depth = kMaxConfigNesting);
 
+// A model name is one path component: non-empty, at most 255 bytes, not starting with '.', and
+// made of letters, digits, '_', '-' and '.' only. So a name can never leave the repository root.
+bool IsValidModelName(absl::string_view name);
+
 }  // namespace loopserve::server

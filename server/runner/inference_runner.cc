@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
 #include "server/observability/logging.h"
+#include "server/scheduling/batching.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -15,9 +16,6 @@ namespace {
 
 // How early a protocol may cancel a call for its deadline, by our clock (see Execute).
 constexpr absl::Duration kDeadlineClockSlack = absl::Milliseconds(20);
-
-// The longest a batch gathers while another batch of its version runs (see FormBatch).
-constexpr absl::Duration kMaxGather = absl::Milliseconds(100);
 
 // Runs `body`; an exception it throws is logged, never passed on (a thread's top, or a point
 // past which the caller must not answer the calls involved again).
@@ -38,7 +36,7 @@ std::string ModelLabel(const LoadedModel& model) {
 
 InferenceCall::InferenceCall(Protocol protocol, Polling polling, absl::Time received,
                              absl::Time deadline)
-    : protocol_(protocol), polling_(polling), received_(received), deadline_(deadline) {}
+    : ScheduledCall(deadline), protocol_(protocol), polling_(polling), received_(received) {}
 
 absl::Status InferenceCall::RespondIteration(const LoadedModel& model, int64_t iteration,
                                              absl::Span<const engine::ScanSlice> slices) {
@@ -110,9 +108,9 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
     LS_RETURN_IF_ERROR(Annotate(PlanIterationStream(call), ModelLabel(model)));
   }
   if (model.io.max_batch_size() > 0) call.batch_size_ = BatchSize(model.io, call.decoded_.inputs);
+  call.streamed_ = call.stream_loop_ >= 0;
   call.admitted_ = true;
-  if (model.batcher != nullptr && call.stream_loop_ < 0) return Enqueue(call);
-  return Dispatch(call);
+  return model.scheduler->Enqueue(call, *this);
 }
 
 absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
@@ -169,356 +167,53 @@ absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
   return absl::OkStatus();
 }
 
-absl::Status InferenceRunner::Dispatch(InferenceCall& call) {
-  const LoadedModel& model = *call.model_;
-  // A streamed run waits for its client's reads: never on the protocol's thread.
-  if (call.stream_loop_ < 0 && model.metrics->RecentCompute() < options_.inline_run_limit &&
-      pool_->TryRunHere(
-          [&] {
-            metrics_.inflight_requests().Increment();
-            if (call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
-            CatchAndLog([&] { Run(call); });  // `call` may be gone after this
-          },
-          model.instances)) {
-    return absl::OkStatus();
-  }
+void InferenceRunner::RunAlone(ScheduledCall& call) { Run(Of(call)); }
+
+void InferenceRunner::RunHere(ScheduledCall& call) {
+  metrics_.inflight_requests().Increment();
+  CatchAndLog([&] { Run(Of(call)); });  // `call` may be gone after this
+}
+
+void InferenceRunner::RunMerged(absl::Span<ScheduledCall* const> calls) {
+  std::vector<InferenceCall*> batch;
+  batch.reserve(calls.size());
+  for (ScheduledCall* call : calls) batch.push_back(&Of(*call));
+  RunBatch(*batch.front()->model_, batch);
+}
+
+void InferenceRunner::Reject(ScheduledCall& scheduled, const absl::Status& status) {
+  InferenceCall& call = Of(scheduled);
+  Unqueued(call);
+  Complete(call, Annotate(status, ModelLabel(*call.model_)));
+}
+
+void InferenceRunner::WatchWhileHere(ScheduledCall& call) {
+  if (Of(call).polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&Of(call), true);
+}
+
+void InferenceRunner::Queued(ScheduledCall& scheduled) {
+  InferenceCall& call = Of(scheduled);
   // Queued before in flight: a request seen in flight and not queued is running.
   call.queued_ = true;
   metrics_.queue_depth().Increment();
   metrics_.inflight_requests().Increment();
-  absl::Status scheduled = pool_->TrySchedule([this, &call] { Run(call); }, model.instances);
-  if (!scheduled.ok()) {
-    call.queued_ = false;
-    metrics_.queue_depth().Decrement();
-  }
-  return scheduled;
 }
 
-absl::Status InferenceRunner::Enqueue(InferenceCall& call) {
-  const std::shared_ptr<const LoadedModel> model = call.model_;
-  BatchQueue& queue = *model->batcher;
-  const bool short_runs = model->metrics->RecentCompute() < options_.inline_run_limit;
-  // A run on this thread holds this call's client only through ClientGone (gRPC reports a
-  // cancel after the handler returns). Set while the call is ours.
-  if (short_runs && call.polling_ == InferenceCall::Polling::kWhileInline) SetPolled(&call, true);
-  // A lone client's request (its version quiet, nothing queued or collecting) with a short run
-  // goes on this thread at once, as unbatched requests do (no hand-off). It holds a collector
-  // slot meanwhile, so requests that arrive queue up and merge.
-  bool alone = false;
-  {
-    absl::MutexLock lock(&queue.mutex_);
-    const absl::Time now = absl::Now();
-    const bool busy = !queue.pending_.empty() || queue.collectors_ > 0;
-    if (busy) queue.last_busy_ = now;
-    alone = short_runs && !busy && queue.Quiet(now);
-    if (alone) {
-      ++queue.collectors_;
-      queue.running_rows_ += call.batch_size_;
-    }
-  }
-  const int64_t rows = call.batch_size_;  // `call` may be gone after its run
-  if (alone) {
-    const bool ran = pool_->TryRunHere(
-        [&] {
-          metrics_.inflight_requests().Increment();
-          CatchAndLog([&] { Run(call); });  // `call` may be gone after this
-        },
-        model->instances);
-    if (ran) {
-      bool start_collector = false;
-      {
-        absl::MutexLock lock(&queue.mutex_);
-        queue.running_rows_ -= rows;
-        queue.ReleaseCollector();
-        start_collector = !queue.pending_.empty() && !queue.waiting_ &&
-                          queue.collectors_ < queue.max_collectors();
-        if (start_collector) ++queue.collectors_;
-      }
-      if (start_collector) StartCollector(model);
-      return absl::OkStatus();
-    }
-    // The pool is busy: the call queues in the slot it holds, for a worker collector.
-  }
-  call.queued_ = true;
-  metrics_.queue_depth().Increment();
-  metrics_.inflight_requests().Increment();
-  bool start_collector = alone;
-  {
-    absl::MutexLock lock(&queue.mutex_);
-    if (alone) queue.running_rows_ -= rows;
-    if (static_cast<int>(queue.pending_.size()) >= pool_->max_queue_size()) {
-      if (alone) queue.ReleaseCollector();
-      call.queued_ = false;
-      metrics_.queue_depth().Decrement();
-      return absl::ResourceExhaustedError(absl::StrCat(ModelLabel(*model), "the batch queue holds ",
-                                                       queue.pending_.size(),
-                                                       " requests already (--max_queue_size)"));
-    }
-    call.enqueued_ = absl::Now();
-    queue.pending_.push_back(&call);
-    queue.pending_rows_ += rows;
-    if (alone) {
-      // The slot taken above goes to a worker collector.
-    } else if (queue.waiting_) {
-      queue.more_.Signal();
-    } else if (queue.collectors_ < queue.max_collectors()) {
-      ++queue.collectors_;
-      start_collector = true;
-    }
-  }
-  if (!start_collector) return absl::OkStatus();
-  // A free collector slot: for a version of short runs, this thread sends the batch when one is
-  // due now (with `call` in it, or `call` left for the next collector) rather than waking a
-  // worker; a batch still to be gathered goes to a worker collector, which waits for it.
-  // `call` is the queue's from here on: nothing thrown may reach Submit, which would answer it
-  // again.
-  if (!alone && short_runs &&
-      pool_->TryRunHere([&] { CatchAndLog([&] { CollectOnce(model); }); }, model->instances)) {
-    return absl::OkStatus();
-  }
-  StartCollector(model);  // may answer `call` (the pool refused)
-  return absl::OkStatus();
+void InferenceRunner::Unqueued(ScheduledCall& scheduled) {
+  InferenceCall& call = Of(scheduled);
+  if (!call.queued_) return;
+  call.queued_ = false;
+  metrics_.queue_depth().Decrement();
 }
 
-void InferenceRunner::CollectOnce(const std::shared_ptr<const LoadedModel>& model) {
-  BatchQueue& queue = *model->batcher;
-  std::vector<InferenceCall*> batch, expired;
-  Formed formed;
-  bool helper = false;
-  {
-    absl::MutexLock lock(&queue.mutex_);
-    formed = FormBatch(*model, queue, batch, expired, /*may_wait=*/false);
-    if (formed == Formed::kIdle) queue.ReleaseCollector();
-    if (formed == Formed::kBatch) helper = TakeSpareCollector(queue);
-  }
-  if (helper) StartCollector(model);
-  for (InferenceCall* call : expired) Run(*call);
-  if (formed == Formed::kWait) {
-    StartCollector(model);  // the slot moves to a worker, which waits for the batch to fill
-    return;
-  }
-  const int64_t rows = BatchRows(batch);
-  if (!batch.empty()) RunBatch(*model, batch);
-  if (formed == Formed::kIdle) return;
-  bool more = false;
-  {
-    absl::MutexLock lock(&queue.mutex_);
-    BatchDone(queue, rows);
-    more = !queue.pending_.empty();
-    if (!more) queue.ReleaseCollector();
-  }
-  if (more) StartCollector(model);  // the slot moves to a worker
+bool InferenceRunner::Mergeable(const ScheduledCall& call) const {
+  const InferenceCall& c = Of(call);
+  return server::Mergeable(c.model_->io, c.decoded_.inputs);
 }
 
-int64_t InferenceRunner::BatchRows(const std::vector<InferenceCall*>& batch) {
-  int64_t rows = 0;
-  for (const InferenceCall* call : batch) rows += call->batch_size_;
-  return rows;
-}
-
-bool InferenceRunner::TakeSpareCollector(BatchQueue& queue) {
-  if (queue.pending_.empty() || queue.waiting_ || queue.collectors_ >= queue.max_collectors()) {
-    return false;
-  }
-  ++queue.collectors_;
-  return true;
-}
-
-void InferenceRunner::BatchDone(BatchQueue& queue, int64_t rows) {
-  queue.running_rows_ -= rows;
-  if (queue.waiting_) queue.more_.Signal();  // its share, or how long it gathers, changed
-}
-
-void InferenceRunner::StartCollector(const std::shared_ptr<const LoadedModel>& model) {
-  // Whatever happens (a full pool, an allocation that fails), the slot is not lost.
-  const absl::Status scheduled = CatchExceptions(ModelLabel(*model), [&] {
-    return pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
-  });
-  if (scheduled.ok()) return;
-  // No collector for the slot taken: when none is left at all, nobody would take the calls
-  // queued, so they are answered with the pool's error here.
-  BatchQueue& queue = *model->batcher;
-  std::deque<InferenceCall*> orphans;
-  {
-    absl::MutexLock lock(&queue.mutex_);
-    queue.ReleaseCollector();
-    if (queue.collectors_ == 0) {
-      orphans.swap(queue.pending_);
-      queue.pending_rows_ = 0;
-      ++queue.taken_;
-    }
-  }
-  for (InferenceCall* orphan : orphans) {
-    orphan->queued_ = false;
-    metrics_.queue_depth().Decrement();
-    Complete(*orphan, Annotate(scheduled, ModelLabel(*model)));
-  }
-}
-
-void InferenceRunner::CollectBatches(std::shared_ptr<const LoadedModel> model) {
-  BatchQueue& queue = *model->batcher;
-  std::vector<InferenceCall*> batch, expired;
-  while (true) {
-    batch.clear();
-    expired.clear();
-    bool idle = false;
-    bool helper = false;
-    {
-      absl::MutexLock lock(&queue.mutex_);
-      idle = FormBatch(*model, queue, batch, expired, /*may_wait=*/true) == Formed::kIdle;
-      if (idle) queue.ReleaseCollector();
-      if (!idle) helper = TakeSpareCollector(queue);
-    }
-    if (helper) StartCollector(model);
-    for (InferenceCall* call : expired) Run(*call);  // Execute answers DEADLINE_EXCEEDED/CANCELLED
-    const int64_t rows = BatchRows(batch);
-    if (!batch.empty()) RunBatch(*model, batch);
-    if (idle) return;
-    {
-      absl::MutexLock lock(&queue.mutex_);
-      BatchDone(queue, rows);
-    }
-    // Other models' tasks wait: queue behind them (this task's collector slot moves along).
-    if (pool_->queue_size() > 0 &&
-        CatchExceptions(ModelLabel(*model), [&] {
-          return pool_->TrySchedule([this, model] { CollectBatches(model); }, model->instances);
-        }).ok()) {
-      return;
-    }
-  }
-}
-
-InferenceRunner::Formed InferenceRunner::FormBatch(const LoadedModel& model, BatchQueue& queue,
-                                                   std::vector<InferenceCall*>& batch,
-                                                   std::vector<InferenceCall*>& expired,
-                                                   bool may_wait) {
-  const BatchingPolicy& policy = queue.policy();
-  // The batch so far: the head and the later calls that merge with it, found by a scan that goes
-  // on from `scanned` when more arrive (a wait woken by an arrival looks at the new calls only,
-  // not the whole queue again). Calls that expired or were cancelled leave the queue in a sweep
-  // at the start, after a wait that timed out (a deadline may have come) and as the batch goes.
-  std::vector<InferenceCall*> members;
-  int64_t size = 0;
-  size_t scanned = 0;  // queue positions looked at; 0: start again from the head
-  bool full = false;
-  absl::Time earliest_deadline = absl::InfiniteFuture();
-  auto sweep = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_) {
-    const absl::Time now = absl::Now();
-    const size_t before = queue.pending_.size();
-    for (auto it = queue.pending_.begin(); it != queue.pending_.end();) {
-      if (now >= (*it)->deadline_ || (*it)->cancelled()) {
-        queue.pending_rows_ -= (*it)->batch_size_;
-        expired.push_back(*it);
-        it = queue.pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (queue.pending_.size() != before) ++queue.taken_;
-  };
-  // What was scanned holds while no call left the queue (taken by another collector, or swept).
-  uint64_t scanned_at = queue.taken_;
-  sweep();
-  while (true) {
-    if (queue.taken_ != scanned_at) scanned = 0;
-    scanned_at = queue.taken_;
-    if (queue.pending_.empty()) return Formed::kIdle;
-    if (scanned == 0) {
-      InferenceCall* head = queue.pending_.front();
-      members.assign(1, head);
-      size = head->batch_size_;
-      earliest_deadline = head->deadline_;
-      full = size >= policy.max_batch_size || !Mergeable(model.io, head->decoded_.inputs);
-      scanned = 1;
-    }
-    const InferenceCall& head = *members.front();
-    for (; scanned < queue.pending_.size() && !full; ++scanned) {
-      InferenceCall* call = queue.pending_[scanned];
-      earliest_deadline = std::min(earliest_deadline, call->deadline_);
-      if (!CanMerge(model.io, head.decoded_.inputs, call->decoded_.inputs)) {
-        if (policy.preserve_ordering) full = true;  // no call is skipped: this batch is done
-        continue;
-      }
-      if (size + call->batch_size_ > policy.max_batch_size) {
-        full = true;
-        break;
-      }
-      members.push_back(call);
-      size += call->batch_size_;
-      full = size >= policy.max_batch_size;
-    }
-    const absl::Time now = absl::Now();
-    const bool preferred = !full && !policy.preferred.empty() && policy.preferred.front() <= size;
-    const int64_t share = queue.Share();
-    // While another batch of the version runs, a batch gathers up to its share for as long as a
-    // run takes (at least max_queue_delay): sent sooner, it would hold the requests that came
-    // back in the meantime, one or two, while the other batch holds all the rest.
-    absl::Duration gather = policy.max_queue_delay;
-    if (queue.running_rows_ > 0) {
-      const absl::Duration run = model.metrics->RecentCompute();
-      if (run != absl::InfiniteDuration()) gather = std::max(gather, std::min(run, kMaxGather));
-    }
-    const absl::Time due = std::min(head.enqueued_ + gather, earliest_deadline);
-    // Sent when full, at a preferred size, at once for a lone client (the version is quiet),
-    // with its share of the version's requests, or when the oldest call waited `gather` (or the
-    // earliest deadline comes).
-    if (!(full || preferred || queue.Quiet(now) || size >= share || now >= due || queue.flush_)) {
-      if (!may_wait) return Formed::kWait;
-      // One collector waits for a batch to fill; another gives its slot back (the waiting one
-      // takes these calls).
-      if (queue.waiting_) return Formed::kIdle;
-      queue.waiting_ = true;
-      const bool timed_out = queue.more_.WaitWithDeadline(&queue.mutex_, due);
-      queue.waiting_ = false;
-      if (timed_out) sweep();
-      continue;
-    }
-    // At most the share (a preferred size first: the largest one the calls make, in arrival
-    // order); the rest is left for the next collector.
-    int64_t limit = share;
-    for (auto p = policy.preferred.rbegin(); preferred && p != policy.preferred.rend(); ++p) {
-      if (*p <= size) {
-        limit = std::min(limit, *p);
-        break;
-      }
-    }
-    {
-      int64_t kept = 0;
-      size_t n = 0;
-      while (n < members.size() && kept + members[n]->batch_size_ <= limit) {
-        kept += members[n++]->batch_size_;
-      }
-      members.resize(std::max<size_t>(n, 1));
-    }
-    // The members leave the queue (one pass); a call found expired or cancelled now is answered
-    // alone instead.
-    const absl::Time sent = absl::Now();
-    size_t member = 0, kept = 0;
-    int64_t rows = 0;
-    for (size_t i = 0; i < queue.pending_.size(); ++i) {
-      InferenceCall* call = queue.pending_[i];
-      const bool in_batch = member < members.size() && members[member] == call;
-      member += in_batch ? 1 : 0;
-      if (sent >= call->deadline_ || call->cancelled()) {
-        queue.pending_rows_ -= call->batch_size_;
-        expired.push_back(call);
-      } else if (in_batch) {
-        batch.push_back(call);
-        rows += call->batch_size_;
-      } else {
-        queue.pending_[kept++] = call;
-      }
-    }
-    queue.pending_.resize(kept);
-    ++queue.taken_;
-    if (batch.empty()) {  // every member left: start again with what is queued
-      scanned = 0;
-      continue;
-    }
-    queue.pending_rows_ -= rows;
-    queue.running_rows_ += rows;
-    return Formed::kBatch;
-  }
+bool InferenceRunner::CanMerge(const ScheduledCall& head, const ScheduledCall& other) const {
+  const InferenceCall& h = Of(head);
+  return server::CanMerge(h.model_->io, h.decoded_.inputs, Of(other).decoded_.inputs);
 }
 
 void InferenceRunner::RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls) {
@@ -570,7 +265,10 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
     batches_.erase(std::find(batches_.begin(), batches_.end(), &running));
   }
   const absl::Duration computed = absl::Now() - started;
-  for (size_t k = 0; k < calls.size(); ++k) model.metrics->RecordCompute(computed);
+  for (size_t k = 0; k < calls.size(); ++k) {
+    model.metrics->RecordCompute(computed);
+    model.scheduler->RecordRun(computed);
+  }
 
   // What a member that left while the batch ran is answered.
   auto where = [members] { return absl::StrCat("while its batch of ", members, " requests ran"); };
@@ -617,7 +315,9 @@ absl::Status InferenceRunner::Execute(InferenceCall& call) {
   if (call.stream_loop_ >= 0) options.iteration_observer = &call;
   absl::StatusOr<std::vector<engine::Value>> outputs =
       model.model->Run(std::move(call.decoded_.inputs), options);
-  model.metrics->RecordCompute(absl::Now() - started);
+  const absl::Duration computed = absl::Now() - started;
+  model.metrics->RecordCompute(computed);
+  model.scheduler->RecordRun(computed);
   if (!outputs.ok()) {
     // The engine stops on the call's cancellation, which a protocol also sets at the deadline.
     absl::Status status = outputs.status();
@@ -775,11 +475,7 @@ void InferenceRunner::CancelAll() {
   // cancelled, are answered at once instead of when the delay ends. (The served versions: a
   // call's own pin is its submitting thread's until Finish.)
   for (const std::shared_ptr<const LoadedModel>& model : registry_->ReadyModels()) {
-    if (model->batcher == nullptr) continue;
-    BatchQueue& queue = *model->batcher;
-    absl::MutexLock lock(&queue.mutex_);
-    queue.flush_ = true;
-    if (queue.waiting_) queue.more_.Signal();
+    model->scheduler->Flush();
   }
 }
 

@@ -17,7 +17,8 @@
 #include "server/observability/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/infer_request.h"
-#include "server/runner/worker_pool.h"
+#include "server/scheduling/scheduler.h"
+#include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
 
@@ -39,7 +40,7 @@ class InferenceRunner;
 // the requested outputs), runs it on a worker (never on the adapter's thread, which the client's
 // reading paces), hands the engine the call as its IterationObserver, and calls RespondIteration
 // once per iteration before Respond and Finish.
-class InferenceCall : private engine::IterationObserver {
+class InferenceCall : public ScheduledCall, private engine::IterationObserver {
  public:
   // How the runner learns that the client went away. kWhileInline: the protocol reports it
   // (gRPC's OnCancel -> Cancel) except while the request runs on the adapter's own thread, when
@@ -58,10 +59,6 @@ class InferenceCall : private engine::IterationObserver {
 
   InferenceCall(const InferenceCall&) = delete;
   InferenceCall& operator=(const InferenceCall&) = delete;
-
-  // Stops the request: queued, it is answered CANCELLED without running; running, the engine
-  // stops at its next Loop iteration or kernel chunk. Any thread.
-  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
 
   Protocol protocol() const { return protocol_; }
   absl::Time received() const { return received_; }
@@ -94,9 +91,6 @@ class InferenceCall : private engine::IterationObserver {
   virtual absl::Status RespondIteration(const LoadedModel& model, int64_t iteration,
                                         absl::Span<const engine::ScanSlice> slices);
 
-  absl::Time deadline() const { return deadline_; }
-  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
-
   // The back-pressure wait of RespondIteration, for every protocol: calls `room(until)` (which
   // waits until the adapter has room for another response — true — or `until` passes — false)
   // with `until` at most InferenceRunner::kCancelPollInterval ahead, until it answers true.
@@ -115,17 +109,11 @@ class InferenceCall : private engine::IterationObserver {
   const Protocol protocol_;
   const Polling polling_;
   const absl::Time received_;
-  absl::Time deadline_;  // the protocol's, or the `timeout` parameter's when earlier
-  std::atomic<bool> cancelled_{false};
   // Owned by the runner from Submit to Finish.
   std::shared_ptr<const LoadedModel> model_;  // pinned until Finish
   DecodedRequest decoded_;
   bool admitted_ = false;  // counted in loopserve_inflight_requests
   bool queued_ = false;    // counted in loopserve_queue_depth until a worker takes it
-  // The request's inferences (its batch size with max_batch_size > 0, else 1), and when it
-  // entered its version's BatchQueue.
-  int64_t batch_size_ = 1;
-  absl::Time enqueued_;
   // The runner's list of calls in flight (guarded by its mutex).
   InferenceCall* prev_ = nullptr;
   InferenceCall* next_ = nullptr;
@@ -143,10 +131,10 @@ class InferenceCall : private engine::IterationObserver {
 //   admits it      the server is not draining; the version is pinned (ModelRegistry::Get); the
 //                  `timeout` parameter shortens the deadline; the request is bound to the
 //                  model's signature (BindRequest) and to its config (ModelIo::AdaptInputs);
-//   schedules it   on the caller's thread when the version's recent runs averaged under
-//                  Options::inline_run_limit and the pool would start it at once
-//                  (WorkerPool::TryRunHere), otherwise on the WorkerPool (full queue:
-//                  RESOURCE_EXHAUSTED at once, so a protocol thread never blocks);
+//   schedules it   by the version's Scheduler (LoadedModel::scheduler, server/scheduling/):
+//                  the DirectScheduler runs it on this thread or the WorkerPool, the
+//                  DynamicBatcher merges it with other clients' calls; the runner is their
+//                  Executor (it runs what they schedule and answers what they refuse);
 //   runs it        engine::Model::Run with the deadline, the call's cancellation flag, the
 //                  version's caps (iterations, output bytes, memory) and its LoopObserver; a
 //                  request whose deadline passed or that was cancelled while queued is answered
@@ -160,32 +148,13 @@ class InferenceCall : private engine::IterationObserver {
 // Exceptions stop here (INTERNAL). A `stream_iterations` request runs with its call as the
 // engine's IterationObserver beside the version's LoopObserver (see InferenceCall).
 //
-// Dynamic batching (a version with `dynamic_batching`; LoadedModel::batcher): an admitted call
-// (already bound and checked alone, so a bad request fails alone) runs at once on the caller's
-// thread when its version is quiet (BatchQueue::Quiet: a lone client), nothing of it is queued
-// or running and the inline conditions above hold (the version's collector slot is held
-// meanwhile, so others queue); otherwise it goes into the version's BatchQueue instead of the
-// pool (`stream_iterations` requests bypass it). A call that finds a collector slot free sends
-// a batch that is due now on its own thread under the same inline rule (no waiting), or else
-// schedules a collector task on the pool (in the version's TaskGroup; at most
-// BatchQueue::max_collectors at once), which waits for its batch. A collector takes the oldest
-// call and every later one that CanMerge with it while the batch sizes sum to at most
-// max_batch_size; it dispatches the batch at once when it is full, reaches a preferred size, the
-// version is quiet (a lone client never waits), it holds its share of the version's inferences
-// (BatchQueue::Share: queued plus running over the collectors; it takes no more, and the calls
-// left start another collector), or when the oldest call has waited max_queue_delay (while
-// another batch of the version runs: as long as a recent run took, up to 100 ms, if longer) or
-// the earliest deadline comes; otherwise it waits for more. Calls that
-// expired or were cancelled in the queue are taken out and answered alone. A batch of one runs
-// as an unbatched request; a larger one runs as one Model::Run on the merged inputs (the
-// latest deadline of its members; caps on output bytes and memory multiplied by the member
-// count, the iteration cap unchanged since every member shares each iteration), and its outputs
-// are split per request. A member cancelled or past its deadline while its batch runs is
-// answered CANCELLED / DEADLINE_EXCEEDED when the batch ends while the others get their outputs;
-// the watcher stops the run when every member is cancelled. After each batch the collector
-// continues with the queue, or hands over to a fresh task when other work waits in the pool.
-// preserve_ordering: one collector, no call skipped, so answers leave in arrival order. The
-// queue lock is taken per request and per batch, never inside a run.
+// A merged batch (Executor::RunMerged) runs as one Model::Run on the merged inputs (the latest
+// deadline of its members; caps on output bytes and memory multiplied by the member count, the
+// iteration cap unchanged since every member shares each iteration), and its outputs are split
+// per request. A member cancelled or past its deadline while its batch runs is answered
+// CANCELLED / DEADLINE_EXCEEDED when the batch ends while the others get their outputs; the
+// watcher stops the run when every member is cancelled. Every run's time goes to the version's
+// scheduler (Scheduler::RecordRun), whose timing rules read it.
 //
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
@@ -196,7 +165,7 @@ class InferenceCall : private engine::IterationObserver {
 //
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive it; every call
 // submitted must have been finished before it is destroyed (the servers' shutdown waits for it).
-class InferenceRunner {
+class InferenceRunner : private Executor {
  public:
   struct Options {
     // Runs of versions whose recent runs took less on average may run on the caller's thread;
@@ -234,41 +203,24 @@ class InferenceRunner {
   // `stream_iterations`: checks the call can stream and the requested outputs include scan
   // outputs of one top-level Loop; fills the call's stream_* fields.
   absl::Status PlanIterationStream(InferenceCall& call);
-  // Scheduling: on this thread or the pool.
-  absl::Status Dispatch(InferenceCall& call);
-  // Scheduling of a batching version: on this thread when nothing of the version is queued or
-  // running and its runs are short (as Dispatch), otherwise into its BatchQueue
-  // (RESOURCE_EXHAUSTED when it holds the pool's max_queue_size calls), starting a collector if
-  // none is free to take the call.
-  absl::Status Enqueue(InferenceCall& call);
-  // Schedules a collector for the slot the caller took in the version's queue; when the pool
-  // refuses and no collector is left, answers every queued call with the pool's error.
-  void StartCollector(const std::shared_ptr<const LoadedModel>& model);
-  // The inferences of a batch (its calls' batch sizes summed).
-  static int64_t BatchRows(const std::vector<InferenceCall*>& batch);
-  // After a batch was formed, under the queue's mutex: takes a free collector slot for the calls
-  // left in the queue (none waits for them); the caller then calls StartCollector.
-  static bool TakeSpareCollector(BatchQueue& queue) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
-  // After a batch of `rows` inferences ran, under the queue's mutex: no longer running; a
-  // collector gathering meanwhile looks again (its share and how long it gathers changed).
-  static void BatchDone(BatchQueue& queue, int64_t rows)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
-  // A collector task: forms and runs batches of `model` until its queue is empty.
-  void CollectBatches(std::shared_ptr<const LoadedModel> model);
-  // What FormBatch did: moved a batch out of the queue, found the queue empty (or another
-  // collector already waiting on it: this one then gives its slot back), or (may_wait false)
-  // found no batch due yet.
-  enum class Formed { kBatch, kIdle, kWait };
-  // Under the queue's mutex: waits for a batch to be due (see the class comment) and moves it out
-  // of the queue into `batch`; calls that expired or were cancelled go to `expired`. `may_wait`
-  // false: never waits (a collector on a protocol thread, which hands a batch still to be
-  // gathered to a worker).
-  Formed FormBatch(const LoadedModel& model, BatchQueue& queue, std::vector<InferenceCall*>& batch,
-                   std::vector<InferenceCall*>& expired, bool may_wait)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue.mutex_);
-  // One batch collected and run on the caller's thread (WorkerPool::TryRunHere) in the collector
-  // slot the caller took; the slot then goes to a worker collector if calls are left.
-  void CollectOnce(const std::shared_ptr<const LoadedModel>& model);
+  // Executor: what the version's scheduler runs, answers and counts.
+  WorkerPool& pool() override { return *pool_; }
+  absl::Duration inline_run_limit() const override { return options_.inline_run_limit; }
+  void RunAlone(ScheduledCall& call) override;
+  void RunHere(ScheduledCall& call) override;
+  void RunMerged(absl::Span<ScheduledCall* const> calls) override;
+  void Reject(ScheduledCall& call, const absl::Status& status) override;
+  void WatchWhileHere(ScheduledCall& call) override;
+  void Queued(ScheduledCall& call) override;
+  void Unqueued(ScheduledCall& call) override;
+  bool Mergeable(const ScheduledCall& call) const override;
+  bool CanMerge(const ScheduledCall& head, const ScheduledCall& other) const override;
+  // Every ScheduledCall a scheduler hands back is an InferenceCall the runner submitted.
+  static InferenceCall& Of(ScheduledCall& call) { return static_cast<InferenceCall&>(call); }
+  static const InferenceCall& Of(const ScheduledCall& call) {
+    return static_cast<const InferenceCall&>(call);
+  }
+
   // Runs a batch taken from the queue and answers each of its calls.
   void RunBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls);
   absl::Status ExecuteBatch(const LoadedModel& model, const std::vector<InferenceCall*>& calls,

@@ -79,6 +79,139 @@ BatchQueue::BatchQueue(BatchingPolicy policy, int max_collectors)
     : policy_(std::move(policy)),
       max_collectors_(policy_.preserve_ordering ? 1 : std::max(max_collectors, 1)) {}
 
+int64_t BatchQueue::Share() const {
+  const int64_t rows = pending_rows_ + running_rows_;
+  return std::clamp<int64_t>((rows + max_collectors_ - 1) / max_collectors_, 1,
+                             policy_.max_batch_size);
+}
+
+void BatchQueue::Push(ScheduledCall* call, absl::Time now) {
+  call->enqueued_ = now;
+  pending_.push_back(call);
+  pending_rows_ += call->batch_size();
+}
+
+std::deque<ScheduledCall*> BatchQueue::TakeAll() {
+  std::deque<ScheduledCall*> all;
+  all.swap(pending_);
+  pending_rows_ = 0;
+  ++taken_;
+  return all;
+}
+
+void BatchQueue::Sweep(absl::Time now, std::vector<ScheduledCall*>& expired) {
+  const size_t before = pending_.size();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (now >= (*it)->deadline() || (*it)->cancelled()) {
+      pending_rows_ -= (*it)->batch_size();
+      expired.push_back(*it);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (pending_.size() != before) ++taken_;
+}
+
+BatchQueue::Verdict BatchQueue::Look(Gathering& g, absl::Time now, absl::Duration recent_run,
+                                     const MergeRule& rule) {
+  // What was scanned holds while no call left the queue (taken by another collector, or swept).
+  if (taken_ != g.scanned_at_) g.scanned_ = 0;
+  g.scanned_at_ = taken_;
+  if (pending_.empty()) return {Step::kIdle};
+  if (g.scanned_ == 0) {
+    ScheduledCall* head = pending_.front();
+    g.members_.assign(1, head);
+    g.size_ = head->batch_size();
+    g.earliest_deadline_ = head->deadline();
+    g.full_ = g.size_ >= policy_.max_batch_size || !rule.Mergeable(*head);
+    g.scanned_ = 1;
+  }
+  const ScheduledCall& head = *g.members_.front();
+  for (; g.scanned_ < pending_.size() && !g.full_; ++g.scanned_) {
+    ScheduledCall* call = pending_[g.scanned_];
+    g.earliest_deadline_ = std::min(g.earliest_deadline_, call->deadline());
+    if (!rule.CanMerge(head, *call)) {
+      if (policy_.preserve_ordering) g.full_ = true;  // no call is skipped: this batch is done
+      continue;
+    }
+    if (g.size_ + call->batch_size() > policy_.max_batch_size) {
+      g.full_ = true;
+      break;
+    }
+    g.members_.push_back(call);
+    g.size_ += call->batch_size();
+    g.full_ = g.size_ >= policy_.max_batch_size;
+  }
+  g.preferred_ = !g.full_ && !policy_.preferred.empty() && policy_.preferred.front() <= g.size_;
+  g.share_ = Share();
+  // While another batch of the version runs, a batch gathers up to its share for as long as a
+  // run takes (at least max_queue_delay): sent sooner, it would hold the requests that came
+  // back in the meantime, one or two, while the other batch holds all the rest.
+  absl::Duration gather = policy_.max_queue_delay;
+  if (running_rows_ > 0 && recent_run != absl::InfiniteDuration()) {
+    gather = std::max(gather, std::min(recent_run, kMaxGather));
+  }
+  const absl::Time due = std::min(head.enqueued() + gather, g.earliest_deadline_);
+  // Sent when full, at a preferred size, at once for a lone client (the version is quiet),
+  // with its share of the version's requests, or when the oldest call waited `gather` (or the
+  // earliest deadline comes).
+  if (g.full_ || g.preferred_ || Quiet(now) || g.size_ >= g.share_ || now >= due || flush_) {
+    return {Step::kSend};
+  }
+  return {Step::kWait, due};
+}
+
+bool BatchQueue::Take(Gathering& g, absl::Time now, std::vector<ScheduledCall*>& batch,
+                      std::vector<ScheduledCall*>& expired) {
+  // At most the share (a preferred size first: the largest one the calls make, in arrival
+  // order); the rest is left for the next collector.
+  int64_t limit = g.share_;
+  for (auto p = policy_.preferred.rbegin(); g.preferred_ && p != policy_.preferred.rend(); ++p) {
+    if (*p <= g.size_) {
+      limit = std::min(limit, *p);
+      break;
+    }
+  }
+  std::vector<ScheduledCall*>& members = g.members_;
+  {
+    int64_t kept = 0;
+    size_t n = 0;
+    while (n < members.size() && kept + members[n]->batch_size() <= limit) {
+      kept += members[n++]->batch_size();
+    }
+    members.resize(std::max<size_t>(n, 1));
+  }
+  // The members leave the queue (one pass); a call found expired or cancelled now is answered
+  // alone instead.
+  size_t member = 0, kept = 0;
+  int64_t rows = 0;
+  const size_t first = batch.size();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    ScheduledCall* call = pending_[i];
+    const bool in_batch = member < members.size() && members[member] == call;
+    member += in_batch ? 1 : 0;
+    if (now >= call->deadline() || call->cancelled()) {
+      pending_rows_ -= call->batch_size();
+      expired.push_back(call);
+    } else if (in_batch) {
+      batch.push_back(call);
+      rows += call->batch_size();
+    } else {
+      pending_[kept++] = call;
+    }
+  }
+  pending_.resize(kept);
+  ++taken_;
+  if (batch.size() == first) {  // every member left: start again with what is queued
+    g.scanned_ = 0;
+    return false;
+  }
+  pending_rows_ -= rows;
+  running_rows_ += rows;
+  return true;
+}
+
 int64_t BatchSize(const ModelIo& io, const std::vector<engine::Value>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (io.InputBatchAxis(static_cast<int>(i)) != 0 || !inputs[i].is_tensor()) continue;

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/http/metrics_exposer.h"
 #include "tests/unit/server/test_util.h"
 
 namespace loopserve::server {

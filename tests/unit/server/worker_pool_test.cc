@@ -1,4 +1,4 @@
-#include "server/runner/worker_pool.h"
+#include "server/scheduling/worker_pool.h"
 
 #include <atomic>
 #include <memory>
