@@ -130,6 +130,158 @@ absl::StatusOr<Message> ParseProto(const std::string& json, absl::string_view wh
   return message;
 }
 
+// One input of the request's JSON header: its data inline, or (raw) only its binary size.
+absl::Status WriteInput(JsonWriter& w, const Tensor& t, bool raw) {
+  w.StartObject();
+  w.Key("name");
+  w.String(t.name.c_str());
+  w.Key("datatype");
+  w.String(t.datatype.c_str());
+  w.Key("shape");
+  w.StartArray();
+  for (int64_t d : t.shape) w.Int64(d);
+  w.EndArray();
+  if (raw) {
+    w.Key("parameters");
+    w.StartObject();
+    w.Key("binary_data_size");
+    w.Uint64(t.bytes.size());
+    w.EndObject();
+  } else {
+    w.Key("data");
+    absl::Status written = WriteData(w, t);
+    if (!written.ok()) return written;
+  }
+  w.EndObject();
+  return absl::OkStatus();
+}
+
+// The request's JSON header, appended to `body`. Returns the inputs' binary bytes (raw mode).
+absl::StatusOr<size_t> WriteInferHeader(const std::vector<Tensor>& inputs,
+                                        const std::vector<std::string>& outputs,
+                                        const InferOptions& options, absl::Time deadline,
+                                        std::string& body) {
+  protocol::StringSink out{&body};
+  JsonWriter w(out);
+  w.StartObject();
+  if (!options.request_id.empty()) {
+    w.Key("id");
+    w.String(options.request_id.c_str());
+  }
+  const bool raw = options.contents == ContentsMode::kRaw;
+  w.Key("parameters");
+  w.StartObject();
+  w.Key("binary_data_output");
+  w.Bool(raw);
+  if (deadline != absl::InfiniteFuture()) {
+    w.Key("timeout");
+    w.Int64(std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
+  }
+  w.EndObject();
+  w.Key("inputs");
+  w.StartArray();
+  size_t binary_bytes = 0;
+  for (const Tensor& t : inputs) {
+    absl::Status valid = t.Validate();
+    if (!valid.ok()) return valid;
+    absl::Status written = WriteInput(w, t, raw);
+    if (!written.ok()) return written;
+    if (raw) binary_bytes += t.bytes.size();
+  }
+  w.EndArray();
+  if (!outputs.empty()) {
+    w.Key("outputs");
+    w.StartArray();
+    for (const std::string& name : outputs) {
+      w.StartObject();
+      w.Key("name");
+      w.String(name.c_str());
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
+  return binary_bytes;
+}
+
+absl::Status Malformed(absl::string_view model, absl::string_view why) {
+  return absl::InternalError(absl::StrCat("model '", model, "': malformed response: ", why));
+}
+
+// One element of the response's "outputs": its data inline, or the next `binary_data_size`
+// bytes of `blob` from `at` (which it advances).
+absl::StatusOr<Tensor> ParseOutput(absl::string_view model, element o, absl::string_view blob,
+                                   size_t& at) {
+  Tensor t;
+  std::string_view name, datatype;
+  simdjson::dom::array shape;
+  if (o["name"].get_string().get(name) != simdjson::SUCCESS ||
+      o["datatype"].get_string().get(datatype) != simdjson::SUCCESS ||
+      o["shape"].get_array().get(shape) != simdjson::SUCCESS) {
+    return Malformed(model, "an output lacks name, datatype or shape");
+  }
+  t.name = name;
+  t.datatype = datatype;
+  for (element d : shape) {
+    int64_t dim = 0;
+    if (d.get_int64().get(dim) != simdjson::SUCCESS) {
+      return Malformed(model, "a dim is not an integer");
+    }
+    t.shape.push_back(dim);
+  }
+  uint64_t size = 0;
+  element data;
+  if (o["parameters"]["binary_data_size"].get_uint64().get(size) == simdjson::SUCCESS) {
+    if (size > blob.size() - at) return Malformed(model, "binary data runs past the body");
+    t.bytes.assign(blob.data() + at, size);
+    at += size;
+  } else if (o["data"].get(data) == simdjson::SUCCESS) {
+    absl::Status s = DataToBytes(data, t.datatype, &t.bytes);
+    if (!s.ok()) return Malformed(model, absl::StrCat("output '", t.name, "': ", s.message()));
+  } else {
+    return Malformed(model, absl::StrCat("output '", t.name, "' has neither data nor binary data"));
+  }
+  absl::Status valid = t.Validate();
+  if (!valid.ok()) return Malformed(model, valid.message());
+  return t;
+}
+
+// A 200 response: the JSON header (the first `header_length` bytes of `body`, or all of it when
+// the header is absent), then the binary outputs back to back.
+absl::StatusOr<InferResult> ParseInferResponse(absl::string_view model, const std::string& body,
+                                               const std::string& header_length_text) {
+  size_t header_length = body.size();
+  if (!header_length_text.empty() &&
+      (!absl::SimpleAtoi(header_length_text, &header_length) || header_length > body.size())) {
+    return Malformed(model, "bad Inference-Header-Content-Length");
+  }
+  const absl::string_view blob = absl::string_view(body).substr(header_length);
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(body.data(), header_length).get(root) != simdjson::SUCCESS) {
+    return Malformed(model, "not JSON");
+  }
+  InferResult result;
+  std::string_view text;
+  if (root["model_name"].get_string().get(text) == simdjson::SUCCESS) result.model_name = text;
+  if (root["model_version"].get_string().get(text) == simdjson::SUCCESS) {
+    result.model_version = text;
+  }
+  if (root["id"].get_string().get(text) == simdjson::SUCCESS) result.id = text;
+  simdjson::dom::array list;
+  if (root["outputs"].get_array().get(list) != simdjson::SUCCESS) {
+    return Malformed(model, "no outputs");
+  }
+  size_t at = 0;
+  for (element o : list) {
+    absl::StatusOr<Tensor> t = ParseOutput(model, o, blob, at);
+    if (!t.ok()) return t.status();
+    result.outputs.push_back(*std::move(t));
+  }
+  if (at != blob.size()) return Malformed(model, "binary outputs do not add up to the body");
+  return result;
+}
+
 }  // namespace
 
 absl::StatusCode CodeForHttpStatus(long status) {
@@ -313,69 +465,12 @@ absl::StatusOr<InferResult> HttpClient::Infer(absl::string_view model,
   }
   // The JSON header, then the raw inputs' bytes.
   std::string body;
-  protocol::StringSink out{&body};
-  JsonWriter w(out);
-  w.StartObject();
-  if (!options.request_id.empty()) {
-    w.Key("id");
-    w.String(options.request_id.c_str());
-  }
-  const bool raw = options.contents == ContentsMode::kRaw;
-  w.Key("parameters");
-  w.StartObject();
-  w.Key("binary_data_output");
-  w.Bool(raw);
-  if (deadline != absl::InfiniteFuture()) {
-    w.Key("timeout");
-    w.Int64(std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
-  }
-  w.EndObject();
-  w.Key("inputs");
-  w.StartArray();
-  size_t binary_bytes = 0;
-  for (const Tensor& t : inputs) {
-    absl::Status valid = t.Validate();
-    if (!valid.ok()) return valid;
-    w.StartObject();
-    w.Key("name");
-    w.String(t.name.c_str());
-    w.Key("datatype");
-    w.String(t.datatype.c_str());
-    w.Key("shape");
-    w.StartArray();
-    for (int64_t d : t.shape) w.Int64(d);
-    w.EndArray();
-    if (raw) {
-      w.Key("parameters");
-      w.StartObject();
-      w.Key("binary_data_size");
-      w.Uint64(t.bytes.size());
-      w.EndObject();
-      binary_bytes += t.bytes.size();
-    } else {
-      w.Key("data");
-      absl::Status written = WriteData(w, t);
-      if (!written.ok()) return written;
-    }
-    w.EndObject();
-  }
-  w.EndArray();
-  if (!outputs.empty()) {
-    w.Key("outputs");
-    w.StartArray();
-    for (const std::string& name : outputs) {
-      w.StartObject();
-      w.Key("name");
-      w.String(name.c_str());
-      w.EndObject();
-    }
-    w.EndArray();
-  }
-  w.EndObject();
+  absl::StatusOr<size_t> binary_bytes = WriteInferHeader(inputs, outputs, options, deadline, body);
+  if (!binary_bytes.ok()) return binary_bytes.status();
   const size_t json_length = body.size();
   std::vector<std::string> headers = {"Content-Type: application/json"};
-  if (raw) {
-    body.reserve(json_length + binary_bytes);
+  if (options.contents == ContentsMode::kRaw) {
+    body.reserve(json_length + *binary_bytes);
     for (const Tensor& t : inputs) body += t.bytes;
     headers = {"Content-Type: application/octet-stream",
                absl::StrCat("Inference-Header-Content-Length: ", json_length)};
@@ -384,66 +479,7 @@ absl::StatusOr<InferResult> HttpClient::Infer(absl::string_view model,
   absl::StatusOr<Response> response = Send("POST", path, body, headers, deadline, &options);
   if (!response.ok()) return response.status();
   if (response->status != 200) return ErrorOf(*response);
-
-  auto malformed = [&](absl::string_view why) {
-    return absl::InternalError(absl::StrCat("model '", model, "': malformed response: ", why));
-  };
-  size_t header_length = response->body.size();
-  if (!response->header_length.empty() &&
-      (!absl::SimpleAtoi(response->header_length, &header_length) ||
-       header_length > response->body.size())) {
-    return malformed("bad Inference-Header-Content-Length");
-  }
-  const absl::string_view blob = absl::string_view(response->body).substr(header_length);
-  simdjson::dom::parser parser;
-  element root;
-  if (parser.parse(response->body.data(), header_length).get(root) != simdjson::SUCCESS) {
-    return malformed("not JSON");
-  }
-  InferResult result;
-  std::string_view text;
-  if (root["model_name"].get_string().get(text) == simdjson::SUCCESS) result.model_name = text;
-  if (root["model_version"].get_string().get(text) == simdjson::SUCCESS) {
-    result.model_version = text;
-  }
-  if (root["id"].get_string().get(text) == simdjson::SUCCESS) result.id = text;
-  simdjson::dom::array list;
-  if (root["outputs"].get_array().get(list) != simdjson::SUCCESS) return malformed("no outputs");
-  size_t at = 0;
-  for (element o : list) {
-    Tensor t;
-    std::string_view name, datatype;
-    simdjson::dom::array shape;
-    if (o["name"].get_string().get(name) != simdjson::SUCCESS ||
-        o["datatype"].get_string().get(datatype) != simdjson::SUCCESS ||
-        o["shape"].get_array().get(shape) != simdjson::SUCCESS) {
-      return malformed("an output lacks name, datatype or shape");
-    }
-    t.name = name;
-    t.datatype = datatype;
-    for (element d : shape) {
-      int64_t dim = 0;
-      if (d.get_int64().get(dim) != simdjson::SUCCESS) return malformed("a dim is not an integer");
-      t.shape.push_back(dim);
-    }
-    uint64_t size = 0;
-    element data;
-    if (o["parameters"]["binary_data_size"].get_uint64().get(size) == simdjson::SUCCESS) {
-      if (size > blob.size() - at) return malformed("binary data runs past the body");
-      t.bytes.assign(blob.data() + at, size);
-      at += size;
-    } else if (o["data"].get(data) == simdjson::SUCCESS) {
-      absl::Status s = DataToBytes(data, t.datatype, &t.bytes);
-      if (!s.ok()) return malformed(absl::StrCat("output '", t.name, "': ", s.message()));
-    } else {
-      return malformed(absl::StrCat("output '", t.name, "' has neither data nor binary data"));
-    }
-    absl::Status valid = t.Validate();
-    if (!valid.ok()) return malformed(valid.message());
-    result.outputs.push_back(std::move(t));
-  }
-  if (at != blob.size()) return malformed("binary outputs do not add up to the body");
-  return result;
+  return ParseInferResponse(model, response->body, response->header_length);
 }
 
 }  // namespace loopserve::client

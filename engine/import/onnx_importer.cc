@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -254,18 +255,36 @@ class OnnxImporter {
       return absl::UnimplementedError(
           absl::StrCat("graph '", proto.name(), "': sparse initializers are not supported"));
     }
+    LS_ASSIGN_OR_RETURN(absl::flat_hash_set<std::string> initializer_names,
+                        ImportInitializers(proto, scope));
+    LS_RETURN_IF_ERROR(ImportInputs(proto, initializer_names, is_main, scope, graph));
+    LS_ASSIGN_OR_RETURN(std::vector<int> node_indices, DefineNodeOutputs(proto, scope));
+    for (int n : node_indices) {
+      LS_ASSIGN_OR_RETURN(Node node, ImportNode(proto.node(n), n, scope));
+      graph.nodes.push_back(std::move(node));
+    }
+    LS_RETURN_IF_ERROR(ImportOutputs(proto, scope, graph));
+    return SortTopologically(graph);
+  }
 
-    // 1. Initializers are constants. A graph input of the same name (IR < 4) is the same constant:
-    //    it is not an input the caller must feed.
-    absl::flat_hash_map<std::string, bool> initializer_names;
+  // 1. Initializers are constants. A graph input of the same name (IR < 4) is the same constant:
+  //    it is not an input the caller must feed. Returns the initializers' names.
+  absl::StatusOr<absl::flat_hash_set<std::string>> ImportInitializers(const onnx::GraphProto& proto,
+                                                                      Scope& scope) {
+    absl::flat_hash_set<std::string> initializer_names;
     for (const onnx::TensorProto& init : proto.initializer()) {
       LS_ASSIGN_OR_RETURN(Tensor t,
                           TensorFromOnnx(init, absl::StrCat("initializer '", init.name(), "'")));
       LS_RETURN_IF_ERROR(AddConstant(scope, init.name(), std::move(t)));
-      initializer_names[init.name()] = true;
+      initializer_names.insert(init.name());
     }
+    return initializer_names;
+  }
 
-    // 2. Inputs.
+  // 2. Inputs.
+  absl::Status ImportInputs(const onnx::GraphProto& proto,
+                            const absl::flat_hash_set<std::string>& initializer_names, bool is_main,
+                            Scope& scope, Graph& graph) {
     for (const onnx::ValueInfoProto& input : proto.input()) {
       if (is_main && initializer_names.contains(input.name())) continue;
       if (!is_main && initializer_names.contains(input.name())) {
@@ -282,9 +301,13 @@ class OnnxImporter {
       LS_ASSIGN_OR_RETURN(ValueId id, scope.Define(input.name(), type));
       graph.inputs.push_back(id);
     }
+    return absl::OkStatus();
+  }
 
-    // 3. Every node output is defined up front, so nodes may come in any order (the graph is
-    //    sorted later) and body names shadow enclosing ones. Constant nodes become constants.
+  // 3. Every node output is defined up front, so nodes may come in any order (the graph is
+  //    sorted later) and body names shadow enclosing ones. Constant nodes become constants.
+  //    Returns the indices of the other nodes, in file order.
+  absl::StatusOr<std::vector<int>> DefineNodeOutputs(const onnx::GraphProto& proto, Scope& scope) {
     std::vector<int> node_indices;
     for (int n = 0; n < proto.node_size(); ++n) {
       const onnx::NodeProto& node = proto.node(n);
@@ -311,54 +334,56 @@ class OnnxImporter {
     for (const onnx::ValueInfoProto& info : proto.output()) {
       scope.RefineType(info.name(), TypeHint(info));
     }
+    return node_indices;
+  }
 
-    // 4. Nodes: resolve inputs (locally, else from enclosing scopes), convert attributes.
-    for (int n : node_indices) {
-      const onnx::NodeProto& proto_node = proto.node(n);
-      Node node;
-      node.name = proto_node.name().empty() ? absl::StrCat(proto_node.op_type(), "_", n)
-                                            : proto_node.name();
-      node.op_type = proto_node.op_type();
-      node.domain = proto_node.domain() == "ai.onnx" ? "" : proto_node.domain();
-      auto opset = opsets_.find(node.domain);
-      if (opset == opsets_.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(node.Label(), ": domain '", node.domain, "' has no opset_import entry"));
-      }
-      node.opset = opset->second;
-      for (const std::string& in : proto_node.input()) {
-        if (in.empty()) {
-          node.inputs.push_back(kNoValue);
-          continue;
-        }
-        const ValueId id = scope.Lookup(in);
-        if (id == kNoValue) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              node.Label(), ": input '", in, "' is not defined in this or any enclosing graph"));
-        }
-        node.inputs.push_back(id);
-      }
-      for (const std::string& out : proto_node.output()) {
-        node.outputs.push_back(out.empty() ? kNoValue : scope.Lookup(out));
-      }
-      for (const onnx::AttributeProto& a : proto_node.attribute()) {
-        // A TypeProto attribute (Optional's `type`) only declares a static type; nothing at run
-        // time depends on it, so it is dropped.
-        if (a.type() == onnx::AttributeProto::TYPE_PROTO) continue;
-        LS_ASSIGN_OR_RETURN(Attribute attr, ConvertAttribute(a, scope, node.Label()));
-        if (attr.graph != nullptr) AddImplicitInputs(*attr.graph, node);
-        for (const auto& g : attr.graphs) AddImplicitInputs(*g, node);
-        node.attributes[a.name()] = std::move(attr);
-      }
-      if (node.op_type == "Loop" && node.domain.empty()) {
-        LS_RETURN_IF_ERROR(LowerOnnxLoop(node));
-      } else if (node.op_type == "Scan" && node.domain.empty()) {
-        LS_RETURN_IF_ERROR(LowerOnnxScan(node));
-      }
-      graph.nodes.push_back(std::move(node));
+  // 4. One node: resolve inputs (locally, else from enclosing scopes), convert attributes.
+  absl::StatusOr<Node> ImportNode(const onnx::NodeProto& proto_node, int n, Scope& scope) {
+    Node node;
+    node.name =
+        proto_node.name().empty() ? absl::StrCat(proto_node.op_type(), "_", n) : proto_node.name();
+    node.op_type = proto_node.op_type();
+    node.domain = proto_node.domain() == "ai.onnx" ? "" : proto_node.domain();
+    auto opset = opsets_.find(node.domain);
+    if (opset == opsets_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.Label(), ": domain '", node.domain, "' has no opset_import entry"));
     }
+    node.opset = opset->second;
+    for (const std::string& in : proto_node.input()) {
+      if (in.empty()) {
+        node.inputs.push_back(kNoValue);
+        continue;
+      }
+      const ValueId id = scope.Lookup(in);
+      if (id == kNoValue) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            node.Label(), ": input '", in, "' is not defined in this or any enclosing graph"));
+      }
+      node.inputs.push_back(id);
+    }
+    for (const std::string& out : proto_node.output()) {
+      node.outputs.push_back(out.empty() ? kNoValue : scope.Lookup(out));
+    }
+    for (const onnx::AttributeProto& a : proto_node.attribute()) {
+      // A TypeProto attribute (Optional's `type`) only declares a static type; nothing at run
+      // time depends on it, so it is dropped.
+      if (a.type() == onnx::AttributeProto::TYPE_PROTO) continue;
+      LS_ASSIGN_OR_RETURN(Attribute attr, ConvertAttribute(a, scope, node.Label()));
+      if (attr.graph != nullptr) AddImplicitInputs(*attr.graph, node);
+      for (const auto& g : attr.graphs) AddImplicitInputs(*g, node);
+      node.attributes[a.name()] = std::move(attr);
+    }
+    if (node.op_type == "Loop" && node.domain.empty()) {
+      LS_RETURN_IF_ERROR(LowerOnnxLoop(node));
+    } else if (node.op_type == "Scan" && node.domain.empty()) {
+      LS_RETURN_IF_ERROR(LowerOnnxScan(node));
+    }
+    return node;
+  }
 
-    // 5. Outputs.
+  // 5. Outputs.
+  static absl::Status ImportOutputs(const onnx::GraphProto& proto, Scope& scope, Graph& graph) {
     for (const onnx::ValueInfoProto& output : proto.output()) {
       const ValueId id = scope.Lookup(output.name());
       if (id == kNoValue) {
@@ -367,7 +392,7 @@ class OnnxImporter {
       }
       graph.outputs.push_back(id);
     }
-    return SortTopologically(graph);
+    return absl::OkStatus();
   }
 
   static void AddImplicitInputs(const Graph& subgraph, Node& node) {

@@ -241,9 +241,23 @@ class OpenVinoImporter {
     return attrs;
   }
 
+  // What the steps of LowerLoop share: the layer, its imported body, and the node and spec being
+  // built.
+  struct LoopLowering {
+    explicit LoopLowering(const IrLayer& layer) : layer(layer), is_loop(layer.type == "Loop") {}
+
+    const IrLayer& layer;
+    bool is_loop;
+    std::shared_ptr<Graph> body;
+    NetworkIo bio;
+    Node node;
+    std::shared_ptr<LoopSpec> spec;
+    absl::flat_hash_map<int64_t, int> input_of_port;  // layer input port id -> node input
+    absl::flat_hash_map<int64_t, int64_t> back_edge;  // Parameter id -> Result id
+  };
+
   // Loop-5 and TensorIterator-1 -> a "Loop" node with a LoopSpec.
   absl::Status LowerLoop(const IrLayer& layer, const LayerValues& values, int depth, Graph& graph) {
-    const bool is_loop = layer.type == "Loop";
     if (depth >= kMaxBodyDepth) {
       return layer.Invalid(
           absl::StrCat("Loop bodies are nested more than ", kMaxBodyDepth, " deep"));
@@ -253,30 +267,46 @@ class OpenVinoImporter {
     const pugi::xml_node port_map = layer.node.child("port_map");
     if (!port_map) return layer.Invalid("has no <port_map>");
 
-    auto body = std::make_shared<Graph>();
-    body->name = absl::StrCat(layer.name, "/body");
-    NetworkIo bio;
-    absl::Status status = ImportNetwork(body_xml, depth + 1, *body, bio);
+    LoopLowering lowering(layer);
+    lowering.body = std::make_shared<Graph>();
+    lowering.body->name = absl::StrCat(layer.name, "/body");
+    absl::Status status = ImportNetwork(body_xml, depth + 1, *lowering.body, lowering.bio);
     if (!status.ok()) return Annotate(status, absl::StrCat(layer.Label(), ": body: "));
 
-    Node node;
+    Node& node = lowering.node;
     node.name = layer.name.empty() ? absl::StrCat(layer.type, "_", layer.id) : layer.name;
     node.op_type = "Loop";
     node.opset = openvino::kOnnxOpset;
     node.outputs = values.outputs;
-    auto spec = std::make_shared<LoopSpec>();
-    spec->negative_trip_count = LoopSpec::NegativeTripCount::kInfinite;
+    lowering.spec = std::make_shared<LoopSpec>();
+    lowering.spec->negative_trip_count = LoopSpec::NegativeTripCount::kInfinite;
 
-    // Node inputs: [0] trip count (input port 0 of a Loop), [1] execution condition (port 1),
-    // then the other input ports in file order. An unconnected trip count is infinite; an
-    // unconnected condition is true.
-    absl::flat_hash_map<int64_t, int> input_of_port;
-    node.inputs = {kNoValue, kNoValue};
+    LS_RETURN_IF_ERROR(ConnectLoopInputs(lowering, values));
+    LS_RETURN_IF_ERROR(ReadBackEdges(lowering));
+    LS_RETURN_IF_ERROR(MapLoopInputs(lowering, port_map));
+    LS_RETURN_IF_ERROR(MapLoopOutputs(lowering, port_map));
+    LS_RETURN_IF_ERROR(CheckLoopPorts(lowering));
+
+    Attribute attr;
+    attr.type = Attribute::Type::kGraph;
+    attr.graph = std::move(lowering.body);
+    node.attributes["body"] = std::move(attr);
+    node.loop = std::move(lowering.spec);
+    graph.nodes.push_back(std::move(node));
+    return absl::OkStatus();
+  }
+
+  // Node inputs: [0] trip count (input port 0 of a Loop), [1] execution condition (port 1),
+  // then the other input ports in file order. An unconnected trip count is infinite; an
+  // unconnected condition is true.
+  static absl::Status ConnectLoopInputs(LoopLowering& l, const LayerValues& values) {
+    const IrLayer& layer = l.layer;
+    l.node.inputs = {kNoValue, kNoValue};
     for (size_t k = 0; k < layer.inputs.size(); ++k) {
       const int64_t id = layer.inputs[k].id;
-      if (is_loop && (id == 0 || id == 1)) {
-        node.inputs[id] = values.inputs[k];
-        input_of_port[id] = static_cast<int>(id);
+      if (l.is_loop && (id == 0 || id == 1)) {
+        l.node.inputs[id] = values.inputs[k];
+        l.input_of_port[id] = static_cast<int>(id);
         const DataType t = layer.inputs[k].dtype;
         if (id == 0 && t != DataType::kUndefined && t != DataType::kInt32 &&
             t != DataType::kInt64) {
@@ -289,12 +319,15 @@ class OpenVinoImporter {
         }
         continue;
       }
-      input_of_port[id] = static_cast<int>(node.inputs.size());
-      node.inputs.push_back(values.inputs[k]);
+      l.input_of_port[id] = static_cast<int>(l.node.inputs.size());
+      l.node.inputs.push_back(values.inputs[k]);
     }
+    return absl::OkStatus();
+  }
 
-    // Back edges: body Result -> body Parameter.
-    absl::flat_hash_map<int64_t, int64_t> back_edge;  // Parameter id -> Result id
+  // Back edges: body Result -> body Parameter.
+  static absl::Status ReadBackEdges(LoopLowering& l) {
+    const IrLayer& layer = l.layer;
     for (pugi::xml_node e = layer.node.child("back_edges").child("edge"); e;
          e = e.next_sibling("edge")) {
       absl::StatusOr<int64_t> from = ParseIntAttr(e, "from-layer", std::nullopt);
@@ -303,206 +336,228 @@ class OpenVinoImporter {
         return layer.Invalid(
             absl::StrCat("back edge: ", (from.ok() ? to.status() : from.status()).message()));
       }
-      if (!bio.results.contains(*from)) {
+      if (!l.bio.results.contains(*from)) {
         return layer.Invalid(absl::StrCat("back edge from layer ", *from, " to layer ", *to,
                                           ": layer ", *from, " is not a Result of the body"));
       }
-      if (!bio.params.contains(*to)) {
+      if (!l.bio.params.contains(*to)) {
         return layer.Invalid(absl::StrCat("back edge from layer ", *from, " to layer ", *to,
                                           ": layer ", *to, " is not a Parameter of the body"));
       }
-      if (back_edge.contains(*to)) {
+      if (l.back_edge.contains(*to)) {
         return layer.Invalid(absl::StrCat("body Parameter ", *to, " has more than one back edge"));
       }
-      const ValueType& rt = body->values[body->outputs[bio.results[*from]]].type;
-      const ValueType& pt = body->values[body->inputs[bio.params[*to]]].type;
+      const ValueType& rt = l.body->values[l.body->outputs[l.bio.results[*from]]].type;
+      const ValueType& pt = l.body->values[l.body->inputs[l.bio.params[*to]]].type;
       if (rt.dtype != DataType::kUndefined && pt.dtype != DataType::kUndefined &&
           rt.dtype != pt.dtype) {
         return layer.Invalid(absl::StrCat("back edge from layer ", *from, " to layer ", *to,
                                           ": element types differ (", DataTypeName(rt.dtype),
                                           " vs ", DataTypeName(pt.dtype), ")"));
       }
-      back_edge[*to] = *from;
+      l.back_edge[*to] = *from;
     }
+    return absl::OkStatus();
+  }
 
-    // Port map inputs.
-    std::vector<bool> param_mapped(body->inputs.size(), false);
+  // Port map inputs: every body Parameter gets a value, from a node input (sliced, carried or
+  // invariant) or as the current iteration.
+  static absl::Status MapLoopInputs(LoopLowering& l, const pugi::xml_node& port_map) {
+    std::vector<bool> param_mapped(l.body->inputs.size(), false);
     for (pugi::xml_node in = port_map.child("input"); in; in = in.next_sibling("input")) {
-      absl::StatusOr<int64_t> ext = ParseIntAttr(in, "external_port_id", std::nullopt);
-      absl::StatusOr<int64_t> internal = ParseIntAttr(in, "internal_layer_id", std::nullopt);
-      if (!ext.ok() || !internal.ok()) {
-        return layer.Invalid(
-            absl::StrCat("port_map: ", (ext.ok() ? internal.status() : ext.status()).message()));
-      }
-      const std::string what = absl::StrCat("port_map input (external_port_id ", *ext,
-                                            ", internal_layer_id ", *internal, ")");
-      auto param = bio.params.find(*internal);
-      if (param == bio.params.end()) {
-        return layer.Invalid(
-            absl::StrCat(what, ": layer ", *internal, " is not a Parameter of the body"));
-      }
-      const int p = param->second;
-      if (param_mapped[p]) {
-        return layer.Invalid(absl::StrCat(what, ": the Parameter is mapped twice"));
-      }
-      param_mapped[p] = true;
-      const ValueType& ptype = body->values[body->inputs[p]].type;
-      const std::string purpose = in.attribute("purpose").value();
-      if (purpose == "current_iteration" && is_loop) {
-        if ((ptype.dtype != DataType::kUndefined && ptype.dtype != DataType::kInt32 &&
-             ptype.dtype != DataType::kInt64) ||
-            !KnownRankAtMost1(ptype)) {
-          return layer.Invalid(absl::StrCat(what,
-                                            ": the current iteration must be an int32 or "
-                                            "int64 scalar or [1], the Parameter is ",
-                                            ptype.ToString()));
-        }
-        spec->current_iteration_param = p;
-        continue;
-      }
-      if (!purpose.empty()) {
-        return layer.Invalid(absl::StrCat(what, ": purpose '", purpose, "' is not valid here"));
-      }
-      if (*ext < 0) {
-        return layer.Invalid(absl::StrCat(what, ": the Parameter is not connected to an input"));
-      }
-      auto port = input_of_port.find(*ext);
-      if (port == input_of_port.end()) {
-        return layer.Invalid(absl::StrCat(what, ": the layer has no input port ", *ext));
-      }
-      if (node.inputs[port->second] == kNoValue) {
-        return layer.Invalid(absl::StrCat(what, ": input port ", *ext, " is not connected"));
-      }
-      LoopSpec::InputPort ip;
-      ip.node_input = port->second;
-      ip.body_param = p;
-      if (in.attribute("axis")) {
-        // OpenVINO's IR reader makes an entry with an axis a sliced input before it looks at
-        // back edges, so a back edge onto it is ignored: the slice wins.
-        back_edge.erase(*internal);
-        absl::StatusOr<int64_t> axis = ParseIntAttr(in, "axis", std::nullopt);
-        if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
-        LS_ASSIGN_OR_RETURN(SliceAttrs slice, ReadSliceAttrs(layer, in));
-        ip.kind = LoopSpec::InputPort::Kind::kSliced;
-        ip.axis = *axis;
-        ip.stride = slice.stride;
-        ip.part_size = slice.part_size;
-        ip.start = slice.start;
-        ip.end = slice.end;
-      } else if (auto edge = back_edge.find(*internal); edge != back_edge.end()) {
-        ip.kind = LoopSpec::InputPort::Kind::kCarried;
-        ip.back_edge = bio.results[edge->second];
-      } else {
-        ip.kind = LoopSpec::InputPort::Kind::kInvariant;
-      }
-      spec->inputs.push_back(ip);
+      LS_RETURN_IF_ERROR(MapLoopInput(l, in, param_mapped));
     }
     for (size_t p = 0; p < param_mapped.size(); ++p) {
       if (param_mapped[p]) continue;
       // The older Loop-5 spec leaves the current-iteration Parameter out of the port map.
-      const ValueType& ptype = body->values[body->inputs[p]].type;
-      if (is_loop && spec->current_iteration_param < 0 &&
+      const ValueType& ptype = l.body->values[l.body->inputs[p]].type;
+      if (l.is_loop && l.spec->current_iteration_param < 0 &&
           (ptype.dtype == DataType::kInt32 || ptype.dtype == DataType::kInt64) &&
           KnownRankAtMost1(ptype)) {
         bool has_edge = false;
-        for (const auto& [param_id, result_id] : back_edge) {
-          has_edge = has_edge || bio.params[param_id] == static_cast<int>(p);
+        for (const auto& [param_id, result_id] : l.back_edge) {
+          has_edge = has_edge || l.bio.params[param_id] == static_cast<int>(p);
         }
         if (!has_edge) {
-          spec->current_iteration_param = static_cast<int>(p);
+          l.spec->current_iteration_param = static_cast<int>(p);
           continue;
         }
       }
-      return layer.Invalid(
-          absl::StrCat("body ", bio.param_labels[p], " gets no value: it is not in the port map"));
+      return l.layer.Invalid(absl::StrCat("body ", l.bio.param_labels[p],
+                                          " gets no value: it is not in the port map"));
     }
+    return absl::OkStatus();
+  }
 
-    // Port map outputs.
-    std::vector<bool> output_mapped(node.outputs.size(), false);
+  // One <input> entry of the port map.
+  static absl::Status MapLoopInput(LoopLowering& l, const pugi::xml_node& in,
+                                   std::vector<bool>& param_mapped) {
+    const IrLayer& layer = l.layer;
+    absl::StatusOr<int64_t> ext = ParseIntAttr(in, "external_port_id", std::nullopt);
+    absl::StatusOr<int64_t> internal = ParseIntAttr(in, "internal_layer_id", std::nullopt);
+    if (!ext.ok() || !internal.ok()) {
+      return layer.Invalid(
+          absl::StrCat("port_map: ", (ext.ok() ? internal.status() : ext.status()).message()));
+    }
+    const std::string what = absl::StrCat("port_map input (external_port_id ", *ext,
+                                          ", internal_layer_id ", *internal, ")");
+    auto param = l.bio.params.find(*internal);
+    if (param == l.bio.params.end()) {
+      return layer.Invalid(
+          absl::StrCat(what, ": layer ", *internal, " is not a Parameter of the body"));
+    }
+    const int p = param->second;
+    if (param_mapped[p])
+      return layer.Invalid(absl::StrCat(what, ": the Parameter is mapped twice"));
+    param_mapped[p] = true;
+    const ValueType& ptype = l.body->values[l.body->inputs[p]].type;
+    const std::string purpose = in.attribute("purpose").value();
+    if (purpose == "current_iteration" && l.is_loop) {
+      if ((ptype.dtype != DataType::kUndefined && ptype.dtype != DataType::kInt32 &&
+           ptype.dtype != DataType::kInt64) ||
+          !KnownRankAtMost1(ptype)) {
+        return layer.Invalid(absl::StrCat(what,
+                                          ": the current iteration must be an int32 or "
+                                          "int64 scalar or [1], the Parameter is ",
+                                          ptype.ToString()));
+      }
+      l.spec->current_iteration_param = p;
+      return absl::OkStatus();
+    }
+    if (!purpose.empty()) {
+      return layer.Invalid(absl::StrCat(what, ": purpose '", purpose, "' is not valid here"));
+    }
+    if (*ext < 0) {
+      return layer.Invalid(absl::StrCat(what, ": the Parameter is not connected to an input"));
+    }
+    auto port = l.input_of_port.find(*ext);
+    if (port == l.input_of_port.end()) {
+      return layer.Invalid(absl::StrCat(what, ": the layer has no input port ", *ext));
+    }
+    if (l.node.inputs[port->second] == kNoValue) {
+      return layer.Invalid(absl::StrCat(what, ": input port ", *ext, " is not connected"));
+    }
+    LoopSpec::InputPort ip;
+    ip.node_input = port->second;
+    ip.body_param = p;
+    if (in.attribute("axis")) {
+      // OpenVINO's IR reader makes an entry with an axis a sliced input before it looks at
+      // back edges, so a back edge onto it is ignored: the slice wins.
+      l.back_edge.erase(*internal);
+      absl::StatusOr<int64_t> axis = ParseIntAttr(in, "axis", std::nullopt);
+      if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
+      LS_ASSIGN_OR_RETURN(SliceAttrs slice, ReadSliceAttrs(layer, in));
+      ip.kind = LoopSpec::InputPort::Kind::kSliced;
+      ip.axis = *axis;
+      ip.stride = slice.stride;
+      ip.part_size = slice.part_size;
+      ip.start = slice.start;
+      ip.end = slice.end;
+    } else if (auto edge = l.back_edge.find(*internal); edge != l.back_edge.end()) {
+      ip.kind = LoopSpec::InputPort::Kind::kCarried;
+      ip.back_edge = l.bio.results[edge->second];
+    } else {
+      ip.kind = LoopSpec::InputPort::Kind::kInvariant;
+    }
+    l.spec->inputs.push_back(ip);
+    return absl::OkStatus();
+  }
+
+  // Port map outputs: every output port of the layer comes from one body Result.
+  static absl::Status MapLoopOutputs(LoopLowering& l, const pugi::xml_node& port_map) {
+    std::vector<bool> output_mapped(l.node.outputs.size(), false);
     for (pugi::xml_node out = port_map.child("output"); out; out = out.next_sibling("output")) {
-      absl::StatusOr<int64_t> ext = ParseIntAttr(out, "external_port_id", std::nullopt);
-      absl::StatusOr<int64_t> internal = ParseIntAttr(out, "internal_layer_id", std::nullopt);
-      if (!ext.ok() || !internal.ok()) {
-        return layer.Invalid(
-            absl::StrCat("port_map: ", (ext.ok() ? internal.status() : ext.status()).message()));
-      }
-      const std::string what = absl::StrCat("port_map output (external_port_id ", *ext,
-                                            ", internal_layer_id ", *internal, ")");
-      auto result = bio.results.find(*internal);
-      if (result == bio.results.end()) {
-        return layer.Invalid(
-            absl::StrCat(what, ": layer ", *internal, " is not a Result of the body"));
-      }
-      const int r = result->second;
-      const std::string purpose = out.attribute("purpose").value();
-      if (purpose == "execution_condition" && is_loop) {
-        const ValueType& rtype = body->values[body->outputs[r]].type;
-        if ((rtype.dtype != DataType::kUndefined && rtype.dtype != DataType::kBool) ||
-            !KnownRankAtMost1(rtype)) {
-          return layer.Invalid(absl::StrCat(what,
-                                            ": the execution condition must be a boolean "
-                                            "scalar or [1], the Result's input is ",
-                                            rtype.ToString()));
-        }
-        spec->condition_result = r;
-      } else if (!purpose.empty()) {
-        return layer.Invalid(absl::StrCat(what, ": purpose '", purpose, "' is not valid here"));
-      }
-      if (*ext < 0) continue;  // not connected to an output of the layer
-      const int k = layer.OutputIndex(*ext);
-      if (k < 0) return layer.Invalid(absl::StrCat(what, ": the layer has no output port ", *ext));
-      if (output_mapped[k]) {
-        return layer.Invalid(absl::StrCat(what, ": output port ", *ext, " is mapped twice"));
-      }
-      output_mapped[k] = true;
-      LoopSpec::OutputPort op;
-      op.node_output = k;
-      op.body_result = r;
-      if (out.attribute("axis")) {
-        absl::StatusOr<int64_t> axis = ParseIntAttr(out, "axis", std::nullopt);
-        if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
-        // Each iteration's result is one part; the range only fixes the order of the parts.
-        LS_ASSIGN_OR_RETURN(SliceAttrs slice, ReadSliceAttrs(layer, out));
-        op.stride = slice.stride;
-        op.kind = LoopSpec::OutputPort::Kind::kConcat;
-        op.axis = *axis;
-      } else {
-        op.kind = LoopSpec::OutputPort::Kind::kLastValue;
-      }
-      spec->outputs.push_back(op);
+      LS_RETURN_IF_ERROR(MapLoopOutput(l, out, output_mapped));
     }
     for (size_t k = 0; k < output_mapped.size(); ++k) {
       if (!output_mapped[k]) {
-        return layer.Invalid(
-            absl::StrCat("output port ", layer.outputs[k].id, " is not in the port map"));
+        return l.layer.Invalid(
+            absl::StrCat("output port ", l.layer.outputs[k].id, " is not in the port map"));
       }
     }
-    for (const auto& [param_id, result_id] : back_edge) {
+    return absl::OkStatus();
+  }
+
+  // One <output> entry of the port map.
+  static absl::Status MapLoopOutput(LoopLowering& l, const pugi::xml_node& out,
+                                    std::vector<bool>& output_mapped) {
+    const IrLayer& layer = l.layer;
+    absl::StatusOr<int64_t> ext = ParseIntAttr(out, "external_port_id", std::nullopt);
+    absl::StatusOr<int64_t> internal = ParseIntAttr(out, "internal_layer_id", std::nullopt);
+    if (!ext.ok() || !internal.ok()) {
+      return layer.Invalid(
+          absl::StrCat("port_map: ", (ext.ok() ? internal.status() : ext.status()).message()));
+    }
+    const std::string what = absl::StrCat("port_map output (external_port_id ", *ext,
+                                          ", internal_layer_id ", *internal, ")");
+    auto result = l.bio.results.find(*internal);
+    if (result == l.bio.results.end()) {
+      return layer.Invalid(
+          absl::StrCat(what, ": layer ", *internal, " is not a Result of the body"));
+    }
+    const int r = result->second;
+    const std::string purpose = out.attribute("purpose").value();
+    if (purpose == "execution_condition" && l.is_loop) {
+      const ValueType& rtype = l.body->values[l.body->outputs[r]].type;
+      if ((rtype.dtype != DataType::kUndefined && rtype.dtype != DataType::kBool) ||
+          !KnownRankAtMost1(rtype)) {
+        return layer.Invalid(absl::StrCat(what,
+                                          ": the execution condition must be a boolean "
+                                          "scalar or [1], the Result's input is ",
+                                          rtype.ToString()));
+      }
+      l.spec->condition_result = r;
+    } else if (!purpose.empty()) {
+      return layer.Invalid(absl::StrCat(what, ": purpose '", purpose, "' is not valid here"));
+    }
+    if (*ext < 0) return absl::OkStatus();  // not connected to an output of the layer
+    const int k = layer.OutputIndex(*ext);
+    if (k < 0) return layer.Invalid(absl::StrCat(what, ": the layer has no output port ", *ext));
+    if (output_mapped[k]) {
+      return layer.Invalid(absl::StrCat(what, ": output port ", *ext, " is mapped twice"));
+    }
+    output_mapped[k] = true;
+    LoopSpec::OutputPort op;
+    op.node_output = k;
+    op.body_result = r;
+    if (out.attribute("axis")) {
+      absl::StatusOr<int64_t> axis = ParseIntAttr(out, "axis", std::nullopt);
+      if (!axis.ok()) return layer.Invalid(absl::StrCat(what, ": ", axis.status().message()));
+      // Each iteration's result is one part; the range only fixes the order of the parts.
+      LS_ASSIGN_OR_RETURN(SliceAttrs slice, ReadSliceAttrs(layer, out));
+      op.stride = slice.stride;
+      op.kind = LoopSpec::OutputPort::Kind::kConcat;
+      op.axis = *axis;
+    } else {
+      op.kind = LoopSpec::OutputPort::Kind::kLastValue;
+    }
+    l.spec->outputs.push_back(op);
+    return absl::OkStatus();
+  }
+
+  // Final checks: every carried Parameter has an initial value, and a TensorIterator has a
+  // sliced input to count its iterations.
+  static absl::Status CheckLoopPorts(LoopLowering& l) {
+    for (const auto& [param_id, result_id] : l.back_edge) {
       bool initialised = false;
-      for (const LoopSpec::InputPort& ip : spec->inputs) {
-        initialised = initialised || ip.body_param == bio.params[param_id];
+      for (const LoopSpec::InputPort& ip : l.spec->inputs) {
+        initialised = initialised || ip.body_param == l.bio.params[param_id];
       }
       if (!initialised) {
-        return layer.Invalid(absl::StrCat("body Parameter ", param_id,
-                                          " has a back edge but no initial value in the port map"));
+        return l.layer.Invalid(absl::StrCat(
+            "body Parameter ", param_id, " has a back edge but no initial value in the port map"));
       }
     }
-    if (!is_loop) {
+    if (!l.is_loop) {
       bool sliced = false;
-      for (const LoopSpec::InputPort& ip : spec->inputs) {
+      for (const LoopSpec::InputPort& ip : l.spec->inputs) {
         sliced = sliced || ip.kind == LoopSpec::InputPort::Kind::kSliced;
       }
       if (!sliced) {
-        return layer.Error(absl::StatusCode::kUnimplemented,
-                           "a TensorIterator without sliced inputs has no iteration count");
+        return l.layer.Error(absl::StatusCode::kUnimplemented,
+                             "a TensorIterator without sliced inputs has no iteration count");
       }
     }
-    Attribute attr;
-    attr.type = Attribute::Type::kGraph;
-    attr.graph = std::move(body);
-    node.attributes["body"] = std::move(attr);
-    node.loop = std::move(spec);
-    graph.nodes.push_back(std::move(node));
     return absl::OkStatus();
   }
 

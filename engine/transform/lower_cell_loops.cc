@@ -117,18 +117,19 @@ struct Match {
   std::vector<int> result_kind;
 };
 
-std::optional<Match> MatchCellLoop(const Node& loop, const Graph& body,
-                                   const TransformContext& context) {
-  const LoopSpec& spec = *loop.loop;
-  if (loop.inputs.size() < 2 || loop.inputs[0] != kNoValue || loop.inputs[1] != kNoValue ||
-      spec.condition_result >= 0 || spec.current_iteration_param >= 0) {
-    return std::nullopt;
-  }
-  Match m;
-  // In order: the Squeeze (or Reshape) of the part, the cell, the Unsqueeze (or Reshape) of its
-  // hidden state.
+// Cell input / output k, or kNoValue when the cell has fewer.
+ValueId CellInput(const Node& cell, int k) {
+  return k < static_cast<int>(cell.inputs.size()) ? cell.inputs[k] : kNoValue;
+}
+ValueId CellOutput(const Node& cell, int k) {
+  return k < static_cast<int>(cell.outputs.size()) ? cell.outputs[k] : kNoValue;
+}
+
+// The body's nodes, in order: the Squeeze (or Reshape) of the part, the cell, the Unsqueeze (or
+// Reshape) of its hidden state. Fills m.squeeze, m.cell and m.unsqueeze.
+bool MatchBodyNodes(const Graph& body, Match& m) {
   for (const Node& n : body.nodes) {
-    if (!n.domain.empty() && n.domain != "ai.onnx") return std::nullopt;
+    if (!n.domain.empty() && n.domain != "ai.onnx") return false;
     if ((n.op_type == "Squeeze" || n.op_type == "Reshape") && m.squeeze == nullptr &&
         m.cell == nullptr) {
       m.squeeze = &n;
@@ -139,48 +140,59 @@ std::optional<Match> MatchCellLoop(const Node& loop, const Graph& body,
                m.squeeze != nullptr && m.cell == nullptr) {
       m.cell = &n;
     } else {
-      return std::nullopt;
+      return false;
     }
-    if (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.empty()) return std::nullopt;
+    if (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.empty()) return false;
   }
-  if (m.squeeze == nullptr || m.cell == nullptr) return std::nullopt;
-  const Node& cell = *m.cell;
-  const bool lstm = cell.op_type == "LSTM";
-  absl::StatusOr<int64_t> layout = cell.GetInt("_layout", -1);
-  if (!layout.ok() || *layout != kCellLayout) return std::nullopt;
-  auto input = [&](int k) {
-    return k < static_cast<int>(cell.inputs.size()) ? cell.inputs[k] : kNoValue;
-  };
-  auto output = [&](int k) {
-    return k < static_cast<int>(cell.outputs.size()) ? cell.outputs[k] : kNoValue;
-  };
-  if (input(kX) != m.squeeze->outputs[0] || input(kLengths) != kNoValue) return std::nullopt;
-  // Constant float32 weights (the layer gets copies with a direction axis).
-  for (int k : {kW, kR, kB, kP}) {
-    if (input(k) == kNoValue) continue;
-    const Tensor* weights = BodyConstant(body, input(k), context);
-    if (weights == nullptr || weights->dtype() != DataType::kFloat32) return std::nullopt;
-  }
-  if (input(kW) == kNoValue || input(kR) == kNoValue) return std::nullopt;
-  if (m.unsqueeze != nullptr && m.unsqueeze->inputs[0] != output(1)) return std::nullopt;
+  return m.squeeze != nullptr && m.cell != nullptr;
+}
 
-  // The port map: one sliced input feeding the Squeeze on its axis, carried states whose back
-  // edges are the cell's outputs, nothing else.
+// The cell: our layout, fed by the Squeeze, no sequence lengths, constant float32 weights (the
+// layer gets copies with a direction axis), and its hidden state what the Unsqueeze reads.
+bool MatchCell(const Graph& body, const Match& m, const TransformContext& context) {
+  const Node& cell = *m.cell;
+  absl::StatusOr<int64_t> layout = cell.GetInt("_layout", -1);
+  if (!layout.ok() || *layout != kCellLayout) return false;
+  if (CellInput(cell, kX) != m.squeeze->outputs[0] || CellInput(cell, kLengths) != kNoValue) {
+    return false;
+  }
+  for (int k : {kW, kR, kB, kP}) {
+    if (CellInput(cell, k) == kNoValue) continue;
+    const Tensor* weights = BodyConstant(body, CellInput(cell, k), context);
+    if (weights == nullptr || weights->dtype() != DataType::kFloat32) return false;
+  }
+  if (CellInput(cell, kW) == kNoValue || CellInput(cell, kR) == kNoValue) return false;
+  return m.unsqueeze == nullptr || m.unsqueeze->inputs[0] == CellOutput(cell, 1);
+}
+
+// Every body result is a cell output: fills m.result_kind.
+bool ClassifyResults(const Graph& body, Match& m) {
+  const bool lstm = m.cell->op_type == "LSTM";
   const int num_results = static_cast<int>(body.outputs.size());
   m.result_kind.assign(num_results, 0);
   for (int r = 0; r < num_results; ++r) {
     const ValueId v = body.outputs[r];
-    if (v == kNoValue) return std::nullopt;
-    if (v == output(1)) m.result_kind[r] = 1;
-    if (lstm && v == output(2)) m.result_kind[r] = 2;
+    if (v == kNoValue) return false;
+    if (v == CellOutput(*m.cell, 1)) m.result_kind[r] = 1;
+    if (lstm && v == CellOutput(*m.cell, 2)) m.result_kind[r] = 2;
     if (m.unsqueeze != nullptr && v == m.unsqueeze->outputs[0]) m.result_kind[r] = 3;
-    if (m.result_kind[r] == 0) return std::nullopt;
+    if (m.result_kind[r] == 0) return false;
   }
+  return true;
+}
+
+// The port map's inputs: one sliced input feeding the Squeeze on its axis, carried states whose
+// back edges are the cell's outputs, nothing else. Fills m.axis, m.stride, m.x, m.h0, m.c0.
+bool MatchInputPorts(const Node& loop, const Graph& body, const TransformContext& context,
+                     Match& m) {
+  const Node& cell = *m.cell;
+  const bool lstm = cell.op_type == "LSTM";
+  const int num_results = static_cast<int>(body.outputs.size());
   bool sliced = false;
-  for (const LoopSpec::InputPort& in : spec.inputs) {
+  for (const LoopSpec::InputPort& in : loop.loop->inputs) {
     if (in.body_param < 0 || in.body_param >= static_cast<int>(body.inputs.size()) ||
         in.node_input < 0 || in.node_input >= static_cast<int>(loop.inputs.size())) {
-      return std::nullopt;
+      return false;
     }
     const ValueId param = body.inputs[in.body_param];
     const ValueId outer = loop.inputs[in.node_input];
@@ -189,46 +201,66 @@ std::optional<Match> MatchCellLoop(const Node& loop, const Graph& body,
       const bool whole = (in.start == 0 && in.end == -1) || (in.start == -1 && in.end == 0);
       if (sliced || param != m.squeeze->inputs[0] || in.part_size != 1 || in.squeeze || !whole ||
           (in.stride != 1 && in.stride != -1) || (in.axis != 0 && in.axis != 1)) {
-        return std::nullopt;
+        return false;
       }
-      if (!RemovesAxis(body, *m.squeeze, in.axis, context)) return std::nullopt;
+      if (!RemovesAxis(body, *m.squeeze, in.axis, context)) return false;
       sliced = true;
       m.axis = in.axis;
       m.stride = in.stride;
       m.x = outer;
     } else if (in.kind == InputKind::kCarried) {
-      if (in.back_edge < 0 || in.back_edge >= num_results) return std::nullopt;
+      if (in.back_edge < 0 || in.back_edge >= num_results) return false;
       const int kind = m.result_kind[in.back_edge];
-      if (param == input(kH0) && kind == 1 && m.h0 == kNoValue) {
+      if (param == CellInput(cell, kH0) && kind == 1 && m.h0 == kNoValue) {
         m.h0 = outer;
-      } else if (lstm && param == input(kC0) && kind == 2 && m.c0 == kNoValue) {
+      } else if (lstm && param == CellInput(cell, kC0) && kind == 2 && m.c0 == kNoValue) {
         m.c0 = outer;
       } else {
-        return std::nullopt;
+        return false;
       }
     } else {
-      return std::nullopt;  // invariant inputs: the cell reads only constants and states
+      return false;  // invariant inputs: the cell reads only constants and states
     }
   }
-  if (!sliced || m.h0 == kNoValue || (lstm && m.c0 == kNoValue)) return std::nullopt;
+  if (!sliced || m.h0 == kNoValue || (lstm && m.c0 == kNoValue)) return false;
   // Every state the cell reads is carried, and the Squeeze reads only the slice.
-  if (input(kH0) == kNoValue || (lstm && input(kC0) == kNoValue)) return std::nullopt;
-  for (const LoopSpec::OutputPort& out : spec.outputs) {
+  return CellInput(cell, kH0) != kNoValue && !(lstm && CellInput(cell, kC0) == kNoValue);
+}
+
+// The port map's outputs: last values of the states, or the Unsqueeze's states concatenated
+// along the sliced axis in the slicing order.
+bool MatchOutputPorts(const Node& loop, const Graph& body, const TransformContext& context,
+                      const Match& m) {
+  const int num_results = static_cast<int>(body.outputs.size());
+  for (const LoopSpec::OutputPort& out : loop.loop->outputs) {
     if (out.body_result < 0 || out.body_result >= num_results || out.node_output < 0 ||
         out.node_output >= static_cast<int>(loop.outputs.size())) {
-      return std::nullopt;
+      return false;
     }
     const int kind = m.result_kind[out.body_result];
     if (out.kind == OutputKind::kLastValue) {
-      if (kind != 1 && kind != 2) return std::nullopt;
+      if (kind != 1 && kind != 2) return false;
     } else if (out.kind == OutputKind::kConcat) {
-      if (kind != 3 || out.axis != m.axis || out.stride != m.stride) return std::nullopt;
-      if (!InsertsAxis(body, *m.unsqueeze, *m.squeeze, *m.cell, m.axis, context)) {
-        return std::nullopt;
-      }
+      if (kind != 3 || out.axis != m.axis || out.stride != m.stride) return false;
+      if (!InsertsAxis(body, *m.unsqueeze, *m.squeeze, *m.cell, m.axis, context)) return false;
     } else {
-      return std::nullopt;
+      return false;
     }
+  }
+  return true;
+}
+
+std::optional<Match> MatchCellLoop(const Node& loop, const Graph& body,
+                                   const TransformContext& context) {
+  const LoopSpec& spec = *loop.loop;
+  if (loop.inputs.size() < 2 || loop.inputs[0] != kNoValue || loop.inputs[1] != kNoValue ||
+      spec.condition_result >= 0 || spec.current_iteration_param >= 0) {
+    return std::nullopt;
+  }
+  Match m;
+  if (!MatchBodyNodes(body, m) || !MatchCell(body, m, context) || !ClassifyResults(body, m) ||
+      !MatchInputPorts(loop, body, context, m) || !MatchOutputPorts(loop, body, context, m)) {
+    return std::nullopt;
   }
   return m;
 }

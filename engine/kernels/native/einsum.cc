@@ -29,6 +29,8 @@ namespace {
 // Label ids: 0-51 for a-zA-Z, kEllipsis for "...".
 constexpr int kEllipsis = -1;
 using Labels = absl::InlinedVector<int, 8>;
+// Loop dims: 52 letters + up to 8 ellipsis dims (ids 52..59).
+constexpr int kMaxDims = 60;
 
 int LabelId(char c) { return std::islower(c) ? c - 'a' : c - 'A' + 26; }
 
@@ -118,12 +120,59 @@ class EinsumKernel final : public Kernel {
     std::vector<float>& scratch = ctx.state<ScratchState>()->scratch;
     const int n = ctx.num_inputs();
     const DataType dtype = ctx.input(0).dtype();
-    // Loop dims: 52 letters + up to 8 ellipsis dims (ids 52..59).
-    constexpr int kMaxDims = 60;
+    LoopDims dims;
+    LS_RETURN_IF_ERROR(BindInputs(ctx, dims));
+    LS_RETURN_IF_ERROR(BindOutput(dims));
+    if (n == 1 && dtype == DataType::kFloat32 && !has_diagonal_) {
+      Tensor* y = ctx.output(0, dtype, dims.out_shape);
+      float* out = y->mutable_data<float>();
+      if (ctx.input(0).NumElements() == 0) {
+        std::fill_n(out, y->NumElements(), 0.0f);
+        return absl::OkStatus();
+      }
+      TransposeSum(ctx.input(0).data<float>(), dims.loop, dims.size, dims.strides[0],
+                   dims.out_stride, out);
+      return absl::OkStatus();
+    }
+    if (n == 2 && dtype == DataType::kFloat32 && !has_diagonal_) {
+      Tensor* y = ctx.output(0, dtype, dims.out_shape);
+      float* out = y->mutable_data<float>();
+      if (ctx.input(0).NumElements() == 0 || ctx.input(1).NumElements() == 0) {
+        std::fill_n(out, y->NumElements(), 0.0f);  // an empty sum (or an empty output)
+        return absl::OkStatus();
+      }
+      return Gemm(ctx.input(0).data<float>(), ctx.input(1).data<float>(), dims.loop, dims.size,
+                  dims.strides[0], dims.strides[1], dims.out_stride, out, scratch);
+    }
+    const bool ok = DispatchNumeric(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      RunGeneral<T>(ctx, dims);
+    });
+    if (!ok) return UnsupportedType("input 0", dtype);
+    return absl::OkStatus();
+  }
+
+ private:
+  // The loop over the equation's labels, as one run's shapes bind it.
+  struct LoopDims {
+    LoopDims() {
+      std::fill_n(size, kMaxDims, int64_t{1});
+      out_stride.fill(0);
+    }
+
     int64_t size[kMaxDims];
     bool used[kMaxDims] = {};
-    std::fill_n(size, kMaxDims, int64_t{1});
     int ellipsis_rank = 0;
+    absl::InlinedVector<std::array<int64_t, kMaxDims>, 4> strides;  // per input, per loop dim
+    Shape out_shape;
+    std::array<int64_t, kMaxDims> out_stride;
+    Labels loop;  // the loop dims that are used, outermost first
+  };
+
+  // Binds every input's dims to its labels: their extents, and each input's stride per loop dim.
+  absl::Status BindInputs(KernelContext& ctx, LoopDims& dims) const {
+    const int n = ctx.num_inputs();
+    const DataType dtype = ctx.input(0).dtype();
     for (int k = 0; k < n; ++k) {
       const Tensor& t = ctx.input(k);
       if (t.dtype() != dtype)
@@ -136,13 +185,12 @@ class EinsumKernel final : public Kernel {
         return absl::InvalidArgumentError(absl::StrCat(
             "input ", k, " has shape ", t.shape().ToString(), ", which does not match its term"));
       }
-      ellipsis_rank = std::max(ellipsis_rank, er);
+      dims.ellipsis_rank = std::max(dims.ellipsis_rank, er);
     }
-    // Per input: stride of each loop dim.
-    absl::InlinedVector<std::array<int64_t, kMaxDims>, 4> strides(n);
+    dims.strides.resize(n);
     for (int k = 0; k < n; ++k) {
       const Tensor& t = ctx.input(k);
-      strides[k].fill(0);
+      dims.strides[k].fill(0);
       DimVector st;
       RowMajorStrides(t.shape(), &st);
       const Labels& labels = inputs_[k];
@@ -152,97 +200,78 @@ class EinsumKernel final : public Kernel {
       for (int l : labels) {
         if (l == kEllipsis) {
           for (int e = 0; e < er; ++e, ++d) {
-            const int id = 52 + (ellipsis_rank - er) + e;
-            LS_RETURN_IF_ERROR(Bind(id, t.dim(d), st[d], size, used, strides[k], true));
+            const int id = 52 + (dims.ellipsis_rank - er) + e;
+            LS_RETURN_IF_ERROR(
+                Bind(id, t.dim(d), st[d], dims.size, dims.used, dims.strides[k], true));
           }
           continue;
         }
-        LS_RETURN_IF_ERROR(Bind(l, t.dim(d), st[d], size, used, strides[k], false));
+        LS_RETURN_IF_ERROR(Bind(l, t.dim(d), st[d], dims.size, dims.used, dims.strides[k], false));
         ++d;
       }
     }
-    // Output dims and strides.
+    return absl::OkStatus();
+  }
+
+  // The output's shape and strides, and the loop (used dims only).
+  absl::Status BindOutput(LoopDims& dims) const {
     Labels out_ids;
     for (int l : output_) {
       if (l == kEllipsis) {
-        for (int e = 0; e < ellipsis_rank; ++e) out_ids.push_back(52 + e);
+        for (int e = 0; e < dims.ellipsis_rank; ++e) out_ids.push_back(52 + e);
       } else {
-        if (!used[l]) {
+        if (!dims.used[l]) {
           return absl::InvalidArgumentError("an output label does not appear in the inputs");
         }
         out_ids.push_back(l);
       }
     }
-    Shape out_shape;
-    for (int id : out_ids) out_shape.mutable_dims().push_back(size[id]);
-    std::array<int64_t, kMaxDims> out_stride;
-    out_stride.fill(0);
-    {
-      int64_t s = 1;
-      for (int i = static_cast<int>(out_ids.size()) - 1; i >= 0; --i) {
-        out_stride[out_ids[i]] = s;
-        s *= size[out_ids[i]];
-      }
+    for (int id : out_ids) dims.out_shape.mutable_dims().push_back(dims.size[id]);
+    int64_t s = 1;
+    for (int i = static_cast<int>(out_ids.size()) - 1; i >= 0; --i) {
+      dims.out_stride[out_ids[i]] = s;
+      s *= dims.size[out_ids[i]];
     }
-    // The loop: used dims only.
-    Labels loop;
     for (int id = 0; id < kMaxDims; ++id) {
-      if (used[id] || size[id] != 1) loop.push_back(id);
+      if (dims.used[id] || dims.size[id] != 1) dims.loop.push_back(id);
     }
-    if (n == 1 && dtype == DataType::kFloat32 && !has_diagonal_) {
-      Tensor* y = ctx.output(0, dtype, out_shape);
-      float* out = y->mutable_data<float>();
-      if (ctx.input(0).NumElements() == 0) {
-        std::fill_n(out, y->NumElements(), 0.0f);
-        return absl::OkStatus();
-      }
-      TransposeSum(ctx.input(0).data<float>(), loop, size, strides[0], out_stride, out);
-      return absl::OkStatus();
-    }
-    if (n == 2 && dtype == DataType::kFloat32 && !has_diagonal_) {
-      Tensor* y = ctx.output(0, dtype, out_shape);
-      float* out = y->mutable_data<float>();
-      if (ctx.input(0).NumElements() == 0 || ctx.input(1).NumElements() == 0) {
-        std::fill_n(out, y->NumElements(), 0.0f);  // an empty sum (or an empty output)
-        return absl::OkStatus();
-      }
-      return Gemm(ctx.input(0).data<float>(), ctx.input(1).data<float>(), loop, size, strides[0],
-                  strides[1], out_stride, out, scratch);
-    }
-    int64_t total = 1;
-    for (int id : loop) total *= size[id];
-    const bool ok = DispatchNumeric(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, dtype, out_shape);
-      T* out = y->mutable_data<T>();
-      std::fill_n(out, out_shape.NumElements(), T{0});
-      absl::InlinedVector<const T*, 4> in(n);
-      for (int k = 0; k < n; ++k) in[k] = ctx.input(k).template data<T>();
-      absl::InlinedVector<int64_t, 4> off(n, 0);
-      int64_t o = 0;
-      absl::InlinedVector<int64_t, 16> coord(loop.size(), 0);
-      for (int64_t it = 0; it < total; ++it) {
-        T p = in[0][off[0]];
-        for (int k = 1; k < n; ++k) p = static_cast<T>(p * in[k][off[k]]);
-        out[o] = static_cast<T>(out[o] + p);
-        for (int j = static_cast<int>(loop.size()) - 1; j >= 0; --j) {
-          const int id = loop[j];
-          if (++coord[j] < size[id]) {
-            for (int k = 0; k < n; ++k) off[k] += strides[k][id];
-            o += out_stride[id];
-            break;
-          }
-          for (int k = 0; k < n; ++k) off[k] -= strides[k][id] * (size[id] - 1);
-          o -= out_stride[id] * (size[id] - 1);
-          coord[j] = 0;
-        }
-      }
-    });
-    if (!ok) return UnsupportedType("input 0", dtype);
     return absl::OkStatus();
   }
 
- private:
+  // The general implementation: walks every label combination once, accumulating the inputs'
+  // product into the output element.
+  template <typename T>
+  static void RunGeneral(KernelContext& ctx, const LoopDims& dims) {
+    const int n = ctx.num_inputs();
+    const Labels& loop = dims.loop;
+    int64_t total = 1;
+    for (int id : loop) total *= dims.size[id];
+    Tensor* y = ctx.output(0, ctx.input(0).dtype(), dims.out_shape);
+    T* out = y->mutable_data<T>();
+    std::fill_n(out, dims.out_shape.NumElements(), T{0});
+    absl::InlinedVector<const T*, 4> in(n);
+    for (int k = 0; k < n; ++k) in[k] = ctx.input(k).template data<T>();
+    absl::InlinedVector<int64_t, 4> off(n, 0);
+    int64_t o = 0;
+    absl::InlinedVector<int64_t, 16> coord(loop.size(), 0);
+    for (int64_t it = 0; it < total; ++it) {
+      T p = in[0][off[0]];
+      for (int k = 1; k < n; ++k) p = static_cast<T>(p * in[k][off[k]]);
+      out[o] = static_cast<T>(out[o] + p);
+      for (int j = static_cast<int>(loop.size()) - 1; j >= 0; --j) {
+        const int id = loop[j];
+        if (++coord[j] < dims.size[id]) {
+          for (int k = 0; k < n; ++k) off[k] += dims.strides[k][id];
+          o += dims.out_stride[id];
+          break;
+        }
+        for (int k = 0; k < n; ++k) off[k] -= dims.strides[k][id] * (dims.size[id] - 1);
+        o -= dims.out_stride[id] * (dims.size[id] - 1);
+        coord[j] = 0;
+      }
+    }
+  }
+
   EinsumKernel() = default;
 
   // Records that loop dim `id` has extent `dim` with element stride `stride` in one input. A

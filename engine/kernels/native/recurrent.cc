@@ -143,6 +143,80 @@ bool StandardLstm(const RecurrentSpec& spec) {
   return true;
 }
 
+// Checks that `t` is float32 [num_directions (absent in the cell layout), dims...].
+absl::Status CheckWeightShape(const RecurrentSpec& spec, const Tensor& t, const char* name,
+                              std::initializer_list<int64_t> dims) {
+  Shape::Dims want;
+  if (spec.layout != RecurrentLayout::kOpenVinoCell) want.push_back(spec.num_directions);
+  want.insert(want.end(), dims.begin(), dims.end());
+  if (t.dtype() != DataType::kFloat32 || t.shape() != Shape(want)) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ",
+                                                   DataTypeName(t.dtype()), t.shape().ToString(),
+                                                   ", expected float32", Shape(want).ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// One direction's bias in canonical gate order, from `b` (summed per gate, or W's and R's
+// biases side by side); linear_before_reset keeps R's h-gate bias apart after the gates.
+void CanonicalBias(const RecurrentSpec& spec, const Tensor& b, const int* source, int64_t dir,
+                   float* bias) {
+  const int64_t h = spec.hidden;
+  const int g = spec.gates();
+  const int64_t gh = g * h;
+  const int bias_gates = spec.bias_gates();
+  const bool lbr = bias_gates > g;
+  if (spec.bias_summed) {
+    const float* src = b.data<float>() + dir * bias_gates * h;
+    for (int k = 0; k < g; ++k) std::memcpy(bias + k * h, src + source[k] * h, sizeof(float) * h);
+    if (lbr) std::memcpy(bias + g * h, src + g * h, sizeof(float) * h);
+    return;
+  }
+  const float* wb = b.data<float>() + dir * 2 * gh;
+  const float* rb = wb + gh;
+  for (int k = 0; k < g; ++k) {
+    const bool h_gate_of_lbr = lbr && k == 2;
+    for (int64_t j = 0; j < h; ++j) {
+      bias[k * h + j] = wb[source[k] * h + j] + (h_gate_of_lbr ? 0.0f : rb[source[k] * h + j]);
+    }
+  }
+  if (lbr) std::memcpy(bias + g * h, rb + source[2] * h, sizeof(float) * h);
+}
+
+// The packed copies of R the steps use, when `pack` and the CPU allow: the fused LSTM step, else
+// PackedGemv (GRU without linear_before_reset: its h gate apart).
+void PackRecurrentWeights(const RecurrentSpec& spec, bool pack, RecurrentWeights& out) {
+  const int64_t d = spec.num_directions;
+  const int64_t h = spec.hidden;
+  const int64_t gh = spec.gates() * h;
+  out.packed_r.clear();
+  out.packed_r_h.clear();
+  out.fused_lstm.clear();
+  // The fused step's packed copy of R is bounded like PackedGemv's (hidden <= 512), so a large
+  // layer makes no second copy of R (16 MB at hidden 1024) and keeps the per-step sgemm.
+  if (pack && spec.cell == RecurrentCell::kLstm && LstmFusedStep::Available() &&
+      StandardLstm(spec) && h * gh <= PackedGemv::kMaxElements) {
+    for (int64_t dir = 0; dir < d; ++dir) {
+      out.fused_lstm.push_back(
+          std::make_unique<LstmFusedStep>(out.r.data<float>() + dir * gh * h, h));
+    }
+    return;
+  }
+  if (pack && PackedGemv::Available() && h * gh <= PackedGemv::kMaxElements) {
+    const bool split = spec.cell == RecurrentCell::kGru && !spec.linear_before_reset;
+    for (int64_t dir = 0; dir < d; ++dir) {
+      const float* rd = out.r.data<float>() + dir * gh * h;
+      const int64_t rows = split ? 2 * h : gh;
+      out.packed_r.push_back(std::make_unique<PackedGemv>(TransposeRows(rd, 0, rows, h),
+                                                          PackedGemv::Activation::kNone));
+      if (split) {
+        out.packed_r_h.push_back(std::make_unique<PackedGemv>(TransposeRows(rd, 2 * h, h, h),
+                                                              PackedGemv::Activation::kNone));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RecurrentActivation>> ParseRecurrentActivations(
@@ -178,31 +252,20 @@ absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& 
   const int64_t h = spec.hidden;
   const int g = spec.gates();
   const int64_t gh = g * h;
-  auto check = [&](const Tensor& t, const char* name,
-                   std::initializer_list<int64_t> dims) -> absl::Status {
-    Shape::Dims want;
-    if (!cell) want.push_back(d);
-    want.insert(want.end(), dims.begin(), dims.end());
-    if (t.dtype() != DataType::kFloat32 || t.shape() != Shape(want)) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ",
-                                                     DataTypeName(t.dtype()), t.shape().ToString(),
-                                                     ", expected float32", Shape(want).ToString()));
-    }
-    return absl::OkStatus();
-  };
   if (w.rank() != (cell ? 2 : 3)) {
     return absl::InvalidArgumentError(
         absl::StrCat("input 'W' has rank ", w.rank(), ", expected ", cell ? 2 : 3));
   }
   const int64_t input = w.dim(w.rank() - 1);
-  LS_RETURN_IF_ERROR(check(w, "W", {gh, input}));
-  LS_RETURN_IF_ERROR(check(r, "R", {gh, h}));
+  LS_RETURN_IF_ERROR(CheckWeightShape(spec, w, "W", {gh, input}));
+  LS_RETURN_IF_ERROR(CheckWeightShape(spec, r, "R", {gh, h}));
   const int bias_gates = spec.bias_gates();
   if (b != nullptr) {
-    LS_RETURN_IF_ERROR(check(*b, "B", {spec.bias_summed ? bias_gates * h : 2 * gh}));
+    LS_RETURN_IF_ERROR(
+        CheckWeightShape(spec, *b, "B", {spec.bias_summed ? bias_gates * h : 2 * gh}));
   }
   const bool peephole = p != nullptr && spec.cell == RecurrentCell::kLstm;
-  if (peephole) LS_RETURN_IF_ERROR(check(*p, "P", {3 * h}));
+  if (peephole) LS_RETURN_IF_ERROR(CheckWeightShape(spec, *p, "P", {3 * h}));
 
   // Source gate index of each canonical gate.
   const std::string canonical = CanonicalGates(spec.cell);
@@ -223,24 +286,9 @@ absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& 
       std::memcpy(out.r.mutable_data<float>() + (dir * gh + k * h) * h,
                   r.data<float>() + (dir * gh + source[k] * h) * h, sizeof(float) * h * h);
     }
-    if (b == nullptr) continue;
-    float* bias = out.bias.mutable_data<float>() + dir * bias_gates * h;
-    const bool lbr = bias_gates > g;
-    if (spec.bias_summed) {
-      const float* src = b->data<float>() + dir * bias_gates * h;
-      for (int k = 0; k < g; ++k) std::memcpy(bias + k * h, src + source[k] * h, sizeof(float) * h);
-      if (lbr) std::memcpy(bias + g * h, src + g * h, sizeof(float) * h);
-      continue;
+    if (b != nullptr) {
+      CanonicalBias(spec, *b, source, dir, out.bias.mutable_data<float>() + dir * bias_gates * h);
     }
-    const float* wb = b->data<float>() + dir * 2 * gh;
-    const float* rb = wb + gh;
-    for (int k = 0; k < g; ++k) {
-      const bool h_gate_of_lbr = lbr && k == 2;
-      for (int64_t j = 0; j < h; ++j) {
-        bias[k * h + j] = wb[source[k] * h + j] + (h_gate_of_lbr ? 0.0f : rb[source[k] * h + j]);
-      }
-    }
-    if (lbr) std::memcpy(bias + g * h, rb + source[2] * h, sizeof(float) * h);
   }
   out.peephole = Tensor();
   if (peephole) {
@@ -252,33 +300,7 @@ absl::Status CanonicalRecurrentWeights(const RecurrentSpec& spec, const Tensor& 
       }
     }
   }
-
-  out.packed_r.clear();
-  out.packed_r_h.clear();
-  out.fused_lstm.clear();
-  // The fused step's packed copy of R is bounded like PackedGemv's (hidden <= 512), so a large
-  // layer makes no second copy of R (16 MB at hidden 1024) and keeps the per-step sgemm.
-  if (pack && spec.cell == RecurrentCell::kLstm && LstmFusedStep::Available() &&
-      StandardLstm(spec) && h * gh <= PackedGemv::kMaxElements) {
-    for (int64_t dir = 0; dir < d; ++dir) {
-      out.fused_lstm.push_back(
-          std::make_unique<LstmFusedStep>(out.r.data<float>() + dir * gh * h, h));
-    }
-    return absl::OkStatus();
-  }
-  if (pack && PackedGemv::Available() && h * gh <= PackedGemv::kMaxElements) {
-    const bool split = spec.cell == RecurrentCell::kGru && !spec.linear_before_reset;
-    for (int64_t dir = 0; dir < d; ++dir) {
-      const float* rd = out.r.data<float>() + dir * gh * h;
-      const int64_t rows = split ? 2 * h : gh;
-      out.packed_r.push_back(std::make_unique<PackedGemv>(TransposeRows(rd, 0, rows, h),
-                                                          PackedGemv::Activation::kNone));
-      if (split) {
-        out.packed_r_h.push_back(std::make_unique<PackedGemv>(TransposeRows(rd, 2 * h, h, h),
-                                                              PackedGemv::Activation::kNone));
-      }
-    }
-  }
+  PackRecurrentWeights(spec, pack, out);
   return absl::OkStatus();
 }
 

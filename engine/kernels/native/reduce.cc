@@ -163,6 +163,43 @@ class ReduceKernel final : public Kernel {
     const Tensor& x = ctx.input(0);
     const int rank = x.rank();
     DimVector axes;
+    LS_RETURN_IF_ERROR(ReadAxes(ctx, axes));
+    if (axes.empty() && noop_with_empty_axes_) {
+      CopyBytes(x, ctx.output(0, x.dtype(), x.shape()));
+      return absl::OkStatus();
+    }
+    LS_RETURN_IF_ERROR(NormalizeAxes(axes, rank, "axes"));
+    absl::InlinedVector<bool, 8> reduced(rank, axes.empty());
+    for (int64_t a : axes) reduced[a] = true;
+
+    Shape out_shape;
+    Broadcast<2> walk;
+    const int64_t count = Layout(x, reduced, out_shape, walk);
+    if (x.dtype() == DataType::kFloat32 && ReduceContiguousF32(x, reduced, count, out_shape, ctx)) {
+      return absl::OkStatus();
+    }
+    walk.dims.assign(x.shape().dims().begin(), x.shape().dims().end());
+    RowMajorStrides(x.shape(), &walk.strides[0]);
+    walk.num_elements = x.NumElements();
+
+    const bool ok = DispatchNumeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Tensor* y = ctx.output(0, x.dtype(), out_shape);
+      T* out = y->mutable_data<T>();
+      const int64_t n_out = out_shape.NumElements();
+      std::fill(out, out + n_out, Initial<T>(op_));
+      AccumulateAll(out, n_out, x.data<T>(), walk);
+      if (op_ == ReduceOp::kMean) DivideByCount(out, n_out, count);
+    });
+    if (!ok) return UnsupportedType("input", x.dtype());
+    return absl::OkStatus();
+  }
+
+ private:
+  ReduceKernel() = default;
+
+  // The axes to reduce: the attribute (opset < 18 for most ops) or input 1; empty when none.
+  absl::Status ReadAxes(KernelContext& ctx, DimVector& axes) const {
     if (from_ == ListFrom::kAttribute) {
       if (attr_axes_.has_value()) axes = *attr_axes_;
     } else if (ctx.has_input(1)) {
@@ -172,18 +209,15 @@ class ReduceKernel final : public Kernel {
       }
       LS_RETURN_IF_ERROR(ReadIndexList(ctx.input(1), "input 'axes'", &axes));
     }
-    if (axes.empty() && noop_with_empty_axes_) {
-      CopyBytes(x, ctx.output(0, x.dtype(), x.shape()));
-      return absl::OkStatus();
-    }
-    LS_RETURN_IF_ERROR(NormalizeAxes(axes, rank, "axes"));
-    absl::InlinedVector<bool, 8> reduced(rank, axes.empty());
-    for (int64_t a : axes) reduced[a] = true;
+    return absl::OkStatus();
+  }
 
-    // Output shape and, per input dim, the output stride (0 along reduced dims).
-    Shape out_shape;
+  // The output shape and, per input dim, the output stride (0 along reduced dims, in
+  // walk.strides[1]). Returns how many input elements reduce into each output element.
+  int64_t Layout(const Tensor& x, const absl::InlinedVector<bool, 8>& reduced, Shape& out_shape,
+                 Broadcast<2>& walk) const {
+    const int rank = x.rank();
     Shape::Dims& out_dims = out_shape.mutable_dims();
-    Broadcast<2> walk;
     walk.strides[1].resize(rank);
     int64_t count = 1;
     int64_t stride = 1;
@@ -203,83 +237,73 @@ class ReduceKernel final : public Kernel {
         out_dims.push_back(1);
       }
     }
-    if (x.dtype() == DataType::kFloat32 && ReduceContiguousF32(x, reduced, count, out_shape, ctx)) {
-      return absl::OkStatus();
-    }
-    walk.dims.assign(x.shape().dims().begin(), x.shape().dims().end());
-    RowMajorStrides(x.shape(), &walk.strides[0]);
-    walk.num_elements = x.NumElements();
-
-    const bool ok = DispatchNumeric(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      Tensor* y = ctx.output(0, x.dtype(), out_shape);
-      T* out = y->mutable_data<T>();
-      const int64_t n_out = out_shape.NumElements();
-      std::fill(out, out + n_out, Initial<T>(op_));
-      const T* in = x.data<T>();
-      switch (op_) {
-        case ReduceOp::kSum:
-          Accumulate<ReduceOp::kSum>(out, in, walk);
-          break;
-        case ReduceOp::kMean:
-          Accumulate<ReduceOp::kMean>(out, in, walk);
-          break;
-        case ReduceOp::kMax:
-          Accumulate<ReduceOp::kMax>(out, in, walk);
-          break;
-        case ReduceOp::kMin:
-          Accumulate<ReduceOp::kMin>(out, in, walk);
-          break;
-        case ReduceOp::kProd:
-          Accumulate<ReduceOp::kProd>(out, in, walk);
-          break;
-        case ReduceOp::kL1:
-          Accumulate<ReduceOp::kL1>(out, in, walk);
-          break;
-        case ReduceOp::kL2:
-          Accumulate<ReduceOp::kL2>(out, in, walk);
-          for (int64_t i = 0; i < n_out; ++i) {
-            out[i] = FromDouble<T>(std::sqrt(static_cast<double>(out[i])));
-          }
-          break;
-        case ReduceOp::kLogSum:
-          Accumulate<ReduceOp::kLogSum>(out, in, walk);
-          for (int64_t i = 0; i < n_out; ++i) {
-            out[i] = FromDouble<T>(std::log(static_cast<double>(out[i])));
-          }
-          break;
-        case ReduceOp::kLogSumExp:
-          Accumulate<ReduceOp::kLogSumExp>(out, in, walk);
-          for (int64_t i = 0; i < n_out; ++i) {
-            out[i] = FromDouble<T>(std::log(static_cast<double>(out[i])));
-          }
-          break;
-        case ReduceOp::kSumSquare:
-          Accumulate<ReduceOp::kSumSquare>(out, in, walk);
-          break;
-      }
-      if (op_ == ReduceOp::kMean) {
-        for (int64_t i = 0; i < n_out; ++i) {
-          if (count == 0) {
-            if constexpr (std::is_floating_point_v<T>) {
-              out[i] = std::numeric_limits<T>::quiet_NaN();  // mean of nothing
-            }
-          } else if constexpr (std::is_integral_v<T>) {
-            // Divided as int64 / uint64: static_cast<T>(count) can be 0 (256 uint8 elements).
-            using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
-            out[i] = static_cast<T>(static_cast<Wide>(out[i]) / static_cast<Wide>(count));
-          } else {
-            out[i] = static_cast<T>(out[i] / static_cast<T>(count));
-          }
-        }
-      }
-    });
-    if (!ok) return UnsupportedType("input", x.dtype());
-    return absl::OkStatus();
+    return count;
   }
 
- private:
-  ReduceKernel() = default;
+  // Every input element into its output element, then the op's final transform (L2's sqrt, the
+  // logs); the mean's division is DivideByCount.
+  template <typename T>
+  void AccumulateAll(T* out, int64_t n_out, const T* in, const Broadcast<2>& walk) const {
+    switch (op_) {
+      case ReduceOp::kSum:
+        Accumulate<ReduceOp::kSum>(out, in, walk);
+        break;
+      case ReduceOp::kMean:
+        Accumulate<ReduceOp::kMean>(out, in, walk);
+        break;
+      case ReduceOp::kMax:
+        Accumulate<ReduceOp::kMax>(out, in, walk);
+        break;
+      case ReduceOp::kMin:
+        Accumulate<ReduceOp::kMin>(out, in, walk);
+        break;
+      case ReduceOp::kProd:
+        Accumulate<ReduceOp::kProd>(out, in, walk);
+        break;
+      case ReduceOp::kL1:
+        Accumulate<ReduceOp::kL1>(out, in, walk);
+        break;
+      case ReduceOp::kL2:
+        Accumulate<ReduceOp::kL2>(out, in, walk);
+        for (int64_t i = 0; i < n_out; ++i) {
+          out[i] = FromDouble<T>(std::sqrt(static_cast<double>(out[i])));
+        }
+        break;
+      case ReduceOp::kLogSum:
+        Accumulate<ReduceOp::kLogSum>(out, in, walk);
+        for (int64_t i = 0; i < n_out; ++i) {
+          out[i] = FromDouble<T>(std::log(static_cast<double>(out[i])));
+        }
+        break;
+      case ReduceOp::kLogSumExp:
+        Accumulate<ReduceOp::kLogSumExp>(out, in, walk);
+        for (int64_t i = 0; i < n_out; ++i) {
+          out[i] = FromDouble<T>(std::log(static_cast<double>(out[i])));
+        }
+        break;
+      case ReduceOp::kSumSquare:
+        Accumulate<ReduceOp::kSumSquare>(out, in, walk);
+        break;
+    }
+  }
+
+  // The mean: each accumulated sum divided by `count`.
+  template <typename T>
+  static void DivideByCount(T* out, int64_t n_out, int64_t count) {
+    for (int64_t i = 0; i < n_out; ++i) {
+      if (count == 0) {
+        if constexpr (std::is_floating_point_v<T>) {
+          out[i] = std::numeric_limits<T>::quiet_NaN();  // mean of nothing
+        }
+      } else if constexpr (std::is_integral_v<T>) {
+        // Divided as int64 / uint64: static_cast<T>(count) can be 0 (256 uint8 elements).
+        using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+        out[i] = static_cast<T>(static_cast<Wide>(out[i]) / static_cast<Wide>(count));
+      } else {
+        out[i] = static_cast<T>(out[i] / static_cast<T>(count));
+      }
+    }
+  }
 
   // Every float32 reduction but LogSumExp, over any set of axes, on vector_math. The dims are
   // collapsed into alternating kept / reduced groups (size-1 dims dropped); the outer groups are

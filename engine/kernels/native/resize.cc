@@ -175,54 +175,8 @@ class ResizeKernel final : public Kernel {
       roi[d + rank] = 1;
     }
     Shape out_shape = x.shape();
-    bool have_size = false;
-    if (!legacy_ && ctx.has_input(3) && ctx.input(3).NumElements() > 0) {
-      DimVector sizes;
-      LS_RETURN_IF_ERROR(ReadIndexList(ctx.input(3), "input 'sizes'", &sizes));
-      if (static_cast<int>(sizes.size()) != rank) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sizes has ", sizes.size(), " values for rank ", rank));
-      }
-      for (int d = 0; d < rank; ++d) {
-        out_shape[d] = sizes[d];
-        scales[d] = x.dim(d) == 0 ? 1 : static_cast<double>(sizes[d]) / x.dim(d);
-      }
-      have_size = true;
-    }
-    if (!have_size) {
-      if (!attr_scales_.empty()) {
-        if (static_cast<int>(attr_scales_.size()) != rank) {
-          return absl::InvalidArgumentError("scales must have one value per dim");
-        }
-        for (int d = 0; d < rank; ++d) scales[d] = attr_scales_[d];
-      } else {
-        const int si = legacy_ ? 1 : scales_input_;
-        if (!ctx.has_input(si) || ctx.input(si).NumElements() != rank ||
-            ctx.input(si).dtype() != DataType::kFloat32) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("exactly one of scales and sizes must be given (scales: float32, one "
-                           "value per dim of rank ",
-                           rank, ")"));
-        }
-        for (int d = 0; d < rank; ++d) scales[d] = ctx.input(si).data<float>()[d];
-      }
-      for (int d = 0; d < rank; ++d) {
-        if (!(scales[d] > 0)) {
-          return absl::InvalidArgumentError(absl::StrCat("scale ", scales[d], " is not positive"));
-        }
-        out_shape[d] = static_cast<int64_t>(std::floor(x.dim(d) * scales[d]));
-      }
-    }
-    if (transform_ == Transform::kTfCropAndResize && ctx.has_input(1) &&
-        ctx.input(1).NumElements() > 0) {
-      const Tensor& r = ctx.input(1);
-      if (r.NumElements() != 2 * rank || !IsFloatingPoint(r.dtype())) {
-        return absl::InvalidArgumentError("roi must hold 2 x rank float values");
-      }
-      for (int i = 0; i < 2 * rank; ++i) {
-        roi[i] = r.dtype() == DataType::kFloat32 ? r.data<float>()[i] : r.data<double>()[i];
-      }
-    }
+    LS_RETURN_IF_ERROR(ResolveScales(ctx, scales, out_shape));
+    LS_RETURN_IF_ERROR(ReadRoi(ctx, rank, roi));
     LS_ASSIGN_OR_RETURN(out_shape, ValidateDims(out_shape.dims(), "output"));
     for (int d = 0; d < rank; ++d) {
       if (x.dim(d) == 0 && out_shape[d] > 0) {
@@ -234,46 +188,21 @@ class ResizeKernel final : public Kernel {
     for (int d = 0; d < rank; ++d) {
       BuildTable(x.dim(d), out_shape[d], scales[d], roi[d], roi[d + rank], tables[d]);
     }
-    if (x.dtype() == DataType::kFloat32 && rank >= 2 && tables[rank - 2].outside.empty() &&
-        tables[rank - 1].outside.empty()) {
-      bool outer_kept = true;
-      for (int d = 0; d < rank - 2 && outer_kept; ++d) {
-        outer_kept = out_shape[d] == x.dim(d) && IsIdentity(tables[d], x.dim(d));
+    if (ResizesOnlyLastTwo(x, out_shape, tables)) {
+      Tensor* y = ctx.output(0, x.dtype(), out_shape);
+      const int64_t planes = x.shape().NumElements(0, rank - 2);
+      if (y->NumElements() > 0) {
+        ResizeLastTwo(x.data<float>(), planes, x.dim(rank - 2), x.dim(rank - 1), tables[rank - 2],
+                      out_shape[rank - 2], tables[rank - 1], out_shape[rank - 1],
+                      ctx.state<ResizeState>()->row, y->mutable_data<float>());
       }
-      if (outer_kept) {
-        Tensor* y = ctx.output(0, x.dtype(), out_shape);
-        const int64_t planes = x.shape().NumElements(0, rank - 2);
-        if (y->NumElements() > 0) {
-          ResizeLastTwo(x.data<float>(), planes, x.dim(rank - 2), x.dim(rank - 1), tables[rank - 2],
-                        out_shape[rank - 2], tables[rank - 1], out_shape[rank - 1],
-                        ctx.state<ResizeState>()->row, y->mutable_data<float>());
-        }
-        return absl::OkStatus();
-      }
+      return absl::OkStatus();
     }
-    DimVector strides;
-    RowMajorStrides(x.shape(), &strides);
     bool ok = false;
     DispatchNumeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       ok = true;
-      Tensor* y = ctx.output(0, x.dtype(), out_shape);
-      const T* in = x.data<T>();
-      T* out = y->mutable_data<T>();
-      const int64_t n = out_shape.NumElements();
-      DimVector coord(rank, 0);
-      for (int64_t o = 0; o < n; ++o) {
-        const double v = Eval(in, 0, 0, coord, tables, strides);
-        if constexpr (std::is_integral_v<T>) {
-          out[o] = SaturatingCast<T>(std::nearbyint(v));  // cubic overshoot, extrapolation
-        } else {
-          out[o] = static_cast<T>(v);
-        }
-        for (int d = rank - 1; d >= 0; --d) {
-          if (++coord[d] < out_shape[d]) break;
-          coord[d] = 0;
-        }
-      }
+      RunGeneral<T>(ctx, out_shape, tables);
     });
     if (!ok) return UnsupportedType("input", x.dtype());
     return absl::OkStatus();
@@ -281,6 +210,107 @@ class ResizeKernel final : public Kernel {
 
  private:
   ResizeKernel() = default;
+
+  // The per-dim scales and the output shape, from `sizes` (opset 11+) when given, else from the
+  // `scales` attribute or input.
+  absl::Status ResolveScales(KernelContext& ctx, double* scales, Shape& out_shape) const {
+    const Tensor& x = ctx.input(0);
+    const int rank = x.rank();
+    if (!legacy_ && ctx.has_input(3) && ctx.input(3).NumElements() > 0) {
+      DimVector sizes;
+      LS_RETURN_IF_ERROR(ReadIndexList(ctx.input(3), "input 'sizes'", &sizes));
+      if (static_cast<int>(sizes.size()) != rank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sizes has ", sizes.size(), " values for rank ", rank));
+      }
+      for (int d = 0; d < rank; ++d) {
+        out_shape[d] = sizes[d];
+        scales[d] = x.dim(d) == 0 ? 1 : static_cast<double>(sizes[d]) / x.dim(d);
+      }
+      return absl::OkStatus();
+    }
+    if (!attr_scales_.empty()) {
+      if (static_cast<int>(attr_scales_.size()) != rank) {
+        return absl::InvalidArgumentError("scales must have one value per dim");
+      }
+      for (int d = 0; d < rank; ++d) scales[d] = attr_scales_[d];
+    } else {
+      const int si = legacy_ ? 1 : scales_input_;
+      if (!ctx.has_input(si) || ctx.input(si).NumElements() != rank ||
+          ctx.input(si).dtype() != DataType::kFloat32) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("exactly one of scales and sizes must be given (scales: float32, one "
+                         "value per dim of rank ",
+                         rank, ")"));
+      }
+      for (int d = 0; d < rank; ++d) scales[d] = ctx.input(si).data<float>()[d];
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (!(scales[d] > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("scale ", scales[d], " is not positive"));
+      }
+      out_shape[d] = static_cast<int64_t>(std::floor(x.dim(d) * scales[d]));
+    }
+    return absl::OkStatus();
+  }
+
+  // tf_crop_and_resize's region of interest: [starts..., ends...], when given.
+  absl::Status ReadRoi(KernelContext& ctx, int rank, double* roi) const {
+    if (transform_ != Transform::kTfCropAndResize || !ctx.has_input(1) ||
+        ctx.input(1).NumElements() == 0) {
+      return absl::OkStatus();
+    }
+    const Tensor& r = ctx.input(1);
+    if (r.NumElements() != 2 * rank || !IsFloatingPoint(r.dtype())) {
+      return absl::InvalidArgumentError("roi must hold 2 x rank float values");
+    }
+    for (int i = 0; i < 2 * rank; ++i) {
+      roi[i] = r.dtype() == DataType::kFloat32 ? r.data<float>()[i] : r.data<double>()[i];
+    }
+    return absl::OkStatus();
+  }
+
+  // Whether the 2-D fast path applies: float32, only the last two dims resized, none outside.
+  static bool ResizesOnlyLastTwo(const Tensor& x, const Shape& out_shape,
+                                 const std::vector<DimTable>& tables) {
+    const int rank = x.rank();
+    if (x.dtype() != DataType::kFloat32 || rank < 2 || !tables[rank - 2].outside.empty() ||
+        !tables[rank - 1].outside.empty()) {
+      return false;
+    }
+    bool outer_kept = true;
+    for (int d = 0; d < rank - 2 && outer_kept; ++d) {
+      outer_kept = out_shape[d] == x.dim(d) && IsIdentity(tables[d], x.dim(d));
+    }
+    return outer_kept;
+  }
+
+  // The general path: every output element as the weighted sum over all dims' taps.
+  template <typename T>
+  void RunGeneral(KernelContext& ctx, const Shape& out_shape,
+                  const std::vector<DimTable>& tables) const {
+    const Tensor& x = ctx.input(0);
+    const int rank = x.rank();
+    DimVector strides;
+    RowMajorStrides(x.shape(), &strides);
+    Tensor* y = ctx.output(0, x.dtype(), out_shape);
+    const T* in = x.data<T>();
+    T* out = y->mutable_data<T>();
+    const int64_t n = out_shape.NumElements();
+    DimVector coord(rank, 0);
+    for (int64_t o = 0; o < n; ++o) {
+      const double v = Eval(in, 0, 0, coord, tables, strides);
+      if constexpr (std::is_integral_v<T>) {
+        out[o] = SaturatingCast<T>(std::nearbyint(v));  // cubic overshoot, extrapolation
+      } else {
+        out[o] = static_cast<T>(v);
+      }
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++coord[d] < out_shape[d]) break;
+        coord[d] = 0;
+      }
+    }
+  }
 
   // The weighted sum over dims [d, rank) for output coordinate `coord`, starting at `offset`.
   template <typename T>
