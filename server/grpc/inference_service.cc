@@ -166,13 +166,12 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
  protected:
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
-    inference::ModelInferResponse response;
-    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response));
+    // Straight from the output tensors into the response's bytes (no message in between).
+    const absl::Status serialized =
+        SerializeInferResponse(model.name, model.version_string, request_.id(), *model.model,
+                               outputs, values, response_bytes_);
     values.clear();
-    response.set_model_name(model.name);
-    response.set_model_version(model.version_string);
-    response.set_id(request_.id());
-    return SerializeTo(response, response_bytes_);
+    return serialized;
   }
 
   void Finish(const absl::Status& status) override {
