@@ -15,9 +15,11 @@ p50/p99 latency, server CPU us per request, the client's share of the machine an
 machine was in all (the machine may be shared: the load average is printed before and after).
 The issue's targets stand beside the 4-client gRPC and REST binary rows.
 
-Then, if --bin has serving_bench: the 1-client gRPC median latency of loopserve against a bare
-gRPC echo of the same payload (serving_bench --model=cell256, both in one process) and the ratio
-(issue 34: <= 1.5x).
+Then gRPC's own floor: bench/grpc_echo_server (a bare callback-API ModelInfer echo, same gRPC and
+protobuf, no engine), driven by the same `loopctl perf` at the same client counts; its rows sit
+under loopserve's, and the 1-client p50 ratio loopserve / echo is printed (issue 34: <= 1.5x).
+Every row also gives the server's context switches per request (voluntary + involuntary, summed
+over its threads from /proc/<pid>/task/*/status): the thread hand-offs a request costs.
 
 Part 2, `--workers` scaling. A compute-bound model (the same cell, 1024 wide, M=16) is served with
 `--workers=W --intra_op_threads=1` for each W in --scaling_workers, at 2W clients; its throughput
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,6 +91,20 @@ def process_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields[0] is field 3 (state)
 
 
+def process_context_switches(pid):
+    """Voluntary + involuntary context switches of every thread of a process, from /proc."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split(":")[1])
+        except OSError:
+            pass  # the thread ended meanwhile
+    return total
+
+
 def machine_times():
     """(busy, total) jiffies of all CPUs together, from the first line of /proc/stat."""
     with open("/proc/stat") as f:
@@ -111,19 +128,13 @@ def write_repository(root):
                                                                   "model.onnx"))
         data = os.path.join(root, "data_" + name)
         os.makedirs(data)
-        # serving_bench's layout (bare model files with test_data_set_0/), for the echo ratio.
-        echo_dir = os.path.join(root, "echo", name, "test_data_set_0")
-        os.makedirs(echo_dir)
-        shutil.copy(os.path.join(root, "models", name, "1", "model.onnx"),
-                    os.path.dirname(echo_dir))
         rng = np.random.RandomState(34)
         inputs = [("M", np.array(steps, np.int64)),
                   ("x", rng.uniform(-1, 1, (1, hidden)).astype(np.float32)),
                   ("h0", rng.uniform(-1, 1, (1, hidden)).astype(np.float32))]
         for k, (input_name, array) in enumerate(inputs):
-            for folder in (data, echo_dir):
-                with open(os.path.join(folder, "input_%d.pb" % k), "wb") as f:
-                    f.write(numpy_helper.from_array(array, input_name).SerializeToString())
+            with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
+                f.write(numpy_helper.from_array(array, input_name).SerializeToString())
 
 
 class Server:
@@ -144,6 +155,38 @@ class Server:
             self.proc.wait(timeout=30)
 
 
+# What grpc_echo_server answers to ModelMetadata: the cells' signature (make_example_models.py).
+ECHO_METADATA = """name: "%s" versions: "1" platform: "onnxruntime_onnx"
+inputs { name: "M" datatype: "INT64" }
+inputs { name: "x" datatype: "FP32" shape: -1 shape: %d }
+inputs { name: "h0" datatype: "FP32" shape: -1 shape: %d }
+outputs { name: "h_final" datatype: "FP32" shape: -1 shape: %d }
+outputs { name: "h_seq" datatype: "FP32" shape: -1 shape: -1 shape: %d }
+"""
+
+
+class EchoServer:
+    """bench/grpc_echo_server on a kernel-picked loopback port (same interface as Server)."""
+
+    def __init__(self, binary, root, model, hidden):
+        metadata = os.path.join(root, "echo_metadata.txt")
+        with open(metadata, "w") as f:
+            f.write(ECHO_METADATA % (model, hidden, hidden, hidden, hidden))
+        self.proc = subprocess.Popen([binary, "--address=127.0.0.1", "--grpc_port=0",
+                                      "--metadata=" + metadata],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(60, self.proc.kill)  # bounded wait for the port line
+        timer.start()
+        line = self.proc.stdout.readline()
+        timer.cancel()
+        if not line.startswith("echo: grpc listening on "):
+            self.proc.kill()
+            raise RuntimeError("grpc_echo_server did not report its port")
+        self.address = {"grpc": "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
+
+    stop = Server.stop
+
+
 def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=None):
     """One `loopctl perf` run with the CPU counters read around it; `during(pid)` (optional) is
     called once the run has started and returns a Popen to wait for afterwards."""
@@ -153,6 +196,7 @@ def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=
                 "--duration=%g" % duration, "--warmup=%d" % (50 * clients), "--progress=false"])
     pid = server.proc.pid
     server_before = process_cpu_seconds(pid)
+    switches_before = process_context_switches(pid)
     client_before = children_cpu_seconds()
     busy_before, total_before = machine_times()
     wall_before = time.monotonic()
@@ -167,6 +211,7 @@ def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=
     wall = time.monotonic() - wall_before
     busy_after, total_after = machine_times()
     server_cpu = process_cpu_seconds(pid) - server_before
+    switches = process_context_switches(pid) - switches_before
     if side is not None:
         side.wait(timeout=120)
     client_cpu = children_cpu_seconds() - client_before  # includes the profiler, if any
@@ -179,6 +224,7 @@ def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=
     result.update({
         "protocol": protocol, "clients": clients,
         "server_cpu_us_per_request": server_cpu * 1e6 / served,
+        "switches_per_request": switches / served,
         "server_cores": server_cpu / wall,
         "client_share": client_cpu / (wall * cores),
         "machine_busy": (busy_after - busy_before) / max(1, total_after - total_before),
@@ -246,23 +292,6 @@ def buckets(data):
     return [(name, totals[name]) for name, _ in BUCKETS]
 
 
-def echo_ratio(serving_bench, root, model):
-    """serving_bench at 1 client: (echo median us, loopserve median us) over gRPC for `model`,
-    both servers in one process, against a bare gRPC echo of the same payload; None if absent."""
-    if not os.path.exists(serving_bench):
-        return None
-    out = subprocess.run([serving_bench, "--models=" + os.path.join(root, "echo"),
-                          "--model=" + model, "--clients=1", "--rounds=3", "--requests=3000"],
-                         capture_output=True, text=True, timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError("serving_bench: " + out.stderr.strip()[-2000:])
-    for line in out.stdout.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) >= 3 and cells[0] == "1":
-            return float(cells[1]), float(cells[2])
-    raise RuntimeError("serving_bench printed no 1-client row")
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default=os.path.join(REPO_ROOT, "build", "bin"),
@@ -274,7 +303,7 @@ def main():
     parser.add_argument("--profile", default="true")
     args = parser.parse_args()
     binary = {b: os.path.join(args.bin, b)
-              for b in ("loopserve", "loopctl", "looprun", "serving_bench")}
+              for b in ("loopserve", "loopctl", "looprun", "grpc_echo_server")}
     clients = [int(c) for c in args.clients.split(",")]
     scaling = [int(w) for w in args.scaling_workers.split(",") if w]
     do_profile = args.profile == "true" and shutil.which("perf") is not None
@@ -283,7 +312,7 @@ def main():
     repository = os.path.join(root, "models")
     print("CPU: %s, %d cores, ISA: %s" % (cpu_name(), os.cpu_count(), isa_flags()))
     print("load average before: %s" % load_average())
-    rows, scale_rows, symbols = [], [], []
+    rows, echo_rows, scale_rows, symbols = [], [], [], []
     try:
         write_repository(root)
         server = Server(binary["loopserve"], repository, args.workers)
@@ -300,7 +329,16 @@ def main():
                            ["%.2f%% %s" % (p, name) for name, p in buckets(data)])
         finally:
             server.stop()
-        echo = echo_ratio(binary["serving_bench"], root, SMALL[0])
+        if os.path.exists(binary["grpc_echo_server"]):
+            echo = EchoServer(binary["grpc_echo_server"], root, SMALL[0], SMALL[1])
+            try:
+                for c in clients:
+                    r = perf_run(binary["loopctl"], echo, "grpc", SMALL[0], SMALL[2], c,
+                                 args.duration)
+                    r["protocol"] = "grpc echo"
+                    echo_rows.append(r)
+            finally:
+                echo.stop()
         small_wall_us, small_cpu_us = looprun_rate(binary["looprun"], root, SMALL[0], 2000)
         wall_us, cpu_us = looprun_rate(binary["looprun"], root, LARGE[0], 40)
         for w in scaling:
@@ -323,23 +361,30 @@ def main():
     print("engine alone (looprun --threads=1): median %.1f us wall, %.1f us CPU per run; the "
           "rest of the server CPU per request is the request path" % (small_wall_us, small_cpu_us))
     print("| protocol | clients | req/s | p50 (us) | p99 (us) | server CPU us/req | target |"
-          " server cores | client share | machine busy |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
+          " switches/req | server cores | client share | machine busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows + echo_rows:
         target = TARGETS_US.get((r["protocol"], r["clients"]))
         mark = "" if target is None else "<= %.0f (%s)" % (
             target, "met" if r["server_cpu_us_per_request"] <= target else "not met")
-        print("| %s | %d | %.0f | %.0f | %.0f | %.1f | %s | %.2f | %.0f%% | %.0f%% |" %
+        print("| %s | %d | %.0f | %.0f | %.0f | %.1f | %s | %.2f | %.2f | %.0f%% | %.0f%% |" %
               (r["protocol"], r["clients"], r["throughput"], r["p50_us"], r["p99_us"],
-               r["server_cpu_us_per_request"], mark, r["server_cores"], 100 * r["client_share"],
-               100 * r["machine_busy"]))
-    if echo is not None:
-        print("\n1 client, gRPC, median latency (serving_bench, both servers in one process, "
-              "synchronous stub): bare gRPC echo %.1f us, loopserve %.1f us: %.2fx (target <= 1.5x:"
-              " %s)" % (echo[0], echo[1], echo[1] / echo[0],
-                        "met" if echo[1] <= 1.5 * echo[0] else "not met"))
-    else:
-        print("\n1 client echo ratio: skipped (no serving_bench in --bin)")
+               r["server_cpu_us_per_request"], mark, r["switches_per_request"],
+               r["server_cores"], 100 * r["client_share"], 100 * r["machine_busy"]))
+    ours = {r["clients"]: r for r in rows if r["protocol"] == "grpc"}
+    echo_at = {r["clients"]: r for r in echo_rows}
+    if 1 in ours and 1 in echo_at:
+        ratio = ours[1]["p50_us"] / echo_at[1]["p50_us"]
+        print("\n1 client, gRPC, p50 (same loopctl client): bare gRPC echo %.0f us, loopserve %.0f "
+              "us: %.2fx (target <= 1.5x: %s)" % (echo_at[1]["p50_us"], ours[1]["p50_us"], ratio,
+                                                  "met" if ratio <= 1.5 else "not met"))
+    for c in sorted(set(ours) & set(echo_at)):
+        print("%d clients, gRPC, server CPU per request: echo %.1f us (gRPC's floor here), "
+              "loopserve %.1f us (%.1f us over the floor)" %
+              (c, echo_at[c]["server_cpu_us_per_request"], ours[c]["server_cpu_us_per_request"],
+               ours[c]["server_cpu_us_per_request"] - echo_at[c]["server_cpu_us_per_request"]))
+    if not echo_rows:
+        print("\ngRPC echo rows: skipped (no grpc_echo_server in --bin)")
     if scale_rows:
         print("\n--workers scaling: %s (hidden %d, M=%d), gRPC, 2 clients per worker, "
               "--intra_op_threads=1; engine alone (looprun --threads=1): median %.0f us wall, "
@@ -360,7 +405,7 @@ def main():
     elif args.profile == "true":
         print("\nperf profile: skipped (perf not found)")
     print(json.dumps({"cpu": cpu_name(), "isa": isa_flags(), "rows": rows,
-                      "scaling": scale_rows, "echo_us": echo, "engine_us": {"wall": wall_us, "cpu": cpu_us},
+                      "scaling": scale_rows, "echo_rows": echo_rows, "engine_us": {"wall": wall_us, "cpu": cpu_us},
                       "small_engine_us": {"wall": small_wall_us, "cpu": small_cpu_us}}))
     return 0
 
