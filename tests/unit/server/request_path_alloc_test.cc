@@ -6,10 +6,10 @@
 // binary links tests/unit/engine/operator_new_counter.cc). gRPC's own buffers (gpr_malloc) are
 // not operator new and are not counted.
 //
-// A new call object per request, as the adapter creates one per RPC; the parsed message is reused,
-// as a pooled call's would be (the adapter itself still parses into a fresh message per call and
-// allocates the call: not covered here). The test fails when a change adds an allocation to the
-// path: kBudget names each one left.
+// A new call object per request, parsing into a fresh message on an arena whose first block is
+// part of the call, as the adapter's call does (the adapter's `new` of the call itself is not
+// counted; raw contents longer than 15 bytes would add one buffer each). The test fails when a
+// change adds an allocation to the path: kBudget names each one left.
 
 #include <cstdio>
 #include <cstring>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/arena.h"
 #include "gtest/gtest.h"
 #include "server/grpc/tensor_codec.h"
 #include "server/observability/metrics.h"
@@ -42,9 +43,10 @@ constexpr double kBudget = 6;
 // serializes its answer with SerializeInferResponse into a grpc::ByteBuffer.
 class FakeGrpcCall final : public InferenceCall {
  public:
-  explicit FakeGrpcCall(inference::ModelInferRequest* message)
+  FakeGrpcCall()
       : InferenceCall(Protocol::kGrpc, Polling::kWhileInline, absl::Now(), absl::InfiniteFuture()),
-        message_(message) {}
+        arena_(ArenaOn(arena_block_, sizeof(arena_block_))),
+        message_(google::protobuf::Arena::CreateMessage<inference::ModelInferRequest>(&arena_)) {}
 
   absl::Status Start(InferenceRunner& runner, grpc::ByteBuffer& bytes) {
     absl::Status parsed = ParseInferRequest(bytes, "ModelInfer", message_);
@@ -71,7 +73,15 @@ class FakeGrpcCall final : public InferenceCall {
   }
 
  private:
-  inference::ModelInferRequest* const message_;  // the adapter's parsed request
+  static google::protobuf::ArenaOptions ArenaOn(char* block, size_t size) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = size;
+    return options;
+  }
+  alignas(16) char arena_block_[2048];
+  google::protobuf::Arena arena_;
+  inference::ModelInferRequest* const message_;  // the parsed request, on arena_
   grpc::ByteBuffer response_;
   absl::Status status_;
   absl::Notification finished_;
@@ -118,7 +128,6 @@ TEST(RequestPathAllocationTest, SteadyStateRequestsStayWithinTheBudget) {
   const float xs[2] = {1.5f, -4.f};
   request.add_raw_input_contents(std::string(reinterpret_cast<const char*>(xs), 8));
 
-  inference::ModelInferRequest message;  // the adapter's, reused as a pooled call would
   int64_t last_news = 0;
   auto run_once = [&]() -> absl::Status {
     grpc::ByteBuffer bytes = Serialized(request);  // gRPC's buffer (gpr_malloc: not counted)
@@ -126,7 +135,7 @@ TEST(RequestPathAllocationTest, SteadyStateRequestsStayWithinTheBudget) {
     absl::Status status;
     int64_t news = 0;
     {
-      FakeGrpcCall call(&message);
+      FakeGrpcCall call;
       status = call.Start(runner, bytes);
       if (status.ok()) {
         inference::ModelInferResponse response;  // checked outside the count
