@@ -221,9 +221,8 @@ absl::Status Server::Init() {
   // Short runs (inline_run_limit) go on the receiving thread whenever a worker slot is free: a
   // hand-off costs more than the run (issue 34). gRPC 1.51 runs callbacks on cores / 2 threads
   // (2 to 16); runs on them end within inline_run_limit, so they stall its receiving no longer.
-  const int max_inline_runs = options_.max_inline_runs > 0
-                                  ? options_.max_inline_runs
-                                  : options_.workers;
+  const int max_inline_runs =
+      options_.max_inline_runs > 0 ? options_.max_inline_runs : options_.workers;
   pool_ = std::make_unique<WorkerPool>(
       options_.workers, options_.max_queue_size,
       [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); }, max_inline_runs);
