@@ -21,6 +21,11 @@ under loopserve's, and the 1-client p50 ratio loopserve / echo is printed (issue
 Every row also gives the server's context switches per request (voluntary + involuntary, summed
 over its threads from /proc/<pid>/task/*/status): the thread hand-offs a request costs.
 
+Part 1b, the example models (deploy/make_example_models.py, with their config.pbtxt, the inputs of
+their first test case from --data_dir; all but `endless`): one loopserve serves them all, and each
+gets a gRPC and a REST binary row at 4 clients beside the engine alone on the same inputs (looprun
+--threads=1, median CPU per run), so the request path's share shows for real model sizes.
+
 Part 2, `--workers` scaling. A compute-bound model (the same cell, 1024 wide, M=16) is served with
 `--workers=W --intra_op_threads=1` for each W in --scaling_workers, at 2W clients; its throughput
 is set against W times the engine's single-core rate, measured in the same run with `looprun
@@ -137,6 +142,41 @@ def write_repository(root):
                 f.write(numpy_helper.from_array(array, input_name).SerializeToString())
 
 
+def write_examples(root):
+    """The example models with data folders of their first case's inputs: [(name, data dir)]."""
+    written = []
+    for example in examples.example_models():
+        if example.name == "endless" or not example.cases:
+            continue
+        examples.write_example(os.path.join(root, "examples"), example)
+        inputs = example.cases[sorted(example.cases)[0]][0]
+        names = (example.io_names[0] if example.model is None else
+                 [i.name for i in example.model.graph.input])
+        data = os.path.join(root, "data_example_" + example.name)
+        os.makedirs(data)
+        for k, (input_name, array) in enumerate(zip(names, inputs)):
+            with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
+                f.write(numpy_helper.from_array(np.asarray(array), input_name).SerializeToString())
+        written.append((example.name, data))
+    return written
+
+
+def example_engine_cpu_us(looprun, root, name, data):
+    """The engine alone on one thread for an example (median CPU us per run), None if looprun
+    cannot run it (an OpenVINO pair is model.xml)."""
+    folder = os.path.join(root, "examples", name, "1")
+    model = [f for f in os.listdir(folder) if f.endswith((".onnx", ".xml"))]
+    if not model:
+        return None
+    out = subprocess.run([looprun, "--model=" + os.path.join(folder, model[0]), "--data=" + data,
+                          "--repeat=300", "--warmup=5", "--threads=1"],
+                         capture_output=True, text=True, timeout=300)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return None
+    return json.loads(lines[-1])["cpu_median_us"]
+
+
 class Server:
     """loopserve on kernel-picked loopback ports; stopped by stop() (SIGTERM, then kill)."""
 
@@ -191,8 +231,9 @@ def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=
     """One `loopctl perf` run with the CPU counters read around it; `during(pid)` (optional) is
     called once the run has started and returns a Popen to wait for afterwards."""
     kind, flags = PROTOCOLS[protocol]
+    given = ["--input=M:INT64::%d" % steps] if isinstance(steps, int) else ["--data_dir=" + steps]
     command = ([loopctl, "--addr=" + server.address[kind]] + flags +
-               ["perf", model, "--input=M:INT64::%d" % steps, "--concurrency=%d" % clients,
+               ["perf", model] + given + ["--concurrency=%d" % clients,
                 "--duration=%g" % duration, "--warmup=%d" % (50 * clients), "--progress=false"])
     pid = server.proc.pid
     server_before = process_cpu_seconds(pid)
@@ -312,7 +353,7 @@ def main():
     repository = os.path.join(root, "models")
     print("CPU: %s, %d cores, ISA: %s" % (cpu_name(), os.cpu_count(), isa_flags()))
     print("load average before: %s" % load_average())
-    rows, echo_rows, scale_rows, symbols = [], [], [], []
+    rows, echo_rows, example_rows, scale_rows, symbols = [], [], [], [], []
     try:
         write_repository(root)
         server = Server(binary["loopserve"], repository, args.workers)
@@ -327,6 +368,22 @@ def main():
                          max(args.duration, 4.0), during=start)
                 symbols = (top_symbols(data, 12, "dso") + [""] + top_symbols(data, 25) + [""] +
                            ["%.2f%% %s" % (p, name) for name, p in buckets(data)])
+        finally:
+            server.stop()
+        example_data = write_examples(root)
+        server = Server(binary["loopserve"], os.path.join(root, "examples"), args.workers)
+        try:
+            for name, data in example_data:
+                engine = example_engine_cpu_us(binary["looprun"], root, name, data)
+                for protocol in ("grpc", "rest-binary"):
+                    try:
+                        r = perf_run(binary["loopctl"], server, protocol, name, data, 4,
+                                     args.duration)
+                    except RuntimeError as e:  # reported, the others go on
+                        print("example %s over %s: %s" % (name, protocol, e))
+                        continue
+                    r["model"], r["engine_cpu_us"] = name, engine
+                    example_rows.append(r)
         finally:
             server.stop()
         if os.path.exists(binary["grpc_echo_server"]):
@@ -383,6 +440,18 @@ def main():
               "loopserve %.1f us (%.1f us over the floor)" %
               (c, echo_at[c]["server_cpu_us_per_request"], ours[c]["server_cpu_us_per_request"],
                ours[c]["server_cpu_us_per_request"] - echo_at[c]["server_cpu_us_per_request"]))
+    if example_rows:
+        print("\nThe example models (deploy/make_example_models.py, first test case's inputs), 4 "
+              "clients, --workers=%d:" % args.workers)
+        print("| model | protocol | req/s | p50 (us) | server CPU us/req | engine alone CPU us |"
+              " switches/req |")
+        print("|---|---|---|---|---|---|---|")
+        for r in example_rows:
+            print("| %s | %s | %.0f | %.0f | %.1f | %s | %.2f |" %
+                  (r["model"], r["protocol"], r["throughput"], r["p50_us"],
+                   r["server_cpu_us_per_request"],
+                   "-" if r["engine_cpu_us"] is None else "%.1f" % r["engine_cpu_us"],
+                   r["switches_per_request"]))
     if not echo_rows:
         print("\ngRPC echo rows: skipped (no grpc_echo_server in --bin)")
     if scale_rows:
@@ -405,7 +474,7 @@ def main():
     elif args.profile == "true":
         print("\nperf profile: skipped (perf not found)")
     print(json.dumps({"cpu": cpu_name(), "isa": isa_flags(), "rows": rows,
-                      "scaling": scale_rows, "echo_rows": echo_rows, "engine_us": {"wall": wall_us, "cpu": cpu_us},
+                      "scaling": scale_rows, "echo_rows": echo_rows, "examples": example_rows, "engine_us": {"wall": wall_us, "cpu": cpu_us},
                       "small_engine_us": {"wall": small_wall_us, "cpu": small_cpu_us}}))
     return 0
 
