@@ -32,12 +32,12 @@ namespace loopserve::server {
 namespace {
 
 // operator new calls per request left on the path (found with a breakpoint on operator new),
-// each named: ToInferenceRequest's InferenceRequest::inputs and the shape vector of x (M is a
-// scalar); BindRequest's DecodedRequest::inputs (the vector Model::Run takes by value) and
-// DecodedRequest::outputs; Model::Run's vector of outputs; gRPC's slice for the response bytes
-// (grpc_slice_malloc, with operator new[]: the buffer gRPC sends and frees). Before issue 34's
-// changes: 8 (also the model label built for every run, and BindRequest's vector<bool>).
-constexpr double kBudget = 6;
+// each named: ToInferenceRequest's InferenceRequest::inputs; BindRequest's DecodedRequest::inputs
+// (the vector Model::Run takes by value) and DecodedRequest::outputs; Model::Run's vector of
+// outputs; gRPC's slice for the response bytes (grpc_slice_malloc, with operator new[]: the
+// buffer gRPC sends and frees). Before issue 34's changes: 8 (also the model label built for
+// every run, BindRequest's vector<bool> and a std::vector per input shape).
+constexpr double kBudget = 5;
 
 // A gRPC ModelInfer call without gRPC: parses `bytes` like InferenceService's call does and
 // serializes its answer with SerializeInferResponse into a grpc::ByteBuffer.
