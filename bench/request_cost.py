@@ -15,9 +15,16 @@ p50/p99 latency, server CPU us per request, the client's share of the machine an
 machine was in all (the machine may be shared: the load average is printed before and after).
 The issue's targets stand beside the 4-client gRPC and REST binary rows.
 
-Then, if --bin has serving_bench: the 1-client gRPC median latency of loopserve against a bare
-gRPC echo of the same payload (serving_bench --model=cell256, both in one process) and the ratio
-(issue 34: <= 1.5x).
+Then gRPC's own floor: bench/grpc_echo_server (a bare callback-API ModelInfer echo, same gRPC and
+protobuf, no engine), driven by the same `loopctl perf` at the same client counts; its rows sit
+under loopserve's, and the 1-client p50 ratio loopserve / echo is printed (issue 34: <= 1.5x).
+Every row also gives the server's context switches per request (voluntary + involuntary, summed
+over its threads from /proc/<pid>/task/*/status): the thread hand-offs a request costs.
+
+Part 1b, the example models (deploy/make_example_models.py, with their config.pbtxt, the inputs of
+their first test case from --data_dir; all but `endless`): one loopserve serves them all, and each
+gets a gRPC and a REST binary row at 4 clients beside the engine alone on the same inputs (looprun
+--threads=1, median CPU per run), so the request path's share shows for real model sizes.
 
 Part 2, `--workers` scaling. A compute-bound model (the same cell, 1024 wide, M=16) is served with
 `--workers=W --intra_op_threads=1` for each W in --scaling_workers, at 2W clients; its throughput
@@ -42,6 +49,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,6 +96,20 @@ def process_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields[0] is field 3 (state)
 
 
+def process_context_switches(pid):
+    """Voluntary + involuntary context switches of every thread of a process, from /proc."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split(":")[1])
+        except OSError:
+            pass  # the thread ended meanwhile
+    return total
+
+
 def machine_times():
     """(busy, total) jiffies of all CPUs together, from the first line of /proc/stat."""
     with open("/proc/stat") as f:
@@ -111,19 +133,48 @@ def write_repository(root):
                                                                   "model.onnx"))
         data = os.path.join(root, "data_" + name)
         os.makedirs(data)
-        # serving_bench's layout (bare model files with test_data_set_0/), for the echo ratio.
-        echo_dir = os.path.join(root, "echo", name, "test_data_set_0")
-        os.makedirs(echo_dir)
-        shutil.copy(os.path.join(root, "models", name, "1", "model.onnx"),
-                    os.path.dirname(echo_dir))
         rng = np.random.RandomState(34)
         inputs = [("M", np.array(steps, np.int64)),
                   ("x", rng.uniform(-1, 1, (1, hidden)).astype(np.float32)),
                   ("h0", rng.uniform(-1, 1, (1, hidden)).astype(np.float32))]
         for k, (input_name, array) in enumerate(inputs):
-            for folder in (data, echo_dir):
-                with open(os.path.join(folder, "input_%d.pb" % k), "wb") as f:
-                    f.write(numpy_helper.from_array(array, input_name).SerializeToString())
+            with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
+                f.write(numpy_helper.from_array(array, input_name).SerializeToString())
+
+
+def write_examples(root):
+    """The example models with data folders of their first case's inputs: [(name, data dir)]."""
+    written = []
+    for example in examples.example_models():
+        if example.name == "endless" or not example.cases:
+            continue
+        examples.write_example(os.path.join(root, "examples"), example)
+        inputs = example.cases[sorted(example.cases)[0]][0]
+        names = (example.io_names[0] if example.model is None else
+                 [i.name for i in example.model.graph.input])
+        data = os.path.join(root, "data_example_" + example.name)
+        os.makedirs(data)
+        for k, (input_name, array) in enumerate(zip(names, inputs)):
+            with open(os.path.join(data, "input_%d.pb" % k), "wb") as f:
+                f.write(numpy_helper.from_array(np.asarray(array), input_name).SerializeToString())
+        written.append((example.name, data))
+    return written
+
+
+def example_engine_cpu_us(looprun, root, name, data):
+    """The engine alone on one thread for an example (median CPU us per run), None if looprun
+    cannot run it (an OpenVINO pair is model.xml)."""
+    folder = os.path.join(root, "examples", name, "1")
+    model = [f for f in os.listdir(folder) if f.endswith((".onnx", ".xml"))]
+    if not model:
+        return None
+    out = subprocess.run([looprun, "--model=" + os.path.join(folder, model[0]), "--data=" + data,
+                          "--repeat=300", "--warmup=5", "--threads=1"],
+                         capture_output=True, text=True, timeout=300)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return None
+    return json.loads(lines[-1])["cpu_median_us"]
 
 
 class Server:
@@ -144,15 +195,49 @@ class Server:
             self.proc.wait(timeout=30)
 
 
+# What grpc_echo_server answers to ModelMetadata: the cells' signature (make_example_models.py).
+ECHO_METADATA = """name: "%s" versions: "1" platform: "onnxruntime_onnx"
+inputs { name: "M" datatype: "INT64" }
+inputs { name: "x" datatype: "FP32" shape: -1 shape: %d }
+inputs { name: "h0" datatype: "FP32" shape: -1 shape: %d }
+outputs { name: "h_final" datatype: "FP32" shape: -1 shape: %d }
+outputs { name: "h_seq" datatype: "FP32" shape: -1 shape: -1 shape: %d }
+"""
+
+
+class EchoServer:
+    """bench/grpc_echo_server on a kernel-picked loopback port (same interface as Server)."""
+
+    def __init__(self, binary, root, model, hidden):
+        metadata = os.path.join(root, "echo_metadata.txt")
+        with open(metadata, "w") as f:
+            f.write(ECHO_METADATA % (model, hidden, hidden, hidden, hidden))
+        self.proc = subprocess.Popen([binary, "--address=127.0.0.1", "--grpc_port=0",
+                                      "--metadata=" + metadata],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(60, self.proc.kill)  # bounded wait for the port line
+        timer.start()
+        line = self.proc.stdout.readline()
+        timer.cancel()
+        if not line.startswith("echo: grpc listening on "):
+            self.proc.kill()
+            raise RuntimeError("grpc_echo_server did not report its port")
+        self.address = {"grpc": "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
+
+    stop = Server.stop
+
+
 def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=None):
     """One `loopctl perf` run with the CPU counters read around it; `during(pid)` (optional) is
     called once the run has started and returns a Popen to wait for afterwards."""
     kind, flags = PROTOCOLS[protocol]
+    given = ["--input=M:INT64::%d" % steps] if isinstance(steps, int) else ["--data_dir=" + steps]
     command = ([loopctl, "--addr=" + server.address[kind]] + flags +
-               ["perf", model, "--input=M:INT64::%d" % steps, "--concurrency=%d" % clients,
+               ["perf", model] + given + ["--concurrency=%d" % clients,
                 "--duration=%g" % duration, "--warmup=%d" % (50 * clients), "--progress=false"])
     pid = server.proc.pid
     server_before = process_cpu_seconds(pid)
+    switches_before = process_context_switches(pid)
     client_before = children_cpu_seconds()
     busy_before, total_before = machine_times()
     wall_before = time.monotonic()
@@ -167,6 +252,7 @@ def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=
     wall = time.monotonic() - wall_before
     busy_after, total_after = machine_times()
     server_cpu = process_cpu_seconds(pid) - server_before
+    switches = process_context_switches(pid) - switches_before
     if side is not None:
         side.wait(timeout=120)
     client_cpu = children_cpu_seconds() - client_before  # includes the profiler, if any
@@ -179,6 +265,7 @@ def perf_run(loopctl, server, protocol, model, steps, clients, duration, during=
     result.update({
         "protocol": protocol, "clients": clients,
         "server_cpu_us_per_request": server_cpu * 1e6 / served,
+        "switches_per_request": switches / served,
         "server_cores": server_cpu / wall,
         "client_share": client_cpu / (wall * cores),
         "machine_busy": (busy_after - busy_before) / max(1, total_after - total_before),
@@ -246,23 +333,6 @@ def buckets(data):
     return [(name, totals[name]) for name, _ in BUCKETS]
 
 
-def echo_ratio(serving_bench, root, model):
-    """serving_bench at 1 client: (echo median us, loopserve median us) over gRPC for `model`,
-    both servers in one process, against a bare gRPC echo of the same payload; None if absent."""
-    if not os.path.exists(serving_bench):
-        return None
-    out = subprocess.run([serving_bench, "--models=" + os.path.join(root, "echo"),
-                          "--model=" + model, "--clients=1", "--rounds=3", "--requests=3000"],
-                         capture_output=True, text=True, timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError("serving_bench: " + out.stderr.strip()[-2000:])
-    for line in out.stdout.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) >= 3 and cells[0] == "1":
-            return float(cells[1]), float(cells[2])
-    raise RuntimeError("serving_bench printed no 1-client row")
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default=os.path.join(REPO_ROOT, "build", "bin"),
@@ -274,7 +344,7 @@ def main():
     parser.add_argument("--profile", default="true")
     args = parser.parse_args()
     binary = {b: os.path.join(args.bin, b)
-              for b in ("loopserve", "loopctl", "looprun", "serving_bench")}
+              for b in ("loopserve", "loopctl", "looprun", "grpc_echo_server")}
     clients = [int(c) for c in args.clients.split(",")]
     scaling = [int(w) for w in args.scaling_workers.split(",") if w]
     do_profile = args.profile == "true" and shutil.which("perf") is not None
@@ -283,7 +353,7 @@ def main():
     repository = os.path.join(root, "models")
     print("CPU: %s, %d cores, ISA: %s" % (cpu_name(), os.cpu_count(), isa_flags()))
     print("load average before: %s" % load_average())
-    rows, scale_rows, symbols = [], [], []
+    rows, echo_rows, example_rows, scale_rows, symbols = [], [], [], [], []
     try:
         write_repository(root)
         server = Server(binary["loopserve"], repository, args.workers)
@@ -300,7 +370,32 @@ def main():
                            ["%.2f%% %s" % (p, name) for name, p in buckets(data)])
         finally:
             server.stop()
-        echo = echo_ratio(binary["serving_bench"], root, SMALL[0])
+        example_data = write_examples(root)
+        server = Server(binary["loopserve"], os.path.join(root, "examples"), args.workers)
+        try:
+            for name, data in example_data:
+                engine = example_engine_cpu_us(binary["looprun"], root, name, data)
+                for protocol in ("grpc", "rest-binary"):
+                    try:
+                        r = perf_run(binary["loopctl"], server, protocol, name, data, 4,
+                                     args.duration)
+                    except RuntimeError as e:  # reported, the others go on
+                        print("example %s over %s: %s" % (name, protocol, e))
+                        continue
+                    r["model"], r["engine_cpu_us"] = name, engine
+                    example_rows.append(r)
+        finally:
+            server.stop()
+        if os.path.exists(binary["grpc_echo_server"]):
+            echo = EchoServer(binary["grpc_echo_server"], root, SMALL[0], SMALL[1])
+            try:
+                for c in clients:
+                    r = perf_run(binary["loopctl"], echo, "grpc", SMALL[0], SMALL[2], c,
+                                 args.duration)
+                    r["protocol"] = "grpc echo"
+                    echo_rows.append(r)
+            finally:
+                echo.stop()
         small_wall_us, small_cpu_us = looprun_rate(binary["looprun"], root, SMALL[0], 2000)
         wall_us, cpu_us = looprun_rate(binary["looprun"], root, LARGE[0], 40)
         for w in scaling:
@@ -323,23 +418,42 @@ def main():
     print("engine alone (looprun --threads=1): median %.1f us wall, %.1f us CPU per run; the "
           "rest of the server CPU per request is the request path" % (small_wall_us, small_cpu_us))
     print("| protocol | clients | req/s | p50 (us) | p99 (us) | server CPU us/req | target |"
-          " server cores | client share | machine busy |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
+          " switches/req | server cores | client share | machine busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows + echo_rows:
         target = TARGETS_US.get((r["protocol"], r["clients"]))
         mark = "" if target is None else "<= %.0f (%s)" % (
             target, "met" if r["server_cpu_us_per_request"] <= target else "not met")
-        print("| %s | %d | %.0f | %.0f | %.0f | %.1f | %s | %.2f | %.0f%% | %.0f%% |" %
+        print("| %s | %d | %.0f | %.0f | %.0f | %.1f | %s | %.2f | %.2f | %.0f%% | %.0f%% |" %
               (r["protocol"], r["clients"], r["throughput"], r["p50_us"], r["p99_us"],
-               r["server_cpu_us_per_request"], mark, r["server_cores"], 100 * r["client_share"],
-               100 * r["machine_busy"]))
-    if echo is not None:
-        print("\n1 client, gRPC, median latency (serving_bench, both servers in one process, "
-              "synchronous stub): bare gRPC echo %.1f us, loopserve %.1f us: %.2fx (target <= 1.5x:"
-              " %s)" % (echo[0], echo[1], echo[1] / echo[0],
-                        "met" if echo[1] <= 1.5 * echo[0] else "not met"))
-    else:
-        print("\n1 client echo ratio: skipped (no serving_bench in --bin)")
+               r["server_cpu_us_per_request"], mark, r["switches_per_request"],
+               r["server_cores"], 100 * r["client_share"], 100 * r["machine_busy"]))
+    ours = {r["clients"]: r for r in rows if r["protocol"] == "grpc"}
+    echo_at = {r["clients"]: r for r in echo_rows}
+    if 1 in ours and 1 in echo_at:
+        ratio = ours[1]["p50_us"] / echo_at[1]["p50_us"]
+        print("\n1 client, gRPC, p50 (same loopctl client): bare gRPC echo %.0f us, loopserve %.0f "
+              "us: %.2fx (target <= 1.5x: %s)" % (echo_at[1]["p50_us"], ours[1]["p50_us"], ratio,
+                                                  "met" if ratio <= 1.5 else "not met"))
+    for c in sorted(set(ours) & set(echo_at)):
+        print("%d clients, gRPC, server CPU per request: echo %.1f us (gRPC's floor here), "
+              "loopserve %.1f us (%.1f us over the floor)" %
+              (c, echo_at[c]["server_cpu_us_per_request"], ours[c]["server_cpu_us_per_request"],
+               ours[c]["server_cpu_us_per_request"] - echo_at[c]["server_cpu_us_per_request"]))
+    if example_rows:
+        print("\nThe example models (deploy/make_example_models.py, first test case's inputs), 4 "
+              "clients, --workers=%d:" % args.workers)
+        print("| model | protocol | req/s | p50 (us) | server CPU us/req | engine alone CPU us |"
+              " switches/req |")
+        print("|---|---|---|---|---|---|---|")
+        for r in example_rows:
+            print("| %s | %s | %.0f | %.0f | %.1f | %s | %.2f |" %
+                  (r["model"], r["protocol"], r["throughput"], r["p50_us"],
+                   r["server_cpu_us_per_request"],
+                   "-" if r["engine_cpu_us"] is None else "%.1f" % r["engine_cpu_us"],
+                   r["switches_per_request"]))
+    if not echo_rows:
+        print("\ngRPC echo rows: skipped (no grpc_echo_server in --bin)")
     if scale_rows:
         print("\n--workers scaling: %s (hidden %d, M=%d), gRPC, 2 clients per worker, "
               "--intra_op_threads=1; engine alone (looprun --threads=1): median %.0f us wall, "
@@ -360,7 +474,7 @@ def main():
     elif args.profile == "true":
         print("\nperf profile: skipped (perf not found)")
     print(json.dumps({"cpu": cpu_name(), "isa": isa_flags(), "rows": rows,
-                      "scaling": scale_rows, "echo_us": echo, "engine_us": {"wall": wall_us, "cpu": cpu_us},
+                      "scaling": scale_rows, "echo_rows": echo_rows, "examples": example_rows, "engine_us": {"wall": wall_us, "cpu": cpu_us},
                       "small_engine_us": {"wall": small_wall_us, "cpu": small_cpu_us}}))
     return 0
 

@@ -256,12 +256,11 @@ absl::Status Server::StartRegistry(const Limits& limits) {
 
 void Server::StartRunner(const Limits& limits) {
   const int intra_op_threads = limits.intra_op_threads;
-  // gRPC 1.51 runs callbacks on cores / 2 threads (at least 2): runs on them (see
-  // InferenceService) are capped at half of those, so the others keep receiving requests for the
-  // workers.
-  const int max_inline_runs = options_.max_inline_runs > 0
-                                  ? options_.max_inline_runs
-                                  : std::max(1, engine::AvailableCores() / 4);
+  // Short runs (inline_run_limit) go on the receiving thread whenever a worker slot is free: a
+  // hand-off costs more than the run (issue 34). gRPC 1.51 runs callbacks on cores / 2 threads
+  // (2 to 16); runs on them end within inline_run_limit, so they stall its receiving no longer.
+  const int max_inline_runs =
+      options_.max_inline_runs > 0 ? options_.max_inline_runs : options_.workers;
   pool_ = std::make_unique<WorkerPool>(
       options_.workers, options_.max_queue_size,
       [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); }, max_inline_runs);

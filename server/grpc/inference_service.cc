@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
+#include "google/protobuf/arena.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/grpc/tensor_codec.h"
 #include "server/observability/logging.h"
@@ -131,13 +132,15 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
       : InferenceCall(Protocol::kGrpc, Polling::kWhileInline, absl::Now(), CallDeadline(*context)),
         context_(context),
         request_bytes_(request_bytes),
-        response_bytes_(response_bytes) {}
+        response_bytes_(response_bytes),
+        arena_(ArenaOn(arena_block_, sizeof(arena_block_))),
+        request_(*google::protobuf::Arena::CreateMessage<inference::ModelInferRequest>(&arena_)) {}
   ~InferCall() override {
     if (request_size_ >= kTrimAfterRequestBytes) {
       // Give the pages of the request's buffers back (glibc keeps freed small blocks of a large
-      // message in its arenas otherwise).
-      request_ = inference::ModelInferRequest();
+      // message in its arenas otherwise). `request_` is gone after the Reset.
       request.inputs.clear();
+      arena_.Reset();
       malloc_trim(0);
     }
   }
@@ -166,13 +169,12 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
  protected:
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
-    inference::ModelInferResponse response;
-    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response));
+    // Straight from the output tensors into the response's bytes (no message in between).
+    const absl::Status serialized =
+        SerializeInferResponse(model.name, model.version_string, request_.id(), *model.model,
+                               outputs, values, response_bytes_);
     values.clear();
-    response.set_model_name(model.name);
-    response.set_model_version(model.version_string);
-    response.set_id(request_.id());
-    return SerializeTo(response, response_bytes_);
+    return serialized;
   }
 
   void Finish(const absl::Status& status) override {
@@ -203,9 +205,20 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   // through the default reactor. A thread's earlier calls, queued and returned to gRPC with their
   // own reactor, may be finished here too (a batch this handler runs): by their reactor.
   static thread_local InferCall* starting_;
-  size_t request_size_ = 0;               // serialized bytes
-  inference::ModelInferRequest request_;  // raw inputs are views of it until Finish
-  bool answered_here_ = false;            // written only on the handler's thread
+  size_t request_size_ = 0;  // serialized bytes
+  // The parsed request lives on an arena whose first block is part of the call: parsing a small
+  // request allocates only the buffers of its raw contents (a message on the heap allocates each
+  // of its strings, inputs and shapes). Raw inputs are views of it until Finish.
+  static google::protobuf::ArenaOptions ArenaOn(char* block, size_t size) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = size;
+    return options;
+  }
+  alignas(16) char arena_block_[2048];
+  google::protobuf::Arena arena_;
+  inference::ModelInferRequest& request_;
+  bool answered_here_ = false;  // written only on the handler's thread
   grpc::ServerUnaryReactor* default_reactor_ = nullptr;
 };
 

@@ -10,7 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpc/slice.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/slice.h"
 #include "protocol/datatype.h"
 #include "protocol/typed_contents.h"
 #include "server/datatype.h"
@@ -197,6 +201,163 @@ absl::Status EncodeOutputTensor(const std::string& name, const Tensor& tensor,
   for (int64_t d : tensor.shape().dims()) out->add_shape(d);
   return AppendRawTensor(absl::StrCat("output '", name, "'"), tensor,
                          response->add_raw_output_contents());
+}
+
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedOutputStream;
+
+// Field numbers of inference.ModelInferResponse and of its InferOutputTensor.
+constexpr int kResponseModelName = 1, kResponseModelVersion = 2, kResponseId = 3,
+              kResponseOutputs = 5, kResponseRawOutputContents = 6;
+constexpr int kOutputName = 1, kOutputDatatype = 2, kOutputShape = 3;
+
+constexpr uint32_t LengthDelimited(int field) {
+  return (static_cast<uint32_t>(field) << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+}
+
+// Bytes of a length-delimited field holding `size` bytes (tag, length, payload).
+size_t DelimitedSize(int field, size_t size) {
+  return CodedOutputStream::VarintSize32(LengthDelimited(field)) +
+         CodedOutputStream::VarintSize64(size) + size;
+}
+
+// A proto3 string field: absent when empty.
+size_t StringFieldSize(int field, absl::string_view value) {
+  return value.empty() ? 0 : DelimitedSize(field, value.size());
+}
+
+uint8_t* WriteHeader(int field, size_t size, uint8_t* out) {
+  out = CodedOutputStream::WriteVarint32ToArray(LengthDelimited(field), out);
+  return CodedOutputStream::WriteVarint64ToArray(size, out);
+}
+
+uint8_t* WriteStringField(int field, absl::string_view value, uint8_t* out) {
+  if (value.empty()) return out;
+  out = WriteHeader(field, value.size(), out);
+  std::memcpy(out, value.data(), value.size());
+  return out + value.size();
+}
+
+// One selected output, sized before anything is written.
+struct OutputLayout {
+  const std::string* name;
+  absl::string_view datatype;
+  const Tensor* tensor;
+  size_t shape_bytes;   // the packed shape's payload
+  size_t tensor_bytes;  // the InferOutputTensor message
+  size_t raw_bytes;     // its raw_output_contents entry
+};
+
+uint8_t* WriteRawContents(const Tensor& tensor, size_t raw_bytes, uint8_t* out) {
+  out = WriteHeader(kResponseRawOutputContents, raw_bytes, out);
+  if (tensor.dtype() == DataType::kString) {
+    // Length-prefixed elements, as AppendRawTensor writes them.
+    for (const std::string& element : tensor.span<std::string>()) {
+      const auto length = static_cast<uint32_t>(element.size());
+      const uint8_t prefix[4] = {
+          static_cast<uint8_t>(length & 0xff), static_cast<uint8_t>((length >> 8) & 0xff),
+          static_cast<uint8_t>((length >> 16) & 0xff), static_cast<uint8_t>(length >> 24)};
+      std::memcpy(out, prefix, 4);
+      std::memcpy(out + 4, element.data(), element.size());
+      out += 4 + element.size();
+    }
+    return out;
+  }
+  if (raw_bytes > 0) std::memcpy(out, tensor.raw_data(), raw_bytes);
+  return out + raw_bytes;
+}
+
+}  // namespace
+
+absl::Status SerializeInferResponse(absl::string_view model_name, absl::string_view model_version,
+                                    absl::string_view id, const engine::Model& model,
+                                    const std::vector<int>& outputs,
+                                    const std::vector<engine::Value>& values,
+                                    grpc::ByteBuffer* bytes) {
+  // At most a handful of outputs: the layouts live on the stack unless there are many.
+  constexpr size_t kInline = 8;
+  OutputLayout inline_layouts[kInline];
+  std::vector<OutputLayout> heap_layouts;
+  OutputLayout* layouts = inline_layouts;
+  if (outputs.size() > kInline) {
+    heap_layouts.resize(outputs.size());
+    layouts = heap_layouts.data();
+  }
+  size_t total = StringFieldSize(kResponseModelName, model_name) +
+                 StringFieldSize(kResponseModelVersion, model_version) +
+                 StringFieldSize(kResponseId, id);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const std::string& name = model.outputs()[outputs[k]].name;
+    const Value& value = values[outputs[k]];
+    if (!value.is_tensor()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "output '", name, "': ", value.is_sequence() ? "a sequence" : "an empty optional",
+          " cannot be returned over KServe v2"));
+    }
+    OutputLayout& layout = layouts[k];
+    layout.name = &name;
+    layout.tensor = &value.tensor();
+    layout.datatype = KserveDataType(layout.tensor->dtype());
+    if (layout.datatype.empty()) {
+      return absl::InternalError(absl::StrCat("output '", name, "': undefined element type"));
+    }
+    if (layout.tensor->dtype() == DataType::kString) {
+      for (const std::string& element : layout.tensor->span<std::string>()) {
+        if (element.size() > UINT32_MAX) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "output '", name, "': a BYTES element of ", element.size(), " bytes exceeds 4 GiB"));
+        }
+      }
+    }
+    layout.shape_bytes = 0;
+    for (int64_t d : layout.tensor->shape().dims()) {
+      layout.shape_bytes += CodedOutputStream::VarintSize64(static_cast<uint64_t>(d));
+    }
+    layout.tensor_bytes =
+        StringFieldSize(kOutputName, name) + StringFieldSize(kOutputDatatype, layout.datatype) +
+        (layout.shape_bytes == 0 ? 0 : DelimitedSize(kOutputShape, layout.shape_bytes));
+    layout.raw_bytes = RawTensorSize(*layout.tensor);
+    total += DelimitedSize(kResponseOutputs, layout.tensor_bytes) +
+             DelimitedSize(kResponseRawOutputContents, layout.raw_bytes);
+  }
+  if (total > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the response would be ", total, " bytes, over protobuf's 2 GiB message limit"));
+  }
+
+  grpc_slice slice = grpc_slice_malloc(total);
+  uint8_t* const start = GRPC_SLICE_START_PTR(slice);
+  uint8_t* out = start;
+  out = WriteStringField(kResponseModelName, model_name, out);
+  out = WriteStringField(kResponseModelVersion, model_version, out);
+  out = WriteStringField(kResponseId, id, out);
+  // Field order, as protobuf serializes: every `outputs` (5), then every raw_output_contents (6).
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const OutputLayout& layout = layouts[k];
+    out = WriteHeader(kResponseOutputs, layout.tensor_bytes, out);
+    out = WriteStringField(kOutputName, *layout.name, out);
+    out = WriteStringField(kOutputDatatype, layout.datatype, out);
+    if (layout.shape_bytes > 0) {
+      out = WriteHeader(kOutputShape, layout.shape_bytes, out);
+      for (int64_t d : layout.tensor->shape().dims()) {
+        out = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(d), out);
+      }
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    out = WriteRawContents(*layouts[k].tensor, layouts[k].raw_bytes, out);
+  }
+  if (static_cast<size_t>(out - start) != total) {
+    grpc_slice_unref(slice);
+    return absl::InternalError(absl::StrCat("the response's size was computed as ", total,
+                                            " bytes but ", out - start, " were written"));
+  }
+  grpc::Slice owned(slice, grpc::Slice::STEAL_REF);
+  grpc::ByteBuffer buffer(&owned, 1);
+  bytes->Swap(&buffer);
+  return absl::OkStatus();
 }
 
 }  // namespace loopserve::server

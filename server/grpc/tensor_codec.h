@@ -41,6 +41,17 @@ absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<in
                                 const std::vector<engine::Value>& values,
                                 inference::ModelInferResponse* response);
 
+// The serialized inference.ModelInferResponse {model_name, model_version, id, the selected
+// `outputs` as EncodeInferOutputs appends them} written straight from the tensors into `bytes`:
+// one buffer of the exact size, each tensor's bytes copied once (a message built first, then
+// serialized, copies them twice and allocates a string per output). The same bytes as that
+// message's serialization, and the same errors as EncodeInferOutputs.
+absl::Status SerializeInferResponse(absl::string_view model_name, absl::string_view model_version,
+                                    absl::string_view id, const engine::Model& model,
+                                    const std::vector<int>& outputs,
+                                    const std::vector<engine::Value>& values,
+                                    grpc::ByteBuffer* bytes);
+
 // Appends one tensor to `response` as output `name` (datatype, shape, one raw_output_contents
 // entry): an iteration's slice when streaming.
 absl::Status EncodeOutputTensor(const std::string& name, const engine::Tensor& tensor,

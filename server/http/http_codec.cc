@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,15 @@ absl::string_view KindName(const element& e) {
 }
 
 // A non-negative integer field (sizes, dims, the timeout).
-absl::StatusOr<int64_t> NonNegativeInt(const element& e, absl::string_view what) {
+// What a field is called in an error message, in two parts joined only when a message is built:
+// the request path names fields per request and per dim, and most are valid.
+struct What {
+  What(const char* whole) : first(whole) {}  // NOLINT: literals convert
+  What(absl::string_view prefix, absl::string_view suffix) : first(prefix), second(suffix) {}
+  absl::string_view first, second;
+};
+
+absl::StatusOr<int64_t> NonNegativeInt(const element& e, What what) {
   if (e.type() == element_type::INT64) {
     const int64_t v = e.get_int64().value_unsafe();
     if (v >= 0) return v;
@@ -64,24 +73,26 @@ absl::StatusOr<int64_t> NonNegativeInt(const element& e, absl::string_view what)
     }
   }
   if (e.type() == element_type::INT64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be a non-negative integer, got ", e.get_int64().value_unsafe()));
+    return absl::InvalidArgumentError(absl::StrCat(what.first, what.second,
+                                                   " must be a non-negative integer, got ",
+                                                   e.get_int64().value_unsafe()));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(what, " must be a non-negative integer, got ", KindName(e)));
+      absl::StrCat(what.first, what.second, " must be a non-negative integer, got ", KindName(e)));
 }
 
-absl::StatusOr<std::string> StringField(const element& e, absl::string_view what) {
+absl::StatusOr<std::string> StringField(const element& e, What what) {
   if (e.type() != element_type::STRING) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be a string, got ", KindName(e)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what.first, what.second, " must be a string, got ", KindName(e)));
   }
   return std::string(e.get_string().value_unsafe());
 }
 
-absl::StatusOr<bool> BoolField(const element& e, absl::string_view what) {
+absl::StatusOr<bool> BoolField(const element& e, What what) {
   if (e.type() != element_type::BOOL) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be true or false, got ", KindName(e)));
+        absl::StrCat(what.first, what.second, " must be true or false, got ", KindName(e)));
   }
   return e.get_bool().value_unsafe();
 }
@@ -533,19 +544,19 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
     if (input["name"].get(field) != simdjson::SUCCESS) {
       return absl::InvalidArgumentError(absl::StrCat(at, " has no 'name'"));
     }
-    LS_ASSIGN_OR_RETURN(in.name, StringField(field, absl::StrCat(at, ".name")));
+    LS_ASSIGN_OR_RETURN(in.name, StringField(field, What(at, ".name")));
     const std::string what = absl::StrCat("input ", QuoteUntrusted(in.name));
     if (input["datatype"].get(field) != simdjson::SUCCESS) {
       return Invalid(what, "has no 'datatype'");
     }
-    LS_ASSIGN_OR_RETURN(in.datatype, StringField(field, absl::StrCat(what, ": 'datatype'")));
+    LS_ASSIGN_OR_RETURN(in.datatype, StringField(field, What(what, ": 'datatype'")));
     simdjson::dom::array shape;
     if (input["shape"].get(field) != simdjson::SUCCESS) return Invalid(what, "has no 'shape'");
     if (field.get_array().get(shape) != simdjson::SUCCESS) {
       return Invalid(what, absl::StrCat("'shape' must be an array, got ", KindName(field)));
     }
     for (element d : shape) {
-      LS_ASSIGN_OR_RETURN(int64_t dim, NonNegativeInt(d, absl::StrCat(what, ": each dim")));
+      LS_ASSIGN_OR_RETURN(int64_t dim, NonNegativeInt(d, What(what, ": each dim")));
       in.shape.push_back(dim);
     }
     element data, params, size;
@@ -559,8 +570,7 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
     }
     if (has_binary) {
       if (has_data) return Invalid(what, "has both 'data' and parameters.binary_data_size");
-      LS_ASSIGN_OR_RETURN(int64_t n,
-                          NonNegativeInt(size, absl::StrCat(what, ": binary_data_size")));
+      LS_ASSIGN_OR_RETURN(int64_t n, NonNegativeInt(size, What(what, ": binary_data_size")));
       if (static_cast<uint64_t>(n) > binary.size() - binary_used) {
         return Invalid(what, absl::StrCat("binary_data_size ", n,
                                           " runs past the end of the "
@@ -598,15 +608,14 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
       if (output.type() != element_type::OBJECT || output["name"].get(name) != simdjson::SUCCESS) {
         return absl::InvalidArgumentError(absl::StrCat(at, " must be an object with a 'name'"));
       }
-      LS_ASSIGN_OR_RETURN(std::string output_name, StringField(name, absl::StrCat(at, ".name")));
+      LS_ASSIGN_OR_RETURN(std::string output_name, StringField(name, What(at, ".name")));
       bool binary_output = outputs->binary_default;
       if (output["parameters"].get(params) == simdjson::SUCCESS) {
         if (params.type() != element_type::OBJECT) {
           return absl::InvalidArgumentError(absl::StrCat(at, ".parameters must be an object"));
         }
         if (params["binary_data"].get(p) == simdjson::SUCCESS) {
-          LS_ASSIGN_OR_RETURN(binary_output,
-                              BoolField(p, absl::StrCat(at, ".parameters.binary_data")));
+          LS_ASSIGN_OR_RETURN(binary_output, BoolField(p, What(at, ".parameters.binary_data")));
         }
         if (params["classification"].get(p) == simdjson::SUCCESS) {
           return absl::InvalidArgumentError(
@@ -700,7 +709,8 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
   json.clear();
   protocol::StringSink out{&json};
   JsonWriter w(out);
-  std::vector<std::pair<std::string, const Tensor*>> blobs;  // written after the JSON
+  // Written after the JSON: output names and tensors (no string, no allocation for a few).
+  absl::InlinedVector<std::pair<const std::string*, const Tensor*>, 8> blobs;
   size_t blob_bytes = 0;
   w.StartObject();
   WriteResponseHead(w, model_name, model_version, id, stream);
@@ -708,18 +718,17 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
   w.StartArray();
   for (int index : outputs) {
     const std::string& name = model.outputs()[index].name;
-    const std::string what = absl::StrCat("output '", name, "'");
     const engine::Value& value = values[index];
     if (!value.is_tensor()) {
-      return absl::UnimplementedError(
-          absl::StrCat(what, ": ", value.is_sequence() ? "a sequence" : "an empty optional",
-                       " cannot be returned over KServe v2"));
+      return absl::UnimplementedError(absl::StrCat(
+          "output '", name, "': ", value.is_sequence() ? "a sequence" : "an empty optional",
+          " cannot be returned over KServe v2"));
     }
     const Tensor& tensor = value.tensor();
     LS_RETURN_IF_ERROR(WriteOutputHead(w, name, tensor));
     if (binary.Binary(name)) {
       const size_t size = RawTensorSize(tensor);
-      blobs.emplace_back(what, &tensor);
+      blobs.emplace_back(&name, &tensor);
       blob_bytes += size;
       w.Key("parameters");
       w.StartObject();
@@ -728,7 +737,7 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
       w.EndObject();
     } else {
       w.Key("data");
-      LS_RETURN_IF_ERROR(WriteTensorData(w, what, tensor));
+      LS_RETURN_IF_ERROR(WriteTensorData(w, absl::StrCat("output '", name, "'"), tensor));
     }
     w.EndObject();
   }
@@ -736,8 +745,13 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
   w.EndObject();
   *json_length = json.size();
   json.reserve(json.size() + blob_bytes);
-  for (const auto& [what, tensor] : blobs)
+  for (const auto& [name, tensor] : blobs) {
+    // The name is only needed for a BYTES element's error.
+    const std::string what = tensor->dtype() == engine::DataType::kString
+                                 ? absl::StrCat("output '", *name, "'")
+                                 : std::string();
     LS_RETURN_IF_ERROR(AppendRawTensor(what, *tensor, &json));
+  }
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
@@ -118,7 +119,7 @@ absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engi
   const auto& specs = model.inputs();
   DecodedRequest decoded;
   decoded.inputs.resize(specs.size());
-  std::vector<bool> seen(specs.size(), false);
+  absl::InlinedVector<bool, 16> seen(specs.size(), false);  // no allocation for most models
   for (InferenceRequest::Input& input : request.inputs) {
     const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name));
     const int index = model.FindInput(input.name);
@@ -154,7 +155,7 @@ absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engi
       decoded.outputs.push_back(static_cast<int>(i));
     }
   } else {
-    std::vector<bool> requested(model.outputs().size(), false);
+    absl::InlinedVector<bool, 16> requested(model.outputs().size(), false);
     for (const std::string& name : request.outputs) {
       const std::string what = absl::StrCat("output ", QuoteUntrusted(name));
       const int index = model.FindOutput(name);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
@@ -21,8 +22,8 @@ namespace loopserve::server {
 struct InferenceRequest {
   struct Input {
     std::string name;
-    std::string datatype;        // KServe spelling, as sent ("FP32", ...)
-    std::vector<int64_t> shape;  // as sent, not yet validated
+    std::string datatype;                   // KServe spelling, as sent ("FP32", ...)
+    absl::InlinedVector<int64_t, 6> shape;  // as sent, not yet validated (no allocation to rank 6)
     // The contents: `raw` bytes (little-endian elements back to back; BYTES elements each a
     // 4-byte little-endian length and that many bytes) when `decode` is null, otherwise
     // `decode`, which turns the protocol's typed representation (gRPC typed contents, JSON

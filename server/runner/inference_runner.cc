@@ -298,8 +298,14 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
 }
 
 void InferenceRunner::Run(InferenceCall& call) {
-  const absl::Status status =
-      CatchExceptions(ModelLabel(*call.model_), [&] { return Execute(call); });
+  absl::Status status;
+  try {
+    status = Execute(call);
+  } catch (...) {
+    // The model's label only for an exception's message: no string built per request. `throw;`
+    // hands the exception being handled to CatchExceptions' handlers.
+    status = CatchExceptions(ModelLabel(*call.model_), []() -> absl::Status { throw; });
+  }
   Complete(call, status);
 }
 

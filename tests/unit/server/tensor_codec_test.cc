@@ -268,6 +268,76 @@ TEST_F(TensorCodecTest, SequenceOutputsAreUnimplemented) {
             absl::StatusCode::kUnimplemented);
 }
 
+// SerializeInferResponse against protobuf's own serializer of the message that
+// EncodeInferOutputs builds, and parsed back by protobuf.
+std::string Flatten(grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& slice : slices) {
+    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return out;
+}
+
+void ExpectSerializedAsProtobufDoes(const engine::Model& model, const std::vector<int>& outputs,
+                                    const std::vector<engine::Value>& values,
+                                    const std::string& name, const std::string& version,
+                                    const std::string& id) {
+  inference::ModelInferResponse message;
+  ASSERT_TRUE(EncodeInferOutputs(model, outputs, values, &message).ok());
+  message.set_model_name(name);
+  message.set_model_version(version);
+  message.set_id(id);
+  grpc::ByteBuffer buffer;
+  ASSERT_TRUE(SerializeInferResponse(name, version, id, model, outputs, values, &buffer).ok());
+  const std::string direct = Flatten(buffer);
+  EXPECT_EQ(direct, message.SerializeAsString());
+  inference::ModelInferResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(direct));
+  EXPECT_EQ(parsed.model_name(), name);
+  EXPECT_EQ(parsed.model_version(), version);
+  EXPECT_EQ(parsed.id(), id);
+  ASSERT_EQ(parsed.outputs_size(), static_cast<int>(outputs.size()));
+  ASSERT_EQ(parsed.raw_output_contents_size(), static_cast<int>(outputs.size()));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const engine::Tensor& tensor = values[outputs[k]].tensor();
+    EXPECT_EQ(parsed.outputs(k).name(), model.outputs()[outputs[k]].name);
+    EXPECT_THAT(parsed.outputs(k).shape(), ::testing::ElementsAreArray(tensor.shape().dims()));
+    if (tensor.dtype() != engine::DataType::kString) {
+      EXPECT_EQ(parsed.raw_output_contents(k),
+                std::string(static_cast<const char*>(tensor.raw_data()), tensor.ByteSize()));
+    }
+  }
+}
+
+TEST_F(TensorCodecTest, SerializesResponsesAsProtobufDoes) {
+  std::vector<engine::Value> values(3);
+  engine::Tensor x(engine::DataType::kFloat32, engine::Shape({70, 2}));  // 560 bytes: 2-byte length
+  for (int i = 0; i < 140; ++i) x.mutable_data<float>()[i] = 0.25f * i - 7.f;
+  values[0] = engine::Value(std::move(x));
+  engine::Tensor y(engine::DataType::kInt64, engine::Shape({3}));
+  for (int i = 0; i < 3; ++i)
+    y.mutable_data<int64_t>()[i] = -(int64_t{1} << (20 * i));  // negative: 10-byte varints
+  values[1] = engine::Value(std::move(y));
+  engine::Tensor b(engine::DataType::kBool, engine::Shape({}));  // scalar: no shape field
+  b.mutable_data<bool>()[0] = true;
+  values[2] = engine::Value(std::move(b));
+  ExpectSerializedAsProtobufDoes(*model_, {2, 0, 1}, values, "rnn", "12", "request-7");
+  ExpectSerializedAsProtobufDoes(*model_, {1}, values, "m", "1", "");  // no id: field absent
+  ExpectSerializedAsProtobufDoes(*model_, {}, values, "m", "1", "x");
+  values[0] = engine::Value(engine::Tensor(engine::DataType::kFloat32, engine::Shape({0, 2})));
+  ExpectSerializedAsProtobufDoes(*model_, {0}, values, "m", "1", "");  // an empty tensor
+}
+
+TEST_F(TensorCodecTest, SerializingSequenceOutputsIsUnimplemented) {
+  std::vector<engine::Value> values(3);
+  values[0].mutable_sequence();
+  grpc::ByteBuffer buffer;
+  EXPECT_EQ(SerializeInferResponse("m", "1", "", *model_, {0}, values, &buffer).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 // BYTES: the model takes s string [-1] and returns it as t.
 std::shared_ptr<const engine::Model> StringModel() {
   auto graph = std::make_shared<engine::Graph>();
@@ -377,6 +447,7 @@ TEST(BytesCodecTest, EncodesLengthPrefixedOutputs) {
   EXPECT_EQ(response.outputs(0).datatype(), "BYTES");
   EXPECT_THAT(response.outputs(0).shape(), ::testing::ElementsAre(3));
   EXPECT_EQ(response.raw_output_contents(0), LengthPrefixed({"ab", "", std::string(260, 'q')}));
+  ExpectSerializedAsProtobufDoes(*model, {0}, values, "strings", "3", "i");
 }
 
 }  // namespace
