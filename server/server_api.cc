@@ -44,7 +44,9 @@ absl::StatusOr<bool> ServerApi::ModelReady(absl::string_view name,
                                            absl::string_view version) const {
   absl::StatusOr<std::shared_ptr<const LoadedModel>> model =
       registry_->Get(std::string(name), std::string(version));
-  if (absl::IsNotFound(model.status())) return model.status();
+  if (absl::IsNotFound(model.status()) || absl::IsInvalidArgument(model.status())) {
+    return model.status();
+  }
   return model.ok() && ServerReady();
 }
 
@@ -57,6 +59,8 @@ inference::ServerMetadataResponse ServerApi::ServerMetadata() const {
   response.add_extensions("model_configuration");
   response.add_extensions("statistics");
   response.add_extensions("binary_tensor_data");
+  response.add_extensions("parameters");
+  response.add_extensions("system_shared_memory");
   return response;
 }
 
@@ -143,6 +147,9 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
     Fill(stats.compute_input, infer->mutable_compute_input());
     Fill(stats.compute_infer, infer->mutable_compute_infer());
     Fill(stats.compute_output, infer->mutable_compute_output());
+    // No response cache: Triton's cache counters are present and zero.
+    infer->mutable_cache_hit();
+    infer->mutable_cache_miss();
     for (const ModelVersionStatistics::Loop& loop : stats.loops) {
       inference::LoopStatistics* l = out->add_loop_stats();
       l->set_name(loop.name);
@@ -170,6 +177,12 @@ absl::Status ServerApi::Unload(absl::string_view rpc, const std::string& reposit
                                const std::string& model, Done done) {
   return ScheduleChange(
       rpc, repository_name, [this, model] { return registry_->Unload(model); }, std::move(done));
+}
+
+absl::Status ServerApi::CudaSharedMemoryUnsupported() {
+  return absl::UnimplementedError(
+      "CUDA shared memory is not supported: loopserve runs models on the CPU only; use system "
+      "shared memory (register_system_shared_memory) instead");
 }
 
 absl::Status ServerApi::ScheduleChange(absl::string_view rpc, const std::string& repository_name,

@@ -11,6 +11,7 @@
 #include "server/repository/model_repository.h"
 #include "server/runner/inference_runner.h"
 #include "server/runner/worker_pool.h"
+#include "server/shm/shared_memory.h"
 
 namespace loopserve::server {
 
@@ -57,6 +58,12 @@ class ServerApi {
   absl::Status Unload(absl::string_view rpc, const std::string& repository_name,
                       const std::string& model, Done done);
 
+  // Triton's system shared-memory extension: the regions clients registered, which both
+  // protocols read inputs from and write outputs to.
+  SharedMemoryManager* shared_memory() { return &shared_memory_; }
+  // Triton's CUDA shared-memory extension: UNIMPLEMENTED (a CPU-only server).
+  static absl::Status CudaSharedMemoryUnsupported();
+
  private:
   absl::Status ScheduleChange(absl::string_view rpc, const std::string& repository_name,
                               std::function<absl::Status()> change, Done done);
@@ -64,6 +71,7 @@ class ServerApi {
   ModelRegistry* const registry_;
   const InferenceRunner* const runner_;
   const bool model_control_;
+  SharedMemoryManager shared_memory_;
   WorkerPool loader_;  // one thread for repository loads/unloads
 };
 

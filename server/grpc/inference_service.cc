@@ -144,13 +144,13 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
 
   // On the gRPC thread. Returns the reactor for gRPC: `this` when a worker will answer,
   // otherwise the default reactor (and `this` is deleted).
-  grpc::ServerUnaryReactor* Start(InferenceRunner* runner) {
+  grpc::ServerUnaryReactor* Start(InferenceRunner* runner, const SharedMemoryManager* shm) {
     const absl::Status parsed = CatchExceptions("ModelInfer: ", [this] { return Parse(); });
     starting_ = this;
     if (!parsed.ok()) {
       Finish(parsed);  // no model named yet: nothing for the runner to record
     } else {
-      request.error = ToInferenceRequest(request_, &request);
+      request.error = ToInferenceRequest(request_, &request, shm, &shm_);
       runner->Submit(this);
     }
     starting_ = nullptr;
@@ -167,7 +167,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
     inference::ModelInferResponse response;
-    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response));
+    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response, &shm_));
     values.clear();
     response.set_model_name(model.name);
     response.set_model_version(model.version_string);
@@ -205,6 +205,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   static thread_local InferCall* starting_;
   size_t request_size_ = 0;               // serialized bytes
   inference::ModelInferRequest request_;  // raw inputs are views of it until Finish
+  SharedMemoryBindings shm_;              // raw inputs may view these regions until Finish
   bool answered_here_ = false;            // written only on the handler's thread
   grpc::ServerUnaryReactor* default_reactor_ = nullptr;
 };
@@ -214,7 +215,7 @@ thread_local InferenceService::InferCall* InferenceService::InferCall::starting_
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
-  return (new InferCall(context, request, response))->Start(runner_);
+  return (new InferCall(context, request, response))->Start(runner_, api_->shared_memory());
 }
 
 // One ModelStreamInfer stream: reads requests one after another, hands each to the runner as a
@@ -229,8 +230,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 class InferenceService::Stream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Stream(grpc::CallbackServerContext* context, InferenceRunner* runner)
-      : context_(context), runner_(runner) {
+  Stream(grpc::CallbackServerContext* context, InferenceRunner* runner,
+         const SharedMemoryManager* shm)
+      : context_(context), runner_(runner), shm_(shm) {
     StartRead(&read_bytes_);
   }
 
@@ -262,6 +264,7 @@ class InferenceService::Stream final
 
   grpc::CallbackServerContext* const context_;
   InferenceRunner* const runner_;
+  const SharedMemoryManager* const shm_;
   grpc::ByteBuffer read_bytes_;  // the read in progress (one at a time)
   absl::Mutex mutex_;
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mutex_);  // front: being written when writing_
@@ -283,7 +286,7 @@ class InferenceService::StreamCall final : public InferenceCall {
         stream_(stream) {}
 
   // Parses the stream's read and submits it. On the stream's reading thread.
-  void Start(grpc::ByteBuffer* bytes, InferenceRunner* runner) {
+  void Start(grpc::ByteBuffer* bytes, InferenceRunner* runner, const SharedMemoryManager* shm) {
     const absl::Status parsed = CatchExceptions("ModelStreamInfer: ", [&] {
       return ParseInferRequest(*bytes, "ModelStreamInfer", &request_);
     });
@@ -291,14 +294,14 @@ class InferenceService::StreamCall final : public InferenceCall {
       Finish(parsed);  // no model named yet: nothing for the runner to record
       return;
     }
-    request.error = ToInferenceRequest(request_, &request);
+    request.error = ToInferenceRequest(request_, &request, shm, &shm_);
     runner->Submit(this);
   }
 
  protected:
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
-    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response_));
+    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response_, &shm_));
     values.clear();
     Label(model, &response_);
     return absl::OkStatus();
@@ -359,6 +362,7 @@ class InferenceService::StreamCall final : public InferenceCall {
 
   Stream* const stream_;
   inference::ModelInferRequest request_;  // raw inputs are views of it until Finish
+  SharedMemoryBindings shm_;              // raw inputs may view these regions until Finish
   inference::ModelInferResponse response_;
   // Guarded by the stream's mutex.
   int queued_ = 0;         // responses queued, not yet written
@@ -373,7 +377,7 @@ void InferenceService::Stream::OnReadDone(bool ok) {
       live_.push_back(call);
       if (broken_) call->Cancel();
     }
-    call->Start(&read_bytes_, runner_);  // may finish it (an error, an inline run)
+    call->Start(&read_bytes_, runner_, shm_);  // may finish it (an error, an inline run)
     {
       // A client that sends requests but does not read the answers: stop reading until it does,
       // so the answers waiting here stay bounded.
@@ -530,7 +534,7 @@ void InferenceService::Stream::Break(std::vector<StreamCall*>* dead) {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::ModelStreamInfer(
     grpc::CallbackServerContext* context) {
-  return new Stream(context, runner_);
+  return new Stream(context, runner_, api_->shared_memory());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -558,8 +562,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        grpc::ByteBuffer* response) {
   return Unary<inference::ModelReadyRequest, inference::ModelReadyResponse>(
       context, "ModelReady", request, response, [&](const auto& in, auto* out) -> absl::Status {
-        LS_ASSIGN_OR_RETURN(bool ready, api_->ModelReady(in.name(), in.version()));
-        out->set_ready(ready);
+        // Triton answers ready = false for a model it does not know (readiness polling must
+        // not raise); other errors (a bad version string) stay errors.
+        absl::StatusOr<bool> ready = api_->ModelReady(in.name(), in.version());
+        if (!ready.ok() && !absl::IsNotFound(ready.status())) return ready.status();
+        out->set_ready(ready.ok() && *ready);
         return absl::OkStatus();
       });
 }
@@ -631,6 +638,83 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
       [&](const auto& in, ServerApi::Done done) {
         return api_->Unload("RepositoryModelUnload", in.repository_name(), in.model_name(),
                             std::move(done));
+      });
+}
+
+}  // namespace loopserve::server
+
+namespace loopserve::server {
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::SystemSharedMemoryStatusRequest,
+               inference::SystemSharedMemoryStatusResponse>(
+      context, "SystemSharedMemoryStatus", request, response,
+      [&](const auto& in, auto* out) -> absl::Status {
+        LS_ASSIGN_OR_RETURN(std::vector<SharedMemoryManager::Status> regions,
+                            api_->shared_memory()->List(in.name()));
+        for (const SharedMemoryManager::Status& region : regions) {
+          auto& status = (*out->mutable_regions())[region.name];
+          status.set_name(region.name);
+          status.set_key(region.key);
+          status.set_offset(region.offset);
+          status.set_byte_size(region.byte_size);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::SystemSharedMemoryRegisterRequest,
+               inference::SystemSharedMemoryRegisterResponse>(
+      context, "SystemSharedMemoryRegister", request, response, [&](const auto& in, auto*) {
+        return api_->shared_memory()->Register(in.name(), in.key(), in.offset(), in.byte_size());
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::SystemSharedMemoryUnregisterRequest,
+               inference::SystemSharedMemoryUnregisterResponse>(
+      context, "SystemSharedMemoryUnregister", request, response,
+      [&](const auto& in, auto*) { return api_->shared_memory()->Unregister(in.name()); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  // No region can exist: the status of none is an empty list, as Triton's without GPUs.
+  return Unary<inference::CudaSharedMemoryStatusRequest, inference::CudaSharedMemoryStatusResponse>(
+      context, "CudaSharedMemoryStatus", request, response,
+      [&](const auto& in, auto*) -> absl::Status {
+        if (in.name().empty()) return absl::OkStatus();
+        return ServerApi::CudaSharedMemoryUnsupported();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::CudaSharedMemoryRegisterRequest,
+               inference::CudaSharedMemoryRegisterResponse>(
+      context, "CudaSharedMemoryRegister", request, response,
+      [](const auto&, auto*) { return ServerApi::CudaSharedMemoryUnsupported(); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  // Unregistering everything (what clients do first, as Triton's examples) has nothing to do.
+  return Unary<inference::CudaSharedMemoryUnregisterRequest,
+               inference::CudaSharedMemoryUnregisterResponse>(
+      context, "CudaSharedMemoryUnregister", request, response,
+      [](const auto& in, auto*) -> absl::Status {
+        if (in.name().empty()) return absl::OkStatus();
+        return ServerApi::CudaSharedMemoryUnsupported();
       });
 }
 

@@ -20,7 +20,14 @@ using InferenceServiceBase = Grpc::WithRawCallbackMethod_ServerLive<
                     Grpc::WithRawCallbackMethod_RepositoryIndex<
                         Grpc::WithRawCallbackMethod_RepositoryModelLoad<
                             Grpc::WithRawCallbackMethod_RepositoryModelUnload<
-                                Grpc::Service>>>>>>>>>>>>;
+                                Grpc::WithRawCallbackMethod_SystemSharedMemoryStatus<
+                                    Grpc::WithRawCallbackMethod_SystemSharedMemoryRegister<
+                                        Grpc::WithRawCallbackMethod_SystemSharedMemoryUnregister<
+                                            Grpc::WithRawCallbackMethod_CudaSharedMemoryStatus<
+                                                Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
+                                                    Grpc::
+                                                        WithRawCallbackMethod_CudaSharedMemoryUnregister<
+                                                            Grpc::Service>>>>>>>>>>>>>>>>>>;
 }  // namespace internal
 
 // The gRPC adapter: inference.GRPCInferenceService on gRPC's callback API over the protocol-free
@@ -110,6 +117,28 @@ class InferenceService final : public internal::InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
                                             const grpc::ByteBuffer* request,
                                             grpc::ByteBuffer* response) override;
+  // Triton's system shared-memory extension (ServerApi::shared_memory): register, unregister,
+  // status. Inputs and outputs of ModelInfer and ModelStreamInfer name regions by parameters.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) override;
+  // CUDA shared memory: UNIMPLEMENTED naming CPU-only; status and unregister of every region
+  // (name empty) answer OK with nothing, as a server without GPUs.
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) override;
 
  private:
   class InferCall;

@@ -468,9 +468,42 @@ struct RestInferParser::Impl {
 RestInferParser::RestInferParser() : impl_(std::make_unique<Impl>()) {}
 RestInferParser::~RestInferParser() = default;
 
+namespace {
+
+// The shared-memory parameters of a tensor's `params` object: false when it has none.
+absl::StatusOr<bool> RestSharedMemoryRef(element params, const std::string& what,
+                                         SharedMemoryRef* ref) {
+  element region, offset, size;
+  const bool has_region = params["shared_memory_region"].get(region) == simdjson::SUCCESS;
+  const bool has_offset = params["shared_memory_offset"].get(offset) == simdjson::SUCCESS;
+  const bool has_size = params["shared_memory_byte_size"].get(size) == simdjson::SUCCESS;
+  if (!has_region) {
+    if (has_offset || has_size) {
+      return Invalid(what,
+                     "shared_memory_offset/shared_memory_byte_size without shared_memory_region");
+    }
+    return false;
+  }
+  LS_ASSIGN_OR_RETURN(ref->region,
+                      StringField(region, absl::StrCat(what, ": shared_memory_region")));
+  if (!has_size) return Invalid(what, "shared_memory_region needs shared_memory_byte_size");
+  LS_ASSIGN_OR_RETURN(int64_t n,
+                      NonNegativeInt(size, absl::StrCat(what, ": shared_memory_byte_size")));
+  ref->byte_size = static_cast<uint64_t>(n);
+  ref->offset = 0;
+  if (has_offset) {
+    LS_ASSIGN_OR_RETURN(int64_t o,
+                        NonNegativeInt(offset, absl::StrCat(what, ": shared_memory_offset")));
+    ref->offset = static_cast<uint64_t>(o);
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_view body,
                                     const char* header_length, InferenceRequest* request,
-                                    RestOutputs* outputs) {
+                                    RestOutputs* outputs, RestSharedMemory* shm) {
   if (impl_->parser.capacity() > kKeepBytes) impl_ = std::make_unique<Impl>();
   request->raw_field = "binary data";
   size_t json_length = body.size();
@@ -557,13 +590,24 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
     element data, params, size;
     const bool has_data = input["data"].get(data) == simdjson::SUCCESS;
     bool has_binary = false;
+    bool in_shm = false;
+    SharedMemoryRef ref;
     if (input["parameters"].get(params) == simdjson::SUCCESS) {
       if (params.type() != element_type::OBJECT) {
         return Invalid(what, "'parameters' must be an object");
       }
       has_binary = params["binary_data_size"].get(size) == simdjson::SUCCESS;
+      LS_ASSIGN_OR_RETURN(in_shm, RestSharedMemoryRef(params, what, &ref));
     }
-    if (has_binary) {
+    if (in_shm) {
+      if (has_data || has_binary) {
+        return Invalid(what,
+                       "has 'data' or binary_data_size although its data is in shared "
+                       "memory");
+      }
+      if (shm == nullptr) return Invalid(what, "shared memory is not available on this endpoint");
+      shm->inputs.emplace_back(request->inputs.size() - 1, std::move(ref));
+    } else if (has_binary) {
       if (has_data) return Invalid(what, "has both 'data' and parameters.binary_data_size");
       LS_ASSIGN_OR_RETURN(int64_t n,
                           NonNegativeInt(size, absl::StrCat(what, ": binary_data_size")));
@@ -617,6 +661,15 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
         if (params["classification"].get(p) == simdjson::SUCCESS) {
           return absl::InvalidArgumentError(
               absl::StrCat(at, ": the classification extension is not supported"));
+        }
+        SharedMemoryRef ref;
+        const std::string what = absl::StrCat("output ", QuoteUntrusted(output_name));
+        LS_ASSIGN_OR_RETURN(bool in_shm, RestSharedMemoryRef(params, what, &ref));
+        if (in_shm) {
+          if (shm == nullptr) {
+            return Invalid(what, "shared memory is not available on this endpoint");
+          }
+          shm->outputs.emplace_back(output_name, std::move(ref));
         }
       }
       request->outputs.push_back(output_name);
@@ -701,7 +754,8 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values, const RestOutputs& binary,
                                 std::string* body, size_t* json_length,
-                                const RestStreamParameters* stream) {
+                                const RestStreamParameters* stream,
+                                const SharedMemoryBindings* shm) {
   std::string& json = *body;
   json.clear();
   StringOut out{&json};
@@ -723,7 +777,18 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
     }
     const Tensor& tensor = value.tensor();
     LS_RETURN_IF_ERROR(WriteOutputHead(w, name, tensor));
-    if (binary.Binary(name)) {
+    const SharedMemoryView* view = shm == nullptr ? nullptr : shm->Output(name);
+    if (view != nullptr) {
+      LS_ASSIGN_OR_RETURN(size_t written, WriteTensorToSharedMemory(what, tensor, *view));
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("shared_memory_region");
+      w.String(view->region->name().data(),
+               static_cast<rapidjson::SizeType>(view->region->name().size()));
+      w.Key("shared_memory_byte_size");
+      w.Uint64(written);
+      w.EndObject();
+    } else if (binary.Binary(name)) {
       const size_t size = RawTensorSize(tensor);
       blobs.emplace_back(what, &tensor);
       blob_bytes += size;
@@ -803,6 +868,35 @@ absl::StatusOr<bool> ParseLoadBody(absl::string_view body) {
   }
   simdjson::dom::object object;
   return parameters.get_object().get(object) == simdjson::SUCCESS && object.size() > 0;
+}
+
+absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root;
+  const simdjson::error_code parsed = parser.parse(body.data(), body.size()).get(root);
+  if (parsed != simdjson::SUCCESS || root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError(
+        "SystemSharedMemoryRegister: the body must be a JSON object {\"key\", \"offset\", "
+        "\"byte_size\"}");
+  }
+  SharedMemoryRegistration out;
+  element field;
+  if (root["key"].get(field) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("SystemSharedMemoryRegister: the body needs 'key'");
+  }
+  LS_ASSIGN_OR_RETURN(out.key, StringField(field, "SystemSharedMemoryRegister: 'key'"));
+  if (root["offset"].get(field) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(int64_t offset,
+                        NonNegativeInt(field, "SystemSharedMemoryRegister: 'offset'"));
+    out.offset = static_cast<uint64_t>(offset);
+  }
+  if (root["byte_size"].get(field) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("SystemSharedMemoryRegister: the body needs 'byte_size'");
+  }
+  LS_ASSIGN_OR_RETURN(int64_t size,
+                      NonNegativeInt(field, "SystemSharedMemoryRegister: 'byte_size'"));
+  out.byte_size = static_cast<uint64_t>(size);
+  return out;
 }
 
 std::string ErrorJson(absl::string_view message) {

@@ -12,6 +12,7 @@
 #include "engine/tensor/value.h"
 #include "google/protobuf/message.h"
 #include "server/runner/infer_request.h"
+#include "server/shm/shared_memory.h"
 
 namespace loopserve::server {
 
@@ -34,6 +35,14 @@ struct RestOutputs {
   bool Binary(absl::string_view name) const;
 };
 
+// The tensors of a REST request that name shared memory (parameters shared_memory_region,
+// shared_memory_offset, shared_memory_byte_size): inputs by index into InferenceRequest::inputs
+// (whose raw bytes the adapter points at the region), outputs by name.
+struct RestSharedMemory {
+  std::vector<std::pair<size_t, SharedMemoryRef>> inputs;
+  std::vector<std::pair<std::string, SharedMemoryRef>> outputs;
+};
+
 // Parses inference request bodies. Reuses its buffers from body to body (up to kKeepBytes
 // worth; a larger body's are released after the next Parse). The InferenceRequest a Parse fills
 // has decoders that read the parsed document: bind it (InferenceRunner::Submit) before the next
@@ -51,8 +60,10 @@ class RestInferParser {
   // binary inputs view the bytes after the JSON, so `body` must outlive the request. `body` must
   // have 64 readable bytes past its end. InvalidArgument, naming the field or tensor, for
   // malformed JSON, missing or mistyped fields, and binary sizes that do not add up.
+  // Tensors in shared memory go to `shm` (an error when it is null).
   absl::Status Parse(absl::string_view endpoint, absl::string_view body, const char* header_length,
-                     InferenceRequest* request, RestOutputs* outputs);
+                     InferenceRequest* request, RestOutputs* outputs,
+                     RestSharedMemory* shm = nullptr);
 
  private:
   struct Impl;
@@ -75,7 +86,8 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values, const RestOutputs& binary,
                                 std::string* body, size_t* json_length,
-                                const RestStreamParameters* stream = nullptr);
+                                const RestStreamParameters* stream = nullptr,
+                                const SharedMemoryBindings* shm = nullptr);
 
 // One iteration's response of a `stream_iterations` request, as JSON (all data as JSON, none
 // binary): `slices` (Model::outputs() indices, response order) as outputs, and the parameters
@@ -97,6 +109,15 @@ std::string ProtoToJson(const google::protobuf::Message& message);
 // parameters. An empty body is the default. InvalidArgument for anything else.
 absl::StatusOr<bool> ParseIndexBody(absl::string_view body);
 absl::StatusOr<bool> ParseLoadBody(absl::string_view body);
+
+// The body of POST /v2/systemsharedmemory/region/{name}/register.
+struct SharedMemoryRegistration {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+// {"key": string, "offset": int (default 0), "byte_size": int}; InvalidArgument otherwise.
+absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::string_view body);
 
 // {"error": "<message>"} with the message JSON-escaped.
 std::string ErrorJson(absl::string_view message);

@@ -69,7 +69,7 @@ class HttpInferCall final : public InferenceCall {
 
   // On the event thread: parses the body into `request` and submits it. The runner answers
   // every outcome through Finish, which deletes the call.
-  void Start(InferenceRunner* runner, const RestRoute& route) {
+  void Start(InferenceRunner* runner, const RestRoute& route, const SharedMemoryManager* shm) {
     // One parser per event thread: its document must stay until Submit has bound the request.
     thread_local RestInferParser parser;
     request.model_name = route.model;
@@ -78,9 +78,11 @@ class HttpInferCall final : public InferenceCall {
     request.stream_iterations = route.action == "generate_stream";
     const std::string& endpoint = route.action;
     request.error = CatchExceptions(absl::StrCat(endpoint, ": "), [&] {
-      return parser.Parse(endpoint, exchange_->body(),
-                          exchange_->Header("Inference-Header-Content-Length"), &request,
-                          &outputs_);
+      RestSharedMemory refs;
+      LS_RETURN_IF_ERROR(parser.Parse(endpoint, exchange_->body(),
+                                      exchange_->Header("Inference-Header-Content-Length"),
+                                      &request, &outputs_, &refs));
+      return BindSharedMemory(refs, *shm);
     });
     events_ = route.action == "generate_stream" || request.stream_iterations;
     if (request.error.ok() && events_) request.error = CheckNoBinaryOutputs();
@@ -91,11 +93,14 @@ class HttpInferCall final : public InferenceCall {
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
     const RestStreamParameters final_response{-1, /*final_response=*/true};
-    LS_RETURN_IF_ERROR(EncodeRestResponse(*model.model, model.name, model.version_string,
-                                          request.id, outputs, values, outputs_, &body_,
-                                          &json_length_, events_ ? &final_response : nullptr));
+    LS_RETURN_IF_ERROR(EncodeRestResponse(
+        *model.model, model.name, model.version_string, request.id, outputs, values, outputs_,
+        &body_, &json_length_, events_ ? &final_response : nullptr, &shm_));
     values.clear();
-    for (int index : outputs) binary_ |= outputs_.Binary(model.model->outputs()[index].name);
+    for (int index : outputs) {
+      const std::string& name = model.model->outputs()[index].name;
+      binary_ |= shm_.Output(name) == nullptr && outputs_.Binary(name);
+    }
     return absl::OkStatus();
   }
 
@@ -145,6 +150,23 @@ class HttpInferCall final : public InferenceCall {
   bool ClientGone() override { return exchange_->ClientGone(); }
 
  private:
+  // Pins the shared memory the request names (its inputs' raw bytes view it).
+  absl::Status BindSharedMemory(const RestSharedMemory& refs, const SharedMemoryManager& shm) {
+    for (const auto& [index, ref] : refs.inputs) {
+      InferenceRequest::Input& input = request.inputs[index];
+      LS_ASSIGN_OR_RETURN(SharedMemoryView view,
+                          shm.Map(ref, absl::StrCat("input ", QuoteUntrusted(input.name))));
+      input.raw = view.bytes();
+      shm_.inputs.push_back(std::move(view));
+    }
+    for (const auto& [name, ref] : refs.outputs) {
+      LS_ASSIGN_OR_RETURN(SharedMemoryView view,
+                          shm.Map(ref, absl::StrCat("output ", QuoteUntrusted(name))));
+      shm_.outputs.emplace_back(name, std::move(view));
+    }
+    return absl::OkStatus();
+  }
+
   // Server-sent events are text: every output goes as JSON.
   absl::Status CheckNoBinaryOutputs() const {
     bool binary = outputs_.binary_default;
@@ -157,6 +179,7 @@ class HttpInferCall final : public InferenceCall {
 
   HttpExchange* const exchange_;  // answered in Finish; the body stays until then
   RestOutputs outputs_;
+  SharedMemoryBindings shm_;  // pinned until the call is deleted
   std::string body_;
   size_t json_length_ = 0;
   bool binary_ = false;  // some output is binary data (even of 0 bytes): the header tells the split
@@ -179,6 +202,23 @@ RestRoute ParseRestRoute(absl::string_view path) {
   if (parts[1] == "health" && n == 3 && (parts[2] == "live" || parts[2] == "ready")) {
     route.action = parts[2];
     route.method = "GET";
+    return route;
+  }
+  if (parts[1] == "systemsharedmemory" || parts[1] == "cudasharedmemory") {
+    // /v2/<kind>/status, /v2/<kind>/unregister, /v2/<kind>/region/{name}/{status|register|
+    // unregister}
+    route.action = parts[1] == "systemsharedmemory" ? "shm_" : "cudashm_";
+    if (n == 3 && (parts[2] == "status" || parts[2] == "unregister")) {
+      route.action += parts[2];
+    } else if (n == 5 && parts[2] == "region" &&
+               (parts[4] == "status" || parts[4] == "register" || parts[4] == "unregister")) {
+      route.model = parts[3];  // the region's name
+      route.action += parts[4];
+    } else {
+      route.action.clear();
+      return route;
+    }
+    route.method = absl::EndsWith(route.action, "status") ? "GET" : "POST";
     return route;
   }
   if (parts[1] == "repository") {
@@ -266,8 +306,10 @@ void HttpService::Handle(HttpExchange* exchange) {
     return;
   }
   const std::string& a = route.action;
-  if (a == "infer" || a == "generate_stream") {
-    (new HttpInferCall(exchange))->Start(runner_, route);
+  if (absl::StartsWith(a, "shm_") || absl::StartsWith(a, "cudashm_")) {
+    HandleSharedMemory(exchange, route);
+  } else if (a == "infer" || a == "generate_stream") {
+    (new HttpInferCall(exchange))->Start(runner_, route, api_->shared_memory());
   } else if (a == "live") {
     ReplyJson(exchange, "{\"live\":true}");
   } else if (route.model.empty() && a == "ready") {
@@ -312,6 +354,47 @@ void HttpService::Handle(HttpExchange* exchange) {
   } else {
     ReplyProto(exchange, api_->ModelMetadata(route.model, route.version));
   }
+}
+
+}  // namespace loopserve::server
+
+namespace loopserve::server {
+
+void HttpService::HandleSharedMemory(HttpExchange* exchange, const RestRoute& route) {
+  SharedMemoryManager* shm = api_->shared_memory();
+  const std::string& a = route.action;
+  const std::string& name = route.model;
+  if (absl::StartsWith(a, "cudashm_")) {
+    // Nothing to list or unregister without GPUs; registering is unsupported.
+    if (name.empty() && a == "cudashm_status") return ReplyJson(exchange, "[]");
+    if (name.empty() && a == "cudashm_unregister") return ReplyJson(exchange, "{}");
+    return ReplyError(exchange, ServerApi::CudaSharedMemoryUnsupported());
+  }
+  if (a == "shm_status") {
+    absl::StatusOr<std::vector<SharedMemoryManager::Status>> regions = shm->List(name);
+    if (!regions.ok()) return ReplyError(exchange, regions.status());
+    std::vector<std::string> entries;
+    for (const SharedMemoryManager::Status& region : *regions) {
+      inference::SystemSharedMemoryStatusResponse::RegionStatus status;
+      status.set_name(region.name);
+      status.set_key(region.key);
+      status.set_offset(region.offset);
+      status.set_byte_size(region.byte_size);
+      entries.push_back(ProtoToJson(status));
+    }
+    return ReplyJson(exchange, absl::StrCat("[", absl::StrJoin(entries, ","), "]"));
+  }
+  if (a == "shm_unregister") {
+    const absl::Status status = shm->Unregister(name);
+    if (!status.ok()) return ReplyError(exchange, status);
+    return ReplyJson(exchange, "{}");
+  }
+  // shm_register: {"key": "/name", "offset": N, "byte_size": N}
+  absl::StatusOr<SharedMemoryRegistration> body = ParseSharedMemoryRegisterBody(exchange->body());
+  if (!body.ok()) return ReplyError(exchange, body.status());
+  const absl::Status status = shm->Register(name, body->key, body->offset, body->byte_size);
+  if (!status.ok()) return ReplyError(exchange, status);
+  ReplyJson(exchange, "{}");
 }
 
 }  // namespace loopserve::server

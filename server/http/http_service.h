@@ -42,6 +42,10 @@ RestRoute ParseRestRoute(absl::string_view path);
 //                                                          Loop iteration, then the final one
 //   POST /v2/repository/index                              Triton: [{name, version, state, ...}]
 //   POST /v2/repository/models/{m}/load, .../unload        Triton: explicit model control
+//   GET  /v2/systemsharedmemory[/region/{r}]/status         Triton: system shared memory
+//   POST /v2/systemsharedmemory/region/{r}/register         {"key", "offset", "byte_size"}
+//   POST /v2/systemsharedmemory[/region/{r}]/unregister
+//   .../v2/cudasharedmemory/...                            501: CPU-only (empty status)
 //
 // `stream_iterations` (default true on generate_stream; asked for on /infer) answers
 // text/event-stream: one `data: {json}` event per iteration of the model's top-level Loop (the
@@ -70,6 +74,8 @@ class HttpService {
  private:
   HttpService(InferenceRunner* runner, ServerApi* api) : runner_(runner), api_(api) {}
   void Handle(HttpExchange* exchange);
+  // /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (route.model: the region's name).
+  void HandleSharedMemory(HttpExchange* exchange, const RestRoute& route);
 
   InferenceRunner* const runner_;
   ServerApi* const api_;

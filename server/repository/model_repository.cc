@@ -32,6 +32,14 @@ bool IsValidModelName(absl::string_view name) {
   return true;
 }
 
+namespace {
+// Triton's answer for a model the registry does not know (clients match on the words).
+absl::Status UnknownModelError(absl::string_view name) {
+  return absl::NotFoundError(
+      absl::StrCat("Request for unknown model: ", QuoteUntrusted(name), " is not found"));
+}
+}  // namespace
+
 std::optional<int64_t> ParseVersion(absl::string_view name) {
   if (name.empty() || name.size() > 19 || name.front() == '0') return std::nullopt;
   int64_t value = 0;
@@ -323,7 +331,7 @@ absl::Status ModelRegistry::Unload(absl::string_view name) {
                                           [&](const ModelSource& s) { return s.name == model; });
     }
     if (!known) {
-      return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+      return UnknownModelError(name);
     }
   }
   {
@@ -665,7 +673,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
     absl::string_view name, absl::string_view version) const {
   std::shared_ptr<const ModelEntry> entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+    return UnknownModelError(name);
   }
   if (version.empty()) {
     for (auto it = entry->versions.rbegin(); it != entry->versions.rend(); ++it) {
@@ -678,10 +686,16 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
         absl::StrCat("model '", name, "' has no ready version: ", absl::StrJoin(reasons, "; "))));
   }
   const std::optional<int64_t> number = ParseVersion(version);
-  auto it = number ? entry->versions.find(*number) : entry->versions.end();
+  if (!number) {
+    // Triton's code and words: clients match on them.
+    return absl::InvalidArgumentError(
+        absl::StrCat("failed to get model version from specified version string ",
+                     QuoteUntrusted(version), ", version should be an integral value > 0"));
+  }
+  auto it = entry->versions.find(*number);
   if (it == entry->versions.end()) {
     return absl::NotFoundError(
-        absl::StrCat("model '", name, "' has no version ", QuoteUntrusted(version)));
+        absl::StrCat("Request for unknown model: '", name, "' version ", *number, " is not found"));
   }
   if (it->second.loaded == nullptr) {
     return absl::UnavailableError(absl::StrCat("not ready: ", it->second.reason));
@@ -692,7 +706,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
 absl::StatusOr<std::vector<int64_t>> ModelRegistry::ReadyVersions(absl::string_view name) const {
   std::shared_ptr<const ModelEntry> entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+    return UnknownModelError(name);
   }
   std::vector<int64_t> versions;
   for (const auto& [v, slot] : entry->versions) {

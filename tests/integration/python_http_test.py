@@ -530,7 +530,7 @@ def main():
             check(code == 0 and "final INT64 [1] = [%d]" % (start + trips) in out and want in out,
                   out + err)
         code, out, err = loopctl("infer", "nope", "--input=M:INT64::1")
-        check(code == 1 and "NOT_FOUND: model 'nope' not found" in err, err)
+        check(code == 1 and "NOT_FOUND: Request for unknown model: 'nope' is not found" in err, err)
         code, out, err = loopctl("infer", "counter", "--input=M:FP32::1",
                                  "--input=start:INT64:1:0")
         check(code == 1 and "INVALID_ARGUMENT" in err and "'M'" in err, err)
