@@ -23,6 +23,8 @@ TEST_PACKAGES=(
   libcivetweb-dev nlohmann-json3-dev
   python3-grpcio python3-requests libonnx-testdata curl openssl
   prometheus python3-yaml
+  # Triton's Python client (../shared/tritonclient) and its examples (issue 32).
+  python3-rapidjson python3-gevent python3-geventhttpclient python3-packaging python3-aiohttp
   # tests/deploy/container_image_test.py builds deploy/Dockerfile and runs the image: podman and
   # buildah (rootless use needs uidmap, fuse-overlayfs, slirp4netns), mmdebstrap for the base
   # image, iproute2 for the test's network namespace.

@@ -777,7 +777,8 @@ def example_models():
 # ----------------------------------------------------------------------------------------------
 # Triton's QA models, which Triton's client examples (../shared/tritonclient/examples) call:
 # `simple` (INT32 [-1,16] INPUT0/INPUT1 -> OUTPUT0 = sum, OUTPUT1 = difference, max_batch_size 8),
-# `simple_string` (the same on BYTES holding decimal numbers), `simple_identity` (BYTES identity).
+# `simple_int8` (the same in INT8), `simple_string` (the same on BYTES holding decimal numbers),
+# `simple_identity` (BYTES identity).
 # Written only with --triton_qa (not part of the example repository).
 
 INT32 = TensorProto.INT32
@@ -791,14 +792,14 @@ def build_simple(elem_type):
     if elem_type == INT32:
         nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
                  helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
-    else:
+    else:  # opset 13 has no Add for int8 or strings: computed in int32 in between
         nodes = [helper.make_node("Cast", ["INPUT0"], ["a"], to=INT32),
                  helper.make_node("Cast", ["INPUT1"], ["b"], to=INT32),
                  helper.make_node("Add", ["a", "b"], ["sum"]),
                  helper.make_node("Sub", ["a", "b"], ["diff"]),
-                 helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=STRING),
-                 helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=STRING)]
-    name = "simple" if elem_type == INT32 else "simple_string"
+                 helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=elem_type),
+                 helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=elem_type)]
+    name = {INT32: "simple", STRING: "simple_string", TensorProto.INT8: "simple_int8"}[elem_type]
     return make_model(helper.make_graph(nodes, name, inputs, outputs))
 
 
@@ -817,7 +818,10 @@ def simple_examples():
     words = np.array([b"he\x00llo"] * 16, dtype=object).reshape(1, 16)
     simple_identity = Example("simple_identity", identity, {"": ([words], [words])},
                               config=TRITON_QA_CONFIG)
-    return [simple, simple_string, simple_identity]
+    a8, b8 = a.astype(np.int8), b.astype(np.int8)
+    simple_int8 = Example("simple_int8", build_simple(TensorProto.INT8),
+                          {"": ([a8, b8], [a8 + b8, a8 - b8])}, config=TRITON_QA_CONFIG)
+    return [simple, simple_string, simple_identity, simple_int8]
 
 
 def write_ovms_config(out_dir, examples):

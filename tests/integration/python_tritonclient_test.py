@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""Triton's own Python client (../shared/tritonclient) against loopserve, as Triton users run it.
+
+Usage: /usr/bin/python3 python_tritonclient_test.py --loopserve=BIN --repo_root=DIR --work=DIR
+       --tritonclient=DIR --part=examples|checks
+
+Writes Triton's QA models (deploy/make_example_models.py --triton_qa: simple, simple_string,
+simple_identity, simple_int8) into --work, starts loopserve with Triton's dashed flags, and
+  - (--part=examples) runs Triton's example scripts unmodified (gRPC and HTTP; those needing CUDA, a decoupled or
+    a sequence model, or a server named "triton" are listed in README's compatibility section);
+  - (--part=checks) checks Triton's answers where clients depend on them: ModelReady false for an unknown model,
+    the texts and codes for an unknown model, a bad version string and mixed raw/typed contents,
+    the extension list, the statistics fields;
+  - system shared memory: inference through regions over gRPC and HTTP (expected outputs are the
+    model's definition, a + b and a - b, computed by numpy), and every bad use: an unknown key, a
+    malformed key, a region past its segment, a tensor larger than its region, an offset past the
+    end, an unregistered region, a segment truncated after registration, an output region too
+    small, another user's segment; CUDA shared memory answers UNIMPLEMENTED naming CPU-only. The
+    server stays up throughout.
+"""
+
+import argparse
+import concurrent.futures
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loopserve_py import check, Checks, start_server  # noqa: E402
+
+# gRPC and HTTP examples that need nothing but simple, simple_string, simple_identity and
+# simple_int8 (run with -u <address>).
+GRPC_EXAMPLES = [
+    "simple_grpc_infer_client.py", "simple_grpc_async_infer_client.py",
+    "simple_grpc_aio_infer_client.py", "simple_grpc_custom_args_client.py",
+    "simple_grpc_keepalive_client.py", "simple_grpc_string_infer_client.py",
+    "simple_grpc_shm_client.py", "simple_grpc_shm_string_client.py",
+    "grpc_explicit_int_content_client.py", "grpc_explicit_byte_content_client.py",
+    "grpc_explicit_int8_content_client.py",
+]
+HTTP_EXAMPLES = [
+    "simple_http_infer_client.py", "simple_http_async_infer_client.py",
+    "simple_http_aio_infer_client.py", "simple_http_string_infer_client.py",
+    "simple_http_shm_client.py", "simple_http_shm_string_client.py",
+]
+
+
+def run_example(examples_dir, script, args, env):
+    proc = subprocess.run([sys.executable, os.path.join(examples_dir, script)] + args, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    return proc.returncode, proc.stdout
+
+
+def expect_error(call, status, text):
+    """Runs `call`; it must raise InferenceServerException with `status` and `text` in it."""
+    from tritonclient.utils import InferenceServerException
+    try:
+        call()
+    except InferenceServerException as e:
+        check(status in str(e.status()) and text in e.message(),
+              "want %s / %r, got %s / %r" % (status, text, e.status(), e.message()))
+        return e.message()
+    raise AssertionError("no error; want %s / %r" % (status, text))
+
+
+def simple_inputs(client_module, a, b, shm_region=None):
+    inputs = [client_module.InferInput("INPUT0", [1, 16], "INT32"),
+              client_module.InferInput("INPUT1", [1, 16], "INT32")]
+    if shm_region is None:
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+    else:
+        inputs[0].set_shared_memory(shm_region, 64)
+        inputs[1].set_shared_memory(shm_region, 64, offset=64)
+    return inputs
+
+
+def check_answers(grpc_url, http_url):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    import grpc
+
+    g = grpcclient.InferenceServerClient(url=grpc_url)
+    h = httpclient.InferenceServerClient(url=http_url)
+    # Readiness polling of a model that is not there: false, no exception.
+    check(g.is_model_ready("nope") is False, "gRPC ModelReady of an unknown model")
+    check(h.is_model_ready("nope") is False, "HTTP ready of an unknown model")
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    for client, module in ((g, grpcclient), (h, httpclient)):
+        expect_error(lambda: client.infer("nope", simple_inputs(module, a, b)), "NOT_FOUND"
+                     if module is grpcclient else "404",
+                     "Request for unknown model: 'nope' is not found")
+        expect_error(lambda: client.get_model_metadata("simple", "abc"),
+                     "INVALID_ARGUMENT" if module is grpcclient else "400",
+                     "failed to get model version from specified version string 'abc'")
+    # Mixed raw and typed contents (a raw request built by hand).
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url))
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        t = request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        t.contents.int_contents.extend(range(16))
+    request.raw_input_contents.extend([a.tobytes(), a.tobytes()])
+    try:
+        stub.ModelInfer(request, timeout=30)
+        raise AssertionError("mixed contents accepted")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+              "contents field must not be specified when using raw_input_contents for 'INPUT0' "
+              "for model 'simple'" in e.details(), e.details())
+    # Extensions and statistics.
+    extensions = set(g.get_server_metadata().extensions)
+    check({"parameters", "system_shared_memory", "binary_tensor_data", "statistics",
+           "model_repository", "model_configuration"} <= extensions, extensions)
+    check(set(h.get_server_metadata()["extensions"]) == extensions, "same extensions over HTTP")
+    g.infer("simple", simple_inputs(grpcclient, a, b))
+    stats = h.get_inference_statistics("simple")["model_stats"][0]
+    check("response_stats" in stats and stats["response_stats"] == {}, stats)
+    check("memory_usage" in stats and stats["memory_usage"] == [], stats)
+    infer_stats = stats["inference_stats"]
+    check(infer_stats["cache_hit"] == {"count": 0, "ns": 0} and
+          infer_stats["cache_miss"] == {"count": 0, "ns": 0}, infer_stats)
+    check(infer_stats["success"]["count"] >= 1, infer_stats)
+    grpc_stats = g.get_inference_statistics("simple").model_stats[0]
+    check(grpc_stats.inference_stats.HasField("cache_hit") and
+          grpc_stats.inference_stats.cache_hit.count == 0, grpc_stats)
+    print("ok: Triton's answers (ready, error texts and codes, extensions, statistics)")
+
+
+def check_shared_memory(grpc_url, http_url, work):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    g = grpcclient.InferenceServerClient(url=grpc_url)
+    h = httpclient.InferenceServerClient(url=http_url)
+    g.unregister_system_shared_memory()
+    tag = str(os.getpid())
+    a = np.arange(16, dtype=np.int32).reshape(1, 16) - 5
+    b = np.arange(16, dtype=np.int32).reshape(1, 16) * 7
+    in_key, out_key = "/ls_in_" + tag, "/ls_out_" + tag
+    ip = shm.create_shared_memory_region("in", in_key, 128)
+    op = shm.create_shared_memory_region("out", out_key, 128)
+    handles = [ip, op]
+    try:
+        shm.set_shared_memory_region(ip, [a])
+        shm.set_shared_memory_region(ip, [b], offset=64)
+        for client, module in ((g, grpcclient), (h, httpclient)):
+            client.register_system_shared_memory("in", in_key, 128)
+            client.register_system_shared_memory("out", out_key, 128)
+            outputs = [module.InferRequestedOutput("OUTPUT0"),
+                       module.InferRequestedOutput("OUTPUT1")]
+            outputs[0].set_shared_memory("out", 64)
+            outputs[1].set_shared_memory("out", 64, offset=64)
+            result = client.infer("simple", simple_inputs(module, a, b, "in"), outputs=outputs)
+            check(result.get_output("OUTPUT0") is not None, "OUTPUT0 in the response")
+            s = shm.get_contents_as_numpy(op, np.int32, [1, 16])
+            d = shm.get_contents_as_numpy(op, np.int32, [1, 16], offset=64)
+            check(np.array_equal(s, a + b) and np.array_equal(d, a - b), (s, d))
+            status = client.get_system_shared_memory_status()
+            names = ([r.name for r in status.regions.values()] if module is grpcclient
+                     else [r["name"] for r in status])
+            check(sorted(names) == ["in", "out"], names)
+            # Inputs in shared memory, outputs in the response.
+            result = client.infer("simple", simple_inputs(module, a, b, "in"))
+            check(np.array_equal(result.as_numpy("OUTPUT0"), a + b), "mixed shm / response")
+            shm.set_shared_memory_region(op, [np.zeros((1, 32), np.int32)])
+
+            code = "INVALID_ARGUMENT" if module is grpcclient else "400"
+            # A tensor larger than its region, an offset past the end.
+            bad = simple_inputs(module, a, b, "in")
+            bad[1].set_shared_memory("in", 64, offset=100)
+            expect_error(lambda: client.infer("simple", bad), code, "runs past the end of "
+                         "shared memory region 'in'")
+            bad[1].set_shared_memory("in", 64, offset=1 << 40)
+            expect_error(lambda: client.infer("simple", bad), code, "runs past the end")
+            bad[1].set_shared_memory("in", 256)
+            expect_error(lambda: client.infer("simple", bad), code, "runs past the end")
+            # The region holds fewer bytes than the shape needs.
+            bad[1].set_shared_memory("in", 32)
+            expect_error(lambda: client.infer("simple", bad), code, "INPUT1")
+            # An output region too small for the result.
+            small = [module.InferRequestedOutput("OUTPUT0")]
+            small[0].set_shared_memory("out", 16)
+            expect_error(lambda: client.infer("simple", simple_inputs(module, a, b, "in"),
+                                              outputs=small), code,
+                         "should be at least 64 bytes to hold the results")
+            # Registration errors.
+            expect_error(lambda: client.register_system_shared_memory("in", in_key, 128),
+                         "ALREADY_EXISTS" if module is grpcclient else "409", "already in manager")
+            expect_error(lambda: client.register_system_shared_memory("x", "/ls_missing_" + tag,
+                                                                      16),
+                         "NOT_FOUND" if module is grpcclient else "404",
+                         "Unable to open shared memory region")
+            expect_error(lambda: client.register_system_shared_memory("x", "/../etc/passwd", 16),
+                         code, "is not a POSIX shared memory name")
+            expect_error(lambda: client.register_system_shared_memory("x", in_key, 64, offset=100),
+                         code, "runs past the end of segment")
+            # Unregistered: the next request that names it fails; unregistering is idempotent.
+            client.unregister_system_shared_memory("in")
+            client.unregister_system_shared_memory("in")
+            expect_error(lambda: client.infer("simple", simple_inputs(module, a, b, "in")),
+                         "NOT_FOUND" if module is grpcclient else "404",
+                         "Unable to find shared memory region: 'in'")
+            client.unregister_system_shared_memory()
+            # CUDA shared memory: a CPU-only server says so.
+            expect_error(lambda: client.register_cuda_shared_memory("c", b"\0" * 64, 0, 64),
+                         "UNIMPLEMENTED" if module is grpcclient else "501", "CPU only")
+
+        # A segment truncated after registration: an error, not a fault.
+        trunc_key = "/ls_trunc_" + tag
+        tp = shm.create_shared_memory_region("t", trunc_key, 128)
+        handles.append(tp)
+        g.register_system_shared_memory("t", trunc_key, 128)
+        os.truncate("/dev/shm" + trunc_key, 16)
+        expect_error(lambda: g.infer("simple", simple_inputs(grpcclient, a, b, "t")),
+                     "INVALID_ARGUMENT", "truncated after registration")
+        g.unregister_system_shared_memory()
+        # Another user's segment is refused (needs root to make one).
+        if os.geteuid() == 0:
+            other_key = "/ls_other_" + tag
+            xp = shm.create_shared_memory_region("o", other_key, 64)
+            handles.append(xp)
+            os.chown("/dev/shm" + other_key, 65534, 65534)
+            expect_error(lambda: g.register_system_shared_memory("o", other_key, 64),
+                         "PERMISSION_DENIED", "belongs to user 65534")
+        check(g.is_server_live() and h.is_server_live(), "server alive after the bad uses")
+    finally:
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
+    print("ok: system shared memory, and every bad use answered")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loopserve", required=True)
+    parser.add_argument("--repo_root", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--tritonclient", required=True)
+    parser.add_argument("--part", choices=("examples", "checks"), required=True)
+    args = parser.parse_args()
+    lib = os.path.join(args.tritonclient, "lib")
+    examples = os.path.join(args.tritonclient, "examples")
+    sys.path.insert(0, lib)
+    try:
+        import tritonclient.grpc  # noqa: F401
+        import tritonclient.http  # noqa: F401
+    except (ImportError, RuntimeError) as e:
+        # Debian packages deploy/install_deps.sh installs (python3-rapidjson, -gevent, ...).
+        print("FAIL: tritonclient does not import: %s" % e)
+        return 1
+
+    args.work = os.path.join(args.work, args.part)
+    models = os.path.join(args.work, "models")
+    subprocess.run(["rm", "-rf", models], check=True)
+    subprocess.run([sys.executable, os.path.join(args.repo_root, "deploy/make_example_models.py"),
+                    "--triton_qa", models], check=True)
+    # Triton's spellings, both `--flag=value` and `--flag value`.
+    proc, ports = start_server(args.loopserve, ["--model-repository", models, "--metrics-port=0",
+                                                "--grpc-port=0", "--http-port=0",
+                                                "--log-verbose=0"],
+                               kinds=("grpc", "http", "metrics"))
+    grpc_url = "127.0.0.1:%d" % ports["grpc"]
+    http_url = "127.0.0.1:%d" % ports["http"]
+    env = dict(os.environ, PYTHONPATH=lib)
+    try:
+        if args.part == "examples":
+            runs = ([(s, ["-u", grpc_url]) for s in GRPC_EXAMPLES] +
+                    [(s, ["-u", http_url]) for s in HTTP_EXAMPLES] +
+                    [("reuse_infer_objects_client.py", ["-i", p, "-u", u])
+                     for p, u in (("grpc", grpc_url), ("http", http_url))])
+            # A few at a time: most of each is the interpreter importing the client.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+                results = list(pool.map(lambda r: run_example(examples, r[0], r[1], env), runs))
+            failed = []
+            for (script, script_args), (code, out) in zip(runs, results):
+                print("%s %s %s" % ("pass" if code == 0 else "FAIL", script, " ".join(script_args)))
+                if code != 0:
+                    failed.append(script)
+                    print("---- %s\n%s" % (script, out[-2000:]))
+            check(not failed, "examples failed: %s" % failed)
+        else:
+            check_answers(grpc_url, http_url)
+            check_shared_memory(grpc_url, http_url, args.work)
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+    check(code == 0, "loopserve exit code %d" % code)
+    print("PASS: %d checks" % Checks.count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
