@@ -1,5 +1,10 @@
 #include "server/server_api.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -38,7 +43,13 @@ ServerApi::ServerApi(ModelRegistry* registry, const InferenceRunner* runner, boo
       model_control_(model_control),
       loader_(/*num_workers=*/1, /*max_queue_size=*/16) {}
 
-ServerApi::~ServerApi() { loader_.Shutdown(); }
+ServerApi::~ServerApi() {
+  loader_.Shutdown();
+  if (!load_root_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(load_root_, ignored);
+  }
+}
 
 absl::StatusOr<bool> ServerApi::ModelReady(absl::string_view name,
                                            absl::string_view version) const {
@@ -162,15 +173,46 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
 }
 
 absl::Status ServerApi::Load(absl::string_view rpc, const std::string& repository_name,
-                             const std::string& model, bool has_parameters, Done done) {
-  if (has_parameters) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        rpc,
-        ": parameters (config or file overrides) are not supported; edit config.pbtxt and the "
-        "version folders in the repository"));
+                             const std::string& model, LoadParameters parameters, Done done) {
+  if (!parameters.files.empty() && !parameters.config_json.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("failed to load ", QuoteUntrusted(model),
+                     ": model files sent in the request need a 'config' parameter too"));
   }
-  return ScheduleChange(
-      rpc, repository_name, [this, model] { return registry_->Load(model); }, std::move(done));
+  auto change = [this, model, parameters = std::move(parameters)]() -> absl::Status {
+    absl::Status status;
+    if (parameters.empty()) {
+      status = registry_->Load(model);
+    } else {
+      status = LoadWithParameters(model, parameters);
+    }
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat("failed to load ", QuoteUntrusted(model), ": ",
+                                                    status.message()));
+  };
+  return ScheduleChange(rpc, repository_name, std::move(change), std::move(done));
+}
+
+absl::Status ServerApi::LoadWithParameters(const std::string& model,
+                                           const LoadParameters& parameters) {
+  ModelRegistry::LoadOverride load_override;
+  if (parameters.config_json.has_value()) {
+    LS_ASSIGN_OR_RETURN(load_override.config_text, ConfigJsonToText(*parameters.config_json));
+  }
+  if (!parameters.files.empty()) {
+    if (load_root_.empty()) {
+      std::string pattern = (std::filesystem::temp_directory_path() / "loopserve-load-XXXXXX");
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("failed to poll from model repository: cannot make a private folder: ",
+                         std::strerror(errno)));
+      }
+      load_root_ = pattern;
+    }
+    load_override.dir = absl::StrCat(load_root_, "/", ++loads_with_files_);
+    LS_RETURN_IF_ERROR(WriteLoadFiles(load_override.dir, parameters.files));
+  }
+  return registry_->Load(model, &load_override);
 }
 
 absl::Status ServerApi::Unload(absl::string_view rpc, const std::string& repository_name,

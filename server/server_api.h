@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "proto/grpc_service.pb.h"
 #include "proto/model_config.pb.h"
+#include "server/repository/load_override.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/inference_runner.h"
 #include "server/runner/worker_pool.h"
@@ -51,10 +52,13 @@ class ServerApi {
 
   // Loads (or reloads) / unloads `model` on the loader thread and calls `done` there with the
   // outcome; or returns the error at once without calling `done` (no model control, a
-  // repository name, parameters, a full loader queue). `rpc` names the request in messages.
+  // repository name, a full loader queue). `rpc` names the request in messages. Load errors
+  // start "failed to load '<model>': " (Triton's words). `parameters` (Triton's config override
+  // and files) load the model from a private folder (made under the system's temporary folder,
+  // 0700, removed with the ServerApi) instead of the repository: see LoadParameters.
   using Done = std::function<void(const absl::Status&)>;
   absl::Status Load(absl::string_view rpc, const std::string& repository_name,
-                    const std::string& model, bool has_parameters, Done done);
+                    const std::string& model, LoadParameters parameters, Done done);
   absl::Status Unload(absl::string_view rpc, const std::string& repository_name,
                       const std::string& model, Done done);
 
@@ -65,12 +69,17 @@ class ServerApi {
   static absl::Status CudaSharedMemoryUnsupported();
 
  private:
+  absl::Status LoadWithParameters(const std::string& model, const LoadParameters& parameters);
   absl::Status ScheduleChange(absl::string_view rpc, const std::string& repository_name,
                               std::function<absl::Status()> change, Done done);
 
   ModelRegistry* const registry_;
   const InferenceRunner* const runner_;
   const bool model_control_;
+  // The private folder of the files load requests sent (made on first use; removed at the end)
+  // and how many loads wrote there. Loader thread only.
+  std::string load_root_;
+  int64_t loads_with_files_ = 0;
   SharedMemoryManager shared_memory_;
   WorkerPool loader_;  // one thread for repository loads/unloads
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -624,8 +625,23 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
   return RepositoryChange<inference::RepositoryModelLoadRequest,
                           inference::RepositoryModelLoadResponse>(
       context, "RepositoryModelLoad", request, response, [&](const auto& in, ServerApi::Done done) {
+        LoadParameters parameters;
+        for (const auto& [key, value] : in.parameters()) {
+          if (key == "config" &&
+              value.parameter_choice_case() == inference::ModelRepositoryParameter::kStringParam) {
+            parameters.config_json = value.string_param();
+          } else if (absl::StartsWith(key, "file:") &&
+                     value.parameter_choice_case() ==
+                         inference::ModelRepositoryParameter::kBytesParam) {
+            parameters.files.emplace_back(key.substr(5), value.bytes_param());
+          } else {
+            return absl::InvalidArgumentError(
+                absl::StrCat("RepositoryModelLoad: parameter ", QuoteUntrusted(key),
+                             " is neither 'config' (a string) nor 'file:<path>' (bytes)"));
+          }
+        }
         return api_->Load("RepositoryModelLoad", in.repository_name(), in.model_name(),
-                          !in.parameters().empty(), std::move(done));
+                          std::move(parameters), std::move(done));
       });
 }
 

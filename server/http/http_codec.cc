@@ -7,6 +7,8 @@
 #include <type_traits>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -855,19 +857,41 @@ absl::StatusOr<bool> ParseIndexBody(absl::string_view body) {
   return BoolField(ready, "RepositoryIndex: 'ready'");
 }
 
-absl::StatusOr<bool> ParseLoadBody(absl::string_view body) {
+absl::StatusOr<LoadParameters> ParseLoadBody(absl::string_view body) {
   simdjson::dom::parser parser;
   bool found = false;
   element parameters;
   LS_RETURN_IF_ERROR(
       ParseSmallObject(body, "RepositoryModelLoad", "parameters", &found, &parameters, parser)
           .status());
-  if (!found) return false;
+  LoadParameters out;
+  if (!found) return out;
   if (parameters.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError("RepositoryModelLoad: 'parameters' must be an object");
   }
   simdjson::dom::object object;
-  return parameters.get_object().get(object) == simdjson::SUCCESS && object.size() > 0;
+  if (parameters.get_object().get(object) != simdjson::SUCCESS) return out;
+  for (auto [key, value] : object) {
+    const std::string name(key);
+    if (name == "config") {
+      LS_ASSIGN_OR_RETURN(out.config_json, StringField(value, "RepositoryModelLoad: 'config'"));
+    } else if (absl::StartsWith(name, "file:")) {
+      LS_ASSIGN_OR_RETURN(
+          std::string encoded,
+          StringField(value, absl::StrCat("RepositoryModelLoad: ", QuoteUntrusted(name))));
+      std::string contents;
+      if (!absl::Base64Unescape(encoded, &contents)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("RepositoryModelLoad: ", QuoteUntrusted(name), " must be base64-encoded"));
+      }
+      out.files.emplace_back(name.substr(5), std::move(contents));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("RepositoryModelLoad: parameter ",
+                                                     QuoteUntrusted(name),
+                                                     " is neither 'config' nor 'file:<path>'"));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::string_view body) {
@@ -897,6 +921,142 @@ absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::str
                       NonNegativeInt(field, "SystemSharedMemoryRegister: 'byte_size'"));
   out.byte_size = static_cast<uint64_t>(size);
   return out;
+}
+
+namespace {
+
+// The dims of a nested JSON array (a scalar: none); the first element's at each level (the
+// KServe parser checks the element count against the shape).
+std::vector<int64_t> NestedDims(element e) {
+  std::vector<int64_t> dims;
+  while (e.type() == element_type::ARRAY) {
+    simdjson::dom::array array = AsArray(e);
+    dims.push_back(static_cast<int64_t>(array.size()));
+    if (array.size() == 0) break;
+    e = *array.begin();
+  }
+  return dims;
+}
+
+void WriteRaw(JsonWriter& w, const element& e) {
+  const std::string text = simdjson::minify(e);
+  w.RawValue(text.data(), text.size(), rapidjson::kObjectType);
+}
+
+}  // namespace
+
+bool IsFlatGenerateBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root, inputs;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.type() != element_type::OBJECT) {
+    return false;
+  }
+  return root["inputs"].get(inputs) != simdjson::SUCCESS;
+}
+
+absl::StatusOr<std::string> GenerateToInferBody(absl::string_view body,
+                                                const inference::ModelMetadataResponse& metadata) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError("generate: the request body must be a JSON object");
+  }
+  std::string json;
+  StringOut out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  simdjson::dom::object object;
+  if (root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("generate: the request body must be a JSON object");
+  }
+  w.Key("inputs");
+  w.StartArray();
+  for (auto [key, value] : object) {
+    if (key == "id" || key == "parameters") continue;
+    const inference::ModelMetadataResponse::TensorMetadata* input = nullptr;
+    for (const auto& candidate : metadata.inputs()) {
+      if (candidate.name() == key) input = &candidate;
+    }
+    if (input == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("generate: ", QuoteUntrusted(absl::string_view(key.data(), key.size())),
+                       " is not an input of model ", QuoteUntrusted(metadata.name())));
+    }
+    std::vector<int64_t> dims = NestedDims(value);
+    while (dims.size() < static_cast<size_t>(input->shape_size())) dims.insert(dims.begin(), 1);
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, input->name());
+    w.Key("datatype");
+    WriteString(w, input->datatype());
+    w.Key("shape");
+    w.StartArray();
+    for (int64_t d : dims) w.Int64(d);
+    w.EndArray();
+    w.Key("data");
+    if (value.type() == element_type::ARRAY) {
+      WriteRaw(w, value);
+    } else {
+      w.StartArray();
+      WriteRaw(w, value);
+      w.EndArray();
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  for (const char* kept : {"id", "parameters"}) {
+    element value;
+    if (root[kept].get(value) == simdjson::SUCCESS) {
+      w.Key(kept);
+      WriteRaw(w, value);
+    }
+  }
+  w.EndObject();
+  return json;
+}
+
+absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view response) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(response.data(), response.size()).get(root) != simdjson::SUCCESS ||
+      root.type() != element_type::OBJECT) {
+    return absl::InternalError("generate: the response is not a JSON object");
+  }
+  std::string json;
+  StringOut out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  simdjson::dom::object object;
+  if (root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InternalError("generate: the response is not a JSON object");
+  }
+  for (auto [key, value] : object) {
+    if (key == "outputs") continue;
+    w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+    WriteRaw(w, value);
+  }
+  element outputs;
+  if (root["outputs"].get(outputs) == simdjson::SUCCESS) {
+    for (element output : AsArray(outputs)) {
+      element name, data;
+      if (output["name"].get(name) != simdjson::SUCCESS ||
+          output["data"].get(data) != simdjson::SUCCESS) {
+        continue;  // a binary or shared-memory output: nothing to put inline
+      }
+      const std::string_view key = name.get_string().value_unsafe();
+      w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+      simdjson::dom::array array = AsArray(data);
+      if (array.size() == 1) {
+        WriteRaw(w, *array.begin());
+      } else {
+        WriteRaw(w, data);
+      }
+    }
+  }
+  w.EndObject();
+  return json;
 }
 
 std::string ErrorJson(absl::string_view message) {

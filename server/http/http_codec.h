@@ -11,6 +11,8 @@
 #include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "google/protobuf/message.h"
+#include "proto/grpc_service.pb.h"
+#include "server/repository/load_override.h"
 #include "server/runner/infer_request.h"
 #include "server/shm/shared_memory.h"
 
@@ -105,10 +107,11 @@ absl::Status EncodeRestSlices(const engine::Model& model, absl::string_view mode
 std::string ProtoToJson(const google::protobuf::Message& message);
 
 // The optional bodies of Triton's repository requests: POST /v2/repository/index
-// ({"ready": bool}) -> `ready`; POST .../load ({"parameters": {...}}) -> whether it has
-// parameters. An empty body is the default. InvalidArgument for anything else.
+// ({"ready": bool}) -> `ready`; POST .../load ({"parameters": {"config": "<ModelConfig JSON>",
+// "file:<path>": "<base64 contents>"}}) -> the load parameters. An empty body is the default.
+// InvalidArgument for anything else.
 absl::StatusOr<bool> ParseIndexBody(absl::string_view body);
-absl::StatusOr<bool> ParseLoadBody(absl::string_view body);
+absl::StatusOr<LoadParameters> ParseLoadBody(absl::string_view body);
 
 // The body of POST /v2/systemsharedmemory/region/{name}/register.
 struct SharedMemoryRegistration {
@@ -118,6 +121,22 @@ struct SharedMemoryRegistration {
 };
 // {"key": string, "offset": int (default 0), "byte_size": int}; InvalidArgument otherwise.
 absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::string_view body);
+
+// Triton's generate extension (POST .../generate, .../generate_stream) takes a flat body: each
+// key but "id" and "parameters" is an input, by name, whose JSON value (a scalar or a nested
+// array) is its data. Whether `body` is such a flat body (a JSON object without "inputs"; a body
+// that is not JSON counts as not flat, and the KServe parser reports it).
+bool IsFlatGenerateBody(absl::string_view body);
+// The flat generate `body` as a KServe v2 /infer body, typed by the model's `metadata`: each
+// input's datatype is the declared one, its shape the value's nested-array dims with leading 1s
+// added up to the declared rank (a scalar for a [1] or [-1, 1] input becomes [1] or [1, 1]).
+// "id" and "parameters" are kept. InvalidArgument for a key that is no input of the model.
+absl::StatusOr<std::string> GenerateToInferBody(absl::string_view body,
+                                                const inference::ModelMetadataResponse& metadata);
+// A KServe v2 JSON response (EncodeRestResponse / EncodeRestSlices, all outputs as JSON data) as
+// Triton's generate response: model_name, model_version, id and parameters kept, and each output
+// as a key of its own: a scalar when it has one element, otherwise its (flat) data array.
+absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view json);
 
 // {"error": "<message>"} with the message JSON-escaped.
 std::string ErrorJson(absl::string_view message);

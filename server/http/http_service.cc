@@ -1,5 +1,6 @@
 #include "server/http/http_service.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
+#include "server/http/content_encoding.h"
 #include "server/http/http_codec.h"
 #include "server/observability/logging.h"
 #include "server/status_util.h"
@@ -62,10 +64,16 @@ const Headers& SseType() {
 // waits for the client to read.
 class HttpInferCall final : public InferenceCall {
  public:
-  explicit HttpInferCall(HttpExchange* exchange)
+  // `inflated`: the body, inflated, when it came compressed (with HttpExchange::kBodyPadding
+  // readable bytes past its end); none: the exchange's body.
+  // `flat`: answer in Triton's flat generate form (the request came in it).
+  HttpInferCall(HttpExchange* exchange, std::optional<std::string> inflated, bool flat)
       : InferenceCall(Protocol::kHttp, Polling::kAlways, exchange->received(),
                       absl::InfiniteFuture()),
-        exchange_(exchange) {}
+        exchange_(exchange),
+        flat_(flat),
+        inflated_(std::move(inflated)),
+        body_view_(inflated_.has_value() ? absl::string_view(*inflated_) : exchange->body()) {}
 
   // On the event thread: parses the body into `request` and submits it. The runner answers
   // every outcome through Finish, which deletes the call.
@@ -79,7 +87,7 @@ class HttpInferCall final : public InferenceCall {
     const std::string& endpoint = route.action;
     request.error = CatchExceptions(absl::StrCat(endpoint, ": "), [&] {
       RestSharedMemory refs;
-      LS_RETURN_IF_ERROR(parser.Parse(endpoint, exchange_->body(),
+      LS_RETURN_IF_ERROR(parser.Parse(endpoint, body_view_,
                                       exchange_->Header("Inference-Header-Content-Length"),
                                       &request, &outputs_, &refs));
       return BindSharedMemory(refs, *shm);
@@ -97,6 +105,11 @@ class HttpInferCall final : public InferenceCall {
         *model.model, model.name, model.version_string, request.id, outputs, values, outputs_,
         &body_, &json_length_, events_ ? &final_response : nullptr, &shm_));
     values.clear();
+    if (flat_) {
+      LS_ASSIGN_OR_RETURN(body_, InferToGenerateResponse(body_));
+      json_length_ = body_.size();
+      return absl::OkStatus();
+    }
     for (int index : outputs) {
       const std::string& name = model.model->outputs()[index].name;
       binary_ |= shm_.Output(name) == nullptr && outputs_.Binary(name);
@@ -110,6 +123,9 @@ class HttpInferCall final : public InferenceCall {
                                 absl::Span<const engine::ScanSlice> slices) override {
     LS_RETURN_IF_ERROR(EncodeRestSlices(*model.model, model.name, model.version_string, request.id,
                                         iteration, slices, &event_json_));
+    if (flat_) {
+      LS_ASSIGN_OR_RETURN(event_json_, InferToGenerateResponse(event_json_));
+    }
     if (!started_) {
       started_ = true;
       exchange_->StartChunks(200, SseType());
@@ -177,7 +193,10 @@ class HttpInferCall final : public InferenceCall {
         "sent as server-sent events; ask for JSON data when streaming");
   }
 
-  HttpExchange* const exchange_;  // answered in Finish; the body stays until then
+  HttpExchange* const exchange_;               // answered in Finish; the body stays until then
+  const bool flat_;                            // Triton's flat generate response
+  const std::optional<std::string> inflated_;  // a compressed body inflated (inputs view it)
+  const absl::string_view body_view_;
   RestOutputs outputs_;
   SharedMemoryBindings shm_;  // pinned until the call is deleted
   std::string body_;
@@ -251,7 +270,8 @@ RestRoute ParseRestRoute(absl::string_view path) {
     route.action = parts[next];
     if (route.action == "ready" || route.action == "config" || route.action == "stats") {
       route.method = "GET";
-    } else if (route.action == "infer" || route.action == "generate_stream") {
+    } else if (route.action == "infer" || route.action == "generate" ||
+               route.action == "generate_stream") {
       route.method = "POST";
     }
   }
@@ -261,7 +281,7 @@ RestRoute ParseRestRoute(absl::string_view path) {
 absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServer::Options& options,
                                                                 InferenceRunner* runner,
                                                                 ServerApi* api) {
-  std::unique_ptr<HttpService> service(new HttpService(runner, api));
+  std::unique_ptr<HttpService> service(new HttpService(runner, api, options.max_body_bytes));
   HttpService* self = service.get();
   LS_ASSIGN_OR_RETURN(service->server_, HttpServer::Start(options, [self](HttpExchange* exchange) {
                         const absl::Status status = CatchExceptions("HTTP: ", [&] {
@@ -297,19 +317,50 @@ void HttpService::Handle(HttpExchange* exchange) {
                                QuoteUntrusted(exchange->path()), "; use ", route.method)));
     return;
   }
-  if (const char* encoding = exchange->Header("Content-Encoding");
-      encoding != nullptr &&
-      !absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(encoding), "identity")) {
-    exchange->Reply(415, {{"Content-Type", "application/json"}},
-                    ErrorJson(absl::StrCat("Content-Encoding ", QuoteUntrusted(encoding),
-                                           " is not supported; send the body uncompressed")));
+  const char* encoding_header = exchange->Header("Content-Encoding");
+  const ContentEncoding encoding = ParseContentEncoding(encoding_header);
+  if (encoding == ContentEncoding::kUnsupported) {
+    exchange->Reply(
+        415, {{"Content-Type", "application/json"}, {"Accept-Encoding", "gzip, deflate"}},
+        ErrorJson(absl::StrCat("Content-Encoding ", QuoteUntrusted(encoding_header),
+                               " is not supported; send the body as gzip, deflate or identity")));
     return;
+  }
+  // A compressed body, inflated up to the body limit (a zip bomb is a 413, not an allocation).
+  std::optional<std::string> inflated;
+  absl::string_view body = exchange->body();
+  if (encoding != ContentEncoding::kIdentity) {
+    absl::StatusOr<std::string> plain =
+        InflateBody(body, encoding, max_body_bytes_, HttpExchange::kBodyPadding);
+    if (!plain.ok()) {
+      const int code = absl::IsResourceExhausted(plain.status()) ? 413 : 400;
+      exchange->Reply(code, {{"Content-Type", "application/json"}},
+                      ErrorJson(plain.status().message()));
+      return;
+    }
+    inflated = *std::move(plain);
+    body = *inflated;
   }
   const std::string& a = route.action;
   if (absl::StartsWith(a, "shm_") || absl::StartsWith(a, "cudashm_")) {
-    HandleSharedMemory(exchange, route);
-  } else if (a == "infer" || a == "generate_stream") {
-    (new HttpInferCall(exchange))->Start(runner_, route, api_->shared_memory());
+    HandleSharedMemory(exchange, route, body);
+  } else if (a == "infer" || a == "generate" || a == "generate_stream") {
+    // Triton's flat generate body: rewritten into the KServe form, typed by the model's metadata.
+    bool flat = false;
+    if (a != "infer" && IsFlatGenerateBody(body)) {
+      absl::StatusOr<inference::ModelMetadataResponse> metadata =
+          api_->ModelMetadata(route.model, route.version);
+      if (!metadata.ok()) return ReplyError(exchange, metadata.status());
+      absl::StatusOr<std::string> rewritten = GenerateToInferBody(body, *metadata);
+      if (!rewritten.ok()) return ReplyError(exchange, rewritten.status());
+      const size_t size = rewritten->size();
+      rewritten->append(HttpExchange::kBodyPadding, '\0');  // the JSON parser's padding
+      rewritten->resize(size);
+      inflated = *std::move(rewritten);
+      flat = true;
+    }
+    (new HttpInferCall(exchange, std::move(inflated), flat))
+        ->Start(runner_, route, api_->shared_memory());
   } else if (a == "live") {
     ReplyJson(exchange, "{\"live\":true}");
   } else if (route.model.empty() && a == "ready") {
@@ -327,7 +378,7 @@ void HttpService::Handle(HttpExchange* exchange) {
   } else if (a == "stats") {
     ReplyProto(exchange, api_->ModelStatistics(route.model, route.version));
   } else if (a == "index") {
-    absl::StatusOr<bool> ready = ParseIndexBody(exchange->body());
+    absl::StatusOr<bool> ready = ParseIndexBody(body);
     if (!ready.ok()) return ReplyError(exchange, ready.status());
     const inference::RepositoryIndexResponse index = api_->RepositoryIndex(*ready);
     std::vector<std::string> models;
@@ -341,10 +392,10 @@ void HttpService::Handle(HttpExchange* exchange) {
     };
     absl::Status scheduled;
     if (a == "load") {
-      absl::StatusOr<bool> has_parameters = ParseLoadBody(exchange->body());
-      scheduled = has_parameters.ok()
-                      ? api_->Load(rpc, "", route.model, *has_parameters, std::move(done))
-                      : has_parameters.status();
+      absl::StatusOr<LoadParameters> parameters = ParseLoadBody(body);
+      scheduled = parameters.ok()
+                      ? api_->Load(rpc, "", route.model, *std::move(parameters), std::move(done))
+                      : parameters.status();
     } else {
       scheduled = api_->Unload(rpc, "", route.model, std::move(done));
     }
@@ -360,7 +411,8 @@ void HttpService::Handle(HttpExchange* exchange) {
 
 namespace loopserve::server {
 
-void HttpService::HandleSharedMemory(HttpExchange* exchange, const RestRoute& route) {
+void HttpService::HandleSharedMemory(HttpExchange* exchange, const RestRoute& route,
+                                     absl::string_view body) {
   SharedMemoryManager* shm = api_->shared_memory();
   const std::string& a = route.action;
   const std::string& name = route.model;
@@ -390,9 +442,10 @@ void HttpService::HandleSharedMemory(HttpExchange* exchange, const RestRoute& ro
     return ReplyJson(exchange, "{}");
   }
   // shm_register: {"key": "/name", "offset": N, "byte_size": N}
-  absl::StatusOr<SharedMemoryRegistration> body = ParseSharedMemoryRegisterBody(exchange->body());
-  if (!body.ok()) return ReplyError(exchange, body.status());
-  const absl::Status status = shm->Register(name, body->key, body->offset, body->byte_size);
+  absl::StatusOr<SharedMemoryRegistration> registration = ParseSharedMemoryRegisterBody(body);
+  if (!registration.ok()) return ReplyError(exchange, registration.status());
+  const absl::Status status =
+      shm->Register(name, registration->key, registration->offset, registration->byte_size);
   if (!status.ok()) return ReplyError(exchange, status);
   ReplyJson(exchange, "{}");
 }

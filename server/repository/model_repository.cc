@@ -194,7 +194,11 @@ absl::StatusOr<std::vector<ModelRegistry::ModelSource>> ModelRegistry::ListModel
     ovms_config_text_ = std::move(text);
   }
   for (const OvmsModelEntry& entry : (*ovms_config)->models) {
-    sources.push_back(ModelSource{entry.name, entry.base_path, &entry});
+    ModelSource source;
+    source.name = entry.name;
+    source.dir = entry.base_path;
+    source.ovms = &entry;
+    sources.push_back(std::move(source));
   }
   std::sort(sources.begin(), sources.end(),
             [](const ModelSource& a, const ModelSource& b) { return a.name < b.name; });
@@ -287,7 +291,7 @@ void ModelRegistry::StartLoad(const ModelSource& source,
   load();  // no loader pool (or it is stopping): on this thread
 }
 
-absl::Status ModelRegistry::Load(absl::string_view name) {
+absl::Status ModelRegistry::Load(absl::string_view name, const LoadOverride* load_override) {
   if (!IsValidModelName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid model name ", QuoteUntrusted(name),
@@ -299,6 +303,19 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
   LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&ovms_config));
   auto source = std::find_if(sources.begin(), sources.end(),
                              [&](const ModelSource& s) { return s.name == model; });
+  if (load_override != nullptr && !load_override->dir.empty()) {
+    if (source == sources.end()) {
+      ModelSource request_source;
+      request_source.name = model;
+      source = sources.insert(sources.end(), std::move(request_source));
+    }
+    source->dir = load_override->dir;
+    source->ovms = nullptr;
+    source->private_dir = true;
+  }
+  if (load_override != nullptr && source != sources.end()) {
+    source->config_text = load_override->config_text;
+  }
   if (source == sources.end()) {
     return absl::NotFoundError(
         options_.config_path.empty()
@@ -439,12 +456,14 @@ std::shared_ptr<const ModelRegistry::ModelEntry> ModelRegistry::BuildEntry(
   // operator's choice. Every file is then opened inside the model folder
   // (server/repository/repo_file.h).
   const absl::Status folder =
-      source.ovms != nullptr
+      source.ovms != nullptr || source.private_dir
           ? absl::OkStatus()
           : CheckRepositoryFolder(options_.root, model_dir,
                                   absl::StrCat("model '", name, "': its folder"));
   absl::StatusOr<ParsedModelConfig> parsed =
-      folder.ok() ? ReadModelConfig(model_dir, name) : absl::StatusOr<ParsedModelConfig>(folder);
+      !folder.ok()                     ? absl::StatusOr<ParsedModelConfig>(folder)
+      : source.config_text.has_value() ? ParseModelConfig(*source.config_text, name)
+                                       : ReadModelConfig(model_dir, name);
   if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
   std::error_code ec;
   if (parsed.ok() && !fs::is_directory(model_dir, ec)) {
@@ -756,6 +775,22 @@ std::vector<ModelRegistry::ModelState> ModelRegistry::Index() const {
           VersionState{v, slot.loaded != nullptr, BoundMessage(std::move(reason))});
     }
     index.push_back(std::move(state));
+  }
+  // As Triton's index: every model of the repository, the ones never loaded too (explicit model
+  // control), so a client can discover what to load.
+  if (options_.config_path.empty()) {
+    absl::StatusOr<std::vector<std::string>> names = ScanModelNames(options_.root);
+    if (names.ok()) {
+      const size_t known = index.size();
+      for (std::string& name : *names) {
+        auto it = std::find_if(index.begin(), index.begin() + known,
+                               [&](const ModelState& m) { return m.name == name; });
+        if (it == index.begin() + known)
+          index.push_back(ModelState{std::move(name), "not loaded", {}});
+      }
+      std::sort(index.begin(), index.end(),
+                [](const ModelState& a, const ModelState& b) { return a.name < b.name; });
+    }
   }
   return index;
 }

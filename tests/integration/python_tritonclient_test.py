@@ -21,6 +21,7 @@ simple_identity, simple_int8) into --work, starts loopserve with Triton's dashed
 
 import argparse
 import concurrent.futures
+import json
 import os
 import subprocess
 import sys
@@ -235,13 +236,133 @@ def check_shared_memory(grpc_url, http_url, work):
     print("ok: system shared memory, and every bad use answered")
 
 
+def check_rest_details(http_url):
+    """gzip and deflate request bodies (Triton's client compresses them itself), a zip bomb, and
+    the generate endpoints with Triton's flat body."""
+    import gzip
+    import json
+    import urllib.error
+    import urllib.request
+    import zlib
+
+    import tritonclient.http as httpclient
+
+    h = httpclient.InferenceServerClient(url=http_url)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), -4, dtype=np.int32)
+    for algorithm in ("gzip", "deflate"):
+        for binary in (True, False):
+            inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+                      httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs[0].set_data_from_numpy(a, binary_data=binary)
+            inputs[1].set_data_from_numpy(b, binary_data=binary)
+            result = h.infer("simple", inputs, request_compression_algorithm=algorithm)
+            check(np.array_equal(result.as_numpy("OUTPUT0"), a + b) and
+                  np.array_equal(result.as_numpy("OUTPUT1"), a - b), (algorithm, binary))
+
+    def post(path, body, headers):
+        request = urllib.request.Request("http://%s%s" % (http_url, path), data=body,
+                                         headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    # 64 MiB of zeros (64 KiB compressed) against a 16 MiB body limit: 413 before allocating it.
+    bomb = gzip.compress(b"{\"inputs\": [" + b" " * (64 << 20) + b"]}", compresslevel=9)
+    code, body = post("/v2/models/simple/infer", bomb, {"Content-Encoding": "gzip"})
+    check(code == 413 and b"inflates to more than" in body, (code, body[:200]))
+    code, body = post("/v2/models/simple/infer", b"not deflate", {"Content-Encoding": "deflate"})
+    check(code == 400, (code, body))
+    code, body = post("/v2/models/simple/infer", b"{}", {"Content-Encoding": "br"})
+    check(code == 415, (code, body))
+    check(h.is_server_live(), "alive after the bad bodies")
+
+    # Triton's generate extension, flat body: inputs by name, outputs by name.
+    flat = {"INPUT0": list(range(16)), "INPUT1": [2] * 16, "parameters": {"timeout": 10000000}}
+    for endpoint in ("generate", "generate_stream"):
+        for encoding in (None, "deflate"):
+            if endpoint == "generate_stream":
+                # generate_stream streams Loop iterations by default; simple has no Loop.
+                flat["parameters"]["stream_iterations"] = False
+            raw = json.dumps(flat).encode()
+            headers = {"Content-Type": "application/json"}
+            if encoding:
+                raw = zlib.compress(raw)
+                headers["Content-Encoding"] = encoding
+            code, body = post("/v2/models/simple/" + endpoint, raw, headers)
+            check(code == 200, (endpoint, code, body))
+            text = body.decode()
+            if endpoint == "generate_stream":
+                events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+                check(len(events) == 1, text)
+                text = events[0]
+            answer = json.loads(text)
+            check(answer["model_name"] == "simple" and
+                  answer["OUTPUT0"] == [i + 2 for i in range(16)] and
+                  answer["OUTPUT1"] == [i - 2 for i in range(16)], answer)
+    code, body = post("/v2/models/simple_identity/generate", json.dumps({"INPUT0": "hi"}).encode(),
+                      {})
+    check(code == 200 and json.loads(body)["OUTPUT0"] == "hi", (code, body))
+    code, body = post("/v2/models/simple/generate", json.dumps({"nope": 1}).encode(), {})
+    check(code == 400 and b"'nope' is not an input of model 'simple'" in body, (code, body))
+    # The KServe body still works on generate.
+    kserve = {"inputs": [{"name": n, "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
+                         for n in ("INPUT0", "INPUT1")]}
+    code, body = post("/v2/models/simple/generate", json.dumps(kserve).encode(), {})
+    check(code == 200 and json.loads(body)["outputs"][0]["data"] == [2] * 16, (code, body))
+    print("ok: gzip/deflate bodies, zip bomb 413, generate with Triton's flat body")
+
+
+def check_model_control(grpc_url, http_url, models):
+    """Explicit model control as Triton does it: the index lists every model of the repository,
+    load takes a config override and model files sent in the request (written privately, never
+    outside), unload takes unload_dependents."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    g = grpcclient.InferenceServerClient(url=grpc_url)
+    h = httpclient.InferenceServerClient(url=http_url)
+    index = {m.name: m for m in g.get_model_repository_index().models}
+    check(len(index) == 7 and index["simple_int8"].state == "UNAVAILABLE" and
+          index["simple_int8"].reason == "not loaded" and index["simple"].reason == "unloaded",
+          index)
+    with open(os.path.join(models, "simple", "1", "model.onnx"), "rb") as f:
+        onnx_bytes = f.read()
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 5, dtype=np.int32)
+    for client, module in ((g, grpcclient), (h, httpclient)):
+        name = "uploaded_" + ("grpc" if module is grpcclient else "http")
+        client.load_model(name, config=json.dumps({"max_batch_size": 4}),
+                          files={"file:1/model.onnx": onnx_bytes})
+        check(client.is_model_ready(name), name)
+        result = client.infer(name, simple_inputs(module, a, b))
+        check(np.array_equal(result.as_numpy("OUTPUT1"), a - b), name)
+        config = client.get_model_config(name)
+        max_batch = (config.config.max_batch_size if module is grpcclient
+                     else config["max_batch_size"])
+        check(max_batch == 4, config)
+        code = "INVALID_ARGUMENT" if module is grpcclient else "400"
+        for path in ("file:../escape.onnx", "file:/etc/passwd", "file:1/../../x"):
+            expect_error(lambda: client.load_model(name, config="{}", files={path: b"x"}), code,
+                         "a file path")
+        expect_error(lambda: client.load_model(name, files={"file:1/model.onnx": b"x"}), code,
+                     "need a 'config' parameter")
+        client.unload_model(name, unload_dependents=True)
+        check(not client.is_model_ready(name), name)
+    for escaped in ("escape.onnx", "x"):
+        check(not os.path.exists(os.path.join(os.path.dirname(models), escaped)), escaped)
+    print("ok: repository index, load with config and files, unload_dependents")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--loopserve", required=True)
     parser.add_argument("--repo_root", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--tritonclient", required=True)
-    parser.add_argument("--part", choices=("examples", "checks"), required=True)
+    parser.add_argument("--part", choices=("examples", "checks", "control"), required=True)
     args = parser.parse_args()
     lib = os.path.join(args.tritonclient, "lib")
     examples = os.path.join(args.tritonclient, "examples")
@@ -259,11 +380,17 @@ def main():
     subprocess.run(["rm", "-rf", models], check=True)
     subprocess.run([sys.executable, os.path.join(args.repo_root, "deploy/make_example_models.py"),
                     "--triton_qa", models], check=True)
+    flags = ["--model-repository", models, "--metrics-port=0", "--grpc-port=0", "--http-port=0",
+             "--log-verbose=0", "--max_message_bytes=%d" % (16 << 20)]
+    if args.part == "control":
+        # Triton's example repository has 8 models; the 4 not built here (an image classifier
+        # each, two sequence models) are folders that are never loaded.
+        for name in ("densenet_onnx", "inception_graphdef", "simple_dyna_sequence",
+                     "simple_sequence"):
+            os.makedirs(os.path.join(models, name))
+        flags += ["--model-control-mode", "explicit"]
     # Triton's spellings, both `--flag=value` and `--flag value`.
-    proc, ports = start_server(args.loopserve, ["--model-repository", models, "--metrics-port=0",
-                                                "--grpc-port=0", "--http-port=0",
-                                                "--log-verbose=0"],
-                               kinds=("grpc", "http", "metrics"))
+    proc, ports = start_server(args.loopserve, flags, kinds=("grpc", "http", "metrics"))
     grpc_url = "127.0.0.1:%d" % ports["grpc"]
     http_url = "127.0.0.1:%d" % ports["http"]
     env = dict(os.environ, PYTHONPATH=lib)
@@ -283,9 +410,21 @@ def main():
                     failed.append(script)
                     print("---- %s\n%s" % (script, out[-2000:]))
             check(not failed, "examples failed: %s" % failed)
+        elif args.part == "control":
+            for script, url in (("simple_grpc_model_control.py", grpc_url),
+                                ("simple_http_model_control.py", http_url)):
+                if script == "simple_http_model_control.py":
+                    # This one expects Triton's repository with 7 models (the gRPC one 8): the
+                    # index follows the folder.
+                    os.rmdir(os.path.join(models, "inception_graphdef"))
+                code, out = run_example(examples, script, ["-u", url], env)
+                print("%s %s" % ("pass" if code == 0 else "FAIL", script))
+                check(code == 0, out[-2000:])
+            check_model_control(grpc_url, http_url, models)
         else:
             check_answers(grpc_url, http_url)
             check_shared_memory(grpc_url, http_url, args.work)
+            check_rest_details(http_url)
     finally:
         proc.terminate()
         code = proc.wait(timeout=60)

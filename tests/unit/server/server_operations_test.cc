@@ -124,10 +124,15 @@ TEST_F(OperationsTest, ExplicitModeLoadsOnlyWhatIsAskedAndUnloads) {
   EXPECT_FALSE(ModelReady("echo"));
   EXPECT_EQ(Infer(EchoRequest()).error_code(), grpc::StatusCode::UNAVAILABLE);
   inference::RepositoryIndexResponse index = Index();
-  ASSERT_EQ(index.models_size(), 1);
+  // Every model of the repository, as Triton lists them: the unloaded one and the one never
+  // loaded.
+  ASSERT_EQ(index.models_size(), 2);
   EXPECT_EQ(index.models(0).name(), "echo");
   EXPECT_EQ(index.models(0).state(), "UNAVAILABLE");
   EXPECT_EQ(index.models(0).reason(), "unloaded");
+  EXPECT_EQ(index.models(1).name(), "other");
+  EXPECT_EQ(index.models(1).state(), "UNAVAILABLE");
+  EXPECT_EQ(index.models(1).reason(), "not loaded");
 
   ASSERT_TRUE(Load("echo").ok());
   ASSERT_TRUE(Load("other").ok());

@@ -90,8 +90,7 @@ TEST(SharedMemoryTest, BoundsAreChecked) {
 TEST(SharedMemoryTest, BadKeysAndMissingSegments) {
   SharedMemoryManager manager;
   for (const std::string key : {"", "/", "noslash", "/a/b", "/..", "/../etc/passwd"}) {
-    EXPECT_EQ(manager.Register("r", key, 0, 1).code(), absl::StatusCode::kInvalidArgument)
-        << key;
+    EXPECT_EQ(manager.Register("r", key, 0, 1).code(), absl::StatusCode::kInvalidArgument) << key;
   }
   const absl::Status missing = manager.Register("r", "/loopserve_shm_test_missing", 0, 1);
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
