@@ -116,6 +116,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, log_dir, "",
+          "Folder in which clients may name a log file (Triton's logging extension: log_file); "
+          "empty: logs go to stderr only");
 
 namespace {
 
@@ -289,6 +292,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   loopserve::server::SetLogLevel(*level);
+  loopserve::server::SetLogDirectory(absl::GetFlag(FLAGS_log_dir));
   loopserve::server::RouteProtobufLogs();
 
   // SIGTERM/SIGINT set g_stop and write a byte to each of two pipes (all async-signal-safe): the

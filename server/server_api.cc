@@ -72,6 +72,7 @@ inference::ServerMetadataResponse ServerApi::ServerMetadata() const {
   response.add_extensions("binary_tensor_data");
   response.add_extensions("parameters");
   response.add_extensions("system_shared_memory");
+  response.add_extensions("logging");
   return response;
 }
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -698,6 +699,40 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
                inference::SystemSharedMemoryUnregisterResponse>(
       context, "SystemSharedMemoryUnregister", request, response,
       [&](const auto& in, auto*) { return api_->shared_memory()->Unregister(in.name()); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::LogSettings(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  return Unary<inference::LogSettingsRequest, inference::LogSettingsResponse>(
+      context, "LogSettings", request, response, [](const auto& in, auto* out) -> absl::Status {
+        LogSettingList changes;
+        for (const auto& [name, value] : in.settings()) {
+          switch (value.parameter_choice_case()) {
+            case inference::LogSettingsRequest::SettingValue::kBoolParam:
+              changes.emplace_back(name, value.bool_param());
+              break;
+            case inference::LogSettingsRequest::SettingValue::kUint32Param:
+              changes.emplace_back(name, value.uint32_param());
+              break;
+            case inference::LogSettingsRequest::SettingValue::kStringParam:
+              changes.emplace_back(name, value.string_param());
+              break;
+            default:  // no value (tritonclient sends one for None): left as it is
+              break;
+          }
+        }
+        LS_RETURN_IF_ERROR(UpdateLogSettings(changes));
+        for (const auto& [name, value] : CurrentLogSettings()) {
+          auto& setting = (*out->mutable_settings())[name];
+          if (const bool* b = std::get_if<bool>(&value)) setting.set_bool_param(*b);
+          if (const uint32_t* u = std::get_if<uint32_t>(&value)) setting.set_uint32_param(*u);
+          if (const std::string* s = std::get_if<std::string>(&value)) {
+            setting.set_string_param(*s);
+          }
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(

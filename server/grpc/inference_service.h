@@ -27,7 +27,8 @@ using InferenceServiceBase = Grpc::WithRawCallbackMethod_ServerLive<
                                                 Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
                                                     Grpc::
                                                         WithRawCallbackMethod_CudaSharedMemoryUnregister<
-                                                            Grpc::Service>>>>>>>>>>>>>>>>>>;
+                                                            Grpc::WithRawCallbackMethod_LogSettings<
+                                                                Grpc::Service>>>>>>>>>>>>>>>>>>>;
 }  // namespace internal
 
 // The gRPC adapter: inference.GRPCInferenceService on gRPC's callback API over the protocol-free
@@ -128,6 +129,10 @@ class InferenceService final : public internal::InferenceServiceBase {
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request,
                                                          grpc::ByteBuffer* response) override;
+  // Triton's logging extension: every setting, after applying the request's (logging.h).
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   // CUDA shared memory: UNIMPLEMENTED naming CPU-only; status and unregister of every region
   // (name empty) answer OK with nothing, as a server without GPUs.
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* context,

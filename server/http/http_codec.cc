@@ -1059,6 +1059,49 @@ absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view response) 
   return json;
 }
 
+absl::StatusOr<LogSettingList> ParseLogSettingsBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root;
+  simdjson::dom::object object;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("/v2/logging: the body must be a JSON object of settings");
+  }
+  LogSettingList changes;
+  for (auto [key, value] : object) {
+    std::string name(key);
+    if (value.type() == element_type::BOOL) {
+      changes.emplace_back(std::move(name), value.get_bool().value_unsafe());
+    } else if (value.type() == element_type::STRING) {
+      changes.emplace_back(std::move(name), std::string(value.get_string().value_unsafe()));
+    } else {
+      LS_ASSIGN_OR_RETURN(
+          int64_t n, NonNegativeInt(value, absl::StrCat("log setting ", QuoteUntrusted(name))));
+      if (n > std::numeric_limits<uint32_t>::max()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("log setting ", QuoteUntrusted(name), " is out of range"));
+      }
+      changes.emplace_back(std::move(name), static_cast<uint32_t>(n));
+    }
+  }
+  return changes;
+}
+
+std::string LogSettingsJson(const LogSettingList& settings) {
+  std::string json;
+  StringOut out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  for (const auto& [name, value] : settings) {
+    WriteString(w, name);
+    if (const bool* b = std::get_if<bool>(&value)) w.Bool(*b);
+    if (const uint32_t* u = std::get_if<uint32_t>(&value)) w.Uint(*u);
+    if (const std::string* s = std::get_if<std::string>(&value)) WriteString(w, *s);
+  }
+  w.EndObject();
+  return json;
+}
+
 std::string ErrorJson(absl::string_view message) {
   std::string json;
   StringOut out{&json};

@@ -12,6 +12,7 @@
 #include "engine/tensor/value.h"
 #include "google/protobuf/message.h"
 #include "proto/grpc_service.pb.h"
+#include "server/observability/logging.h"
 #include "server/repository/load_override.h"
 #include "server/runner/infer_request.h"
 #include "server/shm/shared_memory.h"
@@ -137,6 +138,12 @@ absl::StatusOr<std::string> GenerateToInferBody(absl::string_view body,
 // Triton's generate response: model_name, model_version, id and parameters kept, and each output
 // as a key of its own: a scalar when it has one element, otherwise its (flat) data array.
 absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view json);
+
+// Triton's logging extension over REST: POST /v2/logging's body ({"log_info": true,
+// "log_verbose_level": 1, "log_file": "x.log", ...}: booleans, non-negative integers, strings)
+// and the settings as the JSON object GET /v2/logging answers.
+absl::StatusOr<LogSettingList> ParseLogSettingsBody(absl::string_view body);
+std::string LogSettingsJson(const LogSettingList& settings);
 
 // {"error": "<message>"} with the message JSON-escaped.
 std::string ErrorJson(absl::string_view message);

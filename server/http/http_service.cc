@@ -223,6 +223,11 @@ RestRoute ParseRestRoute(absl::string_view path) {
     route.method = "GET";
     return route;
   }
+  if (parts[1] == "logging" && n == 2) {  // Triton's logging extension: GET reads, POST sets
+    route.action = "logging";
+    route.method = "GET";
+    return route;
+  }
   if (parts[1] == "systemsharedmemory" || parts[1] == "cudasharedmemory") {
     // /v2/<kind>/status, /v2/<kind>/unregister, /v2/<kind>/region/{name}/{status|register|
     // unregister}
@@ -310,7 +315,7 @@ void HttpService::Handle(HttpExchange* exchange) {
                                     " (see GET /v2/health/ready, /v2/models/{model}/infer, ...)")));
   }
   const std::string& method = exchange->method();
-  if (method != route.method) {
+  if (method != route.method && !(route.action == "logging" && method == "POST")) {
     exchange->Reply(
         405, {{"Allow", route.method}, {"Content-Type", "application/json"}},
         ErrorJson(absl::StrCat(QuoteUntrusted(method), " is not allowed on ",
@@ -342,7 +347,15 @@ void HttpService::Handle(HttpExchange* exchange) {
     body = *inflated;
   }
   const std::string& a = route.action;
-  if (absl::StartsWith(a, "shm_") || absl::StartsWith(a, "cudashm_")) {
+  if (a == "logging") {
+    if (method == "POST") {
+      absl::StatusOr<LogSettingList> changes = ParseLogSettingsBody(body);
+      if (!changes.ok()) return ReplyError(exchange, changes.status());
+      const absl::Status updated = UpdateLogSettings(*changes);
+      if (!updated.ok()) return ReplyError(exchange, updated);
+    }
+    ReplyJson(exchange, LogSettingsJson(CurrentLogSettings()));
+  } else if (absl::StartsWith(a, "shm_") || absl::StartsWith(a, "cudashm_")) {
     HandleSharedMemory(exchange, route, body);
   } else if (a == "infer" || a == "generate" || a == "generate_stream") {
     // Triton's flat generate body: rewritten into the KServe form, typed by the model's metadata.

@@ -132,6 +132,47 @@ def check_answers(grpc_url, http_url):
     print("ok: Triton's answers (ready, error texts and codes, extensions, statistics)")
 
 
+def check_logging(grpc_url, http_url, log_dir):
+    """Triton's logging extension: read and change the settings at run time, a log file only by
+    name inside --log_dir."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    g = grpcclient.InferenceServerClient(url=grpc_url)
+    h = httpclient.InferenceServerClient(url=http_url)
+    settings = h.get_log_settings()
+    check(settings == {"log_info": True, "log_warning": True, "log_error": True,
+                       "log_verbose_level": 0, "log_format": "default", "log_file": ""},
+          settings)
+    updated = g.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601"},
+                                    as_json=True)["settings"]
+    check(updated["log_verbose_level"]["uint32_param"] == 1 and
+          updated["log_format"]["string_param"] == "ISO8601", updated)
+    check(h.get_log_settings()["log_verbose_level"] == 1, "the change is seen over REST")
+    h.update_log_settings({"log_file": "server.log", "log_format": "default"})
+    try:
+        g.get_model_metadata("logged_nope")  # a failed call: a debug line at verbose level 1
+    except Exception:  # noqa: BLE001 (the error itself is checked elsewhere)
+        pass
+    h.update_log_settings({"log_file": "", "log_verbose_level": 0})
+    with open(os.path.join(log_dir, "server.log")) as f:
+        text = f.read()
+    check(" D ModelMetadata failed: NOT_FOUND: Request for unknown model: 'logged_nope'" in text,
+          text[:500])
+    code = "400"
+    for bad, text in (({"log_file": "../escape.log"}, "plain file name"),
+                      ({"log_file": "/etc/passwd"}, "plain file name"),
+                      ({"log_format": "xml"}, "log_format must be"),
+                      ({"log_colour": True}, "unknown log setting"),
+                      ({"log_info": "yes"}, "must be a bool")):
+        expect_error(lambda: h.update_log_settings(bad), code, text)
+    expect_error(lambda: g.update_log_settings({"log_file": "../x"}), "INVALID_ARGUMENT",
+                 "plain file name")
+    check(not os.path.exists(os.path.join(os.path.dirname(log_dir), "escape.log")), "escaped")
+    check(h.get_log_settings()["log_file"] == "", "unchanged after the refused settings")
+    print("ok: logging settings at run time")
+
+
 def check_shared_memory(grpc_url, http_url, work):
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
@@ -380,8 +421,10 @@ def main():
     subprocess.run(["rm", "-rf", models], check=True)
     subprocess.run([sys.executable, os.path.join(args.repo_root, "deploy/make_example_models.py"),
                     "--triton_qa", models], check=True)
+    log_dir = os.path.join(args.work, "logs")
+    os.makedirs(log_dir, exist_ok=True)
     flags = ["--model-repository", models, "--metrics-port=0", "--grpc-port=0", "--http-port=0",
-             "--log-verbose=0", "--max_message_bytes=%d" % (16 << 20)]
+             "--log-verbose=0", "--max_message_bytes=%d" % (16 << 20), "--log_dir=" + log_dir]
     if args.part == "control":
         # Triton's example repository has 8 models; the 4 not built here (an image classifier
         # each, two sequence models) are folders that are never loaded.
@@ -425,6 +468,7 @@ def main():
             check_answers(grpc_url, http_url)
             check_shared_memory(grpc_url, http_url, args.work)
             check_rest_details(http_url)
+            check_logging(grpc_url, http_url, log_dir)
     finally:
         proc.terminate()
         code = proc.wait(timeout=60)
