@@ -211,7 +211,13 @@ absl::Status ServerApi::LoadWithParameters(const std::string& model,
       load_root_ = pattern;
     }
     load_override.dir = absl::StrCat(load_root_, "/", ++loads_with_files_);
-    LS_RETURN_IF_ERROR(WriteLoadFiles(load_override.dir, parameters.files));
+    absl::Status written = WriteLoadFiles(load_override.dir, parameters.files);
+    // The engine holds what it loaded: the files go at once, so repeated loads never fill the
+    // disk.
+    absl::Status loaded = written.ok() ? registry_->Load(model, &load_override) : written;
+    std::error_code ignored;
+    std::filesystem::remove_all(load_override.dir, ignored);
+    return loaded;
   }
   return registry_->Load(model, &load_override);
 }

@@ -55,7 +55,8 @@ class ServerApi {
   // repository name, a full loader queue). `rpc` names the request in messages. Load errors
   // start "failed to load '<model>': " (Triton's words). `parameters` (Triton's config override
   // and files) load the model from a private folder (made under the system's temporary folder,
-  // 0700, removed with the ServerApi) instead of the repository: see LoadParameters.
+  // 0700; each load's files are removed once loaded) instead of the repository: see
+  // LoadParameters.
   using Done = std::function<void(const absl::Status&)>;
   absl::Status Load(absl::string_view rpc, const std::string& repository_name,
                     const std::string& model, LoadParameters parameters, Done done);

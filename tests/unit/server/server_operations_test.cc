@@ -142,12 +142,18 @@ TEST_F(OperationsTest, ExplicitModeLoadsOnlyWhatIsAskedAndUnloads) {
   EXPECT_EQ(Load("nope").error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(Load("../echo").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Unload("nope").error_code(), grpc::StatusCode::NOT_FOUND);
+  // Triton's config override (an empty ModelConfig: auto-completed) loads; a parameter that is
+  // neither config nor file:<path> is refused.
   grpc::ClientContext context;
   inference::RepositoryModelLoadRequest with_override;
   with_override.set_model_name("echo");
   (*with_override.mutable_parameters())["config"].set_string_param("{}");
   inference::RepositoryModelLoadResponse response;
-  EXPECT_EQ(stub_->RepositoryModelLoad(&context, with_override, &response).error_code(),
+  EXPECT_TRUE(stub_->RepositoryModelLoad(&context, with_override, &response).ok());
+  EXPECT_TRUE(ModelReady("echo"));
+  grpc::ClientContext bad_context;
+  (*with_override.mutable_parameters())["colour"].set_string_param("blue");
+  EXPECT_EQ(stub_->RepositoryModelLoad(&bad_context, with_override, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
