@@ -17,6 +17,7 @@
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/grpc/tensor_codec.h"
 #include "server/observability/logging.h"
+#include "server/observability/trace_settings.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -730,6 +731,25 @@ grpc::ServerUnaryReactor* InferenceService::LogSettings(grpc::CallbackServerCont
           if (const std::string* s = std::get_if<std::string>(&value)) {
             setting.set_string_param(*s);
           }
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  return Unary<inference::TraceSettingRequest, inference::TraceSettingResponse>(
+      context, "TraceSetting", request, response, [](const auto& in, auto* out) -> absl::Status {
+        TraceSettingList changes;
+        for (const auto& [name, value] : in.settings()) {
+          changes.emplace_back(
+              name, std::vector<std::string>(value.value().begin(), value.value().end()));
+        }
+        LS_ASSIGN_OR_RETURN(TraceSettingList settings, UpdateTraceSettings(changes));
+        for (const auto& [name, values] : settings) {
+          auto* setting = (*out->mutable_settings())[name].mutable_value();
+          for (const std::string& v : values) setting->Add(std::string(v));
         }
         return absl::OkStatus();
       });

@@ -25,10 +25,12 @@ using InferenceServiceBase = Grpc::WithRawCallbackMethod_ServerLive<
                                         Grpc::WithRawCallbackMethod_SystemSharedMemoryUnregister<
                                             Grpc::WithRawCallbackMethod_CudaSharedMemoryStatus<
                                                 Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
-                                                    Grpc::
-                                                        WithRawCallbackMethod_CudaSharedMemoryUnregister<
-                                                            Grpc::WithRawCallbackMethod_LogSettings<
-                                                                Grpc::Service>>>>>>>>>>>>>>>>>>>;
+                                                    Grpc::WithRawCallbackMethod_CudaSharedMemoryUnregister<
+                                                        Grpc::WithRawCallbackMethod_LogSettings<
+                                                            Grpc::
+                                                                WithRawCallbackMethod_TraceSetting<
+                                                                    Grpc::
+                                                                        Service>>>>>>>>>>>>>>>>>>>>;
 }  // namespace internal
 
 // The gRPC adapter: inference.GRPCInferenceService on gRPC's callback API over the protocol-free
@@ -133,6 +135,10 @@ class InferenceService final : public internal::InferenceServiceBase {
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
+  // Triton's trace extension, settings only (trace_settings.h).
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   // CUDA shared memory: UNIMPLEMENTED naming CPU-only; status and unregister of every region
   // (name empty) answer OK with nothing, as a server without GPUs.
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* context,

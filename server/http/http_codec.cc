@@ -1102,6 +1102,52 @@ std::string LogSettingsJson(const LogSettingList& settings) {
   return json;
 }
 
+absl::StatusOr<TraceSettingList> ParseTraceSettingsBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root;
+  simdjson::dom::object object;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        "/v2/trace/setting: the body must be a JSON object of settings");
+  }
+  TraceSettingList changes;
+  for (auto [key, value] : object) {
+    std::vector<std::string> values;
+    const std::string what = absl::StrCat("trace setting ", QuoteUntrusted(std::string(key)));
+    if (value.type() == element_type::ARRAY) {
+      for (element v : AsArray(value)) {
+        LS_ASSIGN_OR_RETURN(std::string s, StringField(v, what));
+        values.push_back(std::move(s));
+      }
+    } else if (value.type() != element_type::NULL_VALUE) {
+      LS_ASSIGN_OR_RETURN(std::string s, StringField(value, what));
+      values.push_back(std::move(s));
+    }
+    changes.emplace_back(std::string(key), std::move(values));
+  }
+  return changes;
+}
+
+std::string TraceSettingsJson(const TraceSettingList& settings) {
+  std::string json;
+  StringOut out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  for (const auto& [name, values] : settings) {
+    WriteString(w, name);
+    if (values.size() == 1 && name != "trace_level") {
+      WriteString(w, values[0]);
+    } else {
+      w.StartArray();
+      for (const std::string& v : values) WriteString(w, v);
+      w.EndArray();
+    }
+  }
+  w.EndObject();
+  return json;
+}
+
 std::string ErrorJson(absl::string_view message) {
   std::string json;
   StringOut out{&json};

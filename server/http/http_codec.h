@@ -13,6 +13,7 @@
 #include "google/protobuf/message.h"
 #include "proto/grpc_service.pb.h"
 #include "server/observability/logging.h"
+#include "server/observability/trace_settings.h"
 #include "server/repository/load_override.h"
 #include "server/runner/infer_request.h"
 #include "server/shm/shared_memory.h"
@@ -144,6 +145,13 @@ absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view json);
 // and the settings as the JSON object GET /v2/logging answers.
 absl::StatusOr<LogSettingList> ParseLogSettingsBody(absl::string_view body);
 std::string LogSettingsJson(const LogSettingList& settings);
+
+// Triton's trace extension over REST (POST /v2/trace/setting: {"trace_level": ["OFF"],
+// "trace_rate": "1000", ...}: each value a string, a list of strings, or null for the default)
+// and the settings as GET /v2/trace/setting answers them (lists of one value as a string, as
+// Triton prints them).
+absl::StatusOr<TraceSettingList> ParseTraceSettingsBody(absl::string_view body);
+std::string TraceSettingsJson(const TraceSettingList& settings);
 
 // {"error": "<message>"} with the message JSON-escaped.
 std::string ErrorJson(absl::string_view message);

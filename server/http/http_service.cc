@@ -15,6 +15,7 @@
 #include "server/http/content_encoding.h"
 #include "server/http/http_codec.h"
 #include "server/observability/logging.h"
+#include "server/observability/trace_settings.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -223,8 +224,10 @@ RestRoute ParseRestRoute(absl::string_view path) {
     route.method = "GET";
     return route;
   }
-  if (parts[1] == "logging" && n == 2) {  // Triton's logging extension: GET reads, POST sets
-    route.action = "logging";
+  if ((parts[1] == "logging" && n == 2) ||
+      (parts[1] == "trace" && n == 3 && parts[2] == "setting")) {
+    // Triton's logging and trace extensions: GET reads, POST sets.
+    route.action = parts[1];
     route.method = "GET";
     return route;
   }
@@ -264,6 +267,11 @@ RestRoute ParseRestRoute(absl::string_view path) {
   }
   if (n < 3) return route;
   route.model = parts[2];
+  if (n == 5 && parts[3] == "trace" && parts[4] == "setting") {
+    route.action = "trace";  // a model's trace settings: the server's (none per model)
+    route.method = "GET";
+    return route;
+  }
   size_t next = 3;
   if (n >= 5 && parts[3] == "versions") {
     route.version = parts[4];
@@ -315,7 +323,8 @@ void HttpService::Handle(HttpExchange* exchange) {
                                     " (see GET /v2/health/ready, /v2/models/{model}/infer, ...)")));
   }
   const std::string& method = exchange->method();
-  if (method != route.method && !(route.action == "logging" && method == "POST")) {
+  if (method != route.method &&
+      !((route.action == "logging" || route.action == "trace") && method == "POST")) {
     exchange->Reply(
         405, {{"Allow", route.method}, {"Content-Type", "application/json"}},
         ErrorJson(absl::StrCat(QuoteUntrusted(method), " is not allowed on ",
@@ -347,7 +356,15 @@ void HttpService::Handle(HttpExchange* exchange) {
     body = *inflated;
   }
   const std::string& a = route.action;
-  if (a == "logging") {
+  if (a == "trace") {
+    absl::StatusOr<TraceSettingList> settings = UpdateTraceSettings({});
+    if (method == "POST") {
+      absl::StatusOr<TraceSettingList> changes = ParseTraceSettingsBody(body);
+      settings = changes.ok() ? UpdateTraceSettings(*changes) : changes.status();
+    }
+    if (!settings.ok()) return ReplyError(exchange, settings.status());
+    ReplyJson(exchange, TraceSettingsJson(*settings));
+  } else if (a == "logging") {
     if (method == "POST") {
       absl::StatusOr<LogSettingList> changes = ParseLogSettingsBody(body);
       if (!changes.ok()) return ReplyError(exchange, changes.status());
