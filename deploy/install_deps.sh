@@ -25,6 +25,8 @@ TEST_PACKAGES=(
   prometheus python3-yaml
   # tests/deploy/scale_out_test.py: three replicas behind HAProxy.
   haproxy
+  # Triton's Python client (../shared/tritonclient) and its examples (issue 32).
+  python3-rapidjson python3-gevent python3-geventhttpclient python3-packaging python3-aiohttp
   # tests/deploy/container_image_test.py builds deploy/Dockerfile and runs the image: podman and
   # buildah (rootless use needs uidmap, fuse-overlayfs, slirp4netns), mmdebstrap for the base
   # image, iproute2 for the test's network namespace.

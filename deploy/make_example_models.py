@@ -2,6 +2,8 @@
 """Writes loopserve's bundled example model repository, laid out as Triton's documentation shows.
 
 Usage: /usr/bin/python3 deploy/make_example_models.py OUT_DIR
+       /usr/bin/python3 deploy/make_example_models.py --triton_qa OUT_DIR   (Triton's QA models:
+       simple, simple_string, simple_identity, for Triton's client examples)
 
 Creates, for every example model,
   OUT_DIR/<model>/1/model.onnx            the model (ONNX opset 13, ir_version 8), or
@@ -772,6 +774,56 @@ def example_models():
             greedy_decoder_example(), endless_example(), nested_example(), ov_counter_example()]
 
 
+# ----------------------------------------------------------------------------------------------
+# Triton's QA models, which Triton's client examples (../shared/tritonclient/examples) call:
+# `simple` (INT32 [-1,16] INPUT0/INPUT1 -> OUTPUT0 = sum, OUTPUT1 = difference, max_batch_size 8),
+# `simple_int8` (the same in INT8), `simple_string` (the same on BYTES holding decimal numbers),
+# `simple_identity` (BYTES identity).
+# Written only with --triton_qa (not part of the example repository).
+
+INT32 = TensorProto.INT32
+STRING = TensorProto.STRING
+TRITON_QA_CONFIG = "max_batch_size: 8\n"
+
+
+def build_simple(elem_type):
+    inputs = [vi("INPUT0", elem_type, ["batch", 16]), vi("INPUT1", elem_type, ["batch", 16])]
+    outputs = [vi("OUTPUT0", elem_type, ["batch", 16]), vi("OUTPUT1", elem_type, ["batch", 16])]
+    if elem_type == INT32:
+        nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+                 helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
+    else:  # opset 13 has no Add for int8 or strings: computed in int32 in between
+        nodes = [helper.make_node("Cast", ["INPUT0"], ["a"], to=INT32),
+                 helper.make_node("Cast", ["INPUT1"], ["b"], to=INT32),
+                 helper.make_node("Add", ["a", "b"], ["sum"]),
+                 helper.make_node("Sub", ["a", "b"], ["diff"]),
+                 helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=elem_type),
+                 helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=elem_type)]
+    name = {INT32: "simple", STRING: "simple_string", TensorProto.INT8: "simple_int8"}[elem_type]
+    return make_model(helper.make_graph(nodes, name, inputs, outputs))
+
+
+def simple_examples():
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    as_bytes = lambda x: np.array([str(v).encode() for v in x.flatten()], dtype=object).reshape(x.shape)
+    simple = Example("simple", build_simple(INT32), {"": ([a, b], [a + b, a - b])},
+                     config=TRITON_QA_CONFIG)
+    simple_string = Example("simple_string", build_simple(STRING),
+                            {"": ([as_bytes(a), as_bytes(b)], [as_bytes(a + b), as_bytes(a - b)])},
+                            config=TRITON_QA_CONFIG)
+    identity = make_model(helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], "simple_identity",
+        [vi("INPUT0", STRING, ["batch", "n"])], [vi("OUTPUT0", STRING, ["batch", "n"])]))
+    words = np.array([b"he\x00llo"] * 16, dtype=object).reshape(1, 16)
+    simple_identity = Example("simple_identity", identity, {"": ([words], [words])},
+                              config=TRITON_QA_CONFIG)
+    a8, b8 = a.astype(np.int8), b.astype(np.int8)
+    simple_int8 = Example("simple_int8", build_simple(TensorProto.INT8),
+                          {"": ([a8, b8], [a8 + b8, a8 - b8])}, config=TRITON_QA_CONFIG)
+    return [simple, simple_string, simple_identity, simple_int8]
+
+
 def write_ovms_config(out_dir, examples):
     """OUT_DIR/ovms_config.json: the same models as OpenVINO Model Server's config.json lists
     them (base paths relative to the file; nireq as the instance count)."""
@@ -788,8 +840,12 @@ def write_ovms_config(out_dir, examples):
 
 
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--triton_qa":
+        for example in simple_examples():
+            write_example(argv[2], example)
+        return 0
     if len(argv) != 2:
-        sys.stderr.write("usage: %s OUT_DIR\n" % argv[0])
+        sys.stderr.write("usage: %s [--triton_qa] OUT_DIR\n" % argv[0])
         return 2
     examples = example_models()
     for example in examples:

@@ -126,6 +126,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, log_dir, "",
+          "Folder in which clients may name a log file (Triton's logging extension: log_file); "
+          "empty: logs go to stderr only");
 
 namespace {
 
@@ -170,6 +173,89 @@ void InstallSignalHandlers() {
 // The orderly shutdown's time limit beyond --exit_timeout_seconds; the watchdog's margin below the
 // promised one second.
 constexpr absl::Duration kForcedExitAfter = absl::Milliseconds(900);
+
+// Triton's command-line spellings (tritonserver --model-repository=DIR ...) as aliases of the flags
+// that mean the same: argv is rewritten before absl parses it. A Triton flag with no counterpart
+// stays as written, and absl rejects it as unknown.
+struct TritonFlag {
+  const char* triton;
+  const char* ours;
+  // How a value translates: kSame as given (`--flag value` or `--flag=value`); kBool the same, but
+  // `--flag` alone is true; kDisablePort: --allow-x=false -> --x_port=-1 (true: nothing);
+  // kVerbose: a level > 0 -> --log_level=debug.
+  enum Kind { kSame, kBool, kDisablePort, kVerbose } kind;
+};
+constexpr TritonFlag kTritonFlags[] = {
+    {"model-repository", "model_repository", TritonFlag::kSame},
+    {"model-store", "model_repository", TritonFlag::kSame},
+    {"grpc-port", "grpc_port", TritonFlag::kSame},
+    {"http-port", "http_port", TritonFlag::kSame},
+    {"metrics-port", "metrics_port", TritonFlag::kSame},
+    {"http-address", "address", TritonFlag::kSame},
+    {"grpc-address", "address", TritonFlag::kSame},
+    {"http-thread-count", "http_threads", TritonFlag::kSame},
+    {"model-control-mode", "model_control_mode", TritonFlag::kSame},
+    {"load-model", "load_model", TritonFlag::kSame},
+    {"repository-poll-secs", "repository_poll_seconds", TritonFlag::kSame},
+    {"exit-timeout-secs", "exit_timeout_seconds", TritonFlag::kSame},
+    {"disable-auto-complete-config", "disable_auto_complete_config", TritonFlag::kBool},
+    {"strict-model-config", "disable_auto_complete_config", TritonFlag::kBool},
+    {"allow-http", "http_port", TritonFlag::kDisablePort},
+    {"allow-metrics", "metrics_port", TritonFlag::kDisablePort},
+    {"log-verbose", "log_level", TritonFlag::kVerbose},
+};
+
+// Rewrites Triton's spellings in argv (kept alive in `storage`); returns the new argv.
+std::vector<char*> TranslateTritonFlags(int argc, char** argv, std::vector<std::string>* storage) {
+  storage->reserve(static_cast<size_t>(argc) * 2);
+  std::vector<char*> out = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    const TritonFlag* flag = nullptr;
+    absl::string_view value;
+    bool has_value = false;
+    if (absl::StartsWith(arg, "--") && arg != "--") {
+      absl::string_view name = arg.substr(2);
+      const size_t eq = name.find('=');
+      if (eq != absl::string_view::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      for (const TritonFlag& f : kTritonFlags) {
+        if (name == f.triton) flag = &f;
+      }
+    }
+    if (flag == nullptr) {
+      out.push_back(argv[i]);
+      continue;
+    }
+    const bool boolean = flag->kind == TritonFlag::kBool || flag->kind == TritonFlag::kDisablePort;
+    if (!has_value && !boolean && i + 1 < argc) {  // --flag value
+      value = argv[++i];
+      has_value = true;
+    }
+    if (!has_value) value = "true";
+    std::string translated;
+    switch (flag->kind) {
+      case TritonFlag::kSame:
+      case TritonFlag::kBool:
+        translated = absl::StrCat("--", flag->ours, "=", value);
+        break;
+      case TritonFlag::kDisablePort:
+        if (value == "false" || value == "0") translated = absl::StrCat("--", flag->ours, "=-1");
+        break;
+      case TritonFlag::kVerbose:
+        translated = absl::StrCat("--", flag->ours, "=", value == "0" ? "info" : "debug");
+        break;
+    }
+    if (translated.empty()) continue;
+    storage->push_back(std::move(translated));
+    out.push_back(storage->back().data());
+  }
+  out.push_back(nullptr);
+  return out;
+}
 
 void PrintLine(const std::string& line) {
   std::fputs((line + "\n").c_str(), stdout);
@@ -293,7 +379,9 @@ int main(int argc, char** argv) {
     return absl::EndsWith(file, "server/main.cc");
   };
   absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> translated_storage;
+  std::vector<char*> translated = TranslateTritonFlags(argc, argv, &translated_storage);
+  absl::ParseCommandLine(static_cast<int>(translated.size()) - 1, translated.data());
   // Debian's Abseil keeps absl::Mutex deadlock detection on in release builds (kAbort): every
   // lock then updates a global lock-order graph under its own lock, and a cycle it suspects
   // aborts the server. Tests keep it on; the served binary does not pay for it.
@@ -308,6 +396,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   loopserve::server::SetLogLevel(*level);
+  loopserve::server::SetLogDirectory(absl::GetFlag(FLAGS_log_dir));
   loopserve::server::RouteProtobufLogs();
 
   const absl::Duration exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));

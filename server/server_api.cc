@@ -1,5 +1,10 @@
 #include "server/server_api.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -54,13 +59,21 @@ absl::Status ServerApi::CheckReady() const {
   return absl::OkStatus();
 }
 
-ServerApi::~ServerApi() { loader_.Shutdown(); }
+ServerApi::~ServerApi() {
+  loader_.Shutdown();
+  if (!load_root_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(load_root_, ignored);
+  }
+}
 
 absl::StatusOr<bool> ServerApi::ModelReady(absl::string_view name,
                                            absl::string_view version) const {
   absl::StatusOr<std::shared_ptr<const LoadedModel>> model =
       registry_->Get(std::string(name), std::string(version));
-  if (absl::IsNotFound(model.status())) return model.status();
+  if (absl::IsNotFound(model.status()) || absl::IsInvalidArgument(model.status())) {
+    return model.status();
+  }
   return model.ok() && ServerReady();
 }
 
@@ -73,6 +86,9 @@ inference::ServerMetadataResponse ServerApi::ServerMetadata() const {
   response.add_extensions("model_configuration");
   response.add_extensions("statistics");
   response.add_extensions("binary_tensor_data");
+  response.add_extensions("parameters");
+  response.add_extensions("system_shared_memory");
+  response.add_extensions("logging");
   return response;
 }
 
@@ -159,6 +175,9 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
     Fill(stats.compute_input, infer->mutable_compute_input());
     Fill(stats.compute_infer, infer->mutable_compute_infer());
     Fill(stats.compute_output, infer->mutable_compute_output());
+    // No response cache: Triton's cache counters are present and zero.
+    infer->mutable_cache_hit();
+    infer->mutable_cache_miss();
     for (const ModelVersionStatistics::Loop& loop : stats.loops) {
       inference::LoopStatistics* l = out->add_loop_stats();
       l->set_name(loop.name);
@@ -171,21 +190,64 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
 }
 
 absl::Status ServerApi::Load(absl::string_view rpc, const std::string& repository_name,
-                             const std::string& model, bool has_parameters, Done done) {
-  if (has_parameters) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        rpc,
-        ": parameters (config or file overrides) are not supported; edit config.pbtxt and the "
-        "version folders in the repository"));
+                             const std::string& model, LoadParameters parameters, Done done) {
+  if (!parameters.files.empty() && !parameters.config_json.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("failed to load ", QuoteUntrusted(model),
+                     ": model files sent in the request need a 'config' parameter too"));
   }
-  return ScheduleChange(
-      rpc, repository_name, [this, model] { return registry_->Load(model); }, std::move(done));
+  auto change = [this, model, parameters = std::move(parameters)]() -> absl::Status {
+    absl::Status status;
+    if (parameters.empty()) {
+      status = registry_->Load(model);
+    } else {
+      status = LoadWithParameters(model, parameters);
+    }
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat("failed to load ", QuoteUntrusted(model), ": ",
+                                                    status.message()));
+  };
+  return ScheduleChange(rpc, repository_name, std::move(change), std::move(done));
+}
+
+absl::Status ServerApi::LoadWithParameters(const std::string& model,
+                                           const LoadParameters& parameters) {
+  ModelRegistry::LoadOverride load_override;
+  if (parameters.config_json.has_value()) {
+    LS_ASSIGN_OR_RETURN(load_override.config_text, ConfigJsonToText(*parameters.config_json));
+  }
+  if (!parameters.files.empty()) {
+    if (load_root_.empty()) {
+      std::string pattern = (std::filesystem::temp_directory_path() / "loopserve-load-XXXXXX");
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("failed to poll from model repository: cannot make a private folder: ",
+                         std::strerror(errno)));
+      }
+      load_root_ = pattern;
+    }
+    load_override.dir = absl::StrCat(load_root_, "/", ++loads_with_files_);
+    absl::Status written = WriteLoadFiles(load_override.dir, parameters.files);
+    // The engine holds what it loaded: the files go at once, so repeated loads never fill the
+    // disk.
+    absl::Status loaded = written.ok() ? registry_->Load(model, &load_override) : written;
+    std::error_code ignored;
+    std::filesystem::remove_all(load_override.dir, ignored);
+    return loaded;
+  }
+  return registry_->Load(model, &load_override);
 }
 
 absl::Status ServerApi::Unload(absl::string_view rpc, const std::string& repository_name,
                                const std::string& model, Done done) {
   return ScheduleChange(
       rpc, repository_name, [this, model] { return registry_->Unload(model); }, std::move(done));
+}
+
+absl::Status ServerApi::CudaSharedMemoryUnsupported() {
+  return absl::UnimplementedError(
+      "CUDA shared memory is not supported: loopserve runs models on the CPU only; use system "
+      "shared memory (register_system_shared_memory) instead");
 }
 
 absl::Status ServerApi::ScheduleChange(absl::string_view rpc, const std::string& repository_name,

@@ -9,9 +9,11 @@
 #include "absl/strings/string_view.h"
 #include "proto/grpc_service.pb.h"
 #include "proto/model_config.pb.h"
+#include "server/repository/load_override.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/inference_runner.h"
 #include "server/scheduling/worker_pool.h"
+#include "server/shm/shared_memory.h"
 
 namespace loopserve::server {
 
@@ -66,14 +68,25 @@ class ServerApi {
 
   // Loads (or reloads) / unloads `model` on the loader thread and calls `done` there with the
   // outcome; or returns the error at once without calling `done` (no model control, a
-  // repository name, parameters, a full loader queue). `rpc` names the request in messages.
+  // repository name, a full loader queue). `rpc` names the request in messages. Load errors
+  // start "failed to load '<model>': " (Triton's words). `parameters` (Triton's config override
+  // and files) load the model from a private folder (made under the system's temporary folder,
+  // 0700; each load's files are removed once loaded) instead of the repository: see
+  // LoadParameters.
   using Done = std::function<void(const absl::Status&)>;
   absl::Status Load(absl::string_view rpc, const std::string& repository_name,
-                    const std::string& model, bool has_parameters, Done done);
+                    const std::string& model, LoadParameters parameters, Done done);
   absl::Status Unload(absl::string_view rpc, const std::string& repository_name,
                       const std::string& model, Done done);
 
+  // Triton's system shared-memory extension: the regions clients registered, which both
+  // protocols read inputs from and write outputs to.
+  SharedMemoryManager* shared_memory() { return &shared_memory_; }
+  // Triton's CUDA shared-memory extension: UNIMPLEMENTED (a CPU-only server).
+  static absl::Status CudaSharedMemoryUnsupported();
+
  private:
+  absl::Status LoadWithParameters(const std::string& model, const LoadParameters& parameters);
   absl::Status ScheduleChange(absl::string_view rpc, const std::string& repository_name,
                               std::function<absl::Status()> change, Done done);
 
@@ -81,6 +94,11 @@ class ServerApi {
   const InferenceRunner* const runner_;
   const Options options_;
   std::atomic<bool> stopping_{false};
+  // The private folder of the files load requests sent (made on first use; removed at the end)
+  // and how many loads wrote there. Loader thread only.
+  std::string load_root_;
+  int64_t loads_with_files_ = 0;
+  SharedMemoryManager shared_memory_;
   WorkerPool loader_;  // one thread for repository loads/unloads
 };
 

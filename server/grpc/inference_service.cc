@@ -7,7 +7,9 @@
 #include <deque>
 #include <string>
 #include <utility>
+#include <variant>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -16,6 +18,7 @@
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/grpc/tensor_codec.h"
 #include "server/observability/logging.h"
+#include "server/observability/trace_settings.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -147,13 +150,13 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
 
   // On the gRPC thread. Returns the reactor for gRPC: `this` when a worker will answer,
   // otherwise the default reactor (and `this` is deleted).
-  grpc::ServerUnaryReactor* Start(InferenceRunner* runner) {
+  grpc::ServerUnaryReactor* Start(InferenceRunner* runner, const SharedMemoryManager* shm) {
     const absl::Status parsed = CatchExceptions("ModelInfer: ", [this] { return Parse(); });
     starting_ = this;
     if (!parsed.ok()) {
       Finish(parsed);  // no model named yet: nothing for the runner to record
     } else {
-      request.error = ToInferenceRequest(request_, &request);
+      request.error = ToInferenceRequest(request_, &request, shm, &shm_);
       runner->Submit(this);
     }
     starting_ = nullptr;
@@ -169,10 +172,22 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
  protected:
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
-    // Straight from the output tensors into the response's bytes (no message in between).
-    const absl::Status serialized =
-        SerializeInferResponse(model.name, model.version_string, request_.id(), *model.model,
-                               outputs, values, response_bytes_);
+    absl::Status serialized;
+    if (shm_.outputs.empty()) {
+      // Straight from the output tensors into the response's bytes (no message in between).
+      serialized = SerializeInferResponse(model.name, model.version_string, request_.id(),
+                                          *model.model, outputs, values, response_bytes_);
+    } else {
+      // Some outputs go to shared memory regions: the message path writes them there.
+      inference::ModelInferResponse response;
+      serialized = EncodeInferOutputs(*model.model, outputs, values, &response, &shm_);
+      if (serialized.ok()) {
+        response.set_model_name(model.name);
+        response.set_model_version(model.version_string);
+        response.set_id(request_.id());
+        serialized = SerializeTo(response, response_bytes_);
+      }
+    }
     values.clear();
     return serialized;
   }
@@ -218,6 +233,7 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
   alignas(16) char arena_block_[2048];
   google::protobuf::Arena arena_;
   inference::ModelInferRequest& request_;
+  SharedMemoryBindings shm_;    // raw inputs may view these regions until Finish
   bool answered_here_ = false;  // written only on the handler's thread
   grpc::ServerUnaryReactor* default_reactor_ = nullptr;
 };
@@ -227,7 +243,7 @@ thread_local InferenceService::InferCall* InferenceService::InferCall::starting_
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
-  return (new InferCall(context, request, response))->Start(runner_);
+  return (new InferCall(context, request, response))->Start(runner_, api_->shared_memory());
 }
 
 // One ModelStreamInfer stream: reads requests one after another, hands each to the runner as a
@@ -242,8 +258,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 class InferenceService::Stream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Stream(grpc::CallbackServerContext* context, InferenceRunner* runner)
-      : context_(context), runner_(runner) {
+  Stream(grpc::CallbackServerContext* context, InferenceRunner* runner,
+         const SharedMemoryManager* shm)
+      : context_(context), runner_(runner), shm_(shm) {
     StartRead(&read_bytes_);
   }
 
@@ -275,6 +292,7 @@ class InferenceService::Stream final
 
   grpc::CallbackServerContext* const context_;
   InferenceRunner* const runner_;
+  const SharedMemoryManager* const shm_;
   grpc::ByteBuffer read_bytes_;  // the read in progress (one at a time)
   absl::Mutex mutex_;
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mutex_);  // front: being written when writing_
@@ -296,7 +314,7 @@ class InferenceService::StreamCall final : public InferenceCall {
         stream_(stream) {}
 
   // Parses the stream's read and submits it. On the stream's reading thread.
-  void Start(grpc::ByteBuffer* bytes, InferenceRunner* runner) {
+  void Start(grpc::ByteBuffer* bytes, InferenceRunner* runner, const SharedMemoryManager* shm) {
     const absl::Status parsed = CatchExceptions("ModelStreamInfer: ", [&] {
       return ParseInferRequest(*bytes, "ModelStreamInfer", &request_);
     });
@@ -304,14 +322,14 @@ class InferenceService::StreamCall final : public InferenceCall {
       Finish(parsed);  // no model named yet: nothing for the runner to record
       return;
     }
-    request.error = ToInferenceRequest(request_, &request);
+    request.error = ToInferenceRequest(request_, &request, shm, &shm_);
     runner->Submit(this);
   }
 
  protected:
   absl::Status Respond(const LoadedModel& model, const std::vector<int>& outputs,
                        std::vector<engine::Value>& values) override {
-    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response_));
+    LS_RETURN_IF_ERROR(EncodeInferOutputs(*model.model, outputs, values, &response_, &shm_));
     values.clear();
     Label(model, &response_);
     return absl::OkStatus();
@@ -372,6 +390,7 @@ class InferenceService::StreamCall final : public InferenceCall {
 
   Stream* const stream_;
   inference::ModelInferRequest request_;  // raw inputs are views of it until Finish
+  SharedMemoryBindings shm_;              // raw inputs may view these regions until Finish
   inference::ModelInferResponse response_;
   // Guarded by the stream's mutex.
   int queued_ = 0;         // responses queued, not yet written
@@ -386,7 +405,7 @@ void InferenceService::Stream::OnReadDone(bool ok) {
       live_.push_back(call);
       if (broken_) call->Cancel();
     }
-    call->Start(&read_bytes_, runner_);  // may finish it (an error, an inline run)
+    call->Start(&read_bytes_, runner_, shm_);  // may finish it (an error, an inline run)
     {
       // A client that sends requests but does not read the answers: stop reading until it does,
       // so the answers waiting here stay bounded.
@@ -543,7 +562,7 @@ void InferenceService::Stream::Break(std::vector<StreamCall*>* dead) {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::ModelStreamInfer(
     grpc::CallbackServerContext* context) {
-  return new Stream(context, runner_);
+  return new Stream(context, runner_, api_->shared_memory());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -571,8 +590,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        grpc::ByteBuffer* response) {
   return Unary<inference::ModelReadyRequest, inference::ModelReadyResponse>(
       context, "ModelReady", request, response, [&](const auto& in, auto* out) -> absl::Status {
-        LS_ASSIGN_OR_RETURN(bool ready, api_->ModelReady(in.name(), in.version()));
-        out->set_ready(ready);
+        // Triton answers ready = false for a model it does not know (readiness polling must
+        // not raise); other errors (a bad version string) stay errors.
+        absl::StatusOr<bool> ready = api_->ModelReady(in.name(), in.version());
+        if (!ready.ok() && !absl::IsNotFound(ready.status())) return ready.status();
+        out->set_ready(ready.ok() && *ready);
         return absl::OkStatus();
       });
 }
@@ -630,8 +652,23 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
   return RepositoryChange<inference::RepositoryModelLoadRequest,
                           inference::RepositoryModelLoadResponse>(
       context, "RepositoryModelLoad", request, response, [&](const auto& in, ServerApi::Done done) {
+        LoadParameters parameters;
+        for (const auto& [key, value] : in.parameters()) {
+          if (key == "config" &&
+              value.parameter_choice_case() == inference::ModelRepositoryParameter::kStringParam) {
+            parameters.config_json = value.string_param();
+          } else if (absl::StartsWith(key, "file:") &&
+                     value.parameter_choice_case() ==
+                         inference::ModelRepositoryParameter::kBytesParam) {
+            parameters.files.emplace_back(key.substr(5), value.bytes_param());
+          } else {
+            return absl::InvalidArgumentError(
+                absl::StrCat("RepositoryModelLoad: parameter ", QuoteUntrusted(key),
+                             " is neither 'config' (a string) nor 'file:<path>' (bytes)"));
+          }
+        }
         return api_->Load("RepositoryModelLoad", in.repository_name(), in.model_name(),
-                          !in.parameters().empty(), std::move(done));
+                          std::move(parameters), std::move(done));
       });
 }
 
@@ -644,6 +681,136 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
       [&](const auto& in, ServerApi::Done done) {
         return api_->Unload("RepositoryModelUnload", in.repository_name(), in.model_name(),
                             std::move(done));
+      });
+}
+
+}  // namespace loopserve::server
+
+namespace loopserve::server {
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::SystemSharedMemoryStatusRequest,
+               inference::SystemSharedMemoryStatusResponse>(
+      context, "SystemSharedMemoryStatus", request, response,
+      [&](const auto& in, auto* out) -> absl::Status {
+        LS_ASSIGN_OR_RETURN(std::vector<SharedMemoryManager::Status> regions,
+                            api_->shared_memory()->List(in.name()));
+        for (const SharedMemoryManager::Status& region : regions) {
+          auto& status = (*out->mutable_regions())[region.name];
+          status.set_name(region.name);
+          status.set_key(region.key);
+          status.set_offset(region.offset);
+          status.set_byte_size(region.byte_size);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::SystemSharedMemoryRegisterRequest,
+               inference::SystemSharedMemoryRegisterResponse>(
+      context, "SystemSharedMemoryRegister", request, response, [&](const auto& in, auto*) {
+        return api_->shared_memory()->Register(in.name(), in.key(), in.offset(), in.byte_size());
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::SystemSharedMemoryUnregisterRequest,
+               inference::SystemSharedMemoryUnregisterResponse>(
+      context, "SystemSharedMemoryUnregister", request, response,
+      [&](const auto& in, auto*) { return api_->shared_memory()->Unregister(in.name()); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::LogSettings(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  return Unary<inference::LogSettingsRequest, inference::LogSettingsResponse>(
+      context, "LogSettings", request, response, [](const auto& in, auto* out) -> absl::Status {
+        LogSettingList changes;
+        for (const auto& [name, value] : in.settings()) {
+          switch (value.parameter_choice_case()) {
+            case inference::LogSettingsRequest::SettingValue::kBoolParam:
+              changes.emplace_back(name, value.bool_param());
+              break;
+            case inference::LogSettingsRequest::SettingValue::kUint32Param:
+              changes.emplace_back(name, value.uint32_param());
+              break;
+            case inference::LogSettingsRequest::SettingValue::kStringParam:
+              changes.emplace_back(name, value.string_param());
+              break;
+            default:  // no value (tritonclient sends one for None): left as it is
+              break;
+          }
+        }
+        LS_RETURN_IF_ERROR(UpdateLogSettings(changes));
+        for (const auto& [name, value] : CurrentLogSettings()) {
+          auto& setting = (*out->mutable_settings())[name];
+          if (const bool* b = std::get_if<bool>(&value)) setting.set_bool_param(*b);
+          if (const uint32_t* u = std::get_if<uint32_t>(&value)) setting.set_uint32_param(*u);
+          if (const std::string* s = std::get_if<std::string>(&value)) {
+            setting.set_string_param(*s);
+          }
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  return Unary<inference::TraceSettingRequest, inference::TraceSettingResponse>(
+      context, "TraceSetting", request, response, [](const auto& in, auto* out) -> absl::Status {
+        TraceSettingList changes;
+        for (const auto& [name, value] : in.settings()) {
+          changes.emplace_back(
+              name, std::vector<std::string>(value.value().begin(), value.value().end()));
+        }
+        LS_ASSIGN_OR_RETURN(TraceSettingList settings, UpdateTraceSettings(changes));
+        for (const auto& [name, values] : settings) {
+          auto* setting = (*out->mutable_settings())[name].mutable_value();
+          for (const std::string& v : values) setting->Add(std::string(v));
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  // No region can exist: the status of none is an empty list, as Triton's without GPUs.
+  return Unary<inference::CudaSharedMemoryStatusRequest, inference::CudaSharedMemoryStatusResponse>(
+      context, "CudaSharedMemoryStatus", request, response,
+      [&](const auto& in, auto*) -> absl::Status {
+        if (in.name().empty()) return absl::OkStatus();
+        return ServerApi::CudaSharedMemoryUnsupported();
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary<inference::CudaSharedMemoryRegisterRequest,
+               inference::CudaSharedMemoryRegisterResponse>(
+      context, "CudaSharedMemoryRegister", request, response,
+      [](const auto&, auto*) { return ServerApi::CudaSharedMemoryUnsupported(); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  // Unregistering everything (what clients do first, as Triton's examples) has nothing to do.
+  return Unary<inference::CudaSharedMemoryUnregisterRequest,
+               inference::CudaSharedMemoryUnregisterResponse>(
+      context, "CudaSharedMemoryUnregister", request, response,
+      [](const auto& in, auto*) -> absl::Status {
+        if (in.name().empty()) return absl::OkStatus();
+        return ServerApi::CudaSharedMemoryUnsupported();
       });
 }
 

@@ -20,7 +20,17 @@ using InferenceServiceBase = Grpc::WithRawCallbackMethod_ServerLive<
                     Grpc::WithRawCallbackMethod_RepositoryIndex<
                         Grpc::WithRawCallbackMethod_RepositoryModelLoad<
                             Grpc::WithRawCallbackMethod_RepositoryModelUnload<
-                                Grpc::Service>>>>>>>>>>>>;
+                                Grpc::WithRawCallbackMethod_SystemSharedMemoryStatus<
+                                    Grpc::WithRawCallbackMethod_SystemSharedMemoryRegister<
+                                        Grpc::WithRawCallbackMethod_SystemSharedMemoryUnregister<
+                                            Grpc::WithRawCallbackMethod_CudaSharedMemoryStatus<
+                                                Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
+                                                    Grpc::WithRawCallbackMethod_CudaSharedMemoryUnregister<
+                                                        Grpc::WithRawCallbackMethod_LogSettings<
+                                                            Grpc::
+                                                                WithRawCallbackMethod_TraceSetting<
+                                                                    Grpc::
+                                                                        Service>>>>>>>>>>>>>>>>>>>>;
 }  // namespace internal
 
 // The gRPC adapter: inference.GRPCInferenceService on gRPC's callback API over the protocol-free
@@ -110,6 +120,36 @@ class InferenceService final : public internal::InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
                                             const grpc::ByteBuffer* request,
                                             grpc::ByteBuffer* response) override;
+  // Triton's system shared-memory extension (ServerApi::shared_memory): register, unregister,
+  // status. Inputs and outputs of ModelInfer and ModelStreamInfer name regions by parameters.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) override;
+  // Triton's logging extension: every setting, after applying the request's (logging.h).
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  // Triton's trace extension, settings only (trace_settings.h).
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  // CUDA shared memory: UNIMPLEMENTED naming CPU-only; status and unregister of every region
+  // (name empty) answer OK with nothing, as a server without GPUs.
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) override;
 
  private:
   class InferCall;

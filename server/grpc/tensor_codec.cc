@@ -105,39 +105,123 @@ absl::Status ParseInferRequest(grpc::ByteBuffer& bytes, absl::string_view rpc,
   return absl::OkStatus();
 }
 
-absl::Status ToInferenceRequest(const inference::ModelInferRequest& request,
-                                InferenceRequest* out) {
+absl::StatusOr<bool> SharedMemoryParameters(
+    const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+    absl::string_view what, SharedMemoryRef* ref) {
+  auto region = parameters.find("shared_memory_region");
+  auto offset = parameters.find("shared_memory_offset");
+  auto size = parameters.find("shared_memory_byte_size");
+  if (region == parameters.end()) {
+    if (offset != parameters.end() || size != parameters.end()) {
+      return Invalid(what,
+                     "shared_memory_offset/shared_memory_byte_size without "
+                     "shared_memory_region");
+    }
+    return false;
+  }
+  if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+    return Invalid(what, "parameter 'shared_memory_region' must be a string");
+  }
+  ref->region = region->second.string_param();
+  auto non_negative = [&](auto it, const char* name, uint64_t* value) -> absl::Status {
+    const inference::InferParameter& p = it->second;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+        p.int64_param() >= 0) {
+      *value = static_cast<uint64_t>(p.int64_param());
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      *value = p.uint64_param();
+    } else {
+      return Invalid(what, absl::StrCat("parameter '", name, "' must be a non-negative int64"));
+    }
+    return absl::OkStatus();
+  };
+  if (size == parameters.end()) {
+    return Invalid(what, "shared_memory_region needs shared_memory_byte_size");
+  }
+  LS_RETURN_IF_ERROR(non_negative(size, "shared_memory_byte_size", &ref->byte_size));
+  ref->offset = 0;
+  if (offset != parameters.end()) {
+    LS_RETURN_IF_ERROR(non_negative(offset, "shared_memory_offset", &ref->offset));
+  }
+  return true;
+}
+
+absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, InferenceRequest* out,
+                                const SharedMemoryManager* shm, SharedMemoryBindings* bindings) {
   out->model_name = request.model_name();
   out->model_version = request.model_version();
   out->id = request.id();
-  const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
-                     " entries but the request has ", request.inputs_size(),
-                     " inputs; give one entry per input, in order"));
-  }
-  out->inputs.reserve(request.inputs_size());
+  // Which inputs are in shared memory: raw_input_contents holds the others'.
+  std::vector<SharedMemoryRef> refs(request.inputs_size());
+  std::vector<bool> in_shm(request.inputs_size(), false);
+  int shm_inputs = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const InputTensor& input = request.inputs(i);
+    const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name()));
+    LS_ASSIGN_OR_RETURN(bool uses_shm, SharedMemoryParameters(input.parameters(), what, &refs[i]));
+    if (!uses_shm) continue;
+    if (shm == nullptr || bindings == nullptr) {
+      return Invalid(what, "shared memory is not available on this endpoint");
+    }
+    if (HasTypedContents(input)) {
+      return Invalid(what, "has typed contents although its data is in shared memory");
+    }
+    in_shm[i] = true;
+    ++shm_inputs;
+  }
+  const int unshared = request.inputs_size() - shm_inputs;
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != unshared) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
+                     " entries but the request has ", unshared,
+                     " inputs not in shared memory; give one entry per input, in order"));
+  }
+  out->inputs.reserve(request.inputs_size());
+  int raw_index = 0;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const InputTensor& input = request.inputs(i);
+    if (in_shm[i]) {
+      InferenceRequest::Input& in = out->inputs.emplace_back();
+      in.name = input.name();
+      in.datatype = input.datatype();
+      in.shape.assign(input.shape().begin(), input.shape().end());
+      LS_ASSIGN_OR_RETURN(SharedMemoryView view,
+                          shm->Map(refs[i], absl::StrCat("input ", QuoteUntrusted(input.name()))));
+      in.raw = view.bytes();
+      bindings->inputs.push_back(std::move(view));
+      continue;
+    }
     if (raw && HasTypedContents(input)) {
-      return Invalid(absl::StrCat("input ", QuoteUntrusted(input.name())),
-                     "has typed contents although raw_input_contents is used; use one or "
-                     "the other for all inputs");
+      // Triton's words (clients match on them).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "contents field must not be specified when using raw_input_contents for ",
+          QuoteUntrusted(input.name()), " for model ", QuoteUntrusted(request.model_name())));
     }
     InferenceRequest::Input& in = out->inputs.emplace_back();
     in.name = input.name();
     in.datatype = input.datatype();
     in.shape.assign(input.shape().begin(), input.shape().end());
     if (raw) {
-      in.raw = request.raw_input_contents(i);
+      in.raw = request.raw_input_contents(raw_index++);
     } else {
       in.decode = [&input](const std::string& what, DataType dtype, const engine::Shape& shape) {
         return DecodeTyped(what, input, input.datatype(), dtype, shape);
       };
     }
   }
-  for (const auto& output : request.outputs()) out->outputs.push_back(output.name());
+  for (const auto& output : request.outputs()) {
+    out->outputs.push_back(output.name());
+    const std::string what = absl::StrCat("output ", QuoteUntrusted(output.name()));
+    SharedMemoryRef ref;
+    LS_ASSIGN_OR_RETURN(bool uses_shm, SharedMemoryParameters(output.parameters(), what, &ref));
+    if (!uses_shm) continue;
+    if (shm == nullptr || bindings == nullptr) {
+      return Invalid(what, "shared memory is not available on this endpoint");
+    }
+    LS_ASSIGN_OR_RETURN(SharedMemoryView view, shm->Map(ref, what));
+    bindings->outputs.emplace_back(output.name(), std::move(view));
+  }
 
   auto it = request.parameters().find("timeout");
   if (it != request.parameters().end()) {
@@ -175,7 +259,8 @@ absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferReq
 
 absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values,
-                                inference::ModelInferResponse* response) {
+                                inference::ModelInferResponse* response,
+                                const SharedMemoryBindings* shm) {
   for (int index : outputs) {
     const std::string& name = model.outputs()[index].name;
     const Value& value = values[index];
@@ -184,7 +269,22 @@ absl::Status EncodeInferOutputs(const engine::Model& model, const std::vector<in
           "output '", name, "': ", value.is_sequence() ? "a sequence" : "an empty optional",
           " cannot be returned over KServe v2"));
     }
-    LS_RETURN_IF_ERROR(EncodeOutputTensor(name, value.tensor(), response));
+    const SharedMemoryView* view = shm == nullptr ? nullptr : shm->Output(name);
+    if (view == nullptr) {
+      LS_RETURN_IF_ERROR(EncodeOutputTensor(name, value.tensor(), response));
+      continue;
+    }
+    const engine::Tensor& tensor = value.tensor();
+    LS_ASSIGN_OR_RETURN(
+        size_t written,
+        WriteTensorToSharedMemory(absl::StrCat("output ", QuoteUntrusted(name)), tensor, *view));
+    auto* out = response->add_outputs();
+    out->set_name(name);
+    out->set_datatype(std::string(KserveDataType(tensor.dtype())));
+    for (int64_t d : tensor.shape().dims()) out->add_shape(d);
+    (*out->mutable_parameters())["shared_memory_region"].set_string_param(view->region->name());
+    (*out->mutable_parameters())["shared_memory_byte_size"].set_int64_param(
+        static_cast<int64_t>(written));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,8 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -58,6 +60,9 @@ absl::string_view KindName(const element& e) {
 // the request path names fields per request and per dim, and most are valid.
 struct What {
   What(const char* whole) : first(whole) {}  // NOLINT: literals convert
+  // A name built for the call (the string outlives the call it is an argument of).
+  What(const std::string& whole) : first(whole) {}  // NOLINT
+
   What(absl::string_view prefix, absl::string_view suffix) : first(prefix), second(suffix) {}
   absl::string_view first, second;
 };
@@ -473,9 +478,39 @@ struct RestInferParser::Impl {
 RestInferParser::RestInferParser() : impl_(std::make_unique<Impl>()) {}
 RestInferParser::~RestInferParser() = default;
 
+namespace {
+
+// The shared-memory parameters of a tensor's `params` object: false when it has none.
+absl::StatusOr<bool> RestSharedMemoryRef(element params, const std::string& what,
+                                         SharedMemoryRef* ref) {
+  element region, offset, size;
+  const bool has_region = params["shared_memory_region"].get(region) == simdjson::SUCCESS;
+  const bool has_offset = params["shared_memory_offset"].get(offset) == simdjson::SUCCESS;
+  const bool has_size = params["shared_memory_byte_size"].get(size) == simdjson::SUCCESS;
+  if (!has_region) {
+    if (has_offset || has_size) {
+      return Invalid(what,
+                     "shared_memory_offset/shared_memory_byte_size without shared_memory_region");
+    }
+    return false;
+  }
+  LS_ASSIGN_OR_RETURN(ref->region, StringField(region, What(what, ": shared_memory_region")));
+  if (!has_size) return Invalid(what, "shared_memory_region needs shared_memory_byte_size");
+  LS_ASSIGN_OR_RETURN(int64_t n, NonNegativeInt(size, What(what, ": shared_memory_byte_size")));
+  ref->byte_size = static_cast<uint64_t>(n);
+  ref->offset = 0;
+  if (has_offset) {
+    LS_ASSIGN_OR_RETURN(int64_t o, NonNegativeInt(offset, What(what, ": shared_memory_offset")));
+    ref->offset = static_cast<uint64_t>(o);
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_view body,
                                     const char* header_length, InferenceRequest* request,
-                                    RestOutputs* outputs) {
+                                    RestOutputs* outputs, RestSharedMemory* shm) {
   if (impl_->parser.capacity() > kKeepBytes) impl_ = std::make_unique<Impl>();
   request->raw_field = "binary data";
   size_t json_length = body.size();
@@ -562,13 +597,24 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
     element data, params, size;
     const bool has_data = input["data"].get(data) == simdjson::SUCCESS;
     bool has_binary = false;
+    bool in_shm = false;
+    SharedMemoryRef ref;
     if (input["parameters"].get(params) == simdjson::SUCCESS) {
       if (params.type() != element_type::OBJECT) {
         return Invalid(what, "'parameters' must be an object");
       }
       has_binary = params["binary_data_size"].get(size) == simdjson::SUCCESS;
+      LS_ASSIGN_OR_RETURN(in_shm, RestSharedMemoryRef(params, what, &ref));
     }
-    if (has_binary) {
+    if (in_shm) {
+      if (has_data || has_binary) {
+        return Invalid(what,
+                       "has 'data' or binary_data_size although its data is in shared "
+                       "memory");
+      }
+      if (shm == nullptr) return Invalid(what, "shared memory is not available on this endpoint");
+      shm->inputs.emplace_back(request->inputs.size() - 1, std::move(ref));
+    } else if (has_binary) {
       if (has_data) return Invalid(what, "has both 'data' and parameters.binary_data_size");
       LS_ASSIGN_OR_RETURN(int64_t n, NonNegativeInt(size, What(what, ": binary_data_size")));
       if (static_cast<uint64_t>(n) > binary.size() - binary_used) {
@@ -620,6 +666,15 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
         if (params["classification"].get(p) == simdjson::SUCCESS) {
           return absl::InvalidArgumentError(
               absl::StrCat(at, ": the classification extension is not supported"));
+        }
+        SharedMemoryRef ref;
+        const std::string what = absl::StrCat("output ", QuoteUntrusted(output_name));
+        LS_ASSIGN_OR_RETURN(bool in_shm, RestSharedMemoryRef(params, what, &ref));
+        if (in_shm) {
+          if (shm == nullptr) {
+            return Invalid(what, "shared memory is not available on this endpoint");
+          }
+          shm->outputs.emplace_back(output_name, std::move(ref));
         }
       }
       request->outputs.push_back(output_name);
@@ -704,7 +759,8 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values, const RestOutputs& binary,
                                 std::string* body, size_t* json_length,
-                                const RestStreamParameters* stream) {
+                                const RestStreamParameters* stream,
+                                const SharedMemoryBindings* shm) {
   std::string& json = *body;
   json.clear();
   protocol::StringSink out{&json};
@@ -726,7 +782,19 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
     }
     const Tensor& tensor = value.tensor();
     LS_RETURN_IF_ERROR(WriteOutputHead(w, name, tensor));
-    if (binary.Binary(name)) {
+    const SharedMemoryView* view = shm == nullptr ? nullptr : shm->Output(name);
+    if (view != nullptr) {
+      LS_ASSIGN_OR_RETURN(size_t written, WriteTensorToSharedMemory(
+                                              absl::StrCat("output '", name, "'"), tensor, *view));
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("shared_memory_region");
+      w.String(view->region->name().data(),
+               static_cast<rapidjson::SizeType>(view->region->name().size()));
+      w.Key("shared_memory_byte_size");
+      w.Uint64(written);
+      w.EndObject();
+    } else if (binary.Binary(name)) {
       const size_t size = RawTensorSize(tensor);
       blobs.emplace_back(&name, &tensor);
       blob_bytes += size;
@@ -798,19 +866,295 @@ absl::StatusOr<bool> ParseIndexBody(absl::string_view body) {
   return BoolField(ready, "RepositoryIndex: 'ready'");
 }
 
-absl::StatusOr<bool> ParseLoadBody(absl::string_view body) {
+absl::StatusOr<LoadParameters> ParseLoadBody(absl::string_view body) {
   simdjson::dom::parser parser;
   bool found = false;
   element parameters;
   LS_RETURN_IF_ERROR(
       ParseSmallObject(body, "RepositoryModelLoad", "parameters", &found, &parameters, parser)
           .status());
-  if (!found) return false;
+  LoadParameters out;
+  if (!found) return out;
   if (parameters.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError("RepositoryModelLoad: 'parameters' must be an object");
   }
   simdjson::dom::object object;
-  return parameters.get_object().get(object) == simdjson::SUCCESS && object.size() > 0;
+  if (parameters.get_object().get(object) != simdjson::SUCCESS) return out;
+  for (auto [key, value] : object) {
+    const std::string name(key);
+    if (name == "config") {
+      LS_ASSIGN_OR_RETURN(out.config_json, StringField(value, "RepositoryModelLoad: 'config'"));
+    } else if (absl::StartsWith(name, "file:")) {
+      LS_ASSIGN_OR_RETURN(
+          std::string encoded,
+          StringField(value, absl::StrCat("RepositoryModelLoad: ", QuoteUntrusted(name))));
+      std::string contents;
+      if (!absl::Base64Unescape(encoded, &contents)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("RepositoryModelLoad: ", QuoteUntrusted(name), " must be base64-encoded"));
+      }
+      out.files.emplace_back(name.substr(5), std::move(contents));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("RepositoryModelLoad: parameter ",
+                                                     QuoteUntrusted(name),
+                                                     " is neither 'config' nor 'file:<path>'"));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root;
+  const simdjson::error_code parsed = parser.parse(body.data(), body.size()).get(root);
+  if (parsed != simdjson::SUCCESS || root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError(
+        "SystemSharedMemoryRegister: the body must be a JSON object {\"key\", \"offset\", "
+        "\"byte_size\"}");
+  }
+  SharedMemoryRegistration out;
+  element field;
+  if (root["key"].get(field) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("SystemSharedMemoryRegister: the body needs 'key'");
+  }
+  LS_ASSIGN_OR_RETURN(out.key, StringField(field, "SystemSharedMemoryRegister: 'key'"));
+  if (root["offset"].get(field) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(int64_t offset,
+                        NonNegativeInt(field, "SystemSharedMemoryRegister: 'offset'"));
+    out.offset = static_cast<uint64_t>(offset);
+  }
+  if (root["byte_size"].get(field) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("SystemSharedMemoryRegister: the body needs 'byte_size'");
+  }
+  LS_ASSIGN_OR_RETURN(int64_t size,
+                      NonNegativeInt(field, "SystemSharedMemoryRegister: 'byte_size'"));
+  out.byte_size = static_cast<uint64_t>(size);
+  return out;
+}
+
+namespace {
+
+// The dims of a nested JSON array (a scalar: none); the first element's at each level (the
+// KServe parser checks the element count against the shape).
+std::vector<int64_t> NestedDims(element e) {
+  std::vector<int64_t> dims;
+  while (e.type() == element_type::ARRAY) {
+    simdjson::dom::array array = AsArray(e);
+    dims.push_back(static_cast<int64_t>(array.size()));
+    if (array.size() == 0) break;
+    e = *array.begin();
+  }
+  return dims;
+}
+
+void WriteRaw(JsonWriter& w, const element& e) {
+  const std::string text = simdjson::minify(e);
+  w.RawValue(text.data(), text.size(), rapidjson::kObjectType);
+}
+
+}  // namespace
+
+bool IsFlatGenerateBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root, inputs;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.type() != element_type::OBJECT) {
+    return false;
+  }
+  return root["inputs"].get(inputs) != simdjson::SUCCESS;
+}
+
+absl::StatusOr<std::string> GenerateToInferBody(absl::string_view body,
+                                                const inference::ModelMetadataResponse& metadata) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError("generate: the request body must be a JSON object");
+  }
+  std::string json;
+  protocol::StringSink out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  simdjson::dom::object object;
+  if (root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("generate: the request body must be a JSON object");
+  }
+  w.Key("inputs");
+  w.StartArray();
+  for (auto [key, value] : object) {
+    if (key == "id" || key == "parameters") continue;
+    const inference::ModelMetadataResponse::TensorMetadata* input = nullptr;
+    for (const auto& candidate : metadata.inputs()) {
+      if (candidate.name() == key) input = &candidate;
+    }
+    if (input == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("generate: ", QuoteUntrusted(absl::string_view(key.data(), key.size())),
+                       " is not an input of model ", QuoteUntrusted(metadata.name())));
+    }
+    std::vector<int64_t> dims = NestedDims(value);
+    while (dims.size() < static_cast<size_t>(input->shape_size())) dims.insert(dims.begin(), 1);
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, input->name());
+    w.Key("datatype");
+    WriteString(w, input->datatype());
+    w.Key("shape");
+    w.StartArray();
+    for (int64_t d : dims) w.Int64(d);
+    w.EndArray();
+    w.Key("data");
+    if (value.type() == element_type::ARRAY) {
+      WriteRaw(w, value);
+    } else {
+      w.StartArray();
+      WriteRaw(w, value);
+      w.EndArray();
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  for (const char* kept : {"id", "parameters"}) {
+    element value;
+    if (root[kept].get(value) == simdjson::SUCCESS) {
+      w.Key(kept);
+      WriteRaw(w, value);
+    }
+  }
+  w.EndObject();
+  return json;
+}
+
+absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view response) {
+  simdjson::dom::parser parser;
+  element root;
+  if (parser.parse(response.data(), response.size()).get(root) != simdjson::SUCCESS ||
+      root.type() != element_type::OBJECT) {
+    return absl::InternalError("generate: the response is not a JSON object");
+  }
+  std::string json;
+  protocol::StringSink out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  simdjson::dom::object object;
+  if (root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InternalError("generate: the response is not a JSON object");
+  }
+  for (auto [key, value] : object) {
+    if (key == "outputs") continue;
+    w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+    WriteRaw(w, value);
+  }
+  element outputs;
+  if (root["outputs"].get(outputs) == simdjson::SUCCESS) {
+    for (element output : AsArray(outputs)) {
+      element name, data;
+      if (output["name"].get(name) != simdjson::SUCCESS ||
+          output["data"].get(data) != simdjson::SUCCESS) {
+        continue;  // a binary or shared-memory output: nothing to put inline
+      }
+      const std::string_view key = name.get_string().value_unsafe();
+      w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+      simdjson::dom::array array = AsArray(data);
+      if (array.size() == 1) {
+        WriteRaw(w, *array.begin());
+      } else {
+        WriteRaw(w, data);
+      }
+    }
+  }
+  w.EndObject();
+  return json;
+}
+
+absl::StatusOr<LogSettingList> ParseLogSettingsBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root;
+  simdjson::dom::object object;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("/v2/logging: the body must be a JSON object of settings");
+  }
+  LogSettingList changes;
+  for (auto [key, value] : object) {
+    std::string name(key);
+    if (value.type() == element_type::BOOL) {
+      changes.emplace_back(std::move(name), value.get_bool().value_unsafe());
+    } else if (value.type() == element_type::STRING) {
+      changes.emplace_back(std::move(name), std::string(value.get_string().value_unsafe()));
+    } else {
+      LS_ASSIGN_OR_RETURN(
+          int64_t n, NonNegativeInt(value, absl::StrCat("log setting ", QuoteUntrusted(name))));
+      if (n > std::numeric_limits<uint32_t>::max()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("log setting ", QuoteUntrusted(name), " is out of range"));
+      }
+      changes.emplace_back(std::move(name), static_cast<uint32_t>(n));
+    }
+  }
+  return changes;
+}
+
+std::string LogSettingsJson(const LogSettingList& settings) {
+  std::string json;
+  protocol::StringSink out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  for (const auto& [name, value] : settings) {
+    WriteString(w, name);
+    if (const bool* b = std::get_if<bool>(&value)) w.Bool(*b);
+    if (const uint32_t* u = std::get_if<uint32_t>(&value)) w.Uint(*u);
+    if (const std::string* s = std::get_if<std::string>(&value)) WriteString(w, *s);
+  }
+  w.EndObject();
+  return json;
+}
+
+absl::StatusOr<TraceSettingList> ParseTraceSettingsBody(absl::string_view body) {
+  simdjson::dom::parser parser;
+  element root;
+  simdjson::dom::object object;
+  if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+      root.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        "/v2/trace/setting: the body must be a JSON object of settings");
+  }
+  TraceSettingList changes;
+  for (auto [key, value] : object) {
+    std::vector<std::string> values;
+    const std::string what = absl::StrCat("trace setting ", QuoteUntrusted(std::string(key)));
+    if (value.type() == element_type::ARRAY) {
+      for (element v : AsArray(value)) {
+        LS_ASSIGN_OR_RETURN(std::string s, StringField(v, what));
+        values.push_back(std::move(s));
+      }
+    } else if (value.type() != element_type::NULL_VALUE) {
+      LS_ASSIGN_OR_RETURN(std::string s, StringField(value, what));
+      values.push_back(std::move(s));
+    }
+    changes.emplace_back(std::string(key), std::move(values));
+  }
+  return changes;
+}
+
+std::string TraceSettingsJson(const TraceSettingList& settings) {
+  std::string json;
+  protocol::StringSink out{&json};
+  JsonWriter w(out);
+  w.StartObject();
+  for (const auto& [name, values] : settings) {
+    WriteString(w, name);
+    if (values.size() == 1 && name != "trace_level") {
+      WriteString(w, values[0]);
+    } else {
+      w.StartArray();
+      for (const std::string& v : values) WriteString(w, v);
+      w.EndArray();
+    }
+  }
+  w.EndObject();
+  return json;
 }
 
 std::string ErrorJson(absl::string_view message) {

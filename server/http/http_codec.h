@@ -11,7 +11,12 @@
 #include "engine/engine.h"
 #include "engine/tensor/value.h"
 #include "google/protobuf/message.h"
+#include "proto/grpc_service.pb.h"
+#include "server/observability/logging.h"
+#include "server/observability/trace_settings.h"
+#include "server/repository/load_override.h"
 #include "server/runner/infer_request.h"
+#include "server/shm/shared_memory.h"
 
 namespace loopserve::server {
 
@@ -34,6 +39,14 @@ struct RestOutputs {
   bool Binary(absl::string_view name) const;
 };
 
+// The tensors of a REST request that name shared memory (parameters shared_memory_region,
+// shared_memory_offset, shared_memory_byte_size): inputs by index into InferenceRequest::inputs
+// (whose raw bytes the adapter points at the region), outputs by name.
+struct RestSharedMemory {
+  std::vector<std::pair<size_t, SharedMemoryRef>> inputs;
+  std::vector<std::pair<std::string, SharedMemoryRef>> outputs;
+};
+
 // Parses inference request bodies. Reuses its buffers from body to body (up to kKeepBytes
 // worth; a larger body's are released after the next Parse). The InferenceRequest a Parse fills
 // has decoders that read the parsed document: bind it (InferenceRunner::Submit) before the next
@@ -51,8 +64,10 @@ class RestInferParser {
   // binary inputs view the bytes after the JSON, so `body` must outlive the request. `body` must
   // have 64 readable bytes past its end. InvalidArgument, naming the field or tensor, for
   // malformed JSON, missing or mistyped fields, and binary sizes that do not add up.
+  // Tensors in shared memory go to `shm` (an error when it is null).
   absl::Status Parse(absl::string_view endpoint, absl::string_view body, const char* header_length,
-                     InferenceRequest* request, RestOutputs* outputs);
+                     InferenceRequest* request, RestOutputs* outputs,
+                     RestSharedMemory* shm = nullptr);
 
  private:
   struct Impl;
@@ -75,7 +90,8 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
                                 const std::vector<int>& outputs,
                                 const std::vector<engine::Value>& values, const RestOutputs& binary,
                                 std::string* body, size_t* json_length,
-                                const RestStreamParameters* stream = nullptr);
+                                const RestStreamParameters* stream = nullptr,
+                                const SharedMemoryBindings* shm = nullptr);
 
 // One iteration's response of a `stream_iterations` request, as JSON (all data as JSON, none
 // binary): `slices` (Model::outputs() indices, response order) as outputs, and the parameters
@@ -93,10 +109,49 @@ absl::Status EncodeRestSlices(const engine::Model& model, absl::string_view mode
 std::string ProtoToJson(const google::protobuf::Message& message);
 
 // The optional bodies of Triton's repository requests: POST /v2/repository/index
-// ({"ready": bool}) -> `ready`; POST .../load ({"parameters": {...}}) -> whether it has
-// parameters. An empty body is the default. InvalidArgument for anything else.
+// ({"ready": bool}) -> `ready`; POST .../load ({"parameters": {"config": "<ModelConfig JSON>",
+// "file:<path>": "<base64 contents>"}}) -> the load parameters. An empty body is the default.
+// InvalidArgument for anything else.
 absl::StatusOr<bool> ParseIndexBody(absl::string_view body);
-absl::StatusOr<bool> ParseLoadBody(absl::string_view body);
+absl::StatusOr<LoadParameters> ParseLoadBody(absl::string_view body);
+
+// The body of POST /v2/systemsharedmemory/region/{name}/register.
+struct SharedMemoryRegistration {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+// {"key": string, "offset": int (default 0), "byte_size": int}; InvalidArgument otherwise.
+absl::StatusOr<SharedMemoryRegistration> ParseSharedMemoryRegisterBody(absl::string_view body);
+
+// Triton's generate extension (POST .../generate, .../generate_stream) takes a flat body: each
+// key but "id" and "parameters" is an input, by name, whose JSON value (a scalar or a nested
+// array) is its data. Whether `body` is such a flat body (a JSON object without "inputs"; a body
+// that is not JSON counts as not flat, and the KServe parser reports it).
+bool IsFlatGenerateBody(absl::string_view body);
+// The flat generate `body` as a KServe v2 /infer body, typed by the model's `metadata`: each
+// input's datatype is the declared one, its shape the value's nested-array dims with leading 1s
+// added up to the declared rank (a scalar for a [1] or [-1, 1] input becomes [1] or [1, 1]).
+// "id" and "parameters" are kept. InvalidArgument for a key that is no input of the model.
+absl::StatusOr<std::string> GenerateToInferBody(absl::string_view body,
+                                                const inference::ModelMetadataResponse& metadata);
+// A KServe v2 JSON response (EncodeRestResponse / EncodeRestSlices, all outputs as JSON data) as
+// Triton's generate response: model_name, model_version, id and parameters kept, and each output
+// as a key of its own: a scalar when it has one element, otherwise its (flat) data array.
+absl::StatusOr<std::string> InferToGenerateResponse(absl::string_view json);
+
+// Triton's logging extension over REST: POST /v2/logging's body ({"log_info": true,
+// "log_verbose_level": 1, "log_file": "x.log", ...}: booleans, non-negative integers, strings)
+// and the settings as the JSON object GET /v2/logging answers.
+absl::StatusOr<LogSettingList> ParseLogSettingsBody(absl::string_view body);
+std::string LogSettingsJson(const LogSettingList& settings);
+
+// Triton's trace extension over REST (POST /v2/trace/setting: {"trace_level": ["OFF"],
+// "trace_rate": "1000", ...}: each value a string, a list of strings, or null for the default)
+// and the settings as GET /v2/trace/setting answers them (lists of one value as a string, as
+// Triton prints them).
+absl::StatusOr<TraceSettingList> ParseTraceSettingsBody(absl::string_view body);
+std::string TraceSettingsJson(const TraceSettingList& settings);
 
 // {"error": "<message>"} with the message JSON-escaped.
 std::string ErrorJson(absl::string_view message);

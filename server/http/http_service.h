@@ -17,7 +17,8 @@ namespace loopserve::server {
 struct RestRoute {
   std::string model;
   std::string version;
-  // "", "live", "ready", "infer", "generate_stream", "config", "stats", "load", "unload", "index"
+  // "", "live", "ready", "infer", "generate", "generate_stream", "config", "stats", "load",
+  // "unload", "index", "shm_..." / "cudashm_..." (shared memory; `model` is the region)
   std::string action;
   std::string method;  // the method the route takes, "" when the path names nothing
 };
@@ -38,10 +39,17 @@ RestRoute ParseRestRoute(absl::string_view path);
 //   GET  /v2/models/{m}[/versions/{v}]/config              Triton: the complete model config
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats             Triton: statistics
 //   POST /v2/models/{m}[/versions/{v}]/infer               inference (JSON or JSON + binary)
+//   POST /v2/models/{m}[/versions/{v}]/generate            Triton: one response (no events)
 //   POST /v2/models/{m}[/versions/{v}]/generate_stream     Triton: server-sent events, one per
 //                                                          Loop iteration, then the final one
+//   generate and generate_stream also take Triton's flat body ({"<input>": value, ...,
+//   "parameters": {...}}) and then answer flat ({"model_name", ..., "<output>": value}).
 //   POST /v2/repository/index                              Triton: [{name, version, state, ...}]
 //   POST /v2/repository/models/{m}/load, .../unload        Triton: explicit model control
+//   GET  /v2/systemsharedmemory[/region/{r}]/status         Triton: system shared memory
+//   POST /v2/systemsharedmemory/region/{r}/register         {"key", "offset", "byte_size"}
+//   POST /v2/systemsharedmemory[/region/{r}]/unregister
+//   .../v2/cudasharedmemory/...                            501: CPU-only (empty status)
 //
 // `stream_iterations` (default true on generate_stream; asked for on /infer) answers
 // text/event-stream: one `data: {json}` event per iteration of the model's top-level Loop (the
@@ -53,7 +61,9 @@ RestRoute ParseRestRoute(absl::string_view path);
 // Errors are {"error": "<the same message gRPC would give>"} with the status HttpStatusFor maps
 // the canonical code to (400 bad request, 404 unknown model, 429 queue full or a request limit,
 // 503 not ready or shutting down, 504 deadline, 413 body over --max_message_bytes); an unknown
-// path 404, a known path with the wrong method 405 (with Allow), a compressed body 415.
+// path 404, a known path with the wrong method 405 (with Allow), a Content-Encoding other than
+// gzip, deflate or identity 415. gzip and deflate bodies are inflated (zlib) up to the body limit
+// first: past it 413, corrupt data 400.
 //
 // Thread-safe. Borrows the runner and the API, which must outlive it. Shutdown (also from the
 // destructor) closes the port after the answers in flight went out.
@@ -68,11 +78,15 @@ class HttpService {
   void Shutdown(absl::Duration drain);
 
  private:
-  HttpService(InferenceRunner* runner, ServerApi* api) : runner_(runner), api_(api) {}
+  HttpService(InferenceRunner* runner, ServerApi* api, uint64_t max_body_bytes)
+      : runner_(runner), api_(api), max_body_bytes_(max_body_bytes) {}
   void Handle(HttpExchange* exchange);
+  // /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (route.model: the region's name).
+  void HandleSharedMemory(HttpExchange* exchange, const RestRoute& route, absl::string_view body);
 
   InferenceRunner* const runner_;
   ServerApi* const api_;
+  const uint64_t max_body_bytes_;  // also the most a compressed body may inflate to
   std::unique_ptr<HttpServer> server_;
 };
 

@@ -23,6 +23,14 @@
 namespace loopserve::server {
 namespace fs = std::filesystem;
 
+namespace {
+// Triton's answer for a model the registry does not know (clients match on the words).
+absl::Status UnknownModelError(absl::string_view name) {
+  return absl::NotFoundError(
+      absl::StrCat("Request for unknown model: ", QuoteUntrusted(name), " is not found"));
+}
+}  // namespace
+
 std::optional<int64_t> ParseVersion(absl::string_view name) {
   if (name.empty() || name.size() > 19 || name.front() == '0') return std::nullopt;
   int64_t value = 0;
@@ -177,7 +185,11 @@ absl::StatusOr<std::vector<ModelRegistry::ModelSource>> ModelRegistry::ListModel
     ovms_config_text_ = std::move(text);
   }
   for (const OvmsModelEntry& entry : (*ovms_config)->models) {
-    sources.push_back(ModelSource{entry.name, entry.base_path, &entry});
+    ModelSource source;
+    source.name = entry.name;
+    source.dir = entry.base_path;
+    source.ovms = &entry;
+    sources.push_back(std::move(source));
   }
   std::sort(sources.begin(), sources.end(),
             [](const ModelSource& a, const ModelSource& b) { return a.name < b.name; });
@@ -270,7 +282,7 @@ void ModelRegistry::StartLoad(const ModelSource& source,
   load();  // no loader pool (or it is stopping): on this thread
 }
 
-absl::Status ModelRegistry::Load(absl::string_view name) {
+absl::Status ModelRegistry::Load(absl::string_view name, const LoadOverride* load_override) {
   if (!IsValidModelName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid model name ", QuoteUntrusted(name),
@@ -282,6 +294,19 @@ absl::Status ModelRegistry::Load(absl::string_view name) {
   LS_ASSIGN_OR_RETURN(std::vector<ModelSource> sources, ListModels(&ovms_config));
   auto source = std::find_if(sources.begin(), sources.end(),
                              [&](const ModelSource& s) { return s.name == model; });
+  if (load_override != nullptr && !load_override->dir.empty()) {
+    if (source == sources.end()) {
+      ModelSource request_source;
+      request_source.name = model;
+      source = sources.insert(sources.end(), std::move(request_source));
+    }
+    source->dir = load_override->dir;
+    source->ovms = nullptr;
+    source->private_dir = true;
+  }
+  if (load_override != nullptr && source != sources.end()) {
+    source->config_text = load_override->config_text;
+  }
   if (source == sources.end()) {
     return absl::NotFoundError(
         options_.config_path.empty()
@@ -314,7 +339,7 @@ absl::Status ModelRegistry::Unload(absl::string_view name) {
                                           [&](const ModelSource& s) { return s.name == model; });
     }
     if (!known) {
-      return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+      return UnknownModelError(name);
     }
   }
   {
@@ -408,14 +433,16 @@ absl::StatusOr<ParsedModelConfig> ModelRegistry::ReadSourceConfig(const ModelSou
   // A repository's model folder may not lead out of it; a config.json entry's base_path is the
   // operator's choice. Every file is then opened inside the model folder
   // (server/repository/repo_file.h).
+  // A load request's files are in a private folder of the server's own (LoadOverride).
   const absl::Status folder =
-      source.ovms != nullptr
+      source.ovms != nullptr || source.private_dir
           ? absl::OkStatus()
           : CheckRepositoryFolder(options_.root, source.dir,
                                   absl::StrCat("model '", source.name, "': its folder"));
-  absl::StatusOr<ParsedModelConfig> parsed = folder.ok()
-                                                 ? ReadModelConfig(source.dir, source.name)
-                                                 : absl::StatusOr<ParsedModelConfig>(folder);
+  absl::StatusOr<ParsedModelConfig> parsed =
+      !folder.ok()                     ? absl::StatusOr<ParsedModelConfig>(folder)
+      : source.config_text.has_value() ? ParseModelConfig(*source.config_text, source.name)
+                                       : ReadModelConfig(source.dir, source.name);
   if (parsed.ok() && source.ovms != nullptr) ApplyOvmsEntry(*source.ovms, *parsed);
   std::error_code ec;
   if (parsed.ok() && !fs::is_directory(source.dir, ec)) {
@@ -689,7 +716,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
     absl::string_view name, absl::string_view version) const {
   std::shared_ptr<const ModelEntry> entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+    return UnknownModelError(name);
   }
   if (version.empty()) {
     for (auto it = entry->versions.rbegin(); it != entry->versions.rend(); ++it) {
@@ -702,10 +729,16 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
         absl::StrCat("model '", name, "' has no ready version: ", absl::StrJoin(reasons, "; "))));
   }
   const std::optional<int64_t> number = ParseVersion(version);
-  auto it = number ? entry->versions.find(*number) : entry->versions.end();
+  if (!number) {
+    // Triton's code and words: clients match on them.
+    return absl::InvalidArgumentError(
+        absl::StrCat("failed to get model version from specified version string ",
+                     QuoteUntrusted(version), ", version should be an integral value > 0"));
+  }
+  auto it = entry->versions.find(*number);
   if (it == entry->versions.end()) {
     return absl::NotFoundError(
-        absl::StrCat("model '", name, "' has no version ", QuoteUntrusted(version)));
+        absl::StrCat("Request for unknown model: '", name, "' version ", *number, " is not found"));
   }
   if (it->second.loaded == nullptr) {
     return absl::UnavailableError(absl::StrCat("not ready: ", it->second.reason));
@@ -716,7 +749,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Get(
 absl::StatusOr<std::vector<int64_t>> ModelRegistry::ReadyVersions(absl::string_view name) const {
   std::shared_ptr<const ModelEntry> entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model ", QuoteUntrusted(name), " not found"));
+    return UnknownModelError(name);
   }
   std::vector<int64_t> versions;
   for (const auto& [v, slot] : entry->versions) {
@@ -766,6 +799,22 @@ std::vector<ModelRegistry::ModelState> ModelRegistry::Index() const {
           VersionState{v, slot.loaded != nullptr, BoundMessage(std::move(reason))});
     }
     index.push_back(std::move(state));
+  }
+  // As Triton's index: every model of the repository, the ones never loaded too (explicit model
+  // control), so a client can discover what to load.
+  if (options_.config_path.empty()) {
+    absl::StatusOr<std::vector<std::string>> names = ScanModelNames(options_.root);
+    if (names.ok()) {
+      const size_t known = index.size();
+      for (std::string& name : *names) {
+        auto it = std::find_if(index.begin(), index.begin() + known,
+                               [&](const ModelState& m) { return m.name == name; });
+        if (it == index.begin() + known)
+          index.push_back(ModelState{std::move(name), "not loaded", {}});
+      }
+      std::sort(index.begin(), index.end(),
+                [](const ModelState& a, const ModelState& b) { return a.name < b.name; });
+    }
   }
   return index;
 }

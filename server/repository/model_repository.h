@@ -177,7 +177,19 @@ class ModelRegistry {
   // an invalid name, NotFound when the repository (or config.json) has no such model; otherwise
   // the first load error (the previous versions keep serving), or OK when every selected version
   // is ready.
-  absl::Status Load(absl::string_view name);
+  absl::Status Load(absl::string_view name) { return Load(name, nullptr); }
+
+  // A load request's own config and files (Triton's load parameters): `config_text` (a
+  // config.pbtxt's text) replaces the model folder's config.pbtxt; a non-empty `dir` (a private
+  // folder the caller wrote the request's files to, outside the repository) replaces the model
+  // folder. The override holds until the next load of the model.
+  struct LoadOverride {
+    std::optional<std::string> config_text;
+    std::string dir;
+  };
+  // Load with `load_override` (may be null); with a `dir`, the model need not be in the
+  // repository.
+  absl::Status Load(absl::string_view name, const LoadOverride* load_override);
 
   // Unloads every version of `name`; it stays in Index as unloaded. Requests in flight finish on
   // the version they pinned. NotFound when the model is neither loaded nor in the repository.
@@ -194,7 +206,8 @@ class ModelRegistry {
   // Every ready version of every model, sorted by name then version.
   std::vector<std::shared_ptr<const LoadedModel>> ReadyModels() const;
 
-  // Every known model and version with its state, sorted by name.
+  // Every known model and version with its state, sorted by name; with a repository root, also
+  // the models of the root never loaded (reason "not loaded", no versions), as Triton lists them.
   std::vector<ModelState> Index() const;
 
  private:
@@ -218,7 +231,9 @@ class ModelRegistry {
   struct ModelSource {
     std::string name;
     std::string dir;  // holds the numbered version folders (and config.pbtxt, if any)
-    const OvmsModelEntry* ovms = nullptr;  // the config.json entry; null for a repository folder
+    const OvmsModelEntry* ovms = nullptr;    // the config.json entry; null for a repository folder
+    std::optional<std::string> config_text;  // a load request's config (LoadOverride)
+    bool private_dir = false;                // `dir` is a load request's files (LoadOverride)
   };
   // The models to serve now, sorted by name (`ovms` points into `*ovms_config`). Reading
   // config.json logs its ignored settings once per change.

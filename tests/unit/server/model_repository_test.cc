@@ -113,7 +113,7 @@ TEST(ModelRegistryTest, LoadsGoodModelsAndReportsBadOnes) {
   EXPECT_EQ((*good)->max_loop_iterations, 100);
   EXPECT_EQ(registry.Get("good", "1").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(registry.Get("good", "2").ok());
-  EXPECT_EQ(registry.Get("good", "abc").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Get("good", "abc").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.Get("nope", "").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(registry.Get("../good", "").status().code(), absl::StatusCode::kNotFound);
 

@@ -24,7 +24,7 @@
 #include "server/observability/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/inference_runner.h"
-#include "server/runner/worker_pool.h"
+#include "server/scheduling/worker_pool.h"
 #include "tests/unit/engine/operator_new_counter.h"
 #include "tests/unit/server/test_util.h"
 

@@ -124,10 +124,15 @@ TEST_F(OperationsTest, ExplicitModeLoadsOnlyWhatIsAskedAndUnloads) {
   EXPECT_FALSE(ModelReady("echo"));
   EXPECT_EQ(Infer(EchoRequest()).error_code(), grpc::StatusCode::UNAVAILABLE);
   inference::RepositoryIndexResponse index = Index();
-  ASSERT_EQ(index.models_size(), 1);
+  // Every model of the repository, as Triton lists them: the unloaded one and the one never
+  // loaded.
+  ASSERT_EQ(index.models_size(), 2);
   EXPECT_EQ(index.models(0).name(), "echo");
   EXPECT_EQ(index.models(0).state(), "UNAVAILABLE");
   EXPECT_EQ(index.models(0).reason(), "unloaded");
+  EXPECT_EQ(index.models(1).name(), "other");
+  EXPECT_EQ(index.models(1).state(), "UNAVAILABLE");
+  EXPECT_EQ(index.models(1).reason(), "not loaded");
 
   ASSERT_TRUE(Load("echo").ok());
   ASSERT_TRUE(Load("other").ok());
@@ -137,12 +142,18 @@ TEST_F(OperationsTest, ExplicitModeLoadsOnlyWhatIsAskedAndUnloads) {
   EXPECT_EQ(Load("nope").error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(Load("../echo").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Unload("nope").error_code(), grpc::StatusCode::NOT_FOUND);
+  // Triton's config override (an empty ModelConfig: auto-completed) loads; a parameter that is
+  // neither config nor file:<path> is refused.
   grpc::ClientContext context;
   inference::RepositoryModelLoadRequest with_override;
   with_override.set_model_name("echo");
   (*with_override.mutable_parameters())["config"].set_string_param("{}");
   inference::RepositoryModelLoadResponse response;
-  EXPECT_EQ(stub_->RepositoryModelLoad(&context, with_override, &response).error_code(),
+  EXPECT_TRUE(stub_->RepositoryModelLoad(&context, with_override, &response).ok());
+  EXPECT_TRUE(ModelReady("echo"));
+  grpc::ClientContext bad_context;
+  (*with_override.mutable_parameters())["colour"].set_string_param("blue");
+  EXPECT_EQ(stub_->RepositoryModelLoad(&bad_context, with_override, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 

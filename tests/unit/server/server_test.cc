@@ -154,8 +154,15 @@ TEST_F(ServerTest, ModelReadyAndMetadata) {
   EXPECT_TRUE(is_ready);
   ASSERT_TRUE(ready("broken", "", &is_ready).ok());
   EXPECT_FALSE(is_ready);
-  EXPECT_EQ(ready("nope", "", &is_ready).error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(ready("echo", "9", &is_ready).error_code(), grpc::StatusCode::NOT_FOUND);
+  // Triton's answers: an unknown model or version is not ready (no error); a version string
+  // that is no number is INVALID_ARGUMENT.
+  is_ready = true;
+  ASSERT_TRUE(ready("nope", "", &is_ready).ok());
+  EXPECT_FALSE(is_ready);
+  is_ready = true;
+  ASSERT_TRUE(ready("echo", "9", &is_ready).ok());
+  EXPECT_FALSE(is_ready);
+  EXPECT_EQ(ready("echo", "abc", &is_ready).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   grpc::ClientContext context;
   inference::ModelMetadataRequest request;

@@ -218,7 +218,8 @@ TEST_F(TensorCodecTest, RejectsTypedContentsInTheWrongField) {
 TEST_F(TensorCodecTest, RejectsMixingRawAndTyped) {
   Request request = RawRequest();
   request.mutable_inputs(1)->mutable_contents()->add_int64_contents(1);
-  ExpectInvalid(request, "input 'y': has typed contents although raw_input_contents is used");
+  ExpectInvalid(request,
+                "contents field must not be specified when using raw_input_contents for 'y'");
 }
 
 TEST_F(TensorCodecTest, RejectsRawEntryCountMismatch) {
