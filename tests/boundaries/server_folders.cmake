@@ -15,15 +15,16 @@ set(allowed_repository "observability/.*|scheduling/.*")
 set(allowed_runner "observability/.*|repository/.*|scheduling/.*")
 # The protocol adapters: the request path and the protocol-neutral API (server_api.h), never
 # each other.
-set(allowed_grpc "observability/.*|repository/.*|scheduling/.*|runner/.*|server_api\\.h")
-set(allowed_http "observability/.*|repository/.*|scheduling/.*|runner/.*|server_api\\.h")
+set(allowed_shm "runner/infer_request\\.h")
+set(allowed_grpc "observability/.*|repository/.*|scheduling/.*|runner/.*|shm/.*|server_api\\.h")
+set(allowed_http "observability/.*|repository/.*|scheduling/.*|runner/.*|shm/.*|server_api\\.h")
 # Files that must not include another of their folder ("a b": a includes nothing of b's): the
 # OVMS config.json parser is below the registry that reads it.
 set(forbidden "repository/ovms_config repository/model_repository")
 
 set(violations "")
 set(count 0)
-foreach(folder observability scheduling repository runner grpc http)
+foreach(folder observability scheduling repository runner shm grpc http)
   file(GLOB sources ${SOURCE_DIR}/server/${folder}/*.h ${SOURCE_DIR}/server/${folder}/*.cc)
   if(NOT sources)
     string(APPEND violations "  server/${folder}/: no sources (a folder of the table is gone)\n")
