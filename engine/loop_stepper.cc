@@ -558,6 +558,10 @@ class LoopStepper::Impl {
       }
       outputs_.push_back(std::move(o));
     }
+    // The Loop's index for IterationObserver (nested Loops register before the one holding them).
+    for (int loop_index : model_->scan_output_loops()) {
+      if (loop_index >= 0) loop_index_ = loop_index;
+    }
     staged_.resize(num_staged_);
     frame_ = std::make_unique<ExecutionFrame>(*body_, context_);
     captured_rows_.resize(roles_.size());
@@ -875,7 +879,8 @@ class LoopStepper::Impl {
                          static_cast<const char*>(buffer.raw_data()) + row.iterations * bytes));
         slices.push_back(ScanSlice{static_cast<int>(k), &views.back()});
       }
-      absl::Status s = row.options.iteration_observer->OnIteration(0, row.iterations, slices);
+      absl::Status s =
+          row.options.iteration_observer->OnIteration(loop_index_, row.iterations, slices);
       if (!s.ok()) row.error = s;
     }
     // Back edges: stage the copied values first (sources may alias), then hand over.
@@ -962,6 +967,7 @@ class LoopStepper::Impl {
   int iteration_param_ = -1;
   int cond_param_ = -1;
   int condition_slot_ = -1;
+  int loop_index_ = 0;  // into Model::loop_names()
   std::vector<Carried> carried_;
   std::vector<Bound> bound_;
   std::vector<int> batched_inputs_;

@@ -339,7 +339,8 @@ bool IsNumericParameter(absl::string_view key) {
 
 bool IsLoopserveParameter(absl::string_view key) {
   return IsNumericParameter(key) || key == kUnbatchedInputsParameter ||
-         key == kOutputBatchAxesParameter || key == kLoopThreadsParameter;
+         key == kOutputBatchAxesParameter || key == kLoopThreadsParameter ||
+         key == kIterationBatchingParameter;
 }
 
 absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
@@ -355,6 +356,23 @@ absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
 
 // The comma-separated items of a parameter's string value, stripped; empty items kept (the
 // caller rejects them).
+// parameters 'iteration_batching': "true" or "false"; "true" needs the dynamic-batching layout.
+absl::Status CheckIterationBatching(const ModelConfig& config,
+                                    const inference::ModelParameter& value) {
+  const std::string& v = value.string_value();
+  if (v != "true" && v != "false") {
+    return absl::InvalidArgumentError(absl::StrCat("parameters '", kIterationBatchingParameter,
+                                                   "': string_value must be true or false, not '",
+                                                   absl::CEscape(v), "'"));
+  }
+  if (v == "true" && (config.max_batch_size() <= 0 || !config.has_dynamic_batching())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters '", kIterationBatchingParameter,
+        "' needs max_batch_size > 0 (rows per running batch) and dynamic_batching { }"));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> ParameterItems(const ModelConfig& config, absl::string_view key) {
   std::vector<std::string> items;
   auto it = config.parameters().find(std::string(key));
@@ -556,13 +574,15 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
       LS_RETURN_IF_ERROR(ParseParameter(value, key).status());
     } else if (key == kLoopThreadsParameter) {
       LS_RETURN_IF_ERROR(ParseLoopThreadsParameter(value).status());
+    } else if (key == kIterationBatchingParameter) {
+      LS_RETURN_IF_ERROR(CheckIterationBatching(config, value));
     } else if (!IsLoopserveParameter(key)) {
-      parsed.ignored.push_back(
-          absl::StrCat("parameters '", absl::CEscape(key),
-                       "' ignored: not a loopserve setting (loopserve reads ",
-                       kMaxLoopIterationsParameter, ", ", kMaxOutputBytesParameter, ", ",
-                       kMaxRequestMemoryBytesParameter, ", ", kLoopThreadsParameter, ", ",
-                       kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter, ")"));
+      parsed.ignored.push_back(absl::StrCat(
+          "parameters '", absl::CEscape(key),
+          "' ignored: not a loopserve setting (loopserve reads ", kMaxLoopIterationsParameter, ", ",
+          kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ", ",
+          kLoopThreadsParameter, ", ", kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter,
+          ", ", kIterationBatchingParameter, ")"));
     }
   }
   LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());
@@ -981,6 +1001,8 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
         ParameterOr(config, kMaxRequestMemoryBytesParameter, options.max_request_memory_bytes)));
     parameters[kLoopThreadsParameter].set_string_value(
         engine::LoopThreadsName(LoopThreadsOr(config, options.loop_threads)));
+    parameters[kIterationBatchingParameter].set_string_value(IterationBatchingOn(config) ? "true"
+                                                                                         : "false");
     return absl::OkStatus();
   }();
   if (!status.ok()) return Annotate(status, "config.pbtxt: ");
@@ -1247,6 +1269,11 @@ inference::DataType DataTypeToConfig(engine::DataType type) {
     if (engine_type == type) return config;
   }
   return inference::TYPE_INVALID;
+}
+
+bool IterationBatchingOn(const inference::ModelConfig& config) {
+  auto it = config.parameters().find(kIterationBatchingParameter);
+  return it != config.parameters().end() && it->second.string_value() == "true";
 }
 
 }  // namespace loopserve::server

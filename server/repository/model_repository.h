@@ -22,6 +22,7 @@
 #include "server/repository/ovms_config.h"
 #include "server/runner/worker_pool.h"
 #include "server/scheduling/batching.h"
+#include "server/scheduling/iteration_batcher.h"
 
 namespace loopserve::server {
 
@@ -76,6 +77,9 @@ struct LoadedModel {
   // The dynamic batcher's queue when the config has `dynamic_batching`; null otherwise. Mutable
   // through the const LoadedModel (it is the runner's per-version state, see BatchQueue).
   std::shared_ptr<BatchQueue> batcher;
+  // Iteration-level batching (parameters 'iteration_batching' "true"): the version's running
+  // batches; null otherwise (and then `batcher` serves the dynamic_batching settings).
+  std::shared_ptr<IterationBatcher> iteration_batcher;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.

@@ -18,6 +18,7 @@
 #include "server/repository/model_repository.h"
 #include "server/runner/infer_request.h"
 #include "server/runner/worker_pool.h"
+#include "server/scheduling/iteration_batcher.h"
 
 namespace loopserve::server {
 
@@ -194,9 +195,15 @@ class InferenceCall : private engine::IterationObserver {
 // makes the served versions' batch collectors send at once (their cancelled calls are answered
 // then, not when a long max_queue_delay ends).
 //
+// Iteration batching (parameter `iteration_batching`; LoadedModel::iteration_batcher): an
+// admitted call goes to its version's IterationBatcher as one row (deadline, cancel flag, the
+// version's caps per row, the call as its streaming observer), through the RowHost interface
+// the runner implements: StartDriver schedules the batcher's drivers on the pool, RowStarted ends
+// the call's queue time, FinishRow answers it as Execute would.
+//
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive it; every call
 // submitted must have been finished before it is destroyed (the servers' shutdown waits for it).
-class InferenceRunner {
+class InferenceRunner : private RowHost {
  public:
   struct Options {
     // Runs of versions whose recent runs took less on average may run on the caller's thread;
@@ -231,6 +238,12 @@ class InferenceRunner {
  private:
   // Admission: OK when the call was run here (and answered) or queued; otherwise the error.
   absl::Status Admit(InferenceCall& call);
+  // Scheduling of an iteration-batching version: the call becomes a row of its IterationBatcher.
+  absl::Status EnqueueRow(InferenceCall& call);
+  // RowHost (see the class comment).
+  absl::Status StartDriver(std::function<void()> drive) override;
+  void RowStarted(InferenceCall& call) override;
+  void FinishRow(InferenceCall& call, absl::StatusOr<std::vector<engine::Value>> outputs) override;
   // `stream_iterations`: checks the call can stream and the requested outputs include scan
   // outputs of one top-level Loop; fills the call's stream_* fields.
   absl::Status PlanIterationStream(InferenceCall& call);
