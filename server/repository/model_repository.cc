@@ -439,6 +439,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
                   : ModelVersionMetrics::StatisticsOnly(model->loop_names());
   }
   loaded->metrics = std::move(metrics);
+  if (loaded->iteration_batcher != nullptr) loaded->iteration_batcher->SetMetrics(loaded->metrics);
   loaded->model = std::move(model);
   return std::shared_ptr<const LoadedModel>(std::move(loaded));
 }

@@ -99,6 +99,11 @@ void IterationBatcher::Flush(RowHost& host, const absl::Status& status) {
   for (RowRequest& row : flushed) host.FinishRow(*row.call, status);
 }
 
+void IterationBatcher::SetMetrics(std::shared_ptr<ModelVersionMetrics> metrics) {
+  absl::MutexLock lock(&mutex_);
+  metrics_ = std::move(metrics);
+}
+
 IterationBatchingStats IterationBatcher::stats() const {
   absl::MutexLock lock(&mutex_);
   return stats_;
@@ -156,8 +161,10 @@ void IterationBatcher::Drive(std::unique_ptr<engine::LoopStepper> stepper, RowHo
       const int64_t running = stepper->rows();
       finished.clear();
       if (running > 0) stepper->Step(&finished);
+      ModelVersionMetrics* metrics = nullptr;
       {
         absl::MutexLock lock(&mutex_);
+        metrics = metrics_.get();  // lives as long as the batcher's version (set once)
         stats_.rows_admitted += admitted;
         stats_.rows_retired += static_cast<int64_t>(finished.size());
         if (running > 0) {
@@ -166,7 +173,11 @@ void IterationBatcher::Drive(std::unique_ptr<engine::LoopStepper> stepper, RowHo
           stats_.peak_rows = std::max(stats_.peak_rows, running);
         }
       }
+      if (metrics != nullptr) {
+        metrics->RecordIterationStep(running, admitted, static_cast<int64_t>(finished.size()));
+      }
       for (engine::FinishedRow& row : finished) {
+        if (metrics != nullptr) metrics->RecordRowIterations(row.iterations);
         for (size_t k = 0; k < rows.size(); ++k) {
           if (rows[k].first != row.id) continue;
           InferenceCall* call = rows[k].second;

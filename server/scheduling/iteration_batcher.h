@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
+#include "server/observability/metrics.h"
 
 namespace loopserve::server {
 
@@ -85,6 +86,9 @@ class IterationBatcher : public std::enable_shared_from_this<IterationBatcher> {
   void Flush(RowHost& host, const absl::Status& status);
 
   IterationBatchingStats stats() const;
+  // Where the loopserve_iteration_* metrics go (the version's; set once before the version
+  // serves, since the batcher is made before its metrics are).
+  void SetMetrics(std::shared_ptr<ModelVersionMetrics> metrics);
   const Options& options() const { return options_; }
 
  private:
@@ -102,6 +106,7 @@ class IterationBatcher : public std::enable_shared_from_this<IterationBatcher> {
   int drivers_ ABSL_GUARDED_BY(mutex_) = 0;
   std::vector<std::unique_ptr<engine::LoopStepper>> idle_ ABSL_GUARDED_BY(mutex_);
   IterationBatchingStats stats_ ABSL_GUARDED_BY(mutex_);
+  std::shared_ptr<ModelVersionMetrics> metrics_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace loopserve::server

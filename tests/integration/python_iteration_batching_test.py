@@ -19,6 +19,8 @@ Checked:
    cancelled one CANCELLED, while a row beside them is answered right.
 3. streaming: stream_iterations on dec_iter sends each row's token slices, equal to the final.
 4. the refused model is not ready and the log gives the reason; loopctl config shows the mode.
+The loopserve_iteration_* metrics count the rows admitted, the rows per iteration (more than one
+on average while the long row runs) and the iterations per row.
 """
 
 import os
@@ -166,8 +168,17 @@ def main():
             pass
         for k, values in enumerate(shorts):
             expect_right(answers[k], values, "short row %d" % k)
+        labels = {"model": "dec_iter", "version": "1"}
+        admitted = metrics.value("loopserve_iteration_rows_admitted_total", **labels)
+        check(admitted >= 13, "loopserve_iteration_rows_admitted_total %s, expected >= 13" % admitted)
+        steps = metrics.value("loopserve_iteration_batch_rows_count", **labels)
+        rows = metrics.value("loopserve_iteration_batch_rows_sum", **labels)
+        check(steps > 0 and rows / steps > 1, "running batches held %s rows over %s iterations: "
+              "the short rows never ran beside the long one" % (rows, steps))
+        check(metrics.value("loopserve_iteration_row_iterations_count", **labels) >= 12,
+              "iterations per row not recorded")
         print("join/leave: 12 short rows answered while a long row ran; all equal their lone runs "
-              "and numpy")
+              "and numpy; %.2f rows per iteration on average" % (rows / steps))
 
         # ---- 2. deadline and cancel take out just that row ----
         keep_values = inputs(300)
