@@ -11,6 +11,8 @@ whose rows stop on their own budget). Served as:
              dec_plain's answer to the same request, and the tokens with the numpy reference
   dec_bad    decoder_any (one condition for the whole batch) with iteration_batching: refused at
              load, with the reason naming its ReduceMax
+  dec_yes, dec_nobatch  iteration_batching "yes", and "true" without max_batch_size: refused
+  dec_typo   a misspelt key: loaded without the mode, the log says the key was ignored
 Checked:
 1. join/leave: a long row (10^7 steps) runs while 12 short rows join and leave: each short
    answer arrives while the long one still runs (one instance: without iteration batching they
@@ -66,7 +68,12 @@ def main():
     for name, source, mbs, batching, params in (
             ("dec_iter", "decoder_rows", 16, "dynamic_batching { }", LAYOUT + ITER),
             ("dec_plain", "decoder_rows", 0, "", ""),
-            ("dec_bad", "decoder_any", 16, "dynamic_batching { }", LAYOUT + ITER)):
+            ("dec_bad", "decoder_any", 16, "dynamic_batching { }", LAYOUT + ITER),
+            ("dec_yes", "decoder_rows", 16, "dynamic_batching { }",
+             LAYOUT + ITER.replace('"true"', '"yes"')),
+            ("dec_nobatch", "decoder_rows", 0, "", ITER),
+            ("dec_typo", "decoder_rows", 16, "dynamic_batching { }",
+             LAYOUT + ITER.replace("iteration_batching", "iteration_batchng"))):
         os.makedirs(os.path.join(repo, name, "1"))
         subprocess.run(["cp", os.path.join(models, source, "model.onnx"),
                         os.path.join(repo, name, "1", "model.onnx")], check=True)
@@ -129,6 +136,17 @@ def main():
             text = f.read()
         check("(ReduceMax)" in text and "iteration_batching" in text and "the batch" in text,
               "the log does not say why dec_bad was refused:\n" + text[-2000:])
+        for name, says in (("dec_yes", "string_value must be true or false, not 'yes'"),
+                           ("dec_nobatch", "needs max_batch_size > 0")):
+            check(not stub.ModelReady(pb.ModelReadyRequest(name=name), timeout=10).ready,
+                  "%s was loaded" % name)
+            check(says in text, "the log does not say why %s was refused" % name)
+        # A misspelt key is not taken for the mode: the model loads without it, and the log says
+        # the key was ignored.
+        check(stub.ModelReady(pb.ModelReadyRequest(name="dec_typo"), timeout=10).ready,
+              "dec_typo not ready")
+        check("'iteration_batchng' ignored: not a loopserve setting" in text,
+              "the log does not warn about the misspelt key")
         check("dec_iter' v1: iteration batching on: up to 16 rows" in text,
               "the load log does not say iteration batching is on")
         r = subprocess.run([args.loopctl, "--addr=127.0.0.1:%d" % ports["grpc"], "config",
