@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Models for LoopStepper (iteration-level batching) tests and bench/iteration_batching_bench.py.
 
-    /usr/bin/python3 make_stepper_models.py OUT_DIR
+    /usr/bin/python3 make_stepper_models.py OUT_DIR [HIDDEN VOCAB]
 
 writes OUT_DIR/<name>/model.onnx for:
 
@@ -150,14 +150,15 @@ def reference(w, m, budget, tok0, h0):
     return tokens, h
 
 
-def main(out):
-    hidden, vocab = 16, 12
+def main(out, hidden=16, vocab=12):
     for name, per_row in (("decoder_rows", True), ("decoder_any", False)):
         m, w = decoder(hidden, vocab, per_row)
         os.makedirs(os.path.join(out, name), exist_ok=True)
         onnx.save(m, os.path.join(out, name, "model.onnx"))
     os.makedirs(os.path.join(out, "counter_reads_i"), exist_ok=True)
     onnx.save(counter_reads_i(), os.path.join(out, "counter_reads_i", "model.onnx"))
+    if hidden != 16 or vocab != 12:
+        return  # bench models (bench/loop_stepper_bench.cc): no expected rows
     rng = np.random.default_rng(3)
     rows = [(64, 1), (64, 5), (64, 9), (3, 20), (64, 2), (64, 13), (0, 4), (64, 7)]
     with open(os.path.join(out, "decoder_rows", "expected.txt"), "w") as f:
@@ -173,4 +174,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *(int(v) for v in sys.argv[2:4]))
