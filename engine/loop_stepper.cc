@@ -353,6 +353,13 @@ class LoopStepper::Impl {
     int input;  // model input, or -1 for a constant
     const Tensor* constant;
   };
+  // One buffer of rows packed on axis 0, filled from model input `input` as rows join: the
+  // parameter slot of carried_[carried], or (carried -1) the rows of a batched capture. An input
+  // may fill several (two carried values, or a carried value the body also reads directly).
+  struct Packed {
+    int input;
+    int carried;
+  };
   struct Output {
     bool scan;        // a stacked scan output; else the last value of carried_[carried]
     int carried;      // index into carried_
@@ -525,6 +532,12 @@ class LoopStepper::Impl {
       }
     }
     LS_RETURN_IF_ERROR(rules.Check());
+    for (size_t k = 0; k < carried_.size(); ++k) {
+      packed_.push_back({carried_[k].input, static_cast<int>(k)});
+    }
+    for (const Bound& b : bound_) {
+      if (b.input >= 0 && roles_[b.input] == Role::kBatched) packed_.push_back({b.input, -1});
+    }
     // Outputs: every model output is an output of the Loop.
     for (ValueId out_id : graph.outputs) {
       int port_index = -1;
@@ -625,7 +638,7 @@ class LoopStepper::Impl {
             }
           }
           if (!rows_.empty()) {
-            const Tensor& running = RowsOf(static_cast<int>(i));
+            const Tensor& running = RowsOf(static_cast<int>(i));  // any of its buffers
             Shape a = running.shape();
             Shape b = t.shape();
             a[0] = b[0] = 1;
@@ -666,9 +679,9 @@ class LoopStepper::Impl {
         if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
       }
     }
-    for (int i : batched_inputs_) {
-      const Tensor& t = inputs[i].tensor();
-      Tensor& rows = MutableRowsOf(i);
+    for (const Packed& p : packed_) {
+      const Tensor& t = inputs[p.input].tensor();
+      Tensor& rows = Buffer(p);
       const size_t row_bytes = t.ByteSize();
       if (n == 0) {
         rows.Resize(t.dtype(), t.shape());
@@ -748,21 +761,26 @@ class LoopStepper::Impl {
     return negative_runs_forever_ ? std::numeric_limits<int64_t>::max() : 0;
   }
 
-  // The packed rows of batched input `i`: a carried value's parameter slot or a capture's buffer.
-  Tensor& MutableRowsOf(int i) {
-    for (const Carried& c : carried_) {
-      if (c.input == i) return frame_->slot(c.param_slot).mutable_tensor();
+  // A packed buffer: a carried value's parameter slot, or a batched capture's rows.
+  Tensor& Buffer(const Packed& p) {
+    return p.carried >= 0 ? frame_->slot(carried_[p.carried].param_slot).mutable_tensor()
+                          : captured_rows_[p.input];
+  }
+  // The first packed buffer that batched input `i` fills (every one has the same row shape).
+  const Tensor& RowsOf(int i) {
+    for (const Packed& p : packed_) {
+      if (p.input == i) return Buffer(p);
     }
     return captured_rows_[i];
   }
-  const Tensor& RowsOf(int i) { return MutableRowsOf(i); }
 
   // Bytes one row holds in the packed buffers.
   int64_t RowBytes() {
     int64_t bytes = 0;
     const int64_t n = static_cast<int64_t>(rows_.size());
-    for (int i : batched_inputs_)
-      bytes += static_cast<int64_t>(RowsOf(i).ByteSize()) / std::max<int64_t>(n, 1);
+    for (const Packed& p : packed_) {
+      bytes += static_cast<int64_t>(Buffer(p).ByteSize()) / std::max<int64_t>(n, 1);
+    }
     return bytes;
   }
 
@@ -772,7 +790,7 @@ class LoopStepper::Impl {
     ScopedMemoryBudget no_budget(nullptr);
     for (const Bound& b : bound_) {
       const Tensor& t = b.input < 0                         ? *b.constant
-                        : roles_[b.input] == Role::kBatched ? RowsOf(b.input)
+                        : roles_[b.input] == Role::kBatched ? captured_rows_[b.input]
                                                             : shared_[b.input];
       frame_->slot(b.inner_slot).mutable_tensor() = Tensor::ViewOf(t);
     }
@@ -945,8 +963,8 @@ class LoopStepper::Impl {
     }
     finished->push_back(std::move(done));
     const int64_t last = static_cast<int64_t>(rows_.size()) - 1;
-    for (int i : batched_inputs_) {
-      Tensor& t = MutableRowsOf(i);
+    for (const Packed& p : packed_) {
+      Tensor& t = Buffer(p);
       if (r != last) MoveRow(t, last, r);
       SetRows(t, last, 0);
     }
@@ -971,6 +989,7 @@ class LoopStepper::Impl {
   std::vector<Carried> carried_;
   std::vector<Bound> bound_;
   std::vector<int> batched_inputs_;
+  std::vector<Packed> packed_;
   std::vector<Output> outputs_;
   std::vector<Value> staged_;
   int num_staged_ = 0;

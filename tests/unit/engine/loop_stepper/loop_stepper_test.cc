@@ -295,6 +295,49 @@ TEST(LoopStepperTest, RefusesBodiesThatMixRowsWithTheReason) {
       << refused.status();
 }
 
+// An input that starts a carried value and is also read by the body keeps two packed buffers: the
+// body reads each row's own x0 however the carried x changes and whichever rows left.
+TEST(LoopStepperTest, AnInputBothCarriedAndCapturedKeepsItsRows) {
+  auto model = LoadOrDie("carried_and_captured");
+  ASSERT_NE(model, nullptr);
+  auto stepper = LoopStepper::Create(model, LoopStepperOptions{});
+  ASSERT_TRUE(stepper.ok()) << stepper.status();
+  auto inputs = [](int64_t m, float base) {
+    std::vector<Value> in;
+    in.push_back(Make<int64_t>(DataType::kInt64, Shape{}, {m}));
+    in.push_back(
+        Make<float>(DataType::kFloat32, Shape{1, 4}, {base, base + 1, base + 2, base + 3}));
+    return in;
+  };
+  const std::vector<std::pair<int64_t, float>> rows = {{5, 1.f}, {2, -3.f}, {7, 10.f}};
+  std::map<int64_t, size_t> index;
+  std::map<size_t, FinishedRow> done;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    auto id = (*stepper)->Admit(inputs(rows[k].first, rows[k].second), RowOptions{});
+    ASSERT_TRUE(id.ok()) << id.status();
+    index[*id] = k;
+    std::vector<FinishedRow> finished;
+    (*stepper)->Step(&finished);  // rows join one iteration apart
+    for (FinishedRow& f : finished) done[index.at(f.id)] = std::move(f);
+  }
+  while ((*stepper)->rows() > 0) {
+    std::vector<FinishedRow> finished;
+    (*stepper)->Step(&finished);
+    for (FinishedRow& f : finished) done[index.at(f.id)] = std::move(f);
+  }
+  ASSERT_EQ(done.size(), rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    ASSERT_TRUE(done[k].outputs.ok()) << done[k].outputs.status();
+    auto lone = model->Run(inputs(rows[k].first, rows[k].second), RunOptions{});
+    ASSERT_TRUE(lone.ok()) << lone.status();
+    ExpectSameOutputs(*done[k].outputs, *lone, "row " + std::to_string(k));
+    // The spec: x_i = x_{i-1} / 2 + x0 from x0, M times; element 0 of the final value.
+    float x = rows[k].second;
+    for (int64_t i = 0; i < rows[k].first; ++i) x = x * 0.5f + rows[k].second;
+    EXPECT_FLOAT_EQ((*done[k].outputs)[0].tensor().data<float>()[0], x) << "row " << k;
+  }
+}
+
 TEST(LoopStepperTest, AdmitChecksRowsAndCapacity) {
   auto model = LoadOrDie("decoder_rows");
   ASSERT_NE(model, nullptr);

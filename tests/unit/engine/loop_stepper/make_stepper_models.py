@@ -14,6 +14,7 @@ writes OUT_DIR/<name>/model.onnx for:
                  as request-level dynamic batching needs; finished rows keep emitting END. Refused
                  by the stepper (its ReduceMax reduces over the batch axis).
   counter_reads_i a body that reads the iteration counter (refused).
+  carried_and_captured  x0 starts the carried x and the body also reads it: x <- x / 2 + x0.
 
 and OUT_DIR/decoder_rows/expected.txt: rows computed by a numpy transcription of the decoder (never
 by loopserve), for the C++ test to compare with:
@@ -134,6 +135,31 @@ def counter_reads_i():
     return m
 
 
+def carried_and_captured():
+    """x0 both starts the carried x and is read by the body (a capture): x <- x * 0.5 + x0."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["x", "half"], ["xh"]),
+         helper.make_node("Add", ["xh", "x0"], ["x2"]),
+         helper.make_node("Identity", ["x2"], ["x_scan"])],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("x", F, ["B", 4])],
+        [helper.make_tensor_value_info("cond_out", B, []),
+         helper.make_tensor_value_info("x2", F, ["B", 4]),
+         helper.make_tensor_value_info("x_scan", F, ["B", 4])],
+        [numpy_helper.from_array(np.float32(0.5), "half"),
+         numpy_helper.from_array(np.array(True), "cond_out")])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x_final", "xs"], body=body)
+    graph = helper.make_graph(
+        [loop], "carried_and_captured",
+        [helper.make_tensor_value_info("M", I64, []), helper.make_tensor_value_info("x0", F, ["B", 4])],
+        [helper.make_tensor_value_info("x_final", F, ["B", 4]),
+         helper.make_tensor_value_info("xs", F, [None, "B", 4])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
 def reference(w, m, budget, tok0, h0):
     """The decoder for one row, in numpy (ONNX Loop semantics: runs while i < M and cond)."""
     h, tok, bud = h0.astype(np.float32), int(tok0), int(budget)
@@ -155,6 +181,8 @@ def main(out, hidden=16, vocab=12):
         m, w = decoder(hidden, vocab, per_row)
         os.makedirs(os.path.join(out, name), exist_ok=True)
         onnx.save(m, os.path.join(out, name, "model.onnx"))
+    os.makedirs(os.path.join(out, "carried_and_captured"), exist_ok=True)
+    onnx.save(carried_and_captured(), os.path.join(out, "carried_and_captured", "model.onnx"))
     os.makedirs(os.path.join(out, "counter_reads_i"), exist_ok=True)
     onnx.save(counter_reads_i(), os.path.join(out, "counter_reads_i", "model.onnx"))
     if hidden != 16 or vocab != 12:
