@@ -155,7 +155,7 @@ class RowRules {
 
   // Whether `axis` (maybe negative) names axis 0 of a value of rank `rank` (unknown: -1).
   static absl::Status NotAxisZero(int64_t axis, int rank, const char* what) {
-    if (axis == 0 || (rank > 0 && axis == -rank) || (rank < 0 && axis < 0 && false)) {
+    if (axis == 0 || (rank > 0 && axis == -rank)) {
       return absl::InvalidArgumentError(absl::StrCat(what, " the batch axis 0"));
     }
     if (axis < 0 && rank < 0) {
@@ -249,8 +249,9 @@ class RowRules {
       } else {
         LS_ASSIGN_OR_RETURN(axes, ConstantInts(node, 1));
       }
-      if (axes.empty())
-        return absl::InvalidArgumentError("reduces over every axis, the batch's too");
+      if (axes.empty()) {
+        return absl::InvalidArgumentError("reduces over every axis, the batch axis 0 too");
+      }
       for (int64_t axis : axes) LS_RETURN_IF_ERROR(NotAxisZero(axis, rank0, "reduces over"));
       return absl::OkStatus();
     }
