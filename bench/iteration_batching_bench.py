@@ -22,9 +22,9 @@ Each client sends one request at a time (gRPC ModelInfer, output 'tokens' only) 
 level: throughput (requests/s), p50/p99 latency, and the p99 of the 8-step requests. A lone
 client's latency is measured apart, on requests of the mean length, the modes alternating. The
 in-process ceiling is looprun on the decoder (decoder_any: Model::Run takes one condition) at
-batch --max_rows with every row of the mean length: the requests/s the engine sustains with the running batch always full (ceiling =
-max_rows / run time x mean length / mean length = max_rows / run time). The CPU and the load
-average are printed: the clients run on the same machine as the server.
+batch --max_rows with every row of the mean length: the requests/s the engine sustains with the
+running batch always full (--workers engines side by side: workers x max_rows / run time). The
+CPU and the load average are printed: the clients run on the same machine as the server.
 """
 
 import argparse

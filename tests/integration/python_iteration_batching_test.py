@@ -188,7 +188,8 @@ def main():
             expect_right(answers[k], values, "short row %d" % k)
         labels = {"model": "dec_iter", "version": "1"}
         admitted = metrics.value("loopserve_iteration_rows_admitted_total", **labels)
-        check(admitted >= 13, "loopserve_iteration_rows_admitted_total %s, expected >= 13" % admitted)
+        check(admitted >= 13,
+              "loopserve_iteration_rows_admitted_total %s, expected >= 13" % admitted)
         steps = metrics.value("loopserve_iteration_batch_rows_count", **labels)
         rows = metrics.value("loopserve_iteration_batch_rows_sum", **labels)
         check(steps > 0 and rows / steps > 1, "running batches held %s rows over %s iterations: "

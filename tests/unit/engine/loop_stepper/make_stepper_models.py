@@ -83,7 +83,8 @@ def decoder(hidden, vocab, per_row_condition=True):
         ]
     body = helper.make_graph(
         nodes, "body",
-        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
          helper.make_tensor_value_info("h", F, ["B", hidden]),
          helper.make_tensor_value_info("tok", I64, ["B"]),
          helper.make_tensor_value_info("budget", I64, ["B"])],
@@ -121,14 +122,16 @@ def counter_reads_i():
          helper.make_node("Add", ["x", "fi"], ["x2"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"])],
         "body",
-        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
          helper.make_tensor_value_info("x", F, ["B", 1])],
         [helper.make_tensor_value_info("cond_out", B, []),
          helper.make_tensor_value_info("x2", F, ["B", 1])])
     loop = helper.make_node("Loop", ["M", "", "x0"], ["x_final"], body=body)
     graph = helper.make_graph(
         [loop], "counter",
-        [helper.make_tensor_value_info("M", I64, []), helper.make_tensor_value_info("x0", F, ["B", 1])],
+        [helper.make_tensor_value_info("M", I64, []),
+         helper.make_tensor_value_info("x0", F, ["B", 1])],
         [helper.make_tensor_value_info("x_final", F, ["B", 1])])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
@@ -142,7 +145,8 @@ def carried_and_captured():
          helper.make_node("Add", ["xh", "x0"], ["x2"]),
          helper.make_node("Identity", ["x2"], ["x_scan"])],
         "body",
-        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
          helper.make_tensor_value_info("x", F, ["B", 4])],
         [helper.make_tensor_value_info("cond_out", B, []),
          helper.make_tensor_value_info("x2", F, ["B", 4]),
@@ -152,7 +156,8 @@ def carried_and_captured():
     loop = helper.make_node("Loop", ["M", "", "x0"], ["x_final", "xs"], body=body)
     graph = helper.make_graph(
         [loop], "carried_and_captured",
-        [helper.make_tensor_value_info("M", I64, []), helper.make_tensor_value_info("x0", F, ["B", 4])],
+        [helper.make_tensor_value_info("M", I64, []),
+         helper.make_tensor_value_info("x0", F, ["B", 4])],
         [helper.make_tensor_value_info("x_final", F, ["B", 4]),
          helper.make_tensor_value_info("xs", F, [None, "B", 4])])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
