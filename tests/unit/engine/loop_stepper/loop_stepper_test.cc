@@ -338,6 +338,45 @@ TEST(LoopStepperTest, AnInputBothCarriedAndCapturedKeepsItsRows) {
   }
 }
 
+// An unbatched input (listed in LoopStepperOptions::unbatched_inputs) is shared by the batch: a
+// row with another value cannot join (FailedPrecondition) until the batch is empty.
+TEST(LoopStepperTest, UnbatchedInputsMustMatchTheRunningBatch) {
+  auto model = LoadOrDie("scaled");
+  ASSERT_NE(model, nullptr);
+  LoopStepperOptions options;
+  options.unbatched_inputs = {"s"};
+  auto stepper = LoopStepper::Create(model, options);
+  ASSERT_TRUE(stepper.ok()) << stepper.status();
+  auto inputs = [](int64_t m, float s, float x0) {
+    std::vector<Value> in;
+    in.push_back(Make<int64_t>(DataType::kInt64, Shape{}, {m}));
+    in.push_back(Make<float>(DataType::kFloat32, Shape{}, {s}));
+    in.push_back(Make<float>(DataType::kFloat32, Shape{1, 4}, {x0, x0, x0, x0}));
+    return in;
+  };
+  // The spec: x_i = x_{i-1} / 2 + s, M times from x0.
+  auto expected = [](int64_t m, float s, float x0) {
+    for (int64_t i = 0; i < m; ++i) x0 = x0 * 0.5f + s;
+    return x0;
+  };
+  ASSERT_TRUE((*stepper)->Admit(inputs(3, 1.f, 2.f), RowOptions{}).ok());
+  ASSERT_TRUE((*stepper)->Admit(inputs(5, 1.f, -1.f), RowOptions{}).ok());  // same s: joins
+  auto other = (*stepper)->Admit(inputs(2, 4.f, 0.f), RowOptions{});
+  EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
+  std::vector<FinishedRow> finished;
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 2u);
+  // The batch is empty: a row with another s starts the next one.
+  ASSERT_TRUE((*stepper)->Admit(inputs(2, 4.f, 0.f), RowOptions{}).ok());
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 3u);
+  const std::vector<float> want = {expected(3, 1, 2), expected(5, 1, -1), expected(2, 4, 0)};
+  for (size_t k = 0; k < finished.size(); ++k) {
+    ASSERT_TRUE(finished[k].outputs.ok()) << finished[k].outputs.status();
+    EXPECT_FLOAT_EQ((*finished[k].outputs)[0].tensor().data<float>()[0], want[k]) << k;
+  }
+}
+
 TEST(LoopStepperTest, AdmitChecksRowsAndCapacity) {
   auto model = LoadOrDie("decoder_rows");
   ASSERT_NE(model, nullptr);

@@ -15,6 +15,7 @@ writes OUT_DIR/<name>/model.onnx for:
                  by the stepper (its ReduceMax reduces over the batch axis).
   counter_reads_i a body that reads the iteration counter (refused).
   carried_and_captured  x0 starts the carried x and the body also reads it: x <- x / 2 + x0.
+  scaled         an unbatched scalar s the body reads: x <- x / 2 + s.
 
 and OUT_DIR/decoder_rows/expected.txt: rows computed by a numpy transcription of the decoder (never
 by loopserve), for the C++ test to compare with:
@@ -165,6 +166,30 @@ def carried_and_captured():
     return m
 
 
+def scaled():
+    """An unbatched input the body reads: x <- x / 2 + s (s a scalar shared by the batch)."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["x", "half"], ["xh"]),
+         helper.make_node("Add", ["xh", "s"], ["x2"])],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("x", F, ["B", 4])],
+        [helper.make_tensor_value_info("cond_out", B, []),
+         helper.make_tensor_value_info("x2", F, ["B", 4])],
+        [numpy_helper.from_array(np.float32(0.5), "half"),
+         numpy_helper.from_array(np.array(True), "cond_out")])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x_final"], body=body)
+    graph = helper.make_graph(
+        [loop], "scaled",
+        [helper.make_tensor_value_info("M", I64, []), helper.make_tensor_value_info("s", F, []),
+         helper.make_tensor_value_info("x0", F, ["B", 4])],
+        [helper.make_tensor_value_info("x_final", F, ["B", 4])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
 def reference(w, m, budget, tok0, h0):
     """The decoder for one row, in numpy (ONNX Loop semantics: runs while i < M and cond)."""
     h, tok, bud = h0.astype(np.float32), int(tok0), int(budget)
@@ -188,6 +213,8 @@ def main(out, hidden=16, vocab=12):
         onnx.save(m, os.path.join(out, name, "model.onnx"))
     os.makedirs(os.path.join(out, "carried_and_captured"), exist_ok=True)
     onnx.save(carried_and_captured(), os.path.join(out, "carried_and_captured", "model.onnx"))
+    os.makedirs(os.path.join(out, "scaled"), exist_ok=True)
+    onnx.save(scaled(), os.path.join(out, "scaled", "model.onnx"))
     os.makedirs(os.path.join(out, "counter_reads_i"), exist_ok=True)
     onnx.save(counter_reads_i(), os.path.join(out, "counter_reads_i", "model.onnx"))
     if hidden != 16 or vocab != 12:
