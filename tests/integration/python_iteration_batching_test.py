@@ -13,6 +13,8 @@ whose rows stop on their own budget). Served as:
              load, with the reason naming its ReduceMax
   dec_yes, dec_nobatch  iteration_batching "yes", and "true" without max_batch_size: refused
   dec_typo   a misspelt key: loaded without the mode, the log says the key was ignored
+  scaled_iter  a model whose body reads an unbatched input s: rows of two values of s sent at
+             once are all answered right (a row waits for a batch with its s)
 Checked:
 1. join/leave: a long row (10^7 steps) runs while 12 short rows join and leave: each short
    answer arrives while the long one still runs (one instance: without iteration batching they
@@ -73,7 +75,9 @@ def main():
              LAYOUT + ITER.replace('"true"', '"yes"')),
             ("dec_nobatch", "decoder_rows", 0, "", ITER),
             ("dec_typo", "decoder_rows", 16, "dynamic_batching { }",
-             LAYOUT + ITER.replace("iteration_batching", "iteration_batchng"))):
+             LAYOUT + ITER.replace("iteration_batching", "iteration_batchng")),
+            ("scaled_iter", "scaled", 16, "dynamic_batching { }",
+             'parameters { key: "unbatched_inputs" value: { string_value: "M,s" } }\n' + ITER)):
         os.makedirs(os.path.join(repo, name, "1"))
         subprocess.run(["cp", os.path.join(models, source, "model.onnx"),
                         os.path.join(repo, name, "1", "model.onnx")], check=True)
@@ -218,6 +222,36 @@ def main():
                          version="1", protocol="grpc")
         metrics.wait_for("loopserve_inflight_requests", 0)
         print("deadline and cancel: those rows left, the row beside them answered right")
+
+        # ---- unbatched inputs: rows with another value wait for the batch to empty ----
+        def scaled_case(k):
+            m, sv, x0 = 3 + 7 * (k % 3), float(1 + k % 2), float(k)
+            return m, sv, x0, [("M", np.array(m, np.int64)), ("s", np.array(sv, np.float32)),
+                               ("x0", np.full((1, 4), x0, np.float32))]
+
+        scaled_answers = {}
+
+        def scaled_client(k):
+            try:
+                m, sv, x0, values = scaled_case(k)
+                got = outputs_of(stub.ModelInfer(request("scaled_iter", values), timeout=60))
+                x = np.float32(x0)
+                for _ in range(m):  # the spec: x <- x / 2 + s
+                    x = np.float32(x * np.float32(0.5) + np.float32(sv))
+                scaled_answers[k] = (got["x_final"], x)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                failures.append(repr(e))
+
+        threads = [threading.Thread(target=scaled_client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(not failures, "scaled rows failed: %s" % failures)
+        for k, (got, want) in scaled_answers.items():
+            np.testing.assert_allclose(got, np.full((1, 4), want, np.float32), rtol=1e-6,
+                                       err_msg="scaled row %d" % k)
+        print("unbatched inputs: 8 rows with two values of s answered right")
 
         # ---- 3. stream_iterations: each row's own slices ----
         streams = {"a": inputs(7), "b": inputs(12)}
