@@ -229,6 +229,7 @@ class Model {
                                          RunStats* stats = nullptr) const;
 
  private:
+  friend class LoopStepper;
   Model() = default;
   absl::StatusOr<std::vector<Value>> RunUnchecked(std::vector<Value> inputs,
                                                   const RunOptions& options, RunStats* stats) const;
@@ -242,6 +243,92 @@ class Model {
   std::vector<std::string> loop_names_;
   std::vector<int> scan_output_loops_;
   std::string plan_dump_;
+};
+
+// ---- Stepping a batched Loop (iteration-level batching) ------------------------------------
+
+// What one row (one request) of a LoopStepper may do: its own interrupts and limits, checked at
+// every iteration boundary, and its own streaming hook.
+struct RowOptions {
+  absl::Time deadline = absl::InfiniteFuture();
+  // Set to true (from any thread) to take the row out at the next boundary (Cancelled). Not owned;
+  // must outlive the row.
+  const std::atomic<bool>* cancelled = nullptr;
+  // Iterations the row may run; 0 = no limit. Past it the row ends with ResourceExhausted
+  // (LimitReason::kIterationCap).
+  int64_t max_loop_iterations = 0;
+  // Bytes the row's own scan outputs may reach; 0 = no limit (LimitReason::kOutputBytes).
+  int64_t max_output_bytes = 0;
+  // Bytes the row holds: its rows of the carried values and batched inputs plus its scan outputs;
+  // 0 = no limit (LimitReason::kMemory).
+  int64_t max_memory_bytes = 0;
+  // Receives the row's own scan slices (batch dim 1) as each iteration finishes; not owned, may be
+  // null; called on the thread that calls Step.
+  IterationObserver* iteration_observer = nullptr;
+};
+
+// A row that left the batch: its outputs in Model::outputs() order (as Model::Run of that request
+// alone returns them), or why it stopped early.
+struct FinishedRow {
+  int64_t id = 0;
+  int64_t iterations = 0;
+  absl::StatusOr<std::vector<Value>> outputs;
+};
+
+struct LoopStepperOptions {
+  // Model inputs that are not batched (one value shared by every row; a row whose value differs
+  // cannot join a non-empty batch). The trip count and the initial condition are per row and need
+  // not be listed. Every other input has the batch on axis 0 and each row gives one (dim 0 of 1).
+  std::vector<std::string> unbatched_inputs;
+  // Rows the stepper holds at most (Admit refuses more with ResourceExhausted); carried buffers
+  // are sized for it up front, so admitting moves only the new row's bytes.
+  int max_rows = 64;
+};
+
+// Runs a model's top-level Loop as one batch whose rows join and leave between iterations: each
+// row (a request) has its own trip count, initial condition, iteration counter, scan outputs,
+// limits and interrupts, and its outputs equal those of Model::Run on that request alone, provided
+// the body is row-independent, which Create checks:
+//   - the top-level graph is one Loop whose inputs are model inputs or constants and whose outputs
+//     are model outputs; no sliced inputs; scan outputs stacked on axis 0; last values only of
+//     carried values;
+//   - the body does not read the iteration counter (it differs per row), and every op on a value
+//     that derives from a batched one keeps rows apart (elementwise ops; MatMul/Gemm with the
+//     batched operand first; Gather of a table by batched indices; reductions, Softmax, ArgMax,
+//     Concat, Split, Slice, Squeeze/Unsqueeze, Transpose, Reshape off axis 0); the condition is per
+//     row ([rows] or [rows, 1]).
+// Carried values live in buffers sized for max_rows; rows stay packed at the front: a retired row
+// is replaced by the last row (one row moved per carried value), an admitted one is appended.
+// Not thread-safe: one thread (a model instance's) drives a stepper. The model must outlive it.
+class LoopStepper {
+ public:
+  // FailedPrecondition with the reason when the model's Loop cannot be stepped row by row
+  // ("node 'argmax' (ReduceMax): reduces over the batch axis 0").
+  static absl::StatusOr<std::unique_ptr<LoopStepper>> Create(std::shared_ptr<const Model> model,
+                                                             const LoopStepperOptions& options);
+  ~LoopStepper();
+
+  // Adds a row from one request's inputs (Model::inputs() order). InvalidArgument for inputs that
+  // do not fit the model or the running batch's row shape; FailedPrecondition when an unbatched
+  // input differs from the running batch's (the row may join once the batch is empty);
+  // ResourceExhausted when max_rows rows run. Returns the row's id. A row whose trip count is 0 or
+  // whose initial condition is false leaves at the next Step with zero iterations.
+  absl::StatusOr<int64_t> Admit(std::vector<Value> inputs, const RowOptions& options);
+  // Runs one iteration for every current row, then takes out and returns (appended to `finished`)
+  // the rows that ended: condition false, trip count reached, interrupted or over a limit. An
+  // error of the body itself ends every row with it.
+  void Step(std::vector<FinishedRow>* finished);
+  // Takes row `id` out now with `status` (appended to `finished`); false when it is not here.
+  bool Remove(int64_t id, const absl::Status& status, std::vector<FinishedRow>* finished);
+
+  int rows() const;
+  int max_rows() const;
+
+  class Impl;
+
+ private:
+  explicit LoopStepper(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // The op types of the built-in kernel table (default ONNX domain), sorted: what a model may use

@@ -183,6 +183,17 @@ void ModelVersionMetrics::RecordExecution(int64_t batch_size) {
   batch_size_->Observe(static_cast<double>(batch_size));
 }
 
+void ModelVersionMetrics::RecordIterationStep(int64_t rows, int64_t admitted, int64_t retired) {
+  if (!has_handles_) return;
+  if (rows > 0) iteration_batch_rows_->Observe(static_cast<double>(rows));
+  if (admitted > 0) iteration_rows_admitted_->Increment(static_cast<double>(admitted));
+  if (retired > 0) iteration_rows_retired_->Increment(static_cast<double>(retired));
+}
+
+void ModelVersionMetrics::RecordRowIterations(int64_t iterations) {
+  if (has_handles_) iteration_row_iterations_->Observe(static_cast<double>(iterations));
+}
+
 void ModelVersionMetrics::RecordStreamSlice(bool first, absl::Duration since_received) {
   if (!has_handles_) return;
   stream_slices_->Increment();
@@ -285,6 +296,22 @@ Metrics::Metrics()
                      .Name("loopserve_batch_size")
                      .Help("Batch size (inferences) of each model execution")
                      .Register(*registry_);
+  iteration_batch_rows_ = &prometheus::BuildHistogram()
+                               .Name("loopserve_iteration_batch_rows")
+                               .Help("Rows of a running batch (iteration_batching) per iteration")
+                               .Register(*registry_);
+  iteration_rows_admitted_ = &prometheus::BuildCounter()
+                                  .Name("loopserve_iteration_rows_admitted_total")
+                                  .Help("Requests that joined a running batch (iteration_batching)")
+                                  .Register(*registry_);
+  iteration_rows_retired_ = &prometheus::BuildCounter()
+                                 .Name("loopserve_iteration_rows_retired_total")
+                                 .Help("Requests that left a running batch (iteration_batching)")
+                                 .Register(*registry_);
+  iteration_row_iterations_ = &prometheus::BuildHistogram()
+                                   .Name("loopserve_iteration_row_iterations")
+                                   .Help("Iterations a request ran in a running batch")
+                                   .Register(*registry_);
   model_ready_ = &prometheus::BuildGauge()
                       .Name("loopserve_model_ready")
                       .Help("1 when the model version is loaded and serving, 0 when it failed")
@@ -368,6 +395,10 @@ std::shared_ptr<ModelVersionMetrics> Metrics::ForModelVersion(
   metrics->inferences_total_ = &inferences_->Add(labels);
   metrics->executions_total_ = &executions_->Add(labels);
   metrics->batch_size_ = &batch_size_->Add(labels, BatchBuckets());
+  metrics->iteration_batch_rows_ = &iteration_batch_rows_->Add(labels, BatchBuckets());
+  metrics->iteration_rows_admitted_ = &iteration_rows_admitted_->Add(labels);
+  metrics->iteration_rows_retired_ = &iteration_rows_retired_->Add(labels);
+  metrics->iteration_row_iterations_ = &iteration_row_iterations_->Add(labels, IterationBuckets());
   for (const std::string& loop : loop_names) {
     prometheus::Labels with_loop = labels;
     with_loop["loop"] = loop;

@@ -88,6 +88,12 @@ class ModelVersionMetrics : public engine::LoopObserver {
   // loopserve_stream_slices_total, and for the request's first one (`first`) its time since the
   // request arrived in loopserve_stream_first_slice_seconds.
   void RecordStreamSlice(bool first, absl::Duration since_received);
+  // Iteration batching (server/scheduling/iteration_batcher.h): one iteration of a running batch
+  // of `rows` rows, `admitted` of which joined and `retired` left at its boundary
+  // (loopserve_iteration_batch_rows, loopserve_iteration_rows_{admitted,retired}_total); and a
+  // row that left after `iterations` iterations (loopserve_iteration_row_iterations).
+  void RecordIterationStep(int64_t rows, int64_t admitted, int64_t retired);
+  void RecordRowIterations(int64_t iterations);
 
   // engine::LoopObserver: loopserve_loop_iterations / _loop_iteration_duration_seconds and the
   // per-loop statistics.
@@ -123,6 +129,10 @@ class ModelVersionMetrics : public engine::LoopObserver {
   prometheus::Counter* inferences_total_ = nullptr;
   prometheus::Counter* executions_total_ = nullptr;
   prometheus::Histogram* batch_size_ = nullptr;
+  prometheus::Histogram* iteration_batch_rows_ = nullptr;
+  prometheus::Counter* iteration_rows_admitted_ = nullptr;
+  prometheus::Counter* iteration_rows_retired_ = nullptr;
+  prometheus::Histogram* iteration_row_iterations_ = nullptr;
   std::vector<prometheus::Histogram*> loop_iterations_;          // by loop index
   std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
 };
@@ -146,6 +156,11 @@ class ModelVersionMetrics : public engine::LoopObserver {
 //                                                              counts 1)
 //   loopserve_batch_size{model,version}                        histogram, batch size (inferences)
 //                                                              per execution
+//   loopserve_iteration_batch_rows{model,version}              histogram, rows of a running batch
+//                                                              per iteration (iteration_batching)
+//   loopserve_iteration_rows_admitted_total{model,version}     counter (rows that joined one)
+//   loopserve_iteration_rows_retired_total{model,version}      counter (rows that left one)
+//   loopserve_iteration_row_iterations{model,version}          histogram, iterations per row
 //   loopserve_loop_limit_hits_total{reason}                    counter; reason = iteration_cap |
 //                                                              deadline | cancelled |
 //                                                              output_bytes | memory
@@ -210,6 +225,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* inferences_;
   prometheus::Family<prometheus::Counter>* executions_;
   prometheus::Family<prometheus::Histogram>* batch_size_;
+  prometheus::Family<prometheus::Histogram>* iteration_batch_rows_;
+  prometheus::Family<prometheus::Counter>* iteration_rows_admitted_;
+  prometheus::Family<prometheus::Counter>* iteration_rows_retired_;
+  prometheus::Family<prometheus::Histogram>* iteration_row_iterations_;
   prometheus::Family<prometheus::Gauge>* model_ready_;
   prometheus::Family<prometheus::Gauge>* model_load_duration_;
   prometheus::Counter* loads_success_;

@@ -308,4 +308,9 @@ inference::DataType DataTypeToConfig(engine::DataType type) {
   return inference::TYPE_INVALID;
 }
 
+bool IterationBatchingOn(const inference::ModelConfig& config) {
+  auto it = config.parameters().find(kIterationBatchingParameter);
+  return it != config.parameters().end() && it->second.string_value() == "true";
+}
+
 }  // namespace loopserve::server

@@ -43,6 +43,12 @@ inline constexpr char kLoopThreadsParameter[] = "loop_threads";
 // [T, B, H] has it at 1); its config dims leave that axis out.
 inline constexpr char kUnbatchedInputsParameter[] = "unbatched_inputs";
 inline constexpr char kOutputBatchAxesParameter[] = "output_batch_axes";
+// Iteration-level batching ("true" or "false"; needs max_batch_size > 0 and dynamic_batching):
+// each instance keeps one running batch of the top-level Loop that requests join and leave
+// between iterations (server/scheduling/iteration_batcher.h).
+inline constexpr char kIterationBatchingParameter[] = "iteration_batching";
+// Whether a config turns iteration batching on (its value is checked by ParseModelConfig).
+bool IterationBatchingOn(const inference::ModelConfig& config);
 
 // The batching layout the two parameters above describe.
 struct BatchLayout {

@@ -124,7 +124,8 @@ bool IsNumericParameter(absl::string_view key) {
 
 bool IsLoopserveParameter(absl::string_view key) {
   return IsNumericParameter(key) || key == kUnbatchedInputsParameter ||
-         key == kOutputBatchAxesParameter || key == kLoopThreadsParameter;
+         key == kOutputBatchAxesParameter || key == kLoopThreadsParameter ||
+         key == kIterationBatchingParameter;
 }
 
 absl::Status CheckPlatform(const ModelConfig& config) {
@@ -388,6 +389,23 @@ absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
 
 // The comma-separated items of a parameter's string value, stripped; empty items kept (the
 // caller rejects them).
+// parameters 'iteration_batching': "true" or "false"; "true" needs the dynamic-batching layout.
+absl::Status CheckIterationBatching(const ModelConfig& config,
+                                    const inference::ModelParameter& value) {
+  const std::string& v = value.string_value();
+  if (v != "true" && v != "false") {
+    return absl::InvalidArgumentError(absl::StrCat("parameters '", kIterationBatchingParameter,
+                                                   "': string_value must be true or false, not '",
+                                                   absl::CEscape(v), "'"));
+  }
+  if (v == "true" && (config.max_batch_size() <= 0 || !config.has_dynamic_batching())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters '", kIterationBatchingParameter,
+        "' needs max_batch_size > 0 (rows per running batch) and dynamic_batching { }"));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> ParameterItems(const ModelConfig& config, absl::string_view key) {
   std::vector<std::string> items;
   auto it = config.parameters().find(std::string(key));
@@ -478,13 +496,15 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
       LS_RETURN_IF_ERROR(ParseParameter(value, key).status());
     } else if (key == kLoopThreadsParameter) {
       LS_RETURN_IF_ERROR(ParseLoopThreadsParameter(value).status());
+    } else if (key == kIterationBatchingParameter) {
+      LS_RETURN_IF_ERROR(CheckIterationBatching(config, value));
     } else if (!IsLoopserveParameter(key)) {
-      parsed.ignored.push_back(
-          absl::StrCat("parameters '", absl::CEscape(key),
-                       "' ignored: not a loopserve setting (loopserve reads ",
-                       kMaxLoopIterationsParameter, ", ", kMaxOutputBytesParameter, ", ",
-                       kMaxRequestMemoryBytesParameter, ", ", kLoopThreadsParameter, ", ",
-                       kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter, ")"));
+      parsed.ignored.push_back(absl::StrCat(
+          "parameters '", absl::CEscape(key),
+          "' ignored: not a loopserve setting (loopserve reads ", kMaxLoopIterationsParameter, ", ",
+          kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ", ",
+          kLoopThreadsParameter, ", ", kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter,
+          ", ", kIterationBatchingParameter, ")"));
     }
   }
   LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());

@@ -21,6 +21,7 @@
 #include "server/repository/model_config.h"
 #include "server/repository/ovms_config.h"
 #include "server/repository/repo_file.h"
+#include "server/scheduling/iteration_batcher.h"
 #include "server/scheduling/scheduler.h"
 #include "server/scheduling/worker_pool.h"
 
@@ -76,6 +77,9 @@ struct LoadedModel {
   // config has `dynamic_batching`, else the DirectScheduler; never null. Mutable through the
   // const LoadedModel (its queue and timing state are the scheduler's own, thread-safe).
   std::shared_ptr<Scheduler> scheduler;
+  // Iteration-level batching (parameters 'iteration_batching' "true"): the version's running
+  // batches, which take its requests instead of `scheduler`; null otherwise.
+  std::shared_ptr<IterationBatcher> iteration_batcher;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.

@@ -110,7 +110,74 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   if (model.io.max_batch_size() > 0) call.batch_size_ = BatchSize(model.io, call.decoded_.inputs);
   call.streamed_ = call.stream_loop_ >= 0;
   call.admitted_ = true;
+  if (model.iteration_batcher != nullptr) return EnqueueRow(call);
   return model.scheduler->Enqueue(call, *this);
+}
+
+absl::Status InferenceRunner::EnqueueRow(InferenceCall& call) {
+  const LoadedModel& model = *call.model_;
+  RowRequest row;
+  row.call = &call;
+  row.inputs = std::move(call.decoded_.inputs);
+  row.options.deadline = call.deadline_;
+  row.options.cancelled = &call.cancelled_;
+  row.options.max_loop_iterations = model.max_loop_iterations;
+  row.options.max_output_bytes = model.max_output_bytes;
+  row.options.max_memory_bytes = model.max_request_memory_bytes;
+  if (call.stream_loop_ >= 0) row.options.iteration_observer = &call;
+  call.queued_ = true;
+  metrics_.queue_depth().Increment();
+  metrics_.inflight_requests().Increment();
+  absl::Status queued = model.iteration_batcher->Enqueue(std::move(row), *this);
+  if (!queued.ok()) {
+    call.queued_ = false;
+    metrics_.queue_depth().Decrement();
+    return Annotate(queued, ModelLabel(model));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferenceRunner::StartDriver(std::function<void()> drive) {
+  return pool_->TrySchedule(std::move(drive));
+}
+
+void InferenceRunner::RowStarted(InferenceCall& call) {
+  if (call.queued_) {
+    call.queued_ = false;
+    metrics_.queue_depth().Decrement();
+  }
+  call.row_started_ = absl::Now();  // from here on: compute
+  call.model_->metrics->RecordQueue(call.row_started_ - call.received_);
+}
+
+void InferenceRunner::FinishRow(InferenceCall& call,
+                                absl::StatusOr<std::vector<engine::Value>> outputs) {
+  const LoadedModel& model = *call.model_;
+  const bool started = !call.queued_;
+  if (call.queued_) {
+    call.queued_ = false;
+    metrics_.queue_depth().Decrement();
+  }
+  const absl::Status status = CatchExceptions(ModelLabel(model), [&]() -> absl::Status {
+    const absl::Time now = absl::Now();
+    if (started) model.metrics->RecordCompute(now - call.row_started_);
+    if (outputs.ok()) {
+      model.metrics->RecordExecution(1);
+      return Answer(call, *outputs);
+    }
+    absl::Status failed = outputs.status();
+    if (absl::IsCancelled(failed) || absl::IsDeadlineExceeded(failed)) {
+      const absl::Status left = Left(call, now, absl::OkStatus(), [started] {
+        return std::string(started ? "while its row ran" : "in the queue");
+      });
+      failed = left.ok() ? Annotate(failed, ModelLabel(model)) : left;
+    } else {
+      failed = Annotate(failed, ModelLabel(model));
+    }
+    RecordLimit(model, failed);
+    return failed;
+  });
+  Complete(call, status);
 }
 
 absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
@@ -481,6 +548,9 @@ void InferenceRunner::CancelAll() {
   // cancelled, are answered at once instead of when the delay ends. (The served versions: a
   // call's own pin is its submitting thread's until Finish.)
   for (const std::shared_ptr<const LoadedModel>& model : registry_->ReadyModels()) {
+    if (model->iteration_batcher != nullptr) {
+      model->iteration_batcher->Flush(*this, absl::CancelledError("the server is shutting down"));
+    }
     model->scheduler->Flush();
   }
 }

@@ -17,6 +17,7 @@
 #include "server/observability/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/infer_request.h"
+#include "server/scheduling/iteration_batcher.h"
 #include "server/scheduling/scheduler.h"
 #include "server/scheduling/worker_pool.h"
 
@@ -112,8 +113,9 @@ class InferenceCall : public ScheduledCall, private engine::IterationObserver {
   // Owned by the runner from Submit to Finish.
   std::shared_ptr<const LoadedModel> model_;  // pinned until Finish
   DecodedRequest decoded_;
-  bool admitted_ = false;  // counted in loopserve_inflight_requests
-  bool queued_ = false;    // counted in loopserve_queue_depth until a worker takes it
+  bool admitted_ = false;   // counted in loopserve_inflight_requests
+  bool queued_ = false;     // counted in loopserve_queue_depth until a worker takes it
+  absl::Time row_started_;  // an iteration-batching row: when it joined its running batch
   // The runner's list of calls in flight (guarded by its mutex).
   InferenceCall* prev_ = nullptr;
   InferenceCall* next_ = nullptr;
@@ -163,9 +165,15 @@ class InferenceCall : public ScheduledCall, private engine::IterationObserver {
 // makes the served versions' batch collectors send at once (their cancelled calls are answered
 // then, not when a long max_queue_delay ends).
 //
+// Iteration batching (parameter `iteration_batching`; LoadedModel::iteration_batcher): an
+// admitted call goes to its version's IterationBatcher as one row (deadline, cancel flag, the
+// version's caps per row, the call as its streaming observer), through the RowHost interface
+// the runner implements: StartDriver schedules the batcher's drivers on the pool, RowStarted ends
+// the call's queue time, FinishRow answers it as Execute would.
+//
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive it; every call
 // submitted must have been finished before it is destroyed (the servers' shutdown waits for it).
-class InferenceRunner : private Executor {
+class InferenceRunner : private Executor, private RowHost {
  public:
   struct Options {
     // Runs of versions whose recent runs took less on average may run on the caller's thread;
@@ -200,6 +208,12 @@ class InferenceRunner : private Executor {
  private:
   // Admission: OK when the call was run here (and answered) or queued; otherwise the error.
   absl::Status Admit(InferenceCall& call);
+  // Scheduling of an iteration-batching version: the call becomes a row of its IterationBatcher.
+  absl::Status EnqueueRow(InferenceCall& call);
+  // RowHost (see the class comment).
+  absl::Status StartDriver(std::function<void()> drive) override;
+  void RowStarted(InferenceCall& call) override;
+  void FinishRow(InferenceCall& call, absl::StatusOr<std::vector<engine::Value>> outputs) override;
   // `stream_iterations`: checks the call can stream and the requested outputs include scan
   // outputs of one top-level Loop; fills the call's stream_* fields.
   absl::Status PlanIterationStream(InferenceCall& call);

@@ -34,4 +34,8 @@ void BindCaptures(const Plan& plan, ExecutionFrame& parent, ExecutionFrame& chil
 // slot keeps `to`'s old buffer for reuse.
 void MoveOut(const Plan& plan, int slot, Value& from, Value& to);
 
+// The compiled body of a Loop kernel (the LoopStepper runs it row by row); null when `kernel` is
+// not a Loop.
+const Plan* LoopBodyPlan(const Kernel& kernel);
+
 }  // namespace loopserve::engine

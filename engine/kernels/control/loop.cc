@@ -362,6 +362,8 @@ class LoopKernel : public Kernel {
 
   bool AcceptsNonTensorInputs() const override { return true; }
 
+  const Plan& body() const { return *body_; }
+
   // A Loop of the top-level graph: records which of its scan outputs are model outputs as they are,
   // for IterationObserver (Model::scan_output_loops).
   void RegisterStreamedOutputs(const KernelInit& init) {
@@ -883,6 +885,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLoop(const KernelInit& init) {
 }
 
 }  // namespace
+
+const Plan* LoopBodyPlan(const Kernel& kernel) {
+  const auto* loop = dynamic_cast<const LoopKernel*>(&kernel);
+  return loop == nullptr ? nullptr : &loop->body();
+}
 
 void RegisterLoopKernel(KernelRegistry& registry) { registry.Register("Loop", CreateLoop); }
 
