@@ -107,8 +107,8 @@ absl::Status RejectUnsupported(const ModelConfig& config) {
   auto reject = [](absl::string_view field, absl::string_view what) {
     return absl::UnimplementedError(absl::StrCat(field, ": loopserve does not implement ", what));
   };
-  if (config.has_sequence_batching()) {
-    return reject("sequence_batching", "stateful sequence batching");
+  if (config.sequence_batching().iterative_sequence()) {
+    return reject("sequence_batching.iterative_sequence", "iterative sequences");
   }
   if (config.has_ensemble_scheduling()) return reject("ensemble_scheduling", "ensembles");
   if (config.batch_input_size() > 0) return reject("batch_input", "batch inputs");
@@ -567,6 +567,7 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
   }
   LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());
   LS_RETURN_IF_ERROR(CheckDynamicBatching(config));
+  LS_RETURN_IF_ERROR(CheckSequenceBatching(config));
   return CheckWarmup(config);
 }
 
@@ -669,11 +670,21 @@ template <typename Proto>
 absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::TensorSpec>& specs,
                              absl::FunctionRef<int(absl::string_view)> batch_axis,
                              const CompletionOptions& options,
+                             const std::vector<std::string>& server_fed,
                              google::protobuf::RepeatedPtrField<Proto>& tensors) {
   constexpr bool kIsInput = std::is_same_v<Proto, inference::ModelInput>;
   std::vector<bool> declared(specs.size(), false);
+  for (const std::string& name : server_fed) {
+    const int index = FindSpec(specs, name);
+    if (index >= 0) declared[index] = true;  // the sequence batcher's, never the client's
+  }
   for (Proto& tensor : tensors) {
     const std::string what = absl::StrCat(kind, " '", absl::CEscape(tensor.name()), "'");
+    if (std::find(server_fed.begin(), server_fed.end(), tensor.name()) != server_fed.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": declared both here and in sequence_batching (a control or state ",
+                       kind, " is the server's: leave it out of the config's ", kind, "s)"));
+    }
     const int index = FindSpec(specs, tensor.name());
     if (index < 0) {
       return absl::InvalidArgumentError(
@@ -962,14 +973,15 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
       }
     }
     const bool batching = config.max_batch_size() > 0;
+    LS_RETURN_IF_ERROR(CheckSequenceAgainstModel(config, model));
     LS_RETURN_IF_ERROR(CompleteTensors(
         "input", model.inputs(),
         [&](absl::string_view name) { return batching && layout.InputBatched(name) ? 0 : -1; },
-        options, *config.mutable_input()));
+        options, SequenceInputNames(config), *config.mutable_input()));
     LS_RETURN_IF_ERROR(CompleteTensors(
         "output", model.outputs(),
         [&](absl::string_view name) { return batching ? layout.OutputAxis(name) : -1; }, options,
-        *config.mutable_output()));
+        SequenceOutputNames(config), *config.mutable_output()));
     LS_RETURN_IF_ERROR(CheckWarmupAgainstInputs(config));
     CompleteInstanceGroups(config.name(), std::max(options.default_instance_count, 1), config);
     auto& parameters = *config.mutable_parameters();
@@ -1247,6 +1259,214 @@ inference::DataType DataTypeToConfig(engine::DataType type) {
     if (engine_type == type) return config;
   }
   return inference::TYPE_INVALID;
+}
+
+// ---- sequence_batching ----
+
+namespace {
+
+using Control = inference::ModelSequenceBatching::Control;
+
+std::string KindName(Control::Kind kind) { return Control::Kind_Name(kind); }
+
+// The element type a control input has in the model.
+inference::DataType ControlType(const Control& control) {
+  if (control.kind() == Control::CONTROL_SEQUENCE_CORRID) return control.data_type();
+  if (control.fp32_false_true_size() > 0) return inference::TYPE_FP32;
+  if (control.bool_false_true_size() > 0) return inference::TYPE_BOOL;
+  return inference::TYPE_INT32;
+}
+
+}  // namespace
+
+std::vector<std::string> SequenceInputNames(const inference::ModelConfig& config) {
+  std::vector<std::string> names;
+  if (!config.has_sequence_batching()) return names;
+  for (const auto& input : config.sequence_batching().control_input())
+    names.push_back(input.name());
+  for (const auto& state : config.sequence_batching().state()) names.push_back(state.input_name());
+  return names;
+}
+
+std::vector<std::string> SequenceOutputNames(const inference::ModelConfig& config) {
+  std::vector<std::string> names;
+  if (!config.has_sequence_batching()) return names;
+  for (const auto& state : config.sequence_batching().state()) names.push_back(state.output_name());
+  return names;
+}
+
+absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
+  if (!config.has_sequence_batching()) return absl::OkStatus();
+  const inference::ModelSequenceBatching& batching = config.sequence_batching();
+  absl::flat_hash_set<std::string> names;
+  std::set<int> kinds;
+  for (const auto& input : batching.control_input()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.control_input '", absl::CEscape(input.name()), "'");
+    if (input.name().empty()) {
+      return absl::InvalidArgumentError("sequence_batching.control_input: an input has no name");
+    }
+    if (!names.insert(input.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": named twice"));
+    }
+    if (input.control_size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": has ", input.control_size(), " controls; give exactly one"));
+    }
+    const Control& control = input.control(0);
+    if (!kinds.insert(control.kind()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", KindName(control.kind()), " is already another input's"));
+    }
+    const int lists = (control.int32_false_true_size() > 0) + (control.fp32_false_true_size() > 0) +
+                      (control.bool_false_true_size() > 0);
+    if (control.kind() == Control::CONTROL_SEQUENCE_CORRID) {
+      const inference::DataType t = control.data_type();
+      if (lists > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": CONTROL_SEQUENCE_CORRID takes a data_type, not false/true values"));
+      }
+      if (t != inference::TYPE_INT32 && t != inference::TYPE_INT64 && t != inference::TYPE_UINT32 &&
+          t != inference::TYPE_UINT64 && t != inference::TYPE_STRING) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": CONTROL_SEQUENCE_CORRID data_type ", inference::DataType_Name(t),
+                         " is not one of TYPE_INT32, TYPE_INT64, TYPE_UINT32, TYPE_UINT64, "
+                         "TYPE_STRING"));
+      }
+      continue;
+    }
+    const int values = control.int32_false_true_size() + control.fp32_false_true_size() +
+                       control.bool_false_true_size();
+    if (lists != 1 || values != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", KindName(control.kind()),
+          " needs exactly one of int32_false_true, fp32_false_true, bool_false_true, with two "
+          "values (false, true)"));
+    }
+    if (control.data_type() != inference::TYPE_INVALID) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", KindName(control.kind()),
+                       " takes its type from its false/true values, not a data_type"));
+    }
+  }
+  absl::flat_hash_set<std::string> state_names;
+  for (const auto& state : batching.state()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
+    if (state.input_name().empty() || state.output_name().empty()) {
+      return absl::InvalidArgumentError(
+          "sequence_batching.state: a state needs input_name and output_name");
+    }
+    if (names.contains(state.input_name()) || !state_names.insert(state.input_name()).second ||
+        !state_names.insert("\x01" + state.output_name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": a name given twice (input '", absl::CEscape(state.input_name()),
+                       "', output '", absl::CEscape(state.output_name()), "')"));
+    }
+    if (state.data_type() == inference::TYPE_INVALID ||
+        state.data_type() == inference::TYPE_STRING) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": data_type ",
+                                                     inference::DataType_Name(state.data_type()),
+                                                     " (a state needs a fixed-size element type)"));
+    }
+    if (state.dims_size() == 0 && config.max_batch_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": no dims"));
+    }
+    for (int64_t d : state.dims()) {
+      if (d < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())),
+                         " (a state's dims are fixed, each >= 1; the batch dim is left out)"));
+      }
+    }
+    if (state.use_growable_memory()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what,
+                       ": use_growable_memory needs a GPU backend; loopserve's states are "
+                       "fixed-size"));
+    }
+    if (state.initial_state_size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": more than one initial_state"));
+    }
+    for (const auto& initial : state.initial_state()) {
+      if (initial.data_type() != state.data_type() ||
+          ToVector(initial.dims()) != ToVector(state.dims())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": initial_state has data_type ", inference::DataType_Name(initial.data_type()),
+            " dims ", FormatDims(ToVector(initial.dims())), ", the state ",
+            inference::DataType_Name(state.data_type()), " ", FormatDims(ToVector(state.dims()))));
+      }
+      if (initial.state_data_case() ==
+          inference::ModelSequenceBatching::InitialState::STATE_DATA_NOT_SET) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": initial_state needs zero_data or data_file"));
+      }
+      if (initial.has_data_file() && !IsPlainFileName(initial.data_file())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": initial_state data_file '", absl::CEscape(initial.data_file()),
+                         "' must be a file name in the model's initial_state/ folder"));
+      }
+    }
+  }
+  if (batching.has_oldest()) {
+    const auto& oldest = batching.oldest();
+    if (oldest.max_candidate_sequences() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence_batching.oldest.max_candidate_sequences ",
+                       oldest.max_candidate_sequences(), " must be >= 0"));
+    }
+    for (int32_t size : oldest.preferred_batch_size()) {
+      if (size < 1 || size > std::max(config.max_batch_size(), 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence_batching.oldest.preferred_batch_size ", size, " is outside [1, ",
+                         std::max(config.max_batch_size(), 1), "] (max_batch_size)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSequenceAgainstModel(const inference::ModelConfig& config,
+                                       const engine::Model& model) {
+  if (!config.has_sequence_batching()) return absl::OkStatus();
+  const inference::ModelSequenceBatching& batching = config.sequence_batching();
+  const bool batched = config.max_batch_size() > 0;
+  LS_ASSIGN_OR_RETURN(const BatchLayout layout, ReadBatchLayout(config));
+  for (const auto& input : batching.control_input()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.control_input '", absl::CEscape(input.name()), "'");
+    const int index = FindSpec(model.inputs(), input.name());
+    if (index < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": the model has no such input (it has ",
+                                                     ListNames(model.inputs()), ")"));
+    }
+    const engine::TensorSpec& spec = model.inputs()[index];
+    LS_RETURN_IF_ERROR(CheckDataType(what, ControlType(input.control(0)), spec.type.dtype));
+    // Triton's control tensors are [1] per sequence: [batch, 1] with batching.
+    LS_RETURN_IF_ERROR(
+        CheckAgainstModel(what, true, "dims", {1}, spec.type.dims, batched ? 0 : -1));
+  }
+  for (const auto& state : batching.state()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
+    const int in = FindSpec(model.inputs(), state.input_name());
+    const int out = FindSpec(model.outputs(), state.output_name());
+    if (in < 0 || out < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the model has no ", in < 0 ? "input '" : "output '",
+                       absl::CEscape(in < 0 ? state.input_name() : state.output_name()),
+                       "' (it has ", ListNames(in < 0 ? model.inputs() : model.outputs()), ")"));
+    }
+    const int axis = batched ? layout.OutputAxis(state.output_name()) : -1;
+    const std::vector<int64_t> dims = ToVector(state.dims());
+    for (const engine::TensorSpec* spec : {&model.inputs()[in], &model.outputs()[out]}) {
+      const std::string tensor_what = absl::StrCat(what, " (model tensor '", spec->name, "')");
+      LS_RETURN_IF_ERROR(CheckDataType(tensor_what, state.data_type(), spec->type.dtype));
+      LS_RETURN_IF_ERROR(
+          CheckAgainstModel(tensor_what, false, "dims", dims, spec->type.dims, axis));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loopserve::server

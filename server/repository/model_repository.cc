@@ -381,6 +381,13 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     }
     loaded->batcher = std::make_shared<BatchQueue>(*std::move(policy), InstanceCount(config));
   }
+  {
+    LS_ASSIGN_OR_RETURN(
+        std::unique_ptr<SequencePolicy> sequence,
+        SequencePolicy::FromConfig(config, *model, source.dir, InstanceCount(config)));
+    if (sequence != nullptr)
+      loaded->sequencer = std::make_shared<SequenceBatcher>(std::move(sequence));
+  }
   loaded->config = std::move(config);
 
   if (loaded->config.model_warmup_size() > 0) {

@@ -22,6 +22,7 @@
 #include "server/repository/ovms_config.h"
 #include "server/runner/worker_pool.h"
 #include "server/scheduling/batching.h"
+#include "server/scheduling/sequence_batcher.h"
 
 namespace loopserve::server {
 
@@ -76,6 +77,9 @@ struct LoadedModel {
   // The dynamic batcher's queue when the config has `dynamic_batching`; null otherwise. Mutable
   // through the const LoadedModel (it is the runner's per-version state, see BatchQueue).
   std::shared_ptr<BatchQueue> batcher;
+  // The sequence batcher when the config has `sequence_batching`; null otherwise (mutable through
+  // the const LoadedModel, like `batcher`).
+  std::shared_ptr<SequenceBatcher> sequencer;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.

@@ -18,6 +18,7 @@
 #include "server/repository/model_repository.h"
 #include "server/runner/infer_request.h"
 #include "server/runner/worker_pool.h"
+#include "server/scheduling/sequence_batcher.h"
 
 namespace loopserve::server {
 
@@ -187,6 +188,12 @@ class InferenceCall : private engine::IterationObserver {
 // preserve_ordering: one collector, no call skipped, so answers leave in arrival order. The
 // queue lock is taken per request and per batch, never inside a run.
 //
+// Sequence batching (a version with `sequence_batching`; LoadedModel::sequencer): an admitted call
+// is a step of the sequence its `sequence_id` names and goes to the version's SequenceBatcher,
+// which runs it on the pool through sequence_host_ (server/scheduling/sequence_batcher.h). The
+// client sends neither control nor state inputs; the state outputs are left out of the response
+// unless asked for by name.
+//
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
 // every kCancelPollInterval: a client's cancel or a closed connection stops a run within one
@@ -231,6 +238,11 @@ class InferenceRunner {
  private:
   // Admission: OK when the call was run here (and answered) or queued; otherwise the error.
   absl::Status Admit(InferenceCall& call);
+  // A version with `sequence_batching`: the call becomes a step of its sequence in the version's
+  // SequenceBatcher (the one place the runner hands a call to it; sequence_host_ is all the
+  // batcher sees of the runner).
+  absl::Status EnqueueStep(InferenceCall& call);
+  SequenceHost MakeSequenceHost();
   // `stream_iterations`: checks the call can stream and the requested outputs include scan
   // outputs of one top-level Loop; fills the call's stream_* fields.
   absl::Status PlanIterationStream(InferenceCall& call);
@@ -322,7 +334,8 @@ class InferenceRunner {
   std::vector<RunningBatch*> batches_ ABSL_GUARDED_BY(mutex_);  // merged batches running
   bool cancel_all_ ABSL_GUARDED_BY(mutex_) = false;
   bool stop_watcher_ ABSL_GUARDED_BY(mutex_) = false;
-  std::thread watcher_;  // Watch; joined by the destructor
+  std::thread watcher_;               // Watch; joined by the destructor
+  const SequenceHost sequence_host_;  // the sequence batchers' view of this runner
 };
 
 // "model 'rnn' v2: " for messages about a pinned version.
