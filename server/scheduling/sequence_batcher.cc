@@ -364,6 +364,18 @@ void SequenceBatcher::EndSlot(Slot& slot, const std::string& reason, const absl:
 }
 
 void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
+  // Idle is counted from a sequence's last request (Triton's rule). Sequences first: a slot that
+  // frees goes to the oldest queued start, which arrived after that last request.
+  for (const std::unique_ptr<Slot>& slot : slots_) {
+    if (!slot->live || slot->running || !slot->steps.empty()) continue;
+    if (now - slot->last_active < policy_->idle) continue;
+    ++stats_.expired;
+    const std::string reason =
+        absl::StrCat("it expired after ", absl::FormatDuration(now - slot->last_active),
+                     " without a request (max_sequence_idle_microseconds ",
+                     absl::ToInt64Microseconds(policy_->idle), ")");
+    EndSlot(*slot, reason, absl::OkStatus(), failed);
+  }
   while (!backlog_.empty() && backlog_.front().second <= now) {
     ++stats_.rejected;
     failed.emplace_back(
@@ -375,16 +387,6 @@ void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
     backlog_.pop_front();
   }
   stats_.backlog = static_cast<int64_t>(backlog_.size());
-  for (const std::unique_ptr<Slot>& slot : slots_) {
-    if (!slot->live || slot->running || !slot->steps.empty()) continue;
-    if (now - slot->last_active < policy_->idle) continue;
-    ++stats_.expired;
-    const std::string reason =
-        absl::StrCat("it expired after ", absl::FormatDuration(now - slot->last_active),
-                     " without a request (max_sequence_idle_microseconds ",
-                     absl::ToInt64Microseconds(policy_->idle), ")");
-    EndSlot(*slot, reason, absl::OkStatus(), failed);
-  }
 }
 
 bool SequenceBatcher::TakeCollector() {
@@ -451,11 +453,9 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
     Failed failed;
     {
       absl::MutexLock lock(&mutex_);
-      const absl::Time now = absl::Now();
       for (size_t k = 0; k < batch.size(); ++k) {
         Slot& slot = *batch[k].slot;
         slot.running = false;
-        slot.last_active = now;
         if (!ends[k].ok()) {
           ++stats_.failed;
           EndSlot(slot, absl::StrCat("it ended when a request of it failed: ", ends[k].message()),
@@ -687,14 +687,20 @@ void SequenceBatcher::Reap() {
     if (stop_) break;
     Failed failed;
     Sweep(absl::Now(), failed);
-    if (failed.empty() || host_ == nullptr) continue;
+    // An expired sequence's slot may have gone to a queued start: it needs a collector.
+    const bool collector = TakeCollector();
+    if (failed.empty() && !collector) continue;
     // Answering lets go of the calls' pins: held meanwhile, and when this thread let go of the
     // last one the batcher is gone (its destructor detached this thread).
     std::shared_ptr<SequenceBatcher> self = weak_from_this().lock();
-    if (self == nullptr) break;  // being destroyed: the destructor waits for this thread
+    if (self == nullptr) {  // being destroyed: the destructor waits for this thread
+      if (collector) --collectors_;
+      break;
+    }
     const SequenceHost* host = host_;
     mutex_.Unlock();
     Finish(*host, failed);
+    if (collector) StartCollector(*host);
     std::weak_ptr<SequenceBatcher> weak = self;
     self.reset();
     if (weak.expired()) return;
