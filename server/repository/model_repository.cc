@@ -385,8 +385,12 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
     LS_ASSIGN_OR_RETURN(
         std::unique_ptr<SequencePolicy> sequence,
         SequencePolicy::FromConfig(config, *model, source.dir, InstanceCount(config)));
-    if (sequence != nullptr)
-      loaded->sequencer = std::make_shared<SequenceBatcher>(std::move(sequence));
+    if (sequence != nullptr) {
+      loaded->sequencer = std::make_shared<SequenceBatcher>(
+          std::move(sequence), options_.metrics != nullptr
+                                   ? options_.metrics->ForSequences(source.name, version)
+                                   : SequenceMetrics());
+    }
   }
   loaded->config = std::move(config);
 

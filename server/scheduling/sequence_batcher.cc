@@ -195,8 +195,8 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
   return policy;
 }
 
-SequenceBatcher::SequenceBatcher(std::unique_ptr<SequencePolicy> policy)
-    : policy_(std::move(policy)), max_collectors_(1) {
+SequenceBatcher::SequenceBatcher(std::unique_ptr<SequencePolicy> policy, SequenceMetrics metrics)
+    : policy_(std::move(policy)), max_collectors_(1), metrics_(metrics) {
   absl::MutexLock lock(&mutex_);
   for (int i = 0; i < policy_->slots; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -208,6 +208,25 @@ SequenceBatcher::SequenceBatcher(std::unique_ptr<SequencePolicy> policy)
   }
   std::reverse(free_.begin(), free_.end());
   stats_.slots = policy_->slots;
+  Publish();
+}
+
+void SequenceBatcher::Count(SequenceMetrics::Outcome outcome) {
+  int64_t* counters[SequenceMetrics::kNumOutcomes] = {&stats_.started,  &stats_.ended,
+                                                      &stats_.expired,  &stats_.failed,
+                                                      &stats_.restarts, &stats_.rejected};
+  ++*counters[outcome];
+  if (metrics_.outcomes[outcome] != nullptr) metrics_.outcomes[outcome]->Increment();
+  Publish();
+}
+
+void SequenceBatcher::Publish() {
+  stats_.live = static_cast<int64_t>(live_.size());
+  stats_.backlog = static_cast<int64_t>(backlog_.size());
+  if (metrics_.live == nullptr) return;
+  metrics_.live->Set(static_cast<double>(stats_.live));
+  metrics_.slots->Set(static_cast<double>(stats_.slots));
+  metrics_.backlog->Set(static_cast<double>(stats_.backlog));
 }
 
 SequenceBatcher::~SequenceBatcher() {
@@ -262,8 +281,7 @@ absl::Status SequenceBatcher::Enqueue(SequenceStep step, const SequenceHost& hos
     if (seq.start) {
       if (slot != nullptr) {
         // Triton's behaviour: a start of a live id restarts it in its slot.
-        ++stats_.restarts;
-        ++stats_.started;
+        Count(SequenceMetrics::kRestarted);
         LogInfo(absl::StrCat(Label(seq), ": restarted by a new sequence_start while live"));
         const absl::Status why = absl::AbortedError(
             absl::StrCat(Label(seq), " was restarted by a later request with sequence_start"));
@@ -280,16 +298,16 @@ absl::Status SequenceBatcher::Enqueue(SequenceStep step, const SequenceHost& hos
         Assign(*slot, std::move(step));
       } else if (static_cast<int>(backlog_.size()) < policy_->slots) {
         backlog_.emplace_back(std::move(step), now + policy_->idle);
-        stats_.backlog = static_cast<int64_t>(backlog_.size());
+        Publish();
         wake_.Signal();
       } else {
-        ++stats_.rejected;
+        Count(SequenceMetrics::kRejected);
         status = absl::ResourceExhaustedError(
             absl::StrCat(Label(seq), ": all ", policy_->slots, " sequence slots are live and ",
                          backlog_.size(), " starts wait for one already"));
       }
     } else if (slot == nullptr || slot->ending) {
-      ++stats_.rejected;
+      Count(SequenceMetrics::kRejected);
       auto gone = gone_.find(key);
       status = absl::InvalidArgumentError(absl::StrCat(
           Label(seq), " is not live: ",
@@ -320,8 +338,7 @@ void SequenceBatcher::Assign(Slot& slot, SequenceStep step) {
   slot.steps.push_back(std::move(step));
   live_[slot.key] = &slot;
   gone_.erase(slot.key);
-  ++stats_.started;
-  stats_.live = static_cast<int64_t>(live_.size());
+  Count(SequenceMetrics::kStarted);
   MakeReady(slot);
 }
 
@@ -351,16 +368,15 @@ void SequenceBatcher::EndSlot(Slot& slot, const std::string& reason, const absl:
   Remember(slot.key, reason);
   slot.live = false;
   slot.ending = false;
-  stats_.live = static_cast<int64_t>(live_.size());
   // The oldest start waiting for a slot takes it.
   if (!backlog_.empty()) {
     SequenceStep next = std::move(backlog_.front().first);
     backlog_.pop_front();
-    stats_.backlog = static_cast<int64_t>(backlog_.size());
     Assign(slot, std::move(next));
   } else {
     free_.push_back(&slot);
   }
+  Publish();
 }
 
 void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
@@ -369,7 +385,7 @@ void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
   for (const std::unique_ptr<Slot>& slot : slots_) {
     if (!slot->live || slot->running || !slot->steps.empty()) continue;
     if (now - slot->last_active < policy_->idle) continue;
-    ++stats_.expired;
+    Count(SequenceMetrics::kExpired);
     const std::string reason =
         absl::StrCat("it expired after ", absl::FormatDuration(now - slot->last_active),
                      " without a request (max_sequence_idle_microseconds ",
@@ -377,7 +393,7 @@ void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
     EndSlot(*slot, reason, absl::OkStatus(), failed);
   }
   while (!backlog_.empty() && backlog_.front().second <= now) {
-    ++stats_.rejected;
+    Count(SequenceMetrics::kRejected);
     failed.emplace_back(
         std::move(backlog_.front().first),
         absl::ResourceExhaustedError(
@@ -386,7 +402,7 @@ void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
                          " slots are live; max_sequence_idle_microseconds bounds the wait)")));
     backlog_.pop_front();
   }
-  stats_.backlog = static_cast<int64_t>(backlog_.size());
+  Publish();
 }
 
 bool SequenceBatcher::TakeCollector() {
@@ -409,7 +425,7 @@ void SequenceBatcher::StartCollector(const SequenceHost& host) {
     if (collectors_ == 0) {
       while (!ready_.empty()) {
         Slot& slot = *ready_.front();
-        ++stats_.failed;
+        Count(SequenceMetrics::kFailed);
         EndSlot(slot, absl::StrCat("it ended when a request failed: ", scheduled.message()),
                 scheduled, failed);
       }
@@ -457,7 +473,7 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
         Slot& slot = *batch[k].slot;
         slot.running = false;
         if (!ends[k].ok()) {
-          ++stats_.failed;
+          Count(SequenceMetrics::kFailed);
           EndSlot(slot, absl::StrCat("it ended when a request of it failed: ", ends[k].message()),
                   absl::AbortedError(absl::StrCat(slot.label,
                                                   " ended when an earlier request of "
@@ -465,7 +481,7 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
                                                   ends[k].message())),
                   failed);
         } else if (batch[k].step.sequence.end && slot.steps.empty()) {
-          ++stats_.ended;
+          Count(SequenceMetrics::kEnded);
           EndSlot(slot, "it ended (its request with sequence_end was answered)", absl::OkStatus(),
                   failed);
         } else {
@@ -650,7 +666,7 @@ void SequenceBatcher::Flush(const absl::Status& why) {
     absl::MutexLock lock(&mutex_);
     for (auto& [step, until] : backlog_) failed.emplace_back(std::move(step), why);
     backlog_.clear();
-    stats_.backlog = 0;
+    Publish();
     for (const std::unique_ptr<Slot>& slot : slots_) {
       if (!slot->live) continue;
       if (slot->running) {
@@ -660,7 +676,7 @@ void SequenceBatcher::Flush(const absl::Status& why) {
         slot->ending = true;
         continue;
       }
-      ++stats_.failed;
+      Count(SequenceMetrics::kFailed);
       EndSlot(*slot, absl::StrCat("it ended: ", why.message()), why, failed);
     }
   }

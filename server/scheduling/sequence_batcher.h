@@ -18,6 +18,7 @@
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/value.h"
 #include "proto/model_config.pb.h"
+#include "server/observability/metrics.h"
 #include "server/repository/model_config.h"
 #include "server/runner/infer_request.h"
 
@@ -122,7 +123,9 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
     int64_t executions = 0;  // model runs
   };
 
-  explicit SequenceBatcher(std::unique_ptr<SequencePolicy> policy);
+  // `metrics`: the version's sequence series (Metrics::ForSequences); default: none.
+  explicit SequenceBatcher(std::unique_ptr<SequencePolicy> policy,
+                           SequenceMetrics metrics = SequenceMetrics());
   ~SequenceBatcher();
 
   SequenceBatcher(const SequenceBatcher&) = delete;
@@ -188,9 +191,13 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
   static void Finish(const SequenceHost& host,
                      std::vector<std::pair<SequenceStep, absl::Status>>& failed);
   void Reap();
+  // Counts an outcome in stats_ and Prometheus; Publish sets the gauges from stats_.
+  void Count(SequenceMetrics::Outcome outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::unique_ptr<SequencePolicy> policy_;
   const int max_collectors_;
+  const SequenceMetrics metrics_;
   mutable absl::Mutex mutex_;
   absl::CondVar wake_;  // the reaper: a new deadline, or stop
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mutex_);

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from loopserve_py import check, start_server, Checks  # noqa: E402
+from loopserve_py import check, start_server, Checks, Metrics  # noqa: E402
 
 
 def parse_args():
@@ -260,6 +260,22 @@ def error_cases(clients, protocol, repo):
     print("ok: error cases (%s)" % protocol)
 
 
+def metrics_case(metrics):
+    """The sequence series, against what the error cases did to seq_small (one slot): per protocol
+    three sequences started (one expired, the queued one ended), one start and one step rejected."""
+    small = {"model": "seq_small", "version": "1"}
+    want = {"started": 4, "expired": 2, "ended": 2, "rejected": 4}
+    for outcome, count in want.items():
+        got = metrics.value("loopserve_sequences_total", outcome=outcome, **small)
+        check(got == count, "loopserve_sequences_total{seq_small,%s}: %s, want %s" %
+              (outcome, got, count))
+    check(metrics.value("loopserve_sequence_slots", **small) == 1, "seq_small slots")
+    check(metrics.value("loopserve_sequences_live", **small) == 0, "seq_small live")
+    check(metrics.value("loopserve_sequence_slots", model="simple_sequence") == 16,
+          "simple_sequence slots: max_batch_size 8 x 2 instances (--workers)")
+    print("ok: sequence metrics")
+
+
 def reload_case(clients, repo):
     check(clients.step("grpc", "seq_oldest", 5, 7001, start=True)[0] == 5, "before reload")
     path = os.path.join(repo, "seq_oldest", "config.pbtxt")
@@ -298,6 +314,7 @@ def main():
         gru_streams(clients, args.repo_root)
         for protocol in ("grpc", "http"):
             error_cases(clients, protocol, repo)
+        metrics_case(Metrics(ports["metrics"]))
         reload_case(clients, repo)
     finally:
         proc.send_signal(signal.SIGTERM)
