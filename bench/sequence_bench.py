@@ -125,13 +125,20 @@ def main():
               "minus compute, mean of %d steps); client round trip p50 %.1f us" %
               (overhead, count, lone["p50_us"]))
         for name in ("gru_direct", "gru_oldest"):
+            sizes = [metric_sum(metrics, n, name) for n in ("loopserve_batch_size_sum",
+                                                            "loopserve_batch_size_count")]
             r = perf(args.loopctl, grpc, name, args.streams, args.requests, args.length)
+            after = [metric_sum(metrics, n, name) for n in ("loopserve_batch_size_sum",
+                                                            "loopserve_batch_size_count")]
+            steps_per_run = (after[0] - sizes[0]) / max(after[1] - sizes[1], 1)
             alone = perf(args.loopctl, grpc, name, 1, 300, args.length)
             result[name] = {"steps_per_s": r["throughput"], "p50_us": r["p50_us"],
-                            "p99_us": r["p99_us"], "lone_p99_us": alone["p99_us"]}
-            print("%s: %d streams %.1f steps/s, p50 %.0f us, p99 %.0f us; lone stream p99 %.0f us"
-                  % (name, args.streams, r["throughput"], r["p50_us"], r["p99_us"],
-                     alone["p99_us"]))
+                            "p99_us": r["p99_us"], "steps_per_execution": round(steps_per_run, 1),
+                            "lone_p50_us": alone["p50_us"], "lone_p99_us": alone["p99_us"]}
+            print("%s: %d streams %.1f steps/s (%.1f steps per execution), p50 %.0f us, p99 %.0f "
+                  "us; lone stream p50 %.0f us, p99 %.0f us"
+                  % (name, args.streams, r["throughput"], steps_per_run, r["p50_us"],
+                     r["p99_us"], alone["p50_us"], alone["p99_us"]))
         ratio = result["gru_oldest"]["steps_per_s"] / result["gru_direct"]["steps_per_s"]
         result["oldest_over_direct"] = round(ratio, 2)
         print("oldest / direct throughput: %.2fx" % ratio)
