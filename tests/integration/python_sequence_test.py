@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Stateful sequences (`sequence_batching`) end to end, with Triton's own Python client.
 
-Usage: /usr/bin/python3 python_sequence_test.py --loopserve=BIN --models=DIR --repo_root=DIR
+Usage: /usr/bin/python3 python_sequence_test.py --loopserve=BIN [--loopctl=BIN] --models=DIR --repo_root=DIR
        --work=DIR [--tritonclient=DIR]
 
 1. Triton's four sequence examples (simple_grpc_sequence_sync/stream, the aio stream one and
@@ -41,6 +41,7 @@ def parse_args():
     parser.add_argument("--repo_root", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--tritonclient", default=None)
+    parser.add_argument("--loopctl", default=None)
     return parser.parse_args()
 
 
@@ -276,6 +277,29 @@ def metrics_case(metrics):
     print("ok: sequence metrics")
 
 
+def loopctl_case(loopctl, ports):
+    """loopctl infer with --sequence_id/--sequence_start/--sequence_end over gRPC and REST, and
+    perf --sequence_length driving 4 concurrent sequences."""
+    def run(*argv):
+        return subprocess.run([loopctl] + list(argv), capture_output=True, text=True, timeout=60)
+
+    grpc_addr = "--addr=127.0.0.1:%d" % ports["grpc"]
+    http = ["--protocol=http", "--addr=127.0.0.1:%d" % ports["http"]]
+    first = run(grpc_addr, "infer", "simple_sequence", "--input=INPUT:INT32:1,1:5",
+                "--sequence_id=4242", "--sequence_start", "--output=SUM")
+    second = run(*http, "infer", "simple_sequence", "--input=INPUT:INT32:1,1:4",
+                 "--sequence_id=4242", "--sequence_end", "--output=SUM")
+    check(first.returncode == 0 and "= [5]" in first.stdout, first.stdout + first.stderr)
+    check(second.returncode == 0 and "= [9]" in second.stdout, second.stdout + second.stderr)
+    after = run(grpc_addr, "infer", "simple_sequence", "--input=INPUT:INT32:1,1:1",
+                "--sequence_id=4242", "--output=SUM")
+    check(after.returncode != 0 and "ended" in after.stderr, after.stdout + after.stderr)
+    perf = run(grpc_addr, "perf", "gru_chunk", "--sequence_length=5", "--concurrency=4",
+               "--requests=40", "--progress=false")
+    check(perf.returncode == 0 and '"requests":40' in perf.stdout, perf.stdout + perf.stderr)
+    print("ok: loopctl infer --sequence_id/--sequence_start/--sequence_end, perf --sequence_length")
+
+
 def reload_case(clients, repo):
     check(clients.step("grpc", "seq_oldest", 5, 7001, start=True)[0] == 5, "before reload")
     path = os.path.join(repo, "seq_oldest", "config.pbtxt")
@@ -315,6 +339,8 @@ def main():
         for protocol in ("grpc", "http"):
             error_cases(clients, protocol, repo)
         metrics_case(Metrics(ports["metrics"]))
+        if args.loopctl:
+            loopctl_case(args.loopctl, ports)
         reload_case(clients, repo)
     finally:
         proc.send_signal(signal.SIGTERM)
