@@ -136,6 +136,9 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
     policy->slots = rows;  // Triton's direct: a slot per batch row of each instance
   }
   LS_ASSIGN_OR_RETURN(const BatchLayout layout, ReadBatchLayout(config));
+  for (const engine::TensorSpec& output : model.outputs()) {
+    policy->output_axes.push_back(layout.OutputAxis(output.name));
+  }
   for (const auto& input : batching.control_input()) {
     const auto& c = input.control(0);
     Control control;
@@ -563,11 +566,8 @@ void SequenceBatcher::Execute(const SequenceHost& host, std::vector<Taken>& batc
             mine.push_back(n == 1 ? std::move((*outputs)[j]) : engine::Value());
             continue;
           }
-          // The state output's axis, else the output's batch axis (0 when batched).
-          int axis = 0;
-          for (const SequencePolicy::State& state : policy_->states) {
-            if (state.output == static_cast<int>(j)) axis = state.axis;
-          }
+          // The output's batch axis (a state's is its output's).
+          const int axis = j < policy_->output_axes.size() ? policy_->output_axes[j] : 0;
           mine.push_back(engine::Value(Slice(value.tensor(), axis, m, 1)));
         }
         // The step's state rows go back to its slot.

@@ -54,6 +54,9 @@ struct SequencePolicy {
   std::vector<Control> controls;
   std::vector<State> states;
   std::vector<int> server_inputs;  // control and state inputs (Model::inputs() indices)
+  // Per model output: its batch axis (output_batch_axes; 0 by default), where a merged
+  // execution's outputs are split.
+  std::vector<int> output_axes;
 
   // The policy of a complete config against its model; std::nullopt-like null without
   // sequence_batching. `model_dir` holds initial_state/ (read through repo_file.h: inside the
