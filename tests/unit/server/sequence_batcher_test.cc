@@ -1,5 +1,6 @@
 #include "server/scheduling/sequence_batcher.h"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -240,6 +241,27 @@ TEST(SequenceBatcherTest, MoreStartsThanSlotsQueueThenAreRefused) {
   fake.RunTasks();
   EXPECT_EQ(fake.answer(1).sum, 1.0f);
   EXPECT_EQ(batcher->stats().live, 1);
+}
+
+TEST(SequenceBatcherTest, ACancelledStepIsAnsweredAndEndsItsSequence) {
+  FakeHost fake(AccumulatorModel());
+  auto batcher = std::make_shared<SequenceBatcher>(Policy(SequencePolicy::Strategy::kOldest, 4));
+  std::atomic<bool> cancelled{true};  // the client left while the step was queued
+  SequenceStep step = Step(0, 11, 1.0f, true);
+  step.cancelled = &cancelled;
+  ASSERT_TRUE(batcher->Enqueue(std::move(step), fake.host()).ok());
+  SequenceStep late = Step(1, 12, 1.0f, true);
+  late.deadline = absl::InfinitePast();  // its deadline passed in the queue
+  ASSERT_TRUE(batcher->Enqueue(std::move(late), fake.host()).ok());
+  fake.RunTasks();
+  EXPECT_EQ(fake.answer(0).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(fake.answer(1).status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(fake.executions().empty());  // neither ran
+  const absl::Status next = batcher->Enqueue(Step(2, 11, 1.0f), fake.host());
+  EXPECT_EQ(next.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(next.message(), HasSubstr("it ended when a request of it failed"));
+  EXPECT_EQ(batcher->stats().live, 0);
+  EXPECT_EQ(batcher->stats().failed, 2);
 }
 
 }  // namespace
