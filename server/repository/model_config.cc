@@ -148,6 +148,24 @@ std::vector<std::string> IgnoredSettings(const ModelConfig& config) {
   if (config.response_cache().enable()) {
     note("response_cache.enable", "loopserve keeps no response cache");
   }
+  if (config.has_sequence_batching()) {
+    const inference::ModelSequenceBatching& sequence = config.sequence_batching();
+    if (sequence.direct().max_queue_delay_microseconds() > 0 ||
+        sequence.direct().minimum_slot_utilization() > 0) {
+      note("sequence_batching.direct queue delay / slot utilization",
+           "direct runs each step as soon as it is ready");
+    }
+    if (sequence.oldest().preferred_batch_size_size() > 0) {
+      note("sequence_batching.oldest.preferred_batch_size",
+           "oldest takes every ready step up to max_batch_size");
+    }
+    for (const auto& state : sequence.state()) {
+      if (state.use_same_buffer_for_input_output()) {
+        note("sequence_batching.state.use_same_buffer_for_input_output",
+             "a GPU backend's setting; loopserve copies the state output into the slot");
+      }
+    }
+  }
   if (config.has_dynamic_batching()) {
     const inference::ModelDynamicBatching& batching = config.dynamic_batching();
     if (batching.priority_levels() > 0) {

@@ -290,6 +290,8 @@ TEST(ParseModelConfigTest, TritonSequenceBatchingParses) {
   EXPECT_THAT(SequenceInputNames(parsed->config), ElementsAre("START", "CORRID", "in"));
   EXPECT_THAT(SequenceOutputNames(parsed->config), ElementsAre("out"));
   EXPECT_TRUE(ParseModelConfig("sequence_batching { }", "m").ok());
+  EXPECT_THAT(parsed->ignored,
+              ElementsAre(HasSubstr("sequence_batching.oldest.preferred_batch_size ignored")));
 }
 
 TEST(ParseModelConfigTest, SequenceBatchingMistakesNameTheField) {
