@@ -209,6 +209,16 @@ absl::StatusOr<InferResult> Client::Infer(absl::string_view model,
   request.set_model_name(std::string(model));
   request.set_model_version(options.model_version);
   request.set_id(options.request_id);
+  if (options.sequence_id != 0 || !options.sequence_string_id.empty()) {
+    auto& parameters = *request.mutable_parameters();
+    if (options.sequence_string_id.empty()) {
+      parameters["sequence_id"].set_uint64_param(options.sequence_id);
+    } else {
+      parameters["sequence_id"].set_string_param(options.sequence_string_id);
+    }
+    parameters["sequence_start"].set_bool_param(options.sequence_start);
+    parameters["sequence_end"].set_bool_param(options.sequence_end);
+  }
   for (const Tensor& input : inputs) {
     absl::Status added = AddInput(input, options.contents, &request);
     if (!added.ok()) return added;

@@ -63,6 +63,12 @@ struct InferOptions {
   absl::Time deadline = absl::InfiniteFuture();
   std::string model_version;  // empty: the server's choice (latest)
   std::string request_id;     // echoed back in InferResult::id
+  // Triton's sequence parameters (models with sequence_batching): a non-zero `sequence_id` or a
+  // non-empty `sequence_string_id` names the sequence; start/end mark its first and last request.
+  uint64_t sequence_id = 0;
+  std::string sequence_string_id;
+  bool sequence_start = false;
+  bool sequence_end = false;
   ContentsMode contents = ContentsMode::kRaw;
   CancelToken* cancel = nullptr;  // optional; not owned
 };

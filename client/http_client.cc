@@ -173,6 +173,18 @@ absl::StatusOr<size_t> WriteInferHeader(const std::vector<Tensor>& inputs,
   w.StartObject();
   w.Key("binary_data_output");
   w.Bool(raw);
+  if (options.sequence_id != 0 || !options.sequence_string_id.empty()) {
+    w.Key("sequence_id");
+    if (options.sequence_string_id.empty()) {
+      w.Uint64(options.sequence_id);
+    } else {
+      w.String(options.sequence_string_id.c_str());
+    }
+    w.Key("sequence_start");
+    w.Bool(options.sequence_start);
+    w.Key("sequence_end");
+    w.Bool(options.sequence_end);
+  }
   if (deadline != absl::InfiniteFuture()) {
     w.Key("timeout");
     w.Int64(std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));

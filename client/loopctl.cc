@@ -51,11 +51,13 @@ struct CommandLine {
   }
 };
 
-const char* const kKnownFlags[] = {"addr",       "protocol",      "input",    "output",
-                                   "timeout_ms", "model_version", "data_dir", "max_elements",
-                                   "shape",      "concurrency",   "requests", "warmup",
-                                   "typed",      "help",          "duration", "concurrency_range",
-                                   "progress",   "stream"};
+const char* const kKnownFlags[] = {
+    "addr",         "protocol",       "input",       "output",
+    "timeout_ms",   "model_version",  "data_dir",    "max_elements",
+    "shape",        "concurrency",    "requests",    "warmup",
+    "typed",        "help",           "duration",    "concurrency_range",
+    "progress",     "stream",         "sequence_id", "sequence_start",
+    "sequence_end", "sequence_length"};
 
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
@@ -273,6 +275,25 @@ absl::StatusOr<InferOptions> CommonOptions(const CommandLine& cl) {
     }
     options.contents = typed ? ContentsMode::kTyped : ContentsMode::kRaw;
   }
+  if (cl.Has("sequence_id")) {
+    const std::string id = cl.Get("sequence_id");
+    if (!absl::SimpleAtoi(id, &options.sequence_id) || options.sequence_id == 0) {
+      options.sequence_id = 0;
+      options.sequence_string_id = id;  // Triton's string ids
+    }
+    if (id.empty()) return absl::InvalidArgumentError("--sequence_id needs a value");
+  }
+  for (auto [flag, target] :
+       {std::pair<const char*, bool*>{"sequence_start", &options.sequence_start},
+        {"sequence_end", &options.sequence_end}}) {
+    if (!cl.Has(flag)) continue;
+    if (!absl::SimpleAtob(cl.Get(flag), target)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " takes true or false"));
+    }
+    if (!cl.Has("sequence_id")) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " needs --sequence_id"));
+    }
+  }
   return options;
 }
 
@@ -360,6 +381,10 @@ struct PerfLevel {
   int64_t requests = 0;           // measured requests (the stop condition without duration)
   absl::Duration duration;        // > 0: run for this long instead
   absl::Duration progress_every;  // > 0: redraw a progress line on `err` this often
+  // > 0: each client drives sequences of this many steps (sequence_start on the first,
+  // sequence_end on the last; ids from `next_sequence_id`), ending the one it holds at the end.
+  int64_t sequence_length = 0;
+  std::atomic<uint64_t>* next_sequence_id = nullptr;
 };
 
 struct PerfResult {
@@ -387,9 +412,19 @@ absl::StatusOr<PerfResult> RunPerfLevel(Client& client, const std::string& model
   std::vector<std::thread> threads;
   for (int64_t w = 0; w < level.concurrency; ++w) {
     threads.emplace_back([&, w] {
+      InferOptions step = options;
+      int64_t k = 0;  // steps of this client's sequences
+      auto next_step = [&] {
+        if (level.sequence_length <= 0) return;
+        const int64_t at = k++ % level.sequence_length;
+        if (at == 0) step.sequence_id = level.next_sequence_id->fetch_add(1);
+        step.sequence_start = at == 0;
+        step.sequence_end = at == level.sequence_length - 1;
+      };
       while (!stop.load() && (timed ? absl::Now() < end : next.fetch_add(1) < level.requests)) {
+        next_step();
         const absl::Time t0 = absl::Now();
-        auto r = client.Infer(model, inputs, {}, options);
+        auto r = client.Infer(model, inputs, {}, step);
         if (!r.ok()) {
           absl::MutexLock lock(&mu);
           if (first_error.ok()) first_error = r.status();
@@ -398,6 +433,12 @@ absl::StatusOr<PerfResult> RunPerfLevel(Client& client, const std::string& model
         }
         latencies[w].push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
         done.fetch_add(1);
+      }
+      // A sequence left open would hold its server slot until it expires: end it (unmeasured).
+      if (level.sequence_length > 0 && k % level.sequence_length != 0 && !stop.load()) {
+        step.sequence_start = false;
+        step.sequence_end = true;
+        (void)client.Infer(model, inputs, {}, step);
       }
     });
   }
@@ -505,6 +546,16 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
   }
   PerfLevel level;
   level.requests = requests;
+  std::atomic<uint64_t> next_sequence_id{options->sequence_id != 0 ? options->sequence_id : 1};
+  if (cl.Has("sequence_length")) {
+    auto length = ParseInt("sequence_length", cl.Get("sequence_length"));
+    if (!length.ok() || *length < 1) {
+      PrintError(absl::InvalidArgumentError("--sequence_length must be a positive integer"), err);
+      return 2;
+    }
+    level.sequence_length = *length;
+    level.next_sequence_id = &next_sequence_id;
+  }
   if (cl.Has("duration")) {
     double seconds = 0;
     if (cl.Has("requests") || !absl::SimpleAtod(cl.Get("duration"), &seconds) || !(seconds > 0)) {
@@ -596,6 +647,18 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
     inputs.push_back(*std::move(tensor));
   }
 
+  if (level.sequence_length > 0 && warmup > 0) {  // warm-up sequences of their own
+    PerfLevel warm = level;
+    warm.requests = warmup;
+    warm.progress_every = absl::ZeroDuration();
+    warm.duration = absl::ZeroDuration();
+    auto r = RunPerfLevel(client, model, inputs, *options, warm, err);
+    if (!r.ok()) {
+      PrintError(r.status(), err);
+      return 1;
+    }
+    warmup = 0;
+  }
   for (int64_t i = 0; i < warmup; ++i) {
     auto r = client.Infer(model, inputs, {}, *options);
     if (!r.ok()) {
@@ -674,6 +737,12 @@ Flags (always --flag=value):
                        --concurrency-range; STEP xK multiplies: 1:32:x2 = 1,2,4,...,32); one
                        result per level, then a summary table
   --warmup=W           perf: unmeasured requests first (default 10)
+  --sequence_id=ID     infer: Triton's sequence_id (an integer, or a string id); perf: the first
+                       sequence id (default 1)
+  --sequence_start     infer: the request starts its sequence (sequence_start: true)
+  --sequence_end       infer: the request ends its sequence (sequence_end: true)
+  --sequence_length=L  perf: each concurrent client drives sequences of L steps (a model with
+                       sequence_batching): --concurrency=N keeps N sequences live
   --progress=auto      perf: progress line on stderr every second: auto (when stderr is a
                        terminal), true, false
 perf fills every input not given by --input/--data_dir with random values: floats uniform in

@@ -767,11 +767,180 @@ def ov_counter_example():
 
 
 # ----------------------------------------------------------------------------------------------
+# Stateful sequences (config `sequence_batching`): the server keeps each sequence's state between
+# its requests (implicit state) and feeds the control inputs.
+#
+# simple_sequence: Triton's sequence example model, so that Triton's Python client examples
+# (simple_grpc_sequence_*_client.py, simple_http_sequence_sync_infer_client.py) run unmodified:
+# OUTPUT = INPUT + START (what those examples check), and SUM, the running sum of the sequence's
+# INPUTs, carried in the implicit state ACC (ACC_IN -> ACC_OUT).
+
+INT32 = TensorProto.INT32
+
+SIMPLE_SEQUENCE_CONFIG = """\
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [
+    {
+      input_name: "ACC_IN"
+      output_name: "ACC_OUT"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state { name: "zero" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }
+    }
+  ]
+}
+"""
+
+
+def build_simple_sequence():
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT", "START"], ["OUTPUT"]),
+            helper.make_node("Sub", ["one", "START"], ["keep"]),
+            helper.make_node("Mul", ["ACC_IN", "keep"], ["kept"]),
+            helper.make_node("Add", ["kept", "INPUT"], ["added"]),
+            helper.make_node("Mul", ["added", "READY"], ["SUM"]),
+            helper.make_node("Identity", ["SUM"], ["ACC_OUT"]),
+        ],
+        "simple_sequence",
+        [vi(name, INT32, ["batch", 1]) for name in ("INPUT", "START", "READY", "ACC_IN")],
+        [vi(name, INT32, ["batch", 1]) for name in ("OUTPUT", "SUM", "ACC_OUT")],
+        initializer=[const("one", np.array(1, np.int32))],
+    )
+    return make_model(graph)
+
+
+def reference_simple_sequence(value, start, ready, acc):
+    total = ((1 - start) * acc + value) * ready
+    return [value + start, total, total]
+
+
+def simple_sequence_example():
+    inputs = [np.array([[5], [-3]], np.int32), np.array([[1], [0]], np.int32),
+              np.array([[1], [1]], np.int32), np.array([[7], [7]], np.int32)]
+    return Example("simple_sequence", build_simple_sequence(),
+                   {"": (inputs, reference_simple_sequence(*inputs))},
+                   config=SIMPLE_SEQUENCE_CONFIG)
+
+
+# gru_chunk: a streaming recurrent model as voice-activity detectors are built (Silero VAD keeps
+# state [2, batch, 128]): each request is one chunk of FEATURES x STEPS frames; an ONNX GRU carries
+# the hidden state [1, batch, hidden] (batch axis 1: output_batch_axes "h_out:1") from chunk to
+# chunk on the server; `prob` is a per-chunk score. START (fp32 control) zeroes the state.
+
+GRU_CHUNK_STEPS = 4
+GRU_CHUNK_FEATURES = 16
+GRU_CHUNK_HIDDEN = 64
+
+
+def gru_chunk_config(hidden=GRU_CHUNK_HIDDEN, strategy="oldest { max_candidate_sequences: 64 }",
+                     max_batch_size=64):
+    return """\
+max_batch_size: %d
+input [ { name: "chunk" data_type: TYPE_FP32 dims: [ %d, %d ] } ]
+output [ { name: "prob" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  control_input [
+    { name: "start" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [
+    {
+      input_name: "h_in"
+      output_name: "h_out"
+      data_type: TYPE_FP32
+      dims: [ 1, %d ]
+      initial_state { name: "zeros" data_type: TYPE_FP32 dims: [ 1, %d ] zero_data: true }
+    }
+  ]
+  %s
+}
+parameters { key: "output_batch_axes" value: { string_value: "h_out:1" } }
+""" % (max_batch_size, GRU_CHUNK_STEPS, GRU_CHUNK_FEATURES, hidden, hidden, strategy)
+
+
+def gru_chunk_weights(hidden=GRU_CHUNK_HIDDEN):
+    rng = np.random.RandomState(8642)
+    w = (rng.standard_normal((1, 3 * hidden, GRU_CHUNK_FEATURES)) * 0.3).astype(np.float32)
+    r = (rng.standard_normal((1, 3 * hidden, hidden)) * (0.5 / np.sqrt(hidden))).astype(np.float32)
+    b = (rng.standard_normal((1, 6 * hidden)) * 0.1).astype(np.float32)
+    wo = (rng.standard_normal((hidden, 1)) / np.sqrt(hidden)).astype(np.float32)
+    return w, r, b, wo
+
+
+def build_gru_chunk(hidden=GRU_CHUNK_HIDDEN):
+    w, r, b, wo = gru_chunk_weights(hidden)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["one", "start"], ["keep"]),          # [batch, 1]
+            helper.make_node("Mul", ["h_in", "keep"], ["h0"]),            # [1, batch, hidden]
+            helper.make_node("Transpose", ["chunk"], ["x"], perm=[1, 0, 2]),
+            helper.make_node("GRU", ["x", "W", "R", "B", "", "h0"], ["y", "h_out"],
+                             hidden_size=hidden),
+            helper.make_node("Squeeze", ["h_out", "axis0"], ["h"]),
+            helper.make_node("MatMul", ["h", "Wo"], ["logit"]),
+            helper.make_node("Sigmoid", ["logit"], ["prob"]),
+        ],
+        "gru_chunk",
+        [vi("chunk", FLOAT, ["batch", GRU_CHUNK_STEPS, GRU_CHUNK_FEATURES]),
+         vi("start", FLOAT, ["batch", 1]), vi("h_in", FLOAT, [1, "batch", hidden])],
+        [vi("prob", FLOAT, ["batch", 1]), vi("h_out", FLOAT, [1, "batch", hidden])],
+        initializer=[const("W", w), const("R", r), const("B", b), const("Wo", wo),
+                     const("one", np.array(1, np.float32)), const("axis0", np.array([0], np.int64))],
+    )
+    return make_model(graph)
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def reference_gru_chunk(chunk, start, h_in, hidden=GRU_CHUNK_HIDDEN):
+    """ONNX GRU (linear_before_reset 0, gates z, r, h) over the chunk's frames, then the score."""
+    w, r, b, wo = gru_chunk_weights(hidden)
+    w, r, b = w[0].astype(np.float64), r[0].astype(np.float64), b[0].astype(np.float64)
+    wz, wr, wh = np.split(w, 3)
+    rz, rr, rh = np.split(r, 3)
+    wbz, wbr, wbh, rbz, rbr, rbh = np.split(b, 6)
+    h = (h_in[0] * (1 - start)).astype(np.float64)  # [batch, hidden]
+    for t in range(chunk.shape[1]):
+        x = chunk[:, t, :].astype(np.float64)
+        z = _sigmoid(x @ wz.T + h @ rz.T + wbz + rbz)
+        rg = _sigmoid(x @ wr.T + h @ rr.T + wbr + rbr)
+        n = np.tanh(x @ wh.T + (rg * h) @ rh.T + rbh + wbh)
+        h = (1 - z) * n + z * h
+    prob = _sigmoid(h @ wo.astype(np.float64))
+    return [prob.astype(np.float32), h[None].astype(np.float32)]
+
+
+def gru_chunk_example():
+    rng = np.random.RandomState(97)
+    chunk = rng.uniform(-1, 1, (2, GRU_CHUNK_STEPS, GRU_CHUNK_FEATURES)).astype(np.float32)
+    start = np.array([[1], [0]], np.float32)
+    h_in = rng.uniform(-1, 1, (1, 2, GRU_CHUNK_HIDDEN)).astype(np.float32)
+    inputs = [chunk, start, h_in]
+    return Example("gru_chunk", build_gru_chunk(), {"": (inputs, reference_gru_chunk(*inputs))},
+                   config=gru_chunk_config())
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def example_models():
     return [counter_example(), rnn_example(), rnn_batched_example(), rnn_cell_example(),
-            greedy_decoder_example(), endless_example(), nested_example(), ov_counter_example()]
+            greedy_decoder_example(), endless_example(), nested_example(), ov_counter_example(),
+            simple_sequence_example(), gru_chunk_example()]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -247,6 +247,31 @@ absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, Inf
     }
     out->stream_iterations = it->second.bool_param();
   }
+  // Triton's sequence parameters: the id as int64 / uint64 or a string; start and end as bools.
+  it = request.parameters().find("sequence_id");
+  if (it != request.parameters().end()) {
+    const inference::InferParameter& p = it->second;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+        p.int64_param() >= 0) {
+      out->sequence.id = static_cast<uint64_t>(p.int64_param());
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      out->sequence.id = p.uint64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kStringParam) {
+      out->sequence.string_id = p.string_param();
+    } else {
+      return absl::InvalidArgumentError(
+          "parameter 'sequence_id' must be a non-negative int64, a uint64 or a string");
+    }
+  }
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"sequence_start", &out->sequence.start},
+                            {"sequence_end", &out->sequence.end}}) {
+    it = request.parameters().find(name);
+    if (it == request.parameters().end()) continue;
+    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' must be a bool"));
+    }
+    *flag = it->second.bool_param();
+  }
   return absl::OkStatus();
 }
 

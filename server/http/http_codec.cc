@@ -555,6 +555,26 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
       LS_ASSIGN_OR_RETURN(request->stream_iterations,
                           BoolField(p, "parameter 'stream_iterations'"));
     }
+    if (field["sequence_id"].get(p) == simdjson::SUCCESS) {
+      // Triton's clients send a number, or a string id.
+      if (p.type() == element_type::STRING) {
+        request->sequence.string_id = std::string(p.get_string().value_unsafe());
+      } else if (p.type() == element_type::UINT64) {
+        request->sequence.id = p.get_uint64().value_unsafe();
+      } else if (p.type() == element_type::INT64 && p.get_int64().value_unsafe() >= 0) {
+        request->sequence.id = static_cast<uint64_t>(p.get_int64().value_unsafe());
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter 'sequence_id' must be a non-negative integer or a string, got ",
+                         KindName(p)));
+      }
+    }
+    if (field["sequence_start"].get(p) == simdjson::SUCCESS) {
+      LS_ASSIGN_OR_RETURN(request->sequence.start, BoolField(p, "parameter 'sequence_start'"));
+    }
+    if (field["sequence_end"].get(p) == simdjson::SUCCESS) {
+      LS_ASSIGN_OR_RETURN(request->sequence.end, BoolField(p, "parameter 'sequence_end'"));
+    }
     if (field["binary_data_output"].get(p) == simdjson::SUCCESS) {
       LS_ASSIGN_OR_RETURN(outputs->binary_default, BoolField(p, "parameter 'binary_data_output'"));
     }

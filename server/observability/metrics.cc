@@ -312,6 +312,24 @@ Metrics::Metrics()
                                    .Name("loopserve_iteration_row_iterations")
                                    .Help("Iterations a request ran in a running batch")
                                    .Register(*registry_);
+  sequences_live_ = &prometheus::BuildGauge()
+                         .Name("loopserve_sequences_live")
+                         .Help("Sequences holding a slot of the version's sequence batcher")
+                         .Register(*registry_);
+  sequence_slots_ = &prometheus::BuildGauge()
+                         .Name("loopserve_sequence_slots")
+                         .Help("Slots (live sequences at most) of the version's sequence batcher")
+                         .Register(*registry_);
+  sequence_backlog_ = &prometheus::BuildGauge()
+                           .Name("loopserve_sequence_backlog")
+                           .Help("Sequence starts waiting for a free slot")
+                           .Register(*registry_);
+  sequences_total_ = &prometheus::BuildCounter()
+                          .Name("loopserve_sequences_total")
+                          .Help(
+                              "Sequences by outcome: started, ended (by their END request), "
+                              "expired (idle), failed, restarted; rejected counts refused steps")
+                          .Register(*registry_);
   model_ready_ = &prometheus::BuildGauge()
                       .Name("loopserve_model_ready")
                       .Help("1 when the model version is loaded and serving, 0 when it failed")
@@ -405,6 +423,22 @@ std::shared_ptr<ModelVersionMetrics> Metrics::ForModelVersion(
     metrics->loop_iterations_.push_back(&loop_iterations_->Add(with_loop, IterationBuckets()));
     metrics->loop_iteration_duration_.push_back(
         &loop_iteration_duration_->Add(with_loop, DurationBuckets()));
+  }
+  return metrics;
+}
+
+SequenceMetrics Metrics::ForSequences(const std::string& model, int64_t version) {
+  const prometheus::Labels labels = {{"model", model}, {"version", absl::StrCat(version)}};
+  SequenceMetrics metrics;
+  metrics.live = &sequences_live_->Add(labels);
+  metrics.slots = &sequence_slots_->Add(labels);
+  metrics.backlog = &sequence_backlog_->Add(labels);
+  const char* const names[SequenceMetrics::kNumOutcomes] = {"started", "ended",     "expired",
+                                                            "failed",  "restarted", "rejected"};
+  for (int k = 0; k < SequenceMetrics::kNumOutcomes; ++k) {
+    prometheus::Labels with_outcome = labels;
+    with_outcome["outcome"] = names[k];
+    metrics.outcomes[k] = &sequences_total_->Add(with_outcome);
   }
   return metrics;
 }

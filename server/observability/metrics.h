@@ -137,6 +137,16 @@ class ModelVersionMetrics : public engine::LoopObserver {
   std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
 };
 
+// The Prometheus handles of one version's sequence batcher (Metrics::ForSequences), resolved at
+// load. Thread-safe (prometheus-cpp's metrics are).
+struct SequenceMetrics {
+  enum Outcome { kStarted, kEnded, kExpired, kFailed, kRestarted, kRejected, kNumOutcomes };
+  prometheus::Gauge* live = nullptr;                          // loopserve_sequences_live
+  prometheus::Gauge* slots = nullptr;                         // loopserve_sequence_slots
+  prometheus::Gauge* backlog = nullptr;                       // loopserve_sequence_backlog
+  std::array<prometheus::Counter*, kNumOutcomes> outcomes{};  // loopserve_sequences_total
+};
+
 // The server's Prometheus registry and metric families:
 //   loopserve_requests_total{model,version,protocol,outcome}   counter
 //   loopserve_request_duration_seconds{model,version,protocol} histogram (receipt -> answer)
@@ -161,6 +171,15 @@ class ModelVersionMetrics : public engine::LoopObserver {
 //   loopserve_iteration_rows_admitted_total{model,version}     counter (rows that joined one)
 //   loopserve_iteration_rows_retired_total{model,version}      counter (rows that left one)
 //   loopserve_iteration_row_iterations{model,version}          histogram, iterations per row
+//   loopserve_sequences_live{model,version}                    gauge (sequence_batching: sequences
+//                                                              holding a slot)
+//   loopserve_sequence_slots{model,version}                    gauge (the version's slots)
+//   loopserve_sequence_backlog{model,version}                  gauge (starts waiting for a slot)
+//   loopserve_sequences_total{model,version,outcome}           counter; started | ended |
+//                                                              expired (idle) | failed |
+//                                                              restarted | rejected (steps);
+//                                                              steps per execution are
+//                                                              loopserve_batch_size
 //   loopserve_loop_limit_hits_total{reason}                    counter; reason = iteration_cap |
 //                                                              deadline | cancelled |
 //                                                              output_bytes | memory
@@ -184,6 +203,9 @@ class Metrics {
   // 4 more handles, 2 per loop).
   std::shared_ptr<ModelVersionMetrics> ForModelVersion(const std::string& model, int64_t version,
                                                        const std::vector<std::string>& loop_names);
+  // The sequence-batching handles of a version with sequence_batching (only those get the
+  // series).
+  SequenceMetrics ForSequences(const std::string& model, int64_t version);
   // Sets loopserve_model_ready{model,version}. Not for the request path (resolves the gauge).
   void SetModelReady(const std::string& model, int64_t version, bool ready);
   // Records one load attempt: its duration (successful loads) and loopserve_model_loads_total.
@@ -231,6 +253,10 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* iteration_row_iterations_;
   prometheus::Family<prometheus::Gauge>* model_ready_;
   prometheus::Family<prometheus::Gauge>* model_load_duration_;
+  prometheus::Family<prometheus::Gauge>* sequences_live_;
+  prometheus::Family<prometheus::Gauge>* sequence_slots_;
+  prometheus::Family<prometheus::Gauge>* sequence_backlog_;
+  prometheus::Family<prometheus::Counter>* sequences_total_;
   prometheus::Counter* loads_success_;
   prometheus::Counter* loads_failure_;
   prometheus::Counter* limit_iteration_cap_;

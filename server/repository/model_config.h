@@ -93,9 +93,10 @@ struct ParsedModelConfig {
 //     a name, with batch_size above max_batch_size, an input without data or data_type, a
 //     variable dim, or a data file outside the model's warmup/ folder; a malformed
 //     unbatched_inputs / output_batch_axes (ReadBatchLayout).
-//   Unimplemented: Triton features loopserve does not have (sequence_batching,
-//     ensemble_scheduling, batch_input/batch_output, model_operations, model_repository_agents,
-//     decoupled transactions).
+//     a malformed sequence_batching (CheckSequenceBatching).
+//   Unimplemented: Triton features loopserve does not have (sequence_batching's
+//     iterative_sequence, ensemble_scheduling, batch_input/batch_output, model_operations,
+//     model_repository_agents, decoupled transactions).
 absl::StatusOr<ParsedModelConfig> ParseModelConfig(absl::string_view text,
                                                    absl::string_view model_name);
 
@@ -215,6 +216,36 @@ class ModelIo {
   bool any_output_reshape_ = false;
   int max_batch_size_ = 0;
 };
+
+// ---- sequence_batching (Triton's stateful models) ----
+// The control inputs (START/READY/END/CORRID) and implicit state tensors of `sequence_batching` are
+// fed by the server's sequence batcher (server/scheduling/sequence_batcher.h), never by clients:
+// they stay out of the complete config's `input` / `output` lists and a request may not send them.
+// A state's batch axis, when max_batch_size > 0, is its output's entry in the `output_batch_axes`
+// parameter (Silero VAD's `[2, batch, 128]` state: "stateN:1"); 0 otherwise.
+
+// Model input names the batcher feeds (control inputs, then state inputs), in config order.
+std::vector<std::string> SequenceInputNames(const inference::ModelConfig& config);
+// Model output names the batcher keeps (state outputs), in config order.
+std::vector<std::string> SequenceOutputNames(const inference::ModelConfig& config);
+
+// The text-level checks of `sequence_batching` (ParseModelConfig runs it). InvalidArgument naming
+// the field for: a control input without a name, named twice, with no or several controls, or a
+// kind given twice; START/READY/END without exactly one of int32_false_true / fp32_false_true /
+// bool_false_true holding two values, or with a data_type; CORRID without a data_type of INT32,
+// INT64, UINT32, UINT64 or STRING, or with false/true values; a state without input_name,
+// output_name, data_type (not STRING) or fixed dims >= 1, a name twice, more than one
+// initial_state, an initial_state whose data_type / dims differ from the state's, without
+// zero_data or data_file, or a data_file that is not a plain file name; oldest's
+// max_candidate_sequences < 0, preferred_batch_size outside [1, max_batch_size].
+absl::Status CheckSequenceBatching(const inference::ModelConfig& config);
+
+// The checks against the model (CompleteModelConfig runs it): each control and state input is a
+// model input, each state output a model output, with the control's type (INT32 / FP32 / BOOL or
+// CORRID's data_type) and the state's data_type and dims (with the batch dim at the state's axis
+// when max_batch_size > 0).
+absl::Status CheckSequenceAgainstModel(const inference::ModelConfig& config,
+                                       const engine::Model& model);
 
 // Triton's DataType <-> engine element types (TYPE_STRING: kString). TYPE_INVALID maps to
 // kUndefined.

@@ -32,8 +32,8 @@ absl::Status RejectUnsupported(const ModelConfig& config) {
   auto reject = [](absl::string_view field, absl::string_view what) {
     return absl::UnimplementedError(absl::StrCat(field, ": loopserve does not implement ", what));
   };
-  if (config.has_sequence_batching()) {
-    return reject("sequence_batching", "stateful sequence batching");
+  if (config.sequence_batching().iterative_sequence()) {
+    return reject("sequence_batching.iterative_sequence", "iterative sequences");
   }
   if (config.has_ensemble_scheduling()) return reject("ensemble_scheduling", "ensembles");
   if (config.batch_input_size() > 0) return reject("batch_input", "batch inputs");
@@ -262,6 +262,24 @@ std::vector<std::string> IgnoredSettings(const ModelConfig& config) {
   if (config.has_model_metrics()) note("model_metrics", "loopserve's histogram buckets are fixed");
   if (config.response_cache().enable()) {
     note("response_cache.enable", "loopserve keeps no response cache");
+  }
+  if (config.has_sequence_batching()) {
+    const inference::ModelSequenceBatching& sequence = config.sequence_batching();
+    if (sequence.direct().max_queue_delay_microseconds() > 0 ||
+        sequence.direct().minimum_slot_utilization() > 0) {
+      note("sequence_batching.direct queue delay / slot utilization",
+           "direct runs each step as soon as it is ready");
+    }
+    if (sequence.oldest().preferred_batch_size_size() > 0) {
+      note("sequence_batching.oldest.preferred_batch_size",
+           "oldest takes every ready step up to max_batch_size");
+    }
+    for (const auto& state : sequence.state()) {
+      if (state.use_same_buffer_for_input_output()) {
+        note("sequence_batching.state.use_same_buffer_for_input_output",
+             "a GPU backend's setting; loopserve copies the state output into the slot");
+      }
+    }
   }
   if (config.has_dynamic_batching()) {
     const inference::ModelDynamicBatching& batching = config.dynamic_batching();
@@ -509,7 +527,149 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
   }
   LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());
   LS_RETURN_IF_ERROR(CheckDynamicBatching(config));
+  LS_RETURN_IF_ERROR(CheckSequenceBatching(config));
   return CheckWarmup(config);
+}
+
+// ---- sequence_batching ----
+
+namespace {
+
+using Control = inference::ModelSequenceBatching::Control;
+
+std::string KindName(Control::Kind kind) { return Control::Kind_Name(kind); }
+
+}  // namespace
+
+absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
+  if (!config.has_sequence_batching()) return absl::OkStatus();
+  const inference::ModelSequenceBatching& batching = config.sequence_batching();
+  absl::flat_hash_set<std::string> names;
+  std::set<int> kinds;
+  for (const auto& input : batching.control_input()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.control_input '", absl::CEscape(input.name()), "'");
+    if (input.name().empty()) {
+      return absl::InvalidArgumentError("sequence_batching.control_input: an input has no name");
+    }
+    if (!names.insert(input.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": named twice"));
+    }
+    if (input.control_size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": has ", input.control_size(), " controls; give exactly one"));
+    }
+    const Control& control = input.control(0);
+    if (!kinds.insert(control.kind()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", KindName(control.kind()), " is already another input's"));
+    }
+    const int lists = (control.int32_false_true_size() > 0) + (control.fp32_false_true_size() > 0) +
+                      (control.bool_false_true_size() > 0);
+    if (control.kind() == Control::CONTROL_SEQUENCE_CORRID) {
+      const inference::DataType t = control.data_type();
+      if (lists > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": CONTROL_SEQUENCE_CORRID takes a data_type, not false/true values"));
+      }
+      if (t != inference::TYPE_INT32 && t != inference::TYPE_INT64 && t != inference::TYPE_UINT32 &&
+          t != inference::TYPE_UINT64 && t != inference::TYPE_STRING) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": CONTROL_SEQUENCE_CORRID data_type ", inference::DataType_Name(t),
+                         " is not one of TYPE_INT32, TYPE_INT64, TYPE_UINT32, TYPE_UINT64, "
+                         "TYPE_STRING"));
+      }
+      continue;
+    }
+    const int values = control.int32_false_true_size() + control.fp32_false_true_size() +
+                       control.bool_false_true_size();
+    if (lists != 1 || values != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", KindName(control.kind()),
+          " needs exactly one of int32_false_true, fp32_false_true, bool_false_true, with two "
+          "values (false, true)"));
+    }
+    if (control.data_type() != inference::TYPE_INVALID) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", KindName(control.kind()),
+                       " takes its type from its false/true values, not a data_type"));
+    }
+  }
+  absl::flat_hash_set<std::string> state_names;
+  for (const auto& state : batching.state()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
+    if (state.input_name().empty() || state.output_name().empty()) {
+      return absl::InvalidArgumentError(
+          "sequence_batching.state: a state needs input_name and output_name");
+    }
+    if (names.contains(state.input_name()) || !state_names.insert(state.input_name()).second ||
+        !state_names.insert("\x01" + state.output_name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": a name given twice (input '", absl::CEscape(state.input_name()),
+                       "', output '", absl::CEscape(state.output_name()), "')"));
+    }
+    if (state.data_type() == inference::TYPE_INVALID ||
+        state.data_type() == inference::TYPE_STRING) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": data_type ",
+                                                     inference::DataType_Name(state.data_type()),
+                                                     " (a state needs a fixed-size element type)"));
+    }
+    if (state.dims_size() == 0 && config.max_batch_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": no dims"));
+    }
+    for (int64_t d : state.dims()) {
+      if (d < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())),
+                         " (a state's dims are fixed, each >= 1; the batch dim is left out)"));
+      }
+    }
+    if (state.use_growable_memory()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what,
+                       ": use_growable_memory needs a GPU backend; loopserve's states are "
+                       "fixed-size"));
+    }
+    if (state.initial_state_size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": more than one initial_state"));
+    }
+    for (const auto& initial : state.initial_state()) {
+      if (initial.data_type() != state.data_type() ||
+          ToVector(initial.dims()) != ToVector(state.dims())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": initial_state has data_type ", inference::DataType_Name(initial.data_type()),
+            " dims ", FormatDims(ToVector(initial.dims())), ", the state ",
+            inference::DataType_Name(state.data_type()), " ", FormatDims(ToVector(state.dims()))));
+      }
+      if (initial.state_data_case() ==
+          inference::ModelSequenceBatching::InitialState::STATE_DATA_NOT_SET) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": initial_state needs zero_data or data_file"));
+      }
+      if (initial.has_data_file() && !IsPlainFileName(initial.data_file())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": initial_state data_file '", absl::CEscape(initial.data_file()),
+                         "' must be a file name in the model's initial_state/ folder"));
+      }
+    }
+  }
+  if (batching.has_oldest()) {
+    const auto& oldest = batching.oldest();
+    if (oldest.max_candidate_sequences() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence_batching.oldest.max_candidate_sequences ",
+                       oldest.max_candidate_sequences(), " must be >= 0"));
+    }
+    for (int32_t size : oldest.preferred_batch_size()) {
+      if (size < 1 || size > std::max(config.max_batch_size(), 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence_batching.oldest.preferred_batch_size ", size, " is outside [1, ",
+                         std::max(config.max_batch_size(), 1), "] (max_batch_size)"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loopserve::server

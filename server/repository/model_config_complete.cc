@@ -117,11 +117,21 @@ template <typename Proto>
 absl::Status CompleteTensors(absl::string_view kind, const std::vector<engine::TensorSpec>& specs,
                              absl::FunctionRef<int(absl::string_view)> batch_axis,
                              const CompletionOptions& options,
+                             const std::vector<std::string>& server_fed,
                              google::protobuf::RepeatedPtrField<Proto>& tensors) {
   constexpr bool kIsInput = std::is_same_v<Proto, inference::ModelInput>;
   std::vector<bool> declared(specs.size(), false);
+  for (const std::string& name : server_fed) {
+    const int index = FindSpec(specs, name);
+    if (index >= 0) declared[index] = true;  // the sequence batcher's, never the client's
+  }
   for (Proto& tensor : tensors) {
     const std::string what = absl::StrCat(kind, " '", absl::CEscape(tensor.name()), "'");
+    if (std::find(server_fed.begin(), server_fed.end(), tensor.name()) != server_fed.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": declared both here and in sequence_batching (a control or state ",
+                       kind, " is the server's: leave it out of the config's ", kind, "s)"));
+    }
     const int index = FindSpec(specs, tensor.name());
     if (index < 0) {
       return absl::InvalidArgumentError(
@@ -312,14 +322,15 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
       }
     }
     const bool batching = config.max_batch_size() > 0;
+    LS_RETURN_IF_ERROR(CheckSequenceAgainstModel(config, model));
     LS_RETURN_IF_ERROR(CompleteTensors(
         "input", model.inputs(),
         [&](absl::string_view name) { return batching && layout.InputBatched(name) ? 0 : -1; },
-        options, *config.mutable_input()));
+        options, SequenceInputNames(config), *config.mutable_input()));
     LS_RETURN_IF_ERROR(CompleteTensors(
         "output", model.outputs(),
         [&](absl::string_view name) { return batching ? layout.OutputAxis(name) : -1; }, options,
-        *config.mutable_output()));
+        SequenceOutputNames(config), *config.mutable_output()));
     LS_RETURN_IF_ERROR(CheckWarmupAgainstInputs(config));
     CompleteInstanceGroups(config.name(), std::max(options.default_instance_count, 1), config);
     auto& parameters = *config.mutable_parameters();
@@ -337,6 +348,81 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
   }();
   if (!status.ok()) return Annotate(status, "config.pbtxt: ");
   return config;
+}
+
+// ---- sequence_batching ----
+
+namespace {
+
+using Control = inference::ModelSequenceBatching::Control;
+
+// The element type a control input has in the model.
+inference::DataType ControlType(const Control& control) {
+  if (control.kind() == Control::CONTROL_SEQUENCE_CORRID) return control.data_type();
+  if (control.fp32_false_true_size() > 0) return inference::TYPE_FP32;
+  if (control.bool_false_true_size() > 0) return inference::TYPE_BOOL;
+  return inference::TYPE_INT32;
+}
+
+}  // namespace
+
+std::vector<std::string> SequenceInputNames(const inference::ModelConfig& config) {
+  std::vector<std::string> names;
+  if (!config.has_sequence_batching()) return names;
+  for (const auto& input : config.sequence_batching().control_input())
+    names.push_back(input.name());
+  for (const auto& state : config.sequence_batching().state()) names.push_back(state.input_name());
+  return names;
+}
+
+std::vector<std::string> SequenceOutputNames(const inference::ModelConfig& config) {
+  std::vector<std::string> names;
+  if (!config.has_sequence_batching()) return names;
+  for (const auto& state : config.sequence_batching().state()) names.push_back(state.output_name());
+  return names;
+}
+
+absl::Status CheckSequenceAgainstModel(const inference::ModelConfig& config,
+                                       const engine::Model& model) {
+  if (!config.has_sequence_batching()) return absl::OkStatus();
+  const inference::ModelSequenceBatching& batching = config.sequence_batching();
+  const bool batched = config.max_batch_size() > 0;
+  LS_ASSIGN_OR_RETURN(const BatchLayout layout, ReadBatchLayout(config));
+  for (const auto& input : batching.control_input()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.control_input '", absl::CEscape(input.name()), "'");
+    const int index = FindSpec(model.inputs(), input.name());
+    if (index < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": the model has no such input (it has ",
+                                                     ListNames(model.inputs()), ")"));
+    }
+    const engine::TensorSpec& spec = model.inputs()[index];
+    LS_RETURN_IF_ERROR(CheckDataType(what, ControlType(input.control(0)), spec.type.dtype));
+    // Triton's control tensors are [1] per sequence: [batch, 1] with batching.
+    LS_RETURN_IF_ERROR(
+        CheckAgainstModel(what, true, "dims", {1}, spec.type.dims, batched ? 0 : -1));
+  }
+  for (const auto& state : batching.state()) {
+    const std::string what =
+        absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
+    const int in = FindSpec(model.inputs(), state.input_name());
+    const int out = FindSpec(model.outputs(), state.output_name());
+    if (in < 0 || out < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the model has no ", in < 0 ? "input '" : "output '",
+                       absl::CEscape(in < 0 ? state.input_name() : state.output_name()),
+                       "' (it has ", ListNames(in < 0 ? model.inputs() : model.outputs()), ")"));
+    }
+    const int axis = batched ? layout.OutputAxis(state.output_name()) : -1;
+    const std::vector<int64_t> dims = ToVector(state.dims());
+    for (const engine::TensorSpec* spec : {&model.inputs()[in], &model.outputs()[out]}) {
+      const std::string tensor_what = absl::StrCat(what, " (model tensor '", spec->name, "')");
+      LS_RETURN_IF_ERROR(CheckDataType(tensor_what, state.data_type(), spec->type.dtype));
+      LS_RETURN_IF_ERROR(
+          CheckAgainstModel(tensor_what, false, "dims", dims, spec->type.dims, axis));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loopserve::server

@@ -426,6 +426,17 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
                           MakeIterationBatcher(source.name, version, config, model));
     }
   }
+  {
+    LS_ASSIGN_OR_RETURN(
+        std::unique_ptr<SequencePolicy> sequence,
+        SequencePolicy::FromConfig(config, *model, source.dir, InstanceCount(config)));
+    if (sequence != nullptr) {
+      loaded->sequencer = std::make_shared<SequenceBatcher>(
+          std::move(sequence), options_.metrics != nullptr
+                                   ? options_.metrics->ForSequences(source.name, version)
+                                   : SequenceMetrics());
+    }
+  }
   loaded->scheduler = MakeScheduler(config, InstanceCount(config), loaded->instances,
                                     absl::StrCat("model '", source.name, "' v", version, ": "));
   loaded->config = std::move(config);

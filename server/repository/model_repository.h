@@ -23,6 +23,7 @@
 #include "server/repository/repo_file.h"
 #include "server/scheduling/iteration_batcher.h"
 #include "server/scheduling/scheduler.h"
+#include "server/scheduling/sequence_batcher.h"
 #include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
@@ -80,6 +81,9 @@ struct LoadedModel {
   // Iteration-level batching (parameters 'iteration_batching' "true"): the version's running
   // batches, which take its requests instead of `scheduler`; null otherwise.
   std::shared_ptr<IterationBatcher> iteration_batcher;
+  // The sequence batcher when the config has `sequence_batching` (it takes the version's requests
+  // instead of `scheduler`); null otherwise. Mutable through the const LoadedModel.
+  std::shared_ptr<SequenceBatcher> sequencer;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.

@@ -115,16 +115,25 @@ absl::Status AppendRawTensor(const std::string& what, const Tensor& tensor, std:
   return absl::OkStatus();
 }
 
-absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model) {
+absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model,
+                                           absl::Span<const int> server_inputs) {
   const auto& specs = model.inputs();
   DecodedRequest decoded;
   decoded.inputs.resize(specs.size());
   absl::InlinedVector<bool, 16> seen(specs.size(), false);  // no allocation for most models
+  for (int index : server_inputs) seen[index] = true;
   for (InferenceRequest::Input& input : request.inputs) {
     const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name));
     const int index = model.FindInput(input.name);
     if (index < 0) return Invalid(what, "the model has no such input");
-    if (seen[index]) return Invalid(what, "given more than once");
+    if (seen[index]) {
+      for (int fed : server_inputs) {
+        if (fed == index) {
+          return Invalid(what, "is a sequence control or state input, which the server feeds");
+        }
+      }
+      return Invalid(what, "given more than once");
+    }
     seen[index] = true;
     const engine::TensorSpec& spec = specs[index];
     if (spec.type.kind == engine::ValueKind::kSequence) {

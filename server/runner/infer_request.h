@@ -8,6 +8,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/engine.h"
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/value.h"
@@ -49,6 +50,17 @@ struct InferenceRequest {
   // top-level Loop (only where the protocol can stream: ModelStreamInfer). The adapters check its
   // type; the runner checks that the call can stream and the model has scan outputs to stream.
   bool stream_iterations = false;
+  // Triton's sequence parameters (models with `sequence_batching`): `sequence_id` (uint64, or a
+  // string), `sequence_start`, `sequence_end`. The adapters check their types; the runner checks
+  // them against the model (server/scheduling/sequence_batcher.h).
+  struct Sequence {
+    uint64_t id = 0;        // 0 = none (Triton reserves 0 for requests outside a sequence)
+    std::string string_id;  // "" = none; a sequence has a numeric or a string id, not both
+    bool start = false;
+    bool end = false;
+    bool present() const { return id != 0 || !string_id.empty(); }
+  };
+  Sequence sequence;
   // What raw contents are called in messages: "raw_input_contents" (gRPC), "binary data" (REST).
   absl::string_view raw_field = "raw_input_contents";
   // A malformed request (bad JSON, inconsistent contents) that still names its model: the runner
@@ -72,7 +84,10 @@ struct DecodedRequest {
 // type, negative or overflowing dims, contents that do not fit the shape (DecodeRawTensor, or
 // the adapter's decoder), an unknown or repeated output name. Checks names and types before any
 // contents are decoded, so a bad request never allocates for its declared shape.
-absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model);
+// `server_inputs`: model input indices the server feeds (sequence control and state inputs): a
+// request may not send them (InvalidArgument) and they are not required.
+absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engine::Model& model,
+                                           absl::Span<const int> server_inputs = {});
 
 // Raw contents -> tensor: `bytes` must hold exactly the shape's elements of `dtype`,
 // little-endian. Aligned bytes become a zero-copy view (so they must outlive the tensor),

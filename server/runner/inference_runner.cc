@@ -66,7 +66,11 @@ absl::Status InferenceCall::OnIteration(int loop_index, int64_t iteration,
 
 InferenceRunner::InferenceRunner(ModelRegistry* registry, WorkerPool* pool, Metrics& metrics,
                                  Options options)
-    : registry_(registry), pool_(pool), metrics_(metrics), options_(options) {
+    : registry_(registry),
+      pool_(pool),
+      metrics_(metrics),
+      options_(options),
+      sequence_host_(MakeSequenceHost()) {
   watcher_ = std::thread([this] { Watch(); });
 }
 
@@ -96,7 +100,10 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
         std::min(call.deadline_, call.received_ + absl::Microseconds(request.timeout_us));
   }
   const absl::Time decode_start = absl::Now();
-  absl::StatusOr<DecodedRequest> decoded = BindRequest(request, *model.model);
+  absl::StatusOr<DecodedRequest> decoded =
+      model.sequencer != nullptr
+          ? BindRequest(request, *model.model, model.sequencer->policy().server_inputs)
+          : BindRequest(request, *model.model);
   // The config's dims (batch dim, narrower dims) and reshapes.
   const absl::Status adapted =
       decoded.ok() ? model.io.AdaptInputs(decoded->inputs) : decoded.status();
@@ -110,6 +117,7 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   if (model.io.max_batch_size() > 0) call.batch_size_ = BatchSize(model.io, call.decoded_.inputs);
   call.streamed_ = call.stream_loop_ >= 0;
   call.admitted_ = true;
+  if (model.sequencer != nullptr) return EnqueueStep(call);
   if (model.iteration_batcher != nullptr) return EnqueueRow(call);
   return model.scheduler->Enqueue(call, *this);
 }
@@ -178,6 +186,64 @@ void InferenceRunner::FinishRow(InferenceCall& call,
     return failed;
   });
   Complete(call, status);
+}
+
+absl::Status InferenceRunner::EnqueueStep(InferenceCall& call) {
+  const LoadedModel& model = *call.model_;
+  SequenceBatcher& sequencer = *model.sequencer;
+  if (call.batch_size_ != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ModelLabel(model), "a request of a sequence has batch size 1, this one ",
+                     call.batch_size_));
+  }
+  if (call.request.outputs.empty()) {  // the state outputs are the server's
+    std::vector<int>& outputs = call.decoded_.outputs;
+    for (const SequencePolicy::State& state : sequencer.policy().states) {
+      outputs.erase(std::remove(outputs.begin(), outputs.end(), state.output), outputs.end());
+    }
+  }
+  SequenceStep step;
+  step.call = &call;
+  step.sequence = call.request.sequence;
+  step.inputs = std::move(call.decoded_.inputs);
+  step.deadline = call.deadline_;
+  step.cancelled = &call.cancelled_;
+  metrics_.inflight_requests().Increment();
+  const absl::Status status = sequencer.Enqueue(std::move(step), sequence_host_);
+  return status.ok() ? status : Annotate(status, ModelLabel(model));
+}
+
+SequenceHost InferenceRunner::MakeSequenceHost() {
+  SequenceHost host;
+  host.schedule = [this](std::function<void()> task) {
+    return pool_->TrySchedule(std::move(task));
+  };
+  host.run = [this](InferenceCall* lead, std::vector<engine::Value> inputs, absl::Time deadline,
+                    const std::atomic<bool>* cancelled,
+                    int64_t members) -> absl::StatusOr<std::vector<engine::Value>> {
+    const LoadedModel& model = *lead->model_;
+    const absl::Time started = absl::Now();
+    model.metrics->RecordQueue(started - lead->received_);
+    absl::StatusOr<std::vector<engine::Value>> outputs =
+        model.model->Run(std::move(inputs), RunOptionsFor(model, deadline, cancelled, members));
+    model.metrics->RecordCompute(absl::Now() - started);
+    if (!outputs.ok()) {
+      RecordLimit(model, outputs.status());
+      return Annotate(outputs.status(), ModelLabel(model));
+    }
+    model.metrics->RecordExecution(members);
+    return outputs;
+  };
+  host.finish = [this](InferenceCall* call, const absl::Status& status,
+                       std::vector<engine::Value>* outputs) {
+    absl::Status answered = status;
+    if (answered.ok() && outputs != nullptr) {
+      answered =
+          CatchExceptions(ModelLabel(*call->model_), [&] { return Answer(*call, *outputs); });
+    }
+    Complete(*call, answered);
+  };
+  return host;
 }
 
 absl::Status InferenceRunner::PlanIterationStream(InferenceCall& call) {
@@ -548,6 +614,9 @@ void InferenceRunner::CancelAll() {
   // cancelled, are answered at once instead of when the delay ends. (The served versions: a
   // call's own pin is its submitting thread's until Finish.)
   for (const std::shared_ptr<const LoadedModel>& model : registry_->ReadyModels()) {
+    if (model->sequencer != nullptr) {
+      model->sequencer->Flush(absl::UnavailableError("the server is shutting down"));
+    }
     if (model->iteration_batcher != nullptr) {
       model->iteration_batcher->Flush(*this, absl::CancelledError("the server is shutting down"));
     }

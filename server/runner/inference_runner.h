@@ -19,6 +19,7 @@
 #include "server/runner/infer_request.h"
 #include "server/scheduling/iteration_batcher.h"
 #include "server/scheduling/scheduler.h"
+#include "server/scheduling/sequence_batcher.h"
 #include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
@@ -158,6 +159,12 @@ class InferenceCall : public ScheduledCall, private engine::IterationObserver {
 // watcher stops the run when every member is cancelled. Every run's time goes to the version's
 // scheduler (Scheduler::RecordRun), whose timing rules read it.
 //
+// Sequence batching (a version with `sequence_batching`; LoadedModel::sequencer): an admitted call
+// is a step of the sequence its `sequence_id` names and goes to the version's SequenceBatcher,
+// which runs it on the pool through sequence_host_ (server/scheduling/sequence_batcher.h). The
+// client sends neither control nor state inputs; the state outputs are left out of the response
+// unless asked for by name.
+//
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
 // every kCancelPollInterval: a client's cancel or a closed connection stops a run within one
@@ -214,6 +221,11 @@ class InferenceRunner : private Executor, private RowHost {
   absl::Status StartDriver(std::function<void()> drive) override;
   void RowStarted(InferenceCall& call) override;
   void FinishRow(InferenceCall& call, absl::StatusOr<std::vector<engine::Value>> outputs) override;
+  // A version with `sequence_batching`: the call becomes a step of its sequence in the version's
+  // SequenceBatcher (the one place the runner hands a call to it; sequence_host_ is all the
+  // batcher sees of the runner).
+  absl::Status EnqueueStep(InferenceCall& call);
+  SequenceHost MakeSequenceHost();
   // `stream_iterations`: checks the call can stream and the requested outputs include scan
   // outputs of one top-level Loop; fills the call's stream_* fields.
   absl::Status PlanIterationStream(InferenceCall& call);
@@ -288,7 +300,8 @@ class InferenceRunner : private Executor, private RowHost {
   std::vector<RunningBatch*> batches_ ABSL_GUARDED_BY(mutex_);  // merged batches running
   bool cancel_all_ ABSL_GUARDED_BY(mutex_) = false;
   bool stop_watcher_ ABSL_GUARDED_BY(mutex_) = false;
-  std::thread watcher_;  // Watch; joined by the destructor
+  std::thread watcher_;               // Watch; joined by the destructor
+  const SequenceHost sequence_host_;  // the sequence batchers' view of this runner
 };
 
 // "model 'rnn' v2: " for messages about a pinned version.

@@ -235,42 +235,8 @@ TEST(ParseModelConfigTest, LoopserveOldFieldsSayWhereTheyMoved) {
 }
 
 TEST(ParseModelConfigTest, TritonFeaturesLoopserveLacksAreUnimplemented) {
-  // As Triton's sequence-batching documentation writes it.
-  constexpr char kSequence[] = R"pb(
-    max_batch_size: 2
-    sequence_batching {
-      max_sequence_idle_microseconds: 5000000
-      oldest {
-        max_candidate_sequences: 4
-        preferred_batch_size: [ 2 ]
-      } control_input
-      [ {
-        name: "START" control
-        [ {
-          kind: CONTROL_SEQUENCE_START
-          fp32_false_true: [ 0, 1 ]
-        }]
-      }
-        , {
-          name: "CORRID" control
-          [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 }]
-        }] state
-      [ {
-        input_name: "in"
-        output_name: "out"
-        data_type: TYPE_FP32
-        dims: [ -1 ]
-        initial_state: {
-          data_type: TYPE_FP32
-          dims: [ 1 ]
-          zero_data: true
-          name: "z"
-        }
-      }]
-    }
-  )pb";
   for (const char* text :
-       {kSequence, "sequence_batching { max_sequence_idle_microseconds: 5000000 }",
+       {"sequence_batching { iterative_sequence: true }",
         "platform: \"onnxruntime_onnx\" ensemble_scheduling { step [ { model_name: \"a\" } ] }",
         "model_operations { op_library_filename: \"libcustom.so\" }",
         "model_repository_agents { agents [ { name: \"checksum\" } ] }",
@@ -278,9 +244,169 @@ TEST(ParseModelConfigTest, TritonFeaturesLoopserveLacksAreUnimplemented) {
     absl::StatusOr<ParsedModelConfig> parsed = ParseModelConfig(text, "m");
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kUnimplemented) << text;
   }
-  EXPECT_THAT(Message(ParseModelConfig("sequence_batching { }", "m").status()),
-              HasSubstr("sequence_batching: loopserve does not implement stateful sequence"));
   EXPECT_TRUE(ParseModelConfig("model_transaction_policy { decoupled: false }", "m").ok());
+}
+
+// ---- sequence_batching (Triton's field names and rules) ----
+
+// As Triton's sequence-batching documentation writes it (with fixed state dims).
+constexpr char kTritonSequence[] = R"pb(
+  max_batch_size: 2
+  sequence_batching {
+    max_sequence_idle_microseconds: 5000000
+    oldest {
+      max_candidate_sequences: 4
+      preferred_batch_size: [ 2 ]
+    } control_input
+    [ {
+      name: "START" control
+      [ {
+        kind: CONTROL_SEQUENCE_START
+        fp32_false_true: [ 0, 1 ]
+      }]
+    }
+      , {
+        name: "CORRID" control
+        [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 }]
+      }] state
+    [ {
+      input_name: "in"
+      output_name: "out"
+      data_type: TYPE_FP32
+      dims: [ 1 ]
+      initial_state: {
+        data_type: TYPE_FP32
+        dims: [ 1 ]
+        zero_data: true
+        name: "z"
+      }
+    }]
+  }
+)pb";
+
+TEST(ParseModelConfigTest, TritonSequenceBatchingParses) {
+  absl::StatusOr<ParsedModelConfig> parsed = ParseModelConfig(kTritonSequence, "m");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(SequenceInputNames(parsed->config), ElementsAre("START", "CORRID", "in"));
+  EXPECT_THAT(SequenceOutputNames(parsed->config), ElementsAre("out"));
+  EXPECT_TRUE(ParseModelConfig("sequence_batching { }", "m").ok());
+  EXPECT_THAT(parsed->ignored,
+              ElementsAre(HasSubstr("sequence_batching.oldest.preferred_batch_size ignored")));
+}
+
+TEST(ParseModelConfigTest, SequenceBatchingMistakesNameTheField) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"sequence_batching { control_input [ { control [ { kind: CONTROL_SEQUENCE_START "
+       "int32_false_true: [ 0, 1 ] } ] } ] }",
+       "an input has no name"},
+      {"sequence_batching { control_input [ { name: \"S\" } ] }",
+       "control_input 'S': has 0 controls"},
+      {"sequence_batching { control_input [ { name: \"S\" control [ { kind: "
+       "CONTROL_SEQUENCE_START int32_false_true: [ 0 ] } ] } ] }",
+       "CONTROL_SEQUENCE_START needs exactly one of int32_false_true"},
+      {"sequence_batching { control_input [ { name: \"S\" control [ { kind: "
+       "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] fp32_false_true: [ 0, 1 ] } ] } ] }",
+       "needs exactly one of"},
+      {"sequence_batching { control_input [ { name: \"S\" control [ { kind: "
+       "CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] data_type: TYPE_INT32 } ] } ] }",
+       "not a data_type"},
+      {"sequence_batching { control_input [ { name: \"C\" control [ { kind: "
+       "CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ] }",
+       "CONTROL_SEQUENCE_CORRID data_type TYPE_FP32 is not one of"},
+      {"sequence_batching { control_input [ { name: \"A\" control [ { kind: "
+       "CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] }, { name: \"B\" control [ { kind: "
+       "CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] } ] }",
+       "control_input 'B': CONTROL_SEQUENCE_END is already another input's"},
+      {"sequence_batching { state [ { input_name: \"i\" data_type: TYPE_FP32 dims: [ 1 ] } ] }",
+       "a state needs input_name and output_name"},
+      {"sequence_batching { state [ { input_name: \"i\" output_name: \"o\" dims: [ 1 ] } ] }",
+       "state 'i': data_type TYPE_INVALID"},
+      {"max_batch_size: 2 sequence_batching { state [ { input_name: \"i\" output_name: \"o\" "
+       "data_type: TYPE_FP32 dims: [ -1 ] } ] }",
+       "state 'i': dims [-1] (a state's dims are fixed, each >= 1"},
+      {"sequence_batching { state [ { input_name: \"i\" output_name: \"o\" data_type: "
+       "TYPE_FP32 dims: [ 2 ] initial_state { data_type: TYPE_FP32 dims: [ 3 ] zero_data: true "
+       "} } ] }",
+       "initial_state has data_type TYPE_FP32 dims [3], the state TYPE_FP32 [2]"},
+      {"sequence_batching { state [ { input_name: \"i\" output_name: \"o\" data_type: "
+       "TYPE_FP32 dims: [ 2 ] initial_state { data_type: TYPE_FP32 dims: [ 2 ] data_file: "
+       "\"../secret\" } } ] }",
+       "data_file '../secret' must be a file name in the model's initial_state/ folder"},
+      {"sequence_batching { state [ { input_name: \"i\" output_name: \"o\" data_type: "
+       "TYPE_FP32 dims: [ 2 ] initial_state { data_type: TYPE_FP32 dims: [ 2 ] } } ] }",
+       "initial_state needs zero_data or data_file"},
+      {"max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [ 5 ] } }",
+       "sequence_batching.oldest.preferred_batch_size 5 is outside [1, 4]"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ParsedModelConfig> parsed = ParseModelConfig(c.text, "m");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(Message(parsed.status()), HasSubstr(c.message)) << c.text;
+  }
+}
+
+// INPUT int32 [-1,1], START int32 [-1,1], S fp32 [-1,2] (outputs: the same).
+std::shared_ptr<const engine::Model> SequenceModel() {
+  return MakeModel({{"INPUT", DataType::kInt32, std::vector<int64_t>{-1, 1}},
+                    {"START", DataType::kInt32, std::vector<int64_t>{-1, 1}},
+                    {"S", DataType::kFloat32, std::vector<int64_t>{-1, 2}}});
+}
+
+constexpr char kSequenceConfig[] = R"pb(
+  max_batch_size: 4
+  sequence_batching { control_input
+                      [ {
+                        name: "START" control
+                        [ {
+                          kind: CONTROL_SEQUENCE_START
+                          int32_false_true: [ 0, 1 ]
+                        }]
+                      }] state
+                      [ {
+                        input_name: "S"
+                        output_name: "S"
+                        data_type: TYPE_FP32
+                        dims: [ 2 ]
+                      }] }
+)pb";
+
+TEST(CompleteModelConfigTest, SequenceTensorsAreTheServersNotTheClients) {
+  absl::StatusOr<inference::ModelConfig> config = Complete(kSequenceConfig, *SequenceModel());
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_THAT(config->input(), SizeIs(1));
+  EXPECT_EQ(config->input(0).name(), "INPUT");
+  std::vector<std::string> outputs;
+  for (const auto& output : config->output()) outputs.push_back(output.name());
+  EXPECT_THAT(outputs, ElementsAre("INPUT", "START"));
+}
+
+TEST(CompleteModelConfigTest, SequenceMismatchesNameTheTensor) {
+  auto replace = [](std::string text, const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  const std::string base = kSequenceConfig;
+  const std::pair<std::string, const char*> cases[] = {
+      {replace(base, "int32_false_true", "fp32_false_true"),
+       "control_input 'START': data_type TYPE_FP32 does not match the model's TYPE_INT32"},
+      {replace(base, "name: \"START\"", "name: \"GO\""),
+       "control_input 'GO': the model has no such input (it has INPUT, START, S)"},
+      {replace(base, "dims: [ 2 ]", "dims: [ 3 ]"), "state 'S' (model tensor 'S'): dims [3]"},
+      {replace(base, "TYPE_FP32", "TYPE_INT32"),
+       "state 'S' (model tensor 'S'): data_type TYPE_INT32 does not match the model's TYPE_FP32"},
+      {replace(base, "output_name: \"S\"", "output_name: \"T\""), "the model has no output 'T'"},
+      {base + "input [ { name: \"START\" data_type: TYPE_INT32 dims: [ 1 ] } ]",
+       "input 'START': declared both here and in sequence_batching"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<inference::ModelConfig> config = Complete(text, *SequenceModel());
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(Message(config.status()), HasSubstr(message)) << text;
+  }
 }
 
 TEST(ParseModelConfigTest, BadValuesNameTheField) {
