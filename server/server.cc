@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -256,11 +257,15 @@ absl::Status Server::StartRegistry(const Limits& limits) {
 
 void Server::StartRunner(const Limits& limits) {
   const int intra_op_threads = limits.intra_op_threads;
-  // Short runs (inline_run_limit) go on the receiving thread whenever a worker slot is free: a
+  // Short runs (inline_run_limit) go on the receiving thread when a worker slot is free: a
   // hand-off costs more than the run (issue 34). gRPC 1.51 runs callbacks on cores / 2 threads
-  // (2 to 16); runs on them end within inline_run_limit, so they stall its receiving no longer.
-  const int max_inline_runs =
-      options_.max_inline_runs > 0 ? options_.max_inline_runs : options_.workers;
+  // (2 to 16); inline runs leave one of them free, since a run its version's recent runs promised
+  // short may still be long (an endless Loop until its deadline) and the server must keep
+  // receiving meanwhile.
+  const int grpc_threads = std::clamp(engine::AvailableCores() / 2, 2, 16);
+  const int max_inline_runs = options_.max_inline_runs > 0
+                                  ? options_.max_inline_runs
+                                  : std::max(1, std::min(options_.workers, grpc_threads - 1));
   pool_ = std::make_unique<WorkerPool>(
       options_.workers, options_.max_queue_size,
       [intra_op_threads] { engine::SetIntraOpThreads(intra_op_threads); }, max_inline_runs);

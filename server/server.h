@@ -87,10 +87,11 @@ struct ServerOptions {
   // Requests to a version whose recent runs averaged under this run on the gRPC thread when a
   // worker slot is free (InferenceService); zero: every run goes through the worker queue.
   absl::Duration inline_run_limit = absl::Milliseconds(1);
-  // How many such runs at once, at most (and never more than `workers`); 0 = `workers`: every
-  // free worker slot may be taken by a run on the thread that received the request. A short run
-  // holds a gRPC or HTTP thread no longer than inline_run_limit, and a hand-off to a worker costs
-  // two thread switches and about 10 us of CPU per request (issue 34, bench/RESULTS.md).
+  // How many such runs at once, at most (and never more than `workers`); 0 = `workers`, less one
+  // of gRPC's callback threads (cores / 2, 2 to 16), at least 1: a run its version's recent runs
+  // promised short may still be long, and a thread must stay free to receive requests. A hand-off
+  // to a worker costs two thread switches and about 10 us of CPU per request (issue 34,
+  // bench/RESULTS.md).
   int max_inline_runs = 0;
   // The stop request: set it (from any thread, or a signal handler: the atomic is lock-free) to
   // abandon a Start in progress, which then stops loading models (a warm-up run in progress is

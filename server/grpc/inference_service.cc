@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -40,6 +41,14 @@ absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(deadline);
+}
+
+// The kSequenceIdHeader metadata of a call, when the client sent it.
+std::optional<absl::string_view> SequenceIdMetadata(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(kSequenceIdHeader);
+  if (it == metadata.end()) return std::nullopt;
+  return absl::string_view(it->second.data(), it->second.size());
 }
 
 template <typename Message>
@@ -157,6 +166,9 @@ class InferenceService::InferCall final : public InferenceCall, public grpc::Ser
       Finish(parsed);  // no model named yet: nothing for the runner to record
     } else {
       request.error = ToInferenceRequest(request_, &request, shm, &shm_);
+      if (request.error.ok()) {
+        request.error = ApplySequenceIdHeader(SequenceIdMetadata(context_), &request);
+      }
       runner->Submit(this);
     }
     starting_ = nullptr;
@@ -323,6 +335,9 @@ class InferenceService::StreamCall final : public InferenceCall {
       return;
     }
     request.error = ToInferenceRequest(request_, &request, shm, &shm_);
+    if (request.error.ok()) {
+      request.error = ApplySequenceIdHeader(SequenceIdMetadata(stream_->context_), &request);
+    }
     runner->Submit(this);
   }
 

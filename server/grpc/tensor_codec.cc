@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
@@ -152,11 +153,13 @@ absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, Inf
   out->model_version = request.model_version();
   out->id = request.id();
   // Which inputs are in shared memory: raw_input_contents holds the others'.
-  std::vector<SharedMemoryRef> refs(request.inputs_size());
-  std::vector<bool> in_shm(request.inputs_size(), false);
+  // (Inline storage: no allocation per request for the usual few inputs.)
+  absl::InlinedVector<SharedMemoryRef, 4> refs(request.inputs_size());
+  absl::InlinedVector<bool, 8> in_shm(request.inputs_size(), false);
   int shm_inputs = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const InputTensor& input = request.inputs(i);
+    if (input.parameters().empty()) continue;  // no shared-memory parameters
     const std::string what = absl::StrCat("input ", QuoteUntrusted(input.name()));
     LS_ASSIGN_OR_RETURN(bool uses_shm, SharedMemoryParameters(input.parameters(), what, &refs[i]));
     if (!uses_shm) continue;

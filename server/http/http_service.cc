@@ -94,6 +94,13 @@ class HttpInferCall final : public InferenceCall {
       return BindSharedMemory(refs, *shm);
     });
     events_ = route.action == "generate_stream" || request.stream_iterations;
+    if (request.error.ok()) {
+      const char* sequence_header = exchange_->Header(kSequenceIdHeader);
+      request.error = ApplySequenceIdHeader(sequence_header == nullptr
+                                                ? std::nullopt
+                                                : std::optional<absl::string_view>(sequence_header),
+                                            &request);
+    }
     if (request.error.ok() && events_) request.error = CheckNoBinaryOutputs();
     runner->Submit(this);
   }

@@ -123,7 +123,10 @@ absl::Status UpdateLogSettings(const LogSettingList& changes) {
   uint32_t verbose = g_verbose.load();
   bool iso8601 = g_iso8601.load();
   std::optional<std::string> file;
-  for (const auto& [name, value] : changes) {
+  for (const auto& change : changes) {
+    // Named references, not a structured binding: the lambda below captures them.
+    const auto& name = change.first;
+    const auto& value = change.second;
     auto want = [&](auto* out, const char* type) -> absl::Status {
       using T = std::remove_pointer_t<decltype(out)>;
       if (!std::holds_alternative<T>(value)) {

@@ -1,9 +1,11 @@
 #include "server/runner/infer_request.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/tensor/shape.h"
@@ -175,6 +177,36 @@ absl::StatusOr<DecodedRequest> BindRequest(InferenceRequest& request, const engi
     }
   }
   return decoded;
+}
+
+absl::Status ApplySequenceIdHeader(std::optional<absl::string_view> header,
+                                   InferenceRequest* request) {
+  if (!header.has_value()) return absl::OkStatus();
+  const absl::string_view value = *header;
+  if (value.empty() || value.size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header ", kSequenceIdHeader, " must hold 1 to 256 bytes, got ", value.size()));
+  }
+  InferenceRequest::Sequence from_header;
+  uint64_t numeric = 0;
+  if (absl::SimpleAtoi(value, &numeric) && numeric != 0 &&
+      std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    from_header.id = numeric;
+  } else {
+    from_header.string_id = std::string(value);
+  }
+  InferenceRequest::Sequence& sequence = request->sequence;
+  if (!sequence.present()) {
+    sequence.id = from_header.id;
+    sequence.string_id = std::move(from_header.string_id);
+    return absl::OkStatus();
+  }
+  if (sequence.id != from_header.id || sequence.string_id != from_header.string_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header ", kSequenceIdHeader, " ", QuoteUntrusted(value),
+                     " names another sequence than the request's sequence_id parameter"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loopserve::server

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,18 @@ struct DecodedRequest {
   // Model output indices to return, in response order (all outputs when none were requested).
   std::vector<int> outputs;
 };
+
+// The header (HTTP) or metadata key (gRPC) a client sends a sequence's id in, so that a load
+// balancer can hash on it and send every step of a sequence to the replica holding its state
+// (server/OPERATIONS.md, "Sticky sequences").
+inline constexpr char kSequenceIdHeader[] = "loopserve-sequence-id";
+
+// Applies the kSequenceIdHeader value `header` (absent: nullopt) to `request`: without a
+// `sequence_id` parameter, the header's value becomes the sequence id (digits: a uint64, else a
+// string); with one, the two must name the same sequence. INVALID_ARGUMENT when they differ or the
+// header is empty or longer than 256 bytes.
+absl::Status ApplySequenceIdHeader(std::optional<absl::string_view> header,
+                                   InferenceRequest* request);
 
 // The one validation of a request against a model, shared by every protocol. InvalidArgument,
 // naming the tensor, for: an unknown or repeated input, a missing required input, a sequence

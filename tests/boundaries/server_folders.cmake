@@ -10,7 +10,7 @@ set(utilities "status_util\\.h|datatype\\.h|version\\.h")
 # folder -> the headers it may include besides its own folder's (regular expressions over the
 # path after server/).
 set(allowed_observability "")
-set(allowed_scheduling "observability/.*|repository/model_config\\.h")
+set(allowed_scheduling "observability/.*|repository/model_config\\.h|repository/repo_file\\.h|runner/infer_request\\.h")
 set(allowed_repository "observability/.*|scheduling/.*")
 set(allowed_runner "observability/.*|repository/.*|scheduling/.*")
 # The protocol adapters: the request path and the protocol-neutral API (server_api.h), never

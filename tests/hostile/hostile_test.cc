@@ -433,7 +433,7 @@ TEST(HostileTest, HostileRestRequestsGetClearErrorsAndLeaveNoTrace) {
       {"an 8 KB model name",
        RestPost("/v2/models/" + std::string(8000, 'm') + "/infer", "{}"),
        404,
-       {"model '"}},
+       {"Request for unknown model: '"}},
       // Without Connection: close: HttpSend reads until the server closes, as it says it does.
       {"a declared body far past --max_message_bytes",
        absl::StrCat("POST ", infer,
