@@ -405,7 +405,8 @@ int main(int argc, char** argv) {
   // A signal that came before this is delivered now.
   pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
-  absl::StatusOr<loopserve::server::ServerOptions> options = OptionsFromFlags(exit_timeout, drain_delay);
+  absl::StatusOr<loopserve::server::ServerOptions> options =
+      OptionsFromFlags(exit_timeout, drain_delay);
   if (!options.ok()) {
     LogError(std::string(options.status().message()));
     return 1;
