@@ -7,10 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -55,6 +60,35 @@ int DecodeWaitStatus(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
+}
+
+// The servers this test process started and has not reaped. Killed when the process ends through
+// std::terminate (a joinable std::thread destroyed after a failed ASSERT), which runs no
+// destructors: otherwise a server left running an endless Loop spins on after the test is gone.
+std::mutex g_children_mutex;
+std::vector<pid_t>* const g_children = new std::vector<pid_t>;  // never freed: terminate reads it
+std::terminate_handler g_previous_terminate = nullptr;
+
+void KillChildrenAndTerminate() {
+  // No lock: terminate may come on a thread that holds it; a stale list beats a leaked server.
+  for (pid_t pid : *g_children) kill(pid, SIGKILL);
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
+
+void TrackChild(pid_t pid) {
+  std::lock_guard<std::mutex> lock(g_children_mutex);
+  static const bool installed = [] {
+    g_previous_terminate = std::set_terminate(KillChildrenAndTerminate);
+    return true;
+  }();
+  (void)installed;
+  g_children->push_back(pid);
+}
+
+void UntrackChild(pid_t pid) {
+  std::lock_guard<std::mutex> lock(g_children_mutex);
+  g_children->erase(std::remove(g_children->begin(), g_children->end(), pid), g_children->end());
 }
 
 // posix_spawn with stdout/stderr redirected to `out_fd` (dup'ed onto 1) and the file `err_path`.
@@ -114,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const Option
     return pid.status();
   }
   server->pid_ = *pid;
+  TrackChild(*pid);
   server->reader_ = std::thread([s = server.get(), fd = fds[0]] { s->ReadStdout(fd); });
   server->waiter_ = std::thread([s = server.get()] { s->Reap(); });
 
@@ -192,6 +227,7 @@ void ServerProcess::Reap() {
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  UntrackChild(pid_);
   wait_status_ = status;
   exited_.Notify();
 }
