@@ -25,16 +25,11 @@ namespace {
 using ::testing::HasSubstr;
 using testing::TempDir;
 
-absl::StatusOr<std::shared_ptr<const engine::Model>> PassthroughLoader(const std::string&,
-                                                                       const engine::LoadOptions&) {
-  return testing::PassthroughModel();
-}
-
 class ReadinessTest : public ::testing::Test {
  protected:
   void Start(ServerOptions options) {
     repository_.WriteFile("echo/1/model.onnx");
-    options.model_loader = PassthroughLoader;
+    options.model_loader = testing::PassthroughLoader;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

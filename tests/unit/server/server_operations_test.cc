@@ -23,11 +23,6 @@ namespace {
 using ::testing::HasSubstr;
 using testing::TempDir;
 
-absl::StatusOr<std::shared_ptr<const engine::Model>> PassthroughLoader(const std::string&,
-                                                                       const engine::LoadOptions&) {
-  return testing::PassthroughModel();
-}
-
 class OperationsTest : public ::testing::Test {
  protected:
   void Start(ServerOptions options) {
@@ -36,7 +31,7 @@ class OperationsTest : public ::testing::Test {
     options.grpc_port = 0;
     options.metrics_port = -1;
     options.exit_timeout = absl::Seconds(10);
-    options.model_loader = PassthroughLoader;
+    options.model_loader = testing::PassthroughLoader;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

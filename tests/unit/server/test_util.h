@@ -73,6 +73,12 @@ inline std::shared_ptr<const engine::Model> PassthroughModel() {
   return model.ok() ? *model : nullptr;
 }
 
+// A ModelLoader (ServerOptions::model_loader) that serves PassthroughModel for every path.
+inline absl::StatusOr<std::shared_ptr<const engine::Model>> PassthroughLoader(
+    const std::string&, const engine::LoadOptions&) {
+  return PassthroughModel();
+}
+
 // A tensor of PassthroughModelOf: name, element type, dims (nullopt: unknown rank), kind.
 struct TensorDecl {
   std::string name;
