@@ -577,6 +577,8 @@ class LoopStepper::Impl {
       if (loop_index >= 0) loop_index_ = loop_index;
     }
     staged_.resize(num_staged_);
+    observer_slices_.reserve(outputs_.size());
+    observer_views_.reserve(outputs_.size());
     frame_ = std::make_unique<ExecutionFrame>(*body_, context_);
     captured_rows_.resize(roles_.size());
     return absl::OkStatus();
@@ -884,9 +886,10 @@ class LoopStepper::Impl {
     for (int64_t r = 0; r < n; ++r) {
       Row& row = rows_[r];
       if (row.options.iteration_observer == nullptr || !row.error.ok()) continue;
-      std::vector<ScanSlice> slices;
-      std::vector<Tensor> views;
-      views.reserve(outputs_.size());
+      std::vector<ScanSlice>& slices = observer_slices_;
+      std::vector<Tensor>& views = observer_views_;
+      slices.clear();
+      views.clear();  // reserved for every output at Init: the slices' pointers stay valid
       for (size_t k = 0; k < outputs_.size(); ++k) {
         if (!outputs_[k].scan) continue;
         const Tensor& buffer = row.scans[k];
@@ -994,6 +997,9 @@ class LoopStepper::Impl {
   std::vector<Output> outputs_;
   std::vector<Value> staged_;
   int num_staged_ = 0;
+  // A row's scan slices for its IterationObserver, refilled per row and iteration (no allocation).
+  std::vector<ScanSlice> observer_slices_;
+  std::vector<Tensor> observer_views_;
   RunContext context_;
   std::unique_ptr<ExecutionFrame> frame_;
   std::vector<Tensor> captured_rows_;  // per model input: packed rows of a batched capture
