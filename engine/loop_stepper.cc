@@ -730,11 +730,12 @@ class LoopStepper::Impl {
       for (int64_t r = n - 1; r >= 0; --r) Retire(r, status, finished);
       return;
     }
+    const int64_t row_bytes = RowBytes();  // the same for every row, and after a row retires
     for (int64_t r = n - 1; r >= 0; --r) {
       Row& row = rows_[r];
       absl::Status end = row.error;
       if (end.ok() && row.options.max_memory_bytes > 0 &&
-          RowBytes() + row.scan_bytes > row.options.max_memory_bytes) {
+          row_bytes + row.scan_bytes > row.options.max_memory_bytes) {
         end = LimitExceededError(
             LimitReason::kMemory,
             absl::StrCat("the row would hold more than ", row.options.max_memory_bytes,
