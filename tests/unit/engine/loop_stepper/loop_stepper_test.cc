@@ -217,11 +217,18 @@ TEST(LoopStepperTest, LimitsArePerRow) {
   capped.max_loop_iterations = 4;
   RowOptions small_output;
   small_output.max_output_bytes = 5 * kHidden * 4;  // hs holds 5 iterations of [1, 16] floats
-  const Case a = LongCase(10, 0.1f), b = LongCase(10, 0.2f), c = LongCase(10, 0.3f);
+  // A row holds its carried h [1, 16] floats, tok [1] and budget [1] int64s (80 bytes) and 72
+  // bytes of scan slices per iteration (a token and a [1, 16] hidden state): 3 iterations fit in
+  // 296 bytes, the 4th goes over.
+  RowOptions small_memory;
+  small_memory.max_memory_bytes = 80 + 3 * 72;
+  const Case a = LongCase(10, 0.1f), b = LongCase(10, 0.2f), c = LongCase(10, 0.3f),
+             d = LongCase(10, 0.4f);
   auto a_id = (*stepper)->Admit(Inputs(a), capped);
   auto b_id = (*stepper)->Admit(Inputs(b), small_output);
   auto c_id = (*stepper)->Admit(Inputs(c), RowOptions{});
-  ASSERT_TRUE(a_id.ok() && b_id.ok() && c_id.ok());
+  auto d_id = (*stepper)->Admit(Inputs(d), small_memory);
+  ASSERT_TRUE(a_id.ok() && b_id.ok() && c_id.ok() && d_id.ok());
   std::map<int64_t, FinishedRow> done;
   while ((*stepper)->rows() > 0) {
     std::vector<FinishedRow> finished;
@@ -233,6 +240,9 @@ TEST(LoopStepperTest, LimitsArePerRow) {
   EXPECT_EQ(done[*a_id].iterations, 4);
   EXPECT_EQ(GetLimitReason(done[*b_id].outputs.status()), LimitReason::kOutputBytes)
       << done[*b_id].outputs.status();
+  EXPECT_EQ(GetLimitReason(done[*d_id].outputs.status()), LimitReason::kMemory)
+      << done[*d_id].outputs.status();
+  EXPECT_EQ(done[*d_id].iterations, 4);
   ASSERT_TRUE(done[*c_id].outputs.ok()) << done[*c_id].outputs.status();
   ExpectSameOutputs(*done[*c_id].outputs, LoneRun(*model, c), "unlimited row");
 }
