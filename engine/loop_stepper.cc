@@ -673,29 +673,43 @@ class LoopStepper::Impl {
     row.max_trip = max_trip;
     row.run = cond && max_trip > 0;
     row.scans.resize(outputs_.size());
-    // Append the row: the batch's unbatched values when it is the first, then its bytes.
+    // Append the row: the batch's unbatched values when it is the first, then its bytes. Only the
+    // first row allocates (the packed buffers for max_rows rows): out of memory there refuses this
+    // row alone (ResourceExhausted), with no row running, instead of throwing out of Admit and
+    // ending the rows of the driver's other batches. The stepper's buffers are its own, charged to
+    // no request's budget (as in RunBody and Retire).
+    ScopedMemoryBudget no_budget(nullptr);
     const int64_t n = static_cast<int64_t>(rows_.size());
-    if (n == 0) {
-      shared_.clear();
-      shared_.resize(inputs.size());
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
-      }
-    }
-    for (const Packed& p : packed_) {
-      const Tensor& t = inputs[p.input].tensor();
-      Tensor& rows = Buffer(p);
-      const size_t row_bytes = t.ByteSize();
+    try {
       if (n == 0) {
-        rows.Resize(t.dtype(), t.shape());
-        rows.ResizeKeepingData(t.shape(), row_bytes * options_.max_rows);
-      } else {
-        SetRows(rows, n + 1, row_bytes * options_.max_rows);
+        shared_.clear();
+        shared_.resize(inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
+        }
       }
-      if (row_bytes > 0) {
-        std::memcpy(static_cast<char*>(rows.mutable_raw_data()) + n * row_bytes, t.raw_data(),
-                    row_bytes);
+      for (const Packed& p : packed_) {
+        const Tensor& t = inputs[p.input].tensor();
+        Tensor& rows = Buffer(p);
+        const size_t row_bytes = t.ByteSize();
+        if (row_bytes > std::numeric_limits<size_t>::max() / options_.max_rows) {
+          throw std::bad_alloc();
+        }
+        if (n == 0) {
+          rows.Resize(t.dtype(), t.shape());
+          rows.ResizeKeepingData(t.shape(), row_bytes * options_.max_rows);
+        } else {
+          SetRows(rows, n + 1, row_bytes * options_.max_rows);
+        }
+        if (row_bytes > 0) {
+          std::memcpy(static_cast<char*>(rows.mutable_raw_data()) + n * row_bytes, t.raw_data(),
+                      row_bytes);
+        }
       }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of memory for the running batch's buffers (", options_.max_rows,
+                       " rows of this request's shapes)"));
     }
     rows_.push_back(std::move(row));
     return next_id_++;

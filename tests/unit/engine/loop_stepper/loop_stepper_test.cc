@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -406,6 +407,36 @@ TEST(LoopStepperTest, AdmitChecksRowsAndCapacity) {
   std::vector<FinishedRow> finished;
   EXPECT_FALSE((*stepper)->Remove(12345, absl::CancelledError("x"), &finished));
   EXPECT_TRUE(finished.empty());
+}
+
+// The first row sizes the packed buffers for max_rows rows; when that memory is not there, Admit
+// refuses the row with ResourceExhausted (it threw std::bad_alloc, which ended every row of the
+// server's driver with Internal), and a row that fits is admitted after it.
+TEST(LoopStepperTest, AdmitRefusesARowWhoseBuffersCannotBeAllocated) {
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  if (overcommit >> mode && mode == 1) {
+    GTEST_SKIP() << "vm.overcommit_memory=1 grants any allocation";
+  }
+  auto model = LoadOrDie("decoder_rows");
+  ASSERT_NE(model, nullptr);
+  LoopStepperOptions options;
+  options.max_rows = std::numeric_limits<int>::max();  // h alone: 64 bytes * 2^31 = 128 GiB
+  auto huge = LoopStepper::Create(model, options);
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  const Case c = LongCase(3, 0.5f);
+  auto refused = (*huge)->Admit(Inputs(c), RowOptions{});
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_EQ((*huge)->rows(), 0);
+
+  auto stepper = LoopStepper::Create(model, LoopStepperOptions{});
+  ASSERT_TRUE(stepper.ok()) << stepper.status();
+  ASSERT_TRUE((*stepper)->Admit(Inputs(c), RowOptions{}).ok());
+  std::vector<FinishedRow> finished;
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 1u);
+  ASSERT_TRUE(finished[0].outputs.ok()) << finished[0].outputs.status();
+  ExpectSameOutputs(*finished[0].outputs, LoneRun(*model, c), "after a refused row");
 }
 
 }  // namespace
