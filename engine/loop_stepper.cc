@@ -333,6 +333,16 @@ Tensor CopyRow(const Tensor& t, int64_t r) {
   return out;
 }
 
+// Whether two tensors hold the same values: numbers bytewise, strings element by element.
+bool SameValue(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  if (a.dtype() == DataType::kString) {
+    const std::string* x = a.data<std::string>();
+    return std::equal(x, x + a.NumElements(), b.data<std::string>());
+  }
+  return a.ByteSize() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.ByteSize()) == 0;
+}
+
 }  // namespace
 
 class LoopStepper::Impl {
@@ -656,9 +666,7 @@ class LoopStepper::Impl {
         case Role::kUnbatched:
           if (!rows_.empty()) {
             const Tensor& running = shared_[i];
-            if (running.dtype() != t.dtype() || running.shape() != t.shape() ||
-                (t.dtype() != DataType::kString &&
-                 std::memcmp(running.raw_data(), t.raw_data(), t.ByteSize()) != 0)) {
+            if (!SameValue(running, t)) {
               return absl::FailedPreconditionError(absl::StrCat(
                   what, " differs from the running batch's (unbatched inputs must be equal)"));
             }

@@ -388,6 +388,44 @@ TEST(LoopStepperTest, UnbatchedInputsMustMatchTheRunningBatch) {
   }
 }
 
+// A string unbatched input is compared by its strings: a row whose s differs cannot join (it
+// joined before, bytes of strings were not compared, and ran with the batch's s).
+TEST(LoopStepperTest, UnbatchedStringInputsMustMatchTheRunningBatch) {
+  auto model = LoadOrDie("scaled_text");
+  ASSERT_NE(model, nullptr);
+  LoopStepperOptions options;
+  options.unbatched_inputs = {"s"};
+  auto stepper = LoopStepper::Create(model, options);
+  ASSERT_TRUE(stepper.ok()) << stepper.status();
+  auto inputs = [](int64_t m, const std::string& s, float x0) {
+    std::vector<Value> in;
+    in.push_back(Make<int64_t>(DataType::kInt64, Shape{}, {m}));
+    in.push_back(Make<std::string>(DataType::kString, Shape{1}, {s}));
+    in.push_back(Make<float>(DataType::kFloat32, Shape{1, 4}, {x0, x0, x0, x0}));
+    return in;
+  };
+  ASSERT_TRUE((*stepper)->Admit(inputs(3, "1", 2.f), RowOptions{}).ok());
+  ASSERT_TRUE((*stepper)->Admit(inputs(2, std::string("1"), 0.f), RowOptions{}).ok());
+  auto other = (*stepper)->Admit(inputs(2, "4", 0.f), RowOptions{});
+  EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
+  std::vector<FinishedRow> finished;
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 2u);
+  // The spec: x_i = x_{i-1} / 2 + s, M times from x0 (s = 1): 2 -> 2 -> 2 -> 2; 0 -> 1 -> 1.5.
+  std::map<int64_t, float> want = {{3, 2.f}, {2, 1.5f}};
+  for (const FinishedRow& f : finished) {
+    ASSERT_TRUE(f.outputs.ok()) << f.outputs.status();
+    EXPECT_FLOAT_EQ((*f.outputs)[0].tensor().data<float>()[0], want[f.iterations]);
+  }
+  // The batch is empty: the row with s = "4" starts the next one (0 -> 4 -> 6).
+  ASSERT_TRUE((*stepper)->Admit(inputs(2, "4", 0.f), RowOptions{}).ok());
+  finished.clear();
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 1u);
+  ASSERT_TRUE(finished[0].outputs.ok()) << finished[0].outputs.status();
+  EXPECT_FLOAT_EQ((*finished[0].outputs)[0].tensor().data<float>()[0], 6.f);
+}
+
 TEST(LoopStepperTest, AdmitChecksRowsAndCapacity) {
   auto model = LoadOrDie("decoder_rows");
   ASSERT_NE(model, nullptr);
