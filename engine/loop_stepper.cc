@@ -333,6 +333,16 @@ Tensor CopyRow(const Tensor& t, int64_t r) {
   return out;
 }
 
+// Whether two tensors hold the same values: numbers bytewise, strings element by element.
+bool SameValue(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  if (a.dtype() == DataType::kString) {
+    const std::string* x = a.data<std::string>();
+    return std::equal(x, x + a.NumElements(), b.data<std::string>());
+  }
+  return a.ByteSize() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.ByteSize()) == 0;
+}
+
 }  // namespace
 
 class LoopStepper::Impl {
@@ -577,6 +587,8 @@ class LoopStepper::Impl {
       if (loop_index >= 0) loop_index_ = loop_index;
     }
     staged_.resize(num_staged_);
+    observer_slices_.reserve(outputs_.size());
+    observer_views_.reserve(outputs_.size());
     frame_ = std::make_unique<ExecutionFrame>(*body_, context_);
     captured_rows_.resize(roles_.size());
     return absl::OkStatus();
@@ -654,9 +666,7 @@ class LoopStepper::Impl {
         case Role::kUnbatched:
           if (!rows_.empty()) {
             const Tensor& running = shared_[i];
-            if (running.dtype() != t.dtype() || running.shape() != t.shape() ||
-                (t.dtype() != DataType::kString &&
-                 std::memcmp(running.raw_data(), t.raw_data(), t.ByteSize()) != 0)) {
+            if (!SameValue(running, t)) {
               return absl::FailedPreconditionError(absl::StrCat(
                   what, " differs from the running batch's (unbatched inputs must be equal)"));
             }
@@ -671,29 +681,43 @@ class LoopStepper::Impl {
     row.max_trip = max_trip;
     row.run = cond && max_trip > 0;
     row.scans.resize(outputs_.size());
-    // Append the row: the batch's unbatched values when it is the first, then its bytes.
+    // Append the row: the batch's unbatched values when it is the first, then its bytes. Only the
+    // first row allocates (the packed buffers for max_rows rows): out of memory there refuses this
+    // row alone (ResourceExhausted), with no row running, instead of throwing out of Admit and
+    // ending the rows of the driver's other batches. The stepper's buffers are its own, charged to
+    // no request's budget (as in RunBody and Retire).
+    ScopedMemoryBudget no_budget(nullptr);
     const int64_t n = static_cast<int64_t>(rows_.size());
-    if (n == 0) {
-      shared_.clear();
-      shared_.resize(inputs.size());
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
-      }
-    }
-    for (const Packed& p : packed_) {
-      const Tensor& t = inputs[p.input].tensor();
-      Tensor& rows = Buffer(p);
-      const size_t row_bytes = t.ByteSize();
+    try {
       if (n == 0) {
-        rows.Resize(t.dtype(), t.shape());
-        rows.ResizeKeepingData(t.shape(), row_bytes * options_.max_rows);
-      } else {
-        SetRows(rows, n + 1, row_bytes * options_.max_rows);
+        shared_.clear();
+        shared_.resize(inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
+        }
       }
-      if (row_bytes > 0) {
-        std::memcpy(static_cast<char*>(rows.mutable_raw_data()) + n * row_bytes, t.raw_data(),
-                    row_bytes);
+      for (const Packed& p : packed_) {
+        const Tensor& t = inputs[p.input].tensor();
+        Tensor& rows = Buffer(p);
+        const size_t row_bytes = t.ByteSize();
+        if (row_bytes > std::numeric_limits<size_t>::max() / options_.max_rows) {
+          throw std::bad_alloc();
+        }
+        if (n == 0) {
+          rows.Resize(t.dtype(), t.shape());
+          rows.ResizeKeepingData(t.shape(), row_bytes * options_.max_rows);
+        } else {
+          SetRows(rows, n + 1, row_bytes * options_.max_rows);
+        }
+        if (row_bytes > 0) {
+          std::memcpy(static_cast<char*>(rows.mutable_raw_data()) + n * row_bytes, t.raw_data(),
+                      row_bytes);
+        }
       }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of memory for the running batch's buffers (", options_.max_rows,
+                       " rows of this request's shapes)"));
     }
     rows_.push_back(std::move(row));
     return next_id_++;
@@ -728,11 +752,12 @@ class LoopStepper::Impl {
       for (int64_t r = n - 1; r >= 0; --r) Retire(r, status, finished);
       return;
     }
+    const int64_t row_bytes = RowBytes();  // the same for every row, and after a row retires
     for (int64_t r = n - 1; r >= 0; --r) {
       Row& row = rows_[r];
       absl::Status end = row.error;
       if (end.ok() && row.options.max_memory_bytes > 0 &&
-          RowBytes() + row.scan_bytes > row.options.max_memory_bytes) {
+          row_bytes + row.scan_bytes > row.options.max_memory_bytes) {
         end = LimitExceededError(
             LimitReason::kMemory,
             absl::StrCat("the row would hold more than ", row.options.max_memory_bytes,
@@ -884,9 +909,10 @@ class LoopStepper::Impl {
     for (int64_t r = 0; r < n; ++r) {
       Row& row = rows_[r];
       if (row.options.iteration_observer == nullptr || !row.error.ok()) continue;
-      std::vector<ScanSlice> slices;
-      std::vector<Tensor> views;
-      views.reserve(outputs_.size());
+      std::vector<ScanSlice>& slices = observer_slices_;
+      std::vector<Tensor>& views = observer_views_;
+      slices.clear();
+      views.clear();  // reserved for every output at Init: the slices' pointers stay valid
       for (size_t k = 0; k < outputs_.size(); ++k) {
         if (!outputs_[k].scan) continue;
         const Tensor& buffer = row.scans[k];
@@ -994,6 +1020,9 @@ class LoopStepper::Impl {
   std::vector<Output> outputs_;
   std::vector<Value> staged_;
   int num_staged_ = 0;
+  // A row's scan slices for its IterationObserver, refilled per row and iteration (no allocation).
+  std::vector<ScanSlice> observer_slices_;
+  std::vector<Tensor> observer_views_;
   RunContext context_;
   std::unique_ptr<ExecutionFrame> frame_;
   std::vector<Tensor> captured_rows_;  // per model input: packed rows of a batched capture

@@ -73,7 +73,10 @@ void ToBf16(const float* in, int64_t n, uint16_t* out) {
 }
 
 // The constant B and the primitives made for it, one per row count (bf16 from kMinBf16Rows rows,
-// float32 below), each with B reordered into its layout. Thread-safe.
+// float32 below), each with B reordered into its layout. Bounded as DnnlKernel's caches are: row
+// counts past DnnlKernel::kMaxCachedSignatures are prepared for the frame that asks and not kept,
+// and B is packed once per layout (up to DnnlKernel::kMaxPackedConstants layouts), shared by
+// every row count that uses it. Thread-safe.
 class Bf16Product {
  public:
   struct Prepared {
@@ -112,19 +115,7 @@ class Bf16Product {
       p->primitive = dnnl::matmul(pd);
       CountDnnlPrimitiveCreation();
       p->scratchpad = pd.scratchpad_desc();
-      dnnl::memory::desc plain({k_, n_}, in_type, tag::ab);
-      std::vector<uint16_t> b16;
-      void* b_data = const_cast<float*>(b_.data());
-      if (p->bf16) {
-        b16.resize(b_.size());
-        ToBf16(b_.data(), static_cast<int64_t>(b_.size()), b16.data());
-        b_data = b16.data();
-      }
-      dnnl::memory user(plain, CpuEngine(), b_data);
-      p->packed_b = dnnl::memory(pd.weights_desc(), CpuEngine());
-      dnnl::stream stream(CpuEngine());
-      dnnl::reorder(user, p->packed_b).execute(stream, user, p->packed_b);
-      stream.wait();
+      p->packed_b = PackedB(pd.weights_desc(), in_type);
     } catch (const dnnl::error& e) {
       return FromDnnlError(e);
     }
@@ -132,16 +123,47 @@ class Bf16Product {
     for (const auto& [rows, prepared] : prepared_) {
       if (rows == m) return prepared;  // another thread prepared it meanwhile
     }
-    prepared_.emplace_back(m, p);
+    if (prepared_.size() < DnnlKernel::kMaxCachedSignatures) prepared_.emplace_back(m, p);
     return std::shared_ptr<const Prepared>(p);
   }
 
  private:
+  // B in `layout` (of element type `type`): the one already packed in that layout, or packed now.
+  // May throw dnnl::error.
+  dnnl::memory PackedB(const dnnl::memory::desc& layout, dnnl::memory::data_type type) const {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const dnnl::memory& packed : packed_) {
+        if (packed.get_desc() == layout) return packed;
+      }
+    }
+    std::vector<uint16_t> b16;
+    void* b_data = const_cast<float*>(b_.data());
+    if (type == dnnl::memory::data_type::bf16) {
+      b16.resize(b_.size());
+      ToBf16(b_.data(), static_cast<int64_t>(b_.size()), b16.data());
+      b_data = b16.data();
+    }
+    dnnl::memory user(dnnl::memory::desc({k_, n_}, type, dnnl::memory::format_tag::ab), CpuEngine(),
+                      b_data);
+    dnnl::memory packed(layout, CpuEngine());
+    dnnl::stream stream(CpuEngine());
+    dnnl::reorder(user, packed).execute(stream, user, packed);
+    stream.wait();
+    absl::MutexLock lock(&mu_);
+    for (const dnnl::memory& kept : packed_) {
+      if (kept.get_desc() == layout) return kept;  // another thread packed it meanwhile
+    }
+    if (packed_.size() < DnnlKernel::kMaxPackedConstants) packed_.push_back(packed);
+    return packed;
+  }
+
   int64_t k_, n_;
   std::vector<float> b_;
   mutable absl::Mutex mu_;
   mutable std::vector<std::pair<int64_t, std::shared_ptr<const Prepared>>> prepared_
       ABSL_GUARDED_BY(mu_);
+  mutable std::vector<dnnl::memory> packed_ ABSL_GUARDED_BY(mu_);  // B in each layout met
 };
 
 class Bf16MatMulKernel final : public Kernel {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -217,11 +218,18 @@ TEST(LoopStepperTest, LimitsArePerRow) {
   capped.max_loop_iterations = 4;
   RowOptions small_output;
   small_output.max_output_bytes = 5 * kHidden * 4;  // hs holds 5 iterations of [1, 16] floats
-  const Case a = LongCase(10, 0.1f), b = LongCase(10, 0.2f), c = LongCase(10, 0.3f);
+  // A row holds its carried h [1, 16] floats, tok [1] and budget [1] int64s (80 bytes) and 72
+  // bytes of scan slices per iteration (a token and a [1, 16] hidden state): 3 iterations fit in
+  // 296 bytes, the 4th goes over.
+  RowOptions small_memory;
+  small_memory.max_memory_bytes = 80 + 3 * 72;
+  const Case a = LongCase(10, 0.1f), b = LongCase(10, 0.2f), c = LongCase(10, 0.3f),
+             d = LongCase(10, 0.4f);
   auto a_id = (*stepper)->Admit(Inputs(a), capped);
   auto b_id = (*stepper)->Admit(Inputs(b), small_output);
   auto c_id = (*stepper)->Admit(Inputs(c), RowOptions{});
-  ASSERT_TRUE(a_id.ok() && b_id.ok() && c_id.ok());
+  auto d_id = (*stepper)->Admit(Inputs(d), small_memory);
+  ASSERT_TRUE(a_id.ok() && b_id.ok() && c_id.ok() && d_id.ok());
   std::map<int64_t, FinishedRow> done;
   while ((*stepper)->rows() > 0) {
     std::vector<FinishedRow> finished;
@@ -233,6 +241,9 @@ TEST(LoopStepperTest, LimitsArePerRow) {
   EXPECT_EQ(done[*a_id].iterations, 4);
   EXPECT_EQ(GetLimitReason(done[*b_id].outputs.status()), LimitReason::kOutputBytes)
       << done[*b_id].outputs.status();
+  EXPECT_EQ(GetLimitReason(done[*d_id].outputs.status()), LimitReason::kMemory)
+      << done[*d_id].outputs.status();
+  EXPECT_EQ(done[*d_id].iterations, 4);
   ASSERT_TRUE(done[*c_id].outputs.ok()) << done[*c_id].outputs.status();
   ExpectSameOutputs(*done[*c_id].outputs, LoneRun(*model, c), "unlimited row");
 }
@@ -377,6 +388,44 @@ TEST(LoopStepperTest, UnbatchedInputsMustMatchTheRunningBatch) {
   }
 }
 
+// A string unbatched input is compared by its strings: a row whose s differs cannot join (it
+// joined before, bytes of strings were not compared, and ran with the batch's s).
+TEST(LoopStepperTest, UnbatchedStringInputsMustMatchTheRunningBatch) {
+  auto model = LoadOrDie("scaled_text");
+  ASSERT_NE(model, nullptr);
+  LoopStepperOptions options;
+  options.unbatched_inputs = {"s"};
+  auto stepper = LoopStepper::Create(model, options);
+  ASSERT_TRUE(stepper.ok()) << stepper.status();
+  auto inputs = [](int64_t m, const std::string& s, float x0) {
+    std::vector<Value> in;
+    in.push_back(Make<int64_t>(DataType::kInt64, Shape{}, {m}));
+    in.push_back(Make<std::string>(DataType::kString, Shape{1}, {s}));
+    in.push_back(Make<float>(DataType::kFloat32, Shape{1, 4}, {x0, x0, x0, x0}));
+    return in;
+  };
+  ASSERT_TRUE((*stepper)->Admit(inputs(3, "1", 2.f), RowOptions{}).ok());
+  ASSERT_TRUE((*stepper)->Admit(inputs(2, std::string("1"), 0.f), RowOptions{}).ok());
+  auto other = (*stepper)->Admit(inputs(2, "4", 0.f), RowOptions{});
+  EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
+  std::vector<FinishedRow> finished;
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 2u);
+  // The spec: x_i = x_{i-1} / 2 + s, M times from x0 (s = 1): 2 -> 2 -> 2 -> 2; 0 -> 1 -> 1.5.
+  std::map<int64_t, float> want = {{3, 2.f}, {2, 1.5f}};
+  for (const FinishedRow& f : finished) {
+    ASSERT_TRUE(f.outputs.ok()) << f.outputs.status();
+    EXPECT_FLOAT_EQ((*f.outputs)[0].tensor().data<float>()[0], want[f.iterations]);
+  }
+  // The batch is empty: the row with s = "4" starts the next one (0 -> 4 -> 6).
+  ASSERT_TRUE((*stepper)->Admit(inputs(2, "4", 0.f), RowOptions{}).ok());
+  finished.clear();
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 1u);
+  ASSERT_TRUE(finished[0].outputs.ok()) << finished[0].outputs.status();
+  EXPECT_FLOAT_EQ((*finished[0].outputs)[0].tensor().data<float>()[0], 6.f);
+}
+
 TEST(LoopStepperTest, AdmitChecksRowsAndCapacity) {
   auto model = LoadOrDie("decoder_rows");
   ASSERT_NE(model, nullptr);
@@ -396,6 +445,36 @@ TEST(LoopStepperTest, AdmitChecksRowsAndCapacity) {
   std::vector<FinishedRow> finished;
   EXPECT_FALSE((*stepper)->Remove(12345, absl::CancelledError("x"), &finished));
   EXPECT_TRUE(finished.empty());
+}
+
+// The first row sizes the packed buffers for max_rows rows; when that memory is not there, Admit
+// refuses the row with ResourceExhausted (it threw std::bad_alloc, which ended every row of the
+// server's driver with Internal), and a row that fits is admitted after it.
+TEST(LoopStepperTest, AdmitRefusesARowWhoseBuffersCannotBeAllocated) {
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  if (overcommit >> mode && mode == 1) {
+    GTEST_SKIP() << "vm.overcommit_memory=1 grants any allocation";
+  }
+  auto model = LoadOrDie("decoder_rows");
+  ASSERT_NE(model, nullptr);
+  LoopStepperOptions options;
+  options.max_rows = std::numeric_limits<int>::max();  // h alone: 64 bytes * 2^31 = 128 GiB
+  auto huge = LoopStepper::Create(model, options);
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  const Case c = LongCase(3, 0.5f);
+  auto refused = (*huge)->Admit(Inputs(c), RowOptions{});
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_EQ((*huge)->rows(), 0);
+
+  auto stepper = LoopStepper::Create(model, LoopStepperOptions{});
+  ASSERT_TRUE(stepper.ok()) << stepper.status();
+  ASSERT_TRUE((*stepper)->Admit(Inputs(c), RowOptions{}).ok());
+  std::vector<FinishedRow> finished;
+  while ((*stepper)->rows() > 0) (*stepper)->Step(&finished);
+  ASSERT_EQ(finished.size(), 1u);
+  ASSERT_TRUE(finished[0].outputs.ok()) << finished[0].outputs.status();
+  ExpectSameOutputs(*finished[0].outputs, LoneRun(*model, c), "after a refused row");
 }
 
 }  // namespace

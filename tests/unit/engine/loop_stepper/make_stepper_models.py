@@ -190,6 +190,37 @@ def scaled():
     return m
 
 
+def scaled_text():
+    """scaled with the unbatched s a string [1] the body parses: x <- x / 2 + Cast<float>(s), s
+    looked up per element (Gather by zeros made from x) so the parse stays in the body."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["x", "zero"], ["x0s"]),
+         helper.make_node("Cast", ["x0s"], ["zeros"], to=TensorProto.INT64),
+         helper.make_node("Gather", ["s", "zeros"], ["st"], axis=0),
+         helper.make_node("Cast", ["st"], ["sf"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "half"], ["xh"]),
+         helper.make_node("Add", ["xh", "sf"], ["x2"])],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("x", F, ["B", 4])],
+        [helper.make_tensor_value_info("cond_out", B, []),
+         helper.make_tensor_value_info("x2", F, ["B", 4])],
+        [numpy_helper.from_array(np.float32(0.5), "half"),
+         numpy_helper.from_array(np.float32(0), "zero"),
+         numpy_helper.from_array(np.array(True), "cond_out")])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x_final"], body=body)
+    graph = helper.make_graph(
+        [loop], "scaled_text",
+        [helper.make_tensor_value_info("M", I64, []),
+         helper.make_tensor_value_info("s", TensorProto.STRING, [1]),
+         helper.make_tensor_value_info("x0", F, ["B", 4])],
+        [helper.make_tensor_value_info("x_final", F, ["B", 4])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
 def reference(w, m, budget, tok0, h0):
     """The decoder for one row, in numpy (ONNX Loop semantics: runs while i < M and cond)."""
     h, tok, bud = h0.astype(np.float32), int(tok0), int(budget)
@@ -215,6 +246,8 @@ def main(out, hidden=16, vocab=12):
     onnx.save(carried_and_captured(), os.path.join(out, "carried_and_captured", "model.onnx"))
     os.makedirs(os.path.join(out, "scaled"), exist_ok=True)
     onnx.save(scaled(), os.path.join(out, "scaled", "model.onnx"))
+    os.makedirs(os.path.join(out, "scaled_text"), exist_ok=True)
+    onnx.save(scaled_text(), os.path.join(out, "scaled_text", "model.onnx"))
     os.makedirs(os.path.join(out, "counter_reads_i"), exist_ok=True)
     onnx.save(counter_reads_i(), os.path.join(out, "counter_reads_i", "model.onnx"))
     if hidden != 16 or vocab != 12:

@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/native/packed_test_util.h"
 
@@ -111,6 +112,50 @@ TEST(Bf16MatMulTest, WithinTheBoundAndReducedFromFourRows) {
       EXPECT_LT(largest_fp32_gap, 1e-5) << "a product below kMinBf16Rows rows is float32";
     }
   }
+}
+
+// A product met at ever new row counts (a LoopStepper's batch, a growing sequence) keeps at most
+// DnnlKernel::kMaxCachedSignatures primitives and packs B once per layout: row counts past the
+// cap are prepared again when they recur, cached ones are not, and every result stays within the
+// bound.
+TEST(Bf16MatMulTest, ManyRowCountsStayBoundedAndCorrect) {
+  std::mt19937 rng(33);
+  const int64_t k = 24, n = 16;
+  const Case c = MakeCase(k, n, rng);
+  LoadOptions bf16;
+  bf16.precision = LoadOptions::Precision::kBf16;
+  bf16.force_precision = true;
+  auto model = Model::FromGraph(std::make_shared<Graph>(*c.graph), bf16);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t cap = static_cast<int64_t>(DnnlKernel::kMaxCachedSignatures);
+  auto check = [&](int64_t m) {
+    SCOPED_TRACE(::testing::Message() << m << " rows");
+    const Tensor x = Random(Shape{m, k}, rng);
+    const Tensor got = RunOnce(**model, x);
+    ASSERT_EQ(got.shape(), (Shape{m, n}));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = c.bias.data<float>()[j], magnitude = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double a = x.data<float>()[i * k + p], b = c.w.data<float>()[p * n + j];
+          exact += a * b;
+          magnitude += std::abs(a * b);
+        }
+        ASSERT_LE(std::abs(got.data<float>()[i * n + j] - std::tanh(exact)),
+                  std::ldexp(magnitude, -7) + 1e-5)
+            << i << ", " << j;
+      }
+    }
+  };
+  for (int64_t m = 1; m <= cap + 8; ++m) check(m);
+  int64_t before = DnnlPrimitiveCreationCount();
+  check(2);  // cached: no new primitive
+  check(3);
+  EXPECT_EQ(DnnlPrimitiveCreationCount() - before, 0);
+  before = DnnlPrimitiveCreationCount();
+  check(cap + 8);  // past the cap: prepared again each time it recurs
+  check(cap + 7);
+  EXPECT_GT(DnnlPrimitiveCreationCount() - before, 0);
 }
 
 TEST(Bf16MatMulTest, RefusedWithoutNativeBf16UnlessForced) {
