@@ -264,5 +264,30 @@ TEST(SequenceBatcherTest, ACancelledStepIsAnsweredAndEndsItsSequence) {
   EXPECT_EQ(batcher->stats().failed, 2);
 }
 
+// A CONTROL_SEQUENCE_CORRID of INT32 takes numeric ids that fit 32 bits: a string id or a larger
+// one is refused at Enqueue (INVALID_ARGUMENT, the step never queued).
+TEST(SequenceBatcherTest, AnIdThatDoesNotFitANumericCorrIdIsRefused) {
+  FakeHost fake(AccumulatorModel());
+  std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kDirect, 2);
+  SequencePolicy::Control corrid;
+  corrid.kind = SequencePolicy::Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_CORRID;
+  corrid.input = 2;
+  corrid.dtype = DataType::kInt32;
+  policy->controls.push_back(corrid);
+  auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+
+  SequenceStep text = Step(0, 0, 1.0f, true);
+  text.sequence.string_id = "abc";
+  const absl::Status refused_text = batcher->Enqueue(std::move(text), fake.host());
+  EXPECT_EQ(refused_text.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused_text.message()), HasSubstr("numeric"));
+
+  const absl::Status refused_wide =
+      batcher->Enqueue(Step(1, uint64_t{1} << 32, 1.0f, true), fake.host());
+  EXPECT_EQ(refused_wide.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused_wide.message()), HasSubstr("4294967296"));
+  EXPECT_EQ(batcher->stats().live, 0);
+}
+
 }  // namespace
 }  // namespace loopserve::server
