@@ -511,8 +511,6 @@ void SequenceBatcher::Finish(const SequenceHost& host, Failed& failed) {
 void SequenceBatcher::Execute(const SequenceHost& host, std::vector<Taken>& batch,
                               std::vector<absl::Status>& ends) {
   // Steps that left while queued are answered without running; their sequences end.
-  std::vector<Taken> run;
-  std::vector<size_t> positions;
   const absl::Time now = absl::Now();
   for (size_t k = 0; k < batch.size(); ++k) {
     const SequenceStep& step = batch[k].step;
