@@ -490,10 +490,13 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
                                                   "it failed: ",
                                                   ends[k].message())),
                   failed);
-        } else if (batch[k].step.sequence.end && slot.steps.empty()) {
+        } else if (slot.ending && slot.steps.empty() && batch[k].step.sequence.end) {
           Count(SequenceMetrics::kEnded);
           EndSlot(slot, "it ended (its request with sequence_end was answered)", absl::OkStatus(),
                   failed);
+        } else if (slot.ending && slot.steps.empty()) {  // flushed while this step ran
+          Count(SequenceMetrics::kFailed);
+          EndSlot(slot, absl::StrCat("it ended: ", flushed_.message()), flushed_, failed);
         } else {
           MakeReady(slot);
         }
@@ -667,13 +670,14 @@ void SequenceBatcher::Flush(const absl::Status& why) {
   Failed failed;
   {
     absl::MutexLock lock(&mutex_);
+    flushed_ = why;
     for (auto& [step, until] : backlog_) failed.emplace_back(std::move(step), why);
     backlog_.clear();
     Publish();
     for (const std::unique_ptr<Slot>& slot : slots_) {
       if (!slot->live) continue;
       if (slot->running) {
-        // Its running step finishes; the sequence ends after it.
+        // Its running step finishes; the sequence ends after it (Collect, with flushed_).
         for (SequenceStep& queued : slot->steps) failed.emplace_back(std::move(queued), why);
         slot->steps.clear();
         slot->ending = true;
