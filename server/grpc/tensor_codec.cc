@@ -215,6 +215,7 @@ absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, Inf
   }
   for (const auto& output : request.outputs()) {
     out->outputs.push_back(output.name());
+    if (output.parameters().empty()) continue;  // no shared-memory parameters
     const std::string what = absl::StrCat("output ", QuoteUntrusted(output.name()));
     SharedMemoryRef ref;
     LS_ASSIGN_OR_RETURN(bool uses_shm, SharedMemoryParameters(output.parameters(), what, &ref));

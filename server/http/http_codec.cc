@@ -295,7 +295,9 @@ void WriteData(JsonWriter& w, const Tensor& tensor) {
 
 void WriteString(JsonWriter& w, absl::string_view s);
 
-absl::Status WriteTensorData(JsonWriter& w, const std::string& what, const Tensor& tensor) {
+// The output's data as JSON; `name` is only for an error's message (no string built per
+// output, or per streamed iteration).
+absl::Status WriteTensorData(JsonWriter& w, absl::string_view name, const Tensor& tensor) {
   switch (tensor.dtype()) {
     case DataType::kBool:
       WriteData<bool>(w, tensor);
@@ -335,17 +337,18 @@ absl::Status WriteTensorData(JsonWriter& w, const std::string& what, const Tenso
       w.StartArray();
       for (const std::string& s : tensor.span<std::string>()) {
         if (s.size() > UINT32_MAX) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat(what, ": a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "output '", name, "': a BYTES element of ", s.size(), " bytes exceeds 4 GiB"));
         }
         WriteString(w, s);
       }
       w.EndArray();
       return absl::OkStatus();
     default:
-      return Invalid(what, absl::StrCat("datatype ", KserveDataType(tensor.dtype()),
-                                        " cannot be returned as JSON; ask for it as binary data "
-                                        "(outputs[].parameters.binary_data: true)"));
+      return Invalid(absl::StrCat("output '", name, "'"),
+                     absl::StrCat("datatype ", KserveDataType(tensor.dtype()),
+                                  " cannot be returned as JSON; ask for it as binary data "
+                                  "(outputs[].parameters.binary_data: true)"));
   }
 }
 
@@ -766,7 +769,7 @@ absl::Status EncodeRestSlices(const engine::Model& model, absl::string_view mode
     const std::string& name = model.outputs()[slice.output].name;
     LS_RETURN_IF_ERROR(WriteOutputHead(w, name, *slice.tensor));
     w.Key("data");
-    LS_RETURN_IF_ERROR(WriteTensorData(w, absl::StrCat("output '", name, "'"), *slice.tensor));
+    LS_RETURN_IF_ERROR(WriteTensorData(w, name, *slice.tensor));
     w.EndObject();
   }
   w.EndArray();
@@ -825,7 +828,7 @@ absl::Status EncodeRestResponse(const engine::Model& model, absl::string_view mo
       w.EndObject();
     } else {
       w.Key("data");
-      LS_RETURN_IF_ERROR(WriteTensorData(w, absl::StrCat("output '", name, "'"), tensor));
+      LS_RETURN_IF_ERROR(WriteTensorData(w, name, tensor));
     }
     w.EndObject();
   }

@@ -191,6 +191,8 @@ void InferenceRunner::FinishRow(InferenceCall& call,
 absl::Status InferenceRunner::EnqueueStep(InferenceCall& call) {
   const LoadedModel& model = *call.model_;
   SequenceBatcher& sequencer = *model.sequencer;
+  // Admitted: in flight from here on, whatever the answer (Complete counts it out).
+  metrics_.inflight_requests().Increment();
   if (call.batch_size_ != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(ModelLabel(model), "a request of a sequence has batch size 1, this one ",
@@ -208,7 +210,6 @@ absl::Status InferenceRunner::EnqueueStep(InferenceCall& call) {
   step.inputs = std::move(call.decoded_.inputs);
   step.deadline = call.deadline_;
   step.cancelled = &call.cancelled_;
-  metrics_.inflight_requests().Increment();
   const absl::Status status = sequencer.Enqueue(std::move(step), sequence_host_);
   return status.ok() ? status : Annotate(status, ModelLabel(model));
 }

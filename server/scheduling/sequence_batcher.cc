@@ -83,27 +83,34 @@ engine::Tensor ControlTensor(engine::DataType dtype, double value, bool batched)
   return t;
 }
 
-absl::StatusOr<engine::Tensor> CorrIdTensor(engine::DataType dtype,
-                                            const InferenceRequest::Sequence& sequence,
-                                            bool batched) {
-  engine::Tensor t(dtype, batched ? engine::Shape{1, 1} : engine::Shape{1});
-  if (dtype == engine::DataType::kString) {
-    *t.mutable_data<std::string>() =
-        sequence.string_id.empty() ? absl::StrCat(sequence.id) : sequence.string_id;
-    return t;
-  }
+// Whether `sequence`'s id fits a CONTROL_SEQUENCE_CORRID of `dtype` (checked at Enqueue, so that
+// CorrIdTensor cannot fail later; nothing allocated).
+absl::Status CheckCorrId(engine::DataType dtype, const InferenceRequest::Sequence& sequence) {
+  if (dtype == engine::DataType::kString) return absl::OkStatus();
   if (!sequence.string_id.empty()) {
     return absl::InvalidArgumentError(
         "parameter 'sequence_id': the model's CONTROL_SEQUENCE_CORRID is numeric; send a "
         "numeric id");
   }
+  if ((dtype == engine::DataType::kInt32 || dtype == engine::DataType::kUint32) &&
+      sequence.id > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter 'sequence_id' ", sequence.id,
+                                                   " does not fit the model's 32-bit CORRID"));
+  }
+  return absl::OkStatus();
+}
+
+// The CORRID control tensor of a step whose id passed CheckCorrId.
+engine::Tensor CorrIdTensor(engine::DataType dtype, const InferenceRequest::Sequence& sequence,
+                            bool batched) {
+  engine::Tensor t(dtype, batched ? engine::Shape{1, 1} : engine::Shape{1});
   switch (dtype) {
+    case engine::DataType::kString:
+      *t.mutable_data<std::string>() =
+          sequence.string_id.empty() ? absl::StrCat(sequence.id) : sequence.string_id;
+      break;
     case engine::DataType::kInt32:
     case engine::DataType::kUint32:
-      if (sequence.id > UINT32_MAX) {
-        return absl::InvalidArgumentError(absl::StrCat("parameter 'sequence_id' ", sequence.id,
-                                                       " does not fit the model's 32-bit CORRID"));
-      }
       *t.mutable_data<uint32_t>() = static_cast<uint32_t>(sequence.id);
       break;
     default:
@@ -266,7 +273,7 @@ absl::Status SequenceBatcher::Enqueue(SequenceStep step, const SequenceHost& hos
   }
   for (const SequencePolicy::Control& control : policy_->controls) {
     if (control.kind == Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_CORRID) {
-      LS_RETURN_IF_ERROR(CorrIdTensor(control.dtype, seq, policy_->batched).status());
+      LS_RETURN_IF_ERROR(CheckCorrId(control.dtype, seq));
     }
   }
   const std::string key = Key(seq);
@@ -483,10 +490,13 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
                                                   "it failed: ",
                                                   ends[k].message())),
                   failed);
-        } else if (batch[k].step.sequence.end && slot.steps.empty()) {
+        } else if (slot.ending && slot.steps.empty() && batch[k].step.sequence.end) {
           Count(SequenceMetrics::kEnded);
           EndSlot(slot, "it ended (its request with sequence_end was answered)", absl::OkStatus(),
                   failed);
+        } else if (slot.ending && slot.steps.empty()) {  // flushed while this step ran
+          Count(SequenceMetrics::kFailed);
+          EndSlot(slot, absl::StrCat("it ended: ", flushed_.message()), flushed_, failed);
         } else {
           MakeReady(slot);
         }
@@ -504,8 +514,6 @@ void SequenceBatcher::Finish(const SequenceHost& host, Failed& failed) {
 void SequenceBatcher::Execute(const SequenceHost& host, std::vector<Taken>& batch,
                               std::vector<absl::Status>& ends) {
   // Steps that left while queued are answered without running; their sequences end.
-  std::vector<Taken> run;
-  std::vector<size_t> positions;
   const absl::Time now = absl::Now();
   for (size_t k = 0; k < batch.size(); ++k) {
     const SequenceStep& step = batch[k].step;
@@ -626,11 +634,9 @@ absl::StatusOr<std::vector<engine::Value>> SequenceBatcher::RunMembers(
           inputs[control.input] =
               engine::Value(ControlTensor(control.dtype, control.true_value, p.batched));
           break;
-        default: {
-          LS_ASSIGN_OR_RETURN(engine::Tensor id,
-                              CorrIdTensor(control.dtype, taken.step.sequence, p.batched));
-          inputs[control.input] = engine::Value(std::move(id));
-        }
+        default:
+          inputs[control.input] =
+              engine::Value(CorrIdTensor(control.dtype, taken.step.sequence, p.batched));
       }
     }
     for (size_t s = 0; s < p.states.size(); ++s) {
@@ -664,13 +670,14 @@ void SequenceBatcher::Flush(const absl::Status& why) {
   Failed failed;
   {
     absl::MutexLock lock(&mutex_);
+    flushed_ = why;
     for (auto& [step, until] : backlog_) failed.emplace_back(std::move(step), why);
     backlog_.clear();
     Publish();
     for (const std::unique_ptr<Slot>& slot : slots_) {
       if (!slot->live) continue;
       if (slot->running) {
-        // Its running step finishes; the sequence ends after it.
+        // Its running step finishes; the sequence ends after it (Collect, with flushed_).
         for (SequenceStep& queued : slot->steps) failed.emplace_back(std::move(queued), why);
         slot->steps.clear();
         slot->ending = true;

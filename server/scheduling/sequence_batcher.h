@@ -212,6 +212,8 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
   absl::flat_hash_map<std::string, std::string> gone_ ABSL_GUARDED_BY(mutex_);
   std::deque<std::string> gone_order_ ABSL_GUARDED_BY(mutex_);
   const SequenceHost* host_ ABSL_GUARDED_BY(mutex_) = nullptr;  // the reaper's
+  // The last Flush's reason: ends the sequences whose step ran meanwhile.
+  absl::Status flushed_ ABSL_GUARDED_BY(mutex_);
   int collectors_ ABSL_GUARDED_BY(mutex_) = 0;
   bool stop_ ABSL_GUARDED_BY(mutex_) = false;
   Stats stats_ ABSL_GUARDED_BY(mutex_);

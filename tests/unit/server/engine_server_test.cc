@@ -563,5 +563,39 @@ TEST_F(BatchingEngineServerTest, CallsExpiredInTheQueueAreAnsweredAloneAndJoinNo
   EXPECT_EQ(stats.execution_count, 1);
 }
 
+// A sequence_batching version refuses a request of more than one row (Triton's rule) before its
+// sequence batcher sees it: INVALID_ARGUMENT, and the in-flight gauge is back at 0 (the refusal
+// must not count the request out of flight without having counted it in).
+TEST(SequenceEngineServerTest, ARequestOfTwoRowsIsRefusedAndLeavesNothingInFlight) {
+  testing::TempDir repository;
+  repository.MakeDir("seq/1");
+  std::filesystem::copy_file(std::string(LOOPSERVE_SERVER_TEST_MODELS) + "/matmul.onnx",
+                             repository.path() + "/seq/1/model.onnx");
+  repository.WriteFile("seq/config.pbtxt", "max_batch_size: 4\nsequence_batching { }");
+  absl::StatusOr<std::unique_ptr<Server>> server =
+      Server::Start(testing::LocalServerOptions(repository.path()));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->registry().Get("seq", "").ok());
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->grpc_port()), grpc::InsecureChannelCredentials()));
+  inference::ModelInferRequest request;
+  request.set_model_name("seq");
+  (*request.mutable_parameters())["sequence_id"].set_int64_param(7);
+  (*request.mutable_parameters())["sequence_start"].set_bool_param(true);
+  auto* x = request.add_inputs();
+  x->set_name("x");
+  x->set_datatype("FP32");
+  x->add_shape(2);
+  x->add_shape(64);
+  for (int i = 0; i < 128; ++i) x->mutable_contents()->add_fp32_contents(0.f);
+  inference::ModelInferResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  const grpc::Status status = stub->ModelInfer(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("batch size 1"));
+  EXPECT_EQ((*server)->metrics().inflight_requests().Value(), 0);
+}
+
 }  // namespace
 }  // namespace loopserve::server

@@ -245,6 +245,28 @@ TEST_F(HttpCodecTest, StreamedResponsesCarryTheirParameters) {
   EXPECT_EQ(json_length, body.size());
 }
 
+// An element type JSON has no form for (FP16) is refused as JSON data, naming the output and the
+// way out, in a response and in a streamed iteration alike.
+TEST_F(HttpCodecTest, AnOutputWithoutAJsonFormNamesItselfAndAsksForBinaryData) {
+  engine::Tensor half(engine::DataType::kFloat16, engine::Shape{1, 2});
+  std::memset(half.mutable_raw_data(), 0, half.ByteSize());
+  const engine::ScanSlice slices[] = {{0, &half}};
+  std::string json;
+  const absl::Status streamed = EncodeRestSlices(*model_, "m", "1", "", 0, slices, &json);
+  EXPECT_EQ(streamed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(streamed.message()), HasSubstr("output 'x': datatype FP16"));
+  EXPECT_THAT(std::string(streamed.message()), HasSubstr("binary_data"));
+
+  std::vector<engine::Value> values;
+  values.emplace_back(std::move(half));
+  std::string body;
+  size_t json_length = 0;
+  const absl::Status answered =
+      EncodeRestResponse(*model_, "m", "1", "r", {0}, values, RestOutputs(), &body, &json_length);
+  EXPECT_EQ(answered.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(answered.message()), HasSubstr("output 'x': datatype FP16"));
+}
+
 TEST(ProtoToJsonTest, PrintsAsTritonDoes) {
   inference::ModelMetadataResponse metadata;
   metadata.set_name("rnn");

@@ -86,10 +86,13 @@ class FakeHost {
     };
     host_.run = [this](InferenceCall*, std::vector<engine::Value> inputs, absl::Time deadline,
                        const std::atomic<bool>*, int64_t members) {
+      std::function<void()> during_run;
       {
         absl::MutexLock lock(&mutex_);
         executions_.push_back(members);
+        during_run = during_run_;
       }
+      if (during_run) during_run();
       engine::RunOptions options;
       options.deadline = deadline;
       return model_->Run(std::move(inputs), options);
@@ -122,6 +125,11 @@ class FakeHost {
   };
 
   const SequenceHost& host() const { return host_; }
+  // Called in every run, before the model runs (another thread's doing meanwhile).
+  void DuringRun(std::function<void()> hook) {
+    absl::MutexLock lock(&mutex_);
+    during_run_ = std::move(hook);
+  }
   Answer answer(int call) {
     absl::MutexLock lock(&mutex_);
     return answers_[Call(call)];
@@ -141,6 +149,7 @@ class FakeHost {
   absl::Mutex mutex_;
   std::vector<std::function<void()>> tasks_;
   std::vector<int64_t> executions_;
+  std::function<void()> during_run_;
   std::map<InferenceCall*, Answer> answers_;
 };
 
@@ -262,6 +271,54 @@ TEST(SequenceBatcherTest, ACancelledStepIsAnsweredAndEndsItsSequence) {
   EXPECT_THAT(next.message(), HasSubstr("it ended when a request of it failed"));
   EXPECT_EQ(batcher->stats().live, 0);
   EXPECT_EQ(batcher->stats().failed, 2);
+}
+
+// A CONTROL_SEQUENCE_CORRID of INT32 takes numeric ids that fit 32 bits: a string id or a larger
+// one is refused at Enqueue (INVALID_ARGUMENT, the step never queued).
+TEST(SequenceBatcherTest, AnIdThatDoesNotFitANumericCorrIdIsRefused) {
+  FakeHost fake(AccumulatorModel());
+  std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kDirect, 2);
+  SequencePolicy::Control corrid;
+  corrid.kind = SequencePolicy::Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_CORRID;
+  corrid.input = 2;
+  corrid.dtype = DataType::kInt32;
+  policy->controls.push_back(corrid);
+  auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+
+  SequenceStep text = Step(0, 0, 1.0f, true);
+  text.sequence.string_id = "abc";
+  const absl::Status refused_text = batcher->Enqueue(std::move(text), fake.host());
+  EXPECT_EQ(refused_text.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused_text.message()), HasSubstr("numeric"));
+
+  const absl::Status refused_wide =
+      batcher->Enqueue(Step(1, uint64_t{1} << 32, 1.0f, true), fake.host());
+  EXPECT_EQ(refused_wide.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused_wide.message()), HasSubstr("4294967296"));
+  EXPECT_EQ(batcher->stats().live, 0);
+}
+
+// Flush (the server shutting down) while a step of a sequence runs: its queued step is answered
+// with the reason, the running one finishes, and then its sequence ends (the slot is free; a
+// later step of the id is told why) rather than lingering until max_sequence_idle.
+TEST(SequenceBatcherTest, AFlushEndsASequenceWhoseStepWasRunning) {
+  FakeHost fake(AccumulatorModel());
+  auto batcher = std::make_shared<SequenceBatcher>(Policy(SequencePolicy::Strategy::kDirect, 1));
+  ASSERT_TRUE(batcher->Enqueue(Step(0, 9, 1.0f, true), fake.host()).ok());
+  ASSERT_TRUE(batcher->Enqueue(Step(1, 9, 2.0f), fake.host()).ok());
+  fake.DuringRun([&] {
+    fake.DuringRun(nullptr);
+    batcher->Flush(absl::UnavailableError("the server is shutting down"));
+  });
+  fake.RunTasks();
+  EXPECT_TRUE(fake.answer(0).status.ok()) << fake.answer(0).status;
+  EXPECT_EQ(fake.answer(0).sum, 1.0f);
+  EXPECT_EQ(fake.answer(1).status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(fake.executions(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(batcher->stats().live, 0);
+  const absl::Status next = batcher->Enqueue(Step(2, 9, 1.0f), fake.host());
+  EXPECT_EQ(next.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(next.message(), HasSubstr("the server is shutting down"));
 }
 
 }  // namespace
