@@ -115,9 +115,15 @@ void IterationBatcher::Drive(std::unique_ptr<engine::LoopStepper> stepper, RowHo
   std::deque<RowRequest> waiting;
   std::vector<RowRequest> incoming;
   std::vector<engine::FinishedRow> finished;
+  // Every call this driver holds is answered exactly once: in `rows` (running), `waiting`, or
+  // `incoming` until the admit loop hands it on (then its `call` is cleared there).
   auto answer = [&](const absl::Status& status) {
     for (auto& [id, call] : rows) host->FinishRow(*call, status);
     rows.clear();
+    for (RowRequest& row : incoming) {
+      if (row.call != nullptr) host->FinishRow(*row.call, status);
+    }
+    incoming.clear();
     for (RowRequest& row : waiting) host->FinishRow(*row.call, status);
     waiting.clear();
   };
@@ -146,16 +152,18 @@ void IterationBatcher::Drive(std::unique_ptr<engine::LoopStepper> stepper, RowHo
         std::vector<engine::Value> kept;
         if (has_unbatched_) kept = CopyOf(row.inputs);
         absl::StatusOr<int64_t> id = stepper->Admit(std::move(row.inputs), row.options);
+        InferenceCall* const call = std::exchange(row.call, nullptr);  // handed on below
         if (id.ok()) {
-          host->RowStarted(*row.call);
-          rows.emplace_back(*id, row.call);
+          rows.emplace_back(*id, call);
+          host->RowStarted(*call);
           ++admitted;
         } else if (has_unbatched_ && (absl::IsFailedPrecondition(id.status()) ||
                                       absl::IsResourceExhausted(id.status()))) {
           row.inputs = std::move(kept);
           waiting.push_back(std::move(row));
+          waiting.back().call = call;
         } else {
-          host->FinishRow(*row.call, id.status());
+          host->FinishRow(*call, id.status());
         }
       }
       const int64_t running = stepper->rows();
