@@ -407,8 +407,6 @@ absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
   return mode;
 }
 
-// The comma-separated items of a parameter's string value, stripped; empty items kept (the
-// caller rejects them).
 // parameters 'iteration_batching': "true" or "false"; "true" needs the dynamic-batching layout.
 absl::Status CheckIterationBatching(const ModelConfig& config,
                                     const inference::ModelParameter& value) {
