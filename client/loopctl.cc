@@ -553,6 +553,14 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
       PrintError(absl::InvalidArgumentError("--sequence_length must be a positive integer"), err);
       return 2;
     }
+    if (!options->sequence_string_id.empty()) {
+      // Each client's sequences are numbered from it: one string id would make them all one.
+      PrintError(absl::InvalidArgumentError(
+                     "--sequence_length numbers its sequences from --sequence_id: give a "
+                     "positive integer"),
+                 err);
+      return 2;
+    }
     level.sequence_length = *length;
     level.next_sequence_id = &next_sequence_id;
   }

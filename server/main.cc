@@ -36,7 +36,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -205,8 +207,12 @@ constexpr TritonFlag kTritonFlags[] = {
     {"log-verbose", "log_level", TritonFlag::kVerbose},
 };
 
-// Rewrites Triton's spellings in argv (kept alive in `storage`); returns the new argv.
-std::vector<char*> TranslateTritonFlags(int argc, char** argv, std::vector<std::string>* storage) {
+// Rewrites Triton's spellings in argv (kept alive in `storage`); returns the new argv, or
+// InvalidArgument for a Triton flag without its value or with a value of the wrong kind. As
+// Triton's, a boolean takes its value after '=' or as the next argument (`--allow-http false`);
+// alone it is true.
+absl::StatusOr<std::vector<char*>> TranslateTritonFlags(int argc, char** argv,
+                                                        std::vector<std::string>* storage) {
   storage->reserve(static_cast<size_t>(argc) * 2);
   std::vector<char*> out = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -231,22 +237,37 @@ std::vector<char*> TranslateTritonFlags(int argc, char** argv, std::vector<std::
       continue;
     }
     const bool boolean = flag->kind == TritonFlag::kBool || flag->kind == TritonFlag::kDisablePort;
-    if (!has_value && !boolean && i + 1 < argc) {  // --flag value
-      value = argv[++i];
+    bool on = true;
+    if (!has_value && i + 1 < argc && (!boolean || absl::SimpleAtob(argv[i + 1], &on))) {
+      value = argv[++i];  // --flag value
       has_value = true;
     }
+    if (!has_value && !boolean) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag->triton, " needs a value"));
+    }
     if (!has_value) value = "true";
+    if (boolean && !absl::SimpleAtob(value, &on)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag->triton, "=", value, ": expected true or false"));
+    }
+    int verbose = 0;
+    if (flag->kind == TritonFlag::kVerbose && !absl::SimpleAtoi(value, &verbose)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag->triton, "=", value, ": expected an integer level"));
+    }
     std::string translated;
     switch (flag->kind) {
       case TritonFlag::kSame:
-      case TritonFlag::kBool:
         translated = absl::StrCat("--", flag->ours, "=", value);
         break;
+      case TritonFlag::kBool:
+        translated = absl::StrCat("--", flag->ours, "=", on ? "true" : "false");
+        break;
       case TritonFlag::kDisablePort:
-        if (value == "false" || value == "0") translated = absl::StrCat("--", flag->ours, "=-1");
+        if (!on) translated = absl::StrCat("--", flag->ours, "=-1");
         break;
       case TritonFlag::kVerbose:
-        translated = absl::StrCat("--", flag->ours, "=", value == "0" ? "info" : "debug");
+        translated = absl::StrCat("--", flag->ours, "=", verbose > 0 ? "debug" : "info");
         break;
     }
     if (translated.empty()) continue;
@@ -380,8 +401,20 @@ int main(int argc, char** argv) {
   };
   absl::SetFlagsUsageConfig(usage_config);
   std::vector<std::string> translated_storage;
-  std::vector<char*> translated = TranslateTritonFlags(argc, argv, &translated_storage);
-  absl::ParseCommandLine(static_cast<int>(translated.size()) - 1, translated.data());
+  absl::StatusOr<std::vector<char*>> translated =
+      TranslateTritonFlags(argc, argv, &translated_storage);
+  if (!translated.ok()) {
+    loopserve::server::LogError(std::string(translated.status().message()));
+    return 1;
+  }
+  const std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(translated->size()) - 1, translated->data());
+  if (positional.size() > 1) {
+    // A stray word (`--allow-http maybe`, a flag without its dashes) would otherwise be ignored.
+    loopserve::server::LogError(
+        absl::StrCat("unexpected argument '", positional[1], "' (flags are --name=value)"));
+    return 1;
+  }
   // Debian's Abseil keeps absl::Mutex deadlock detection on in release builds (kAbort): every
   // lock then updates a global lock-order graph under its own lock, and a cycle it suspects
   // aborts the server. Tests keep it on; the served binary does not pay for it.

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "google/protobuf/stubs/logging.h"
+#include "server/status_util.h"
 
 namespace loopserve::server {
 namespace {
@@ -182,7 +183,8 @@ absl::Status UpdateLogSettings(const LogSettingList& changes) {
       const std::string path = absl::StrCat(output.dir, "/", *file);
       opened = std::fopen(path.c_str(), "ae");
       if (opened == nullptr) {
-        return absl::InternalError(absl::StrCat("cannot open log_file '", *file, "' in --log_dir"));
+        return absl::InternalError(
+            absl::StrCat("cannot open log_file ", QuoteUntrusted(*file), " in --log_dir"));
       }
     }
     if (output.file != nullptr) std::fclose(output.file);

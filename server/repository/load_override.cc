@@ -62,6 +62,17 @@ absl::Status WriteLoadFiles(const std::string& dir,
           "the files of a load request may hold at most ", kMaxLoadFilesBytes, " bytes"));
     }
   }
+  // A path that is also a folder of another ("1" and "1/model.onnx"), in either order.
+  for (const std::string& path : seen) {
+    for (size_t slash = path.find('/'); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+      if (seen.count(path.substr(0, slash)) > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("file:", QuoteUntrusted(path.substr(0, slash)),
+                         ": a file of the request and a folder of ", QuoteUntrusted(path)));
+      }
+    }
+  }
   if (mkdir(dir.c_str(), 0700) != 0) {
     return absl::InternalError(
         absl::StrCat("failed to poll from model repository: cannot make "

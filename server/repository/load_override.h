@@ -31,8 +31,9 @@ absl::StatusOr<std::string> ConfigJsonToText(absl::string_view json);
 // Writes `files` into `dir` (which must not exist; made 0700, and its parents too), never outside
 // it: every path is relative, its parts non-empty, not "." or "..", without NUL; files are created
 // new (O_EXCL, O_NOFOLLOW) in folders made here. InvalidArgument for a path that would leave the
-// folder or names a file twice, RESOURCE_EXHAUSTED past kMaxLoadFilesBytes, INTERNAL ("failed to
-// poll from model repository", Triton's words) for a name the file system refuses.
+// folder, names a file twice or is also a folder of another path ("1" and "1/model.onnx"),
+// RESOURCE_EXHAUSTED past kMaxLoadFilesBytes, INTERNAL ("failed to poll from model repository",
+// Triton's words) for a name the file system refuses.
 absl::Status WriteLoadFiles(const std::string& dir,
                             const std::vector<std::pair<std::string, std::string>>& files);
 

@@ -237,7 +237,9 @@ std::vector<std::string> SequenceOutputNames(const inference::ModelConfig& confi
 // output_name, data_type (not STRING) or fixed dims >= 1, a name twice, more than one
 // initial_state, an initial_state whose data_type / dims differ from the state's, without
 // zero_data or data_file, or a data_file that is not a plain file name; oldest's
-// max_candidate_sequences < 0, preferred_batch_size outside [1, max_batch_size].
+// max_candidate_sequences < 0, preferred_batch_size outside [1, max_batch_size]; more than 2^20
+// sequence slots (max_candidate_sequences, else max_batch_size x instance counts as given), or
+// states of all slots over 16 GiB (the batcher allocates both at load).
 absl::Status CheckSequenceBatching(const inference::ModelConfig& config);
 
 // The checks against the model (CompleteModelConfig runs it): each control and state input is a

@@ -16,7 +16,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "engine/base/status_macros.h"
+#include "engine/tensor/dtype.h"
 #include "engine/tensor/scalar_like.h"
+#include "engine/tensor/shape.h"
 #include "server/repository/model_config.h"
 #include "server/repository/model_config_internal.h"
 
@@ -405,8 +407,6 @@ absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
   return mode;
 }
 
-// The comma-separated items of a parameter's string value, stripped; empty items kept (the
-// caller rejects them).
 // parameters 'iteration_batching': "true" or "false"; "true" needs the dynamic-batching layout.
 absl::Status CheckIterationBatching(const ModelConfig& config,
                                     const inference::ModelParameter& value) {
@@ -539,6 +539,25 @@ using Control = inference::ModelSequenceBatching::Control;
 
 std::string KindName(Control::Kind kind) { return Control::Kind_Name(kind); }
 
+// The sequence batcher makes its slots and their states at load: a config may not make it
+// allocate without bound (max_candidate_sequences: 2000000000, or a state of 10^12 elements).
+constexpr int64_t kMaxSequenceSlots = int64_t{1} << 20;
+constexpr int64_t kMaxSequenceStateBytes = int64_t{16} << 30;
+
+// The batcher's slots as the config gives them (server/scheduling/sequence_batcher.cc): oldest's
+// max_candidate_sequences, else a slot per batch row of each instance (an unset count as 1).
+int64_t SequenceSlots(const inference::ModelConfig& config) {
+  const inference::ModelSequenceBatching& batching = config.sequence_batching();
+  if (batching.has_oldest() && batching.oldest().max_candidate_sequences() > 0) {
+    return batching.oldest().max_candidate_sequences();
+  }
+  int64_t instances = 0;
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    instances = std::min(instances + std::max<int64_t>(group.count(), 1), kMaxSequenceSlots + 1);
+  }
+  return int64_t{std::max(config.max_batch_size(), 1)} * std::max<int64_t>(instances, 1);
+}
+
 }  // namespace
 
 absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
@@ -595,7 +614,16 @@ absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
                        " takes its type from its false/true values, not a data_type"));
     }
   }
+  const int64_t slots = SequenceSlots(config);
+  if (slots > kMaxSequenceSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence_batching: ", slots,
+                     " sequence slots (oldest.max_candidate_sequences, or "
+                     "max_batch_size x instance_group count) is more than ",
+                     kMaxSequenceSlots));
+  }
   absl::flat_hash_set<std::string> state_names;
+  int64_t state_bytes = 0;  // of one slot
   for (const auto& state : batching.state()) {
     const std::string what =
         absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
@@ -624,6 +652,19 @@ absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
             absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())),
                          " (a state's dims are fixed, each >= 1; the batch dim is left out)"));
       }
+    }
+    if (FixedProduct(ToVector(state.dims())) > engine::kMaxElements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())), " is too large"));
+    }
+    // Each term is at most kMaxElements * 16: the sum is checked before it could overflow.
+    state_bytes +=
+        FixedProduct(ToVector(state.dims())) *
+        static_cast<int64_t>(engine::DataTypeSize(DataTypeFromConfig(state.data_type())));
+    if (state_bytes > kMaxSequenceStateBytes / slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the states of ", slots, " sequence slots would hold more than ",
+                       kMaxSequenceStateBytes, " bytes (", state_bytes, " bytes a slot)"));
     }
     if (state.use_growable_memory()) {
       return absl::InvalidArgumentError(

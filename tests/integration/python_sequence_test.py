@@ -297,6 +297,11 @@ def loopctl_case(loopctl, ports):
     perf = run(grpc_addr, "perf", "gru_chunk", "--sequence_length=5", "--concurrency=4",
                "--requests=40", "--progress=false")
     check(perf.returncode == 0 and '"requests":40' in perf.stdout, perf.stdout + perf.stderr)
+    # A string id cannot be numbered per sequence: concurrent clients would all drive one.
+    named = run(grpc_addr, "perf", "gru_chunk", "--sequence_length=5", "--concurrency=4",
+                "--sequence_id=abc", "--requests=40", "--progress=false")
+    check(named.returncode == 2 and "--sequence_length numbers its sequences" in named.stderr,
+          named.stdout + named.stderr)
     print("ok: loopctl infer --sequence_id/--sequence_start/--sequence_end, perf --sequence_length")
 
 

@@ -341,6 +341,19 @@ TEST(ParseModelConfigTest, SequenceBatchingMistakesNameTheField) {
        "initial_state needs zero_data or data_file"},
       {"max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [ 5 ] } }",
        "sequence_batching.oldest.preferred_batch_size 5 is outside [1, 4]"},
+      // The batcher allocates its slots and their states at load: no unbounded allocation.
+      {"sequence_batching { oldest { max_candidate_sequences: 2000000000 } }",
+       "sequence_batching: 2000000000 sequence slots"},
+      {"max_batch_size: 2000000000 instance_group [ { count: 2000000000 } ] "
+       "sequence_batching { }",
+       "sequence slots (oldest.max_candidate_sequences, or max_batch_size x instance_group count)"},
+      {"sequence_batching { state [ { input_name: \"i\" output_name: \"o\" data_type: "
+       "TYPE_FP32 dims: [ 2000000000, 2000000000, 2000000000 ] } ] }",
+       "state 'i': dims [2000000000,2000000000,2000000000] is too large"},
+      // 2^20 slots x 2^15 FP32 elements = 2^37 bytes, past 16 GiB.
+      {"sequence_batching { oldest { max_candidate_sequences: 1048576 } state [ { input_name: "
+       "\"i\" output_name: \"o\" data_type: TYPE_FP32 dims: [ 32768 ] } ] }",
+       "state 'i': the states of 1048576 sequence slots would hold more than 17179869184 bytes"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ParsedModelConfig> parsed = ParseModelConfig(c.text, "m");
