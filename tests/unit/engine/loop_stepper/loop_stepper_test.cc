@@ -21,6 +21,18 @@
 #error "LOOPSERVE_STEPPER_MODELS_DIR must be defined by the build"
 #endif
 
+// AdmitRefusesARowWhoseBuffersCannotBeAllocated asks for 128 GiB on purpose. AddressSanitizer's
+// allocator aborts the process on such a request unless told to fail it like the system allocator
+// does; flags from ASAN_OPTIONS are applied after these, so the sanitizer stage's own flags stay.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LOOPSERVE_TEST_UNDER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(LOOPSERVE_TEST_UNDER_ASAN)
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+#endif
+
 namespace loopserve::engine {
 namespace {
 
