@@ -25,7 +25,8 @@ Every row also gives the server's context switches per request (voluntary + invo
 over its threads from /proc/<pid>/task/*/status): the thread hand-offs a request costs.
 
 Part 1b, the example models (deploy/make_example_models.py, with their config.pbtxt, the inputs of
-their first test case from --data_dir; all but `endless`): one loopserve serves them all, and each
+their first test case from --data_dir; all but `endless` and the sequence models, which
+bench/sequence_bench.py measures): one loopserve serves them all, and each
 gets a gRPC and a REST binary row at 4 clients beside the engine alone on the same inputs (looprun
 --threads=1, median CPU per run), so the request path's share shows for real model sizes.
 
@@ -151,6 +152,8 @@ def write_examples(root):
     for example in examples.example_models():
         if example.name == "endless" or not example.cases:
             continue
+        if example.config is not None and "sequence_batching" in example.config:
+            continue  # each request needs a sequence id and its control flags: sequence_bench.py
         examples.write_example(os.path.join(root, "examples"), example)
         inputs = example.cases[sorted(example.cases)[0]][0]
         names = (example.io_names[0] if example.model is None else
