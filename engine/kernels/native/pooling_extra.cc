@@ -286,10 +286,67 @@ class MaxUnpoolKernel final : public Kernel {
   std::vector<int64_t> kernel_, strides_, pads_;
 };
 
+// The sampling taps of one roi along one axis: for each output bin, the input rows (or columns)
+// its samples touch and the summed bilinear weight of each (taps of bin b are
+// [begin[b], begin[b + 1])).
+struct RoiTaps {
+  std::vector<int64_t> begin, index;
+  std::vector<double> weight;
+
+  // Samples at first + b * bin + (i + 0.5) * bin / grid, i < grid, for each bin b < bins, on an
+  // axis of `size` pixels: each sample at s weighs (1 - frac) on floor(s) and frac on the next
+  // pixel (clamped at the edges), and nothing when s is outside [-1, size].
+  void Build(double first, double bin, int64_t bins, int64_t grid, int64_t size) {
+    begin.assign(1, 0);
+    index.clear();
+    weight.clear();
+    for (int64_t b = 0; b < bins; ++b) {
+      const int64_t start = static_cast<int64_t>(index.size());
+      for (int64_t i = 0; i < grid; ++i) {
+        double at = first + b * bin + (i + 0.5) * bin / grid;
+        if (size <= 0 || !(at >= -1.0 && at <= size)) continue;
+        at = std::max(at, 0.0);
+        int64_t lo = static_cast<int64_t>(at), hi;
+        if (lo >= size - 1) {
+          lo = hi = size - 1;
+          at = static_cast<double>(lo);
+        } else {
+          hi = lo + 1;
+        }
+        const double frac = at - lo;
+        Add(start, lo, 1 - frac);
+        Add(start, hi, frac);
+      }
+      begin.push_back(static_cast<int64_t>(index.size()));
+    }
+  }
+
+ private:
+  void Add(int64_t start, int64_t at, double w) {
+    for (size_t t = start; t < index.size(); ++t) {
+      if (index[t] == at) {
+        weight[t] += w;
+        return;
+      }
+    }
+    index.push_back(at);
+    weight.push_back(w);
+  }
+};
+
+class RoiAlignState : public KernelState {
+ public:
+  RoiTaps rows, cols;
+  std::vector<double> partial;  // [rows the roi touches, output_width]
+};
+
 // RoiAlign(X [N, C, H, W], rois [R, 4], batch_indices [R]; mode, output_height, output_width,
 // sampling_ratio, spatial_scale, coordinate_transformation_mode): bilinear samples on a regular
 // grid in each bin, averaged (or their largest corner-weighted value, mode 'max'), as ONNX
-// Runtime computes it.
+// Runtime computes it. The average is separable: bilinear weights factor into a row weight and a
+// column weight, and a sample outside the image in either direction contributes nothing, so each
+// roi's bins are (row taps) x plane x (column taps): per channel, the touched rows are first
+// reduced to output_width columns, then combined over rows.
 class RoiAlignKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -321,6 +378,10 @@ class RoiAlignKernel final : public Kernel {
     kernel->max_ = mode == "max";
     kernel->half_pixel_ = transform == "half_pixel";
     return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<RoiAlignState>();
   }
 
   absl::Status Run(KernelContext& ctx) const override {
@@ -367,6 +428,18 @@ class RoiAlignKernel final : public Kernel {
       const int64_t grid_h = std::max<int64_t>(static_cast<int64_t>(grid_hd), 0);
       const int64_t grid_w = std::max<int64_t>(static_cast<int64_t>(grid_wd), 0);
       const double count = std::max<double>(static_cast<double>(grid_h * grid_w), 1.0);
+      if (!max_) {
+        RoiAlignState& state = *ctx.state<RoiAlignState>();
+        if (x.dtype() == DataType::kFloat32) {
+          AverageRoi(x.data<float>(), image, channels, h, w, y1, x1, bin_h, bin_w, grid_h, grid_w,
+                     1.0 / count, state, y->mutable_data<float>() + r * channels * out_h_ * out_w_);
+        } else {
+          AverageRoi(x.data<double>(), image, channels, h, w, y1, x1, bin_h, bin_w, grid_h, grid_w,
+                     1.0 / count, state,
+                     y->mutable_data<double>() + r * channels * out_h_ * out_w_);
+        }
+        continue;
+      }
       for (int64_t c = 0; c < channels; ++c) {
         const int64_t plane = (image * channels + c) * h * w;
         for (int64_t ph = 0; ph < out_h_; ++ph) {
@@ -398,6 +471,53 @@ class RoiAlignKernel final : public Kernel {
 
  private:
   RoiAlignKernel() = default;
+
+  // Mode 'avg' for one roi: out [channels, out_h, out_w].
+  template <typename T>
+  void AverageRoi(const T* x, int64_t image, int64_t channels, int64_t h, int64_t w, double y1,
+                  double x1, double bin_h, double bin_w, int64_t grid_h, int64_t grid_w,
+                  double scale, RoiAlignState& state, T* out) const {
+    RoiTaps& rows = state.rows;
+    RoiTaps& cols = state.cols;
+    rows.Build(y1, bin_h, out_h_, grid_h, h);
+    cols.Build(x1, bin_w, out_w_, grid_w, w);
+    if (rows.index.empty() || cols.index.empty()) {
+      std::fill(out, out + channels * out_h_ * out_w_, T(0));
+      return;
+    }
+    const auto [lo, hi] = std::minmax_element(rows.index.begin(), rows.index.end());
+    const int64_t first_row = *lo, num_rows = *hi - *lo + 1;
+    state.partial.resize(num_rows * out_w_);
+    double* partial = state.partial.data();
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* plane = x + (image * channels + c) * h * w;
+      for (int64_t i = 0; i < num_rows; ++i) {
+        const T* row = plane + (first_row + i) * w;
+        for (int64_t pw = 0; pw < out_w_; ++pw) {
+          double acc = 0;
+          for (int64_t t = cols.begin[pw]; t < cols.begin[pw + 1]; ++t) {
+            acc += cols.weight[t] * row[cols.index[t]];
+          }
+          partial[i * out_w_ + pw] = acc;
+        }
+      }
+      T* dst = out + c * out_h_ * out_w_;
+      for (int64_t ph = 0; ph < out_h_; ++ph) {
+        T* line = dst + ph * out_w_;
+        if (rows.begin[ph] == rows.begin[ph + 1]) {
+          std::fill(line, line + out_w_, T(0));
+          continue;
+        }
+        for (int64_t pw = 0; pw < out_w_; ++pw) {
+          double acc = 0;
+          for (int64_t t = rows.begin[ph]; t < rows.begin[ph + 1]; ++t) {
+            acc += rows.weight[t] * partial[(rows.index[t] - first_row) * out_w_ + pw];
+          }
+          line[pw] = static_cast<T>(acc * scale);
+        }
+      }
+    }
+  }
 
   // The bilinear value at (sy, sx) of the plane, and the largest of its weighted corners; both 0
   // outside the image by more than a pixel, and on an empty image.
