@@ -2,6 +2,8 @@
 // SpaceToDepth, Compress, ReverseSequence, EyeLike and the window generators.
 
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -87,6 +89,52 @@ TEST(LossTest, NllAndSoftmaxCrossEntropy) {
       {std::log(2.0f)});
   ExpectError(OpCase("NegativeLogLikelihoodLoss", 13).In(input()).In(I64({2, 0})),
               absl::StatusCode::kInvalidArgument, "out of range");
+}
+
+TEST(LossTest, SoftmaxCrossEntropyAgreesWithDoubleLogSoftmax) {
+  // Float32 rows of 1000 and 37 classes (vector paths with and without tails), scores up to +-30
+  // so exp would overflow without the max shift, a weight per class and an ignored label: both
+  // outputs against log-softmax and the weighted mean computed here in double.
+  std::mt19937 rng(27);
+  std::uniform_real_distribution<double> uniform(-30, 30);
+  for (const int64_t classes : {1000, 37}) {
+    const int64_t n = 5;
+    std::vector<double> scores(n * classes), weights(classes);
+    for (double& v : scores) v = static_cast<float>(uniform(rng));
+    for (double& v : weights) v = static_cast<float>(uniform(rng) / 60 + 1);
+    const std::vector<int64_t> labels = {3, 0, classes - 1, 7, 3};
+    Tensor x(DataType::kFloat32, Shape{n, classes}), w(DataType::kFloat32, Shape{classes});
+    for (int64_t i = 0; i < n * classes; ++i) x.mutable_data<float>()[i] = scores[i];
+    for (int64_t k = 0; k < classes; ++k) w.mutable_data<float>()[k] = weights[k];
+    Tensor t(DataType::kInt64, Shape{n});
+    std::copy(labels.begin(), labels.end(), t.mutable_data<int64_t>());
+    absl::StatusOr<std::vector<Value>> out = RunOp(OpCase("SoftmaxCrossEntropyLoss", 13)
+                                                       .In(std::move(x))
+                                                       .In(std::move(t))
+                                                       .In(std::move(w))
+                                                       .Attr("ignore_index", IntAttr(7))
+                                                       .Outputs(2));
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& loss = (*out)[0].tensor();
+    const Tensor& log_prob = (*out)[1].tensor();
+    ASSERT_EQ(log_prob.shape(), (Shape{n, classes}));
+    double sum = 0, weight_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, scores[i * classes + k]);
+      for (int64_t k = 0; k < classes; ++k) s += std::exp(scores[i * classes + k] - mx);
+      const double lse = mx + std::log(s);
+      for (int64_t k = 0; k < classes; ++k) {
+        EXPECT_NEAR(log_prob.data<float>()[i * classes + k], scores[i * classes + k] - lse, 1e-5)
+            << classes << " classes, row " << i << ", class " << k;
+      }
+      if (labels[i] == 7) continue;
+      sum -= (scores[i * classes + labels[i]] - lse) * weights[labels[i]];
+      weight_sum += weights[labels[i]];
+    }
+    ASSERT_EQ(loss.shape(), Shape{});
+    EXPECT_NEAR(loss.data<float>()[0], sum / weight_sum, 1e-5) << classes << " classes";
+  }
 }
 
 TEST(RearrangeTest, DepthSpaceRoundTrip) {
