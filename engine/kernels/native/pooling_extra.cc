@@ -1,4 +1,4 @@
-// MeanVarianceNormalization, MaxUnpool and RoiAlign.
+// MeanVarianceNormalization, MaxUnpool, RoiAlign and LpPool.
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/window_attrs.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/vector_math.h"
+#include "engine/kernels/reference/reference.h"
 
 // `#pragma omp simd` below is a hint: clang at the sanitizer build's -O1 does not vectorize and
 // would report each loop as a failed transformation (an error under -Werror).
@@ -554,12 +557,134 @@ class RoiAlignKernel final : public Kernel {
   bool half_pixel_ = true;
 };
 
+// LpPool(X [N, C, spatial...]; kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, p):
+// (sum over the window of |x|^p)^(1/p), padding contributing nothing. Float32 with two spatial
+// axes: |x|^p of a whole plane at once (vector math; a product for p = 2), the window sums, then
+// the 1/p power of the output (vector math; a square root for p = 2). Other types and ranks run
+// the reference kernel.
+class LpPoolState : public KernelState {
+ public:
+  std::vector<float> powered;                 // one plane's |x|^p
+  std::vector<int64_t> col_begin, col_first;  // per output column: first input column, first tap
+  std::vector<int64_t> col_end;               // per output column: one past its last tap
+};
+
+class LpPoolKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    const Node& node = init.node();
+    auto kernel = std::unique_ptr<LpPoolKernel>(new LpPoolKernel());
+    kernel->attrs_.kind = reference::PoolKind::kLp;
+    LS_ASSIGN_OR_RETURN(kernel->attrs_.window,
+                        ParseWindowAttrs(node, /*require_kernel_shape=*/true));
+    // p is a float in LpPool-1 and an int from LpPool-2 on.
+    const Attribute* p = node.FindAttribute("p");
+    if (p != nullptr) {
+      kernel->attrs_.p = p->type == Attribute::Type::kFloat ? p->f : static_cast<float>(p->i);
+    }
+    if (!(kernel->attrs_.p > 0) || kernel->attrs_.p > 1e6f) {
+      return absl::InvalidArgumentError(absl::StrCat("p ", kernel->attrs_.p, " must be positive"));
+    }
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<LpPoolState>();
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != DataType::kFloat32 || x.rank() != 4) {
+      return reference::Pool(x, attrs_, ctx.output_value(0).mutable_tensor(), nullptr);
+    }
+    LS_ASSIGN_OR_RETURN(const reference::Window win,
+                        reference::ResolveWindow(x.shape(), attrs_.window.kernel_shape,
+                                                 attrs_.window, /*pool=*/true, "LpPool"));
+    LS_ASSIGN_OR_RETURN(
+        const Shape out_shape,
+        ValidateDims({x.dim(0), x.dim(1), win.output[0], win.output[1]}, "pool output"));
+    Tensor* y = ctx.output(0, DataType::kFloat32, out_shape);
+    if (y->NumElements() == 0) return absl::OkStatus();
+    LpPoolState& state = *ctx.state<LpPoolState>();
+    const int64_t in_h = win.input[0], in_w = win.input[1];
+    const int64_t out_h = win.output[0], out_w = win.output[1];
+    // Per output column: the taps inside the input, [first, end), from input column begin.
+    state.col_begin.resize(out_w);
+    state.col_first.resize(out_w);
+    state.col_end.resize(out_w);
+    for (int64_t ow = 0; ow < out_w; ++ow) {
+      const int64_t begin = ow * win.strides[1] - win.pads_begin[1];
+      state.col_begin[ow] = begin;
+      TapRange(begin, win.kernel[1], win.dilations[1], in_w, &state.col_first[ow],
+               &state.col_end[ow]);
+    }
+    const float p = attrs_.p;
+    const int64_t plane_size = in_h * in_w;
+    state.powered.resize(plane_size);
+    float* powered = state.powered.data();
+    const int64_t planes = x.dim(0) * x.dim(1);
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      const float* in = x.data<float>() + plane * plane_size;
+      if (p == 2.0f) {
+        for (int64_t i = 0; i < plane_size; ++i) powered[i] = in[i] * in[i];
+      } else {
+        UnaryF32(VecUnary::kAbs, in, powered, plane_size);
+        if (p != 1.0f) UnaryF32(VecUnary::kPow, powered, powered, plane_size, p);
+      }
+      float* out = y->mutable_data<float>() + plane * out_h * out_w;
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const int64_t row_begin = oh * win.strides[0] - win.pads_begin[0];
+        int64_t first = 0, end = 0;
+        TapRange(row_begin, win.kernel[0], win.dilations[0], in_h, &first, &end);
+        float* line = out + oh * out_w;
+        std::fill(line, line + out_w, 0.0f);
+        for (int64_t kh = first; kh < end; ++kh) {
+          const float* row = powered + (row_begin + kh * win.dilations[0]) * in_w;
+          const int64_t dilation = win.dilations[1];
+          for (int64_t ow = 0; ow < out_w; ++ow) {
+            const float* at = row + state.col_begin[ow];
+            float acc = 0;
+            for (int64_t kw = state.col_first[ow]; kw < state.col_end[ow]; ++kw) {
+              acc += at[kw * dilation];
+            }
+            line[ow] += acc;
+          }
+        }
+      }
+      float* result = out;
+      const int64_t count = out_h * out_w;
+      if (p == 2.0f) {
+        UnaryF32(VecUnary::kSqrt, result, result, count);
+      } else if (p != 1.0f) {
+        UnaryF32(VecUnary::kPow, result, result, count, 1.0f / p);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  LpPoolKernel() = default;
+
+  // The taps k < kernel whose input position begin + k * dilation lies in [0, size): [*first,
+  // *end).
+  static void TapRange(int64_t begin, int64_t kernel, int64_t dilation, int64_t size,
+                       int64_t* first, int64_t* end) {
+    *first = begin >= 0 ? 0 : (-begin + dilation - 1) / dilation;
+    *end = begin >= size ? 0 : std::min(kernel, (size - begin + dilation - 1) / dilation);
+    if (*end < *first) *end = *first;
+  }
+
+  reference::PoolAttrs attrs_;
+};
+
 }  // namespace
 
 void RegisterPoolingExtraKernels(KernelRegistry& registry) {
   registry.Register("MeanVarianceNormalization", FactoryOf<MvnKernel>(), 9);
   registry.Register("MaxUnpool", FactoryOf<MaxUnpoolKernel>(), 9);
   registry.Register("RoiAlign", FactoryOf<RoiAlignKernel>(), 10);
+  registry.Register("LpPool", FactoryOf<LpPoolKernel>());
 }
 
 }  // namespace loopserve::engine::native

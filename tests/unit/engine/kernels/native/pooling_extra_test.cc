@@ -1,5 +1,7 @@
 // RoiAlign against a direct per-sample evaluation of the operator's definition (the ONNX
-// reference's and ONNX Runtime's bilinear sampling), on rois inside, across and outside the image.
+// reference's and ONNX Runtime's bilinear sampling), on rois inside, across and outside the image;
+// LpPool against the definition summed in double (the random-window comparison with the reference
+// kernel is in dnnl/conv_pool_test.cc).
 
 #include <algorithm>
 #include <cmath>
@@ -143,6 +145,69 @@ TEST(RoiAlignTest, RejectsABatchIndexOutsideTheBatch) {
                   .In(Make<float>({1, 4}, {0, 0, 1, 1}))
                   .In(Make<int64_t>({1}, {1})),
               absl::StatusCode::kInvalidArgument, "batch_indices[0] = 1");
+}
+
+struct LpCase {
+  int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right;
+  bool ceil;
+  double p;
+};
+
+TEST(LpPoolTest, AgreesWithTheDefinition) {
+  // p = 1, 2, 3 and a fractional 2.5 (LpPool-1's float p); strides, dilations, asymmetric pads,
+  // ceil_mode (a last window hanging over the edge) and a window larger than the stride.
+  const int64_t channels = 3, h = 9, w = 10;
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<double> uniform(-2, 2);
+  std::vector<double> x(2 * channels * h * w);
+  for (double& v : x) v = static_cast<float>(uniform(rng));
+  for (const LpCase& k : {LpCase{3, 3, 2, 2, 1, 1, 1, 1, 1, 1, false, 2},
+                          LpCase{2, 2, 2, 2, 1, 1, 0, 0, 0, 0, false, 2},
+                          LpCase{3, 2, 1, 3, 2, 1, 0, 1, 2, 0, true, 1},
+                          LpCase{2, 3, 3, 2, 1, 2, 1, 0, 0, 1, true, 3},
+                          LpCase{4, 4, 2, 3, 1, 1, 2, 2, 1, 1, false, 2.5}}) {
+    const auto out_size = [&](int64_t in, int64_t kernel, int64_t stride, int64_t dilation,
+                              int64_t pads) {
+      const int64_t span = in + pads - ((kernel - 1) * dilation + 1);
+      return (k.ceil ? (span + stride - 1) / stride : span / stride) + 1;
+    };
+    const int64_t out_h = out_size(h, k.kh, k.sh, k.dh, k.pad_top + k.pad_bottom);
+    const int64_t out_w = out_size(w, k.kw, k.sw, k.dw, k.pad_left + k.pad_right);
+    Tensor xt(DataType::kFloat32, Shape{2, channels, h, w});
+    for (size_t i = 0; i < x.size(); ++i) xt.mutable_data<float>()[i] = static_cast<float>(x[i]);
+    const bool integer_p = k.p == std::floor(k.p);
+    OpCase op("LpPool", integer_p ? 18 : 1);  // p is a float attribute in LpPool-1
+    op.In(std::move(xt))
+        .Attr("kernel_shape", IntsAttr({k.kh, k.kw}))
+        .Attr("strides", IntsAttr({k.sh, k.sw}))
+        .Attr("pads", IntsAttr({k.pad_top, k.pad_left, k.pad_bottom, k.pad_right}))
+        .Attr("p",
+              integer_p ? IntAttr(static_cast<int64_t>(k.p)) : FloatAttr(static_cast<float>(k.p)));
+    if (integer_p) {
+      op.Attr("dilations", IntsAttr({k.dh, k.dw})).Attr("ceil_mode", IntAttr(k.ceil));
+    }
+    const Tensor y = RunOk(op);
+    ASSERT_EQ(y.shape(), (Shape{2, channels, out_h, out_w})) << "p " << k.p;
+    for (int64_t plane = 0; plane < 2 * channels; ++plane) {
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        for (int64_t ow = 0; ow < out_w; ++ow) {
+          double sum = 0;
+          for (int64_t i = 0; i < k.kh; ++i) {
+            for (int64_t j = 0; j < k.kw; ++j) {
+              const int64_t r = oh * k.sh - k.pad_top + i * k.dh;
+              const int64_t c = ow * k.sw - k.pad_left + j * k.dw;
+              if (r < 0 || r >= h || c < 0 || c >= w) continue;
+              sum += std::pow(std::fabs(x[(plane * h + r) * w + c]), k.p);
+            }
+          }
+          const double expected = std::pow(sum, 1 / k.p);
+          EXPECT_NEAR(y.data<float>()[(plane * out_h + oh) * out_w + ow], expected,
+                      2e-6 * (1 + expected))
+              << "p " << k.p << " at " << plane << ", " << oh << ", " << ow;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
