@@ -1,6 +1,7 @@
 // Resize, Upsample, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, DepthToSpace,
 // SpaceToDepth, Compress, ReverseSequence, EyeLike and the window generators.
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -89,6 +90,47 @@ TEST(LossTest, NllAndSoftmaxCrossEntropy) {
       {std::log(2.0f)});
   ExpectError(OpCase("NegativeLogLikelihoodLoss", 13).In(input()).In(I64({2, 0})),
               absl::StatusCode::kInvalidArgument, "out of range");
+}
+
+TEST(ResizeTest, NearestPicksTheSpecsSourcePixel) {
+  // Float32 nearest over the last two dims (the copy path): rows up 9/5, columns down 4/7, with
+  // asymmetric + floor (Upsample's rule) and half_pixel + round_prefer_ceil; each output pixel is
+  // the input pixel at the spec's source coordinate, computed here.
+  const int64_t planes = 6, h = 5, w = 7, oh = 9, ow = 4;
+  std::vector<float> x(planes * h * w);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  for (const bool half_pixel : {false, true}) {
+    Tensor xt(DataType::kFloat32, Shape{2, 3, h, w});
+    std::copy(x.begin(), x.end(), xt.mutable_data<float>());
+    const Tensor y =
+        RunOk(OpCase("Resize", 13)
+                  .In(std::move(xt))
+                  .Omitted()
+                  .Omitted()
+                  .In(I64({2, 3, oh, ow}))
+                  .Attr("mode", StringAttr("nearest"))
+                  .Attr("coordinate_transformation_mode",
+                        StringAttr(half_pixel ? "half_pixel" : "asymmetric"))
+                  .Attr("nearest_mode", StringAttr(half_pixel ? "round_prefer_ceil" : "floor")));
+    ASSERT_EQ(y.shape(), (Shape{2, 3, oh, ow}));
+    auto source = [&](int64_t o, int64_t in, int64_t out) {
+      const double scale = static_cast<double>(out) / in;
+      if (!half_pixel) return static_cast<int64_t>(std::floor(o / scale));
+      const double at = (o + 0.5) / scale - 0.5;
+      const int64_t i = at - std::floor(at) == 0.5 ? static_cast<int64_t>(std::ceil(at))
+                                                   : static_cast<int64_t>(std::round(at));
+      return std::clamp<int64_t>(i, 0, in - 1);
+    };
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t r = 0; r < oh; ++r) {
+        for (int64_t c = 0; c < ow; ++c) {
+          EXPECT_EQ(y.data<float>()[(p * oh + r) * ow + c],
+                    x[(p * h + source(r, h, oh)) * w + source(c, w, ow)])
+              << "half_pixel " << half_pixel << " at " << p << ", " << r << ", " << c;
+        }
+      }
+    }
+  }
 }
 
 TEST(LossTest, SoftmaxCrossEntropyAgreesWithDoubleLogSoftmax) {
