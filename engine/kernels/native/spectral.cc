@@ -30,6 +30,10 @@ constexpr int64_t kMaxLength = int64_t{1} << 24;
 // larger prime factor runs through Bluestein's algorithm instead.
 constexpr int64_t kMaxRadix = 64;
 
+// Longest transform Bluestein's algorithm takes: its buffers hold four times the next power of
+// two above 2n complex doubles (512 MiB at this length).
+constexpr int64_t kMaxBluesteinLength = int64_t{1} << 22;
+
 // Complex products written out: std::complex's operator* checks for NaN and calls a library
 // routine on the (here impossible) infinite cases, which keeps it from inlining.
 inline Complex Mul(Complex a, Complex b) {
@@ -46,33 +50,41 @@ inline Complex TimesI(Complex a, double sign) { return Complex(-sign * a.imag(),
 // sub-transforms). Not thread-safe: Run uses member scratch buffers.
 class Fft {
  public:
-  void Prepare(int64_t n, bool inverse) {
-    if (n == n_ && inverse == inverse_) return;
-    n_ = n;
-    inverse_ = inverse;
-    sign_ = inverse ? 1.0 : -1.0;
-    twiddles_.resize(n);
-    for (int64_t k = 0; k < n; ++k) twiddles_[k] = Root(k, n);
-    factors_.clear();
-    int64_t rest = n;
+  // Unimplemented for a length above kMaxBluesteinLength with a prime factor above kMaxRadix.
+  absl::Status Prepare(int64_t n, bool inverse) {
+    if (n == n_ && inverse == inverse_) return absl::OkStatus();
+    n_ = -1;
     int64_t largest = 1;
+    std::vector<int64_t> factors;
+    int64_t rest = n;
     for (const int64_t p : {4, 2, 3, 5}) {
       while (rest % p == 0 && rest > 1) {
-        factors_.push_back(p);
+        factors.push_back(p);
         rest /= p;
       }
     }
     for (int64_t p = 7; rest > 1; p += 2) {
       if (p * p > rest) p = rest;
       while (rest % p == 0) {
-        factors_.push_back(p);
+        factors.push_back(p);
         largest = std::max(largest, p);
         rest /= p;
       }
     }
+    if (largest > kMaxRadix && n > kMaxBluesteinLength) {
+      return absl::UnimplementedError(absl::StrCat("a transform of length ", n, " (prime factor ",
+                                                   largest, ") longer than ", kMaxBluesteinLength));
+    }
+    factors_ = std::move(factors);
+    n_ = n;
+    inverse_ = inverse;
+    sign_ = inverse ? 1.0 : -1.0;
+    twiddles_.resize(n);
+    for (int64_t k = 0; k < n; ++k) twiddles_[k] = Root(k, n);
     bluestein_.reset();
     if (largest > kMaxRadix) PrepareBluestein();
     scratch_.resize(std::min<int64_t>(n, kMaxRadix));
+    return absl::OkStatus();
   }
 
   // out[0..n) = the transform of in[0..n). `out` must not alias `in`.
@@ -207,7 +219,7 @@ class Fft {
     int64_t m = 1;
     while (m < 2 * n_ - 1) m <<= 1;
     bluestein_ = std::make_unique<Fft>();
-    bluestein_->Prepare(m, /*inverse=*/false);
+    bluestein_->Prepare(m, /*inverse=*/false).IgnoreError();  // a power of two
     chirp_.resize(n_);
     for (int64_t j = 0; j < n_; ++j) {
       // t^2 mod 2n keeps the angle exact for large t.
@@ -252,9 +264,9 @@ class Fft {
 // The transform of lines of one length: bins [0, bins) of each, scaled by 1/n when inverse.
 class Transform {
  public:
-  void Prepare(int64_t n, bool inverse, bool real) {
-    if (n == n_ && inverse == inverse_ && real == real_) return;
-    n_ = n;
+  absl::Status Prepare(int64_t n, bool inverse, bool real) {
+    if (n == n_ && inverse == inverse_ && real == real_) return absl::OkStatus();
+    n_ = -1;
     inverse_ = inverse;
     real_ = real;
     // A real line: the forward transform (the inverse one is its conjugate over n), packed into
@@ -262,7 +274,7 @@ class Transform {
     packed_ = real && n % 2 == 0 && n >= 4;
     if (packed_) {
       const int64_t half = n / 2;
-      fft_.Prepare(half, /*inverse=*/false);
+      LS_RETURN_IF_ERROR(fft_.Prepare(half, /*inverse=*/false));
       split_.resize(half + 1);
       for (int64_t k = 0; k <= half; ++k) {
         const double angle = -2.0 * M_PI * static_cast<double>(k) / static_cast<double>(n);
@@ -274,9 +286,11 @@ class Transform {
       packed_in_.resize(half);
       packed_out_.resize(half);
     } else {
-      fft_.Prepare(n, inverse && !real);
+      LS_RETURN_IF_ERROR(fft_.Prepare(n, inverse && !real));
     }
     spectrum_.resize(n);
+    n_ = n;
+    return absl::OkStatus();
   }
 
   // `line` holds the n values (imaginary parts 0 for a real line); writes out[0..bins).
@@ -425,7 +439,7 @@ class DftKernel final : public Kernel {
     LS_ASSIGN_OR_RETURN(Shape out_shape, ValidateDims(dims, "output"));
     Tensor* y = ctx.output(0, x.dtype(), out_shape);
     SpectralState& state = *ctx.state<SpectralState>();
-    state.transform.Prepare(n, inverse_, /*real=*/!complex_in);
+    LS_RETURN_IF_ERROR(state.transform.Prepare(n, inverse_, /*real=*/!complex_in));
     state.line.resize(n);
     state.bins.resize(bins);
     // Lines along `axis`: outer dims before it, inner dims after it (without the complex one).
@@ -512,7 +526,7 @@ class StftKernel final : public Kernel {
     const int64_t bins = onesided_ ? length / 2 + 1 : length;
     Tensor* y = ctx.output(0, x.dtype(), Shape{x.dim(0), frames, bins, 2});
     SpectralState& state = *ctx.state<SpectralState>();
-    state.transform.Prepare(length, /*inverse=*/false, /*real=*/!complex_in);
+    LS_RETURN_IF_ERROR(state.transform.Prepare(length, /*inverse=*/false, /*real=*/!complex_in));
     state.line.resize(length);
     state.bins.resize(bins);
     const int64_t comps = x.dim(2);

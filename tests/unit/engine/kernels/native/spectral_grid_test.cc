@@ -59,6 +59,9 @@ TEST(DftTest, DftLengthPadsAndTruncates) {
              Shape{1, 1, 2}, {3, 0});
   ExpectError(OpCase("DFT", 17).In(Make<float>({1, 2, 1}, {3, 5})).In(Scalar<int64_t>(0)),
               absl::StatusCode::kInvalidArgument, "dft_length 0");
+  // A prime length above Bluestein's limit (its buffers would take gigabytes): refused.
+  ExpectError(OpCase("DFT", 17).In(Make<float>({1, 2, 1}, {3, 5})).In(Scalar<int64_t>(4194319)),
+              absl::StatusCode::kUnimplemented, "length 4194319 (prime factor 4194319)");
   ExpectError(OpCase("DFT", 17).In(Make<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6})),
               absl::StatusCode::kInvalidArgument, "expected [batch, signal..., 1 or 2]");
   ExpectError(
