@@ -325,8 +325,12 @@ struct RoiTaps {
   }
 
  private:
+  // Samples come in order and each touches a pixel and the next, so a pixel already among the
+  // bin's taps is one of the last two (for a reversed roi it may be missed: a second tap for the
+  // same pixel, which sums the same).
   void Add(int64_t start, int64_t at, double w) {
-    for (size_t t = start; t < index.size(); ++t) {
+    const int64_t size = static_cast<int64_t>(index.size());
+    for (int64_t t = std::max(start, size - 2); t < size; ++t) {
       if (index[t] == at) {
         weight[t] += w;
         return;
