@@ -562,15 +562,18 @@ class RoiAlignKernel final : public Kernel {
 };
 
 // LpPool(X [N, C, spatial...]; kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, p):
-// (sum over the window of |x|^p)^(1/p), padding contributing nothing. Float32 with two spatial
-// axes: |x|^p of a whole plane at once (vector math; a product for p = 2), the window sums, then
-// the 1/p power of the output (vector math; a square root for p = 2). Other types and ranks run
-// the reference kernel.
+// (sum over the window of |x|^p)^(1/p), padding contributing nothing. One or two spatial axes:
+// |x|^p of a whole plane at once (float32: vector math, a product for p = 2), the window sums,
+// then the 1/p power of the output (float32: vector math, a square root for p = 2). Three or more
+// spatial axes run the reference kernel.
 class LpPoolState : public KernelState {
  public:
-  std::vector<float> powered;                 // one plane's |x|^p
+  std::vector<float> powered_f;  // one plane's |x|^p
+  std::vector<double> powered_d;
   std::vector<int64_t> col_begin, col_first;  // per output column: first input column, first tap
   std::vector<int64_t> col_end;               // per output column: one past its last tap
+  std::vector<float>& powered(float*) { return powered_f; }
+  std::vector<double>& powered(double*) { return powered_d; }
 };
 
 class LpPoolKernel final : public Kernel {
@@ -599,84 +602,111 @@ class LpPoolKernel final : public Kernel {
 
   absl::Status Run(KernelContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DataType::kFloat32 || x.rank() != 4) {
+    if (!IsFloatingPoint(x.dtype()) || (x.rank() != 3 && x.rank() != 4)) {
       return reference::Pool(x, attrs_, ctx.output_value(0).mutable_tensor(), nullptr);
     }
     LS_ASSIGN_OR_RETURN(const reference::Window win,
                         reference::ResolveWindow(x.shape(), attrs_.window.kernel_shape,
                                                  attrs_.window, /*pool=*/true, "LpPool"));
-    LS_ASSIGN_OR_RETURN(
-        const Shape out_shape,
-        ValidateDims({x.dim(0), x.dim(1), win.output[0], win.output[1]}, "pool output"));
-    Tensor* y = ctx.output(0, DataType::kFloat32, out_shape);
+    // One spatial axis is the columns of a single-row plane.
+    const bool two_d = win.rank == 2;
+    const int col = two_d ? 1 : 0;
+    const Axis rows = two_d ? Axis{win.input[0],   win.output[0],    win.kernel[0],
+                                   win.strides[0], win.dilations[0], win.pads_begin[0]}
+                            : Axis{1, 1, 1, 1, 1, 0};
+    const Axis cols{win.input[col],   win.output[col],    win.kernel[col],
+                    win.strides[col], win.dilations[col], win.pads_begin[col]};
+    Shape::Dims dims = {x.dim(0), x.dim(1)};
+    dims.insert(dims.end(), win.output.begin(), win.output.end());
+    LS_ASSIGN_OR_RETURN(const Shape out_shape, ValidateDims(dims, "pool output"));
+    Tensor* y = ctx.output(0, x.dtype(), out_shape);
     if (y->NumElements() == 0) return absl::OkStatus();
     LpPoolState& state = *ctx.state<LpPoolState>();
-    const int64_t in_h = win.input[0], in_w = win.input[1];
-    const int64_t out_h = win.output[0], out_w = win.output[1];
-    // Per output column: the taps inside the input, [first, end), from input column begin.
-    state.col_begin.resize(out_w);
-    state.col_first.resize(out_w);
-    state.col_end.resize(out_w);
-    for (int64_t ow = 0; ow < out_w; ++ow) {
-      const int64_t begin = ow * win.strides[1] - win.pads_begin[1];
+    state.col_begin.resize(cols.out);
+    state.col_first.resize(cols.out);
+    state.col_end.resize(cols.out);
+    for (int64_t ow = 0; ow < cols.out; ++ow) {
+      const int64_t begin = ow * cols.stride - cols.pad;
       state.col_begin[ow] = begin;
-      TapRange(begin, win.kernel[1], win.dilations[1], in_w, &state.col_first[ow],
-               &state.col_end[ow]);
+      TapRange(begin, cols, &state.col_first[ow], &state.col_end[ow]);
     }
-    const float p = attrs_.p;
-    const int64_t plane_size = in_h * in_w;
-    state.powered.resize(plane_size);
-    float* powered = state.powered.data();
     const int64_t planes = x.dim(0) * x.dim(1);
-    for (int64_t plane = 0; plane < planes; ++plane) {
-      const float* in = x.data<float>() + plane * plane_size;
-      if (p == 2.0f) {
-        for (int64_t i = 0; i < plane_size; ++i) powered[i] = in[i] * in[i];
-      } else {
-        UnaryF32(VecUnary::kAbs, in, powered, plane_size);
-        if (p != 1.0f) UnaryF32(VecUnary::kPow, powered, powered, plane_size, p);
-      }
-      float* out = y->mutable_data<float>() + plane * out_h * out_w;
-      for (int64_t oh = 0; oh < out_h; ++oh) {
-        const int64_t row_begin = oh * win.strides[0] - win.pads_begin[0];
-        int64_t first = 0, end = 0;
-        TapRange(row_begin, win.kernel[0], win.dilations[0], in_h, &first, &end);
-        float* line = out + oh * out_w;
-        std::fill(line, line + out_w, 0.0f);
-        for (int64_t kh = first; kh < end; ++kh) {
-          const float* row = powered + (row_begin + kh * win.dilations[0]) * in_w;
-          const int64_t dilation = win.dilations[1];
-          for (int64_t ow = 0; ow < out_w; ++ow) {
-            const float* at = row + state.col_begin[ow];
-            float acc = 0;
-            for (int64_t kw = state.col_first[ow]; kw < state.col_end[ow]; ++kw) {
-              acc += at[kw * dilation];
-            }
-            line[ow] += acc;
-          }
-        }
-      }
-      float* result = out;
-      const int64_t count = out_h * out_w;
-      if (p == 2.0f) {
-        UnaryF32(VecUnary::kSqrt, result, result, count);
-      } else if (p != 1.0f) {
-        UnaryF32(VecUnary::kPow, result, result, count, 1.0f / p);
-      }
+    if (x.dtype() == DataType::kFloat32) {
+      Pool(x.data<float>(), planes, rows, cols, state, y->mutable_data<float>());
+    } else {
+      Pool(x.data<double>(), planes, rows, cols, state, y->mutable_data<double>());
     }
     return absl::OkStatus();
   }
 
  private:
+  // One spatial axis of the window.
+  struct Axis {
+    int64_t in, out, kernel, stride, dilation, pad;
+  };
+
   LpPoolKernel() = default;
 
-  // The taps k < kernel whose input position begin + k * dilation lies in [0, size): [*first,
-  // *end).
-  static void TapRange(int64_t begin, int64_t kernel, int64_t dilation, int64_t size,
-                       int64_t* first, int64_t* end) {
-    *first = begin >= 0 ? 0 : (-begin + dilation - 1) / dilation;
-    *end = begin >= size ? 0 : std::min(kernel, (size - begin + dilation - 1) / dilation);
+  // The taps k < kernel whose input position begin + k * dilation lies in [0, in): [*first, *end).
+  static void TapRange(int64_t begin, const Axis& a, int64_t* first, int64_t* end) {
+    *first = begin >= 0 ? 0 : (-begin + a.dilation - 1) / a.dilation;
+    *end = begin >= a.in ? 0 : std::min(a.kernel, (a.in - begin + a.dilation - 1) / a.dilation);
     if (*end < *first) *end = *first;
+  }
+
+  // powered[i] = |in[i]|^p, and values[i] = values[i]^(1 / p).
+  static void Power(const float* in, float p, int64_t n, float* powered) {
+    if (p == 2.0f) {
+      for (int64_t i = 0; i < n; ++i) powered[i] = in[i] * in[i];
+    } else {
+      UnaryF32(VecUnary::kAbs, in, powered, n);
+      if (p != 1.0f) UnaryF32(VecUnary::kPow, powered, powered, n, p);
+    }
+  }
+  static void Power(const double* in, float p, int64_t n, double* powered) {
+    for (int64_t i = 0; i < n; ++i) powered[i] = std::pow(std::fabs(in[i]), double{p});
+  }
+  static void Root(float p, int64_t n, float* values) {
+    if (p == 2.0f) {
+      UnaryF32(VecUnary::kSqrt, values, values, n);
+    } else if (p != 1.0f) {
+      UnaryF32(VecUnary::kPow, values, values, n, 1.0f / p);
+    }
+  }
+  static void Root(float p, int64_t n, double* values) {
+    for (int64_t i = 0; i < n; ++i) values[i] = std::pow(values[i], 1.0 / double{p});
+  }
+
+  template <typename T>
+  void Pool(const T* x, int64_t planes, const Axis& rows, const Axis& cols, LpPoolState& state,
+            T* y) const {
+    const int64_t plane_size = rows.in * cols.in;
+    std::vector<T>& buffer = state.powered(static_cast<T*>(nullptr));
+    buffer.resize(plane_size);
+    T* powered = buffer.data();
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      Power(x + plane * plane_size, attrs_.p, plane_size, powered);
+      T* out = y + plane * rows.out * cols.out;
+      for (int64_t oh = 0; oh < rows.out; ++oh) {
+        const int64_t row_begin = oh * rows.stride - rows.pad;
+        int64_t first = 0, end = 0;
+        TapRange(row_begin, rows, &first, &end);
+        T* line = out + oh * cols.out;
+        std::fill(line, line + cols.out, T(0));
+        for (int64_t kh = first; kh < end; ++kh) {
+          const T* row = powered + (row_begin + kh * rows.dilation) * cols.in;
+          for (int64_t ow = 0; ow < cols.out; ++ow) {
+            const T* at = row + state.col_begin[ow];
+            T acc = 0;
+            for (int64_t kw = state.col_first[ow]; kw < state.col_end[ow]; ++kw) {
+              acc += at[kw * cols.dilation];
+            }
+            line[ow] += acc;
+          }
+        }
+      }
+      Root(attrs_.p, rows.out * cols.out, out);
+    }
   }
 
   reference::PoolAttrs attrs_;
