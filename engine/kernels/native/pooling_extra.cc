@@ -344,7 +344,10 @@ struct RoiTaps {
 class RoiAlignState : public KernelState {
  public:
   RoiTaps rows, cols;
-  std::vector<double> partial;  // [rows the roi touches, output_width]
+  std::vector<float> sums_f;  // one output row's input rows summed, over the touched columns
+  std::vector<double> sums_d;
+  std::vector<float>& sums(float*) { return sums_f; }
+  std::vector<double>& sums(double*) { return sums_d; }
 };
 
 // RoiAlign(X [N, C, H, W], rois [R, 4], batch_indices [R]; mode, output_height, output_width,
@@ -352,8 +355,8 @@ class RoiAlignState : public KernelState {
 // grid in each bin, averaged (or their largest corner-weighted value, mode 'max'), as ONNX
 // Runtime computes it. The average is separable: bilinear weights factor into a row weight and a
 // column weight, and a sample outside the image in either direction contributes nothing, so each
-// roi's bins are (row taps) x plane x (column taps): per channel, the touched rows are first
-// reduced to output_width columns, then combined over rows.
+// roi's bins are (row taps) x plane x (column taps): per channel and output row, its input rows
+// are summed over the columns the roi touches, then each bin takes its column taps.
 class RoiAlignKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -492,22 +495,15 @@ class RoiAlignKernel final : public Kernel {
       std::fill(out, out + channels * out_h_ * out_w_, T(0));
       return;
     }
-    const auto [lo, hi] = std::minmax_element(rows.index.begin(), rows.index.end());
-    const int64_t first_row = *lo, num_rows = *hi - *lo + 1;
-    state.partial.resize(num_rows * out_w_);
-    double* partial = state.partial.data();
+    // Columns first_col.. the roi touches; per output row, its input rows summed over them (a
+    // contiguous, vectorisable loop), then each output takes its column taps from that sum.
+    const auto [lo, hi] = std::minmax_element(cols.index.begin(), cols.index.end());
+    const int64_t first_col = *lo, num_cols = *hi - *lo + 1;
+    std::vector<T>& sums = state.sums(static_cast<T*>(nullptr));
+    sums.resize(num_cols);
+    T* sum = sums.data();
     for (int64_t c = 0; c < channels; ++c) {
-      const T* plane = x + (image * channels + c) * h * w;
-      for (int64_t i = 0; i < num_rows; ++i) {
-        const T* row = plane + (first_row + i) * w;
-        for (int64_t pw = 0; pw < out_w_; ++pw) {
-          double acc = 0;
-          for (int64_t t = cols.begin[pw]; t < cols.begin[pw + 1]; ++t) {
-            acc += cols.weight[t] * row[cols.index[t]];
-          }
-          partial[i * out_w_ + pw] = acc;
-        }
-      }
+      const T* plane = x + (image * channels + c) * h * w + first_col;
       T* dst = out + c * out_h_ * out_w_;
       for (int64_t ph = 0; ph < out_h_; ++ph) {
         T* line = dst + ph * out_w_;
@@ -515,12 +511,18 @@ class RoiAlignKernel final : public Kernel {
           std::fill(line, line + out_w_, T(0));
           continue;
         }
+        std::fill(sum, sum + num_cols, T(0));
+        for (int64_t t = rows.begin[ph]; t < rows.begin[ph + 1]; ++t) {
+          const T weight = static_cast<T>(rows.weight[t] * scale);
+          const T* row = plane + rows.index[t] * w;
+          for (int64_t i = 0; i < num_cols; ++i) sum[i] += weight * row[i];
+        }
         for (int64_t pw = 0; pw < out_w_; ++pw) {
-          double acc = 0;
-          for (int64_t t = rows.begin[ph]; t < rows.begin[ph + 1]; ++t) {
-            acc += rows.weight[t] * partial[(rows.index[t] - first_row) * out_w_ + pw];
+          T acc = 0;
+          for (int64_t t = cols.begin[pw]; t < cols.begin[pw + 1]; ++t) {
+            acc += static_cast<T>(cols.weight[t]) * sum[cols.index[t] - first_col];
           }
-          line[pw] = static_cast<T>(acc * scale);
+          line[pw] = acc;
         }
       }
     }
