@@ -49,8 +49,9 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
   registry.Register("ConvInteger", CreateConvIntegerKernel, 10);
   registry.Register("QLinearConv", CreateQLinearConvKernel, 10);
-  const std::pair<const char*, PoolKind> pools[] = {
-      {"MaxPool", PoolKind::kMax}, {"AveragePool", PoolKind::kAverage}, {"LpPool", PoolKind::kLp}};
+  // LpPool is a native kernel (native/pooling_extra.cc).
+  const std::pair<const char*, PoolKind> pools[] = {{"MaxPool", PoolKind::kMax},
+                                                    {"AveragePool", PoolKind::kAverage}};
   for (const auto& [name, kind] : pools) {
     registry.Register(
         name, [kind = kind](const KernelInit& init) { return CreateDnnlPoolKernel(kind, init); });
