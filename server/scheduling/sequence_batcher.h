@@ -116,7 +116,7 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
     int64_t live = 0;        // sequences holding a slot
     int64_t slots = 0;       // the version's slots
     int64_t backlog = 0;     // starts waiting for a slot
-    int64_t started = 0;     // sequences started (restarts included)
+    int64_t started = 0;     // sequences started (restarts are counted in `restarts`)
     int64_t ended = 0;       // sequences ended (by their END step)
     int64_t failed = 0;      // sequences ended by an error
     int64_t expired = 0;     // sequences that went idle past max_sequence_idle
@@ -191,6 +191,11 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
                std::vector<absl::Status>& ends);
   absl::StatusOr<std::vector<engine::Value>> RunMembers(const SequenceHost& host,
                                                         std::vector<Taken>& batch);
+  // Stores member `member` of `members`' rows of state `s` from the run's output `out` into
+  // `slot` (a lone member's owned output buffer is swapped in); Internal when `out` does not fit.
+  absl::Status StoreState(size_t s, engine::Value& out, int64_t member, int64_t members,
+                          Slot& slot) const;
+  bool IsStateOutput(size_t output) const;
   static void Finish(const SequenceHost& host,
                      std::vector<std::pair<SequenceStep, absl::Status>>& failed);
   void Reap();
