@@ -136,15 +136,20 @@ def main():
         names = ("loopserve_request_duration_seconds_sum", "loopserve_compute_duration_seconds_sum",
                  "loopserve_request_duration_seconds_count")
         before = [metric_sum(metrics, n, "simple_sequence") for n in names]
-        lone = perf(args.loopctl, grpc, "simple_sequence", 1, 2000, 100)
+        lone = perf(args.loopctl, grpc, "simple_sequence", 1, 2000, 100, proc.pid)
         after = [metric_sum(metrics, n, "simple_sequence") for n in names]
         count = after[2] - before[2]
         overhead = ((after[0] - before[0]) - (after[1] - before[1])) / count * 1e6
+        compute = (after[1] - before[1]) / count * 1e6
+        # The server's CPU per step (all its threads: gRPC, runner, batcher, model), which a
+        # loaded machine inflates far less than the wall-clock overhead (time waiting for a core).
+        cpu_per_step = lone["server_cpu_s"] / count * 1e6
         result["overhead_us_per_step"] = round(overhead, 1)
+        result["server_cpu_us_per_step"] = round(cpu_per_step, 1)
         result["simple_sequence_client_p50_us"] = lone["p50_us"]
         print("1 stream, simple_sequence: server overhead %.1f us per step (receipt to answer "
-              "minus compute, mean of %d steps); client round trip p50 %.1f us" %
-              (overhead, count, lone["p50_us"]))
+              "minus compute %.1f us, mean of %d steps); server CPU %.1f us per step; client "
+              "round trip p50 %.1f us" % (overhead, compute, count, cpu_per_step, lone["p50_us"]))
         for name in ("gru_direct", "gru_oldest"):
             sizes = [metric_sum(metrics, n, name) for n in ("loopserve_batch_size_sum",
                                                             "loopserve_batch_size_count")]
@@ -154,23 +159,30 @@ def main():
                                                             "loopserve_batch_size_count")]
             steps_per_run = (after[0] - sizes[0]) / max(after[1] - sizes[1], 1)
             alone = perf(args.loopctl, grpc, name, 1, 300, args.length)
+            served = after[0] - sizes[0]  # steps executed over the run (warm-up included)
+            cpu_per_step = r["server_cpu_s"] / max(served, 1) * 1e6
             cores = os.cpu_count()
             client_share = r["client_cpu_s"] / (r["wall_s"] * cores)
             server_share = r["server_cpu_s"] / (r["wall_s"] * cores)
             result[name] = {"steps_per_s": r["throughput"], "p50_us": r["p50_us"],
                             "p99_us": r["p99_us"], "steps_per_execution": round(steps_per_run, 1),
                             "lone_p50_us": alone["p50_us"], "lone_p99_us": alone["p99_us"],
+                            "server_cpu_us_per_step": round(cpu_per_step, 1),
                             "client_cpu_share": round(client_share, 2),
                             "server_cpu_share": round(server_share, 2)}
             print("%s: %d streams %.1f steps/s (%.1f steps per execution), p50 %.0f us, p99 %.0f "
-                  "us; lone stream p50 %.0f us, p99 %.0f us; CPU of the %d cores over the run: "
-                  "client %.0f%%, server %.0f%%"
+                  "us; lone stream p50 %.0f us, p99 %.0f us; server CPU %.0f us per step; CPU "
+                  "of the %d cores over the run: client %.0f%%, server %.0f%%"
                   % (name, args.streams, r["throughput"], steps_per_run, r["p50_us"],
-                     r["p99_us"], alone["p50_us"], alone["p99_us"], cores, 100 * client_share,
-                     100 * server_share))
+                     r["p99_us"], alone["p50_us"], alone["p99_us"], cpu_per_step, cores,
+                     100 * client_share, 100 * server_share))
         ratio = result["gru_oldest"]["steps_per_s"] / result["gru_direct"]["steps_per_s"]
         result["oldest_over_direct"] = round(ratio, 2)
-        print("oldest / direct throughput: %.2fx" % ratio)
+        cpu_ratio = (result["gru_direct"]["server_cpu_us_per_step"] /
+                     max(result["gru_oldest"]["server_cpu_us_per_step"], 1e-9))
+        result["oldest_over_direct_server_cpu"] = round(cpu_ratio, 2)
+        print("oldest / direct throughput: %.2fx; server CPU per step direct / oldest: %.2fx "
+              "(the throughput ratio of a server that has the cores to itself)" % (ratio, cpu_ratio))
     finally:
         proc.terminate()
         proc.wait(timeout=60)

@@ -134,7 +134,8 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
   if (batching.max_sequence_idle_microseconds() > 0) {
     policy->idle = absl::Microseconds(batching.max_sequence_idle_microseconds());
   }
-  const int rows = static_cast<int>(policy->max_batch_size) * std::max(instances, 1);
+  policy->instances = std::max(instances, 1);
+  const int rows = static_cast<int>(policy->max_batch_size) * policy->instances;
   if (batching.has_oldest()) {
     policy->slots = batching.oldest().max_candidate_sequences() > 0
                         ? batching.oldest().max_candidate_sequences()
@@ -207,7 +208,9 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
 }
 
 SequenceBatcher::SequenceBatcher(std::unique_ptr<SequencePolicy> policy, SequenceMetrics metrics)
-    : policy_(std::move(policy)), max_collectors_(1), metrics_(metrics) {
+    : policy_(std::move(policy)),
+      max_collectors_(std::max(1, policy_->instances)),
+      metrics_(metrics) {
   absl::MutexLock lock(&mutex_);
   for (int i = 0; i < policy_->slots; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -418,6 +421,13 @@ void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
 
 bool SequenceBatcher::TakeCollector() {
   if (ready_.empty() || collectors_ >= max_collectors_) return false;
+  // Under `oldest` a second execution starts only for a full batch: fewer ready steps wait for
+  // the running collector's next batch, which they make larger (a second collector taking them
+  // at once would run more, smaller batches).
+  if (collectors_ > 0 && policy_->strategy == SequencePolicy::Strategy::kOldest &&
+      static_cast<int64_t>(ready_.size()) < policy_->max_batch_size) {
+    return false;
+  }
   ++collectors_;
   return true;
 }
@@ -454,6 +464,11 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
       absl::MutexLock lock(&mutex_);
       const int64_t limit =
           policy_->strategy == SequencePolicy::Strategy::kOldest ? policy_->max_batch_size : 1;
+      // Another collector is running: less than a full batch waits for it (TakeCollector's rule).
+      if (limit > 1 && collectors_ > 1 && static_cast<int64_t>(ready_.size()) < limit) {
+        --collectors_;
+        return;
+      }
       if (limit > 1 && static_cast<int64_t>(ready_.size()) < limit &&
           policy_->max_queue_delay > absl::ZeroDuration() && !ready_.empty()) {
         auto full = [this, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {

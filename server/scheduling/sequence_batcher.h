@@ -49,6 +49,7 @@ struct SequencePolicy {
   bool batched = false;        // max_batch_size > 0: tensors carry a batch dim
   int64_t max_batch_size = 1;  // steps per execution (oldest); 1 without batching
   int slots = 1;               // sequences live at once; more starts queue (up to `slots`)
+  int instances = 1;           // executions at once (instance_group count): one collector each
   absl::Duration idle = absl::Seconds(1);  // max_sequence_idle_microseconds (Triton's default)
   absl::Duration max_queue_delay;          // oldest: how long a batch waits to fill
   std::vector<Control> controls;

@@ -158,6 +158,10 @@ class FakeHost {
     absl::MutexLock lock(&mutex_);
     return answers_[Call(call)];
   }
+  size_t pending_tasks() {
+    absl::MutexLock lock(&mutex_);
+    return tasks_.size();
+  }
   std::vector<int64_t> executions() {
     absl::MutexLock lock(&mutex_);
     return executions_;
@@ -288,6 +292,41 @@ TEST(SequenceBatcherTest, StringCorrIdsOfAMergedExecutionAreEachMembersOwn) {
     }
   }
   EXPECT_EQ(fake.executions(), (std::vector<int64_t>{3, 3}));
+}
+
+// One collector (one execution at a time) per instance. direct: each ready sequence may take a
+// free instance; oldest: a second execution starts only for a full batch (fewer steps wait for
+// the running one's next batch).
+TEST(SequenceBatcherTest, ACollectorPerInstance) {
+  {
+    FakeHost fake(AccumulatorModel());
+    std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kDirect, 8);
+    policy->instances = 2;
+    auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(batcher->Enqueue(Step(s, 20 + s, 1.0f, true), fake.host()).ok());
+    }
+    EXPECT_EQ(fake.pending_tasks(), 2u);  // two instances, three ready sequences
+    fake.RunTasks();
+    EXPECT_EQ(fake.executions(), (std::vector<int64_t>{1, 1, 1}));
+  }
+  {
+    FakeHost fake(AccumulatorModel());
+    std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kOldest, 16);
+    policy->instances = 2;
+    auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(batcher->Enqueue(Step(s, 40 + s, 1.0f, true), fake.host()).ok());
+    }
+    EXPECT_EQ(fake.pending_tasks(), 1u);  // 3 ready < max_batch_size 8: one collector
+    for (int s = 3; s < 11; ++s) {
+      ASSERT_TRUE(batcher->Enqueue(Step(s, 40 + s, 1.0f, true), fake.host()).ok());
+    }
+    EXPECT_EQ(fake.pending_tasks(), 2u);  // 11 ready: a full batch for the second instance
+    fake.RunTasks();
+    EXPECT_EQ(fake.executions(), (std::vector<int64_t>{8, 3}));
+    for (int s = 0; s < 11; ++s) EXPECT_EQ(fake.answer(s).sum, 1.0f) << s;
+  }
 }
 
 TEST(SequenceBatcherTest, StepsOfOneSequenceRunInOrderAndEndFreesTheSlot) {
