@@ -52,7 +52,7 @@ input [
   { name: "SPIN" data_type: TYPE_INT64 dims: [ 1 ] }
 ]
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
 sequence_batching {
   max_sequence_idle_microseconds: 60000000
   control_input [
@@ -366,8 +366,9 @@ def drain_case(args, repo, per_iteration):
         metrics = Metrics(ports["metrics"])
         for protocol, seq in (("grpc", 401), ("http", 402), ("grpc", 403), ("http", 404)):
             check(clients.step(protocol, 10, seq, start=True)[0] == 10, "drain start %d" % seq)
-        # Two steps of ~2 s each (at the measured iteration time).
-        spin = int(2.0 / per_iteration)
+        # Two steps of ~3 s each (at the measured iteration time), one per instance: both run
+        # while the new steps are sent.
+        spin = int(3.0 / per_iteration)
         answers = {}
 
         def run(protocol, seq):
