@@ -114,6 +114,8 @@ def main():
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--overhead_only", action="store_true",
+                        help="only part 1 (the per-step overhead at 1 stream)")
     args = parser.parse_args()
     print("CPU: %s, %d cores; load average before: %s" % (cpu_name(), os.cpu_count(),
                                                           load_average()))
@@ -150,7 +152,7 @@ def main():
         print("1 stream, simple_sequence: server overhead %.1f us per step (receipt to answer "
               "minus compute %.1f us, mean of %d steps); server CPU %.1f us per step; client "
               "round trip p50 %.1f us" % (overhead, compute, count, cpu_per_step, lone["p50_us"]))
-        for name in ("gru_direct", "gru_oldest"):
+        for name in () if args.overhead_only else ("gru_direct", "gru_oldest"):
             sizes = [metric_sum(metrics, n, name) for n in ("loopserve_batch_size_sum",
                                                             "loopserve_batch_size_count")]
             r = perf(args.loopctl, grpc, name, args.streams, args.requests, args.length,
@@ -176,6 +178,8 @@ def main():
                   % (name, args.streams, r["throughput"], steps_per_run, r["p50_us"],
                      r["p99_us"], alone["p50_us"], alone["p99_us"], cpu_per_step, cores,
                      100 * client_share, 100 * server_share))
+        if args.overhead_only:
+            return 0
         ratio = result["gru_oldest"]["steps_per_s"] / result["gru_direct"]["steps_per_s"]
         result["oldest_over_direct"] = round(ratio, 2)
         cpu_ratio = (result["gru_direct"]["server_cpu_us_per_step"] /
@@ -186,6 +190,9 @@ def main():
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        if args.overhead_only:
+            print(json.dumps(result))
+            shutil.rmtree(work, ignore_errors=True)
     # The in-process ceiling.
     model_path = os.path.join(repo, "gru_oldest", "1", "model.onnx")
     rng = np.random.RandomState(5)
