@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/transform/bf16_products.h"
+#include "engine/transform/blocked_layout.h"
 #include "engine/transform/elide_loop_identities.h"
 #include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
@@ -39,6 +40,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FuseMatMulPass>());
     list->push_back(std::make_unique<FuseSoftmaxPass>());
     list->push_back(std::make_unique<FuseElementwisePass>());
+    list->push_back(std::make_unique<BlockedLayoutPass>());
     list->push_back(std::make_unique<Bf16ProductsPass>());
     return list;
   }();
