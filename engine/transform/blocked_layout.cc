@@ -128,23 +128,80 @@ Plan Decide(const Graph& graph, const TransformContext& context) {
   return plan;
 }
 
-Attribute IntAttribute(int64_t value) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = value;
-  return a;
+// Whether a Conv's kernel would run it on the plain layouts without a reorder (a pointwise Conv:
+// one GEMM per image; dnnl/conv.cc) when it is not in a chain.
+bool IsPointwise(const Node& node, const TransformContext& context) {
+  const Tensor* w = context.find_constant(node.inputs[1]);
+  const Attribute* group = node.FindAttribute("group");
+  if (w->dim(2) != 1 || w->dim(3) != 1 || (group != nullptr && group->i != 1)) return false;
+  for (const char* name : {"strides", "pads"}) {
+    const Attribute* a = node.FindAttribute(name);
+    if (a == nullptr) continue;
+    for (int64_t v : a->ints) {
+      if (v != (name[0] == 's' ? 1 : 0)) return false;
+    }
+  }
+  return true;
 }
 
-}  // namespace
+int Find(std::vector<int>& parent, int i) {
+  while (parent[i] != i) i = parent[i] = parent[parent[i]];
+  return i;
+}
 
-absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& context,
-                                    std::vector<std::string>& log) const {
-  const Plan plan = Decide(graph, context);
-  bool any = false;
-  for (bool b : plan.blocked) any = any || b;
-  if (!any) return absl::OkStatus();
+// Unblocks each chain (nodes connected through blocked values) that would reorder as often as the
+// Convs would on their own: outside a chain a Conv reorders its input and its result (2), a
+// pointwise one neither; in a chain, each Conv input or result that stays plain and each plain
+// reader's `_BlockedToPlain` is one reorder.
+void DropUnprofitableChains(const Graph& graph, const TransformContext& context,
+                            const std::vector<bool>& plain_reader, Plan& plan) {
+  const int nodes = static_cast<int>(graph.nodes.size());
+  std::vector<int> producer(graph.values.size(), -1);
+  std::vector<int> parent(nodes);
+  for (int n = 0; n < nodes; ++n) {
+    parent[n] = n;
+    for (ValueId v : graph.nodes[n].outputs) {
+      if (v != kNoValue) producer[v] = n;
+    }
+  }
+  for (int n = 0; n < nodes; ++n) {
+    const Node& node = graph.nodes[n];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId v = node.inputs[i];
+      if (v != kNoValue && plan.blocked[v] && ReadsBlocked(plan, n, i)) {
+        parent[Find(parent, n)] = Find(parent, producer[v]);
+      }
+    }
+  }
+  std::vector<int> alone(nodes, 0), chained(nodes, 0);
+  std::vector<bool> touches(nodes, false);
+  for (int n = 0; n < nodes; ++n) {
+    const Node& node = graph.nodes[n];
+    const bool is_conv = ConvChannels(node, context).second > 0;
+    const bool src = plan.conv_in[n] > 0 && plan.blocked[node.inputs[0]];
+    const ValueId out = node.outputs.empty() ? kNoValue : node.outputs[0];
+    const bool dst = out != kNoValue && plan.blocked[out];
+    if (!src && !dst && !plan.in_chain[n]) continue;
+    const int root = Find(parent, n);
+    touches[root] = true;
+    if (is_conv) {
+      alone[root] += IsPointwise(node, context) ? 0 : 2;
+      chained[root] += (src ? 0 : 1) + (dst ? 0 : 1);
+    }
+    if (dst && plain_reader[out]) ++chained[root];
+  }
+  for (int n = 0; n < nodes; ++n) {
+    const int root = Find(parent, n);
+    if (!touches[root] || chained[root] < alone[root]) continue;
+    plan.in_chain[n] = false;
+    for (ValueId v : graph.nodes[n].outputs) {
+      if (v != kNoValue) plan.blocked[v] = false;
+    }
+  }
+}
 
-  // Readers that need the plain value: other ops, subgraph captures, the graph's outputs.
+// Readers that need a blocked value plain: other ops, subgraph captures, the graph's outputs.
+std::vector<bool> PlainReaders(const Graph& graph, const Plan& plan) {
   std::vector<bool> plain_reader(graph.values.size(), false);
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
@@ -161,6 +218,26 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
   for (ValueId v : graph.outputs) {
     if (v != kNoValue && plan.blocked[v]) plain_reader[v] = true;
   }
+  return plain_reader;
+}
+
+Attribute IntAttribute(int64_t value) {
+  Attribute a;
+  a.type = Attribute::Type::kInt;
+  a.i = value;
+  return a;
+}
+
+}  // namespace
+
+absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& context,
+                                    std::vector<std::string>& log) const {
+  Plan plan = Decide(graph, context);
+  DropUnprofitableChains(graph, context, PlainReaders(graph, plan), plan);
+  bool any = false;
+  for (bool b : plan.blocked) any = any || b;
+  if (!any) return absl::OkStatus();
+  const std::vector<bool> plain_reader = PlainReaders(graph, plan);
 
   std::vector<ValueId> blocked_id(graph.values.size(), kNoValue);
   std::vector<Node> nodes;
@@ -193,7 +270,9 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
     }
     if (touched || out_blocked) {
       ++chain_nodes;
-      if (chain_nodes <= 4) absl::StrAppend(&names, names.empty() ? "" : ", ", node.Label());
+      if (chain_nodes <= 4) {
+        absl::StrAppend(&names, names.empty() ? "" : ", ", node.op_type, " '", node.name, "'");
+      }
     }
     nodes.push_back(std::move(node));
     if (out_blocked && plain_reader[out]) {
