@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/dnnl/layout.h"
 #include "engine/transform/graph_util.h"
 
 namespace loopserve::engine::transform {
@@ -232,6 +233,7 @@ Attribute IntAttribute(int64_t value) {
 
 absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& context,
                                     std::vector<std::string>& log) const {
+  if (ActivationLayout() == ChainLayout::kPlain) return absl::OkStatus();
   Plan plan = Decide(graph, context);
   DropUnprofitableChains(graph, context, PlainReaders(graph, plan), plan);
   bool any = false;
@@ -263,7 +265,9 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
       entries += touched ? 0 : 1;
       exits += out_blocked ? 0 : 1;
     }
-    if (plan.in_chain[n] && node.op_type == "Concat") node.attributes["axis"] = IntAttribute(1);
+    if (plan.in_chain[n] && node.op_type == "Concat") {
+      node.attributes["axis"] = IntAttribute(ChainConcatAxis());
+    }
     if (out_blocked) {
       blocked_id[out] = graph.AddValue(absl::StrCat(graph.ValueName(out), "/blocked"));
       node.outputs[0] = blocked_id[out];
@@ -287,8 +291,9 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
     }
   }
   graph.nodes = std::move(nodes);
-  log.push_back(absl::StrCat("blocked_layout: ", chain_nodes, " nodes keep blocked tensors (",
-                             names, chain_nodes > 4 ? ", ..." : "", "); reorders: ", entries,
+  log.push_back(absl::StrCat("blocked_layout: ", chain_nodes, " nodes keep ",
+                             ChainLayoutName(ActivationLayout()), " tensors (", names,
+                             chain_nodes > 4 ? ", ..." : "", "); reorders: ", entries,
                              " Conv inputs in, ", exits, " Conv results out, ", to_plain, " ",
                              kBlockedToPlainOp, " nodes"));
   return absl::OkStatus();

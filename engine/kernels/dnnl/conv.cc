@@ -21,8 +21,9 @@ namespace {
 // A Conv node, optionally fused (engine/transform/fuse_conv.h): inputs X, W, B (omitted when the
 // Conv has no bias), then the post-ops' operands, which run as a native epilogue over the result.
 // In a blocked chain (engine/transform/blocked_layout.h) X (`blocked_src`) and the result
-// (`blocked_dst`) may be blocked 5-D tensors (dnnl/layout.h); the epilogue's operands are then
-// one-element constants, so it runs over the blocked result as over a plain one.
+// (`blocked_dst`) may be held in the chain's layout (dnnl/layout.h: nChw16c, nChw8c or nhwc); the
+// epilogue's operands are then one-element constants, so it runs over the blocked result as over a
+// plain one.
 class ConvKernel final : public DnnlKernel {
  public:
   ConvKernel(int num_inputs, reference::WindowAttrs attrs, int64_t group,
@@ -59,13 +60,13 @@ class ConvKernel final : public DnnlKernel {
     const Shape& w = *shapes[1];
     reference::Window window;
     LS_ASSIGN_OR_RETURN(Shape out, reference::ConvShapes(x, w, shapes[2], attrs_, group_, &window));
-    if (blocked_dst_ && (out.rank() != 4 || out[1] % BlockedLayoutBlock() != 0)) {
+    if (blocked_dst_ && (out.rank() != 4 || out[1] % 16 != 0)) {
       return absl::InvalidArgumentError(absl::StrCat("a blocked Conv result must be [N, C, H, W] ",
-                                                     "with C a multiple of the block, got ",
+                                                     "with C a multiple of 16, got ",
                                                      out.ToString()));
     }
     auto prepared = std::make_unique<PreparedOp>();
-    prepared->output_shape = blocked_dst_ ? BlockedShape(out, BlockedLayoutBlock()) : out;
+    prepared->output_shape = blocked_dst_ ? ChainShape(out) : out;
     if (out.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
@@ -82,7 +83,7 @@ class ConvKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
-    const ConvDescs descs = Descs(type, x, w, out, window, shapes[2] != nullptr, *shapes[0]);
+    const ConvDescs descs = Descs(type, x, w, out, window, shapes[2] != nullptr);
     const Tensor* constant = constant_weights_ != nullptr && constant_weights_->dtype() == type &&
                                      constant_weights_->shape() == w
                                  ? constant_weights_
@@ -149,7 +150,7 @@ class ConvKernel final : public DnnlKernel {
   // Input 0 as the plain shape it stands for.
   absl::StatusOr<Shape> PlainInput(const Shape& x) const {
     if (!blocked_src_) return x;
-    return PlainOfBlocked(x);
+    return PlainOfChain(x);
   }
 
   // A fused node's epilogue over the result; false when a post-op operand would grow it (then
@@ -169,7 +170,7 @@ class ConvKernel final : public DnnlKernel {
   }
 
   ConvDescs Descs(DataType type, const Shape& x, const Shape& w, const Shape& out,
-                  const reference::Window& window, bool has_bias, const Shape& x_held) const {
+                  const reference::Window& window, bool has_bias) const {
     Shape::Dims x_dims(x.dims().begin(), x.dims().end());
     Shape::Dims out_dims(out.dims().begin(), out.dims().end());
     // ONNX's [M, C / group, k...] is, byte for byte, oneDNN's plain [group, M / group, C / group,
@@ -194,8 +195,8 @@ class ConvKernel final : public DnnlKernel {
       d.win.padding_l.insert(d.win.padding_l.begin(), 0);
       d.win.padding_r.insert(d.win.padding_r.begin(), 0);
     }
-    d.src = blocked_src_ ? BlockedDesc(x, x_held[4]) : Desc(x_dims, type);
-    d.dst = blocked_dst_ ? BlockedDesc(out, BlockedLayoutBlock()) : Desc(out_dims, type);
+    d.src = blocked_src_ ? ChainDesc(x) : Desc(x_dims, type);
+    d.dst = blocked_dst_ ? ChainDesc(out) : Desc(out_dims, type);
     d.weights = Desc(w_dims, type);
     d.has_bias = has_bias;
     if (has_bias) d.bias = Desc({w[0]}, type);

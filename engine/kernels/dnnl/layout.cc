@@ -1,4 +1,4 @@
-// The blocked activation layout's helpers and `_BlockedToPlain`, the reorder at a blocked chain's
+// The chain activation layout's helpers and `_BlockedToPlain`, the reorder at a blocked chain's
 // edge (engine/transform/blocked_layout.h).
 
 #include "engine/kernels/dnnl/layout.h"
@@ -11,36 +11,95 @@
 
 namespace loopserve::engine {
 
-int64_t BlockedLayoutBlock() {
-  static const int64_t block = [] {
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
-                   isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx
-               ? int64_t{16}
-               : int64_t{8};
-  }();
-  return block;
-}
+namespace {
 
-Shape BlockedShape(const Shape& plain, int64_t block) {
-  return Shape{plain[0], plain[1] / block, plain[2], plain[3], block};
-}
-
-absl::StatusOr<Shape> PlainOfBlocked(const Shape& blocked) {
-  if (blocked.rank() != 5 || (blocked[4] != 8 && blocked[4] != 16)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected a blocked [N, C / b, H, W, b] tensor (b 8 or 16), got shape ",
-                     blocked.ToString()));
+dnnl::memory::format_tag Tag(ChainLayout layout) {
+  switch (layout) {
+    case ChainLayout::kNChw16c:
+      return dnnl::memory::format_tag::nChw16c;
+    case ChainLayout::kNChw8c:
+      return dnnl::memory::format_tag::nChw8c;
+    case ChainLayout::kNhwc:
+      return dnnl::memory::format_tag::nhwc;
+    case ChainLayout::kPlain:
+      break;
   }
-  return Shape{blocked[0], blocked[1] * blocked[4], blocked[2], blocked[3]};
+  return dnnl::memory::format_tag::nchw;
 }
 
-dnnl::memory::desc BlockedDesc(const Shape& plain, int64_t block) {
-  const dnnl::memory::dims dims(plain.dims().begin(), plain.dims().end());
-  return dnnl::memory::desc(
-      dims, dnnl::memory::data_type::f32,
-      block == 16 ? dnnl::memory::format_tag::nChw16c : dnnl::memory::format_tag::nChw8c);
+int64_t Block(ChainLayout layout) {
+  return layout == ChainLayout::kNChw16c ? 16 : layout == ChainLayout::kNChw8c ? 8 : 1;
 }
+
+ChainLayout Probe() {
+  try {
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::dims x = {1, 64, 28, 28};
+    const dnnl::memory::desc any(x, dnnl::memory::data_type::f32, tag::any);
+    const dnnl::memory::desc w({64, 64, 3, 3}, dnnl::memory::data_type::f32, tag::any);
+    const dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, any, w, any, {1, 1},
+                                        {0, 0}, {1, 1}, {1, 1}),
+        CpuEngine());
+    for (ChainLayout layout : {ChainLayout::kNChw16c, ChainLayout::kNChw8c, ChainLayout::kNhwc}) {
+      if (pd.src_desc() == dnnl::memory::desc(x, dnnl::memory::data_type::f32, Tag(layout))) {
+        return layout;
+      }
+    }
+  } catch (const dnnl::error&) {
+  }
+  return ChainLayout::kPlain;
+}
+
+}  // namespace
+
+ChainLayout ActivationLayout() {
+  static const ChainLayout layout = Probe();
+  return layout;
+}
+
+const char* ChainLayoutName(ChainLayout layout) {
+  switch (layout) {
+    case ChainLayout::kNChw16c:
+      return "nChw16c";
+    case ChainLayout::kNChw8c:
+      return "nChw8c";
+    case ChainLayout::kNhwc:
+      return "nhwc";
+    case ChainLayout::kPlain:
+      break;
+  }
+  return "nchw";
+}
+
+Shape ChainShape(const Shape& plain) {
+  const ChainLayout layout = ActivationLayout();
+  if (layout == ChainLayout::kNhwc) return Shape{plain[0], plain[2], plain[3], plain[1]};
+  const int64_t b = Block(layout);
+  return Shape{plain[0], plain[1] / b, plain[2], plain[3], b};
+}
+
+absl::StatusOr<Shape> PlainOfChain(const Shape& held) {
+  const ChainLayout layout = ActivationLayout();
+  if (layout == ChainLayout::kNhwc && held.rank() == 4) {
+    return Shape{held[0], held[3], held[1], held[2]};
+  }
+  if (layout != ChainLayout::kNhwc && layout != ChainLayout::kPlain && held.rank() == 5 &&
+      held[4] == Block(layout)) {
+    return Shape{held[0], held[1] * held[4], held[2], held[3]};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("expected a tensor in the ",
+                                                 ChainLayoutName(layout), " layout, got shape ",
+                                                 held.ToString()));
+}
+
+dnnl::memory::desc ChainDesc(const Shape& plain) {
+  const dnnl::memory::dims dims(plain.dims().begin(), plain.dims().end());
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, Tag(ActivationLayout()));
+}
+
+int64_t ChainConcatAxis() { return ActivationLayout() == ChainLayout::kNhwc ? 3 : 1; }
 
 namespace {
 
@@ -54,14 +113,14 @@ class BlockedToPlainKernel final : public DnnlKernel {
 
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
-    LS_ASSIGN_OR_RETURN(Shape plain, PlainOfBlocked(*shapes[0]));
+    LS_ASSIGN_OR_RETURN(Shape plain, PlainOfChain(*shapes[0]));
     auto prepared = std::make_unique<PreparedOp>();
     prepared->output_shape = plain;
     if (plain.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    const dnnl::memory::desc from = BlockedDesc(plain, (*shapes[0])[4]);
+    const dnnl::memory::desc from = ChainDesc(plain);
     const dnnl::memory::desc to = Desc(plain.dims(), type);
     const dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to,
                                            UserScratchpadAttr());

@@ -1,9 +1,12 @@
 #pragma once
 
-// oneDNN's blocked activation layout as the engine holds it (engine/transform/blocked_layout.h):
-// a float32 [N, C, H, W] value in nChw<b>c is the explicit 5-D tensor [N, C / b, H, W, b], with C
-// a multiple of b. The kernels that write one choose b (BlockedLayoutBlock); those that read one
-// take b from its last dim.
+// The activation layout of a blocked chain (engine/transform/blocked_layout.h): the layout
+// oneDNN's float32 convolutions choose on this CPU, found once per process. A plain float32
+// [N, C, H, W] value held in it is an explicit tensor of its own shape:
+//   nChw16c / nChw8c (jit kernels on AVX-512 / AVX2): [N, C / b, H, W, b], C a multiple of b;
+//   nhwc (brgemm kernels, e.g. Sapphire Rapids' AMX builds of oneDNN 2.6): [N, H, W, C].
+// The kernels that read or write chain values (Conv, the global pools, `_BlockedToPlain`) take the
+// layout from here; elementwise ops need not know it.
 
 #include <cstdint>
 #include <dnnl.hpp>
@@ -13,18 +16,28 @@
 
 namespace loopserve::engine {
 
-// The block of the layout oneDNN's fastest float32 convolutions use on this CPU: 16 (nChw16c)
-// where oneDNN runs AVX-512, 8 (nChw8c) below.
-int64_t BlockedLayoutBlock();
+enum class ChainLayout : uint8_t {
+  kPlain,  // oneDNN keeps plain NCHW: no chains (the pass does nothing)
+  kNChw16c,
+  kNChw8c,
+  kNhwc,
+};
 
-// [N, C / block, H, W, block] for the plain [N, C, H, W] (C a multiple of block).
-Shape BlockedShape(const Shape& plain, int64_t block);
+// What oneDNN chose for a 64 -> 64 channel 3x3 convolution on 28x28 with every layout left to it
+// (computed on the first call; thread-safe).
+ChainLayout ActivationLayout();
+const char* ChainLayoutName(ChainLayout layout);
 
-// The plain [N, C, H, W] a blocked 5-D tensor stands for; InvalidArgument for any other shape
-// (the block must be 8 or 16).
-absl::StatusOr<Shape> PlainOfBlocked(const Shape& blocked);
+// The shape of the chain tensor that holds the plain [N, C, H, W] `plain`.
+Shape ChainShape(const Shape& plain);
 
-// oneDNN's descriptor of a float32 blocked tensor whose plain shape is `plain`.
-dnnl::memory::desc BlockedDesc(const Shape& plain, int64_t block);
+// The plain [N, C, H, W] a chain tensor stands for; InvalidArgument for a shape that is not one.
+absl::StatusOr<Shape> PlainOfChain(const Shape& held);
+
+// oneDNN's descriptor of a float32 chain tensor whose plain shape is `plain`.
+dnnl::memory::desc ChainDesc(const Shape& plain);
+
+// The axis of a chain tensor along which channels concatenate (1: the blocks; nhwc: 3).
+int64_t ChainConcatAxis();
 
 }  // namespace loopserve::engine
