@@ -11,10 +11,6 @@
 namespace loopserve::engine::transform {
 namespace {
 
-// Channels of every blocked value are a multiple of this: the larger block (AVX-512's 16), so
-// that neither block size pads.
-constexpr int64_t kChannelMultiple = 16;
-
 bool IsOnnx(const Node& node) { return node.domain.empty() || node.domain == "ai.onnx"; }
 
 bool IsScalarFloatConstant(const TransformContext& context, ValueId id) {
@@ -53,6 +49,12 @@ bool IsLayoutFreeOp(const Node& node) {
          (node.opset >= 7 || node.op_type == kElementwiseOp);
 }
 
+bool IsGlobalPool(const Node& node) {
+  return (node.op_type == "GlobalAveragePool" || node.op_type == "GlobalMaxPool") && IsOnnx(node) &&
+         node.inputs.size() == 1 && node.inputs[0] != kNoValue && node.outputs.size() == 1 &&
+         node.outputs[0] != kNoValue;
+}
+
 bool IsChannelConcat(const Node& node) {
   if (node.op_type != "Concat" || !IsOnnx(node) || node.outputs.size() != 1) return false;
   const Attribute* axis = node.FindAttribute("axis");
@@ -84,8 +86,16 @@ Plan Decide(const Graph& graph, const TransformContext& context) {
     const Node& node = graph.nodes[n];
     const auto [c_in, m] = ConvChannels(node, context);
     if (m > 0) {
-      if (c_in % kChannelMultiple == 0) plan.conv_in[n] = c_in;
-      if (m % kChannelMultiple == 0) plan.channels[node.outputs[0]] = m;
+      if (c_in % ChainChannelMultiple() == 0) plan.conv_in[n] = c_in;
+      if (m % ChainChannelMultiple() == 0) plan.channels[node.outputs[0]] = m;
+      continue;
+    }
+    if (IsGlobalPool(node)) {
+      const int64_t c = plan.channels[node.inputs[0]];
+      if (c > 0) {
+        plan.in_chain[n] = true;
+        plan.channels[node.outputs[0]] = c;
+      }
       continue;
     }
     const bool layout_free = IsLayoutFreeOp(node);
@@ -265,6 +275,7 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
       entries += touched ? 0 : 1;
       exits += out_blocked ? 0 : 1;
     }
+    if (plan.in_chain[n] && IsGlobalPool(node)) node.attributes["_blocked"] = IntAttribute(1);
     if (plan.in_chain[n] && node.op_type == "Concat") {
       node.attributes["axis"] = IntAttribute(ChainConcatAxis());
     }

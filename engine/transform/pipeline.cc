@@ -104,6 +104,16 @@ std::string DumpNodes(const Graph& graph) {
     if (node.fusion != nullptr) {
       absl::StrAppend(&text, "  {", DescribeFusion(node.op_type, *node.fusion), "}");
     }
+    // The blocked-layout pass's marks (blocked_layout.h): which side of the node is blocked.
+    const Attribute* src = node.FindAttribute("_blocked_src");
+    const Attribute* dst = node.FindAttribute("_blocked_dst");
+    if (node.FindAttribute("_blocked") != nullptr || src != nullptr) {
+      absl::StrAppend(&text, "  [blocked ",
+                      src == nullptr ? "in, out"
+                      : src->i != 0  ? "in"
+                                     : "plain in",
+                      ", ", dst == nullptr || dst->i != 0 ? "out" : "plain out", "]");
+    }
     absl::StrAppend(&text, "\n");
   }
   return text;

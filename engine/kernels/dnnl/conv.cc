@@ -60,10 +60,10 @@ class ConvKernel final : public DnnlKernel {
     const Shape& w = *shapes[1];
     reference::Window window;
     LS_ASSIGN_OR_RETURN(Shape out, reference::ConvShapes(x, w, shapes[2], attrs_, group_, &window));
-    if (blocked_dst_ && (out.rank() != 4 || out[1] % 16 != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("a blocked Conv result must be [N, C, H, W] ",
-                                                     "with C a multiple of 16, got ",
-                                                     out.ToString()));
+    if (blocked_dst_ && (out.rank() != 4 || out[1] % ChainChannelMultiple() != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a blocked Conv result must be [N, C, H, W] with C a multiple of ",
+                       ChainChannelMultiple(), ", got ", out.ToString()));
     }
     auto prepared = std::make_unique<PreparedOp>();
     prepared->output_shape = blocked_dst_ ? ChainShape(out) : out;

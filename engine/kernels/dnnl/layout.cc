@@ -99,6 +99,8 @@ dnnl::memory::desc ChainDesc(const Shape& plain) {
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, Tag(ActivationLayout()));
 }
 
+int64_t ChainChannelMultiple() { return Block(ActivationLayout()); }
+
 int64_t ChainConcatAxis() { return ActivationLayout() == ChainLayout::kNhwc ? 3 : 1; }
 
 namespace {

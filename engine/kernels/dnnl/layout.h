@@ -3,7 +3,8 @@
 // The activation layout of a blocked chain (engine/transform/blocked_layout.h): the layout
 // oneDNN's float32 convolutions choose on this CPU, found once per process. A plain float32
 // [N, C, H, W] value held in it is an explicit tensor of its own shape:
-//   nChw16c / nChw8c (jit kernels on AVX-512 / AVX2): [N, C / b, H, W, b], C a multiple of b;
+//   nChw16c / nChw8c (jit kernels on AVX-512 / AVX2): [N, C / b, H, W, b], C a multiple of b
+//     (ChainChannelMultiple);
 //   nhwc (brgemm kernels, e.g. Sapphire Rapids' AMX builds of oneDNN 2.6): [N, H, W, C].
 // The kernels that read or write chain values (Conv, the global pools, `_BlockedToPlain`) take the
 // layout from here; elementwise ops need not know it.
@@ -39,5 +40,8 @@ dnnl::memory::desc ChainDesc(const Shape& plain);
 
 // The axis of a chain tensor along which channels concatenate (1: the blocks; nhwc: 3).
 int64_t ChainConcatAxis();
+
+// What a chain value's channel count must be a multiple of: the block (so none pads), 1 for nhwc.
+int64_t ChainChannelMultiple();
 
 }  // namespace loopserve::engine

@@ -130,6 +130,20 @@ class ConvGraph {
     return out;
   }
 
+  // x [1, C, H, W] times s [1, C, 1, 1] (a squeeze-excitation's scaling).
+  ValueId Scale(ValueId x, ValueId s) {
+    const Tensor& tx = Expected(x);
+    const Tensor& ts = Expected(s);
+    Tensor want = Copy(tx);
+    const int64_t plane = tx.dim(2) * tx.dim(3);
+    for (int64_t i = 0; i < want.NumElements(); ++i) {
+      want.mutable_data<float>()[i] *= ts.data<float>()[i / plane];
+    }
+    const ValueId out = Add("Mul", {x, s}, {});
+    values_.push_back({out, std::move(want)});
+    return out;
+  }
+
   void Output(ValueId v) { g_->outputs.push_back(v); }
 
   // The pass alone on a copy of the graph: the rewritten graph and its log.
@@ -263,14 +277,14 @@ TEST(BlockedLayoutTest, ChainGetsOneReorderInAndOut) {
   }
 }
 
-// A blocked value that a plain op (GlobalAveragePool) reads and that is also a graph output gets
-// one _BlockedToPlain, which writes the original value; the Conv after it still reads it blocked.
+// A blocked value that a plain op (Exp) reads and that is also a graph output gets one
+// _BlockedToPlain, which writes the original value; the Conv after it still reads it blocked.
 TEST(BlockedLayoutTest, BranchReadByPlainOpGetsReorder) {
   ConvGraph b(Shape{1, 3, 8, 8});
   const ValueId c0 = b.Conv(b.x(), 16, 3);
   const ValueId c1 = b.Conv(c0, 16, 3, /*group=*/16);
   const ValueId c2 = b.Conv(c1, 32, 3);
-  b.Output(b.GlobalAveragePool(c1));
+  b.Output(b.Elementwise("Exp", {c1}, [](float a, float) { return std::exp(a); }));
   b.Output(c1);
   b.Output(c2);
   Graph g;
@@ -280,7 +294,7 @@ TEST(BlockedLayoutTest, BranchReadByPlainOpGetsReorder) {
                                     [](const Node& n) { return n.op_type == kBlockedToPlainOp; });
   EXPECT_EQ(reorder->outputs[0], c1);
   EXPECT_EQ(g.ValueName(reorder->inputs[0]), "Conv_1_out/blocked");
-  EXPECT_EQ(FindNode(g, "GlobalAveragePool_3")->inputs[0], c1);
+  EXPECT_EQ(FindNode(g, "Exp_3")->inputs[0], c1);
   EXPECT_EQ(FindNode(g, "Conv_2")->inputs[0], reorder->inputs[0]);
   b.CheckOutputs(1);
 }
@@ -317,6 +331,28 @@ TEST(BlockedLayoutTest, ElementwiseAndConcatStayBlocked) {
   EXPECT_EQ(IntAttr(*FindNode(g, "Conv_5"), "_blocked_src"), 1);
   EXPECT_EQ(IntAttr(*FindNode(g, "Conv_5"), "_blocked_dst"), 0);
   EXPECT_EQ(FindNode(g, "Mul_6")->inputs[0], FindNode(g, "Conv_5")->outputs[0]);
+  EXPECT_EQ(Count(g, kBlockedToPlainOp), 0);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    b.CheckOutputs(threads);
+  }
+}
+
+// A squeeze-excitation block: GlobalAveragePool reads and writes the chain's layout, the
+// scaling Mul of two blocked values broadcasts over the spatial dims as the plain one does, and
+// no value leaves the chain.
+TEST(BlockedLayoutTest, SqueezeExcitationStaysBlocked) {
+  ConvGraph b(Shape{1, 16, 6, 9});
+  const ValueId c0 = b.Conv(b.x(), 32, 3);
+  const ValueId squeezed = b.Conv(b.GlobalAveragePool(c0), 16, 1);
+  const ValueId gate = b.Elementwise("Sigmoid", {b.Conv(squeezed, 32, 1)},
+                                     [](float a, float) { return 1.0f / (1.0f + std::exp(-a)); });
+  b.Output(b.Conv(b.Scale(c0, gate), 16, 3));
+  Graph g;
+  ASSERT_EQ(b.RunPass(g).size(), 1u);
+  EXPECT_EQ(IntAttr(*FindNode(g, "GlobalAveragePool_1"), "_blocked"), 1);
+  EXPECT_EQ(g.ValueName(FindNode(g, "GlobalAveragePool_1")->inputs[0]), "Conv_0_out/blocked");
+  EXPECT_EQ(g.ValueName(FindNode(g, "Mul_5")->inputs[1]), "Sigmoid_4_out/blocked");
   EXPECT_EQ(Count(g, kBlockedToPlainOp), 0);
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
