@@ -310,97 +310,25 @@ class ConvTransposeKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
-    const dnnl::memory::desc src = Desc(x.dims(), type);
-    const dnnl::memory::desc dst = Desc(out.dims(), type);
-    // ONNX's [C, M / group, k...] as oneDNN's (group,) output, input, k... dims, by strides.
-    const int64_t group = attrs_.group;
-    const int64_t c_group = w[0] / group, m_group = w[1];
-    const int64_t k_size = w.NumElements(2, w.rank());
-    dnnl::memory::dims dims, strides;
-    if (group > 1) {
-      dims = {group, m_group, c_group};
-      strides = {c_group * m_group * k_size, k_size, m_group * k_size};
-    } else {
-      dims = {m_group, c_group};
-      strides = {k_size, m_group * k_size};
-    }
-    int64_t inner = k_size;
-    for (int i = 2; i < w.rank(); ++i) {
-      dims.push_back(w[i]);
-      inner /= w[i];
-      strides.push_back(inner);
-    }
-    const dnnl::memory::desc weights(dims, ToDnnl(type), strides);
-    const Tensor* constant = constant_weights_ != nullptr && constant_weights_->dtype() == type &&
-                                     constant_weights_->shape() == w
-                                 ? constant_weights_
-                                 : nullptr;
     // oneDNN 2.6 adds a deconvolution's bias in a slow pass of its own (24 -> 24 channels at
     // 240x320: 5 ms without, 36-106 ms with, one thread): a float32 bias is added here instead,
     // per output plane, in Finish.
     const bool native_bias = shapes[2] != nullptr && type == DataType::kFloat32;
     prepared->native_dims[0] = native_bias ? 1 : 0;
-    const bool has_bias = shapes[2] != nullptr && !native_bias;
-    const dnnl::memory::desc bias = has_bias ? Desc({out[1]}, type) : dnnl::memory::desc();
-    const DnnlWindow win = ToDnnlWindow(window);
-    const auto make_pd = [&](const dnnl::memory::desc& s, const dnnl::memory::desc& k,
-                             const dnnl::memory::desc& d) {
-      return dnnl::deconvolution_forward::primitive_desc(
-          dnnl::deconvolution_forward::desc(
-              dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, s, k, bias,
-              d, win.strides, win.dilations, win.padding_l, win.padding_r),
-          UserScratchpadAttr(), CpuEngine());
-    };
-    const auto any = [](const dnnl::memory::desc& d) {
-      return dnnl::memory::desc(d.dims(), d.data_type(), dnnl::memory::format_tag::any);
-    };
-    // Constant weights: packed into the layout oneDNN prefers, and every other layout its choice
-    // too (its blocked jit kernels; on plain source and destination oneDNN 2.6 often has only its
-    // reference deconvolution, ref:any), with the source and result reordered around each
-    // execute. Except for a few output channels per group: the blocked kernels pad them to 16,
-    // and oneDNN's gemm path on the plain layouts is far faster (PP-OCRv4's last ConvTranspose,
-    // 24 -> 1 channels at 480x640: 31 ms blocked, 1.2 ms gemm; at 24 -> 24 channels blocked
-    // wins, 2.6 ms against 22 ms).
-    if (constant != nullptr && m_group <= kFewChannels) {
-      const dnnl::deconvolution_forward::primitive_desc pd = make_pd(src, any(weights), dst);
-      if (!IsDnnlReferenceImpl(pd.impl_info_str())) {
-        prepared->primitive = dnnl::deconvolution_forward(pd);
-        PackConstant(*constant, weights, pd.weights_desc(), *prepared);
-        prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                              {DNNL_ARG_WEIGHTS, BufferSource::kPacked, pd.weights_desc()},
-                              {DNNL_ARG_DST, BufferSource::kOutput, dst}};
-        if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
-        AddScratchpad(pd, *prepared);
-        return prepared;
-      }
-    }
-    if (constant != nullptr) {
-      const dnnl::deconvolution_forward::primitive_desc pd =
-          make_pd(any(src), any(weights), any(dst));
-      const bool staged_src = pd.src_desc() != src;
-      const bool staged_dst = pd.dst_desc() != dst;
-      if (!(staged_src || staged_dst) ||
-          AddStaging(src, pd.src_desc(), pd.dst_desc(), dst, *prepared)) {
-        prepared->primitive = dnnl::deconvolution_forward(pd);
-        PackConstant(*constant, weights, pd.weights_desc(), *prepared);
-        prepared->bindings = {
-            {DNNL_ARG_SRC, staged_src ? BufferSource::kStagedSrc : BufferSource::kInput0,
-             pd.src_desc()},
-            {DNNL_ARG_WEIGHTS, BufferSource::kPacked, pd.weights_desc()},
-            {DNNL_ARG_DST, staged_dst ? BufferSource::kStagedDst : BufferSource::kOutput,
-             pd.dst_desc()}};
-        if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
-        AddScratchpad(pd, *prepared);
-        return prepared;
-      }
-    }
-    const dnnl::deconvolution_forward::primitive_desc pd = make_pd(src, weights, dst);
-    prepared->primitive = dnnl::deconvolution_forward(pd);
-    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, BufferSource::kInput1, weights},
-                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
-    if (has_bias) prepared->bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, bias});
-    AddScratchpad(pd, *prepared);
+    DeconvDescs d;
+    d.src = Desc(x.dims(), type);
+    d.dst = Desc(out.dims(), type);
+    d.weights = WeightsDesc(w, type);
+    d.has_bias = shapes[2] != nullptr && !native_bias;
+    if (d.has_bias) d.bias = Desc({out[1]}, type);
+    d.win = ToDnnlWindow(window);
+    const Tensor* constant = constant_weights_ != nullptr && constant_weights_->dtype() == type &&
+                                     constant_weights_->shape() == w
+                                 ? constant_weights_
+                                 : nullptr;
+    if (constant != nullptr && PrepareOwnLayouts(d, *constant, w[1], *prepared)) return prepared;
+    BindPrimitive(MakePd(d, d.src, d.weights, d.dst), d, BufferSource::kInput0,
+                  BufferSource::kInput1, BufferSource::kOutput, *prepared);
     return prepared;
   }
 
@@ -431,6 +359,94 @@ class ConvTransposeKernel final : public DnnlKernel {
   }
 
  private:
+  struct DeconvDescs {
+    dnnl::memory::desc src, weights, dst, bias;
+    bool has_bias = false;
+    DnnlWindow win;
+  };
+
+  // ONNX's [C, M / group, k...] as oneDNN's (group,) output, input, k... dims, by strides.
+  dnnl::memory::desc WeightsDesc(const Shape& w, DataType type) const {
+    const int64_t group = attrs_.group;
+    const int64_t c_group = w[0] / group, m_group = w[1];
+    const int64_t k_size = w.NumElements(2, w.rank());
+    dnnl::memory::dims dims, strides;
+    if (group > 1) {
+      dims = {group, m_group, c_group};
+      strides = {c_group * m_group * k_size, k_size, m_group * k_size};
+    } else {
+      dims = {m_group, c_group};
+      strides = {k_size, m_group * k_size};
+    }
+    int64_t inner = k_size;
+    for (int i = 2; i < w.rank(); ++i) {
+      dims.push_back(w[i]);
+      inner /= w[i];
+      strides.push_back(inner);
+    }
+    return dnnl::memory::desc(dims, ToDnnl(type), strides);
+  }
+
+  static dnnl::deconvolution_forward::primitive_desc MakePd(const DeconvDescs& d,
+                                                            const dnnl::memory::desc& src,
+                                                            const dnnl::memory::desc& weights,
+                                                            const dnnl::memory::desc& dst) {
+    return dnnl::deconvolution_forward::primitive_desc(
+        dnnl::deconvolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src, weights,
+            d.bias, dst, d.win.strides, d.win.dilations, d.win.padding_l, d.win.padding_r),
+        UserScratchpadAttr(), CpuEngine());
+  }
+
+  // The primitive of `pd`, its source, weights and result bound from these buffers.
+  static void BindPrimitive(const dnnl::deconvolution_forward::primitive_desc& pd,
+                            const DeconvDescs& d, BufferSource src, BufferSource weights,
+                            BufferSource dst, PreparedOp& prepared) {
+    prepared.primitive = dnnl::deconvolution_forward(pd);
+    prepared.bindings = {{DNNL_ARG_SRC, src, pd.src_desc()},
+                         {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()},
+                         {DNNL_ARG_DST, dst, pd.dst_desc()}};
+    if (d.has_bias) prepared.bindings.push_back({DNNL_ARG_BIAS, BufferSource::kInput2, d.bias});
+    AddScratchpad(pd, prepared);
+  }
+
+  // Constant weights: packed into the layout oneDNN prefers, and every other layout its choice
+  // too (its blocked jit kernels; on plain source and destination oneDNN 2.6 often has only its
+  // reference deconvolution, ref:any), with the source and result reordered around each
+  // execute. Except for a few output channels per group (`m_group`): the blocked kernels pad
+  // them to 16, and oneDNN's gemm path on the plain layouts is far faster (PP-OCRv4's last
+  // ConvTranspose, 24 -> 1 channels at 480x640: 31 ms blocked, 1.2 ms gemm; at 24 -> 24 channels
+  // blocked wins, 2.6 ms against 22 ms). False when neither applies.
+  bool PrepareOwnLayouts(const DeconvDescs& d, const Tensor& constant, int64_t m_group,
+                         PreparedOp& prepared) const {
+    const auto any = [](const dnnl::memory::desc& m) {
+      return dnnl::memory::desc(m.dims(), m.data_type(), dnnl::memory::format_tag::any);
+    };
+    if (m_group <= kFewChannels) {
+      const dnnl::deconvolution_forward::primitive_desc pd =
+          MakePd(d, d.src, any(d.weights), d.dst);
+      if (!IsDnnlReferenceImpl(pd.impl_info_str())) {
+        PackConstant(constant, d.weights, pd.weights_desc(), prepared);
+        BindPrimitive(pd, d, BufferSource::kInput0, BufferSource::kPacked, BufferSource::kOutput,
+                      prepared);
+        return true;
+      }
+    }
+    const dnnl::deconvolution_forward::primitive_desc pd =
+        MakePd(d, any(d.src), any(d.weights), any(d.dst));
+    const bool staged_src = pd.src_desc() != d.src;
+    const bool staged_dst = pd.dst_desc() != d.dst;
+    if ((staged_src || staged_dst) &&
+        !AddStaging(d.src, pd.src_desc(), pd.dst_desc(), d.dst, prepared)) {
+      return false;
+    }
+    PackConstant(constant, d.weights, pd.weights_desc(), prepared);
+    BindPrimitive(pd, d, staged_src ? BufferSource::kStagedSrc : BufferSource::kInput0,
+                  BufferSource::kPacked,
+                  staged_dst ? BufferSource::kStagedDst : BufferSource::kOutput, prepared);
+    return true;
+  }
+
   const reference::ConvTransposeAttrs attrs_;
   const Tensor* const constant_weights_;  // owned by the model's graphs; may be null
 };
