@@ -75,7 +75,30 @@ bool ReadsBlocked(const Plan& plan, int n, size_t slot) {
   return plan.in_chain[n] || (slot == 0 && plan.conv_in[n] > 0);
 }
 
+// Whether plain `v` can join a chain through a `_PlainToBlocked` node: in the nhwc layout a
+// float32 tensor of any rank up to 4 can (nhwc is a permutation of the dims, so numpy broadcasting
+// of the permuted shapes is the plain one's); its rank must be known: declared, or a Resize of a
+// value that could be blocked (4-D), as a feature pyramid's upsampled branch is.
+bool Convertible(const Graph& graph, const Plan& plan, const std::vector<int>& producer,
+                 ValueId v) {
+  if (v == kNoValue || ActivationLayout() != ChainLayout::kNhwc) return false;
+  const ValueType& type = graph.values[v].type;
+  if (type.dims.has_value() && type.dims->size() <= 4 && type.dtype == DataType::kFloat32) {
+    return true;
+  }
+  if (producer[v] < 0) return false;
+  const Node& node = graph.nodes[producer[v]];
+  return node.op_type == "Resize" && IsOnnx(node) && !node.inputs.empty() &&
+         node.inputs[0] != kNoValue && plan.channels[node.inputs[0]] > 0;
+}
+
 Plan Decide(const Graph& graph, const TransformContext& context) {
+  std::vector<int> producer(graph.values.size(), -1);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (ValueId v : graph.nodes[n].outputs) {
+      if (v != kNoValue) producer[v] = static_cast<int>(n);
+    }
+  }
   Plan plan;
   plan.channels.assign(graph.values.size(), 0);
   plan.blocked.assign(graph.values.size(), false);
@@ -108,7 +131,8 @@ Plan Decide(const Graph& graph, const TransformContext& context) {
       if (c > 0 && layout_free && channels > 0 && c != channels) ok = false;
       if (c > 0) {
         channels = layout_free ? c : channels + c;
-      } else if (!layout_free || !IsScalarFloatConstant(context, v)) {
+      } else if (!layout_free ||
+                 (!IsScalarFloatConstant(context, v) && !Convertible(graph, plan, producer, v))) {
         ok = false;
       }
     }
@@ -200,6 +224,13 @@ void DropUnprofitableChains(const Graph& graph, const TransformContext& context,
       chained[root] += (src ? 0 : 1) + (dst ? 0 : 1);
     }
     if (dst && plain_reader[out]) ++chained[root];
+    if (plan.in_chain[n]) {
+      for (ValueId v : node.inputs) {
+        if (v != kNoValue && !plan.blocked[v] && !IsScalarFloatConstant(context, v)) {
+          ++chained[root];  // a _PlainToBlocked
+        }
+      }
+    }
   }
   for (int n = 0; n < nodes; ++n) {
     const int root = Find(parent, n);
@@ -252,9 +283,10 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
   const std::vector<bool> plain_reader = PlainReaders(graph, plan);
 
   std::vector<ValueId> blocked_id(graph.values.size(), kNoValue);
+  std::vector<ValueId> converted_id(graph.values.size(), kNoValue);
   std::vector<Node> nodes;
   nodes.reserve(graph.nodes.size());
-  int chain_nodes = 0, entries = 0, exits = 0, to_plain = 0;
+  int chain_nodes = 0, entries = 0, exits = 0, to_plain = 0, to_blocked = 0;
   std::string names;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     Node node = graph.nodes[n];
@@ -264,6 +296,21 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
       if (v != kNoValue && plan.blocked[v] && ReadsBlocked(plan, static_cast<int>(n), i)) {
         node.inputs[i] = blocked_id[v];
         touched = true;
+      } else if (v != kNoValue && plan.in_chain[n] && !IsScalarFloatConstant(context, v)) {
+        // A plain operand the decision found convertible: reordered in once, before its first
+        // chain reader.
+        if (converted_id[v] == kNoValue) {
+          converted_id[v] = graph.AddValue(absl::StrCat(graph.ValueName(v), "/blocked"));
+          Node reorder;
+          reorder.op_type = kPlainToBlockedOp;
+          reorder.name = absl::StrCat(graph.ValueName(v), "/to_blocked");
+          reorder.opset = 1;
+          reorder.inputs = {v};
+          reorder.outputs = {converted_id[v]};
+          nodes.push_back(std::move(reorder));
+          ++to_blocked;
+        }
+        node.inputs[i] = converted_id[v];
       }
     }
     const bool is_conv = plan.conv_in[n] > 0 || ConvChannels(node, context).second > 0;
@@ -302,11 +349,11 @@ absl::Status BlockedLayoutPass::Run(Graph& graph, const TransformContext& contex
     }
   }
   graph.nodes = std::move(nodes);
-  log.push_back(absl::StrCat("blocked_layout: ", chain_nodes, " nodes keep ",
-                             ChainLayoutName(ActivationLayout()), " tensors (", names,
-                             chain_nodes > 4 ? ", ..." : "", "); reorders: ", entries,
-                             " Conv inputs in, ", exits, " Conv results out, ", to_plain, " ",
-                             kBlockedToPlainOp, " nodes"));
+  log.push_back(absl::StrCat(
+      "blocked_layout: ", chain_nodes, " nodes keep ", ChainLayoutName(ActivationLayout()),
+      " tensors (", names, chain_nodes > 4 ? ", ..." : "", "); reorders: ", entries,
+      " Conv inputs in, ", exits, " Conv results out, ", to_plain, " ", kBlockedToPlainOp, " and ",
+      to_blocked, " ", kPlainToBlockedOp, " nodes"));
   return absl::OkStatus();
 }
 

@@ -24,6 +24,10 @@ namespace loopserve::engine::transform {
 //     axis) concatenate.
 // A blocked value that something else reads (another op, a subgraph, the graph's outputs) gets a
 // `_BlockedToPlain` node right after its producer, writing the original value: the branch's edge.
+// In the nhwc layout an elementwise op also takes a plain operand of known rank <= 4 (declared,
+// or a Resize of a chain value: a feature pyramid's upsampled branch) through a `_PlainToBlocked`
+// node. A chain whose reorders (plain Conv inputs and results, the two reorder nodes) would be
+// as many as its Convs would make on their own (two each, none for a pointwise one) stays plain.
 // The blocked copy is named "<value>/blocked"; `looprun --dump_plan` shows the Conv attributes.
 class BlockedLayoutPass final : public Pass {
  public:
@@ -34,5 +38,8 @@ class BlockedLayoutPass final : public Pass {
 
 // The internal op that reorders a blocked value into its plain layout [N, C, H, W].
 inline constexpr char kBlockedToPlainOp[] = "_BlockedToPlain";
+// The internal op that reorders a plain float32 tensor of rank <= 4 (left-padded with ones to
+// [N, C, H, W]) into the chain's layout: an elementwise op's plain operand (nhwc only).
+inline constexpr char kPlainToBlockedOp[] = "_PlainToBlocked";
 
 }  // namespace loopserve::engine::transform

@@ -3,6 +3,8 @@
 
 #include "engine/kernels/dnnl/layout.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
@@ -140,7 +142,66 @@ class BlockedToPlainKernel final : public DnnlKernel {
   }
 };
 
+// `_PlainToBlocked`: one oneDNN reorder from a plain float32 tensor of rank <= 4 (read as
+// [N, C, H, W] with ones in front) into the chain's layout.
+class PlainToBlockedKernel final : public DnnlKernel {
+ public:
+  PlainToBlockedKernel() : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1) {}
+
+ protected:
+  bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
+
+  absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
+      DataType type, absl::Span<const Shape* const> shapes) const override {
+    const Shape& x = *shapes[0];
+    if (x.rank() > 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a tensor joining a blocked chain has rank 4 at most, got shape ", x.ToString()));
+    }
+    std::vector<int64_t> dims(4 - x.rank(), 1);
+    dims.insert(dims.end(), x.dims().begin(), x.dims().end());
+    const Shape plain{absl::Span<const int64_t>(dims)};
+    if (plain[1] % ChainChannelMultiple() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a tensor joining a ", ChainLayoutName(ActivationLayout()),
+                       " chain has a channel count that is a "
+                       "multiple of ",
+                       ChainChannelMultiple(), ", got ", x.ToString()));
+    }
+    auto prepared = std::make_unique<PreparedOp>();
+    prepared->output_shape = ChainShape(plain);
+    if (plain.NumElements() == 0) {
+      prepared->mode = PreparedOp::Mode::kEmpty;
+      return prepared;
+    }
+    const dnnl::memory::desc from = Desc(plain.dims(), type);
+    const dnnl::memory::desc to = ChainDesc(plain);
+    const dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to,
+                                           UserScratchpadAttr());
+    prepared->primitive = dnnl::reorder(pd);
+    prepared->bindings = {{DNNL_ARG_FROM, BufferSource::kInput0, from},
+                          {DNNL_ARG_TO, BufferSource::kOutput, to}};
+    AddScratchpad(pd, *prepared);
+    return prepared;
+  }
+
+  absl::Status RunReference(KernelContext& ctx) const override {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a tensor joining a blocked chain must be float32, got ",
+                     DataTypeName(ctx.input(0).dtype())));
+  }
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreatePlainToBlockedKernel(const KernelInit& init) {
+  if (init.num_inputs() != 1 || init.node().outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 1 input and 1 output, got ",
+                                                   init.num_inputs(), " and ",
+                                                   init.node().outputs.size()));
+  }
+  return std::make_unique<PlainToBlockedKernel>();
+}
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBlockedToPlainKernel(const KernelInit& init) {
   if (init.num_inputs() != 1 || init.node().outputs.size() != 1) {

@@ -48,6 +48,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   registry.Register("Conv", CreateDnnlConvKernel);
   registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
   registry.Register("_BlockedToPlain", CreateBlockedToPlainKernel);  // transform/blocked_layout.h
+  registry.Register("_PlainToBlocked", CreatePlainToBlockedKernel);
   registry.Register("ConvInteger", CreateConvIntegerKernel, 10);
   registry.Register("QLinearConv", CreateQLinearConvKernel, 10);
   const std::pair<const char*, PoolKind> pools[] = {

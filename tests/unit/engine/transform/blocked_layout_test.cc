@@ -36,6 +36,13 @@ Attribute Int(int64_t value) {
   return a;
 }
 
+Attribute String(const std::string& value) {
+  Attribute a;
+  a.type = Attribute::Type::kString;
+  a.s = value;
+  return a;
+}
+
 Tensor Random(const Shape& shape, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -62,16 +69,17 @@ class ConvGraph {
   ValueId x() const { return values_[0].first; }
 
   // Conv of `in` with random weights [m, C / group, k, k] and bias, pads k / 2.
-  ValueId Conv(ValueId in, int64_t m, int64_t k, int64_t group = 1) {
+  ValueId Conv(ValueId in, int64_t m, int64_t k, int64_t group = 1, int64_t stride = 1) {
     const Tensor& x = Expected(in);
     const Tensor w = Random(Shape{m, x.dim(1) / group, k, k}, ++seed_);
     const Tensor b = Random(Shape{m}, ++seed_);
     const int64_t p = k / 2;
-    absl::flat_hash_map<std::string, Attribute> attrs = {{"pads", Ints({p, p, p, p})},
-                                                         {"group", Int(group)}};
+    absl::flat_hash_map<std::string, Attribute> attrs = {
+        {"pads", Ints({p, p, p, p})}, {"group", Int(group)}, {"strides", Ints({stride, stride})}};
     const ValueId out = Add("Conv", {in, Constant(w), Constant(b)}, std::move(attrs));
     reference::WindowAttrs window;
     window.pads = {p, p, p, p};
+    window.strides = {stride, stride};
     Tensor want;
     EXPECT_TRUE(reference::Conv(x, w, &b, window, group, want).ok());
     values_.push_back({out, std::move(want)});
@@ -140,6 +148,29 @@ class ConvGraph {
       want.mutable_data<float>()[i] *= ts.data<float>()[i / plane];
     }
     const ValueId out = Add("Mul", {x, s}, {});
+    values_.push_back({out, std::move(want)});
+    return out;
+  }
+
+  // Nearest-neighbour upsampling by 2 (asymmetric coordinates, floor): out[y][x] = in[y/2][x/2].
+  ValueId Upsample2(ValueId in) {
+    const Tensor& x = Expected(in);
+    const int64_t h = x.dim(2), w = x.dim(3);
+    Tensor want(DataType::kFloat32, Shape{x.dim(0), x.dim(1), 2 * h, 2 * w});
+    for (int64_t p = 0; p < x.dim(0) * x.dim(1); ++p) {
+      for (int64_t y = 0; y < 2 * h; ++y) {
+        for (int64_t i = 0; i < 2 * w; ++i) {
+          want.mutable_data<float>()[(p * 2 * h + y) * 2 * w + i] =
+              x.data<float>()[(p * h + y / 2) * w + i / 2];
+        }
+      }
+    }
+    Tensor scales(DataType::kFloat32, Shape{4});
+    std::copy_n(std::vector<float>{1, 1, 2, 2}.data(), 4, scales.mutable_data<float>());
+    const ValueId out = Add("Resize", {in, kNoValue, Constant(scales)},
+                            {{"mode", String("nearest")},
+                             {"coordinate_transformation_mode", String("asymmetric")},
+                             {"nearest_mode", String("floor")}});
     values_.push_back({out, std::move(want)});
     return out;
   }
@@ -354,6 +385,32 @@ TEST(BlockedLayoutTest, SqueezeExcitationStaysBlocked) {
   EXPECT_EQ(g.ValueName(FindNode(g, "GlobalAveragePool_1")->inputs[0]), "Conv_0_out/blocked");
   EXPECT_EQ(g.ValueName(FindNode(g, "Mul_5")->inputs[1]), "Sigmoid_4_out/blocked");
   EXPECT_EQ(Count(g, kBlockedToPlainOp), 0);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    b.CheckOutputs(threads);
+  }
+}
+
+// A feature pyramid's top-down step: a Resize of a chain value (run plain, so its input leaves
+// the chain) added to a chain value. In the nhwc layout the upsampled operand joins the chain
+// through one _PlainToBlocked and the Add and the Conv after it stay in the chain; in a blocked
+// layout (channels unknown to the pass) the Add runs plain.
+TEST(BlockedLayoutTest, UpsampledBranchJoinsTheChain) {
+  ConvGraph b(Shape{1, 16, 8, 6});
+  const ValueId c0 = b.Conv(b.x(), 16, 3);
+  const ValueId up = b.Upsample2(b.Conv(c0, 16, 3, /*group=*/1, /*stride=*/2));
+  const ValueId sum = b.Elementwise("Add", {c0, up}, [](float x, float y) { return x + y; });
+  b.Output(b.Conv(sum, 16, 3));
+  Graph g;
+  ASSERT_EQ(b.RunPass(g).size(), 1u);
+  if (ActivationLayout() == ChainLayout::kNhwc) {
+    EXPECT_EQ(Count(g, kPlainToBlockedOp), 1);
+    EXPECT_EQ(g.ValueName(FindNode(g, "Add_3")->inputs[1]), "Resize_2_out/blocked");
+    EXPECT_EQ(IntAttr(*FindNode(g, "Conv_4"), "_blocked_src"), 1);
+  } else {
+    EXPECT_EQ(Count(g, kPlainToBlockedOp), 0);
+    EXPECT_EQ(FindNode(g, "Add_3")->inputs[1], up);
+  }
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
     b.CheckOutputs(threads);
