@@ -73,13 +73,14 @@ class ConvKernel final : public DnnlKernel {
     }
     LS_ASSIGN_OR_RETURN(const bool fused, PrepareEpilogue(shapes, *prepared));
     if (!fused) {
-      if (blocked()) return absl::InternalError("a blocked Conv's post-op grows its result");
+      if (blocked()) return absl::InvalidArgumentError("a blocked Conv's post-op grows its result");
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
     // No input channels (the output is the bias) or more than 3 spatial dims: not for oneDNN.
     if (x.NumElements() == 0 || w.NumElements() == 0 || window.rank > 3) {
-      if (blocked()) return absl::InternalError("a blocked Conv cannot run on the reference");
+      if (blocked())
+        return absl::InvalidArgumentError("a blocked Conv cannot run on the reference");
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
@@ -93,7 +94,7 @@ class ConvKernel final : public DnnlKernel {
       return prepared;
     }
     if (blocked()) {
-      return absl::InternalError("a blocked Conv needs its constant float32 weights");
+      return absl::InvalidArgumentError("a blocked Conv needs its constant float32 weights");
     }
     const dnnl::convolution_forward::primitive_desc pd =
         MakePd(descs, descs.src, descs.weights, descs.dst);
