@@ -47,6 +47,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   using reference::PoolKind;
   registry.Register("Conv", CreateDnnlConvKernel);
   registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
+  registry.Register("_BlockedToPlain", CreateBlockedToPlainKernel);  // transform/blocked_layout.h
+  registry.Register("_PlainToBlocked", CreatePlainToBlockedKernel);
   registry.Register("ConvInteger", CreateConvIntegerKernel, 10);
   registry.Register("QLinearConv", CreateQLinearConvKernel, 10);
   // LpPool is a native kernel (native/pooling_extra.cc).
