@@ -262,6 +262,13 @@ engine::LoopThreads LoopThreadsOr(const inference::ModelConfig& config,
   return ParseLoopThreadsParameter(it->second).value_or(fallback);
 }
 
+engine::LoadOptions::Precision PrecisionOr(const inference::ModelConfig& config,
+                                           engine::LoadOptions::Precision fallback) {
+  auto it = config.parameters().find(kPrecisionParameter);
+  if (it == config.parameters().end()) return fallback;
+  return ParsePrecisionParameter(it->second).value_or(fallback);
+}
+
 int InstanceCount(const inference::ModelConfig& config) {
   int64_t count = 0;
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {
