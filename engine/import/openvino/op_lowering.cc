@@ -1,6 +1,8 @@
 #include "engine/import/openvino/op_lowering.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -64,6 +66,7 @@ class Lowerer {
       return Reduce();
     }
     if (t == "Select") return Select();
+    if (t == "FakeQuantize") return FakeQuantize();
     if (t == "Range") return Range();
     if (t == "Transpose") return Transpose();
     if (t == "LSTMCell" || t == "GRUCell" || t == "RNNCell" || t == "LSTMSequence" ||
@@ -450,6 +453,182 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // FakeQuantize-1: y = output_low for x <= min(input_low, input_high), output_high for
+  // x > max(input_low, input_high), else round((x - il) / (ih - il) * (L - 1)) / (L - 1) *
+  // (oh - ol) + ol, the four ranges broadcast to x. The int8 form of OpenVINO's low-precision
+  // transformations where it applies (QuantizeOnConstant / QuantizeOnActivation below), the
+  // formula in ONNX element-wise ops otherwise.
+  absl::Status FakeQuantize() {
+    LS_RETURN_IF_ERROR(Ports(5, 5, 1));
+    LS_ASSIGN_OR_RETURN(const int64_t levels, layer_.IntAttr("levels", std::nullopt));
+    if (levels < 2 || levels > (int64_t{1} << 24)) {
+      return layer_.Invalid(absl::StrCat("levels ", levels, " must be from 2 to 2^24"));
+    }
+    for (int i = 1; i < 5; ++i) LS_RETURN_IF_ERROR(CheckAutoBroadcast(0, i));
+    if (InType(0) != DataType::kFloat32) {
+      return layer_.Error(
+          absl::StatusCode::kUnimplemented,
+          absl::StrCat("data of type ", DataTypeName(InType(0)), " (only f32 is supported)"));
+    }
+    for (int i = 1; i < 5; ++i) {
+      if (InType(i) != DataType::kFloat32) {
+        return layer_.Invalid(absl::StrCat("range input ", i, " has type ", DataTypeName(InType(i)),
+                                           ", expected f32 like the data"));
+      }
+    }
+    if (std::optional<QuantGrid> grid = Int8Grid(levels)) {
+      auto data = constants_.find(In(0));
+      if (data != constants_.end()) return QuantizeOnConstant(*data->second, levels, *grid);
+      if (levels == 256) return QuantizeOnActivation(*grid);
+    }
+    return FakeQuantizeFormula(levels);
+  }
+
+  // The quantization grid of a FakeQuantize whose ranges are constant, equal on input and
+  // output (what NNCF writes), input_low < input_high, and zero on the grid's 8-bit range:
+  // y = (q - zero_point) * scale per channel of one axis (or per tensor), q in [0, 255].
+  struct QuantGrid {
+    std::vector<float> low, high, scale;
+    std::vector<int> zero_point;  // uint8 domain
+    int64_t axis = -1;            // of the data; -1: per tensor
+  };
+
+  std::optional<QuantGrid> Int8Grid(int64_t levels) {
+    if (levels != 255 && levels != 256) return std::nullopt;
+    const Tensor* range[4];
+    for (int i = 0; i < 4; ++i) {
+      auto it = constants_.find(In(i + 1));
+      if (it == constants_.end()) return std::nullopt;
+      range[i] = it->second.get();
+    }
+    const Shape& shape = range[0]->shape();
+    for (int i = 1; i < 4; ++i) {
+      if (range[i]->shape() != shape) return std::nullopt;
+    }
+    QuantGrid grid;
+    const int data_rank = InRank(0);
+    const int rank = shape.rank();
+    if (rank > data_rank) return std::nullopt;
+    for (int d = 0; d < rank; ++d) {
+      if (shape[d] == 1) continue;
+      if (grid.axis >= 0) return std::nullopt;  // ranges along two axes
+      grid.axis = data_rank - rank + d;
+    }
+    const int64_t n = range[0]->NumElements();
+    for (int64_t c = 0; c < n; ++c) {
+      const float il = range[0]->data<float>()[c], ih = range[1]->data<float>()[c];
+      if (il != range[2]->data<float>()[c] || ih != range[3]->data<float>()[c]) return std::nullopt;
+      if (!(il < ih) || !std::isfinite(il) || !std::isfinite(ih)) return std::nullopt;
+      const float scale = (ih - il) / static_cast<float>(levels - 1);
+      // The grid il + k * scale holds zero (k = -il / scale) for NNCF's ranges; off the grid the
+      // nearest point serves, within half a step.
+      const double zero = std::nearbyint(-static_cast<double>(il) / scale);
+      if (zero < 0 || zero > levels - 1) return std::nullopt;
+      grid.low.push_back(il);
+      grid.high.push_back(ih);
+      grid.scale.push_back(scale);
+      grid.zero_point.push_back(static_cast<int>(zero));
+    }
+    return grid;
+  }
+
+  ValueId AddConstant(Tensor tensor) {
+    std::vector<int64_t> dims(tensor.shape().dims().begin(), tensor.shape().dims().end());
+    const ValueId v = Temp(tensor.dtype(), std::move(dims));
+    graph_.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(tensor)));
+    return v;
+  }
+
+  // The grid's scale (float32) and zero point (`zp_type`, shifted by `zp_shift`) as constants,
+  // scalars per tensor, [C] per axis.
+  std::pair<ValueId, ValueId> GridConstants(const QuantGrid& grid, DataType zp_type, int zp_shift) {
+    const Shape shape = grid.axis < 0 ? Shape{} : Shape{static_cast<int64_t>(grid.scale.size())};
+    Tensor scale(DataType::kFloat32, shape);
+    Tensor zero_point(zp_type, shape);
+    for (size_t c = 0; c < grid.scale.size(); ++c) {
+      scale.mutable_data<float>()[c] = grid.scale[c];
+      if (zp_type == DataType::kInt8) {
+        zero_point.mutable_data<int8_t>()[c] = static_cast<int8_t>(grid.zero_point[c] + zp_shift);
+      } else {
+        zero_point.mutable_data<uint8_t>()[c] = static_cast<uint8_t>(grid.zero_point[c] + zp_shift);
+      }
+    }
+    return {AddConstant(std::move(scale)), AddConstant(std::move(zero_point))};
+  }
+
+  // A FakeQuantize on constant weights: folded at load into an int8 constant and its
+  // DequantizeLinear (k = the level of each weight by the formula, stored as k - 128 with zero
+  // point zp - 128), which fold_qdq folds into the product that reads it.
+  absl::Status QuantizeOnConstant(const Tensor& data, int64_t levels, const QuantGrid& grid) {
+    Tensor q(DataType::kInt8, data.shape());
+    const int64_t n = data.NumElements();
+    int64_t inner = 1, channels = 1;
+    if (grid.axis >= 0) {
+      channels = data.dim(static_cast<int>(grid.axis));
+      for (int d = static_cast<int>(grid.axis) + 1; d < data.rank(); ++d) inner *= data.dim(d);
+    }
+    for (int64_t e = 0; e < n; ++e) {
+      const int64_t c = grid.axis < 0 ? 0 : (e / inner) % channels;
+      const float x = data.data<float>()[e];
+      const float il = grid.low[c], ih = grid.high[c];
+      int64_t k;
+      if (x <= il) {
+        k = 0;
+      } else if (x > ih) {
+        k = levels - 1;
+      } else {
+        k = static_cast<int64_t>(std::nearbyint((x - il) / (ih - il) * (levels - 1)));
+      }
+      q.mutable_data<int8_t>()[e] = static_cast<int8_t>(k - 128);
+    }
+    const ValueId q_value = AddConstant(std::move(q));
+    const auto [scale, zero_point] = GridConstants(grid, DataType::kInt8, -128);
+    Node& dq = Emit("DequantizeLinear", {q_value, scale, zero_point}, {Out(0)});
+    if (grid.axis >= 0) dq.attributes["axis"] = IntAttribute(grid.axis);
+    return absl::OkStatus();
+  }
+
+  // A FakeQuantize of 256 levels on an activation: QuantizeLinear to uint8 and back, the pair
+  // fold_qdq folds into the integer product that follows (MatMul, Gemm). Equal to the formula up
+  // to the rounding of ties (half to even here) and the grid's offset when zero is off it.
+  absl::Status QuantizeOnActivation(const QuantGrid& grid) {
+    const auto [scale, zero_point] = GridConstants(grid, DataType::kUint8, 0);
+    const ValueId q = Temp(DataType::kUint8, layer_.inputs[0].dims);
+    Node& quantize = Emit("QuantizeLinear", {In(0), scale, zero_point}, {q});
+    if (grid.axis >= 0) quantize.attributes["axis"] = IntAttribute(grid.axis);
+    Node& dequantize = Emit("DequantizeLinear", {q, scale, zero_point}, {Out(0)});
+    if (grid.axis >= 0) dequantize.attributes["axis"] = IntAttribute(grid.axis);
+    return absl::OkStatus();
+  }
+
+  // The spec's formula in ONNX element-wise ops (any levels, ranges constant or not).
+  absl::Status FakeQuantizeFormula(int64_t levels) {
+    const ValueId x = In(0), il = In(1), ih = In(2), ol = In(3), oh = In(4);
+    auto temp = [&] { return Temp(DataType::kFloat32, std::nullopt); };
+    auto binary = [&](const char* op, ValueId a, ValueId b) {
+      const ValueId out = temp();
+      Emit(op, {a, b}, {out});
+      return out;
+    };
+    Tensor steps(DataType::kFloat32, Shape{});
+    steps.mutable_data<float>()[0] = static_cast<float>(levels - 1);
+    const ValueId steps_value = AddConstant(std::move(steps));
+    const ValueId below = Temp(DataType::kBool, std::nullopt);
+    Emit("LessOrEqual", {x, binary("Min", il, ih)}, {below});
+    const ValueId above = Temp(DataType::kBool, std::nullopt);
+    Emit("Greater", {x, binary("Max", il, ih)}, {above});
+    const ValueId t =
+        binary("Mul", binary("Div", binary("Sub", x, il), binary("Sub", ih, il)), steps_value);
+    const ValueId rounded = temp();
+    Emit("Round", {t}, {rounded});
+    const ValueId inside = binary(
+        "Add", binary("Mul", binary("Div", rounded, steps_value), binary("Sub", oh, ol)), ol);
+    const ValueId upper = temp();
+    Emit("Where", {above, oh, inside}, {upper});
+    Emit("Where", {below, ol, upper}, {Out(0)});
+    return absl::OkStatus();
+  }
+
   absl::Status Select() {
     LS_RETURN_IF_ERROR(Ports(3, 3, 1));
     LS_ASSIGN_OR_RETURN(std::string mode, layer_.StrAttr("auto_broadcast", "numpy"));
@@ -606,6 +785,134 @@ absl::Status LowerLayer(const IrLayer& layer, const LayerValues& values,
                         const ConstantMap& constants, Graph& graph) {
   Lowerer lowerer(layer, values, constants, graph);
   return lowerer.Lower();
+}
+
+namespace {
+
+// The axis of an 8-bit tensor of rank `rank` along which a factor of shape `shape` varies
+// (broadcast from the right): -1 for one element, nullopt when it varies along two axes or does
+// not broadcast.
+std::optional<int64_t> FactorAxis(const Shape& shape, int rank, const Shape& q_shape) {
+  if (shape.rank() > rank) return std::nullopt;
+  int64_t axis = -1;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    const int64_t a = rank - shape.rank() + d;
+    if (axis >= 0 || shape[d] != q_shape[static_cast<int>(a)]) return std::nullopt;
+    axis = a;
+  }
+  return axis;
+}
+
+}  // namespace
+
+void FoldWeightDecompression(Graph& graph) {
+  absl::flat_hash_map<ValueId, const Tensor*> constants;
+  for (const auto& [v, t] : graph.constants) constants[v] = t.get();
+  std::vector<int> producer(graph.values.size(), -1);
+  std::vector<int> uses(graph.values.size(), 0);
+  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+    for (ValueId v : graph.nodes[n].outputs) {
+      if (v != kNoValue) producer[v] = n;
+    }
+    for (ValueId v : graph.nodes[n].inputs) {
+      if (v != kNoValue) ++uses[v];
+    }
+  }
+  for (ValueId v : graph.outputs) uses[v] += 2;
+  auto constant = [&](ValueId v) -> const Tensor* {
+    auto it = constants.find(v);
+    return it == constants.end() ? nullptr : it->second;
+  };
+  // The node producing `v` when it is a one-input, one-output `op` read only once.
+  auto single = [&](ValueId v, const char* op) -> int {
+    if (v == kNoValue || producer[v] < 0 || uses[v] != 1) return -1;
+    const Node& node = graph.nodes[producer[v]];
+    return node.op_type == op && node.domain.empty() ? producer[v] : -1;
+  };
+  // The constant a Cast to float32 reads, when it is one (and the Cast is read once).
+  auto cast_of_constant = [&](ValueId v, int* cast) -> const Tensor* {
+    *cast = single(v, "Cast");
+    if (*cast < 0 || graph.nodes[*cast].inputs.size() != 1) return nullptr;
+    absl::StatusOr<int64_t> to = graph.nodes[*cast].GetInt("to", std::nullopt);
+    if (!to.ok() || *to != DataTypeToOnnx(DataType::kFloat32)) return nullptr;
+    return constant(graph.nodes[*cast].inputs[0]);
+  };
+
+  std::vector<bool> removed(graph.nodes.size(), false);
+  for (Node& mul : graph.nodes) {
+    if (mul.op_type != "Mul" || !mul.domain.empty() || mul.inputs.size() != 2 ||
+        mul.outputs.size() != 1) {
+      continue;
+    }
+    const int side = constant(mul.inputs[1]) != nullptr ? 1 : 0;
+    const Tensor* scale = constant(mul.inputs[side]);
+    const int sub = single(mul.inputs[1 - side], "Sub");
+    if (scale == nullptr || scale->dtype() != DataType::kFloat32 || sub < 0 ||
+        graph.nodes[sub].inputs.size() != 2) {
+      continue;
+    }
+    int q_cast = -1, zp_cast = -1;
+    const Tensor* q = cast_of_constant(graph.nodes[sub].inputs[0], &q_cast);
+    if (q == nullptr || (q->dtype() != DataType::kUint8 && q->dtype() != DataType::kInt8)) {
+      continue;
+    }
+    const Tensor* zp = constant(graph.nodes[sub].inputs[1]);
+    if (zp == nullptr) zp = cast_of_constant(graph.nodes[sub].inputs[1], &zp_cast);
+    if (zp == nullptr || (zp->dtype() != DataType::kFloat32 && zp->dtype() != q->dtype())) continue;
+    const std::optional<int64_t> scale_axis = FactorAxis(scale->shape(), q->rank(), q->shape());
+    const std::optional<int64_t> zp_axis = FactorAxis(zp->shape(), q->rank(), q->shape());
+    if (!scale_axis || !zp_axis || (*zp_axis >= 0 && *scale_axis >= 0 && *zp_axis != *scale_axis)) {
+      continue;
+    }
+    const int64_t axis = std::max(*scale_axis, *zp_axis);
+    const int64_t channels = axis < 0 ? 1 : q->dim(static_cast<int>(axis));
+    const Shape shape = axis < 0 ? Shape{} : Shape{channels};
+    Tensor scales(DataType::kFloat32, shape), zero_points(q->dtype(), shape);
+    bool representable = true;
+    for (int64_t c = 0; c < channels; ++c) {
+      scales.mutable_data<float>()[c] = scale->data<float>()[*scale_axis < 0 ? 0 : c];
+      const int64_t zc = *zp_axis < 0 ? 0 : c;
+      double z = zp->dtype() == DataType::kFloat32 ? zp->data<float>()[zc]
+                 : zp->dtype() == DataType::kUint8 ? zp->data<uint8_t>()[zc]
+                                                   : zp->data<int8_t>()[zc];
+      const bool u8 = q->dtype() == DataType::kUint8;
+      if (z != std::nearbyint(z) || z < (u8 ? 0 : -128) || z > (u8 ? 255 : 127)) {
+        representable = false;
+        break;
+      }
+      if (u8) {
+        zero_points.mutable_data<uint8_t>()[c] = static_cast<uint8_t>(z);
+      } else {
+        zero_points.mutable_data<int8_t>()[c] = static_cast<int8_t>(z);
+      }
+    }
+    if (!representable) continue;
+    auto add_constant = [&](Tensor t, const char* what) {
+      ValueType type;
+      type.dtype = t.dtype();
+      type.dims = std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end());
+      const ValueId v = graph.AddValue(absl::StrCat(mul.name, "/", what), std::move(type));
+      graph.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(t)));
+      return v;
+    };
+    const ValueId q_value = graph.nodes[q_cast].inputs[0];
+    const ValueId scale_value = add_constant(std::move(scales), "scale");
+    const ValueId zp_value = add_constant(std::move(zero_points), "zero_point");
+    mul.op_type = "DequantizeLinear";
+    mul.opset = kOnnxOpset;
+    mul.inputs = {q_value, scale_value, zp_value};
+    mul.attributes.clear();
+    if (axis >= 0) mul.attributes["axis"] = IntAttribute(axis);
+    removed[sub] = removed[q_cast] = true;
+    if (zp_cast >= 0) removed[zp_cast] = true;
+  }
+  std::vector<Node> kept;
+  kept.reserve(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
 }
 
 }  // namespace loopserve::engine::openvino
