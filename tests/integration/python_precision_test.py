@@ -2,8 +2,9 @@
 """The `precision` setting over the real binary (issue 28): `--precision=bf16` as the server's
 default, the `precision` model parameter overriding it either way, the effective precision in the
 complete config (`loopctl config`, the ModelConfig RPC) and in the load log, a value that is no
-precision refused at load naming the field, and outputs of the bf16 version within the bf16 bound
-of the spec's result (a numpy Elman RNN in float64) while really differing from the fp32 version.
+precision refused at load naming the field, outputs of the bf16 version within the bf16 bound
+of the spec's result (a numpy Elman RNN in float64) while really differing from the fp32 version,
+and a config change of the precision reloading the model in the new precision.
 
 Usage: /usr/bin/python3 python_precision_test.py --loopserve=BIN --loopctl=BIN --models=DIR
        --repo_root=DIR --work=DIR [--protoc=PROTOC]
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -65,7 +67,8 @@ def main():
                 f.write('parameters { key: "precision" value: { string_value: "%s" } }\n' %
                         precision)
 
-    flags = ["--model_repository=" + repo, "--precision=bf16", "--metrics_port=-1"]
+    flags = ["--model_repository=" + repo, "--precision=bf16", "--metrics_port=-1",
+             "--repository_poll_seconds=1"]
     if not native_bf16():
         flags.append("--force_precision")
     with tempfile.TemporaryFile(mode="w+") as log:
@@ -130,6 +133,24 @@ def main():
             check("parameters 'precision': string_value must be fp32 or bf16, not 'fp16'" in
                   bad[0].get("reason", ""), bad)
             print("ok: precision fp16 refused: %s" % bad[0]["reason"])
+
+            # ---- a config change of the precision recompiles the model (not a reconfigure) ----
+            with open(os.path.join(repo, "rnn_fp32", "config.pbtxt"), "w") as f:
+                f.write('parameters { key: "precision" value: { string_value: "bf16" } }\n')
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                code, out = loopctl("config", "rnn_fp32")
+                if code == 0 and re.search(r'key: "precision"\s*value \{\s*string_value: "bf16"',
+                                           out):
+                    break
+                time.sleep(0.2)
+            check(time.time() < deadline, "rnn_fp32 still fp32 a minute after its config changed")
+            status, answer = post(base + "/v2/models/rnn_fp32/infer", body)
+            check(status == 200, answer)
+            now = np.array(answer["outputs"][0]["data"], np.float64).reshape(ROWS, RNN_HIDDEN)
+            check(np.abs(now - got["rnn_bf16"]).max() == 0,
+                  "rnn_fp32 with precision bf16 differs from rnn_bf16: it was not recompiled")
+            print("ok: precision changed in config.pbtxt -> reloaded in bf16")
         finally:
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=30)
@@ -137,10 +158,12 @@ def main():
         text = log.read()
     check(code == 0, "loopserve exited with %d:\n%s" % (code, text))
     for name, precision in want.items():
-        line = [ln for ln in text.splitlines() if "loaded model '%s' v1" % name in ln]
+        line = [ln for ln in text.splitlines() if " loaded model '%s' v1" % name in ln]
         check(len(line) == 1 and ("precision %s)" % precision) in line[0], (name, line))
     start = [ln for ln in text.splitlines() if ", loop_threads " in ln]
     check(len(start) == 1 and ", precision bf16" in start[0], start)
+    reload = [ln for ln in text.splitlines() if "reloaded model 'rnn_fp32' v1" in ln]
+    check(len(reload) == 1 and "precision bf16)" in reload[0], reload)
     print("ok: the load log names each version's precision")
     print("PASS (%d checks)" % Checks.count)
 
