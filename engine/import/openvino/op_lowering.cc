@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
 
@@ -826,7 +827,9 @@ void FoldWeightDecompression(Graph& graph) {
   };
   // The node producing `v` when it is a one-input, one-output `op` read only once.
   auto single = [&](ValueId v, const char* op) -> int {
-    if (v == kNoValue || producer[v] < 0 || uses[v] != 1) return -1;
+    if (v == kNoValue || static_cast<size_t>(v) >= producer.size() || producer[v] < 0 ||
+        uses[v] != 1)
+      return -1;
     const Node& node = graph.nodes[producer[v]];
     return node.op_type == op && node.domain.empty() ? producer[v] : -1;
   };
@@ -894,6 +897,7 @@ void FoldWeightDecompression(Graph& graph) {
       type.dims = std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end());
       const ValueId v = graph.AddValue(absl::StrCat(mul.name, "/", what), std::move(type));
       graph.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(t)));
+      constants[v] = graph.constants.back().second.get();  // for the Transpose fold below
       return v;
     };
     const ValueId q_value = graph.nodes[q_cast].inputs[0];
@@ -906,6 +910,66 @@ void FoldWeightDecompression(Graph& graph) {
     if (axis >= 0) mul.attributes["axis"] = IntAttribute(axis);
     removed[sub] = removed[q_cast] = true;
     if (zp_cast >= 0) removed[zp_cast] = true;
+  }
+  // MatMul's transpose_b lowered to a Transpose of the weight: the Transpose of a constant's
+  // DequantizeLinear becomes the DequantizeLinear of the transposed constant (NNCF quantizes a
+  // Linear's [N, K] weight per output row), so the product still sees DQ(constant).
+  for (Node& transpose : graph.nodes) {
+    if (transpose.op_type != "Transpose" || !transpose.domain.empty() ||
+        transpose.inputs.size() != 1 || transpose.outputs.size() != 1) {
+      continue;
+    }
+    const int dq = single(transpose.inputs[0], "DequantizeLinear");
+    if (dq < 0 || removed[dq] || graph.nodes[dq].inputs.size() != 3) continue;
+    const Node& dequantize = graph.nodes[dq];
+    const Tensor* q = constant(dequantize.inputs[0]);
+    const Tensor* scale = constant(dequantize.inputs[1]);
+    if (q == nullptr || scale == nullptr || DataTypeSize(q->dtype()) != 1 || q->rank() < 1 ||
+        scale->rank() > 1) {
+      continue;
+    }
+    const int rank = q->rank();
+    std::vector<int64_t> reversed(rank);
+    for (int d = 0; d < rank; ++d) reversed[d] = rank - 1 - d;
+    absl::StatusOr<std::vector<int64_t>> perm = transpose.GetInts("perm", reversed);
+    absl::StatusOr<int64_t> axis = dequantize.GetInt("axis", 1);
+    if (!perm.ok() || !axis.ok() || static_cast<int>(perm->size()) != rank) continue;
+    std::vector<int64_t> sorted = *perm;
+    std::sort(sorted.begin(), sorted.end());
+    if (!std::equal(sorted.begin(), sorted.end(), reversed.rbegin())) continue;  // no permutation
+    if (*axis < 0) *axis += rank;
+    std::vector<int64_t> dims(rank), from_strides(rank);
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      from_strides[d] = stride;
+      stride *= q->dim(d);
+    }
+    int64_t new_axis = 0;
+    for (int j = 0; j < rank; ++j) {
+      dims[j] = q->dim(static_cast<int>((*perm)[j]));
+      if ((*perm)[j] == *axis) new_axis = j;
+    }
+    Tensor transposed(q->dtype(), Shape(absl::MakeConstSpan(dims)));
+    const uint8_t* from = static_cast<const uint8_t*>(q->raw_data());
+    uint8_t* to = static_cast<uint8_t*>(transposed.mutable_raw_data());
+    std::vector<int64_t> index(rank, 0);
+    for (int64_t e = 0; e < q->NumElements(); ++e) {
+      int64_t offset = 0;
+      for (int j = 0; j < rank; ++j) offset += index[j] * from_strides[(*perm)[j]];
+      to[e] = from[offset];
+      for (int j = rank - 1; j >= 0 && ++index[j] == dims[j]; --j) index[j] = 0;
+    }
+    ValueType type;
+    type.dtype = q->dtype();
+    type.dims = dims;
+    const ValueId q_value = graph.AddValue(absl::StrCat(transpose.name, "/q"), std::move(type));
+    graph.constants.emplace_back(q_value, std::make_shared<const Tensor>(std::move(transposed)));
+    transpose.op_type = "DequantizeLinear";
+    transpose.opset = kOnnxOpset;
+    transpose.inputs = {q_value, dequantize.inputs[1], dequantize.inputs[2]};
+    transpose.attributes.clear();
+    if (scale->NumElements() > 1) transpose.attributes["axis"] = IntAttribute(new_axis);
+    removed[dq] = true;
   }
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());

@@ -1005,6 +1005,34 @@ TEST(OvmsConfigTest, ParsesModelListWithItsSettings) {
   EXPECT_EQ(parsed.config.instance_group(0).count(), 4);
   EXPECT_EQ(parsed.config.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
   EXPECT_THAT(parsed.ignored, SizeIs(2));
+  EXPECT_EQ(parsed.config.parameters().count("precision"), 0u);
+}
+
+// plugin_config's INFERENCE_PRECISION_HINT is the precision parameter (f32 -> fp32, bf16); the
+// other plugin settings stay ignored; another hint is refused naming it.
+TEST(OvmsConfigTest, InferencePrecisionHintIsThePrecision) {
+  absl::StatusOr<OvmsConfig> config = ParseOvmsConfig(R"json({"model_config_list": [
+      {"config": {"name": "a", "base_path": "a",
+                  "plugin_config": {"INFERENCE_PRECISION_HINT": "bf16", "NUM_STREAMS": "1"}}},
+      {"config": {"name": "b", "base_path": "b",
+                  "plugin_config": {"INFERENCE_PRECISION_HINT": "f32"}}}]})json",
+                                                      "/etc/ovms");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_THAT(config->models, SizeIs(2));
+  EXPECT_EQ(config->models[0].precision, "bf16");
+  EXPECT_THAT(config->models[0].ignored, ElementsAre(HasSubstr("plugin_config {NUM_STREAMS}")));
+  EXPECT_EQ(config->models[1].precision, "fp32");
+  EXPECT_THAT(config->models[1].ignored, IsEmpty());
+  ParsedModelConfig parsed;
+  ApplyOvmsEntry(config->models[0], parsed);
+  EXPECT_EQ(parsed.config.parameters().at("precision").string_value(), "bf16");
+
+  config = ParseOvmsConfig(R"json({"model_config_list": [{"config": {"name": "a",
+      "base_path": "a", "plugin_config": {"INFERENCE_PRECISION_HINT": "f16"}}}]})json",
+                           "/etc/ovms");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(config.status()),
+              HasSubstr("plugin_config.INFERENCE_PRECISION_HINT: 'f16' is not f32 or bf16"));
 }
 
 TEST(OvmsConfigTest, BadFilesNameTheJsonPath) {

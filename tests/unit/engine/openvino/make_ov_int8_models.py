@@ -10,6 +10,8 @@
                    per output column) on each constant weight; and a weight-only compressed
                    MatMul (Convert of u8 weights, Subtract zero point, Multiply scale)
   mlp_fp32         the same network without the quantization (mlp_int8's fp32 model)
+  fq_bad_levels,   refused at load (EXPECT_ERROR): levels 1; integer data
+  fq_int_data
 
 Expected outputs are computed here in float64 by numpy from the FakeQuantize-1 spec
 (docs.openvino.ai, FakeQuantize-1), never by loopserve. For mlp_int8 the tolerance (ATOL) is one
@@ -76,6 +78,18 @@ def fq_formula(out):
     write_atol(out, "fq_formula", 1e-5)
 
 
+def fq_errors(out):
+    """Models FakeQuantize must refuse at load: levels below 2, integer data."""
+    for name, levels, dtype in (("fq_bad_levels", 1, F32), ("fq_int_data", 256, np.int64)):
+        n = ov.new_net()
+        x = n.param("x", dtype, [4])
+        lo, hi = n.const(np.array(0, dtype)), n.const(np.array(3, dtype))
+        n.result(n.op("FakeQuantize", [x, lo, hi, lo, hi], dtype, [4], data={"levels": levels},
+                      version="opset1", name="fq"))
+        ov.write_case(out, name, n, [], [])
+        open(os.path.join(out, name, "EXPECT_ERROR"), "w").close()
+
+
 def aligned_range(lo, hi):
     """An activation range as NNCF aligns it: zero on the 256-level grid."""
     s = (hi - lo) / 255.0
@@ -102,6 +116,10 @@ def mlp(out, batch, width, seed=11):
     a2 = aligned_range(0.0, float(np.maximum(xv @ w1 + b1, 0).max()) * 1.05)
     r1 = np.abs(w1).max(axis=0, keepdims=True).astype(F32)
     r2 = np.abs(w2).max(axis=0, keepdims=True).astype(F32)
+    # The second layer and the compressed one are stored as a Linear's [N, K] weight, read by
+    # MatMul with transpose_b (their ranges / scales per output row, as NNCF writes them).
+    w2t, r2t = np.ascontiguousarray(w2.T), np.ascontiguousarray(r2.T)
+    wct_q, wct_zp, wct_s = (np.ascontiguousarray(a.T) for a in (wc_q, wc_zp, wc_s))
 
     for name, quantized in (("mlp_int8", True), ("mlp_fp32", False)):
         n = ov.new_net()
@@ -120,16 +138,16 @@ def mlp(out, batch, width, seed=11):
                                                            "transpose_b": "false"})
         h1 = n.op("Relu", [n.op("Add", [p1, n.const(b1)], F32, [-1, h])], F32, [-1, h])
         hq = fq(h1, np.array(a2[0], F32), np.array(a2[1], F32), 256, [-1, h], "fq_h")
-        w2q = fq(n.const(w2), -r2, r2, 255, [h, m], "fq_w2")
+        w2q = fq(n.const(w2t), -r2t, r2t, 255, [m, h], "fq_w2")
         p2 = n.op("MatMul", [hq, w2q], F32, [-1, m], data={"transpose_a": "false",
-                                                           "transpose_b": "false"})
+                                                           "transpose_b": "true"})
         n.result(n.op("Add", [p2, n.const(b2)], F32, [-1, m], name="y"), name="y_result")
         wcf = n.op("Multiply", [n.op("Subtract", [
-            n.op("Convert", [n.const(wc_q)], F32, [k, m], data={"destination_type": "f32"}),
-            n.op("Convert", [n.const(wc_zp)], F32, [1, m], data={"destination_type": "f32"})],
-            F32, [k, m]), n.const(wc_s)], F32, [k, m])
+            n.op("Convert", [n.const(wct_q)], F32, [m, k], data={"destination_type": "f32"}),
+            n.op("Convert", [n.const(wct_zp)], F32, [m, 1], data={"destination_type": "f32"})],
+            F32, [m, k]), n.const(wct_s)], F32, [m, k])
         z = n.op("MatMul", [xq, wcf], F32, [-1, m], data={"transpose_a": "false",
-                                                          "transpose_b": "false"}, name="z")
+                                                          "transpose_b": "true"}, name="z")
         n.result(z, name="z_result")
 
         def ref_fq(v, lo, hi, levels):
@@ -162,6 +180,7 @@ def main():
         mlp(args.out, args.batch, args.width)
         return
     fq_formula(args.out)
+    fq_errors(args.out)
     mlp(args.out, args.batch, 64)
 
 
