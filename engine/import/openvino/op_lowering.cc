@@ -499,7 +499,7 @@ class Lowerer {
     const Tensor* range[4];
     for (int i = 0; i < 4; ++i) {
       auto it = constants_.find(In(i + 1));
-      if (it == constants_.end()) return std::nullopt;
+      if (it == constants_.end() || it->second->dtype() != DataType::kFloat32) return std::nullopt;
       range[i] = it->second.get();
     }
     const Shape& shape = range[0]->shape();
@@ -561,6 +561,14 @@ class Lowerer {
   // DequantizeLinear (k = the level of each weight by the formula, stored as k - 128 with zero
   // point zp - 128), which fold_qdq folds into the product that reads it.
   absl::Status QuantizeOnConstant(const Tensor& data, int64_t levels, const QuantGrid& grid) {
+    // The grid was read against the port's rank: a constant of another shape (a hostile IR)
+    // takes the formula, which checks the broadcast when it runs.
+    const int64_t grid_channels = static_cast<int64_t>(grid.scale.size());
+    if (data.dtype() != DataType::kFloat32 || data.rank() != InRank(0) ||
+        (grid.axis >= 0 ? data.dim(static_cast<int>(grid.axis)) != grid_channels
+                        : grid_channels != 1)) {
+      return FakeQuantizeFormula(levels);
+    }
     Tensor q(DataType::kInt8, data.shape());
     const int64_t n = data.NumElements();
     int64_t inner = 1, channels = 1;
