@@ -10,6 +10,7 @@
                    per output column) on each constant weight; and a weight-only compressed
                    MatMul (Convert of u8 weights, Subtract zero point, Multiply scale)
   mlp_fp32         the same network without the quantization (mlp_int8's fp32 model)
+  qrnn_loop        an Elman RNN cell in a Loop-5 body with the same FakeQuantize placement
   fq_bad_levels,   refused at load (EXPECT_ERROR): levels 1; integer data
   fq_int_data
 
@@ -169,6 +170,62 @@ def mlp(out, batch, width, seed=11):
         write_atol(out, name, atol)
 
 
+def qrnn_loop(out):
+    """qrnn_loop: an Elman RNN in a Loop-5 body quantized as NNCF does it (FakeQuantize of 256
+    levels on x_t and h_{t-1}, 255 levels per output row on W [H, I] and R [H, H], both read with
+    transpose_b): h_t = tanh(FQ(x_t) FQ(W)^T + FQ(h_{t-1}) FQ(R)^T + b), x [B, T, I], 6 steps."""
+    rng = np.random.RandomState(21)
+    b_, t_, i_, h_ = 4, 6, 16, 16
+    xv = rng.uniform(-1, 1, (b_, t_, i_)).astype(F32)
+    hv = rng.uniform(-1, 1, (b_, h_)).astype(F32)
+    w = (rng.standard_normal((h_, i_)) / np.sqrt(i_)).astype(F32)
+    r = (rng.standard_normal((h_, h_)) / np.sqrt(h_)).astype(F32)
+    bias = (rng.standard_normal(h_) * 0.1).astype(F32)
+    rw = np.abs(w).max(axis=1, keepdims=True).astype(F32)
+    rr = np.abs(r).max(axis=1, keepdims=True).astype(F32)
+    ax = aligned_range(-1.0, 1.0)
+    net = ov.new_net()
+    x = net.param("x", F32, [b_, t_, i_])
+    h0 = net.param("h0", F32, [b_, h_])
+    body = ov.body_net(net)
+    p_x = body.param("xt", F32, [b_, 1, i_])
+    p_h = body.param("h", F32, [b_, h_])
+
+    def fq(t, lo, hi, levels, dims):
+        lo_c, hi_c = body.const(lo), body.const(hi)
+        return body.op("FakeQuantize", [t, lo_c, hi_c, lo_c, hi_c], F32, dims,
+                       data={"levels": levels}, version="opset1")
+
+    xt = body.op("Squeeze", [p_x, body.const(np.array([1], np.int64))], F32, [b_, i_])
+    lo, hi = np.array(ax[0], F32), np.array(ax[1], F32)
+    xw = body.op("MatMul", [fq(xt, lo, hi, 256, [b_, i_]), fq(body.const(w), -rw, rw, 255, [h_, i_])],
+                 F32, [b_, h_], data={"transpose_a": "false", "transpose_b": "true"})
+    hr = body.op("MatMul", [fq(p_h, lo, hi, 256, [b_, h_]), fq(body.const(r), -rr, rr, 255, [h_, h_])],
+                 F32, [b_, h_], data={"transpose_a": "false", "transpose_b": "true"})
+    s = body.op("Add", [body.op("Add", [xw, hr], F32, [b_, h_]), body.const(bias)], F32, [b_, h_])
+    h = body.op("Tanh", [s], F32, [b_, h_])
+    body.result(h)
+    r_h = max(body.used)
+    body.result(body.const(np.bool_(True)))
+    r_c = max(body.used)
+    outs = net.loop([net.const(np.int64(-1)), net.const(np.bool_(True)), x, h0], body,
+                    [(2, p_x.layer, {"axis": 1}), (3, p_h.layer, {})],
+                    [(4, r_h, {}), (-1, r_c, {"purpose": "execution_condition"})],
+                    [(r_h, p_h.layer)], [(F32, [b_, h_])])
+    net.result(outs[0], "h_last")
+    hh = hv.astype(np.float64)
+    wq, rq = fake_quantize(w, -rw, rw, -rw, rw, 255), fake_quantize(r, -rr, rr, -rr, rr, 255)
+    for step in range(t_):
+        xq = fake_quantize(xv[:, step, :], lo, hi, lo, hi, 256)
+        hq = fake_quantize(hh, lo, hi, lo, hi, 256)
+        hh = np.tanh(xq @ wq.T + hq @ rq.T + bias)
+    ov.write_case(out, "qrnn_loop", net, [xv, hv], [hh.astype(F32)])
+    # A level flipped by float rounding at a half step moves a pre-activation by one step times a
+    # weight; allow one such step on the state's path per time step.
+    step = (ax[1] - ax[0]) / 255
+    write_atol(out, "qrnn_loop", t_ * step * (np.abs(w).max() + np.abs(r).max()) + 1e-5)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -181,6 +238,7 @@ def main():
         return
     fq_formula(args.out)
     fq_errors(args.out)
+    qrnn_loop(args.out)
     mlp(args.out, args.batch, 64)
 
 
