@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -18,7 +17,6 @@
 #include "engine/import/openvino_importer.h"
 #include "engine/kernels/native/bf16_matmul.h"
 #include "engine/kernels/registry.h"
-#include "engine/precision.h"
 #include "engine/runtime/execution_frame.h"
 #include "engine/runtime/frame_pool.h"
 #include "engine/runtime/plan.h"
@@ -282,25 +280,6 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::FromGraph(std::shared_ptr<Gr
   model->scan_output_loops_ = context.scan_output_loops();
   model->scan_output_loops_.resize(model->outputs_.size(), -1);
   return std::shared_ptr<const Model>(std::move(model));
-}
-
-absl::StatusOr<LoadOptions::Precision> ParsePrecision(absl::string_view name) {
-  for (LoadOptions::Precision precision :
-       {LoadOptions::Precision::kFp32, LoadOptions::Precision::kBf16}) {
-    if (name == PrecisionName(precision)) return precision;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("must be fp32 or bf16, not '", absl::CEscape(name), "'"));
-}
-
-const char* PrecisionName(LoadOptions::Precision precision) {
-  switch (precision) {
-    case LoadOptions::Precision::kFp32:
-      return "fp32";
-    case LoadOptions::Precision::kBf16:
-      return "bf16";
-  }
-  return "fp32";
 }
 
 std::vector<std::string> RegisteredOpTypes() { return KernelRegistry::Builtin().OpTypes(); }

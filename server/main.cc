@@ -44,7 +44,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
-#include "engine/precision.h"
 #include "server/observability/logging.h"
 #include "server/server.h"
 
@@ -344,7 +343,7 @@ absl::StatusOr<loopserve::server::ServerOptions> OptionsFromFlags(absl::Duration
   }
   options.loop_threads = *loop_threads;
   absl::StatusOr<loopserve::engine::LoadOptions::Precision> precision =
-      loopserve::engine::ParsePrecision(absl::GetFlag(FLAGS_precision));
+      loopserve::server::ParsePrecision(absl::GetFlag(FLAGS_precision));
   if (!precision.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--precision ", precision.status().message()));
   }

@@ -17,7 +17,6 @@
 #include "absl/time/clock.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
-#include "engine/precision.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -225,7 +224,7 @@ void Server::LogStart(const Limits& limits) const {
       limits.max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
       ", inline runs under ", absl::FormatDuration(options_.inline_run_limit), ", loop_threads ",
       engine::LoopThreadsName(options_.loop_threads), ", precision ",
-      engine::PrecisionName(options_.precision), options_.force_precision ? " (forced)" : ""));
+      PrecisionName(options_.precision), options_.force_precision ? " (forced)" : ""));
 }
 
 absl::Status Server::StartRegistry(const Limits& limits) {

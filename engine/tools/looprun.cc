@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/status_macros.h"
-#include "engine/precision.h"
 #include "engine/tools/compare.h"
 #include "engine/tools/onnx_tensor_io.h"
 
@@ -102,10 +101,12 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
 
   engine::LoadOptions load_options;
   load_options.dump_plan = options.dump_plan;
-  absl::StatusOr<engine::LoadOptions::Precision> precision =
-      engine::ParsePrecision(options.precision);
-  if (!precision.ok()) return Annotate(precision.status(), "--precision ");
-  load_options.precision = *precision;
+  if (options.precision == "bf16") {
+    load_options.precision = engine::LoadOptions::Precision::kBf16;
+  } else if (options.precision != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision '", options.precision, "': expected fp32 or bf16"));
+  }
   load_options.force_precision = options.force_precision;
   auto loaded = Model::Load(options.model, load_options);
   if (!loaded.ok()) {

@@ -9,7 +9,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
-#include "engine/precision.h"
 #include "engine/tensor/value.h"
 #include "proto/model_config.pb.h"
 
@@ -36,9 +35,14 @@ inline constexpr char kMaxRequestMemoryBytesParameter[] = "max_request_memory_by
 // "intra_op" or "one" (engine::ParseLoopThreads); absent = the server's --loop_threads.
 inline constexpr char kLoopThreadsParameter[] = "loop_threads";
 // The precision of the version's products (engine::LoadOptions::precision): "fp32" or "bf16"
-// (engine::ParsePrecision); absent = the server's --precision. The complete config shows the
+// (ParsePrecision); absent = the server's --precision. The complete config shows the
 // effective one.
 inline constexpr char kPrecisionParameter[] = "precision";
+// The names of engine::LoadOptions::Precision: "fp32", "bf16" (the precision parameter's values,
+// loopserve's --precision, as looprun's). For any other name InvalidArgument "must be fp32 or
+// bf16, not '<name>'", which the caller prefixes with what it parsed.
+absl::StatusOr<engine::LoadOptions::Precision> ParsePrecision(absl::string_view name);
+const char* PrecisionName(engine::LoadOptions::Precision precision);
 
 // loopserve's batching layout (with max_batch_size > 0; Triton assumes every tensor has the batch
 // dim first). `unbatched_inputs`: comma-separated names of inputs without a batch dim (a Loop's

@@ -410,7 +410,7 @@ absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
 absl::StatusOr<engine::LoadOptions::Precision> ParsePrecisionParameter(
     const inference::ModelParameter& value) {
   absl::StatusOr<engine::LoadOptions::Precision> precision =
-      engine::ParsePrecision(absl::StripAsciiWhitespace(value.string_value()));
+      ParsePrecision(absl::StripAsciiWhitespace(value.string_value()));
   if (!precision.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parameters '", kPrecisionParameter, "': string_value ", precision.status().message()));

@@ -343,7 +343,7 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
     parameters[kLoopThreadsParameter].set_string_value(
         engine::LoopThreadsName(LoopThreadsOr(config, options.loop_threads)));
     parameters[kPrecisionParameter].set_string_value(
-        engine::PrecisionName(PrecisionOr(config, options.precision)));
+        PrecisionName(PrecisionOr(config, options.precision)));
     parameters[kIterationBatchingParameter].set_string_value(IterationBatchingOn(config) ? "true"
                                                                                          : "false");
     return absl::OkStatus();

@@ -699,7 +699,7 @@ ModelRegistry::VersionOutcome ModelRegistry::Load(
                        slot.loaded->model->inputs().size(), " inputs, ",
                        slot.loaded->model->outputs().size(), " outputs, ",
                        slot.loaded->model->loop_names().size(), " loops, precision ",
-                       engine::PrecisionName(slot.loaded->precision), ")"));
+                       PrecisionName(slot.loaded->precision), ")"));
   return VersionOutcome::kServing;
 }
 
