@@ -477,24 +477,59 @@ class Lowerer {
                                            ", expected f32 like the data"));
       }
     }
-    if (std::optional<QuantGrid> grid = Int8Grid(levels)) {
-      auto data = constants_.find(In(0));
-      if (data != constants_.end()) return QuantizeOnConstant(*data->second, levels, *grid);
-      if (levels == 256) return QuantizeOnActivation(*grid);
+    if (std::optional<Tensor> weight = ConstantData()) {
+      if (std::optional<QuantGrid> grid = Int8Grid(levels, /*same_ranges=*/false)) {
+        return QuantizeOnConstant(*weight, levels, *grid);
+      }
+    } else if (levels == 256) {
+      if (std::optional<QuantGrid> grid = Int8Grid(levels, /*same_ranges=*/true)) {
+        return QuantizeOnActivation(*grid);
+      }
     }
     return FakeQuantizeFormula(levels);
   }
 
-  // The quantization grid of a FakeQuantize whose ranges are constant, equal on input and
-  // output (what NNCF writes), input_low < input_high, and zero on the grid's 8-bit range:
-  // y = (q - zero_point) * scale per channel of one axis (or per tensor), q in [0, 255].
+  // The data input's value when it is a float32 constant, or the Convert to float32 of an 8-bit
+  // constant (POT's and NNCF's compressed weights: i8 Const -> Convert -> FakeQuantize from
+  // [-128, 127] to the float range); nullopt otherwise.
+  std::optional<Tensor> ConstantData() {
+    auto it = constants_.find(In(0));
+    if (it != constants_.end()) {
+      if (it->second->dtype() != DataType::kFloat32) return std::nullopt;
+      return Tensor::ViewOf(*it->second);
+    }
+    for (auto node = graph_.nodes.rbegin(); node != graph_.nodes.rend(); ++node) {
+      if (node->outputs.size() != 1 || node->outputs[0] != In(0)) continue;
+      if (node->op_type != "Cast" || node->inputs.size() != 1) return std::nullopt;
+      auto q = constants_.find(node->inputs[0]);
+      if (q == constants_.end() || DataTypeSize(q->second->dtype()) != 1 ||
+          !IsInteger(q->second->dtype())) {
+        return std::nullopt;
+      }
+      Tensor data(DataType::kFloat32, q->second->shape());
+      const bool u8 = q->second->dtype() == DataType::kUint8;
+      for (int64_t e = 0; e < data.NumElements(); ++e) {
+        data.mutable_data<float>()[e] =
+            u8 ? q->second->data<uint8_t>()[e] : q->second->data<int8_t>()[e];
+      }
+      return data;
+    }
+    return std::nullopt;
+  }
+
+  // The quantization grid of a FakeQuantize whose ranges are constant, input_low < input_high,
+  // output_low < output_high with zero on the output grid's 8-bit range, and (`same_ranges`, for
+  // an activation) the output range equal to the input range (what NNCF writes):
+  // y = (q - zero_point) * scale per channel of one axis (or per tensor), q in [0, 255], where
+  // the level q of x comes from the input range [low, high] and scale, zero_point from the
+  // output range.
   struct QuantGrid {
     std::vector<float> low, high, scale;
     std::vector<int> zero_point;  // uint8 domain
     int64_t axis = -1;            // of the data; -1: per tensor
   };
 
-  std::optional<QuantGrid> Int8Grid(int64_t levels) {
+  std::optional<QuantGrid> Int8Grid(int64_t levels, bool same_ranges) {
     if (levels != 255 && levels != 256) return std::nullopt;
     const Tensor* range[4];
     for (int i = 0; i < 4; ++i) {
@@ -518,12 +553,14 @@ class Lowerer {
     const int64_t n = range[0]->NumElements();
     for (int64_t c = 0; c < n; ++c) {
       const float il = range[0]->data<float>()[c], ih = range[1]->data<float>()[c];
-      if (il != range[2]->data<float>()[c] || ih != range[3]->data<float>()[c]) return std::nullopt;
+      const float ol = range[2]->data<float>()[c], oh = range[3]->data<float>()[c];
+      if (same_ranges && (il != ol || ih != oh)) return std::nullopt;
       if (!(il < ih) || !std::isfinite(il) || !std::isfinite(ih)) return std::nullopt;
-      const float scale = (ih - il) / static_cast<float>(levels - 1);
-      // The grid il + k * scale holds zero (k = -il / scale) for NNCF's ranges; off the grid the
-      // nearest point serves, within half a step.
-      const double zero = std::nearbyint(-static_cast<double>(il) / scale);
+      if (!(ol < oh) || !std::isfinite(ol) || !std::isfinite(oh)) return std::nullopt;
+      const float scale = (oh - ol) / static_cast<float>(levels - 1);
+      // The grid ol + k * scale holds zero (k = -ol / scale) for NNCF's and POT's ranges; off
+      // the grid the nearest point serves, within half a step.
+      const double zero = std::nearbyint(-static_cast<double>(ol) / scale);
       if (zero < 0 || zero > levels - 1) return std::nullopt;
       grid.low.push_back(il);
       grid.high.push_back(ih);

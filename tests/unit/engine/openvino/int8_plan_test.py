@@ -2,7 +2,8 @@
 """An OpenVINO int8 IR runs its products in int8 (issue 28): the plan `looprun --dump_plan` prints
 for mlp_int8 (make_ov_int8_models.py: FakeQuantize on activations and weights, and a weight-only
 compressed MatMul) holds integer products only, three of them, and no float product, and so do
-the Loop body's two of qrnn_loop (an RNN cell quantized the same way); the same
+the Loop body's two of qrnn_loop (an RNN cell quantized the same way) and fq_compressed's one
+(an i8 weight through Convert and FakeQuantize to the float range); the same
 check on mlp_fp32 (its fp32 model) finds its three float products, so the check can fail.
 
 Usage: /usr/bin/python3 int8_plan_test.py LOOPRUN CASES_DIR
@@ -51,6 +52,11 @@ def main():
             "Loop" not in loop_ops:
         raise AssertionError("qrnn_loop plans: %s: expected a Loop whose body runs two integer "
                              "products and no float one" % loop_ops)
+    compressed = plan_ops(looprun, cases + "/fq_compressed/model.xml")
+    if [op for op in compressed if op in FLOAT_PRODUCTS] or \
+            len([op for op in compressed if "MatMulInteger" in op]) != 1:
+        raise AssertionError("fq_compressed plan: %s: expected one integer product and no float "
+                             "one" % compressed)
     ops32 = plan_ops(looprun, cases + "/mlp_fp32/model.xml")
     floats32 = [op for op in ops32 if op in FLOAT_PRODUCTS]
     if len(floats32) != 3:

@@ -10,6 +10,7 @@
                    per output column) on each constant weight; and a weight-only compressed
                    MatMul (Convert of u8 weights, Subtract zero point, Multiply scale)
   mlp_fp32         the same network without the quantization (mlp_int8's fp32 model)
+  fq_compressed    POT's compressed weight: i8 Const -> Convert -> FakeQuantize to the float range
   qrnn_loop        an Elman RNN cell in a Loop-5 body with the same FakeQuantize placement
   fq_bad_levels,   refused at load (EXPECT_ERROR): levels 1; integer data
   fq_int_data
@@ -170,6 +171,34 @@ def mlp(out, batch, width, seed=11):
         write_atol(out, name, atol)
 
 
+def fq_compressed(out):
+    """fq_compressed: the compressed weight of POT / NNCF IRs, an i8 Const -> Convert ->
+    FakeQuantize from the integer range [-128, 127] to the float range (256 levels, per output
+    column), read by a MatMul after a FakeQuantize'd activation."""
+    rng = np.random.RandomState(8)
+    k, m = 16, 8
+    xv = rng.uniform(-1, 1, (4, k)).astype(F32)
+    q = rng.randint(-128, 128, (k, m)).astype(np.int8)
+    s = rng.uniform(0.001, 0.01, (1, m)).astype(F32)
+    ilv, ihv = np.full((1, m), -128, F32), np.full((1, m), 127, F32)
+    olv, ohv = (-128 * s).astype(F32), (127 * s).astype(F32)
+    a = aligned_range(-1.0, 1.0)
+    n = ov.new_net()
+    x = n.param("x", F32, [4, k])
+    lo, hi = n.const(np.array(a[0], F32)), n.const(np.array(a[1], F32))
+    xq = n.op("FakeQuantize", [x, lo, hi, lo, hi], F32, [4, k], data={"levels": 256},
+              version="opset1", name="fq_x")
+    wf = n.op("Convert", [n.const(q)], F32, [k, m], data={"destination_type": "f32"})
+    wq = n.op("FakeQuantize", [wf, n.const(ilv), n.const(ihv), n.const(olv), n.const(ohv)], F32,
+              [k, m], data={"levels": 256}, version="opset1", name="fq_w")
+    n.result(n.op("MatMul", [xq, wq], F32, [4, m], data={"transpose_a": "false",
+                                                        "transpose_b": "false"}, name="y"))
+    xr = fake_quantize(xv, a[0], a[1], a[0], a[1], 256)
+    wr = fake_quantize(q.astype(F32), ilv, ihv, olv, ohv, 256)
+    ov.write_case(out, "fq_compressed", n, [xv], [(xr @ wr).astype(F32)])
+    write_atol(out, "fq_compressed", (a[1] - a[0]) / 255 * np.abs(wr).max() + 1e-5)
+
+
 def qrnn_loop(out):
     """qrnn_loop: an Elman RNN in a Loop-5 body quantized as NNCF does it (FakeQuantize of 256
     levels on x_t and h_{t-1}, 255 levels per output row on W [H, I] and R [H, H], both read with
@@ -239,6 +268,7 @@ def main():
     fq_formula(args.out)
     fq_errors(args.out)
     qrnn_loop(args.out)
+    fq_compressed(args.out)
     mlp(args.out, args.batch, 64)
 
 
