@@ -77,6 +77,14 @@ ABSL_FLAG(std::string, loop_threads, "adaptive",
           "the OpenMP team) or one (always one thread plus the spinning team); a model's "
           "config.pbtxt may set "
           "its own (parameters key loop_threads)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "Precision of the products of every model: fp32 or bf16 (MatMul/Gemm products with "
+          "constant weights in bfloat16 with float32 accumulation; refused at load on a CPU "
+          "without AVX512_BF16 or AMX unless --force_precision); a model's config.pbtxt may set "
+          "its own (parameters key precision)");
+ABSL_FLAG(bool, force_precision, false,
+          "Load bf16 models on a CPU without native bf16 too (oneDNN emulates it, slower than "
+          "fp32)");
 ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_loop_iterations, 0,
@@ -334,6 +342,13 @@ absl::StatusOr<loopserve::server::ServerOptions> OptionsFromFlags(absl::Duration
         absl::StrCat("--loop_threads ", loop_threads.status().message()));
   }
   options.loop_threads = *loop_threads;
+  absl::StatusOr<loopserve::engine::LoadOptions::Precision> precision =
+      loopserve::server::ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--precision ", precision.status().message()));
+  }
+  options.precision = *precision;
+  options.force_precision = absl::GetFlag(FLAGS_force_precision);
   options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
   options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
