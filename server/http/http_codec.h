@@ -13,7 +13,7 @@
 #include "google/protobuf/message.h"
 #include "proto/grpc_service.pb.h"
 #include "server/observability/logging.h"
-#include "server/observability/trace_settings.h"
+#include "server/observability/tracer.h"
 #include "server/repository/load_override.h"
 #include "server/runner/infer_request.h"
 #include "server/shm/shared_memory.h"
