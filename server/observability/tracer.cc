@@ -23,6 +23,8 @@ constexpr char kNames[] =
 constexpr char kClosing[] = "\n]\n";
 // Models with trace settings of their own (a client cannot grow the table without bound).
 constexpr size_t kMaxModels = 1024;
+// Finished traces waiting for the writer thread; past this the finishing thread writes its own.
+constexpr size_t kMaxQueued = 1024;
 
 bool WriteAllAt(int fd, absl::string_view bytes, int64_t offset) {
   while (!bytes.empty()) {
@@ -83,8 +85,9 @@ absl::Status RequestTrace::OnIteration(int loop_index, int64_t iteration,
   int64_t start = last_ns_;
   if (start == 0) start = ns_[kComputeInputEnd] != 0 ? ns_[kComputeInputEnd] : ns_[kComputeStart];
   spans_.push_back(Span{loop_index, iteration, start, now});
-  absl::Status status =
-      next_ != nullptr ? next_->OnIteration(loop_index, iteration, slices) : absl::OkStatus();
+  last_ns_ = now;
+  if (next_ == nullptr) return absl::OkStatus();
+  absl::Status status = next_->OnIteration(loop_index, iteration, slices);
   // The next iteration starts after whatever the observers after this one did (streaming waits).
   last_ns_ = absl::ToUnixNanos(absl::Now());
   return status;
@@ -221,7 +224,16 @@ Tracer& Tracer::Global() {
   return *tracer;
 }
 
-Tracer::~Tracer() { WriteAll(); }
+Tracer::~Tracer() {
+  WriteAll();
+  std::thread writer;
+  {
+    absl::MutexLock lock(&queue_mutex_);
+    stop_ = true;
+    writer = std::move(writer_);
+  }
+  if (writer.joinable()) writer.join();
+}
 
 void Tracer::SetExporter(std::unique_ptr<TraceExporter> exporter) {
   exporter_ = std::move(exporter);
@@ -458,16 +470,57 @@ std::unique_ptr<RequestTrace> Tracer::SampleSlow(absl::string_view model, int64_
 void Tracer::Finish(std::unique_ptr<RequestTrace> trace) {
   if (trace == nullptr) return;
   if (trace->file_ == nullptr) {  // trace_mode opentelemetry
-    trace->KeepLoopNames();       // the request (and its pin on the model) ends before the export
+    trace->KeepLoopNames();       // the request (and its pin on the model) ends here
     if (exporter_ != nullptr) exporter_->Export(std::move(trace));
     return;
   }
+  trace->KeepLoopNames();  // the request (and its pin on the model) ends here
+  {
+    absl::MutexLock lock(&queue_mutex_);
+    if (!writer_.joinable()) writer_ = std::thread([this] { WriteLoop(); });
+    if (finished_.size() < kMaxQueued) {
+      finished_.push_back(std::move(trace));
+      return;
+    }
+  }
+  WriteTrace(*trace);  // the writer is behind: this thread does its part (bounded memory)
+}
+
+void Tracer::WriteTrace(const RequestTrace& trace) {
   // Once a count ran out, what was collected is written, and so is each trace that ends later.
-  if (trace->last_) trace->file_->WriteEach();
-  trace->file_->Add(trace->ToJson(), trace->every_);
+  if (trace.last_) trace.file_->WriteEach();
+  trace.file_->Add(trace.ToJson(), trace.every_);
+}
+
+void Tracer::WriteLoop() {
+  std::vector<std::unique_ptr<RequestTrace>> batch;
+  absl::MutexLock lock(&queue_mutex_);
+  auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mutex_) {
+    return !finished_.empty() || stop_;
+  };
+  while (true) {
+    queue_mutex_.Await(absl::Condition(&work));
+    if (finished_.empty()) return;  // stopping
+    batch.swap(finished_);
+    writing_ = true;
+    queue_mutex_.Unlock();
+    for (const std::unique_ptr<RequestTrace>& trace : batch) WriteTrace(*trace);
+    batch.clear();
+    queue_mutex_.Lock();
+    writing_ = false;
+  }
+}
+
+void Tracer::WaitWritten() {
+  absl::MutexLock lock(&queue_mutex_);
+  auto written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mutex_) {
+    return finished_.empty() && !writing_;
+  };
+  queue_mutex_.Await(absl::Condition(&written));
 }
 
 void Tracer::WriteAll() {
+  WaitWritten();
   std::vector<std::shared_ptr<TraceFile>> files;
   {
     absl::MutexLock lock(&mutex_);

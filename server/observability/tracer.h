@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -93,7 +94,7 @@ class RequestTrace : public engine::IterationObserver {
   };
   const std::vector<Span>& spans() const { return spans_; }
   // Names of the model's Loops (Model::loop_names), for the spans' "loop" field; the model must
-  // outlive the trace's use (Tracer::Finish runs while the request pins it).
+  // outlive the trace's use until KeepLoopNames.
   void set_loop_names(const std::vector<std::string>* names) { loop_names_ = names; }
   // The name of Loop `loop` ("" when unknown).
   std::string LoopName(int loop) const;
@@ -160,11 +161,13 @@ class TraceFile {
 };
 
 // The trace settings (server and per model), the sampling and the files. Sample costs one atomic
-// load while every level is OFF (no lock, no allocation). Thread-safe.
+// load while every level is OFF (no lock, no allocation). A finished trace is turned into JSON and
+// added to its file by a writer thread of the tracer's own (started with the first trace), so a
+// traced request does not pay for it. Thread-safe.
 class Tracer {
  public:
   Tracer() = default;
-  ~Tracer();  // writes every file's pending traces
+  ~Tracer();  // writes every file's pending traces, stops the writer thread
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
@@ -191,9 +194,12 @@ class Tracer {
     if (!active_.load(std::memory_order_relaxed)) return nullptr;
     return SampleSlow(model, version);
   }
-  // Takes a finished trace to its file.
+  // Takes a finished trace to its file (through the writer thread) or to the exporter.
   void Finish(std::unique_ptr<RequestTrace> trace);
-  // Writes every file's pending traces and flushes the exporter (shutdown).
+  // Waits until the writer thread has handed every trace Finish took to its file (which writes
+  // it as log_frequency says).
+  void WaitWritten();
+  // WaitWritten, then writes every file's pending traces and flushes the exporter (shutdown).
   void WriteAll();
 
  private:
@@ -227,7 +233,16 @@ class Tracer {
   static TraceSettingList ToList(const Settings& settings, int64_t remaining);
   static bool Traces(const Group& group);
 
+  void WriteLoop();
+  static void WriteTrace(const RequestTrace& trace);
+
   std::unique_ptr<TraceExporter> exporter_;  // set before requests, then read-only
+  // Finished traces on their way to their files (the writer thread's queue).
+  absl::Mutex queue_mutex_;
+  std::vector<std::unique_ptr<RequestTrace>> finished_ ABSL_GUARDED_BY(queue_mutex_);
+  bool writing_ ABSL_GUARDED_BY(queue_mutex_) = false;  // the writer holds traces taken from it
+  bool stop_ ABSL_GUARDED_BY(queue_mutex_) = false;
+  std::thread writer_ ABSL_GUARDED_BY(queue_mutex_);
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> next_id_{1};
   absl::Mutex mutex_;

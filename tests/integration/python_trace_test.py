@@ -14,7 +14,8 @@ writes against Triton's trace format (trace.md: a JSON array of {"id", "model_na
   - trace_rate N traces requests 1, N+1, 2N+1, ...; trace_count stops after that many and reads
     back as what is left;
   - LOOP_ITERATIONS adds one LOOP_ITERATION_START/END pair per iteration of the Loop, as many as
-    the trip count the request sent (the counter model: M iterations), inside the compute;
+    the trip count the request sent (the counter model: M iterations), inside the compute, also
+    while the request streams its iterations (server-sent events, each still sent);
   - a model's own settings override the server's, and clearing them reverts to the server's;
   - trace_file outside the trace folder is refused (INVALID_ARGUMENT, nothing created), TENSORS
     is UNIMPLEMENTED, OFF writes nothing;
@@ -83,6 +84,24 @@ def read_traces(path):
         traces = json.load(f)
     check(isinstance(traces, list), "a trace file is a JSON array")
     return traces
+
+
+def wait_traces(path, count, seconds=30):
+    """The traces in `path` once it holds at least `count` (a writer thread of the server's adds
+    them just after the requests are answered); raises past `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            with open(path) as f:
+                traces = json.load(f)
+            if len(traces) >= count:
+                check(isinstance(traces, list), "a trace file is a JSON array")
+                return traces
+        except (OSError, ValueError):  # not there yet, or caught mid-write
+            pass
+        if time.time() > deadline:
+            raise AssertionError("%s: fewer than %d traces after %d s" % (path, count, seconds))
+        time.sleep(0.02)
 
 
 def check_trace(trace, model, iterations=None):
@@ -267,7 +286,7 @@ def main():
               settings["trace_file"] == "start.json", settings)
         counter(httpclient, h, 3)
         counter(grpcclient, g, 2)
-        got = read_traces(path("start.json"))
+        got = wait_traces(path("start.json"), 2)
         check(len(got) == 2, "two traces, got %d" % len(got))
         for trace in got:
             check_trace(trace, "counter")
@@ -292,18 +311,40 @@ def main():
         for m in (7, 0, 1):
             counter(httpclient, h, m)
         counter(grpcclient, g, 12)
-        got = read_traces(path("iter.json"))
+        got = wait_traces(path("iter.json"), 4)
         check(len(got) == 4, "four traces, got %d" % len(got))
         for trace, m in zip(got, (7, 0, 1, 12)):
             check_trace(trace, "counter", iterations=m)
         print("ok: LOOP_ITERATIONS: spans equal to the trip count (7, 0, 1, 12)")
+
+        # Streaming (server-sent events, stream_iterations) while traced: every iteration is
+        # still streamed (its values the counter's: start + i + 1), and spanned.
+        h.update_trace_settings(settings={"trace_file": "stream.json"})
+        payload = json.dumps({"id": "req-stream", "inputs": [
+            {"name": "M", "shape": [1], "datatype": "INT64", "data": [6]},
+            {"name": "start", "shape": [1], "datatype": "INT64", "data": [10]}],
+            "parameters": {"stream_iterations": True}}).encode()
+        request = urllib.request.Request(
+            "http://127.0.0.1:%d/v2/models/counter/generate_stream" % ports["http"],
+            data=payload, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            events = [json.loads(line[5:]) for line in response.read().decode().splitlines()
+                      if line.startswith("data:")]
+        *slices, final = events
+        check([e["outputs"][0]["data"] for e in slices] == [[11 + i] for i in range(6)],
+              [e.get("outputs") for e in slices])
+        check(final["parameters"]["triton_final_response"], final)
+        got = wait_traces(path("stream.json"), 1)
+        check(len(got) == 1 and got[0]["request_id"] == "req-stream", got)
+        check_trace(got[0], "counter", iterations=6)
+        print("ok: a streamed request's iterations are spanned and still streamed")
 
         # trace_rate: 1 of 3 (requests 1, 4, 7 of 7).
         g.update_trace_settings(settings={"trace_file": "rate.json", "trace_rate": "3",
                                           "trace_level": ["TIMESTAMPS"]})
         for m in range(1, 8):
             counter(grpcclient, g, m)
-        got = read_traces(path("rate.json"))
+        got = wait_traces(path("rate.json"), 3)
         check([t["request_id"] for t in got] == ["req-1", "req-4", "req-7"],
               [t.get("request_id") for t in got])
         # trace_count: 2 traces, then none; it reads back as what is left.
@@ -312,7 +353,7 @@ def main():
         check(settings["trace_count"] == "2", settings)
         for m in range(1, 6):
             counter(httpclient, h, m)
-        got = read_traces(path("count.json"))
+        got = wait_traces(path("count.json"), 2)
         check([t["request_id"] for t in got] == ["req-1", "req-2"], got)
         check(g.get_trace_settings(as_json=True)["settings"]["trace_count"]["value"] == ["0"],
               "count left")
@@ -328,14 +369,14 @@ def main():
               ["value"] == ["OFF"], "gRPC reads the model's")
         counter(httpclient, h, 2)
         add_scalar(httpclient, h)
-        got = read_traces(path("model.json"))
+        got = wait_traces(path("model.json"), 1)
         check([t["model_name"] for t in got] == ["add_scalar"], got)
         check_trace(got[0], "add_scalar")
         g.update_trace_settings(model_name="counter", settings={"trace_level": None})
         check(h.get_trace_settings(model_name="counter")["trace_level"] == ["TIMESTAMPS"],
               "cleared: the server's")
         counter(grpcclient, g, 2)
-        got = read_traces(path("model.json"))
+        got = wait_traces(path("model.json"), 2)
         check([t["model_name"] for t in got] == ["add_scalar", "counter"], got)
         print("ok: per-model settings and clearing them")
 
@@ -371,7 +412,8 @@ def main():
     got = read_traces(path("final.json"))
     check([t["request_id"] for t in got] == ["req-4", "req-5"], got)
     check(sorted(os.path.basename(p) for p in glob.glob(os.path.join(traces, "*"))) ==
-          ["count.json", "final.json", "iter.json", "model.json", "rate.json", "start.json"],
+          ["count.json", "final.json", "iter.json", "model.json", "rate.json", "start.json",
+           "stream.json"],
           os.listdir(traces))
     print("ok: log_frequency 0 writes at shutdown")
     opentelemetry(args, grpcclient, httpclient)

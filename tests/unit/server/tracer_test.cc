@@ -49,6 +49,7 @@ std::vector<int> Sampled(Tracer& tracer, const std::string& model, int requests)
     if (trace != nullptr) picked.push_back(k);
     tracer.Finish(std::move(trace));
   }
+  tracer.WaitWritten();
   return picked;
 }
 
