@@ -25,6 +25,9 @@ constexpr char kClosing[] = "\n]\n";
 constexpr size_t kMaxModels = 1024;
 // Finished traces waiting for the writer thread; past this the finishing thread writes its own.
 constexpr size_t kMaxQueued = 1024;
+// The writer thread takes the finished traces when this many wait, or kWriteDelay after the first.
+constexpr size_t kWriteBatch = 64;
+constexpr absl::Duration kWriteDelay = absl::Milliseconds(50);
 
 bool WriteAllAt(int fd, absl::string_view bytes, int64_t offset) {
   while (!bytes.empty()) {
@@ -495,11 +498,17 @@ void Tracer::WriteTrace(const RequestTrace& trace) {
 void Tracer::WriteLoop() {
   std::vector<std::unique_ptr<RequestTrace>> batch;
   absl::MutexLock lock(&queue_mutex_);
-  auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mutex_) {
+  auto any = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mutex_) {
     return !finished_.empty() || stop_;
   };
+  auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mutex_) {
+    return finished_.size() >= kWriteBatch || stop_ || waiters_ > 0;
+  };
   while (true) {
-    queue_mutex_.Await(absl::Condition(&work));
+    // Woken by the first trace, then collecting more for a while: a finishing request does not
+    // wake this thread (a system call) for each trace.
+    queue_mutex_.Await(absl::Condition(&any));
+    queue_mutex_.AwaitWithTimeout(absl::Condition(&full), kWriteDelay);
     if (finished_.empty()) return;  // stopping
     batch.swap(finished_);
     writing_ = true;
@@ -513,10 +522,12 @@ void Tracer::WriteLoop() {
 
 void Tracer::WaitWritten() {
   absl::MutexLock lock(&queue_mutex_);
+  ++waiters_;  // the writer does not wait for more
   auto written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mutex_) {
     return finished_.empty() && !writing_;
   };
   queue_mutex_.Await(absl::Condition(&written));
+  --waiters_;
 }
 
 void Tracer::WriteAll() {

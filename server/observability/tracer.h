@@ -242,6 +242,7 @@ class Tracer {
   std::vector<std::unique_ptr<RequestTrace>> finished_ ABSL_GUARDED_BY(queue_mutex_);
   bool writing_ ABSL_GUARDED_BY(queue_mutex_) = false;  // the writer holds traces taken from it
   bool stop_ ABSL_GUARDED_BY(queue_mutex_) = false;
+  int waiters_ ABSL_GUARDED_BY(queue_mutex_) = 0;  // in WaitWritten
   std::thread writer_ ABSL_GUARDED_BY(queue_mutex_);
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> next_id_{1};
