@@ -345,46 +345,22 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
 void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint& a_zero,
                    const Int8ZeroPoint& b_zero, int32_t* y, Int8GemmScratch& scratch) const {
   if (m <= 0 || n_ <= 0) return;
+  PrepareA(a, a_signed, m, a_zero, scratch);
+  RunPrepared(m, b_zero, y, n_, scratch);
+}
+
+void Int8Gemm::PrepareA(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint& a_zero,
+                        Int8GemmScratch& scratch) const {
   const int64_t k = k_;
-  // A' = A as uint8 (an int8 A offset by +128: the xor of its top bit).
+  // A' = A as uint8 (an int8 A offset by +128: the xor of its top bit), rows padded to whole
+  // groups (zeros, against B's zero rows); int16 on AVX2.
   const int32_t a_offset = a_signed ? 128 : 0;
   const uint8_t flip = a_signed ? 0x80 : 0;
   const uint8_t* a8 = static_cast<const uint8_t*>(a);
   scratch.row_zero.resize(m);
   for (int64_t i = 0; i < m; ++i) scratch.row_zero[i] = a_zero.At(i) + a_offset;
-  const int32_t b_offset = b_signed_ ? 0 : -128;
-
-  if (path_ == Path::kScalar) {
-    for (int64_t i = 0; i < m; ++i) {
-      const int32_t za = scratch.row_zero[i];
-      for (int64_t j = 0; j < n_; ++j) {
-        const int32_t zb = b_zero.At(j) + b_offset;
-        uint32_t acc = 0;  // wraps as the int32 sum of the reference does on two's complement
-        for (int64_t p = 0; p < k; ++p) {
-          acc += static_cast<uint32_t>((static_cast<int32_t>(a8[i * k + p] ^ flip) - za) *
-                                       (static_cast<int32_t>(packed_[p * n_ + j]) - zb));
-        }
-        y[i * n_ + j] = static_cast<int32_t>(acc);
-      }
-    }
-    return;
-  }
-
-#if defined(LS_INT8_GEMM_X86)
-  const Geometry geo = GeometryOf(path_);
-  const int64_t groups = CeilDiv(k, geo.depth);
-  const int64_t panels = CeilDiv(n_, geo.panel);
-  const int64_t padded_n = panels * geo.panel;
-  scratch.col_zero.assign(padded_n, 0);
-  scratch.col_term.assign(padded_n, 0);
-  for (int64_t j = 0; j < n_; ++j) {
-    const int32_t zb = b_zero.At(j) + b_offset;
-    scratch.col_zero[j] = zb;
-    scratch.col_term[j] = static_cast<int32_t>(
-        static_cast<uint32_t>(k) * static_cast<uint32_t>(zb) - static_cast<uint32_t>(col_sum_[j]));
-  }
-  // A' copied with its rows padded to whole groups (zeros, against B's zero rows); int16 on AVX2.
-  const int64_t lda = groups * geo.depth;
+  const int64_t depth = path_ == Path::kScalar ? 1 : GeometryOf(path_).depth;
+  const int64_t lda = CeilDiv(k, depth) * depth;
   const size_t element_size = path_ == Path::kAvx2 ? 2 : 1;
   scratch.a.assign(m * lda * element_size, 0);
   scratch.row_sum.resize(m);
@@ -408,6 +384,47 @@ void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint&
     }
     scratch.row_sum[i] = sum;
   }
+  scratch.a_path = static_cast<int>(path_);
+  scratch.a_k = k;
+  scratch.a_rows = m;
+}
+
+void Int8Gemm::RunPrepared(int64_t m, const Int8ZeroPoint& b_zero, int32_t* y, int64_t ldy,
+                           Int8GemmScratch& scratch) const {
+  if (m <= 0 || n_ <= 0) return;
+  const int64_t k = k_;
+  const int32_t b_offset = b_signed_ ? 0 : -128;
+  if (path_ == Path::kScalar) {
+    const uint8_t* a8 = scratch.a.data();
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t za = scratch.row_zero[i];
+      for (int64_t j = 0; j < n_; ++j) {
+        const int32_t zb = b_zero.At(j) + b_offset;
+        uint32_t acc = 0;  // wraps as the int32 sum of the reference does on two's complement
+        for (int64_t p = 0; p < k; ++p) {
+          acc += static_cast<uint32_t>((static_cast<int32_t>(a8[i * k + p]) - za) *
+                                       (static_cast<int32_t>(packed_[p * n_ + j]) - zb));
+        }
+        y[i * ldy + j] = static_cast<int32_t>(acc);
+      }
+    }
+    return;
+  }
+
+#if defined(LS_INT8_GEMM_X86)
+  const Geometry geo = GeometryOf(path_);
+  const int64_t groups = CeilDiv(k, geo.depth);
+  const int64_t panels = CeilDiv(n_, geo.panel);
+  const int64_t padded_n = panels * geo.panel;
+  scratch.col_zero.assign(padded_n, 0);
+  scratch.col_term.assign(padded_n, 0);
+  for (int64_t j = 0; j < n_; ++j) {
+    const int32_t zb = b_zero.At(j) + b_offset;
+    scratch.col_zero[j] = zb;
+    scratch.col_term[j] = static_cast<int32_t>(
+        static_cast<uint32_t>(k) * static_cast<uint32_t>(zb) - static_cast<uint32_t>(col_sum_[j]));
+  }
+  const int64_t lda = groups * geo.depth;
   TileArgs t;
   t.a = scratch.a.data();
   t.lda = lda;
@@ -416,7 +433,7 @@ void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint&
   t.col_zero = scratch.col_zero.data();
   t.col_term = scratch.col_term.data();
   t.y = y;
-  t.ldy = n_;
+  t.ldy = ldy;
   t.groups = groups;
   // Rows spread evenly over the fewest tiles of at most max_rows.
   const int max_rows = path_ == Path::kAvx2 ? kAvx2Rows : kVnniRows;
