@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/reference/reference.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/dnnl/test_util.h"
@@ -160,6 +161,100 @@ TEST(IntConvTest, ConstantWeights) {
     ASSERT_EQ(y.shape(), expected.shape());
     for (int64_t i = 0; i < expected.NumElements(); ++i) {
       ASSERT_EQ(y.data<int32_t>()[i], static_cast<int32_t>(expected.data<double>()[i])) << i;
+    }
+  }
+}
+
+// Images whose im2col spans several blocks of output rows (the kernel runs about 256 KB of columns
+// at a time), on every product path the CPU has (scalar, AVX2 `vpmaddwd`, AVX-512 VNNI): odd
+// channel counts, groups, dilations as ISNet's (2), strides along the last dim, 3-D windows,
+// per-channel and per-tensor zero points of both signednesses, ConvInteger exact against the
+// reference Conv of the shifted values and QLinearConv requantised from it.
+TEST(IntConvTest, ImagesLargerThanOneBlockOnEveryPath) {
+  struct Case {
+    Shape::Dims x, w;
+    std::vector<int64_t> strides, dilations, pads;
+    int64_t group;
+    DataType xt, wt;
+    bool per_channel;
+  };
+  const std::vector<Case> cases = {
+      {{1, 9, 70, 300},
+       {13, 9, 3, 3},
+       {1, 1},
+       {2, 2},
+       {2, 1, 2, 2},
+       1,
+       DataType::kUint8,
+       DataType::kUint8,
+       false},
+      {{2, 9, 41, 257},
+       {12, 3, 3, 3},
+       {1, 2},
+       {1, 1},
+       {1, 1, 1, 1},
+       3,
+       DataType::kInt8,
+       DataType::kInt8,
+       true},
+      {{1, 5, 9, 33, 61},
+       {7, 5, 3, 2, 3},
+       {1, 1, 1},
+       {1, 2, 1},
+       {1, 0, 1, 1, 1, 0},
+       1,
+       DataType::kUint8,
+       DataType::kInt8,
+       true},
+  };
+  std::vector<native::Isa> isas = {native::Isa::kScalar};
+  if (native::DetectedIsa() >= native::Isa::kAvx2) isas.push_back(native::Isa::kAvx2);
+  if (native::DetectedIsa() >= native::Isa::kAvx512) isas.push_back(native::Isa::kAvx512);
+  std::mt19937 rng(28);
+  for (const Case& c : cases) {
+    const Tensor x = Random8(c.xt, Shape(c.x), rng);
+    const Tensor w = Random8(c.wt, Shape(c.w), rng);
+    const Tensor x_zp = Random8(c.xt, Shape{}, rng);
+    const Tensor w_zp = Random8(c.wt, c.per_channel ? Shape{c.w[0]} : Shape{}, rng);
+    reference::WindowAttrs window;
+    window.kernel_shape.assign(c.w.begin() + 2, c.w.end());
+    window.strides = c.strides;
+    window.dilations = c.dilations;
+    window.pads = c.pads;
+    Tensor expected;
+    ASSERT_TRUE(
+        reference::Conv(Shifted(x, x_zp), Shifted(w, w_zp), nullptr, window, c.group, expected)
+            .ok());
+    const Attributes attrs = {{"strides", IntsAttr(c.strides)},
+                              {"dilations", IntsAttr(c.dilations)},
+                              {"pads", IntsAttr(c.pads)},
+                              {"group", IntAttr(c.group)}};
+    const Tensor x_scale = MakeTensor<float>({}, {0.013f});
+    const Tensor w_scale = MakeTensor<float>({}, {0.021f});
+    const Tensor y_scale = MakeTensor<float>({}, {1.7f});
+    const Tensor y_zp = MakeTensor<int8_t>({}, {-3});
+    for (const native::Isa isa : isas) {
+      native::SetMaxIsa(isa);
+      SCOPED_TRACE(::testing::Message() << "x " << Shape(c.x).ToString() << " w "
+                                        << Shape(c.w).ToString() << " " << native::IsaName(isa));
+      absl::StatusOr<Tensor> conv = RunOnce("ConvInteger", 10, {&x, &w, &x_zp, &w_zp}, attrs);
+      absl::StatusOr<Tensor> q = RunOnce(
+          "QLinearConv", 10, {&x, &x_scale, &x_zp, &w, &w_scale, &w_zp, &y_scale, &y_zp}, attrs);
+      native::SetMaxIsa(native::Isa::kAvx512);
+      ASSERT_TRUE(conv.ok()) << conv.status();
+      ASSERT_TRUE(q.ok()) << q.status();
+      ASSERT_EQ(conv->shape(), expected.shape());
+      ASSERT_EQ(q->shape(), expected.shape());
+      ASSERT_EQ(q->dtype(), DataType::kInt8);
+      for (int64_t i = 0; i < expected.NumElements(); ++i) {
+        const double sum = expected.data<double>()[i];
+        ASSERT_EQ(conv->data<int32_t>()[i], static_cast<int32_t>(sum)) << i;
+        const double v = std::nearbyint(sum * static_cast<double>(0.013f) *
+                                        static_cast<double>(0.021f) / static_cast<double>(1.7f)) -
+                         3;
+        ASSERT_EQ(q->data<int8_t>()[i], static_cast<int8_t>(std::min(std::max(v, -128.0), 127.0)))
+            << i;
+      }
     }
   }
 }
