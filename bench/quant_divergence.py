@@ -92,8 +92,8 @@ def main():
             ok.append("yes" if np.array_equal(sq, side[q]) and ss == side[s] and sz == side[z]
                       else "NO (%d)" % int((sq != side[q]).sum()))
         print("| %d | %s | %d | %d | %d | %d | %s | %s | %s |" % (
-            args.first + k, x, ours[x].size, int((~same_in).sum()), int((ours[q] != theirs[q]).sum()),
-            int(((ours[q] != theirs[q]) & same_in).sum()),
+            args.first + k, x, ours[x].size, int((~same_in).sum()),
+            int((ours[q] != theirs[q]).sum()), int(((ours[q] != theirs[q]) & same_in).sum()),
             "yes" if ours[s] == theirs[s] and ours[z] == theirs[z] else "NO", ok[0], ok[1]))
 
 
