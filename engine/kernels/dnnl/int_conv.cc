@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +51,11 @@ class IntConvState : public KernelState {
   std::vector<int32_t> acc;      // [Mg, block] for QLinearConv's requantisation
   native::Int8Gemm product;      // the block's im2col, packed
   native::Int8GemmScratch scratch;
+  // The oneDNN path's memory objects and arguments for the primitive prepared last (rebound to
+  // each run's buffers: no allocation per run).
+  std::shared_ptr<const void> dnnl_prepared;
+  std::unordered_map<int, dnnl::memory> reorder_args, conv_args;
+  int32_t dnnl_zero = 0;
 };
 
 // The inputs of one run. ConvInteger: x, w, x_zero_point?, w_zero_point?. QLinearConv: x,
@@ -302,7 +308,7 @@ class DnnlIntConv {
   static constexpr int64_t kMaxSmallChannelPositions = 64 * 64;
 
   absl::Status Run(const Tensor& x, const Tensor* x_zp, const reference::Window& win, Tensor& y,
-                   RunContext& run) const {
+                   IntConvState& state, RunContext& run) const {
     std::shared_ptr<const Prepared> p = Prepare(x, win);
     if (p == nullptr) return absl::InternalError("no oneDNN int8 convolution for this shape");
     const int64_t batch = x.dim(0), m = m_, m_out = m_ + (ones_ ? 1 : 0);
@@ -314,24 +320,31 @@ class DnnlIntConv {
     const size_t y_bytes = static_cast<size_t>(batch * positions * m_out) * sizeof(int32_t);
     uint8_t* staging = static_cast<uint8_t*>(resource.Staging(x_bytes + y_bytes));
     const int32_t* result = reinterpret_cast<const int32_t*>(staging + x_bytes);
-    int32_t zero = 0;
-    if (x_zp != nullptr) zero = At8(*x_zp, 0);
     try {
-      dnnl::memory x_user(p->x_nchw, CpuEngine(), const_cast<void*>(x.raw_data()));
-      dnnl::memory x_mem(p->x_nhwc, CpuEngine(), staging);
-      dnnl::memory y_mem(p->y_nhwc, CpuEngine(), staging + x_bytes);
-      dnnl::memory zero_mem(
-          dnnl::memory::desc({1}, dnnl::memory::data_type::s32, dnnl::memory::format_tag::x),
-          CpuEngine(), &zero);
+      if (state.dnnl_prepared != p) {
+        state.reorder_args = {
+            {DNNL_ARG_FROM, dnnl::memory(p->x_nchw, CpuEngine(), DNNL_MEMORY_NONE)},
+            {DNNL_ARG_TO, dnnl::memory(p->x_nhwc, CpuEngine(), DNNL_MEMORY_NONE)}};
+        state.conv_args = {
+            {DNNL_ARG_SRC, state.reorder_args[DNNL_ARG_TO]},
+            {DNNL_ARG_WEIGHTS, p->weights},
+            {DNNL_ARG_DST, dnnl::memory(p->y_nhwc, CpuEngine(), DNNL_MEMORY_NONE)},
+            {DNNL_ARG_SCRATCHPAD, dnnl::memory(p->scratchpad, CpuEngine(), DNNL_MEMORY_NONE)},
+            {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
+             dnnl::memory(
+                 dnnl::memory::desc({1}, dnnl::memory::data_type::s32, dnnl::memory::format_tag::x),
+                 CpuEngine(), &state.dnnl_zero)}};
+        state.dnnl_prepared = p;
+      }
+      state.dnnl_zero = x_zp != nullptr ? At8(*x_zp, 0) : 0;
       const size_t pad_bytes = p->scratchpad.get_size();
-      dnnl::memory pad(p->scratchpad, CpuEngine(),
-                       pad_bytes > 0 ? resource.Scratchpad(pad_bytes) : nullptr);
-      p->to_nhwc.execute(resource.stream(), x_user, x_mem);
-      p->conv.execute(resource.stream(), {{DNNL_ARG_SRC, x_mem},
-                                          {DNNL_ARG_WEIGHTS, p->weights},
-                                          {DNNL_ARG_DST, y_mem},
-                                          {DNNL_ARG_SCRATCHPAD, pad},
-                                          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_mem}});
+      state.reorder_args[DNNL_ARG_FROM].set_data_handle(const_cast<void*>(x.raw_data()));
+      state.reorder_args[DNNL_ARG_TO].set_data_handle(staging);
+      state.conv_args[DNNL_ARG_DST].set_data_handle(staging + x_bytes);
+      state.conv_args[DNNL_ARG_SCRATCHPAD].set_data_handle(
+          pad_bytes > 0 ? resource.Scratchpad(pad_bytes) : nullptr);
+      p->to_nhwc.execute(resource.stream(), state.reorder_args);
+      p->conv.execute(resource.stream(), state.conv_args);
       resource.stream().wait();
     } catch (const dnnl::error& e) {
       return FromDnnlError(e);
@@ -469,7 +482,7 @@ class IntConvKernel final : public Kernel {
     Tensor* y = ctx.output(0, qlinear_ ? in.y_zp->dtype() : DataType::kInt32, out_shape);
     if (y->NumElements() == 0) return absl::OkStatus();
     if (dnnl_ != nullptr && native::DnnlInt8Gemm::Enabled() && dnnl_->Usable(*in.x, win)) {
-      return dnnl_->Run(*in.x, in.x_zp, win, *y, ctx.run_context());
+      return dnnl_->Run(*in.x, in.x_zp, win, *y, *ctx.state<IntConvState>(), ctx.run_context());
     }
     for (int64_t n = 0; n < in.x->dim(0); ++n) {
       for (int64_t g = 0; g < group_; ++g)
