@@ -215,6 +215,63 @@ constexpr TileFn kAvx2Tiles[kAvx2Rows + 1][4] = {
     {nullptr, TileAvx2<3, 1>, TileAvx2<3, 2>, TileAvx2<3, 3>},
     {nullptr, TileAvx2<4, 1>, TileAvx2<4, 2>, TileAvx2<4, 3>}};
 
+// Rows [p, p + 4) of B' (`row` at row p, `n` bytes apart) for the 64 columns of one panel, as
+// the panel's group p / 4 at `cell`: each column's 4 bytes together, 16 columns per vector. Two
+// rounds of unpacks interleave within 128-bit lanes; a 4 x 4 transpose of the lanes puts columns
+// 16j..16j+15 into vector j.
+// _mm512_shuffle_i64x2 with every lane written (GCC 12's unmasked form reads an undefined vector,
+// which -Werror=uninitialized refuses).
+template <int kImm>
+__attribute__((target("avx512f"))) inline __m512i Lanes(__m512i a, __m512i b) {
+  return _mm512_mask_shuffle_i64x2(a, static_cast<__mmask8>(0xFF), a, b, kImm);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void PackGroup64(const uint8_t* row, int64_t n,
+                                                             uint8_t flip, int8_t* cell) {
+  const __m512i bits = _mm512_set1_epi8(static_cast<char>(flip));
+  const __m512i r0 = _mm512_xor_si512(_mm512_loadu_si512(row), bits);
+  const __m512i r1 = _mm512_xor_si512(_mm512_loadu_si512(row + n), bits);
+  const __m512i r2 = _mm512_xor_si512(_mm512_loadu_si512(row + 2 * n), bits);
+  const __m512i r3 = _mm512_xor_si512(_mm512_loadu_si512(row + 3 * n), bits);
+  const __m512i lo01 = _mm512_unpacklo_epi8(r0, r1), hi01 = _mm512_unpackhi_epi8(r0, r1);
+  const __m512i lo23 = _mm512_unpacklo_epi8(r2, r3), hi23 = _mm512_unpackhi_epi8(r2, r3);
+  // v<q> lane L: columns 16L + 4q .. 16L + 4q + 3.
+  const __m512i v0 = _mm512_unpacklo_epi16(lo01, lo23), v1 = _mm512_unpackhi_epi16(lo01, lo23);
+  const __m512i v2 = _mm512_unpacklo_epi16(hi01, hi23), v3 = _mm512_unpackhi_epi16(hi01, hi23);
+  const __m512i t0 = Lanes<0x44>(v0, v1), t1 = Lanes<0xEE>(v0, v1);
+  const __m512i t2 = Lanes<0x44>(v2, v3), t3 = Lanes<0xEE>(v2, v3);
+  _mm512_storeu_si512(cell, Lanes<0x88>(t0, t2));
+  _mm512_storeu_si512(cell + 64, Lanes<0xDD>(t0, t2));
+  _mm512_storeu_si512(cell + 128, Lanes<0x88>(t1, t3));
+  _mm512_storeu_si512(cell + 192, Lanes<0xDD>(t1, t3));
+}
+
+// The column sums of packed VNNI panels (zeros past k and n add nothing): one `vpdpbusd` of ones
+// per vector and group sums a column's 4 bytes into its lane.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void ColumnSumsVnni(const int8_t* packed,
+                                                                           int64_t groups,
+                                                                           int64_t n,
+                                                                           int32_t* sums) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t col0 = 0; col0 < n; col0 += kVnni.panel) {
+    const int64_t cols = std::min(kVnni.panel, n - col0);
+    const int64_t vectors = CeilDiv(cols, kVnni.vector);
+    const int64_t width = vectors * kVnni.vector;  // the last panel's; kPanel before it
+    const int8_t* panel = packed + col0 * groups * 4;
+    for (int64_t v = 0; v < vectors; ++v) {
+      __m512i acc = _mm512_setzero_si512();
+      const int8_t* at = panel + 64 * v;
+      for (int64_t g = 0; g < groups; ++g, at += width * 4) {
+        acc = _mm512_dpbusd_epi32(acc, ones, _mm512_loadu_si512(at));
+      }
+      const int64_t left = cols - 16 * v;
+      const __mmask16 mask =
+          left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+      _mm512_mask_storeu_epi32(sums + col0 + 16 * v, mask, acc);
+    }
+  }
+}
+
 bool CpuHasVnni() {
   static const bool has = __builtin_cpu_supports("avx512vnni") &&
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
@@ -267,9 +324,11 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
   const uint8_t* src = static_cast<const uint8_t*>(b);
   const uint8_t flip = b_signed ? 0 : 0x80;
   col_sum_.assign(n, 0);
-  for (int64_t p = 0; p < k; ++p) {
-    const uint8_t* row = src + p * n;
-    for (int64_t j = 0; j < n; ++j) col_sum_[j] += static_cast<int8_t>(row[j] ^ flip);
+  if (path_ != Path::kAvx512Vnni) {  // the VNNI path sums its packed panels instead
+    for (int64_t p = 0; p < k; ++p) {
+      const uint8_t* row = src + p * n;
+      for (int64_t j = 0; j < n; ++j) col_sum_[j] += static_cast<int8_t>(row[j] ^ flip);
+    }
   }
   if (path_ == Path::kScalar) {
     packed_.resize(k * n);
@@ -288,13 +347,20 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
   // 64 bytes more, for the panels to start on a cache line (every vector load then stays within
   // one line: a panel row is a whole number of vectors).
   const int64_t bytes = ((panels - 1) * geo.panel + last_width) * groups * 4;
-  packed_.assign(bytes + 64, 0);
+  packed_.resize(bytes + 64);
   offset_ = (64 - reinterpret_cast<uintptr_t>(packed_.data()) % 64) % 64;
   for (int64_t panel = 0; panel < panels; ++panel) {
     const int64_t col0 = panel * geo.panel;
     const int64_t width = panel + 1 < panels ? geo.panel : last_width;
     const int64_t cols = std::min(geo.panel, n - col0);
     int8_t* dst = packed_.data() + offset_ + col0 * groups * 4;
+    // Zeros where no element of B goes (storage reused: not cleared as a whole): a last panel
+    // narrower than its vectors, the rows past k in the last group.
+    if (cols < width) {
+      std::memset(dst, 0, groups * width * 4);
+    } else if (k % geo.depth != 0) {
+      std::memset(dst + (groups - 1) * width * 4, 0, width * 4);
+    }
     int64_t p = 0;
 #if defined(LS_INT8_GEMM_X86)
     if (path_ == Path::kAvx512Vnni) {
@@ -304,6 +370,10 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
         const uint8_t* row = src + p * n + col0;
         int8_t* cell = dst + (p / 4) * width * 4;
         int64_t j = 0;
+        if (cols == kVnni.panel) {
+          PackGroup64(row, n, flip, cell);
+          continue;
+        }
         for (; j + 16 <= cols; j += 16) {
           auto load = [&](int64_t r) {
             return _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + r * n + j)),
@@ -340,51 +410,31 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
       }
     }
   }
+#if defined(LS_INT8_GEMM_X86)
+  if (path_ == Path::kAvx512Vnni)
+    ColumnSumsVnni(packed_.data() + offset_, groups, n, col_sum_.data());
+#endif
 }
 
 void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint& a_zero,
                    const Int8ZeroPoint& b_zero, int32_t* y, Int8GemmScratch& scratch) const {
   if (m <= 0 || n_ <= 0) return;
+  PrepareA(a, a_signed, m, a_zero, scratch);
+  RunPrepared(m, b_zero, y, n_, scratch);
+}
+
+void Int8Gemm::PrepareA(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint& a_zero,
+                        Int8GemmScratch& scratch) const {
   const int64_t k = k_;
-  // A' = A as uint8 (an int8 A offset by +128: the xor of its top bit).
+  // A' = A as uint8 (an int8 A offset by +128: the xor of its top bit), rows padded to whole
+  // groups (zeros, against B's zero rows); int16 on AVX2.
   const int32_t a_offset = a_signed ? 128 : 0;
   const uint8_t flip = a_signed ? 0x80 : 0;
   const uint8_t* a8 = static_cast<const uint8_t*>(a);
   scratch.row_zero.resize(m);
   for (int64_t i = 0; i < m; ++i) scratch.row_zero[i] = a_zero.At(i) + a_offset;
-  const int32_t b_offset = b_signed_ ? 0 : -128;
-
-  if (path_ == Path::kScalar) {
-    for (int64_t i = 0; i < m; ++i) {
-      const int32_t za = scratch.row_zero[i];
-      for (int64_t j = 0; j < n_; ++j) {
-        const int32_t zb = b_zero.At(j) + b_offset;
-        uint32_t acc = 0;  // wraps as the int32 sum of the reference does on two's complement
-        for (int64_t p = 0; p < k; ++p) {
-          acc += static_cast<uint32_t>((static_cast<int32_t>(a8[i * k + p] ^ flip) - za) *
-                                       (static_cast<int32_t>(packed_[p * n_ + j]) - zb));
-        }
-        y[i * n_ + j] = static_cast<int32_t>(acc);
-      }
-    }
-    return;
-  }
-
-#if defined(LS_INT8_GEMM_X86)
-  const Geometry geo = GeometryOf(path_);
-  const int64_t groups = CeilDiv(k, geo.depth);
-  const int64_t panels = CeilDiv(n_, geo.panel);
-  const int64_t padded_n = panels * geo.panel;
-  scratch.col_zero.assign(padded_n, 0);
-  scratch.col_term.assign(padded_n, 0);
-  for (int64_t j = 0; j < n_; ++j) {
-    const int32_t zb = b_zero.At(j) + b_offset;
-    scratch.col_zero[j] = zb;
-    scratch.col_term[j] = static_cast<int32_t>(
-        static_cast<uint32_t>(k) * static_cast<uint32_t>(zb) - static_cast<uint32_t>(col_sum_[j]));
-  }
-  // A' copied with its rows padded to whole groups (zeros, against B's zero rows); int16 on AVX2.
-  const int64_t lda = groups * geo.depth;
+  const int64_t depth = path_ == Path::kScalar ? 1 : GeometryOf(path_).depth;
+  const int64_t lda = CeilDiv(k, depth) * depth;
   const size_t element_size = path_ == Path::kAvx2 ? 2 : 1;
   scratch.a.assign(m * lda * element_size, 0);
   scratch.row_sum.resize(m);
@@ -408,6 +458,47 @@ void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint&
     }
     scratch.row_sum[i] = sum;
   }
+  scratch.a_path = static_cast<int>(path_);
+  scratch.a_k = k;
+  scratch.a_rows = m;
+}
+
+void Int8Gemm::RunPrepared(int64_t m, const Int8ZeroPoint& b_zero, int32_t* y, int64_t ldy,
+                           Int8GemmScratch& scratch) const {
+  if (m <= 0 || n_ <= 0) return;
+  const int64_t k = k_;
+  const int32_t b_offset = b_signed_ ? 0 : -128;
+  if (path_ == Path::kScalar) {
+    const uint8_t* a8 = scratch.a.data();
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t za = scratch.row_zero[i];
+      for (int64_t j = 0; j < n_; ++j) {
+        const int32_t zb = b_zero.At(j) + b_offset;
+        uint32_t acc = 0;  // wraps as the int32 sum of the reference does on two's complement
+        for (int64_t p = 0; p < k; ++p) {
+          acc += static_cast<uint32_t>((static_cast<int32_t>(a8[i * k + p]) - za) *
+                                       (static_cast<int32_t>(packed_[p * n_ + j]) - zb));
+        }
+        y[i * ldy + j] = static_cast<int32_t>(acc);
+      }
+    }
+    return;
+  }
+
+#if defined(LS_INT8_GEMM_X86)
+  const Geometry geo = GeometryOf(path_);
+  const int64_t groups = CeilDiv(k, geo.depth);
+  const int64_t panels = CeilDiv(n_, geo.panel);
+  const int64_t padded_n = panels * geo.panel;
+  scratch.col_zero.assign(padded_n, 0);
+  scratch.col_term.assign(padded_n, 0);
+  for (int64_t j = 0; j < n_; ++j) {
+    const int32_t zb = b_zero.At(j) + b_offset;
+    scratch.col_zero[j] = zb;
+    scratch.col_term[j] = static_cast<int32_t>(
+        static_cast<uint32_t>(k) * static_cast<uint32_t>(zb) - static_cast<uint32_t>(col_sum_[j]));
+  }
+  const int64_t lda = groups * geo.depth;
   TileArgs t;
   t.a = scratch.a.data();
   t.lda = lda;
@@ -416,7 +507,7 @@ void Int8Gemm::Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint&
   t.col_zero = scratch.col_zero.data();
   t.col_term = scratch.col_term.data();
   t.y = y;
-  t.ldy = n_;
+  t.ldy = ldy;
   t.groups = groups;
   // Rows spread evenly over the fewest tiles of at most max_rows.
   const int max_rows = path_ == Path::kAvx2 ? kAvx2Rows : kVnniRows;

@@ -57,6 +57,10 @@ struct Int8GemmScratch {
   std::vector<int32_t> row_zero;  // za' per row
   std::vector<int32_t> col_zero;  // zb' per column, padded to whole panels with zeros
   std::vector<int32_t> col_term;  // k zb' - colsum per column, padded the same way
+  // What `a` holds (PrepareA): A' for this path, depth and row count.
+  int a_path = -1;
+  int64_t a_k = -1;
+  int64_t a_rows = -1;
 };
 
 class Int8Gemm {
@@ -87,6 +91,18 @@ class Int8Gemm {
   // the counts). `y` must not alias `a`.
   void Run(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint& a_zero,
            const Int8ZeroPoint& b_zero, int32_t* y, Int8GemmScratch& scratch) const;
+
+  // Run in two steps, for one A times many B (a convolution's weights times its im2col, packed a
+  // block of positions at a time): PrepareA moves A into `scratch` for this object's path and k;
+  // RunPrepared multiplies it by the B packed now (Repack may run in between, with the same path
+  // and k: Prepared says whether `scratch` still fits) into y[m, n] with row stride `ldy` >= n.
+  void PrepareA(const void* a, bool a_signed, int64_t m, const Int8ZeroPoint& a_zero,
+                Int8GemmScratch& scratch) const;
+  bool Prepared(const Int8GemmScratch& scratch, int64_t m) const {
+    return scratch.a_path == static_cast<int>(path_) && scratch.a_k == k_ && scratch.a_rows == m;
+  }
+  void RunPrepared(int64_t m, const Int8ZeroPoint& b_zero, int32_t* y, int64_t ldy,
+                   Int8GemmScratch& scratch) const;
 
  private:
   Path path_ = Path::kScalar;

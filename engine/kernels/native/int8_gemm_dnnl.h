@@ -48,7 +48,8 @@ class DnnlInt8Gemm {
   static constexpr int64_t kMinMultiplyAdds = int64_t{1} << 17;
   static constexpr int64_t kMinRows = 4;
 
-  // Turns the oneDNN path off process-wide (tests and benchmarks compare against Int8Gemm).
+  // Turns the oneDNN int8 paths off process-wide, this one and ConvInteger's (tests and
+  // benchmarks compare against the native kernels).
   static void SetEnabled(bool enabled);
   static bool Enabled();
 

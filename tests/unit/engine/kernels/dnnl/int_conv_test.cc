@@ -8,6 +8,10 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/kernels/dnnl/dnnl_kernel.h"
+#include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/native/int8_gemm.h"
+#include "engine/kernels/native/int8_gemm_dnnl.h"
 #include "engine/kernels/reference/reference.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/kernels/dnnl/test_util.h"
@@ -160,6 +164,206 @@ TEST(IntConvTest, ConstantWeights) {
     ASSERT_EQ(y.shape(), expected.shape());
     for (int64_t i = 0; i < expected.NumElements(); ++i) {
       ASSERT_EQ(y.data<int32_t>()[i], static_cast<int32_t>(expected.data<double>()[i])) << i;
+    }
+  }
+}
+
+// ConvInteger with constant weights and one group, the node oneDNN's int8 convolution takes on an
+// AVX-512 VNNI / AMX CPU (weights moved to int8, a channel of ones for the weight zero points,
+// x moved to channels-last and the result back): per-channel and per-tensor zero points, uint8
+// and int8 x and w, padding (which must count as x's zero point), strides and dilations, odd
+// channel counts; exact against the reference Conv of the shifted values, with the oneDNN path on
+// (a primitive is created on such a CPU) and off (the native kernel).
+TEST(IntConvTest, ConstantWeightsOneGroupOnOneDnnAndNative) {
+  struct Case {
+    Shape::Dims x, w;
+    std::vector<int64_t> strides, dilations, pads;
+    DataType xt, wt;
+    bool per_channel;
+  };
+  const std::vector<Case> cases = {
+      {{1, 64, 20, 23},
+       {64, 64, 3, 3},
+       {1, 1},
+       {1, 1},
+       {1, 1, 1, 1},
+       DataType::kUint8,
+       DataType::kUint8,
+       false},
+      {{2, 13, 17, 9},
+       {7, 13, 3, 3},
+       {1, 1},
+       {2, 2},
+       {2, 2, 2, 2},
+       DataType::kUint8,
+       DataType::kInt8,
+       true},
+      {{1, 5, 31, 30},
+       {11, 5, 3, 1},
+       {2, 1},
+       {1, 1},
+       {1, 0, 0, 0},
+       DataType::kInt8,
+       DataType::kUint8,
+       true},
+      {{1, 32, 12, 12},
+       {32, 32, 3, 3},
+       {1, 1},
+       {1, 1},
+       {1, 1, 1, 1},
+       DataType::kUint8,
+       DataType::kInt8,
+       false},  // w int8 with zero point 0 below: no channel of ones
+  };
+  std::mt19937 rng(128);
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const Tensor x = Random8(c.xt, Shape(c.x), rng);
+    const Tensor w = Random8(c.wt, Shape(c.w), rng);
+    const Tensor x_zp = Random8(c.xt, Shape{}, rng);
+    Tensor w_zp = Random8(c.wt, c.per_channel ? Shape{c.w[0]} : Shape{}, rng);
+    if (ci == 3) w_zp.mutable_data<int8_t>()[0] = 0;
+    reference::WindowAttrs window;
+    window.kernel_shape.assign(c.w.begin() + 2, c.w.end());
+    window.strides = c.strides;
+    window.dilations = c.dilations;
+    window.pads = c.pads;
+    Tensor expected;
+    ASSERT_TRUE(
+        reference::Conv(Shifted(x, x_zp), Shifted(w, w_zp), nullptr, window, 1, expected).ok());
+    auto g = std::make_shared<Graph>();
+    const ValueId vx = g->AddValue("x"), vw = g->AddValue("w"), vxz = g->AddValue("xz"),
+                  vwz = g->AddValue("wz"), vy = g->AddValue("y");
+    g->constants.emplace_back(vw, std::make_shared<Tensor>(Tensor::ViewOf(w)));
+    g->constants.emplace_back(vwz, std::make_shared<Tensor>(Tensor::ViewOf(w_zp)));
+    Node node;
+    node.name = "conv";
+    node.op_type = "ConvInteger";
+    node.opset = 10;
+    node.inputs = {vx, vw, vxz, vwz};
+    node.outputs = {vy};
+    node.attributes["strides"] = IntsAttr(window.strides);
+    node.attributes["dilations"] = IntsAttr(window.dilations);
+    node.attributes["pads"] = IntsAttr(window.pads);
+    g->nodes.push_back(std::move(node));
+    g->inputs = {vx, vxz};
+    g->outputs = {vy};
+    auto model = Model::FromGraph(g);
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (const bool dnnl : {true, false}) {
+      native::DnnlInt8Gemm::SetEnabled(dnnl);
+      SCOPED_TRACE(::testing::Message() << "case " << ci << " oneDNN " << dnnl);
+      const int64_t created = DnnlPrimitiveCreationCount();
+      for (int run = 0; run < 2; ++run) {
+        std::vector<Value> feed;
+        feed.push_back(Value(Tensor::ViewOf(x)));
+        feed.push_back(Value(Tensor::ViewOf(x_zp)));
+        auto out = (*model)->Run(std::move(feed), RunOptions());
+        ASSERT_TRUE(out.ok()) << out.status();
+        const Tensor& y = (*out)[0].tensor();
+        ASSERT_EQ(y.shape(), expected.shape());
+        for (int64_t i = 0; i < expected.NumElements(); ++i) {
+          ASSERT_EQ(y.data<int32_t>()[i], static_cast<int32_t>(expected.data<double>()[i])) << i;
+        }
+      }
+      if (dnnl && native::Int8Gemm::BestPath() == native::Int8Gemm::Path::kAvx512Vnni) {
+        EXPECT_GT(DnnlPrimitiveCreationCount(), created);  // the oneDNN path ran
+      }
+    }
+    native::DnnlInt8Gemm::SetEnabled(true);
+  }
+}
+
+// Images whose im2col spans several blocks of output rows (the kernel runs about 256 KB of columns
+// at a time), on every product path the CPU has (scalar, AVX2 `vpmaddwd`, AVX-512 VNNI): odd
+// channel counts, groups, dilations as ISNet's (2), strides along the last dim, 3-D windows,
+// per-channel and per-tensor zero points of both signednesses, ConvInteger exact against the
+// reference Conv of the shifted values and QLinearConv requantised from it.
+TEST(IntConvTest, ImagesLargerThanOneBlockOnEveryPath) {
+  struct Case {
+    Shape::Dims x, w;
+    std::vector<int64_t> strides, dilations, pads;
+    int64_t group;
+    DataType xt, wt;
+    bool per_channel;
+  };
+  const std::vector<Case> cases = {
+      {{1, 9, 70, 300},
+       {13, 9, 3, 3},
+       {1, 1},
+       {2, 2},
+       {2, 1, 2, 2},
+       1,
+       DataType::kUint8,
+       DataType::kUint8,
+       false},
+      {{2, 9, 41, 257},
+       {12, 3, 3, 3},
+       {1, 2},
+       {1, 1},
+       {1, 1, 1, 1},
+       3,
+       DataType::kInt8,
+       DataType::kInt8,
+       true},
+      {{1, 5, 9, 33, 61},
+       {7, 5, 3, 2, 3},
+       {1, 1, 1},
+       {1, 2, 1},
+       {1, 0, 1, 1, 1, 0},
+       1,
+       DataType::kUint8,
+       DataType::kInt8,
+       true},
+  };
+  std::vector<native::Isa> isas = {native::Isa::kScalar};
+  if (native::DetectedIsa() >= native::Isa::kAvx2) isas.push_back(native::Isa::kAvx2);
+  if (native::DetectedIsa() >= native::Isa::kAvx512) isas.push_back(native::Isa::kAvx512);
+  std::mt19937 rng(28);
+  for (const Case& c : cases) {
+    const Tensor x = Random8(c.xt, Shape(c.x), rng);
+    const Tensor w = Random8(c.wt, Shape(c.w), rng);
+    const Tensor x_zp = Random8(c.xt, Shape{}, rng);
+    const Tensor w_zp = Random8(c.wt, c.per_channel ? Shape{c.w[0]} : Shape{}, rng);
+    reference::WindowAttrs window;
+    window.kernel_shape.assign(c.w.begin() + 2, c.w.end());
+    window.strides = c.strides;
+    window.dilations = c.dilations;
+    window.pads = c.pads;
+    Tensor expected;
+    ASSERT_TRUE(
+        reference::Conv(Shifted(x, x_zp), Shifted(w, w_zp), nullptr, window, c.group, expected)
+            .ok());
+    const Attributes attrs = {{"strides", IntsAttr(c.strides)},
+                              {"dilations", IntsAttr(c.dilations)},
+                              {"pads", IntsAttr(c.pads)},
+                              {"group", IntAttr(c.group)}};
+    const Tensor x_scale = MakeTensor<float>({}, {0.013f});
+    const Tensor w_scale = MakeTensor<float>({}, {0.021f});
+    const Tensor y_scale = MakeTensor<float>({}, {1.7f});
+    const Tensor y_zp = MakeTensor<int8_t>({}, {-3});
+    for (const native::Isa isa : isas) {
+      native::SetMaxIsa(isa);
+      SCOPED_TRACE(::testing::Message() << "x " << Shape(c.x).ToString() << " w "
+                                        << Shape(c.w).ToString() << " " << native::IsaName(isa));
+      absl::StatusOr<Tensor> conv = RunOnce("ConvInteger", 10, {&x, &w, &x_zp, &w_zp}, attrs);
+      absl::StatusOr<Tensor> q = RunOnce(
+          "QLinearConv", 10, {&x, &x_scale, &x_zp, &w, &w_scale, &w_zp, &y_scale, &y_zp}, attrs);
+      native::SetMaxIsa(native::Isa::kAvx512);
+      ASSERT_TRUE(conv.ok()) << conv.status();
+      ASSERT_TRUE(q.ok()) << q.status();
+      ASSERT_EQ(conv->shape(), expected.shape());
+      ASSERT_EQ(q->shape(), expected.shape());
+      ASSERT_EQ(q->dtype(), DataType::kInt8);
+      for (int64_t i = 0; i < expected.NumElements(); ++i) {
+        const double sum = expected.data<double>()[i];
+        ASSERT_EQ(conv->data<int32_t>()[i], static_cast<int32_t>(sum)) << i;
+        const double v = std::nearbyint(sum * static_cast<double>(0.013f) *
+                                        static_cast<double>(0.021f) / static_cast<double>(1.7f)) -
+                         3;
+        ASSERT_EQ(q->data<int8_t>()[i], static_cast<int8_t>(std::min(std::max(v, -128.0), 127.0)))
+            << i;
+      }
     }
   }
 }

@@ -171,6 +171,15 @@ TEST(SteadyStateTest, NoAllocationPerRunInt8) {
                                     .In(Scalar<int8_t>(0))
                                     .In(Scalar<float>(0.1f))
                                     .In(Scalar<uint8_t>(128)));
+  // ConvInteger's blocked im2col, its packing and the prepared weights (issue 28).
+  ExpectNoSteadyStateAllocation(
+      OpCase("ConvInteger", 10)
+          .In(Make<uint8_t>({1, 2, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 8, 7, 6, 5, 4, 3, 2, 1}))
+          .In(Make<uint8_t>({3, 2, 2, 2}, {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
+                                           13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}))
+          .In(Scalar<uint8_t>(3))
+          .In(Scalar<uint8_t>(5))
+          .Attr("pads", IntsAttr({1, 0, 0, 1})));
 }
 
 // Reports (does not assert: the machine is shared) the cost of int64 scalar ops.
