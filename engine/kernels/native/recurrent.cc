@@ -63,44 +63,48 @@ void Clip(float* x, int64_t n, float clip) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], -clip), clip);
 }
 
+// The elementwise function (engine/ir/eltwise_fn.h) a kind is, with the activation's alpha and
+// beta; kCount for the two the table has no row for.
+EltwiseFn TableFunction(Kind kind) {
+  switch (kind) {
+    case Kind::kSigmoid:
+      return EltwiseFn::kSigmoid;
+    case Kind::kTanh:
+      return EltwiseFn::kTanh;
+    case Kind::kRelu:
+      return EltwiseFn::kRelu;
+    case Kind::kAffine:
+      return EltwiseFn::kLinear;
+    case Kind::kLeakyRelu:
+      return EltwiseFn::kLeakyRelu;
+    case Kind::kHardSigmoid:
+      return EltwiseFn::kHardSigmoid;
+    case Kind::kElu:
+      return EltwiseFn::kElu;
+    case Kind::kSoftsign:
+      return EltwiseFn::kSoftsign;
+    case Kind::kSoftplus:
+      return EltwiseFn::kSoftplus;
+    case Kind::kThresholdedRelu:
+    case Kind::kScaledTanh:
+      break;
+  }
+  return EltwiseFn::kCount;
+}
+
+// On the vector math (the CPU's ISA), like every elementwise function of the table.
 void Activate(const RecurrentActivation& a, float* x, int64_t n) {
   switch (a.kind) {
-    case Kind::kSigmoid:
-      return UnaryF32(VecUnary::kSigmoid, x, x, n);
-    case Kind::kTanh:
-      return UnaryF32(VecUnary::kTanh, x, x, n);
-    case Kind::kRelu:
-      for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], 0.0f);
-      return;
-    case Kind::kAffine:
-      for (int64_t i = 0; i < n; ++i) x[i] = a.alpha * x[i] + a.beta;
-      return;
-    case Kind::kLeakyRelu:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0 ? x[i] : a.alpha * x[i];
-      return;
     case Kind::kThresholdedRelu:
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] > a.alpha ? x[i] : 0.0f;
       return;
     case Kind::kScaledTanh:
-      for (int64_t i = 0; i < n; ++i) x[i] *= a.beta;
+      UnaryF32(VecUnary::kLinear, x, x, n, a.beta, 0.0f);
       UnaryF32(VecUnary::kTanh, x, x, n);
-      for (int64_t i = 0; i < n; ++i) x[i] *= a.alpha;
+      UnaryF32(VecUnary::kLinear, x, x, n, a.alpha, 0.0f);
       return;
-    case Kind::kHardSigmoid:
-      for (int64_t i = 0; i < n; ++i)
-        x[i] = std::min(std::max(a.alpha * x[i] + a.beta, 0.0f), 1.0f);
-      return;
-    case Kind::kElu:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0 ? x[i] : a.alpha * std::expm1(x[i]);
-      return;
-    case Kind::kSoftsign:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::fabs(x[i]));
-      return;
-    case Kind::kSoftplus:
-      // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
-      for (int64_t i = 0; i < n; ++i) {
-        x[i] = std::max(x[i], 0.0f) + std::log1p(std::exp(-std::fabs(x[i])));
-      }
+    default:
+      UnaryF32(TableFunction(a.kind), x, x, n, a.alpha, a.beta);
       return;
   }
 }
