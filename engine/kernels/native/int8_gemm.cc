@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/backend.h"
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/tensor/tensor.h"
 
@@ -215,11 +216,7 @@ constexpr TileFn kAvx2Tiles[kAvx2Rows + 1][4] = {
     {nullptr, TileAvx2<3, 1>, TileAvx2<3, 2>, TileAvx2<3, 3>},
     {nullptr, TileAvx2<4, 1>, TileAvx2<4, 2>, TileAvx2<4, 3>}};
 
-bool CpuHasVnni() {
-  static const bool has = __builtin_cpu_supports("avx512vnni") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
-  return has;
-}
+bool CpuHasVnni() { return DetectedCpuFeatures().avx512_vnni; }
 
 #endif  // LS_INT8_GEMM_X86
 
