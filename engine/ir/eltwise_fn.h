@@ -8,8 +8,9 @@
 //   1. a row below (its name, what the table drives for it, its scalar definition in float);
 //   2. its vector code: a case of ApplyUnary in engine/kernels/native/vector_math_impl.inc (and the
 //      SLEEF macro in vector_math_avx2.cc / vector_math_avx512.cc if it calls a new one);
-//   3. its double-precision oracle in tests/unit/engine/kernels/native/vector_math_test.cc.
-// The compiler's -Wswitch points at 2 and 3 when 1 is added.
+//   3. its double-precision oracle and input range in
+//      tests/unit/engine/kernels/native/vector_math_test.cc (Reference's switch, UnaryCase list).
+// The compiler's -Wswitch points at ApplyUnary and Reference when the row is added.
 //
 // Row: X(enumerator, name, flags, scalar expression of `x` (type T), `alpha`, `beta` (float))
 //   name: plan dumps and, where the flags say so, the ONNX op the function is with its defaults.
