@@ -365,6 +365,17 @@ void UsePassiveOpenMpWait(char** argv);
 // oneDNN dispatches on its own (capped by ONEDNN_MAX_CPU_ISA).
 const char* ActiveVectorIsa();
 
+// The back-end table the kernels use on this CPU under the cap (engine/kernels/backend.h), as
+// text: its name, the CPU's features, then one tab-separated line per op family and element type
+// naming the implementation (`looprun --print_backend`).
+std::string DescribeActiveBackend();
+
+// Caps the vector code at `isa` ("avx512", "avx2" or "scalar"), the engine's own kernels
+// (as LOOPSERVE_MAX_ISA does) and oneDNN's (as ONEDNN_MAX_CPU_ISA does; only before oneDNN's
+// first primitive, so call it first thing). InvalidArgument for another name, or when oneDNN
+// refuses the cap.
+absl::Status SetVectorIsaCap(absl::string_view isa);
+
 // ---- ONNX tensors --------------------------------------------------------------------------
 
 // Decodes a TensorProto (raw_data or the typed fields; little-endian) into an owned tensor,

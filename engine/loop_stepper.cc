@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
+#include "engine/ir/eltwise_fn.h"
 #include "engine/ir/graph.h"
 #include "engine/kernels/control/control_flow.h"
 #include "engine/runtime/execution_frame.h"
@@ -66,6 +67,15 @@ const absl::flat_hash_set<std::string>& ElementwiseOps() {
                                                                 "Tanh",        "ThresholdedRelu",
                                                                 "Where",       "Xor"};
   return *ops;
+}
+
+// An op the elementwise table registers (engine/ir/eltwise_fn.h): elementwise too.
+bool IsTableElementwiseOp(const std::string& op) {
+  constexpr uint32_t kRegistered = kEltwiseDnnl | kEltwiseVector;
+  EltwiseFn fn;
+  ArithOp arith;
+  return EltwiseFnOfOp(op.c_str(), kRegistered, &fn) ||
+         ArithOpOfOp(op.c_str(), kRegistered, &arith);
 }
 
 // Ops that work along one `axis` attribute (default given) and treat other axes as independent.
@@ -171,7 +181,7 @@ class RowRules {
       return absl::InvalidArgumentError(absl::StrCat("op domain '", node.domain, "' is not known"));
     }
     const int rank0 = node.inputs.empty() || node.inputs[0] == kNoValue ? -1 : Rank(node.inputs[0]);
-    if (ElementwiseOps().contains(op)) {
+    if (ElementwiseOps().contains(op) || IsTableElementwiseOp(op)) {
       // A batched operand must have the output's rank, or broadcasting moves its rows off axis 0.
       int max_rank = -1;
       for (ValueId in : node.inputs) {

@@ -3,46 +3,20 @@
 // Fused nodes: what engine/transform's passes make of chains of ops, with typed attributes (not
 // op names in strings). A fused node keeps its primary op (a product, or the first elementwise
 // operand) and a list of post-ops applied in order to its result, each an elementwise function or
-// a binary op with another of the node's inputs. Kernels map post-ops onto oneDNN post-ops or
-// native vector code; `unfused` keeps the original nodes for element types the fused kernel does
-// not compute (it then runs them as they were).
+// a binary op with another of the node's inputs (the rows of engine/ir/eltwise_fn.h). Kernels map
+// post-ops onto oneDNN post-ops or native vector code; `unfused` keeps the original nodes for
+// element types the fused kernel does not compute (it then runs them as they were).
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/ir/eltwise_fn.h"
+
 namespace loopserve::engine {
 
 class Graph;
-
-// Elementwise functions of one value (parameters in PostOp::alpha / beta where they say so).
-enum class EltwiseFn : uint8_t {
-  kRelu,
-  kTanh,
-  kSigmoid,
-  kExp,
-  kLog,
-  kSqrt,
-  kAbs,
-  kNeg,
-  kErf,
-  kSoftplus,
-  kGeluErf,   // 0.5 x (1 + erf(x / sqrt 2))
-  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-  kReciprocal,
-  kLinear,  // alpha x + beta
-  kPow,     // x ^ alpha
-  kLeakyRelu,
-  kElu,
-  kHardSigmoid,
-  kHardSwish,
-  kSoftsign,
-  kClip,  // min(max(x, alpha), beta)
-};
-
-// Binary arithmetic.
-enum class ArithOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
 
 struct PostOp {
   enum class Kind : uint8_t { kUnary, kBinary };
@@ -85,8 +59,6 @@ inline constexpr char kFusedMatMulIntegerOp[] = "_FusedMatMulInteger";
 //     3, ... (engine/transform/bf16_products.h; only with LoadOptions::precision = kBf16).
 inline constexpr char kBf16MatMulOp[] = "_MatMulBf16";
 
-const char* EltwiseFnName(EltwiseFn fn);
-const char* ArithOpName(ArithOp op);
 // "MatMul(trans_b) -> Add(in2) -> Tanh" style text for plan dumps.
 std::string DescribeFusion(const std::string& op_type, const FusionSpec& spec);
 

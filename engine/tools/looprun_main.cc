@@ -45,6 +45,11 @@ ABSL_FLAG(bool, verbose, false,
           "float work on a reference kernel (reference_steps; also in the JSON line).");
 ABSL_FLAG(bool, list_ops, false,
           "Print the op types of the built-in kernel table, one per line, and exit.");
+ABSL_FLAG(bool, print_backend, false,
+          "Print the back-end table the kernels use on this CPU (after --isa) and exit.");
+ABSL_FLAG(std::string, isa, "",
+          "Cap the vector ISA of the engine's kernels and oneDNN's: avx512, avx2 or scalar "
+          "(default: the best the CPU has, or LOOPSERVE_MAX_ISA).");
 ABSL_FLAG(std::string, conformance, "",
           "Run every test-case folder (model.onnx + test_data_set_*/, or EXPECT_ERROR / NO_DATA; "
           "an ATOL file sets the case's absolute tolerance, default 1e-7) under this folder, "
@@ -61,7 +66,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "looprun --model=FILE [--data=DIR] [--output_dir=DIR] [--repeat=N] [--warmup=N] "
       "[--threads=N] [--loop_threads=adaptive|intra_op|one] [--precision=fp32|bf16] [--dump_plan] "
-      "[--verbose]\n  looprun "
+      "[--verbose] [--isa=avx512|avx2|scalar]\n  looprun --print_backend [--isa=...]\n  looprun "
       "--conformance=DIR [--list_file=PATH] "
       "[--filter=REGEX] "
       "[--jobs=N] [--case_timeout=20s] [--threads=N]");
@@ -69,6 +74,17 @@ int main(int argc, char** argv) {
   if (positional.size() > 1) {
     std::cerr << "looprun: unexpected argument '" << positional[1] << "' (see --help)" << std::endl;
     return loopserve::tools::kExitError;
+  }
+  if (!absl::GetFlag(FLAGS_isa).empty()) {
+    const absl::Status capped = loopserve::engine::SetVectorIsaCap(absl::GetFlag(FLAGS_isa));
+    if (!capped.ok()) {
+      std::cerr << "looprun: --isa: " << capped.message() << std::endl;
+      return loopserve::tools::kExitError;
+    }
+  }
+  if (absl::GetFlag(FLAGS_print_backend)) {
+    std::cout << loopserve::engine::DescribeActiveBackend();
+    return loopserve::tools::kExitOk;
   }
   if (absl::GetFlag(FLAGS_list_ops)) {
     for (const std::string& op : loopserve::engine::RegisteredOpTypes()) std::cout << op << "\n";

@@ -22,23 +22,9 @@ std::optional<UnaryMatch> MatchUnary(const Node& node, const TransformContext& c
   }
   const std::string& op = node.op_type;
   if (node.inputs.size() == 1) {
-    static const std::pair<const char*, EltwiseFn> kSimple[] = {
-        {"Relu", EltwiseFn::kRelu},
-        {"Tanh", EltwiseFn::kTanh},
-        {"Sigmoid", EltwiseFn::kSigmoid},
-        {"Exp", EltwiseFn::kExp},
-        {"Log", EltwiseFn::kLog},
-        {"Sqrt", EltwiseFn::kSqrt},
-        {"Abs", EltwiseFn::kAbs},
-        {"Neg", EltwiseFn::kNeg},
-        {"Erf", EltwiseFn::kErf},
-        {"Softplus", EltwiseFn::kSoftplus},
-        {"Softsign", EltwiseFn::kSoftsign},
-        {"Reciprocal", EltwiseFn::kReciprocal},
-        {"HardSwish", EltwiseFn::kHardSwish}};
-    for (const auto& [name, fn] : kSimple) {
-      if (op == name) return UnaryMatch{fn};
-    }
+    // The table's one-input functions without attributes (engine/ir/eltwise_fn.h).
+    EltwiseFn fn;
+    if (EltwiseFnOfOp(op.c_str(), kEltwiseFuse, &fn)) return UnaryMatch{fn};
     auto attr = [&](const char* name, float def) -> std::optional<float> {
       absl::StatusOr<float> v = node.GetFloat(name, def);
       return v.ok() ? std::optional<float>(*v) : std::nullopt;
@@ -83,17 +69,11 @@ std::optional<ArithOp> MatchBinary(const Node& node) {
       node.outputs[0] == kNoValue) {
     return std::nullopt;
   }
-  const std::string& op = node.op_type;
-  if (node.opset >= 7) {
-    if (op == "Add") return ArithOp::kAdd;
-    if (op == "Sub") return ArithOp::kSub;
-    if (op == "Mul") return ArithOp::kMul;
-    if (op == "Div") return ArithOp::kDiv;
-  }
-  if (node.opset >= 8) {
-    if (op == "Max") return ArithOp::kMax;
-    if (op == "Min") return ArithOp::kMin;
-  }
+  // Numpy broadcasting from opset 7 (Max and Min: 8).
+  ArithOp op;
+  if (!ArithOpOfOp(node.op_type.c_str(), kEltwiseFuse, &op)) return std::nullopt;
+  const int min_opset = op == ArithOp::kMax || op == ArithOp::kMin ? 8 : 7;
+  if (node.opset >= min_opset) return op;
   return std::nullopt;
 }
 

@@ -235,44 +235,56 @@ class LoopKernel : public Kernel {
 
   absl::Status Init(const Node& node, const Graph& outer) {
     const Graph& g = body_->graph();
-    const int num_params = static_cast<int>(g.inputs.size());
-    const int num_results = static_cast<int>(g.outputs.size());
-    auto check_param = [&](int p) -> absl::Status {
-      if (p < 0 || p >= num_params) {
-        return absl::InvalidArgumentError(absl::StrCat("body parameter index ", p,
-                                                       " is out of range (the body has ",
-                                                       num_params, " parameters)"));
-      }
-      return absl::OkStatus();
-    };
-    auto check_result = [&](int r) -> absl::Status {
-      if (r < 0 || r >= num_results) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "body result index ", r, " is out of range (the body has ", num_results, " results)"));
-      }
-      return absl::OkStatus();
-    };
-    auto check_input = [&](int i) -> absl::Status {
-      if (i < 0 || i >= static_cast<int>(node.inputs.size())) {
-        return absl::InvalidArgumentError(absl::StrCat("Loop input index ", i, " is out of range"));
-      }
-      return absl::OkStatus();
-    };
     if (spec_->current_iteration_param >= 0) {
-      LS_RETURN_IF_ERROR(check_param(spec_->current_iteration_param));
+      LS_RETURN_IF_ERROR(CheckParam(g, spec_->current_iteration_param));
       iteration_slot_ = g.inputs[spec_->current_iteration_param];
       const ValueType& t = g.values[iteration_slot_].type;
       iteration_dtype_ = t.dtype == DataType::kInt32 ? DataType::kInt32 : DataType::kInt64;
       iteration_rank1_ = t.dims.has_value() && t.dims->size() == 1;
     }
     if (spec_->condition_result >= 0) {
-      LS_RETURN_IF_ERROR(check_result(spec_->condition_result));
+      LS_RETURN_IF_ERROR(CheckResult(g, spec_->condition_result));
       condition_slot_ = g.outputs[spec_->condition_result];
     }
+    LS_RETURN_IF_ERROR(InitInputs(node, g));
+    LS_RETURN_IF_ERROR(InitOutputs(node, outer, g));
+    int staged = 0;
+    for (CarriedPort& c : carried_) {
+      staged_index_.push_back(c.swap || c.unchanged ? -1 : staged++);
+    }
+    num_staged_ = staged;
+    return absl::OkStatus();
+  }
+
+  static absl::Status CheckParam(const Graph& g, int p) {
+    const int num_params = static_cast<int>(g.inputs.size());
+    if (p < 0 || p >= num_params) {
+      return absl::InvalidArgumentError(absl::StrCat("body parameter index ", p,
+                                                     " is out of range (the body has ", num_params,
+                                                     " parameters)"));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status CheckResult(const Graph& g, int r) {
+    const int num_results = static_cast<int>(g.outputs.size());
+    if (r < 0 || r >= num_results) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "body result index ", r, " is out of range (the body has ", num_results, " results)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The input ports: invariant, sliced and carried (whose back edges swap when the result is
+  // the body's own and read once, and are staged otherwise).
+  absl::Status InitInputs(const Node& node, const Graph& g) {
     std::vector<int> result_uses(g.values.size(), 0);
     for (const LoopSpec::InputPort& port : spec_->inputs) {
-      LS_RETURN_IF_ERROR(check_param(port.body_param));
-      LS_RETURN_IF_ERROR(check_input(port.node_input));
+      LS_RETURN_IF_ERROR(CheckParam(g, port.body_param));
+      if (port.node_input < 0 || port.node_input >= static_cast<int>(node.inputs.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Loop input index ", port.node_input, " is out of range"));
+      }
       const int param_slot = g.inputs[port.body_param];
       switch (port.kind) {
         case InputKind::kInvariant:
@@ -292,7 +304,7 @@ class LoopKernel : public Kernel {
                              port.start, port.end, port.squeeze});
           break;
         case InputKind::kCarried: {
-          LS_RETURN_IF_ERROR(check_result(port.back_edge));
+          LS_RETURN_IF_ERROR(CheckResult(g, port.back_edge));
           const int result_slot = g.outputs[port.back_edge];
           const ValueType& t = g.values[param_slot].type;
           CarriedPort c;
@@ -308,11 +320,17 @@ class LoopKernel : public Kernel {
         }
       }
     }
+    return absl::OkStatus();
+  }
+
+  // The output ports: last values and concatenations, each knowing the carried parameter its
+  // result was handed to.
+  absl::Status InitOutputs(const Node& node, const Graph& outer, const Graph& g) {
     // A result swapped away by a back edge cannot also be read by an output afterwards; outputs
     // of a carried result read the parameter it was handed to. Results read by outputs that are
     // not back edges must not be swapped by any back edge either: stage those instead.
     for (const LoopSpec::OutputPort& port : spec_->outputs) {
-      LS_RETURN_IF_ERROR(check_result(port.body_result));
+      LS_RETURN_IF_ERROR(CheckResult(g, port.body_result));
       if (port.node_output < 0 || port.node_output >= static_cast<int>(node.outputs.size())) {
         return absl::InvalidArgumentError(
             absl::StrCat("Loop output index ", port.node_output, " is out of range"));
@@ -339,11 +357,6 @@ class LoopKernel : public Kernel {
       }
       outputs_.push_back(out);
     }
-    int staged = 0;
-    for (CarriedPort& c : carried_) {
-      staged_index_.push_back(c.swap || c.unchanged ? -1 : staged++);
-    }
-    num_staged_ = staged;
     return absl::OkStatus();
   }
 
@@ -420,12 +433,44 @@ class LoopKernel : public Kernel {
   absl::Status Execute(KernelContext& ctx, int64_t& iterations) const {
     LoopState& state = *ctx.state<LoopState>();
     RunContext& run = ctx.run_context();
-    ExecutionFrame& outer = ctx.frame();
     ExecutionFrame& body = state.body.Get(*body_, run);
+    Execution e;
+    LS_RETURN_IF_ERROR(BindExecution(ctx, state, body, e));
+    const int64_t cap = run.options().max_loop_iterations;
+    LoopThreadMode thread_mode(run.options().loop_threads, run.options().loop_team, adaptive_);
+    int64_t i = 0;
+    for (; i < e.max_trip && e.cond; ++i) {
+      LS_RETURN_IF_ERROR(run.CheckInterrupted());
+      if (cap > 0 && i >= cap) {
+        return LimitExceededError(LimitReason::kIterationCap,
+                                  absl::StrCat("the loop reached the iteration cap of ", cap,
+                                               " (max_loop_iterations) before finishing"));
+      }
+      LS_RETURN_IF_ERROR(RunIteration(ctx, state, body, i, e));
+      thread_mode.AfterIteration(run.stats());
+    }
+    iterations = i;
+    return WriteOutputs(ctx, state, body, iterations);
+  }
 
-    int64_t max_trip;
-    LS_RETURN_IF_ERROR(ReadTripCount(ctx, max_trip));
+  // What one execution fixes before its first iteration.
+  struct Execution {
+    int64_t max_trip = 0;
     bool cond = true;
+    // Invariant inputs that are not tensors are copies a step may take: copied again before
+    // every iteration.
+    bool rebind_invariants = false;
+    Shape counter_shape;
+  };
+
+  // Reads the trip count and initial condition, binds the captures, invariant, carried and sliced
+  // inputs, and sizes the iteration counter.
+  absl::Status BindExecution(KernelContext& ctx, LoopState& state, ExecutionFrame& body,
+                             Execution& e) const {
+    ExecutionFrame& outer = ctx.frame();
+    int64_t& max_trip = e.max_trip;
+    bool& cond = e.cond;
+    LS_RETURN_IF_ERROR(ReadTripCount(ctx, max_trip));
     if (ctx.has_input(1)) {
       const Value& v = ctx.input_value(1);
       if (!v.is_tensor() || v.tensor().NumElements() != 1) {
@@ -440,14 +485,13 @@ class LoopKernel : public Kernel {
     // Tensors are bound as views, which no body step can take (KernelContext::TakeInput); other
     // values are copies a step may take, so they are copied again before every iteration (no
     // importer makes one today: OpenVINO, the only source of invariant inputs, has only tensors).
-    bool rebind_invariants = false;
     for (const auto& [node_input, param_slot] : invariant_) {
       const Value& v = ctx.input_value(node_input);
       if (v.is_tensor()) {
         body.slot(param_slot).mutable_tensor() = Tensor::ViewOf(v.tensor());
       } else {
         body.slot(param_slot).CopyFrom(v);
-        rebind_invariants = true;
+        e.rebind_invariants = true;
       }
     }
     for (const CarriedPort& c : carried_) {
@@ -466,94 +510,96 @@ class LoopKernel : public Kernel {
       LS_RETURN_IF_ERROR(PlanSlices(sliced_[k], v.tensor(), state.slices[k]));
       max_trip = std::min<int64_t>(max_trip, state.slices[k].parts);
     }
-    const int64_t cap = run.options().max_loop_iterations;
     // The counter is sized once per execution and then written in place. A body step may take
     // the parameter's buffer (KernelContext::TakeInput: Concat(i, ...) appending to it), leaving
     // the slot another value, so the slot is checked again every iteration.
-    const Shape counter_shape = iteration_rank1_ ? Shape{1} : Shape{};
+    e.counter_shape = iteration_rank1_ ? Shape{1} : Shape{};
     if (iteration_slot_ >= 0) {
-      body.slot(iteration_slot_).mutable_tensor().Resize(iteration_dtype_, counter_shape);
+      body.slot(iteration_slot_).mutable_tensor().Resize(iteration_dtype_, e.counter_shape);
+    }
+    return absl::OkStatus();
+  }
+
+  // Iteration i: the counter and slices in, the body, the condition, the scan outputs appended
+  // (and handed to the iteration observer), the carried values handed back.
+  absl::Status RunIteration(KernelContext& ctx, LoopState& state, ExecutionFrame& body, int64_t i,
+                            Execution& e) const {
+    RunContext& run = ctx.run_context();
+    const int64_t max_trip = e.max_trip;
+    const Shape& counter_shape = e.counter_shape;
+    if (iteration_slot_ >= 0) {
+      Tensor& counter = body.slot(iteration_slot_).mutable_tensor();
+      if (counter.capacity() == 0 || counter.dtype() != iteration_dtype_ ||
+          counter.rank() != counter_shape.rank() || counter.NumElements() != 1) {
+        counter.Resize(iteration_dtype_, counter_shape);
+      }
+      void* iteration_counter = counter.mutable_raw_data();
+      if (iteration_dtype_ == DataType::kInt32) {
+        static_cast<int32_t*>(iteration_counter)[0] = static_cast<int32_t>(i);
+      } else {
+        static_cast<int64_t*>(iteration_counter)[0] = i;
+      }
+    }
+    for (size_t k = 0; k < sliced_.size(); ++k) {
+      // The range was validated against this input's shape when the execution started.
+      const SlicedPort& s = sliced_[k];
+      const SliceRun& run_k = state.slices[k];
+      CopySlice(ctx.input_value(s.node_input).tensor(), run_k.axis, run_k.first + i * run_k.step,
+                s.part_size, s.squeeze, body.slot(s.param_slot).mutable_tensor());
     }
 
-    LoopThreadMode thread_mode(run.options().loop_threads, run.options().loop_team, adaptive_);
-    int64_t i = 0;
-    for (; i < max_trip && cond; ++i) {
-      LS_RETURN_IF_ERROR(run.CheckInterrupted());
-      if (cap > 0 && i >= cap) {
-        return LimitExceededError(LimitReason::kIterationCap,
-                                  absl::StrCat("the loop reached the iteration cap of ", cap,
-                                               " (max_loop_iterations) before finishing"));
+    if (e.rebind_invariants && i > 0) {
+      for (const auto& [node_input, param_slot] : invariant_) {
+        const Value& v = ctx.input_value(node_input);
+        if (!v.is_tensor()) body.slot(param_slot).CopyFrom(v);
       }
-      if (iteration_slot_ >= 0) {
-        Tensor& counter = body.slot(iteration_slot_).mutable_tensor();
-        if (counter.capacity() == 0 || counter.dtype() != iteration_dtype_ ||
-            counter.rank() != counter_shape.rank() || counter.NumElements() != 1) {
-          counter.Resize(iteration_dtype_, counter_shape);
-        }
-        void* iteration_counter = counter.mutable_raw_data();
-        if (iteration_dtype_ == DataType::kInt32) {
-          static_cast<int32_t*>(iteration_counter)[0] = static_cast<int32_t>(i);
-        } else {
-          static_cast<int64_t*>(iteration_counter)[0] = i;
-        }
-      }
-      for (size_t k = 0; k < sliced_.size(); ++k) {
-        // The range was validated against this input's shape when the execution started.
-        const SlicedPort& s = sliced_[k];
-        const SliceRun& run_k = state.slices[k];
-        CopySlice(ctx.input_value(s.node_input).tensor(), run_k.axis, run_k.first + i * run_k.step,
-                  s.part_size, s.squeeze, body.slot(s.param_slot).mutable_tensor());
-      }
-
-      if (rebind_invariants && i > 0) {
-        for (const auto& [node_input, param_slot] : invariant_) {
-          const Value& v = ctx.input_value(node_input);
-          if (!v.is_tensor()) body.slot(param_slot).CopyFrom(v);
-        }
-      }
-      LS_RETURN_IF_ERROR(body.Run());
-
-      if (condition_slot_ >= 0) {
-        const Value& c = body.slot(condition_slot_);
-        if (!c.is_tensor() || c.tensor().NumElements() != 1) {
-          return absl::InvalidArgumentError(
-              "the body's condition output must be a single value (a scalar or a 1-element "
-              "tensor)");
-        }
-        cond = c.tensor().ScalarAsBool();
-      }
-      for (size_t k = 0; k < outputs_.size(); ++k) {
-        const OutputPortInfo& out = outputs_[k];
-        if (out.kind == OutputKind::kLastValue) continue;
-        LS_RETURN_IF_ERROR(Append(out, i, body.slot(out.result_slot), state.slice_shapes[k],
-                                  state.max_rows[k],
-                                  ctx.output_value(out.node_output).mutable_tensor(), max_trip,
-                                  run.options().max_output_bytes));
-      }
-      if (top_level_) {
-        if (IterationObserver* observer = run.options().iteration_observer; observer != nullptr) {
-          for (size_t s = 0; s < streamed_.size(); ++s) {
-            state.scan_slices[s].tensor =
-                &body.slot(outputs_[streamed_[s].port].result_slot).tensor();
-          }
-          LS_RETURN_IF_ERROR(observer->OnIteration(loop_index_, i, state.scan_slices));
-        }
-      }
-      // Back edges: first stage every copied value (sources may alias), then hand over.
-      for (size_t k = 0; k < carried_.size(); ++k) {
-        if (!carried_[k].swap && !carried_[k].unchanged)
-          state.staged[staged_index_[k]].CopyFrom(body.slot(carried_[k].result_slot));
-      }
-      for (size_t k = 0; k < carried_.size(); ++k) {
-        const CarriedPort& c = carried_[k];
-        if (c.unchanged) continue;
-        Value& param = body.slot(c.param_slot);
-        swap(param, c.swap ? body.slot(c.result_slot) : state.staged[staged_index_[k]]);
-      }
-      thread_mode.AfterIteration(run.stats());
     }
-    iterations = i;
+    LS_RETURN_IF_ERROR(body.Run());
 
+    if (condition_slot_ >= 0) {
+      const Value& c = body.slot(condition_slot_);
+      if (!c.is_tensor() || c.tensor().NumElements() != 1) {
+        return absl::InvalidArgumentError(
+            "the body's condition output must be a single value (a scalar or a 1-element "
+            "tensor)");
+      }
+      e.cond = c.tensor().ScalarAsBool();
+    }
+    for (size_t k = 0; k < outputs_.size(); ++k) {
+      const OutputPortInfo& out = outputs_[k];
+      if (out.kind == OutputKind::kLastValue) continue;
+      LS_RETURN_IF_ERROR(Append(out, i, body.slot(out.result_slot), state.slice_shapes[k],
+                                state.max_rows[k],
+                                ctx.output_value(out.node_output).mutable_tensor(), max_trip,
+                                run.options().max_output_bytes));
+    }
+    if (top_level_) {
+      if (IterationObserver* observer = run.options().iteration_observer; observer != nullptr) {
+        for (size_t s = 0; s < streamed_.size(); ++s) {
+          state.scan_slices[s].tensor =
+              &body.slot(outputs_[streamed_[s].port].result_slot).tensor();
+        }
+        LS_RETURN_IF_ERROR(observer->OnIteration(loop_index_, i, state.scan_slices));
+      }
+    }
+    // Back edges: first stage every copied value (sources may alias), then hand over.
+    for (size_t k = 0; k < carried_.size(); ++k) {
+      if (!carried_[k].swap && !carried_[k].unchanged)
+        state.staged[staged_index_[k]].CopyFrom(body.slot(carried_[k].result_slot));
+    }
+    for (size_t k = 0; k < carried_.size(); ++k) {
+      const CarriedPort& c = carried_[k];
+      if (c.unchanged) continue;
+      Value& param = body.slot(c.param_slot);
+      swap(param, c.swap ? body.slot(c.result_slot) : state.staged[staged_index_[k]]);
+    }
+    return absl::OkStatus();
+  }
+
+  // The Loop's outputs after `iterations` iterations: last values swapped or moved out of the
+  // body, scan outputs finished (or empty).
+  absl::Status WriteOutputs(KernelContext& ctx, LoopState& state, ExecutionFrame& body,
+                            int64_t iterations) const {
     for (size_t k = 0; k < outputs_.size(); ++k) {
       const OutputPortInfo& out = outputs_[k];
       Value& dst = ctx.output_value(out.node_output);

@@ -379,6 +379,32 @@ absl::Status DnnlKernel::Bind(DataType type, const Tensor* const* inputs, int th
 absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   const Tensor* inputs[kMaxInputs] = {};
   DataType type = DataType::kUndefined;
+  LS_RETURN_IF_ERROR(GatherInputs(ctx, inputs, type));
+  State& frame_state = *ctx.state<State>();
+  if (!UsesDnnl(type)) return RunFallback(ctx, type, frame_state);
+
+  const int threads = omp_get_max_threads();
+  SpinTeam* team = threads == 1 ? SpinTeam::Engaged() : nullptr;
+  const int parts = team != nullptr ? team->size() : 1;
+  Bound& state = frame_state.bound[parts > 1 ? 2 : threads > 1 ? 1 : 0];
+  if (!state.Matches(type, inputs, num_inputs_, threads, parts)) {
+    try {
+      LS_RETURN_IF_ERROR(Bind(type, inputs, threads, parts, state));
+    } catch (const dnnl::error& e) {
+      return FromDnnlError(e);
+    }
+  }
+  const PreparedOp& op = *state.op;
+  if (op.mode == PreparedOp::Mode::kReference) return RunFallback(ctx, type, frame_state);
+  if (op.mode != PreparedOp::Mode::kExecute) {
+    return RunNativeMode(op, ctx, type, inputs, threads, team);
+  }
+  if (op.reference_impl) CountReferenceStep(ctx, frame_state);
+  return RunPrimitive(op, ctx, type, inputs, threads, state);
+}
+
+absl::Status DnnlKernel::GatherInputs(KernelContext& ctx, const Tensor** inputs,
+                                      DataType& type) const {
   for (int i = 0; i < num_inputs_; ++i) {
     if (!ctx.has_input(i)) {
       if (i < required_inputs_) {
@@ -395,24 +421,13 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                                                      DataTypeName(inputs[i]->dtype())));
     }
   }
-  State& frame_state = *ctx.state<State>();
-  if (!UsesDnnl(type)) return RunFallback(ctx, type, frame_state);
+  return absl::OkStatus();
+}
 
-  const int threads = omp_get_max_threads();
-  SpinTeam* team = threads == 1 ? SpinTeam::Engaged() : nullptr;
-  const int parts = team != nullptr ? team->size() : 1;
-  Bound& state = frame_state.bound[parts > 1 ? 2 : threads > 1 ? 1 : 0];
-  if (!state.Matches(type, inputs, num_inputs_, threads, parts)) {
-    try {
-      LS_RETURN_IF_ERROR(Bind(type, inputs, threads, parts, state));
-    } catch (const dnnl::error& e) {
-      return FromDnnlError(e);
-    }
-  }
-  const PreparedOp& op = *state.op;
+absl::Status DnnlKernel::RunNativeMode(const PreparedOp& op, KernelContext& ctx, DataType type,
+                                       const Tensor* const* inputs, int threads,
+                                       SpinTeam* team) const {
   switch (op.mode) {
-    case PreparedOp::Mode::kReference:
-      return RunFallback(ctx, type, frame_state);
     case PreparedOp::Mode::kEmpty:
       ctx.output(0, type, op.output_shape);
       for (size_t k = 0; k < op.extra_outputs.size(); ++k) {
@@ -463,11 +478,16 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                     out->mutable_data<float>());
       return absl::OkStatus();
     }
+    case PreparedOp::Mode::kReference:
     case PreparedOp::Mode::kExecute:
       break;
   }
-  if (op.reference_impl) CountReferenceStep(ctx, frame_state);
+  return absl::InternalError("a oneDNN kernel's native run was given a primitive op");
+}
 
+absl::Status DnnlKernel::RunPrimitive(const PreparedOp& op, KernelContext& ctx, DataType type,
+                                      const Tensor* const* inputs, int threads,
+                                      Bound& state) const {
   Tensor* out = ctx.output(0, type, op.output_shape);
   Tensor* extra[2] = {};
   for (size_t k = 0; k < op.extra_outputs.size() && k < 2; ++k) {
@@ -475,31 +495,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
         ctx.output(static_cast<int>(k) + 1, op.extra_outputs[k].first, op.extra_outputs[k].second);
   }
   DnnlRunResource& run = ctx.run_context().Resource<DnnlRunResource>();
-  const size_t element_size = DataTypeSize(type);
-  for (size_t k = 0; k < op.expansions.size(); ++k) {
-    const Tensor& in = *inputs[op.expansions[k].input];
-    reference::BroadcastCopy(in.raw_data(), in.shape(), state.aux[k].mutable_raw_data(),
-                             op.expansions[k].shape, element_size);
-  }
-  if (op.prefill_input >= 0) {
-    const Tensor& in = *inputs[op.prefill_input];
-    reference::BroadcastCopy(in.raw_data(), in.shape(), out->mutable_raw_data(), out->shape(),
-                             element_size);
-  }
-  if (op.staging != nullptr) {
-    const size_t src_bytes =
-        op.staging->stage_in ? (op.staging->staged_src.get_size() + 63) / 64 * 64 : 0;
-    const size_t dst_bytes = op.staging->stage_out ? op.staging->staged_dst.get_size() : 0;
-    char* staged = static_cast<char*>(run.Staging(src_bytes + dst_bytes));
-    state.staged[0] = staged;
-    state.staged[1] = staged + src_bytes;
-    try {
-      state.stage_memories[1].set_data_handle(state.staged[0]);
-      state.stage_memories[2].set_data_handle(state.staged[1]);
-    } catch (const dnnl::error& e) {
-      return FromDnnlError(e);
-    }
-  }
+  LS_RETURN_IF_ERROR(StageBuffers(op, type, inputs, out, run, state));
   if (!op.row_parts.empty()) {
     try {
       void* scratchpad = run.Scratchpad(op.row_parts_scratchpad_bytes);
@@ -525,9 +521,46 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   } catch (const dnnl::error& e) {
     return FromDnnlError(e);
   }
+  LS_RETURN_IF_ERROR(Execute(op, state, run.stream().get(), threads));
+  RunEpilogue(op, inputs, out);
+  return Finish(op, ctx);
+}
+
+absl::Status DnnlKernel::StageBuffers(const PreparedOp& op, DataType type,
+                                      const Tensor* const* inputs, Tensor* out,
+                                      DnnlRunResource& run, Bound& state) {
+  const size_t element_size = DataTypeSize(type);
+  for (size_t k = 0; k < op.expansions.size(); ++k) {
+    const Tensor& in = *inputs[op.expansions[k].input];
+    reference::BroadcastCopy(in.raw_data(), in.shape(), state.aux[k].mutable_raw_data(),
+                             op.expansions[k].shape, element_size);
+  }
+  if (op.prefill_input >= 0) {
+    const Tensor& in = *inputs[op.prefill_input];
+    reference::BroadcastCopy(in.raw_data(), in.shape(), out->mutable_raw_data(), out->shape(),
+                             element_size);
+  }
+  if (op.staging != nullptr) {
+    const size_t src_bytes =
+        op.staging->stage_in ? (op.staging->staged_src.get_size() + 63) / 64 * 64 : 0;
+    const size_t dst_bytes = op.staging->stage_out ? op.staging->staged_dst.get_size() : 0;
+    char* staged = static_cast<char*>(run.Staging(src_bytes + dst_bytes));
+    state.staged[0] = staged;
+    state.staged[1] = staged + src_bytes;
+    try {
+      state.stage_memories[1].set_data_handle(state.staged[0]);
+      state.stage_memories[2].set_data_handle(state.staged[1]);
+    } catch (const dnnl::error& e) {
+      return FromDnnlError(e);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DnnlKernel::Execute(const PreparedOp& op, Bound& state, dnnl_stream_t stream,
+                                 int threads) {
   // The C entry point takes the pre-built argument table; the C++ one would build a vector from
   // an unordered_map on every call.
-  dnnl_stream_t stream = run.stream().get();
   ScopedOneOpenMpThread scope(op.single_threaded && threads > 1);
   if (op.staging != nullptr && op.staging->stage_in) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[0].get()},
@@ -553,8 +586,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
           absl::StrCat("oneDNN reorder failed (status ", reorder_status, ")"));
     }
   }
-  RunEpilogue(op, inputs, out);
-  return Finish(op, ctx);
+  return absl::OkStatus();
 }
 
 namespace {

@@ -32,6 +32,9 @@
 
 namespace loopserve::engine {
 
+class DnnlRunResource;
+class SpinTeam;
+
 // Primitives the oneDNN kernels of this process have created (signature-cache misses, including
 // those at load). Tests use it to prove that steady-state runs create none. Thread-safe.
 int64_t DnnlPrimitiveCreationCount();
@@ -296,6 +299,18 @@ class DnnlKernel : public Kernel {
   class State;
   using Key = absl::InlinedVector<int64_t, 16>;
 
+  // Run's steps: the inputs (checked present and of one type), a prepared op's native modes (all
+  // but kExecute and kReference), and a kExecute op: its auxiliary and staged buffers, the
+  // primitive (with the staging reorders around it) and the epilogue.
+  absl::Status GatherInputs(KernelContext& ctx, const Tensor** inputs, DataType& type) const;
+  absl::Status RunNativeMode(const PreparedOp& op, KernelContext& ctx, DataType type,
+                             const Tensor* const* inputs, int threads, SpinTeam* team) const;
+  absl::Status RunPrimitive(const PreparedOp& op, KernelContext& ctx, DataType type,
+                            const Tensor* const* inputs, int threads, Bound& state) const;
+  static absl::Status StageBuffers(const PreparedOp& op, DataType type, const Tensor* const* inputs,
+                                   Tensor* out, DnnlRunResource& run, Bound& state);
+  static absl::Status Execute(const PreparedOp& op, Bound& state, dnnl_stream_t stream,
+                              int threads);
   // Binds the op for the signature of `inputs` at `threads` OpenMP threads (split into `parts`
   // when the kernel splits it) into `state`.
   absl::Status Bind(DataType type, const Tensor* const* inputs, int threads, int parts,

@@ -19,42 +19,6 @@ namespace {
 using reference::BinaryOp;
 using reference::UnaryOp;
 
-native::VecBinary VecBinaryOf(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return native::VecBinary::kAdd;
-    case BinaryOp::kSub:
-      return native::VecBinary::kSub;
-    case BinaryOp::kMul:
-      return native::VecBinary::kMul;
-    case BinaryOp::kDiv:
-      return native::VecBinary::kDiv;
-  }
-  return native::VecBinary::kAdd;
-}
-
-native::VecUnary VecUnaryOf(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kRelu:
-      return native::VecUnary::kRelu;
-    case UnaryOp::kTanh:
-      return native::VecUnary::kTanh;
-    case UnaryOp::kSigmoid:
-      return native::VecUnary::kSigmoid;
-    case UnaryOp::kExp:
-      return native::VecUnary::kExp;
-    case UnaryOp::kLog:
-      return native::VecUnary::kLog;
-    case UnaryOp::kSqrt:
-      return native::VecUnary::kSqrt;
-    case UnaryOp::kAbs:
-      return native::VecUnary::kAbs;
-    case UnaryOp::kNeg:
-      return native::VecUnary::kNeg;
-  }
-  return native::VecUnary::kIdentity;
-}
-
 // Makes `op` a kNative op running `chain` over `shapes`.
 absl::Status UseNativeChain(const native::ElementwiseChain& chain,
                             absl::Span<const Shape* const> shapes, PreparedOp& op) {
@@ -75,6 +39,8 @@ dnnl::algorithm BinaryAlgorithm(BinaryOp op) {
       return dnnl::algorithm::binary_mul;
     case BinaryOp::kDiv:
       return dnnl::algorithm::binary_div;
+    default:
+      break;
   }
   return dnnl::algorithm::undef;
 }
@@ -92,7 +58,7 @@ class BinaryKernel final : public DnnlKernel {
       : DnnlKernel(/*num_inputs=*/2, /*required_inputs=*/2),
         op_(op),
         legacy_(legacy),
-        chain_(2, {native::ChainStep::Binary(VecBinaryOf(op), 1)}) {}
+        chain_(2, {native::ChainStep::Binary(op, 1)}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -201,7 +167,7 @@ class UnaryKernel final : public DnnlKernel {
   explicit UnaryKernel(UnaryOp op)
       : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1),
         op_(op),
-        chain_(1, {native::ChainStep::Unary(VecUnaryOf(op))}) {}
+        chain_(1, {native::ChainStep::Unary(op)}) {}
 
  protected:
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
@@ -252,6 +218,8 @@ class UnaryKernel final : public DnnlKernel {
         algorithm = dnnl::algorithm::eltwise_linear;
         alpha = -1.0f;
         break;
+      default:
+        return absl::InternalError(absl::StrCat("no oneDNN eltwise for ", EltwiseFnName(op_)));
     }
     const dnnl::eltwise_forward::primitive_desc pd(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, algorithm, desc, alpha,
@@ -325,6 +293,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlElementwiseKernel(const Kernel
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBinaryKernel(BinaryOp op,
                                                                const KernelInit& init) {
   const Node& node = init.node();
+  if ((ArithOpFlags(op) & kEltwiseDnnl) == 0) {
+    return absl::InternalError(absl::StrCat("no oneDNN binary kernel for ", ArithOpName(op)));
+  }
   if (init.num_inputs() != 2 || node.outputs.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected 2 inputs and 1 output, got ", init.num_inputs(), " and ", node.outputs.size()));
@@ -344,6 +315,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlBinaryKernel(BinaryOp op,
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlUnaryKernel(UnaryOp op, const KernelInit& init) {
+  if ((EltwiseFnFlags(op) & kEltwiseDnnl) == 0) {
+    return absl::InternalError(absl::StrCat("no oneDNN eltwise kernel for ", EltwiseFnName(op)));
+  }
   if (init.num_inputs() != 1 || init.node().outputs.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("expected 1 input and 1 output, got ",
                                                    init.num_inputs(), " and ",

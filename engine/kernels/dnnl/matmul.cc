@@ -218,110 +218,25 @@ class MatMulKernel final : public DnnlKernel {
                         reference::MatMulShapes(a_shape, b_shape));
     auto prepared = std::make_unique<PreparedOp>();
     prepared->output_shape = dims.output;
-
-    // Which post-ops the product kernel absorbs: a first Add of one row of n values (the bias),
-    // then, on the packed one-row kernel, one Tanh/Relu/Sigmoid; on the packed rows kernel,
-    // leading Adds of the bias and of an addend of the output's shape, then one of those
-    // activations. The rest are the epilogue.
-    const std::vector<PostOp> none;
-    const std::vector<PostOp>& post_ops = spec_ != nullptr ? spec_->post_ops : none;
-    auto is_bias = [&](const Shape& bias) {
-      return bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
-             bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n;
-    };
-    auto is_add = [&](size_t i) {
-      return post_ops[i].kind == PostOp::Kind::kBinary && post_ops[i].op == ArithOp::kAdd;
-    };
-    int bias_input = -1;
-    if (!post_ops.empty() && is_add(0) && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2 &&
-        is_bias(*shapes[post_ops[0].input])) {
-      bias_input = post_ops[0].input;
-    }
-    size_t absorbed = bias_input >= 0 ? 1 : 0;
-
-    const bool dnnl_rank_ok = dims.batch.rank() + 2 <= DNNL_MAX_NDIMS;
     const Tensor* constant = ConstantWeights(constant_weights_, type, *shapes[1]);
-    // Matrix-vector products per batch item (one query's attention, a product whose shape
-    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
-    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
-    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
-    // at batch B): the matrix would be streamed once per row, where a product of all B rows on
-    // the packed weights reads it once (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
-    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
-                                     dims.m == 1 && dims.batch.NumElements() > 1;
-    const bool batched_gemv = type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
-                              !rows_share_constant &&
-                              (constant == nullptr || Work(shapes) < kParallelWork);
-    // Rows (any batch of A folded in) times constant 2-D weights below AVX-512: the native packed
-    // kernel (96% of the FMA peak on average over the grid's product shapes, oneDNN's 1x1
-    // convolution 86%: bench/RESULTS.md "AVX2 GEMM").
-    const int64_t rows = dims.batch.NumElements() * dims.m;
-    const bool packed_rows = type == DataType::kFloat32 && constant != nullptr &&
-                             constant->rank() == 2 && !trans_a && !batched_gemv &&
-                             dims.a_batch.NumElements() == dims.batch.NumElements() && rows > 1 &&
-                             dims.k > 0 && dims.n > 0 && native::PackedGemm::Preferred(rows);
-    int addend_input = -1;
-    bool bias_first = false;
-    native::PackedGemv::Activation rows_activation = native::PackedGemv::Activation::kNone;
-    if (packed_rows) {
-      for (; absorbed < post_ops.size() && is_add(absorbed); ++absorbed) {
-        const Shape& operand = *shapes[post_ops[absorbed].input];
-        if (addend_input < 0 && operand == dims.output) {
-          addend_input = post_ops[absorbed].input;
-          bias_first = bias_input >= 0;
-        } else if (bias_input < 0 && is_bias(operand)) {
-          bias_input = post_ops[absorbed].input;
-        } else {
-          break;
-        }
-      }
-      if (absorbed < post_ops.size()) {
-        if (auto act = GemvActivation(post_ops[absorbed])) {
-          rows_activation = *act;
-          ++absorbed;
-        }
-      }
-    }
-    std::shared_ptr<const native::PackedGemv> gemv;
-    native::PackedGemv::Activation activation = native::PackedGemv::Activation::kNone;
-    if (type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 &&
-        dims.batch.NumElements() * dims.m == 1 && dims.k > 0 && dims.n > 0 &&
-        dims.k * dims.n <= native::PackedGemv::kMaxElements && native::PackedGemv::Available()) {
-      if (absorbed < post_ops.size() && absorbed + 1 == post_ops.size()) {
-        if (auto act = GemvActivation(post_ops[absorbed])) {
-          activation = *act;
-          ++absorbed;
-        }
-      }
-      Tensor w;
-      if (trans_b) {
-        // The constant is stored [n, k]: pack its transpose.
-        w.Resize(DataType::kFloat32, Shape{dims.k, dims.n});
-        const float* src = constant->data<float>();
-        float* dst = w.mutable_data<float>();
-        for (int64_t i = 0; i < dims.k; ++i) {
-          for (int64_t j = 0; j < dims.n; ++j) dst[i * dims.n + j] = src[j * dims.k + i];
-        }
-      } else {
-        w = Tensor::ViewOf(*constant);
-      }
-      gemv = std::make_shared<const native::PackedGemv>(w, activation);
-    }
+    ProductChoice choice = ChooseProduct(type, shapes, dims, constant, trans_a);
+    std::shared_ptr<const native::PackedGemv> gemv =
+        MakePackedGemv(type, dims, constant, trans_b, choice.absorbed);
 
     // The epilogue over the product, unless a post-op operand would grow the result (then the
     // nodes run unfused).
-    if (absorbed < post_ops.size()) {
-      const native::ElementwiseChain& chain = epilogues_[absorbed];
+    if (choice.absorbed < PostOps().size()) {
+      const native::ElementwiseChain& chain = epilogues_[choice.absorbed];
       std::vector<const Shape*> operand_shapes = {&dims.output};
-      for (int input : epilogue_inputs_[absorbed]) operand_shapes.push_back(shapes[input]);
+      for (int input : epilogue_inputs_[choice.absorbed]) operand_shapes.push_back(shapes[input]);
       LS_ASSIGN_OR_RETURN(prepared->epilogue_prepared, chain.Prepare(operand_shapes));
       if (prepared->epilogue_prepared.output != dims.output) {
         prepared->mode = PreparedOp::Mode::kReference;
         return prepared;
       }
       prepared->epilogue = &chain;
-      prepared->epilogue_inputs.assign(epilogue_inputs_[absorbed].begin(),
-                                       epilogue_inputs_[absorbed].end());
+      prepared->epilogue_inputs.assign(epilogue_inputs_[choice.absorbed].begin(),
+                                       epilogue_inputs_[choice.absorbed].end());
     }
     if (dims.output.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
@@ -330,38 +245,158 @@ class MatMulKernel final : public DnnlKernel {
     if (dims.k == 0) {
       prepared->mode = PreparedOp::Mode::kZeroFill;
       // No kernel absorbs the bias here: the full epilogue runs over the zeros.
-      if (bias_input >= 0) LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
+      if (choice.bias_input >= 0) LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       return prepared;
     }
     if (gemv != nullptr) {
       prepared->mode = PreparedOp::Mode::kPackedGemv;
       prepared->gemv = std::move(gemv);
-      prepared->gemv_bias_input = bias_input;
+      prepared->gemv_bias_input = choice.bias_input;
       return prepared;
     }
-    if (batched_gemv) {
-      if (bias_input >= 0) {
-        bias_input = -1;
-        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
-      }
+    if (choice.batched_gemv) {
+      if (choice.bias_input >= 0) LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
       prepared->mode = PreparedOp::Mode::kBatchedGemv;
       prepared->batched_gemv = std::make_shared<const native::BatchedGemv>(dims, trans_a, trans_b);
       return prepared;
     }
-    if (packed_rows) {
+    if (choice.packed_rows) {
       prepared->mode = PreparedOp::Mode::kPackedGemm;
       prepared->gemm = packed_gemm_.Get(constant->data<float>(), dims.k, dims.n, trans_b);
-      prepared->gemm_rows = rows;
-      prepared->gemm_bias_input = bias_input;
-      prepared->gemm_addend_input = addend_input;
-      prepared->gemm_activation = rows_activation;
-      prepared->gemm_bias_first = bias_first;
+      prepared->gemm_rows = choice.rows;
+      prepared->gemm_bias_input = choice.bias_input;
+      prepared->gemm_addend_input = choice.addend_input;
+      prepared->gemm_activation = choice.rows_activation;
+      prepared->gemm_bias_first = choice.bias_first;
       return prepared;
     }
-    if (!dnnl_rank_ok) {
+    if (dims.batch.rank() + 2 > DNNL_MAX_NDIMS) {
       prepared->mode = PreparedOp::Mode::kReference;
       return prepared;
     }
+    LS_RETURN_IF_ERROR(PrepareOneDnn(type, shapes, dims, constant, trans_a, trans_b,
+                                     choice.bias_input, *prepared));
+    return prepared;
+  }
+
+ private:
+  const std::vector<PostOp>& PostOps() const {
+    static const std::vector<PostOp> none;
+    return spec_ != nullptr ? spec_->post_ops : none;
+  }
+
+  // Which native product runs and which leading post-ops it absorbs.
+  struct ProductChoice {
+    int bias_input = -1;  // the node input that is the product's row bias, or -1
+    size_t absorbed = 0;  // post-ops [0, absorbed) run inside the product kernel
+    bool batched_gemv = false;
+    bool packed_rows = false;  // native::PackedGemm
+    int64_t rows = 0;          // batch x m
+    int addend_input = -1;     // packed rows: an addend of the output's shape
+    bool bias_first = false;   // packed rows: the bias came before the addend
+    native::PackedGemv::Activation rows_activation = native::PackedGemv::Activation::kNone;
+  };
+
+  // Which post-ops the product kernel absorbs: a first Add of one row of n values (the bias),
+  // then, on the packed rows kernel, leading Adds of the bias and of an addend of the output's
+  // shape, then one Tanh/Relu/Sigmoid (the packed one-row kernel's activation: MakePackedGemv).
+  // The rest are the epilogue.
+  ProductChoice ChooseProduct(DataType type, absl::Span<const Shape* const> shapes,
+                              const reference::MatMulDims& dims, const Tensor* constant,
+                              bool trans_a) const {
+    const std::vector<PostOp>& post_ops = PostOps();
+    auto is_bias = [&](const Shape& bias) {
+      return bias.rank() >= 1 && bias.rank() <= dims.output.rank() &&
+             bias[bias.rank() - 1] == dims.n && bias.NumElements() == dims.n;
+    };
+    auto is_add = [&](size_t i) {
+      return post_ops[i].kind == PostOp::Kind::kBinary && post_ops[i].op == ArithOp::kAdd;
+    };
+    ProductChoice c;
+    if (!post_ops.empty() && is_add(0) && shapes[0]->rank() >= 2 && shapes[1]->rank() >= 2 &&
+        is_bias(*shapes[post_ops[0].input])) {
+      c.bias_input = post_ops[0].input;
+    }
+    c.absorbed = c.bias_input >= 0 ? 1 : 0;
+    // Matrix-vector products per batch item (one query's attention, a product whose shape
+    // changes every iteration) on native code: no primitive to create per shape, and no brgemm
+    // overhead at M = 1 or N = 1. Large ones with constant weights keep oneDNN (threads).
+    // Not for rows of a batch against one constant matrix ([B, 1, k] x [k, n]: a decoder step
+    // at batch B): the matrix would be streamed once per row, where a product of all B rows on
+    // the packed weights reads it once (gpt_b4_h128: 4 x [1, 128] x [128, 384] per step).
+    const bool rows_share_constant = constant != nullptr && dims.b_batch.NumElements() == 1 &&
+                                     dims.m == 1 && dims.batch.NumElements() > 1;
+    c.batched_gemv = type == DataType::kFloat32 && native::BatchedGemv::Applies(dims) &&
+                     !rows_share_constant && (constant == nullptr || Work(shapes) < kParallelWork);
+    // Rows (any batch of A folded in) times constant 2-D weights where the back-end table says
+    // (every row count below AVX-512: 96% of the FMA peak on average over the grid's product
+    // shapes, oneDNN's 1x1 convolution 86%: bench/RESULTS.md "AVX2 GEMM").
+    c.rows = dims.batch.NumElements() * dims.m;
+    c.packed_rows = type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 &&
+                    !trans_a && !c.batched_gemv &&
+                    dims.a_batch.NumElements() == dims.batch.NumElements() && c.rows > 1 &&
+                    dims.k > 0 && dims.n > 0 && native::PackedGemm::Preferred(c.rows);
+    if (!c.packed_rows) return c;
+    for (; c.absorbed < post_ops.size() && is_add(c.absorbed); ++c.absorbed) {
+      const Shape& operand = *shapes[post_ops[c.absorbed].input];
+      if (c.addend_input < 0 && operand == dims.output) {
+        c.addend_input = post_ops[c.absorbed].input;
+        c.bias_first = c.bias_input >= 0;
+      } else if (c.bias_input < 0 && is_bias(operand)) {
+        c.bias_input = post_ops[c.absorbed].input;
+      } else {
+        break;
+      }
+    }
+    if (c.absorbed < post_ops.size()) {
+      if (auto act = GemvActivation(post_ops[c.absorbed])) {
+        c.rows_activation = *act;
+        ++c.absorbed;
+      }
+    }
+    return c;
+  }
+
+  // The packed one-row kernel for a one-row product with constant 2-D weights, absorbing a last
+  // post-op that is its activation (advancing `absorbed`); null when it does not apply.
+  std::shared_ptr<const native::PackedGemv> MakePackedGemv(DataType type,
+                                                           const reference::MatMulDims& dims,
+                                                           const Tensor* constant, bool trans_b,
+                                                           size_t& absorbed) const {
+    if (!(type == DataType::kFloat32 && constant != nullptr && constant->rank() == 2 &&
+          dims.batch.NumElements() * dims.m == 1 && dims.k > 0 && dims.n > 0 &&
+          dims.k * dims.n <= native::PackedGemv::kMaxElements && native::PackedGemv::Available())) {
+      return nullptr;
+    }
+    const std::vector<PostOp>& post_ops = PostOps();
+    native::PackedGemv::Activation activation = native::PackedGemv::Activation::kNone;
+    if (absorbed < post_ops.size() && absorbed + 1 == post_ops.size()) {
+      if (auto act = GemvActivation(post_ops[absorbed])) {
+        activation = *act;
+        ++absorbed;
+      }
+    }
+    Tensor w;
+    if (trans_b) {
+      // The constant is stored [n, k]: pack its transpose.
+      w.Resize(DataType::kFloat32, Shape{dims.k, dims.n});
+      const float* src = constant->data<float>();
+      float* dst = w.mutable_data<float>();
+      for (int64_t i = 0; i < dims.k; ++i) {
+        for (int64_t j = 0; j < dims.n; ++j) dst[i * dims.n + j] = src[j * dims.k + i];
+      }
+    } else {
+      w = Tensor::ViewOf(*constant);
+    }
+    return std::make_shared<const native::PackedGemv>(w, activation);
+  }
+
+  // The oneDNN matmul (or, for rows times constant weights where oneDNN's matmul is its sgemm,
+  // the 1x1 convolution of PrepareAsConvolution), with the bias `bias_input` (-1: none) unless
+  // oneDNN's implementation for it is a reference one (then the full epilogue adds it).
+  absl::Status PrepareOneDnn(DataType type, absl::Span<const Shape* const> shapes,
+                             const reference::MatMulDims& dims, const Tensor* constant,
+                             bool trans_a, bool trans_b, int bias_input, PreparedOp& op) const {
     // A 1-D operand is already laid out as the promoted [1, k] or [k, 1] matrix, and the result
     // as the [..., m, n] one. When B has no batch and A has all of it, A's batch folds into its
     // rows: [..., m, k] x [k, n] is one [batch x m, k] product (oneDNN 2.6 runs a broadcast batch
@@ -390,7 +425,7 @@ class MatMulKernel final : public DnnlKernel {
         // oneDNN's own reference matmul for this bias: add it in the epilogue instead.
         pd.reset();
         bias_input = -1;
-        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, *prepared));
+        LS_RETURN_IF_ERROR(UseFullEpilogue(dims, shapes, op));
       }
     }
     if (!pd.has_value()) {
@@ -400,25 +435,26 @@ class MatMulKernel final : public DnnlKernel {
     if (type == DataType::kFloat32 && constant != nullptr && !trans_a &&
         dims.b_batch.NumElements() == 1 && dims.batch.NumElements() * dims.m > 1 &&
         std::string(pd->impl_info_str()).rfind("gemm", 0) == 0 &&
-        PrepareAsConvolution(dims, trans_b, *constant, bias_input, *prepared)) {
-      return prepared;
+        PrepareAsConvolution(dims, trans_b, *constant, bias_input, op)) {
+      return absl::OkStatus();
     }
-    prepared->primitive = dnnl::matmul(*pd);
-    const bool packed = BindPackedWeights(*this, constant, weights, *pd, *prepared);
-    prepared->bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
-                          {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
-                           packed ? pd->weights_desc() : weights},
-                          {DNNL_ARG_DST, BufferSource::kOutput, dst}};
+    op.primitive = dnnl::matmul(*pd);
+    const bool packed = BindPackedWeights(*this, constant, weights, *pd, op);
+    op.bindings = {{DNNL_ARG_SRC, BufferSource::kInput0, src},
+                   {DNNL_ARG_WEIGHTS, packed ? BufferSource::kPacked : BufferSource::kInput1,
+                    packed ? pd->weights_desc() : weights},
+                   {DNNL_ARG_DST, BufferSource::kOutput, dst}};
     if (bias_input >= 0) {
-      prepared->bindings.push_back(
+      op.bindings.push_back(
           {DNNL_ARG_BIAS,
            static_cast<BufferSource>(static_cast<int>(BufferSource::kInput0) + bias_input),
            bias_desc});
     }
-    AddScratchpad(*pd, *prepared);
-    return prepared;
+    AddScratchpad(*pd, op);
+    return absl::OkStatus();
   }
 
+ protected:
   // The product of rows = batch x m rows of A (contiguous, [rows, k]) and the constant [k, n]
   // (stored [n, k] when `trans_b`) as a 1x1 convolution of a [1, k, rows, 1] image with n output
   // channels, on the convolution's own layouts (A and the result reordered around it, weights

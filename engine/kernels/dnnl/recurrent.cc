@@ -455,20 +455,7 @@ class RecurrentKernel final : public Kernel {
     const int threads = omp_get_max_threads();
     Signature sig{shape.steps, shape.batch, shape.input, initial, lstm && initial, threads};
     BoundRnn& bound = state.bound[threads > 1 ? 1 : 0];
-    if (bound.op == nullptr || !(bound.signature == sig)) {
-      bound.op = nullptr;
-      LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedRnn> op, Lookup(sig, weights));
-      bound.memories.clear();
-      bound.args.clear();
-      for (int a = 0; a < kNumArgs; ++a) {
-        if (op->descs[a].is_zero()) continue;
-        bound.memories.emplace_back(op->descs[a], CpuEngine(),
-                                    static_cast<void*>(DNNL_MEMORY_NONE));
-        bound.args.push_back({kArgs[a], bound.memories.back().get()});
-      }
-      bound.signature = sig;
-      bound.op = std::move(op);
-    }
+    LS_RETURN_IF_ERROR(Bind(sig, weights, bound));
     const PreparedRnn& op = *bound.op;
     const bool cell = spec_.layout == RecurrentLayout::kOpenVinoCell;
     const int64_t state_elems = d * shape.batch * h;
@@ -523,7 +510,34 @@ class RecurrentKernel final : public Kernel {
       return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
     }
 
-    // Outputs whose layout differs from oneDNN's.
+    CopyOutOfDnnlLayouts(shape, io, dst_layer, dst_iter, dst_iter_c);
+    return absl::OkStatus();
+  }
+
+  // The prepared op for `sig` bound into `bound` (its memories and argument table), unless it
+  // is bound already.
+  absl::Status Bind(const Signature& sig, const RecurrentWeights& weights, BoundRnn& bound) const {
+    if (bound.op != nullptr && bound.signature == sig) return absl::OkStatus();
+    bound.op = nullptr;
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedRnn> op, Lookup(sig, weights));
+    bound.memories.clear();
+    bound.args.clear();
+    for (int a = 0; a < kNumArgs; ++a) {
+      if (op->descs[a].is_zero()) continue;
+      bound.memories.emplace_back(op->descs[a], CpuEngine(), static_cast<void*>(DNNL_MEMORY_NONE));
+      bound.args.push_back({kArgs[a], bound.memories.back().get()});
+    }
+    bound.signature = sig;
+    bound.op = std::move(op);
+    return absl::OkStatus();
+  }
+
+  // The outputs whose layout differs from oneDNN's, copied from its buffers.
+  void CopyOutOfDnnlLayouts(const RecurrentShape& shape, const native::RecurrentIo& io,
+                            const float* dst_layer, const float* dst_iter,
+                            const float* dst_iter_c) const {
+    const int64_t d = spec_.num_directions, h = spec_.hidden;
+    const bool cell = spec_.layout == RecurrentLayout::kOpenVinoCell;
     if (!cell && io.y != nullptr && dst_layer != io.y) {
       // dst_layer [T, B, D*H] -> Y.
       for (int64_t t = 0; t < shape.steps; ++t) {
@@ -541,7 +555,6 @@ class RecurrentKernel final : public Kernel {
     if (io.y_c != nullptr && dst_iter_c != nullptr && dst_iter_c != io.y_c) {
       FromLdnc(dst_iter_c, shape, io.y_c);
     }
-    return absl::OkStatus();
   }
 
   static float* Buffer(Tensor& t, int64_t elements) {
@@ -609,22 +622,8 @@ absl::StatusOr<std::vector<std::string>> GetStrings(const Node& node, const std:
   return a->strings;
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrentKernel(RecurrentCell cell,
-                                                              const KernelInit& init) {
-  const Node& node = init.node();
-  const int max_inputs = cell == RecurrentCell::kLstm ? 8 : 6;
-  const int outputs = cell == RecurrentCell::kLstm ? 3 : 2;
-  if (init.num_inputs() < 3 || init.num_inputs() > max_inputs ||
-      static_cast<int>(node.outputs.size()) > outputs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected 3 to ", max_inputs, " inputs and at most ", outputs,
-                     " outputs, got ", init.num_inputs(), " and ", node.outputs.size()));
-  }
-  for (int i : {kX, kW, kR}) {
-    if (!init.has_input(i)) return absl::InvalidArgumentError("inputs X, W and R are required");
-  }
-  RecurrentSpec spec;
-  spec.cell = cell;
+// The direction and layout attributes (ONNX's, or the OpenVINO importer's internal _layout).
+absl::Status ReadDirectionAndLayout(const Node& node, RecurrentSpec& spec) {
   LS_ASSIGN_OR_RETURN(const std::string direction, node.GetString("direction", "forward"));
   if (direction == "forward") {
     spec.num_directions = 1;
@@ -653,6 +652,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrentKernel(RecurrentCell cell
   if (spec.layout == RecurrentLayout::kOpenVinoCell && spec.num_directions != 1) {
     return absl::InvalidArgumentError("a cell runs in one direction");
   }
+  return absl::OkStatus();
+}
+
+// hidden_size, or R's last dim when the attribute is absent (ONNX makes it optional).
+absl::Status ReadHidden(const KernelInit& init, RecurrentSpec& spec) {
+  const Node& node = init.node();
   LS_ASSIGN_OR_RETURN(int64_t hidden, node.GetInt("hidden_size", -1));
   if (hidden < 0) {
     // ONNX makes hidden_size optional: R's last dim.
@@ -671,6 +676,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrentKernel(RecurrentCell cell
     return absl::InvalidArgumentError(absl::StrCat("hidden_size ", hidden, " is out of range"));
   }
   spec.hidden = hidden;
+  return absl::OkStatus();
+}
+
+// clip, input_forget, linear_before_reset and the importers' _gate_order and _bias_summed.
+absl::Status ReadCellAttributes(const Node& node, RecurrentSpec& spec) {
+  const RecurrentCell cell = spec.cell;
   LS_ASSIGN_OR_RETURN(const float clip, node.GetFloat("clip", 0.0f));
   // 0 is OpenVINO's "no clip"; ONNX has no default (absent: no clip).
   if (clip < 0) return absl::InvalidArgumentError(absl::StrCat("clip ", clip, " is negative"));
@@ -695,6 +706,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrentKernel(RecurrentCell cell
   LS_ASSIGN_OR_RETURN(const int64_t summed, node.GetInt("_bias_summed", 0));
   spec.bias_summed = summed != 0;
 
+  return absl::OkStatus();
+}
+
+// The activations with their alphas and betas (the defaults when absent; one set given for a
+// bidirectional layer serves both directions).
+absl::Status ReadActivations(const Node& node, RecurrentSpec& spec) {
+  const RecurrentCell cell = spec.cell;
   LS_ASSIGN_OR_RETURN(std::vector<std::string> names, GetStrings(node, "activations"));
   LS_ASSIGN_OR_RETURN(std::vector<float> alphas, GetFloats(node, "activation_alpha"));
   LS_ASSIGN_OR_RETURN(std::vector<float> betas, GetFloats(node, "activation_beta"));
@@ -721,6 +739,29 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrentKernel(RecurrentCell cell
   }
   LS_ASSIGN_OR_RETURN(spec.activations, native::ParseRecurrentActivations(names, alphas, betas));
 
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrentKernel(RecurrentCell cell,
+                                                              const KernelInit& init) {
+  const Node& node = init.node();
+  const int max_inputs = cell == RecurrentCell::kLstm ? 8 : 6;
+  const int outputs = cell == RecurrentCell::kLstm ? 3 : 2;
+  if (init.num_inputs() < 3 || init.num_inputs() > max_inputs ||
+      static_cast<int>(node.outputs.size()) > outputs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected 3 to ", max_inputs, " inputs and at most ", outputs,
+                     " outputs, got ", init.num_inputs(), " and ", node.outputs.size()));
+  }
+  for (int i : {kX, kW, kR}) {
+    if (!init.has_input(i)) return absl::InvalidArgumentError("inputs X, W and R are required");
+  }
+  RecurrentSpec spec;
+  spec.cell = cell;
+  LS_RETURN_IF_ERROR(ReadDirectionAndLayout(node, spec));
+  LS_RETURN_IF_ERROR(ReadHidden(init, spec));
+  LS_RETURN_IF_ERROR(ReadCellAttributes(node, spec));
+  LS_RETURN_IF_ERROR(ReadActivations(node, spec));
   std::vector<bool> has_output(3, false);
   for (size_t k = 0; k < node.outputs.size(); ++k) has_output[k] = node.outputs[k] != kNoValue;
   auto kernel = std::make_unique<RecurrentKernel>(std::move(spec), std::move(has_output));

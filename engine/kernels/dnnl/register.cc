@@ -5,23 +5,18 @@
 namespace loopserve::engine {
 
 void RegisterDnnlKernels(KernelRegistry& registry) {
-  using reference::BinaryOp;
-  using reference::UnaryOp;
-  const std::pair<const char*, BinaryOp> binary_ops[] = {{"Add", BinaryOp::kAdd},
-                                                         {"Sub", BinaryOp::kSub},
-                                                         {"Mul", BinaryOp::kMul},
-                                                         {"Div", BinaryOp::kDiv}};
-  for (const auto& [name, op] : binary_ops) {
-    registry.Register(
-        name, [op = op](const KernelInit& init) { return CreateDnnlBinaryKernel(op, init); });
+  // The rows of engine/ir/eltwise_fn.h marked kEltwiseDnnl.
+  for (int i = 0; i < kNumArithOps; ++i) {
+    const ArithOp op = static_cast<ArithOp>(i);
+    if ((ArithOpFlags(op) & kEltwiseDnnl) == 0) continue;
+    registry.Register(ArithOpName(op),
+                      [op](const KernelInit& init) { return CreateDnnlBinaryKernel(op, init); });
   }
-  const std::pair<const char*, UnaryOp> unary_ops[] = {
-      {"Relu", UnaryOp::kRelu}, {"Tanh", UnaryOp::kTanh}, {"Sigmoid", UnaryOp::kSigmoid},
-      {"Exp", UnaryOp::kExp},   {"Log", UnaryOp::kLog},   {"Sqrt", UnaryOp::kSqrt},
-      {"Abs", UnaryOp::kAbs},   {"Neg", UnaryOp::kNeg}};
-  for (const auto& [name, op] : unary_ops) {
-    registry.Register(
-        name, [op = op](const KernelInit& init) { return CreateDnnlUnaryKernel(op, init); });
+  for (int i = 0; i < kNumEltwiseFns; ++i) {
+    const EltwiseFn fn = static_cast<EltwiseFn>(i);
+    if ((EltwiseFnFlags(fn) & kEltwiseDnnl) == 0) continue;
+    registry.Register(EltwiseFnName(fn),
+                      [fn](const KernelInit& init) { return CreateDnnlUnaryKernel(fn, init); });
   }
   registry.Register("MatMul", CreateDnnlMatMulKernel);
   registry.Register("Gemm", CreateDnnlGemmKernel);

@@ -14,13 +14,10 @@
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#endif
-
 #include "absl/synchronization/mutex.h"
 #include "engine/base/status_macros.h"
 #include "engine/ir/fusion.h"
+#include "engine/kernels/backend.h"
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/native/common.h"
@@ -30,17 +27,8 @@
 namespace loopserve::engine::native {
 
 bool CpuHasNativeBf16() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(7, 1, eax, ebx, ecx, edx);
-  const bool avx512_bf16 = (eax >> 5) & 1;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  const bool amx_bf16 = (edx >> 22) & 1;
-  return avx512_bf16 || amx_bf16;
-#else
-  return false;
-#endif
+  const CpuFeatures& f = DetectedCpuFeatures();
+  return f.avx512_bf16 || f.amx_bf16;
 }
 
 bool Bf16MatMulAvailable() {

@@ -5,16 +5,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/kernels/backend.h"
+
 namespace loopserve::engine::native {
 namespace {
 
+// From the one place that reads the CPU's features (engine/kernels/backend.h).
 Isa Detect() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  // libgcc's checks include the OS's XSAVE support for the wider registers.
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
+  const CpuFeatures& f = DetectedCpuFeatures();
+  if (f.avx512f) return Isa::kAvx512;
+  if (f.avx2_fma) return Isa::kAvx2;
   return Isa::kScalar;
 }
 

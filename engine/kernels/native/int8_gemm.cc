@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/backend.h"
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/tensor/tensor.h"
 
@@ -272,11 +273,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ColumnSumsVnni(const
   }
 }
 
-bool CpuHasVnni() {
-  static const bool has = __builtin_cpu_supports("avx512vnni") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
-  return has;
-}
+bool CpuHasVnni() { return DetectedCpuFeatures().avx512_vnni; }
 
 #endif  // LS_INT8_GEMM_X86
 

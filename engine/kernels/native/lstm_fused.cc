@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/backend.h"
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/native/packed_gemv.h"
 #include "engine/kernels/native/rational_tanh.h"
@@ -225,7 +226,7 @@ void RunTile256(int n, const LstmFusedStep::Args& a, const float* w, int64_t h, 
 
 }  // namespace
 
-bool LstmFusedStep::Available() { return PackedGemv::Available(); }
+bool LstmFusedStep::Available() { return ActiveBackend().lstm_fused && PackedGemv::Available(); }
 
 LstmFusedStep::LstmFusedStep(const float* r, int64_t hidden)
     : h_(hidden), blocks_((hidden + kBlock - 1) / kBlock) {

@@ -27,28 +27,30 @@ namespace {
     }                                 \
   };
 
-LS_FLOAT_UNARY(SinOp, std::sin(x))
-LS_FLOAT_UNARY(CosOp, std::cos(x))
-LS_FLOAT_UNARY(TanOp, std::tan(x))
-LS_FLOAT_UNARY(AsinOp, std::asin(x))
-LS_FLOAT_UNARY(AcosOp, std::acos(x))
-LS_FLOAT_UNARY(AtanOp, std::atan(x))
 LS_FLOAT_UNARY(SinhOp, std::sinh(x))
 LS_FLOAT_UNARY(CoshOp, std::cosh(x))
 LS_FLOAT_UNARY(AsinhOp, std::asinh(x))
 LS_FLOAT_UNARY(AcoshOp, std::acosh(x))
 LS_FLOAT_UNARY(AtanhOp, std::atanh(x))
-LS_FLOAT_UNARY(ErfOp, std::erf(x))
-// Round half to even (the default floating-point rounding mode), as numpy.round.
-LS_FLOAT_UNARY(RoundOp, std::nearbyint(x))
-// Mish: x * tanh(softplus(x)).
-LS_FLOAT_UNARY(MishOp, x* std::tanh(std::log1p(std::exp(x))))
 
 #undef LS_FLOAT_UNARY
 
-// Policy's op, float32 on vector_math (SLEEF / own vector code, the CPU's ISA), other float types
-// through Policy::Apply element by element.
-template <typename Policy, VecUnary kOp>
+// A row of engine/ir/eltwise_fn.h marked kEltwiseVector: float32 on vector_math (SLEEF / own
+// vector code, the CPU's ISA), other float types through the row's scalar expression element by
+// element.
+template <EltwiseFn kFn>
+struct TablePolicy {
+  template <typename T>
+  static constexpr bool Accepts() {
+    return kIsFloat<T>;
+  }
+  template <typename T>
+  static T Apply(T x) {
+    return EltwiseScalar<T>(kFn, x);
+  }
+};
+
+template <EltwiseFn kFn>
 class VectorUnaryKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -60,10 +62,10 @@ class VectorUnaryKernel final : public Kernel {
     const Tensor& x = ctx.input(0);
     if (x.dtype() == DataType::kFloat32) {
       Tensor* y = ctx.output(0, x.dtype(), x.shape());
-      UnaryF32(kOp, x.data<float>(), y->mutable_data<float>(), x.NumElements());
+      UnaryF32(kFn, x.data<float>(), y->mutable_data<float>(), x.NumElements());
       return absl::OkStatus();
     }
-    return RunUnary<Policy>(ctx);
+    return RunUnary<TablePolicy<kFn>>(ctx);
   }
 };
 
@@ -363,20 +365,19 @@ class SumKernel final : public Kernel {
 }  // namespace
 
 void RegisterMathKernels(KernelRegistry& registry) {
-  registry.Register("Sin", FactoryOf<VectorUnaryKernel<SinOp, VecUnary::kSin>>());
-  registry.Register("Cos", FactoryOf<VectorUnaryKernel<CosOp, VecUnary::kCos>>());
-  registry.Register("Tan", FactoryOf<VectorUnaryKernel<TanOp, VecUnary::kTan>>());
-  registry.Register("Asin", FactoryOf<VectorUnaryKernel<AsinOp, VecUnary::kAsin>>());
-  registry.Register("Acos", FactoryOf<VectorUnaryKernel<AcosOp, VecUnary::kAcos>>());
-  registry.Register("Atan", FactoryOf<VectorUnaryKernel<AtanOp, VecUnary::kAtan>>());
+  // The rows of engine/ir/eltwise_fn.h marked kEltwiseVector (Sin, Cos, Tan, Asin, Acos, Atan,
+  // Erf, Round, Mish).
+#define LS_REGISTER_VECTOR_ROW(e, name, flags, expr)                       \
+  if constexpr (((flags)&kEltwiseVector) != 0) {                           \
+    registry.Register(name, FactoryOf<VectorUnaryKernel<EltwiseFn::e>>()); \
+  }
+  LS_ELTWISE_FNS(LS_REGISTER_VECTOR_ROW)
+#undef LS_REGISTER_VECTOR_ROW
   registry.Register("Sinh", FactoryOf<UnaryKernel<SinhOp>>());
   registry.Register("Cosh", FactoryOf<UnaryKernel<CoshOp>>());
   registry.Register("Asinh", FactoryOf<UnaryKernel<AsinhOp>>());
   registry.Register("Acosh", FactoryOf<UnaryKernel<AcoshOp>>());
   registry.Register("Atanh", FactoryOf<UnaryKernel<AtanhOp>>());
-  registry.Register("Erf", FactoryOf<VectorUnaryKernel<ErfOp, VecUnary::kErf>>());
-  registry.Register("Round", FactoryOf<VectorUnaryKernel<RoundOp, VecUnary::kRound>>());
-  registry.Register("Mish", FactoryOf<VectorUnaryKernel<MishOp, VecUnary::kMish>>());
   registry.Register("IsNaN", FactoryOf<IsNaNKernel>());
   registry.Register("IsInf", FactoryOf<IsInfKernel>());
   registry.Register("Clip", FactoryOf<ClipKernel>(ListFrom::kAttribute), 1, 10);

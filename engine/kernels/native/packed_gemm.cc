@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "engine/kernels/backend.h"
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/native/rational_tanh.h"
 
@@ -328,13 +329,12 @@ constexpr Tile512Fn kTiles512[kMaxTileRows512 + 1][kVectors512 + 1] = {
 }  // namespace
 
 bool PackedGemm::Available() {
-  const Isa isa = ActiveIsa();
-  return (isa == Isa::kAvx2 || isa == Isa::kAvx512) && g_enabled.load(std::memory_order_relaxed);
+  return ActiveBackend().packed_gemm_max_rows > 0 && g_enabled.load(std::memory_order_relaxed);
 }
 
 bool PackedGemm::Preferred(int64_t rows) {
   if (!Available()) return false;
-  return ActiveIsa() == Isa::kAvx2 || rows <= kMaxRowsAvx512;
+  return rows <= ActiveBackend().packed_gemm_max_rows;
 }
 
 void PackedGemm::SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "engine/kernels/backend.h"
 #include "engine/kernels/native/cpu_isa.h"
 #include "engine/kernels/native/rational_tanh.h"
 
@@ -144,7 +145,7 @@ __attribute__((target("avx2,fma"))) void RunAvx2(const float* x, const float* pa
 }  // namespace
 
 bool PackedGemv::Available() {
-  return ActiveIsa() != Isa::kScalar && g_enabled.load(std::memory_order_relaxed);
+  return ActiveBackend().packed_gemv && g_enabled.load(std::memory_order_relaxed);
 }
 
 void PackedGemv::SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }

@@ -12,9 +12,6 @@
 
 namespace loopserve::engine::native {
 
-VecUnary VecUnaryOf(EltwiseFn fn);
-VecBinary VecBinaryOf(ArithOp op);
-
 // The chain of `post_ops` for a node of `num_inputs` inputs.
 // - `epilogue_inputs` null: operand i is node input i (a kElementwiseOp: value = input 0).
 // - else an epilogue over a product already in the output: operand 0 is the output, and each

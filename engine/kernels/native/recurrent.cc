@@ -63,44 +63,48 @@ void Clip(float* x, int64_t n, float clip) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], -clip), clip);
 }
 
+// The elementwise function (engine/ir/eltwise_fn.h) a kind is, with the activation's alpha and
+// beta; kCount for the two the table has no row for.
+EltwiseFn TableFunction(Kind kind) {
+  switch (kind) {
+    case Kind::kSigmoid:
+      return EltwiseFn::kSigmoid;
+    case Kind::kTanh:
+      return EltwiseFn::kTanh;
+    case Kind::kRelu:
+      return EltwiseFn::kRelu;
+    case Kind::kAffine:
+      return EltwiseFn::kLinear;
+    case Kind::kLeakyRelu:
+      return EltwiseFn::kLeakyRelu;
+    case Kind::kHardSigmoid:
+      return EltwiseFn::kHardSigmoid;
+    case Kind::kElu:
+      return EltwiseFn::kElu;
+    case Kind::kSoftsign:
+      return EltwiseFn::kSoftsign;
+    case Kind::kSoftplus:
+      return EltwiseFn::kSoftplus;
+    case Kind::kThresholdedRelu:
+    case Kind::kScaledTanh:
+      break;
+  }
+  return EltwiseFn::kCount;
+}
+
+// On the vector math (the CPU's ISA), like every elementwise function of the table.
 void Activate(const RecurrentActivation& a, float* x, int64_t n) {
   switch (a.kind) {
-    case Kind::kSigmoid:
-      return UnaryF32(VecUnary::kSigmoid, x, x, n);
-    case Kind::kTanh:
-      return UnaryF32(VecUnary::kTanh, x, x, n);
-    case Kind::kRelu:
-      for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], 0.0f);
-      return;
-    case Kind::kAffine:
-      for (int64_t i = 0; i < n; ++i) x[i] = a.alpha * x[i] + a.beta;
-      return;
-    case Kind::kLeakyRelu:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0 ? x[i] : a.alpha * x[i];
-      return;
     case Kind::kThresholdedRelu:
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] > a.alpha ? x[i] : 0.0f;
       return;
     case Kind::kScaledTanh:
-      for (int64_t i = 0; i < n; ++i) x[i] *= a.beta;
+      UnaryF32(VecUnary::kLinear, x, x, n, a.beta, 0.0f);
       UnaryF32(VecUnary::kTanh, x, x, n);
-      for (int64_t i = 0; i < n; ++i) x[i] *= a.alpha;
+      UnaryF32(VecUnary::kLinear, x, x, n, a.alpha, 0.0f);
       return;
-    case Kind::kHardSigmoid:
-      for (int64_t i = 0; i < n; ++i)
-        x[i] = std::min(std::max(a.alpha * x[i] + a.beta, 0.0f), 1.0f);
-      return;
-    case Kind::kElu:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0 ? x[i] : a.alpha * std::expm1(x[i]);
-      return;
-    case Kind::kSoftsign:
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::fabs(x[i]));
-      return;
-    case Kind::kSoftplus:
-      // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
-      for (int64_t i = 0; i < n; ++i) {
-        x[i] = std::max(x[i], 0.0f) + std::log1p(std::exp(-std::fabs(x[i])));
-      }
+    default:
+      UnaryF32(TableFunction(a.kind), x, x, n, a.alpha, a.beta);
       return;
   }
 }
@@ -550,87 +554,115 @@ class DirectionRunner {
   // One step: the recurrent products and the gate math, h_next from h_prev (and c in place).
   // With `packed` (batch 1), `projected_row` is the step's input projection.
   void Recur(bool packed, const float* projected_row, const float* h_prev, float* h_next) {
+    if (spec_.cell == RecurrentCell::kGru) {
+      if (spec_.linear_before_reset) {
+        RecurGruLinearBeforeReset(packed, projected_row, h_prev, h_next);
+      } else {
+        RecurGru(packed, projected_row, h_prev, h_next);
+      }
+      return;
+    }
     const int64_t batch = s_.batch, h = h_;
     float* gates = scratch_.gates.mutable_data<float>();
-    const RecurrentCell cell = spec_.cell;
-    const bool lbr = cell == RecurrentCell::kGru && spec_.linear_before_reset;
-    float* product = scratch_.gated.mutable_data<float>();  // GRU scratch [B, H] or [B, G*H]
-    const uint8_t* active = scratch_.active.data();
-    if (cell == RecurrentCell::kGru && !lbr) {
-      // z, r from h_prev; then the h gate from r (.) h_prev.
-      if (packed) {
-        weights_.packed_r[dir_]->Run(h_prev, projected_row, gates);
-      } else {
-        Sgemm(true, batch, 2 * h, h, h_prev, h, r_, h, 1.0f, gates, gh_);
-      }
-      for (int64_t b = 0; b < batch; ++b) {
-        if (!active[b]) continue;
-        float* g = gates + b * gh_;
-        Clip(g, 2 * h, spec_.clip);
-        Activate(acts_[0], g, 2 * h);
-        const float* rg = g + h;
-        for (int64_t j = 0; j < h; ++j) product[b * h + j] = rg[j] * h_prev[b * h + j];
-      }
-      if (packed) {
-        weights_.packed_r_h[dir_]->Run(product, projected_row + 2 * h, gates + 2 * h);
-      } else {
-        Sgemm(true, batch, h, h, product, h, r_ + 2 * h * h, h, 1.0f, gates + 2 * h, gh_);
-      }
-      for (int64_t b = 0; b < batch; ++b) {
-        if (!active[b]) continue;
-        float* g = gates + b * gh_;
-        float* hh = g + 2 * h;
-        Clip(hh, h, spec_.clip);
-        Activate(acts_[1], hh, h);
-        const float* z = g;
-        const float* hp = h_prev + b * h;
-        float* hn = h_next + b * h;
-        for (int64_t j = 0; j < h; ++j) hn[j] = (1.0f - z[j]) * hh[j] + z[j] * hp[j];
-      }
-      return;
-    }
-    if (lbr) {
-      // product = h_prev R^T (all gates); z, r take their part, the h gate r (.) (part + Rbh).
-      if (packed) {
-        weights_.packed_r[dir_]->Run(h_prev, nullptr, product);
-        std::memcpy(gates, projected_row, sizeof(float) * gh_);
-      } else {
-        Sgemm(true, batch, gh_, h, h_prev, h, r_, h, 0.0f, product, gh_);
-      }
-      const float* rbh = bias_ + 3 * h;
-      for (int64_t b = 0; b < batch; ++b) {
-        if (!active[b]) continue;
-        float* g = gates + b * gh_;
-        const float* p = product + b * gh_;
-        for (int64_t j = 0; j < 2 * h; ++j) g[j] += p[j];
-        Clip(g, 2 * h, spec_.clip);
-        Activate(acts_[0], g, 2 * h);
-        const float* rg = g + h;
-        float* hh = g + 2 * h;
-        for (int64_t j = 0; j < h; ++j) hh[j] += rg[j] * (p[2 * h + j] + rbh[j]);
-        Clip(hh, h, spec_.clip);
-        Activate(acts_[1], hh, h);
-        const float* hp = h_prev + b * h;
-        float* hn = h_next + b * h;
-        for (int64_t j = 0; j < h; ++j) hn[j] = (1.0f - g[j]) * hh[j] + g[j] * hp[j];
-      }
-      return;
-    }
     if (packed) {
       weights_.packed_r[dir_]->Run(h_prev, projected_row, gates);
     } else {
       Sgemm(true, batch, gh_, h, h_prev, h, r_, h, 1.0f, gates, gh_);
     }
-    if (cell == RecurrentCell::kRnn) {
-      for (int64_t b = 0; b < batch; ++b) {
-        if (!active[b]) continue;
-        float* g = gates + b * gh_;
-        Clip(g, h, spec_.clip);
-        Activate(acts_[0], g, h);
-        std::memcpy(h_next + b * h, g, sizeof(float) * h);
-      }
-      return;
+    if (spec_.cell == RecurrentCell::kRnn) {
+      RnnGates(gates, h_next);
+    } else {
+      LstmGates(gates, h_next);
     }
+  }
+
+  // The GRU step: z, r from h_prev; then the h gate from r (.) h_prev.
+  void RecurGru(bool packed, const float* projected_row, const float* h_prev, float* h_next) {
+    const int64_t batch = s_.batch, h = h_;
+    float* gates = scratch_.gates.mutable_data<float>();
+    const uint8_t* active = scratch_.active.data();
+    float* product = scratch_.gated.mutable_data<float>();  // [B, H]
+    if (packed) {
+      weights_.packed_r[dir_]->Run(h_prev, projected_row, gates);
+    } else {
+      Sgemm(true, batch, 2 * h, h, h_prev, h, r_, h, 1.0f, gates, gh_);
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      if (!active[b]) continue;
+      float* g = gates + b * gh_;
+      Clip(g, 2 * h, spec_.clip);
+      Activate(acts_[0], g, 2 * h);
+      const float* rg = g + h;
+      for (int64_t j = 0; j < h; ++j) product[b * h + j] = rg[j] * h_prev[b * h + j];
+    }
+    if (packed) {
+      weights_.packed_r_h[dir_]->Run(product, projected_row + 2 * h, gates + 2 * h);
+    } else {
+      Sgemm(true, batch, h, h, product, h, r_ + 2 * h * h, h, 1.0f, gates + 2 * h, gh_);
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      if (!active[b]) continue;
+      float* g = gates + b * gh_;
+      float* hh = g + 2 * h;
+      Clip(hh, h, spec_.clip);
+      Activate(acts_[1], hh, h);
+      const float* z = g;
+      const float* hp = h_prev + b * h;
+      float* hn = h_next + b * h;
+      for (int64_t j = 0; j < h; ++j) hn[j] = (1.0f - z[j]) * hh[j] + z[j] * hp[j];
+    }
+  }
+
+  // The GRU step with linear_before_reset: product = h_prev R^T (all gates); z, r take their
+  // part, the h gate r (.) (part + Rbh).
+  void RecurGruLinearBeforeReset(bool packed, const float* projected_row, const float* h_prev,
+                                 float* h_next) {
+    const int64_t batch = s_.batch, h = h_;
+    float* gates = scratch_.gates.mutable_data<float>();
+    const uint8_t* active = scratch_.active.data();
+    float* product = scratch_.gated.mutable_data<float>();  // [B, G*H]
+    if (packed) {
+      weights_.packed_r[dir_]->Run(h_prev, nullptr, product);
+      std::memcpy(gates, projected_row, sizeof(float) * gh_);
+    } else {
+      Sgemm(true, batch, gh_, h, h_prev, h, r_, h, 0.0f, product, gh_);
+    }
+    const float* rbh = bias_ + 3 * h;
+    for (int64_t b = 0; b < batch; ++b) {
+      if (!active[b]) continue;
+      float* g = gates + b * gh_;
+      const float* p = product + b * gh_;
+      for (int64_t j = 0; j < 2 * h; ++j) g[j] += p[j];
+      Clip(g, 2 * h, spec_.clip);
+      Activate(acts_[0], g, 2 * h);
+      const float* rg = g + h;
+      float* hh = g + 2 * h;
+      for (int64_t j = 0; j < h; ++j) hh[j] += rg[j] * (p[2 * h + j] + rbh[j]);
+      Clip(hh, h, spec_.clip);
+      Activate(acts_[1], hh, h);
+      const float* hp = h_prev + b * h;
+      float* hn = h_next + b * h;
+      for (int64_t j = 0; j < h; ++j) hn[j] = (1.0f - g[j]) * hh[j] + g[j] * hp[j];
+    }
+  }
+
+  // The RNN's gate math over the products in `gates`: h_next = f(gates).
+  void RnnGates(float* gates, float* h_next) {
+    const int64_t batch = s_.batch, h = h_;
+    const uint8_t* active = scratch_.active.data();
+    for (int64_t b = 0; b < batch; ++b) {
+      if (!active[b]) continue;
+      float* g = gates + b * gh_;
+      Clip(g, h, spec_.clip);
+      Activate(acts_[0], g, h);
+      std::memcpy(h_next + b * h, g, sizeof(float) * h);
+    }
+  }
+
+  // The LSTM's gate math over the products in `gates` (i, f, c, o): c in place, h_next.
+  void LstmGates(float* gates, float* h_next) {
+    const int64_t batch = s_.batch, h = h_;
+    const uint8_t* active = scratch_.active.data();
     float* c = scratch_.c.mutable_data<float>();
     for (int64_t b = 0; b < batch; ++b) {
       if (!active[b]) continue;

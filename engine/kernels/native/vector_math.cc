@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/kernels/native/cpu_isa.h"
+#include "engine/kernels/backend.h"
 #include "engine/kernels/native/vector_math_isa.h"
 
 namespace loopserve::engine::native {
@@ -10,7 +10,7 @@ namespace loopserve::engine::native {
 namespace vecmath {
 
 const Table* ActiveTable() {
-  switch (ActiveIsa()) {
+  switch (ActiveBackend().vector_isa) {
     case Isa::kAvx512:
       return &kAvx512Table;
     case Isa::kAvx2:
@@ -25,123 +25,18 @@ const Table* ActiveTable() {
 
 namespace {
 
-const vecmath::Table* Vectorised() {
-  switch (ActiveIsa()) {
-    case Isa::kAvx512:
-      return &vecmath::kAvx512Table;
-    case Isa::kAvx2:
-      return &vecmath::kAvx2Table;
-    case Isa::kScalar:
-      break;
-  }
-  return nullptr;
-}
-
-// The scalar fallback for CPUs without AVX2 (and the definition of each op).
+// The scalar fallback for CPUs without AVX2: the table's definition of each op.
 float ScalarUnary(VecUnary op, float x, float alpha, float beta) {
-  switch (op) {
-    case VecUnary::kIdentity:
-      return x;
-    case VecUnary::kRelu:
-      return x < 0.0f ? 0.0f : x;
-    case VecUnary::kTanh:
-      return std::tanh(x);
-    case VecUnary::kSigmoid:
-      return 1.0f / (1.0f + std::exp(-x));
-    case VecUnary::kExp:
-      return std::exp(x);
-    case VecUnary::kLog:
-      return std::log(x);
-    case VecUnary::kSqrt:
-      return std::sqrt(x);
-    case VecUnary::kAbs:
-      return std::fabs(x);
-    case VecUnary::kNeg:
-      return -x;
-    case VecUnary::kErf:
-      return std::erf(x);
-    case VecUnary::kSoftplus:
-      return std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)));
-    case VecUnary::kGeluErf:
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    case VecUnary::kGeluTanh:
-      return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case VecUnary::kSin:
-      return std::sin(x);
-    case VecUnary::kCos:
-      return std::cos(x);
-    case VecUnary::kReciprocal:
-      return 1.0f / x;
-    case VecUnary::kLinear:
-      return alpha * x + beta;
-    case VecUnary::kPow:
-      return std::pow(x, alpha);
-    case VecUnary::kLeakyRelu:
-      return x >= 0.0f ? x : alpha * x;
-    case VecUnary::kElu:
-      return x >= 0.0f ? x : alpha * std::expm1(x);
-    case VecUnary::kHardSigmoid:
-      return std::fmin(1.0f, std::fmax(0.0f, alpha * x + beta));
-    case VecUnary::kHardSwish:
-      return x * std::fmin(1.0f, std::fmax(0.0f, x / 6.0f + 0.5f));
-    case VecUnary::kSoftsign:
-      return x / (1.0f + std::fabs(x));
-    case VecUnary::kClip: {
-      if (std::isnan(x)) return x;
-      const float lo = x < alpha ? alpha : x;
-      return beta < lo ? beta : lo;
-    }
-    case VecUnary::kFloor:
-      return std::floor(x);
-    case VecUnary::kCeil:
-      return std::ceil(x);
-    case VecUnary::kRound:
-      return std::nearbyint(x);
-    case VecUnary::kMish:
-      return x * std::tanh(std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))));
-    case VecUnary::kTan:
-      return std::tan(x);
-    case VecUnary::kAsin:
-      return std::asin(x);
-    case VecUnary::kAcos:
-      return std::acos(x);
-    case VecUnary::kAtan:
-      return std::atan(x);
-    case VecUnary::kCount:
-      break;
-  }
-  return x;
+  return EltwiseScalar<float>(op, x, alpha, beta);
 }
 
-float ScalarBinary(VecBinary op, float a, float b) {
-  switch (op) {
-    case VecBinary::kAdd:
-      return a + b;
-    case VecBinary::kSub:
-      return a - b;
-    case VecBinary::kMul:
-      return a * b;
-    case VecBinary::kDiv:
-      return a / b;
-    case VecBinary::kMax:
-      return std::isnan(a) ? a : std::isnan(b) ? b : (a < b ? b : a);
-    case VecBinary::kMin:
-      return std::isnan(a) ? a : std::isnan(b) ? b : (b < a ? b : a);
-    case VecBinary::kPow:
-      return std::pow(a, b);
-    case VecBinary::kPRelu:
-      return a >= 0.0f ? a : a * b;
-    case VecBinary::kCount:
-      break;
-  }
-  return a;
-}
+float ScalarBinary(VecBinary op, float a, float b) { return ArithScalar<float>(op, a, b); }
 
 }  // namespace
 
 void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha, float beta) {
   if (n <= 0) return;
-  if (const vecmath::Table* table = Vectorised()) {
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
     table->unary(static_cast<int>(op), x, y, n, alpha, beta);
     return;
   }
@@ -151,7 +46,7 @@ void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha, flo
 void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, int64_t b_stride,
                float* y, int64_t n) {
   if (n <= 0) return;
-  if (const vecmath::Table* table = Vectorised()) {
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
     table->binary(static_cast<int>(op), a, a_stride, b, b_stride, y, n);
     return;
   }
@@ -160,7 +55,7 @@ void BinaryF32(VecBinary op, const float* a, int64_t a_stride, const float* b, i
 
 float SumF32(const float* x, int64_t n) {
   if (n <= 0) return 0.0f;
-  if (const vecmath::Table* table = Vectorised()) return table->sum(x, n);
+  if (const vecmath::Table* table = vecmath::ActiveTable()) return table->sum(x, n);
   float total = 0.0f;
   for (int64_t i = 0; i < n; ++i) total += x[i];
   return total;
@@ -168,7 +63,7 @@ float SumF32(const float* x, int64_t n) {
 
 void ReduceRowsF32(VecReduce op, const float* x, int64_t rows, int64_t n, float* y) {
   if (rows <= 0 || n <= 0) return;
-  if (const vecmath::Table* table = Vectorised()) {
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
     table->reduce_rows(static_cast<int>(op), x, rows, n, y);
     return;
   }
@@ -205,7 +100,7 @@ void ReduceRowsF32(VecReduce op, const float* x, int64_t rows, int64_t n, float*
 
 float MaxF32(const float* x, int64_t n) {
   if (n <= 0) return -INFINITY;
-  if (const vecmath::Table* table = Vectorised()) return table->max(x, n);
+  if (const vecmath::Table* table = vecmath::ActiveTable()) return table->max(x, n);
   float best = x[0];
   for (int64_t i = 1; i < n && !std::isnan(best); ++i) {
     if (std::isnan(x[i]) || x[i] > best) best = x[i];
@@ -215,7 +110,8 @@ float MaxF32(const float* x, int64_t n) {
 
 float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n) {
   if (n <= 0) return 0.0f;
-  if (const vecmath::Table* table = Vectorised()) return table->exp_shift_sum(x, shift, y, n);
+  if (const vecmath::Table* table = vecmath::ActiveTable())
+    return table->exp_shift_sum(x, shift, y, n);
   float total = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     y[i] = std::exp(x[i] - shift);
@@ -226,7 +122,7 @@ float ExpShiftSumF32(const float* x, float shift, float* y, int64_t n) {
 
 float DotF32(const float* x, const float* y, int64_t n) {
   if (n <= 0) return 0.0f;
-  if (const vecmath::Table* table = Vectorised()) return table->dot(x, y, n);
+  if (const vecmath::Table* table = vecmath::ActiveTable()) return table->dot(x, y, n);
   float total = 0.0f;
   for (int64_t i = 0; i < n; ++i) total += x[i] * y[i];
   return total;
@@ -234,7 +130,7 @@ float DotF32(const float* x, const float* y, int64_t n) {
 
 void AxpyF32(float a, const float* x, float* y, int64_t n) {
   if (n <= 0) return;
-  if (const vecmath::Table* table = Vectorised()) {
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
     table->axpy(a, x, y, n);
     return;
   }
@@ -243,7 +139,7 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
 
 void VecMatF32(const float* x, const float* b, int64_t ldb, int64_t k, int64_t n, float* y) {
   if (n <= 0) return;
-  if (const vecmath::Table* table = Vectorised()) {
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
     table->vec_mat(x, b, ldb, k, n, y);
     return;
   }
@@ -256,7 +152,7 @@ void VecMatF32(const float* x, const float* b, int64_t ldb, int64_t k, int64_t n
 
 void RowDotsF32(const float* x, const float* b, int64_t k, int64_t n, float* y) {
   if (n <= 0) return;
-  if (const vecmath::Table* table = Vectorised()) {
+  if (const vecmath::Table* table = vecmath::ActiveTable()) {
     table->row_dots(x, b, k, n, y);
     return;
   }

@@ -15,48 +15,15 @@
 
 #include <cstdint>
 
+#include "engine/ir/eltwise_fn.h"
+
 namespace loopserve::engine::native {
 
-// Elementwise y = f(x). `alpha` / `beta` parameterise the ops that say so.
-enum class VecUnary : uint8_t {
-  kIdentity,
-  kRelu,
-  kTanh,
-  kSigmoid,  // 1 / (1 + exp(-x))
-  kExp,
-  kLog,
-  kSqrt,
-  kAbs,
-  kNeg,
-  kErf,
-  kSoftplus,  // log(1 + exp(x))
-  kGeluErf,   // 0.5 x (1 + erf(x / sqrt 2))
-  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-  kSin,
-  kCos,
-  kReciprocal,   // 1 / x
-  kLinear,       // alpha x + beta
-  kPow,          // x ^ alpha
-  kLeakyRelu,    // x >= 0 ? x : alpha x
-  kElu,          // x >= 0 ? x : alpha (exp(x) - 1)
-  kHardSigmoid,  // max(0, min(1, alpha x + beta))
-  kHardSwish,    // x max(0, min(1, x / 6 + 1 / 2))
-  kSoftsign,     // x / (1 + |x|)
-  kClip,         // min(max(x, alpha), beta)
-  kFloor,
-  kCeil,
-  kRound,  // half to even
-  kMish,   // x tanh(softplus(x))
-  kTan,
-  kAsin,
-  kAcos,
-  kAtan,
-  kCount,
-};
-
-// Elementwise y = a op b.
-// kPRelu: a >= 0 ? a : a * b (ONNX PRelu, b the slope).
-enum class VecBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kPRelu, kCount };
+// Elementwise y = f(x) and y = a op b: the rows of engine/ir/eltwise_fn.h (the one table of
+// elementwise functions; its scalar expressions define each op). `alpha` / `beta` parameterise
+// the functions that say so.
+using VecUnary = EltwiseFn;
+using VecBinary = ArithOp;
 
 // y[i] = op(x[i]) for i < n. `y` may be `x` (in place).
 void UnaryF32(VecUnary op, const float* x, float* y, int64_t n, float alpha = 0.0f,

@@ -36,6 +36,8 @@ T Apply(BinaryOp op, T a, T b) {
           if (b == -1) return static_cast<T>(W{0} - static_cast<W>(a));
         }
         return static_cast<T>(a / b);
+      default:
+        return T{};  // rejected before
     }
   } else {
     switch (op) {
@@ -47,6 +49,8 @@ T Apply(BinaryOp op, T a, T b) {
         return a * b;
       case BinaryOp::kDiv:
         return a / b;
+      default:
+        return T{};  // rejected before
     }
   }
   return T{};
@@ -138,6 +142,8 @@ T Apply(UnaryOp op, T x) {
         return std::abs(x);
       case UnaryOp::kNeg:
         return -x;
+      default:
+        return T{};  // rejected before
     }
     return T{};
   }
@@ -151,6 +157,11 @@ absl::Status UnsupportedType(absl::string_view op, DataType type) {
 }  // namespace
 
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (op != BinaryOp::kAdd && op != BinaryOp::kSub && op != BinaryOp::kMul &&
+      op != BinaryOp::kDiv) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the reference Binary does not compute ", BinaryOpName(op)));
+  }
   if (a.dtype() != b.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "inputs have element types ", DataTypeName(a.dtype()), " and ", DataTypeName(b.dtype())));
@@ -174,6 +185,20 @@ absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) 
 }
 
 absl::Status Unary(UnaryOp op, const Tensor& x, Tensor& out) {
+  switch (op) {
+    case UnaryOp::kRelu:
+    case UnaryOp::kTanh:
+    case UnaryOp::kSigmoid:
+    case UnaryOp::kExp:
+    case UnaryOp::kLog:
+    case UnaryOp::kSqrt:
+    case UnaryOp::kAbs:
+    case UnaryOp::kNeg:
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("the reference Unary does not compute ", UnaryOpName(op)));
+  }
   const DataType type = x.dtype();
   bool type_ok = IsFloatingPoint(type) || (IsInteger(type) && !IsFloatOnly(op));
   if (op == UnaryOp::kNeg) {

@@ -21,13 +21,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/ir/eltwise_fn.h"
 #include "engine/tensor/shape.h"
 #include "engine/tensor/tensor.h"
 
 namespace loopserve::engine::reference {
 
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
-enum class UnaryOp : uint8_t { kRelu, kTanh, kSigmoid, kExp, kLog, kSqrt, kAbs, kNeg };
+// The rows of engine/ir/eltwise_fn.h. Binary computes Add, Sub, Mul and Div; Unary Relu, Tanh,
+// Sigmoid, Exp, Log, Sqrt, Abs and Neg (others: InvalidArgument).
+using BinaryOp = ArithOp;
+using UnaryOp = EltwiseFn;
 
 absl::string_view BinaryOpName(BinaryOp op);  // "Add", ...
 absl::string_view UnaryOpName(UnaryOp op);    // "Relu", ...

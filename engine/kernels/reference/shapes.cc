@@ -6,41 +6,9 @@
 
 namespace loopserve::engine::reference {
 
-absl::string_view BinaryOpName(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "Add";
-    case BinaryOp::kSub:
-      return "Sub";
-    case BinaryOp::kMul:
-      return "Mul";
-    case BinaryOp::kDiv:
-      return "Div";
-  }
-  return "?";
-}
+absl::string_view BinaryOpName(BinaryOp op) { return ArithOpName(op); }
 
-absl::string_view UnaryOpName(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kRelu:
-      return "Relu";
-    case UnaryOp::kTanh:
-      return "Tanh";
-    case UnaryOp::kSigmoid:
-      return "Sigmoid";
-    case UnaryOp::kExp:
-      return "Exp";
-    case UnaryOp::kLog:
-      return "Log";
-    case UnaryOp::kSqrt:
-      return "Sqrt";
-    case UnaryOp::kAbs:
-      return "Abs";
-    case UnaryOp::kNeg:
-      return "Neg";
-  }
-  return "?";
-}
+absl::string_view UnaryOpName(UnaryOp op) { return EltwiseFnName(op); }
 
 absl::StatusOr<MatMulDims> MatMulShapes(const Shape& a, const Shape& b) {
   if (a.rank() == 0 || b.rank() == 0) {
