@@ -66,7 +66,12 @@
   X(kTan, "Tan", kEltwiseVector, std::tan(x))                                                      \
   X(kAsin, "Asin", kEltwiseVector, std::asin(x))                                                   \
   X(kAcos, "Acos", kEltwiseVector, std::acos(x))                                                   \
-  X(kAtan, "Atan", kEltwiseVector, std::atan(x))
+  X(kAtan, "Atan", kEltwiseVector, std::atan(x))                                                   \
+  X(kSinh, "Sinh", kEltwiseVector, std::sinh(x))                                                   \
+  X(kCosh, "Cosh", kEltwiseVector, std::cosh(x))                                                   \
+  X(kAsinh, "Asinh", kEltwiseVector, std::asinh(x))                                                \
+  X(kAcosh, "Acosh", kEltwiseVector, std::acosh(x))                                                \
+  X(kAtanh, "Atanh", kEltwiseVector, std::atanh(x))
 
 // Binary arithmetic, one row each: X(enumerator, name, flags, scalar expression of `a`, `b`).
 // kPRelu: a >= 0 ? a : a * b (ONNX PRelu, b the slope). Max and Min return NaN when either

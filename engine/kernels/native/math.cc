@@ -1,6 +1,6 @@
 // Elementwise math: trigonometric and hyperbolic functions, Erf, Round, Mish, IsNaN, IsInf, Clip,
 // Shrink, ThresholdedRelu, BitShift and the variadic Sum / Mean. Sin, Cos, Tan, Asin, Acos, Atan,
-// Erf, Round and Mish run float32 on vector_math.
+// Sinh, Cosh, Asinh, Acosh, Atanh, Erf, Round and Mish run float32 on vector_math.
 
 #include <cmath>
 #include <limits>
@@ -13,27 +13,6 @@
 
 namespace loopserve::engine::native {
 namespace {
-
-// A float-only unary policy from a function object.
-#define LS_FLOAT_UNARY(Name, expr)    \
-  struct Name {                       \
-    template <typename T>             \
-    static constexpr bool Accepts() { \
-      return kIsFloat<T>;             \
-    }                                 \
-    template <typename T>             \
-    static T Apply(T x) {             \
-      return static_cast<T>(expr);    \
-    }                                 \
-  };
-
-LS_FLOAT_UNARY(SinhOp, std::sinh(x))
-LS_FLOAT_UNARY(CoshOp, std::cosh(x))
-LS_FLOAT_UNARY(AsinhOp, std::asinh(x))
-LS_FLOAT_UNARY(AcoshOp, std::acosh(x))
-LS_FLOAT_UNARY(AtanhOp, std::atanh(x))
-
-#undef LS_FLOAT_UNARY
 
 // A row of engine/ir/eltwise_fn.h marked kEltwiseVector: float32 on vector_math (SLEEF / own
 // vector code, the CPU's ISA), other float types through the row's scalar expression element by
@@ -366,6 +345,7 @@ class SumKernel final : public Kernel {
 
 void RegisterMathKernels(KernelRegistry& registry) {
   // The rows of engine/ir/eltwise_fn.h marked kEltwiseVector (Sin, Cos, Tan, Asin, Acos, Atan,
+  // Sinh, Cosh, Asinh, Acosh, Atanh,
   // Erf, Round, Mish).
 #define LS_REGISTER_VECTOR_ROW(e, name, flags, expr)                       \
   if constexpr (((flags)&kEltwiseVector) != 0) {                           \
@@ -373,11 +353,6 @@ void RegisterMathKernels(KernelRegistry& registry) {
   }
   LS_ELTWISE_FNS(LS_REGISTER_VECTOR_ROW)
 #undef LS_REGISTER_VECTOR_ROW
-  registry.Register("Sinh", FactoryOf<UnaryKernel<SinhOp>>());
-  registry.Register("Cosh", FactoryOf<UnaryKernel<CoshOp>>());
-  registry.Register("Asinh", FactoryOf<UnaryKernel<AsinhOp>>());
-  registry.Register("Acosh", FactoryOf<UnaryKernel<AcoshOp>>());
-  registry.Register("Atanh", FactoryOf<UnaryKernel<AtanhOp>>());
   registry.Register("IsNaN", FactoryOf<IsNaNKernel>());
   registry.Register("IsInf", FactoryOf<IsInfKernel>());
   registry.Register("Clip", FactoryOf<ClipKernel>(ListFrom::kAttribute), 1, 10);

@@ -162,6 +162,11 @@ inline __m256 Avx2Log1pUnit(__m256 e) {
 #define LS_ASIN(v) Sleef_asinf8_u10avx2(v)
 #define LS_ACOS(v) Sleef_acosf8_u10avx2(v)
 #define LS_ATAN(v) Sleef_atanf8_u10avx2(v)
+#define LS_SINH(v) Sleef_sinhf8_u10avx2(v)
+#define LS_COSH(v) Sleef_coshf8_u10avx2(v)
+#define LS_ASINH(v) Sleef_asinhf8_u10avx2(v)
+#define LS_ACOSH(v) Sleef_acoshf8_u10avx2(v)
+#define LS_ATANH(v) Sleef_atanhf8_u10avx2(v)
 #define LS_TABLE kAvx2Table
 
 #include "engine/kernels/native/vector_math_impl.inc"

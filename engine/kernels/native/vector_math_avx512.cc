@@ -52,6 +52,11 @@
 #define LS_ASIN(v) Sleef_asinf16_u10avx512f(v)
 #define LS_ACOS(v) Sleef_acosf16_u10avx512f(v)
 #define LS_ATAN(v) Sleef_atanf16_u10avx512f(v)
+#define LS_SINH(v) Sleef_sinhf16_u10avx512f(v)
+#define LS_COSH(v) Sleef_coshf16_u10avx512f(v)
+#define LS_ASINH(v) Sleef_asinhf16_u10avx512f(v)
+#define LS_ACOSH(v) Sleef_acoshf16_u10avx512f(v)
+#define LS_ATANH(v) Sleef_atanhf16_u10avx512f(v)
 #define LS_TABLE kAvx512Table
 
 #include "engine/kernels/native/vector_math_impl.inc"

@@ -84,6 +84,16 @@ double Reference(VecUnary op, double x, double alpha, double beta) {
       return std::acos(x);
     case VecUnary::kAtan:
       return std::atan(x);
+    case VecUnary::kSinh:
+      return std::sinh(x);
+    case VecUnary::kCosh:
+      return std::cosh(x);
+    case VecUnary::kAsinh:
+      return std::asinh(x);
+    case VecUnary::kAcosh:
+      return std::acosh(x);
+    case VecUnary::kAtanh:
+      return std::atanh(x);
     case VecUnary::kCount:
       break;
   }
@@ -158,6 +168,11 @@ TEST_P(VectorMathTest, UnaryMatchesDoublePrecision) {
       {VecUnary::kAsin, -1, 1, 0, 0},
       {VecUnary::kAcos, -1, 1, 0, 0},
       {VecUnary::kAtan, -50, 50, 0, 0},
+      {VecUnary::kSinh, -20, 20, 0, 0},
+      {VecUnary::kCosh, -20, 20, 0, 0},
+      {VecUnary::kAsinh, -100, 100, 0, 0},
+      {VecUnary::kAcosh, 1, 100, 0, 0},
+      {VecUnary::kAtanh, -0.99f, 0.99f, 0, 0},
   };
   for (const UnaryCase& c : cases) {
     for (int n : {1, 7, 8, 15, 16, 17, 33, 200}) {
