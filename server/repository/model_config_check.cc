@@ -544,8 +544,8 @@ std::string KindName(Control::Kind kind) { return Control::Kind_Name(kind); }
 constexpr int64_t kMaxSequenceSlots = int64_t{1} << 20;
 constexpr int64_t kMaxSequenceStateBytes = int64_t{16} << 30;
 
-// The batcher's slots as the config gives them (server/scheduling/sequence_batcher.cc): oldest's
-// max_candidate_sequences, else a slot per batch row of each instance (an unset count as 1).
+}  // namespace
+
 int64_t SequenceSlots(const inference::ModelConfig& config) {
   const inference::ModelSequenceBatching& batching = config.sequence_batching();
   if (batching.has_oldest() && batching.oldest().max_candidate_sequences() > 0) {
@@ -553,12 +553,11 @@ int64_t SequenceSlots(const inference::ModelConfig& config) {
   }
   int64_t instances = 0;
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) continue;  // completion drops it
     instances = std::min(instances + std::max<int64_t>(group.count(), 1), kMaxSequenceSlots + 1);
   }
   return int64_t{std::max(config.max_batch_size(), 1)} * std::max<int64_t>(instances, 1);
 }
-
-}  // namespace
 
 absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
   if (!config.has_sequence_batching()) return absl::OkStatus();
