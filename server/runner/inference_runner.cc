@@ -137,10 +137,7 @@ RowRequest InferenceRunner::TakeRow(ScheduledCall& scheduled) {
 
 void InferenceRunner::RowStarted(ScheduledCall& scheduled) {
   InferenceCall& call = Of(scheduled);
-  if (call.queued_) {
-    call.queued_ = false;
-    metrics_.queue_depth().Decrement();
-  }
+  Unqueued(call);
   call.row_started_ = absl::Now();  // from here on: compute
   call.model_->metrics->RecordQueue(call.row_started_ - call.received_);
 }
@@ -150,10 +147,7 @@ void InferenceRunner::FinishRow(ScheduledCall& scheduled,
   InferenceCall& call = Of(scheduled);
   const LoadedModel& model = *call.model_;
   const bool started = !call.queued_;
-  if (call.queued_) {
-    call.queued_ = false;
-    metrics_.queue_depth().Decrement();
-  }
+  Unqueued(call);
   const absl::Status status = CatchExceptions(ModelLabel(model), [&]() -> absl::Status {
     const absl::Time now = absl::Now();
     if (started) model.metrics->RecordCompute(now - call.row_started_);
