@@ -18,11 +18,15 @@ The issue's targets stand beside the 4-client gRPC and REST binary rows.
 Then gRPC's own floor: bench/grpc_echo_server (a bare callback-API ModelInfer echo, same gRPC and
 protobuf, no engine), driven by the same `loopctl perf` at the same client counts; its rows sit
 under loopserve's, and the 1-client p50 ratio loopserve / echo is printed (issue 34: <= 1.5x).
+Likewise libevhtp's floor for REST: bench/http_echo_server (libevhtp with loopserve's event threads,
+RapidJSON parsing the request's JSON header, each input echoed as an output), REST binary and REST
+JSON rows at the same client counts.
 Every row also gives the server's context switches per request (voluntary + involuntary, summed
 over its threads from /proc/<pid>/task/*/status): the thread hand-offs a request costs.
 
 Part 1b, the example models (deploy/make_example_models.py, with their config.pbtxt, the inputs of
-their first test case from --data_dir; all but `endless`): one loopserve serves them all, and each
+their first test case from --data_dir; all but `endless` and the sequence models, which
+bench/sequence_bench.py measures): one loopserve serves them all, and each
 gets a gRPC and a REST binary row at 4 clients beside the engine alone on the same inputs (looprun
 --threads=1, median CPU per run), so the request path's share shows for real model sizes.
 
@@ -148,6 +152,8 @@ def write_examples(root):
     for example in examples.example_models():
         if example.name == "endless" or not example.cases:
             continue
+        if example.config is not None and "sequence_batching" in example.config:
+            continue  # each request needs a sequence id and its control flags: sequence_bench.py
         examples.write_example(os.path.join(root, "examples"), example)
         inputs = example.cases[sorted(example.cases)[0]][0]
         names = (example.io_names[0] if example.model is None else
@@ -223,6 +229,40 @@ class EchoServer:
             self.proc.kill()
             raise RuntimeError("grpc_echo_server did not report its port")
         self.address = {"grpc": "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
+
+    stop = Server.stop
+
+
+# The same signature as KServe v2 REST model metadata, for http_echo_server.
+ECHO_METADATA_JSON = """{"name": "%s", "versions": ["1"], "platform": "onnxruntime_onnx",
+ "inputs": [{"name": "M", "datatype": "INT64", "shape": []},
+            {"name": "x", "datatype": "FP32", "shape": [-1, %d]},
+            {"name": "h0", "datatype": "FP32", "shape": [-1, %d]}],
+ "outputs": [{"name": "h_final", "datatype": "FP32", "shape": [-1, %d]},
+             {"name": "h_seq", "datatype": "FP32", "shape": [-1, -1, %d]}]}
+"""
+
+
+class HttpEchoServer:
+    """bench/http_echo_server (libevhtp, 2 event threads as loopserve's REST port here) on a
+    kernel-picked loopback port (same interface as Server)."""
+
+    def __init__(self, binary, root, model, hidden):
+        metadata = os.path.join(root, "echo_metadata.json")
+        with open(metadata, "w") as f:
+            f.write(ECHO_METADATA_JSON % (model, hidden, hidden, hidden, hidden))
+        self.proc = subprocess.Popen([binary, "--address=127.0.0.1", "--http_port=0",
+                                      "--threads=%d" % min(2, os.cpu_count() or 1),
+                                      "--metadata=" + metadata],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(60, self.proc.kill)  # bounded wait for the port line
+        timer.start()
+        line = self.proc.stdout.readline()
+        timer.cancel()
+        if not line.startswith("echo: http listening on "):
+            self.proc.kill()
+            raise RuntimeError("http_echo_server did not report its port")
+        self.address = {"http": "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
 
     stop = Server.stop
 
@@ -344,7 +384,8 @@ def main():
     parser.add_argument("--profile", default="true")
     args = parser.parse_args()
     binary = {b: os.path.join(args.bin, b)
-              for b in ("loopserve", "loopctl", "looprun", "grpc_echo_server")}
+              for b in ("loopserve", "loopctl", "looprun", "grpc_echo_server",
+                        "http_echo_server")}
     clients = [int(c) for c in args.clients.split(",")]
     scaling = [int(w) for w in args.scaling_workers.split(",") if w]
     do_profile = args.profile == "true" and shutil.which("perf") is not None
@@ -396,6 +437,17 @@ def main():
                     echo_rows.append(r)
             finally:
                 echo.stop()
+        if os.path.exists(binary["http_echo_server"]):
+            echo = HttpEchoServer(binary["http_echo_server"], root, SMALL[0], SMALL[1])
+            try:
+                for protocol in ("rest-binary", "rest-json"):
+                    for c in clients:
+                        r = perf_run(binary["loopctl"], echo, protocol, SMALL[0], SMALL[2], c,
+                                     args.duration)
+                        r["protocol"] = protocol + " echo"
+                        echo_rows.append(r)
+            finally:
+                echo.stop()
         small_wall_us, small_cpu_us = looprun_rate(binary["looprun"], root, SMALL[0], 2000)
         wall_us, cpu_us = looprun_rate(binary["looprun"], root, LARGE[0], 40)
         for w in scaling:
@@ -429,7 +481,7 @@ def main():
                r["server_cpu_us_per_request"], mark, r["switches_per_request"],
                r["server_cores"], 100 * r["client_share"], 100 * r["machine_busy"]))
     ours = {r["clients"]: r for r in rows if r["protocol"] == "grpc"}
-    echo_at = {r["clients"]: r for r in echo_rows}
+    echo_at = {r["clients"]: r for r in echo_rows if r["protocol"] == "grpc echo"}
     if 1 in ours and 1 in echo_at:
         ratio = ours[1]["p50_us"] / echo_at[1]["p50_us"]
         print("\n1 client, gRPC, p50 (same loopctl client): bare gRPC echo %.0f us, loopserve %.0f "
@@ -440,6 +492,15 @@ def main():
               "loopserve %.1f us (%.1f us over the floor)" %
               (c, echo_at[c]["server_cpu_us_per_request"], ours[c]["server_cpu_us_per_request"],
                ours[c]["server_cpu_us_per_request"] - echo_at[c]["server_cpu_us_per_request"]))
+    rest_ours = {r["clients"]: r for r in rows if r["protocol"] == "rest-binary"}
+    rest_echo = {r["clients"]: r for r in echo_rows if r["protocol"] == "rest-binary echo"}
+    for c in sorted(set(rest_ours) & set(rest_echo)):
+        print("%d clients, REST binary, server CPU per request: echo %.1f us (libevhtp's floor "
+              "here), loopserve %.1f us (%.1f us over the floor)" %
+              (c, rest_echo[c]["server_cpu_us_per_request"],
+               rest_ours[c]["server_cpu_us_per_request"],
+               rest_ours[c]["server_cpu_us_per_request"] -
+               rest_echo[c]["server_cpu_us_per_request"]))
     if example_rows:
         print("\nThe example models (deploy/make_example_models.py, first test case's inputs), 4 "
               "clients, --workers=%d:" % args.workers)
@@ -453,7 +514,7 @@ def main():
                    "-" if r["engine_cpu_us"] is None else "%.1f" % r["engine_cpu_us"],
                    r["switches_per_request"]))
     if not echo_rows:
-        print("\ngRPC echo rows: skipped (no grpc_echo_server in --bin)")
+        print("\necho rows: skipped (no grpc_echo_server / http_echo_server in --bin)")
     if scale_rows:
         print("\n--workers scaling: %s (hidden %d, M=%d), gRPC, 2 clients per worker, "
               "--intra_op_threads=1; engine alone (looprun --threads=1): median %.0f us wall, "

@@ -13,6 +13,8 @@
 #include "engine/base/status_macros.h"
 #include "server/datatype.h"
 #include "server/observability/logging.h"
+#include "server/scheduling/sequence_batcher.h"
+#include "server/scheduling/sequence_scheduler.h"
 #include "server/status_util.h"
 #include "server/version.h"
 
@@ -184,6 +186,25 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
       Fill(loop.execution, l->mutable_execution());
       l->set_iteration_count(loop.iterations);
       l->set_ns_per_iteration(loop.iterations > 0 ? loop.execution.ns / loop.iterations : 0);
+    }
+    // A version with sequence_batching is scheduled by its SequenceBatcher.
+    if (const auto* sequences = dynamic_cast<const SequenceScheduler*>(model->scheduler.get());
+        sequences != nullptr) {
+      const SequenceBatcher::Stats s = sequences->batcher().stats();
+      inference::SequenceStatistics* seq = out->mutable_sequence_stats();
+      seq->set_live(s.live);
+      seq->set_slots(s.slots);
+      seq->set_backlog(s.backlog);
+      seq->set_started(s.started);
+      seq->set_ended(s.ended);
+      seq->set_expired(s.expired);
+      seq->set_aborted(s.failed);
+      seq->set_restarted(s.restarts);
+      seq->set_rejected(s.rejected);
+      seq->set_step_count(s.steps);
+      seq->set_execution_count(s.executions);
+      seq->set_steps_per_execution(
+          s.executions > 0 ? static_cast<double>(s.steps) / static_cast<double>(s.executions) : 0);
     }
   }
   return response;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/transform/bf16_products.h"
+#include "engine/transform/blocked_layout.h"
 #include "engine/transform/elide_loop_identities.h"
 #include "engine/transform/eliminate_redundant.h"
 #include "engine/transform/fold_constants.h"
@@ -39,6 +40,7 @@ const std::vector<std::unique_ptr<Pass>>& DefaultPasses() {
     list->push_back(std::make_unique<FuseMatMulPass>());
     list->push_back(std::make_unique<FuseSoftmaxPass>());
     list->push_back(std::make_unique<FuseElementwisePass>());
+    list->push_back(std::make_unique<BlockedLayoutPass>());
     list->push_back(std::make_unique<Bf16ProductsPass>());
     return list;
   }();
@@ -101,6 +103,16 @@ std::string DumpNodes(const Graph& graph) {
                     ") -> (", names(node.outputs), ")");
     if (node.fusion != nullptr) {
       absl::StrAppend(&text, "  {", DescribeFusion(node.op_type, *node.fusion), "}");
+    }
+    // The blocked-layout pass's marks (blocked_layout.h): which side of the node is blocked.
+    const Attribute* src = node.FindAttribute("_blocked_src");
+    const Attribute* dst = node.FindAttribute("_blocked_dst");
+    if (node.FindAttribute("_blocked") != nullptr || src != nullptr) {
+      absl::StrAppend(&text, "  [blocked ",
+                      src == nullptr ? "in, out"
+                      : src->i != 0  ? "in"
+                                     : "plain in",
+                      ", ", dst == nullptr || dst->i != 0 ? "out" : "plain out", "]");
     }
     absl::StrAppend(&text, "\n");
   }

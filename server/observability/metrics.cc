@@ -105,8 +105,13 @@ class ServerCollectable final : public prometheus::Collectable {
  public:
   explicit ServerCollectable(std::shared_ptr<prometheus::Registry> registry)
       : registry_(std::move(registry)) {}
+  // At construction of Metrics only, before the collectable is shared.
+  void AddHistograms(std::shared_ptr<const AtomicHistogramFamily> family) {
+    histograms_.push_back(std::move(family));
+  }
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    for (const auto& histograms : histograms_) histograms->Collect(&families);
     for (prometheus::MetricFamily& family : ProcessMetricFamilies()) {
       families.push_back(std::move(family));
     }
@@ -115,6 +120,7 @@ class ServerCollectable final : public prometheus::Collectable {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::shared_ptr<const AtomicHistogramFamily>> histograms_;
 };
 
 constexpr Protocol kProtocols[] = {Protocol::kGrpc, Protocol::kHttp};
@@ -241,39 +247,34 @@ ModelVersionStatistics ModelVersionMetrics::Statistics() const {
   return stats;
 }
 
-Metrics::Metrics()
-    : registry_(std::make_shared<prometheus::Registry>()),
-      collectable_(std::make_shared<ServerCollectable>(registry_)) {
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto collectable = std::make_shared<ServerCollectable>(registry_);
+  collectable_ = collectable;
+  // Histograms are loopserve's lock-free ones (histogram.h), served after the registry's metrics.
+  auto NewHistogramFamily = [&](const char* name, const char* help) {
+    auto family = std::make_shared<AtomicHistogramFamily>(name, help);
+    collectable->AddHistograms(family);
+    return family;
+  };
   requests_ = &prometheus::BuildCounter()
                    .Name("loopserve_requests_total")
                    .Help("Inference requests answered, by model version, protocol and outcome")
                    .Register(*registry_);
-  request_duration_ = &prometheus::BuildHistogram()
-                           .Name("loopserve_request_duration_seconds")
-                           .Help("Inference request time from receipt to answer")
-                           .Register(*registry_);
-  queue_duration_ = &prometheus::BuildHistogram()
-                         .Name("loopserve_queue_duration_seconds")
-                         .Help("Inference request time from receipt until a worker picked it up")
-                         .Register(*registry_);
-  compute_duration_ = &prometheus::BuildHistogram()
-                           .Name("loopserve_compute_duration_seconds")
-                           .Help("Time spent in the engine's Model::Run")
-                           .Register(*registry_);
-  loop_iterations_ = &prometheus::BuildHistogram()
-                          .Name("loopserve_loop_iterations")
-                          .Help("Iterations per Loop execution, by Loop node")
-                          .Register(*registry_);
+  request_duration_ = NewHistogramFamily("loopserve_request_duration_seconds",
+                                         "Inference request time from receipt to answer");
+  queue_duration_ =
+      NewHistogramFamily("loopserve_queue_duration_seconds",
+                         "Inference request time from receipt until a worker picked it up");
+  compute_duration_ = NewHistogramFamily("loopserve_compute_duration_seconds",
+                                         "Time spent in the engine's Model::Run");
+  loop_iterations_ = NewHistogramFamily("loopserve_loop_iterations",
+                                        "Iterations per Loop execution, by Loop node");
   loop_iteration_duration_ =
-      &prometheus::BuildHistogram()
-           .Name("loopserve_loop_iteration_duration_seconds")
-           .Help("Mean time per iteration of one Loop execution, by Loop node")
-           .Register(*registry_);
-  stream_first_slice_ =
-      &prometheus::BuildHistogram()
-           .Name("loopserve_stream_first_slice_seconds")
-           .Help("Time from receipt to the first iteration response of a stream_iterations request")
-           .Register(*registry_);
+      NewHistogramFamily("loopserve_loop_iteration_duration_seconds",
+                         "Mean time per iteration of one Loop execution, by Loop node");
+  stream_first_slice_ = NewHistogramFamily(
+      "loopserve_stream_first_slice_seconds",
+      "Time from receipt to the first iteration response of a stream_iterations request");
   stream_slices_ = &prometheus::BuildCounter()
                         .Name("loopserve_stream_slices_total")
                         .Help(
@@ -292,14 +293,11 @@ Metrics::Metrics()
                          "Successful model executions; requests the dynamic batcher merged count "
                          "once (Triton's nv_inference_exec_count)")
                      .Register(*registry_);
-  batch_size_ = &prometheus::BuildHistogram()
-                     .Name("loopserve_batch_size")
-                     .Help("Batch size (inferences) of each model execution")
-                     .Register(*registry_);
-  iteration_batch_rows_ = &prometheus::BuildHistogram()
-                               .Name("loopserve_iteration_batch_rows")
-                               .Help("Rows of a running batch (iteration_batching) per iteration")
-                               .Register(*registry_);
+  batch_size_ =
+      NewHistogramFamily("loopserve_batch_size", "Batch size (inferences) of each model execution");
+  iteration_batch_rows_ =
+      NewHistogramFamily("loopserve_iteration_batch_rows",
+                         "Rows of a running batch (iteration_batching) per iteration");
   iteration_rows_admitted_ = &prometheus::BuildCounter()
                                   .Name("loopserve_iteration_rows_admitted_total")
                                   .Help("Requests that joined a running batch (iteration_batching)")
@@ -308,10 +306,8 @@ Metrics::Metrics()
                                  .Name("loopserve_iteration_rows_retired_total")
                                  .Help("Requests that left a running batch (iteration_batching)")
                                  .Register(*registry_);
-  iteration_row_iterations_ = &prometheus::BuildHistogram()
-                                   .Name("loopserve_iteration_row_iterations")
-                                   .Help("Iterations a request ran in a running batch")
-                                   .Register(*registry_);
+  iteration_row_iterations_ = NewHistogramFamily("loopserve_iteration_row_iterations",
+                                                 "Iterations a request ran in a running batch");
   sequences_live_ = &prometheus::BuildGauge()
                          .Name("loopserve_sequences_live")
                          .Help("Sequences holding a slot of the version's sequence batcher")
@@ -365,8 +361,8 @@ Metrics::Metrics()
                       .Add({});
 }
 
-prometheus::Histogram::BucketBoundaries Metrics::DurationBuckets() {
-  prometheus::Histogram::BucketBoundaries buckets;
+std::vector<double> Metrics::DurationBuckets() {
+  std::vector<double> buckets;
   for (double decade = 1e-6; decade < 100.0; decade *= 10) {
     for (double step : {1.0, 2.5, 5.0}) buckets.push_back(decade * step);
   }
@@ -374,14 +370,14 @@ prometheus::Histogram::BucketBoundaries Metrics::DurationBuckets() {
   return buckets;
 }
 
-prometheus::Histogram::BucketBoundaries Metrics::BatchBuckets() {
-  prometheus::Histogram::BucketBoundaries buckets;
+std::vector<double> Metrics::BatchBuckets() {
+  std::vector<double> buckets;
   for (double size = 1; size <= 1024; size *= 2) buckets.push_back(size);
   return buckets;
 }
 
-prometheus::Histogram::BucketBoundaries Metrics::IterationBuckets() {
-  prometheus::Histogram::BucketBoundaries buckets;
+std::vector<double> Metrics::IterationBuckets() {
+  std::vector<double> buckets;
   for (double decade = 1; decade < 1e6; decade *= 10) {
     for (double step : {1.0, 2.0, 5.0}) buckets.push_back(decade * step);
   }

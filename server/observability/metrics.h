@@ -16,8 +16,8 @@
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/observability/histogram.h"
 
 namespace loopserve::server {
 
@@ -121,20 +121,20 @@ class ModelVersionMetrics : public engine::LoopObserver {
   bool has_handles_ = false;
   // Indexed by Protocol, then absl::StatusCode (0..16).
   std::array<std::array<prometheus::Counter*, 17>, kNumProtocols> requests_{};
-  std::array<prometheus::Histogram*, kNumProtocols> request_duration_{};  // by Protocol
-  prometheus::Histogram* queue_duration_ = nullptr;
-  prometheus::Histogram* compute_duration_ = nullptr;
-  prometheus::Histogram* stream_first_slice_ = nullptr;
+  std::array<AtomicHistogram*, kNumProtocols> request_duration_{};  // by Protocol
+  AtomicHistogram* queue_duration_ = nullptr;
+  AtomicHistogram* compute_duration_ = nullptr;
+  AtomicHistogram* stream_first_slice_ = nullptr;
   prometheus::Counter* stream_slices_ = nullptr;
   prometheus::Counter* inferences_total_ = nullptr;
   prometheus::Counter* executions_total_ = nullptr;
-  prometheus::Histogram* batch_size_ = nullptr;
-  prometheus::Histogram* iteration_batch_rows_ = nullptr;
+  AtomicHistogram* batch_size_ = nullptr;
+  AtomicHistogram* iteration_batch_rows_ = nullptr;
   prometheus::Counter* iteration_rows_admitted_ = nullptr;
   prometheus::Counter* iteration_rows_retired_ = nullptr;
-  prometheus::Histogram* iteration_row_iterations_ = nullptr;
-  std::vector<prometheus::Histogram*> loop_iterations_;          // by loop index
-  std::vector<prometheus::Histogram*> loop_iteration_duration_;  // by loop index
+  AtomicHistogram* iteration_row_iterations_ = nullptr;
+  std::vector<AtomicHistogram*> loop_iterations_;          // by loop index
+  std::vector<AtomicHistogram*> loop_iteration_duration_;  // by loop index
 };
 
 // The Prometheus handles of one version's sequence batcher (Metrics::ForSequences), resolved at
@@ -228,29 +228,29 @@ class Metrics {
 
   // Bucket boundaries: durations from 1 µs to 5 min (1-2.5-5 steps); iteration counts
   // 1, 2, 5, 10, ..., 1e6.
-  static prometheus::Histogram::BucketBoundaries DurationBuckets();
-  static prometheus::Histogram::BucketBoundaries IterationBuckets();
+  static std::vector<double> DurationBuckets();
+  static std::vector<double> IterationBuckets();
   // Batch sizes: 1, 2, 4, ..., 1024.
-  static prometheus::Histogram::BucketBoundaries BatchBuckets();
+  static std::vector<double> BatchBuckets();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<prometheus::Collectable> collectable_;
   prometheus::Family<prometheus::Counter>* requests_;
-  prometheus::Family<prometheus::Histogram>* request_duration_;
-  prometheus::Family<prometheus::Histogram>* queue_duration_;
-  prometheus::Family<prometheus::Histogram>* compute_duration_;
-  prometheus::Family<prometheus::Histogram>* loop_iterations_;
-  prometheus::Family<prometheus::Histogram>* loop_iteration_duration_;
-  prometheus::Family<prometheus::Histogram>* stream_first_slice_;
+  std::shared_ptr<AtomicHistogramFamily> request_duration_;
+  std::shared_ptr<AtomicHistogramFamily> queue_duration_;
+  std::shared_ptr<AtomicHistogramFamily> compute_duration_;
+  std::shared_ptr<AtomicHistogramFamily> loop_iterations_;
+  std::shared_ptr<AtomicHistogramFamily> loop_iteration_duration_;
+  std::shared_ptr<AtomicHistogramFamily> stream_first_slice_;
   prometheus::Family<prometheus::Counter>* stream_slices_;
   prometheus::Family<prometheus::Counter>* inferences_;
   prometheus::Family<prometheus::Counter>* executions_;
-  prometheus::Family<prometheus::Histogram>* batch_size_;
-  prometheus::Family<prometheus::Histogram>* iteration_batch_rows_;
+  std::shared_ptr<AtomicHistogramFamily> batch_size_;
+  std::shared_ptr<AtomicHistogramFamily> iteration_batch_rows_;
   prometheus::Family<prometheus::Counter>* iteration_rows_admitted_;
   prometheus::Family<prometheus::Counter>* iteration_rows_retired_;
-  prometheus::Family<prometheus::Histogram>* iteration_row_iterations_;
+  std::shared_ptr<AtomicHistogramFamily> iteration_row_iterations_;
   prometheus::Family<prometheus::Gauge>* model_ready_;
   prometheus::Family<prometheus::Gauge>* model_load_duration_;
   prometheus::Family<prometheus::Gauge>* sequences_live_;

@@ -23,16 +23,29 @@ constexpr size_t kRemembered = 4096;
 // The largest initial_state data_file read.
 constexpr uint64_t kMaxInitialStateBytes = 64 << 20;
 
-// Rows [begin, begin + count) of `t` along `axis`, appended to `out` (raw bytes).
-void CopyRows(const engine::Tensor& t, int axis, int64_t begin, int64_t count, char* out) {
-  const int64_t outer = t.shape().NumElements(0, axis);
-  const int64_t rows = t.dim(axis);
-  const size_t inner = static_cast<size_t>(t.shape().NumElements(axis + 1, t.rank())) *
-                       engine::DataTypeSize(t.dtype());
-  const char* in = static_cast<const char*>(t.raw_data());
+// Copies rows [begin, begin + count) of `from` along `axis` to rows [at, at + count) of `to`
+// (same dtype, same dims but along `axis`); strings element by element, never as raw bytes.
+void CopyRows(const engine::Tensor& from, int axis, int64_t begin, int64_t count,
+              engine::Tensor& to, int64_t at) {
+  const int64_t outer = from.shape().NumElements(0, axis);
+  const int64_t inner = from.shape().NumElements(axis + 1, from.rank());
+  const int64_t from_rows = from.dim(axis);
+  const int64_t to_rows = to.dim(axis);
+  if (count == 0 || inner == 0) return;
+  if (from.dtype() == engine::DataType::kString) {
+    const std::string* in = from.data<std::string>();
+    std::string* out = to.mutable_data<std::string>();
+    for (int64_t o = 0; o < outer; ++o) {
+      std::copy_n(in + (o * from_rows + begin) * inner, count * inner,
+                  out + (o * to_rows + at) * inner);
+    }
+    return;
+  }
+  const size_t row = static_cast<size_t>(inner) * engine::DataTypeSize(from.dtype());
+  const char* in = static_cast<const char*>(from.raw_data());
+  char* out = static_cast<char*>(to.mutable_raw_data());
   for (int64_t o = 0; o < outer; ++o) {
-    std::memcpy(out, in + (o * rows + begin) * inner, count * inner);
-    out += count * inner;
+    std::memcpy(out + (o * to_rows + at) * row, in + (o * from_rows + begin) * row, count * row);
   }
 }
 
@@ -43,16 +56,10 @@ engine::Tensor Concat(const std::vector<const engine::Tensor*>& parts, int axis)
   for (const engine::Tensor* p : parts) rows += p->dim(axis);
   shape[axis] = rows;
   engine::Tensor out(parts[0]->dtype(), shape);
-  const int64_t outer = shape.NumElements(0, axis);
-  const size_t inner = static_cast<size_t>(shape.NumElements(axis + 1, shape.rank())) *
-                       engine::DataTypeSize(out.dtype());
-  char* dst = static_cast<char*>(out.mutable_raw_data());
-  for (int64_t o = 0; o < outer; ++o) {
-    for (const engine::Tensor* p : parts) {
-      const size_t n = p->dim(axis) * inner;
-      std::memcpy(dst, static_cast<const char*>(p->raw_data()) + o * n, n);
-      dst += n;
-    }
+  int64_t at = 0;
+  for (const engine::Tensor* p : parts) {
+    CopyRows(*p, axis, 0, p->dim(axis), out, at);
+    at += p->dim(axis);
   }
   return out;
 }
@@ -62,29 +69,26 @@ engine::Tensor Slice(const engine::Tensor& t, int axis, int64_t begin, int64_t c
   engine::Shape shape = t.shape();
   shape[axis] = count;
   engine::Tensor out(t.dtype(), shape);
-  if (out.ByteSize() > 0)
-    CopyRows(t, axis, begin, count, static_cast<char*>(out.mutable_raw_data()));
+  CopyRows(t, axis, begin, count, out, 0);
   return out;
 }
 
-// A control tensor holding `value` ([1, 1] when batched, else [1]).
-engine::Tensor ControlTensor(engine::DataType dtype, double value, bool batched) {
-  engine::Tensor t(dtype, batched ? engine::Shape{1, 1} : engine::Shape{1});
-  switch (dtype) {
+// Sets element `row` of a START / END / READY control tensor to `value`.
+void SetControl(engine::Tensor& t, int64_t row, double value) {
+  switch (t.dtype()) {
     case engine::DataType::kFloat32:
-      *t.mutable_data<float>() = static_cast<float>(value);
+      t.mutable_data<float>()[row] = static_cast<float>(value);
       break;
     case engine::DataType::kBool:
-      *t.mutable_data<bool>() = value != 0;
+      t.mutable_data<bool>()[row] = value != 0;
       break;
     default:
-      *t.mutable_data<int32_t>() = static_cast<int32_t>(value);
+      t.mutable_data<int32_t>()[row] = static_cast<int32_t>(value);
   }
-  return t;
 }
 
 // Whether `sequence`'s id fits a CONTROL_SEQUENCE_CORRID of `dtype` (checked at Enqueue, so that
-// CorrIdTensor cannot fail later; nothing allocated).
+// SetCorrId cannot fail later; nothing allocated).
 absl::Status CheckCorrId(engine::DataType dtype, const InferenceRequest::Sequence& sequence) {
   if (dtype == engine::DataType::kString) return absl::OkStatus();
   if (!sequence.string_id.empty()) {
@@ -100,23 +104,20 @@ absl::Status CheckCorrId(engine::DataType dtype, const InferenceRequest::Sequenc
   return absl::OkStatus();
 }
 
-// The CORRID control tensor of a step whose id passed CheckCorrId.
-engine::Tensor CorrIdTensor(engine::DataType dtype, const InferenceRequest::Sequence& sequence,
-                            bool batched) {
-  engine::Tensor t(dtype, batched ? engine::Shape{1, 1} : engine::Shape{1});
-  switch (dtype) {
+// Sets element `row` of a CORRID control tensor to the id of a step that passed CheckCorrId.
+void SetCorrId(engine::Tensor& t, int64_t row, const InferenceRequest::Sequence& sequence) {
+  switch (t.dtype()) {
     case engine::DataType::kString:
-      *t.mutable_data<std::string>() =
+      t.mutable_data<std::string>()[row] =
           sequence.string_id.empty() ? absl::StrCat(sequence.id) : sequence.string_id;
       break;
     case engine::DataType::kInt32:
     case engine::DataType::kUint32:
-      *t.mutable_data<uint32_t>() = static_cast<uint32_t>(sequence.id);
+      t.mutable_data<uint32_t>()[row] = static_cast<uint32_t>(sequence.id);
       break;
     default:
-      *t.mutable_data<uint64_t>() = sequence.id;
+      t.mutable_data<uint64_t>()[row] = sequence.id;
   }
-  return t;
 }
 
 }  // namespace
@@ -133,6 +134,7 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
   if (batching.max_sequence_idle_microseconds() > 0) {
     policy->idle = absl::Microseconds(batching.max_sequence_idle_microseconds());
   }
+  policy->instances = std::max(InstanceCount(config), 1);
   // Checked at most 2^20 (CheckSequenceBatching); direct: a slot per batch row of each instance.
   policy->slots = static_cast<int>(SequenceSlots(config));
   if (batching.has_oldest()) {
@@ -202,7 +204,9 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
 }
 
 SequenceBatcher::SequenceBatcher(std::unique_ptr<SequencePolicy> policy, SequenceMetrics metrics)
-    : policy_(std::move(policy)), max_collectors_(1), metrics_(metrics) {
+    : policy_(std::move(policy)),
+      max_collectors_(std::max(1, policy_->instances)),
+      metrics_(metrics) {
   absl::MutexLock lock(&mutex_);
   for (int i = 0; i < policy_->slots; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -413,6 +417,13 @@ void SequenceBatcher::Sweep(absl::Time now, Failed& failed) {
 
 bool SequenceBatcher::TakeCollector() {
   if (ready_.empty() || collectors_ >= max_collectors_) return false;
+  // Under `oldest` a second execution starts only for a full batch: fewer ready steps wait for
+  // the running collector's next batch, which they make larger (a second collector taking them
+  // at once would run more, smaller batches).
+  if (collectors_ > 0 && policy_->strategy == SequencePolicy::Strategy::kOldest &&
+      static_cast<int64_t>(ready_.size()) < policy_->max_batch_size) {
+    return false;
+  }
   ++collectors_;
   return true;
 }
@@ -449,6 +460,11 @@ void SequenceBatcher::Collect(const SequenceHost& host) {
       absl::MutexLock lock(&mutex_);
       const int64_t limit =
           policy_->strategy == SequencePolicy::Strategy::kOldest ? policy_->max_batch_size : 1;
+      // Another collector is running: less than a full batch waits for it (TakeCollector's rule).
+      if (limit > 1 && collectors_ > 1 && static_cast<int64_t>(ready_.size()) < limit) {
+        --collectors_;
+        return;
+      }
       if (limit > 1 && static_cast<int64_t>(ready_.size()) < limit &&
           policy_->max_queue_delay > absl::ZeroDuration() && !ready_.empty()) {
         auto full = [this, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -564,36 +580,34 @@ void SequenceBatcher::Execute(const SequenceHost& host, std::vector<Taken>& batc
       absl::Status status = outputs.status();
       std::vector<engine::Value> mine;
       if (status.ok()) {
-        for (size_t j = 0; j < outputs->size(); ++j) {
-          const engine::Value& value = (*outputs)[j];
-          if (n == 1 || !value.is_tensor()) {
-            mine.push_back(n == 1 ? std::move((*outputs)[j]) : engine::Value());
+        // The step's state rows go straight from the run's output into its slot (a lone step's
+        // output buffer becomes the slot's), and the answer sees the state there: the state
+        // outputs are neither sliced nor copied twice. Answers are encoded within host.finish,
+        // before the slot's next step can run.
+        mine.resize(outputs->size());
+        for (size_t s = 0; status.ok() && s < policy_->states.size(); ++s) {
+          status = StoreState(s, (*outputs)[policy_->states[s].output], m, n, *taken.slot);
+          if (status.ok()) {
+            mine[policy_->states[s].output] =
+                engine::Value(engine::Tensor::ViewOf(taken.slot->state[s]));
+          }
+        }
+        for (size_t j = 0; status.ok() && j < outputs->size(); ++j) {
+          engine::Value& value = (*outputs)[j];
+          if (IsStateOutput(j)) continue;
+          if (n == 1) {
+            mine[j] = std::move(value);
             continue;
           }
-          // The output's batch axis (a state's is its output's).
+          if (!value.is_tensor()) continue;
           const int axis = j < policy_->output_axes.size() ? policy_->output_axes[j] : 0;
-          mine.push_back(engine::Value(Slice(value.tensor(), axis, m, 1)));
-        }
-        // The step's state rows go back to its slot.
-        for (size_t s = 0; s < policy_->states.size(); ++s) {
-          const engine::Value& out = mine[policy_->states[s].output];
-          engine::Tensor& slot_state = taken.slot->state[s];
-          if (!out.is_tensor() || out.tensor().dtype() != slot_state.dtype() ||
-              out.tensor().NumElements() != slot_state.NumElements()) {
-            status = absl::InternalError(
-                absl::StrCat("state '", policy_->states[s].input_name, "': the model's output '",
-                             policy_->states[s].output_name, "' is ",
-                             out.is_tensor() ? out.tensor().DebugString(0) : "no tensor",
-                             ", the state ", slot_state.DebugString(0)));
-            break;
-          }
-          if (slot_state.ByteSize() > 0) {
-            std::memmove(slot_state.mutable_raw_data(), out.tensor().raw_data(),
-                         slot_state.ByteSize());
-          }
+          mine[j] = engine::Value(Slice(value.tensor(), axis, m, 1));
         }
       }
-      if (status.ok() && absl::Now() >= taken.step.deadline) {
+      // A gRPC deadline also cancels the call, and the watcher's cancel may reach the run first:
+      // a step stopped at or past its deadline failed by its deadline (the client's error says
+      // so, and the sequence's next step must too).
+      if ((status.ok() || absl::IsCancelled(status)) && absl::Now() >= taken.step.deadline) {
         status = absl::DeadlineExceededError(
             absl::StrCat(taken.slot->label, ": deadline exceeded while the request ran"));
       } else if (status.ok() && taken.step.cancelled != nullptr &&
@@ -608,58 +622,95 @@ void SequenceBatcher::Execute(const SequenceHost& host, std::vector<Taken>& batc
   }
 }
 
+bool SequenceBatcher::IsStateOutput(size_t output) const {
+  for (const SequencePolicy::State& state : policy_->states) {
+    if (state.output == static_cast<int>(output)) return true;
+  }
+  return false;
+}
+
+absl::Status SequenceBatcher::StoreState(size_t s, engine::Value& out, int64_t member,
+                                         int64_t members, Slot& slot) const {
+  const SequencePolicy::State& state = policy_->states[s];
+  engine::Tensor& slot_state = slot.state[s];
+  if (!out.is_tensor() || out.tensor().dtype() != slot_state.dtype() ||
+      out.tensor().NumElements() != members * slot_state.NumElements() ||
+      (members > 1 && out.tensor().dim(state.axis) != members)) {
+    return absl::InternalError(
+        absl::StrCat("state '", state.input_name, "': the model's output '", state.output_name,
+                     "' is ", out.is_tensor() ? out.tensor().DebugString(0) : "no tensor", " for ",
+                     members, " sequence(s), one sequence's state ", slot_state.DebugString(0)));
+  }
+  if (slot_state.ByteSize() == 0) return absl::OkStatus();
+  if (members > 1) {
+    CopyRows(out.tensor(), state.axis, member, 1, slot_state, 0);
+  } else if (!out.tensor().is_view() && out.tensor().shape() == slot_state.shape() &&
+             slot_state.dtype() != engine::DataType::kString) {
+    // The run's own buffer becomes the state; the slot's previous one goes with the output.
+    swap(slot_state, out.mutable_tensor());
+  } else {
+    std::memmove(slot_state.mutable_raw_data(), out.tensor().raw_data(), slot_state.ByteSize());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<engine::Value>> SequenceBatcher::RunMembers(
     const SequenceHost& host, std::vector<Taken>& members) {
   const SequencePolicy& p = *policy_;
-  const size_t n = members.size();
-  // The server's inputs of each member.
-  for (Taken& taken : members) {
-    std::vector<engine::Value>& inputs = taken.step.inputs;
-    for (const SequencePolicy::Control& control : p.controls) {
-      switch (control.kind) {
-        case Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_START:
-          inputs[control.input] = engine::Value(ControlTensor(
-              control.dtype, taken.start ? control.true_value : control.false_value, p.batched));
-          break;
-        case Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_END:
-          inputs[control.input] = engine::Value(ControlTensor(
-              control.dtype, taken.step.sequence.end ? control.true_value : control.false_value,
-              p.batched));
-          break;
-        case Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_READY:
-          inputs[control.input] =
-              engine::Value(ControlTensor(control.dtype, control.true_value, p.batched));
-          break;
-        default:
-          inputs[control.input] =
-              engine::Value(CorrIdTensor(control.dtype, taken.step.sequence, p.batched));
-      }
-    }
-    for (size_t s = 0; s < p.states.size(); ++s) {
-      const engine::Tensor& source = taken.start ? p.states[s].initial : taken.slot->state[s];
-      inputs[p.states[s].input] = engine::Value(engine::Tensor::ViewOf(source));
-    }
-  }
+  const int64_t n = static_cast<int64_t>(members.size());
   absl::Time deadline = absl::InfinitePast();
   for (const Taken& taken : members) deadline = std::max(deadline, taken.step.deadline);
+  // The client's inputs: the lone step's own, or concatenated along the batch axis.
+  std::vector<engine::Value> inputs;
   if (n == 1) {
-    return host.run(members[0].step.call, std::move(members[0].step.inputs), deadline,
-                    members[0].step.cancelled, 1);
-  }
-  std::vector<engine::Value> merged(members[0].step.inputs.size());
-  std::vector<const engine::Tensor*> parts(n);
-  for (size_t i = 0; i < merged.size(); ++i) {
-    if (!members[0].step.inputs[i].is_tensor()) continue;
-    int axis = 0;
-    for (const SequencePolicy::State& state : p.states) {
-      if (state.input == static_cast<int>(i)) axis = state.axis;
+    inputs = std::move(members[0].step.inputs);
+  } else {
+    inputs.resize(members[0].step.inputs.size());
+    std::vector<const engine::Tensor*> parts(n);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!members[0].step.inputs[i].is_tensor()) continue;  // a server input
+      for (int64_t m = 0; m < n; ++m) parts[m] = &members[m].step.inputs[i].tensor();
+      inputs[i] = engine::Value(Concat(parts, 0));
     }
-    for (size_t m = 0; m < n; ++m) parts[m] = &members[m].step.inputs[i].tensor();
-    merged[i] = engine::Value(Concat(parts, axis));
+    for (Taken& taken : members) taken.step.inputs.clear();
   }
-  for (Taken& taken : members) taken.step.inputs.clear();
-  return host.run(members[0].step.call, std::move(merged), deadline, nullptr,
-                  static_cast<int64_t>(n));
+  // The controls, built at the execution's size ([n, 1]; [1] without batching).
+  for (const SequencePolicy::Control& control : p.controls) {
+    engine::Tensor& t = inputs[control.input].mutable_tensor();
+    t = engine::Tensor(control.dtype, p.batched ? engine::Shape{n, 1} : engine::Shape{1});
+    for (int64_t m = 0; m < n; ++m) {
+      const Taken& taken = members[m];
+      switch (control.kind) {
+        case Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_START:
+          SetControl(t, m, taken.start ? control.true_value : control.false_value);
+          break;
+        case Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_END:
+          SetControl(t, m, taken.step.sequence.end ? control.true_value : control.false_value);
+          break;
+        case Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_READY:
+          SetControl(t, m, control.true_value);
+          break;
+        default:
+          SetCorrId(t, m, taken.step.sequence);
+      }
+    }
+  }
+  // The states: a lone step reads its slot (or the initial state) in place; a merged execution
+  // concatenates them along each state's batch axis.
+  for (size_t s = 0; s < p.states.size(); ++s) {
+    auto source = [&](const Taken& taken) -> const engine::Tensor& {
+      return taken.start ? p.states[s].initial : taken.slot->state[s];
+    };
+    if (n == 1) {
+      inputs[p.states[s].input] = engine::Value(engine::Tensor::ViewOf(source(members[0])));
+      continue;
+    }
+    std::vector<const engine::Tensor*> parts(n);
+    for (int64_t m = 0; m < n; ++m) parts[m] = &source(members[m]);
+    inputs[p.states[s].input] = engine::Value(Concat(parts, p.states[s].axis));
+  }
+  return host.run(members[0].step.call, std::move(inputs), deadline,
+                  n == 1 ? members[0].step.cancelled : nullptr, n);
 }
 
 void SequenceBatcher::Flush(const absl::Status& why) {

@@ -49,6 +49,7 @@ struct SequencePolicy {
   bool batched = false;        // max_batch_size > 0: tensors carry a batch dim
   int64_t max_batch_size = 1;  // steps per execution (oldest); 1 without batching
   int slots = 1;               // sequences live at once; more starts queue (up to `slots`)
+  int instances = 1;           // executions at once (instance_group count): one collector each
   absl::Duration idle = absl::Seconds(1);  // max_sequence_idle_microseconds (Triton's default)
   absl::Duration max_queue_delay;          // oldest: how long a batch waits to fill
   std::vector<Control> controls;
@@ -116,7 +117,7 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
     int64_t live = 0;        // sequences holding a slot
     int64_t slots = 0;       // the version's slots
     int64_t backlog = 0;     // starts waiting for a slot
-    int64_t started = 0;     // sequences started (restarts included)
+    int64_t started = 0;     // sequences started (restarts are counted in `restarts`)
     int64_t ended = 0;       // sequences ended (by their END step)
     int64_t failed = 0;      // sequences ended by an error
     int64_t expired = 0;     // sequences that went idle past max_sequence_idle
@@ -191,6 +192,11 @@ class SequenceBatcher : public std::enable_shared_from_this<SequenceBatcher> {
                std::vector<absl::Status>& ends);
   absl::StatusOr<std::vector<engine::Value>> RunMembers(const SequenceHost& host,
                                                         std::vector<Taken>& batch);
+  // Stores member `member` of `members`' rows of state `s` from the run's output `out` into
+  // `slot` (a lone member's owned output buffer is swapped in); Internal when `out` does not fit.
+  absl::Status StoreState(size_t s, engine::Value& out, int64_t member, int64_t members,
+                          Slot& slot) const;
+  bool IsStateOutput(size_t output) const;
   static void Finish(const SequenceHost& host,
                      std::vector<std::pair<SequenceStep, absl::Status>>& failed);
   void Reap();

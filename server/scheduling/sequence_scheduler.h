@@ -26,7 +26,8 @@ class SequenceScheduler : public Scheduler {
   // The sequence's control and state inputs.
   const std::vector<int>& server_inputs() const override;
 
-  // The batcher itself (its sequence statistics).
+  // The batcher itself (its sequence statistics: ServerApi finds a version's SequenceScheduler
+  // behind its Scheduler and reads them here).
   const SequenceBatcher& batcher() const { return *batcher_; }
 
  private:

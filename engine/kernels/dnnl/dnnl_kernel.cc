@@ -146,12 +146,18 @@ bool DnnlKernel::AddStaging(const dnnl::memory::desc& plain_src,
                             const dnnl::memory::desc& staged_dst,
                             const dnnl::memory::desc& plain_dst, PreparedOp& op) {
   const dnnl::primitive_attr attr = UserScratchpadAttr();
-  const dnnl::reorder::primitive_desc in(CpuEngine(), plain_src, CpuEngine(), staged_src, attr);
-  const dnnl::reorder::primitive_desc out(CpuEngine(), staged_dst, CpuEngine(), plain_dst, attr);
-  if (in.scratchpad_desc().get_size() != 0 || out.scratchpad_desc().get_size() != 0) return false;
   auto staging = std::make_unique<PreparedOp::Staging>();
-  staging->stage_in = dnnl::reorder(in);
-  staging->stage_out = dnnl::reorder(out);
+  // A side whose layouts agree (a blocked chain's input or result) is bound directly, no reorder.
+  if (plain_src != staged_src) {
+    const dnnl::reorder::primitive_desc in(CpuEngine(), plain_src, CpuEngine(), staged_src, attr);
+    if (in.scratchpad_desc().get_size() != 0) return false;
+    staging->stage_in = dnnl::reorder(in);
+  }
+  if (plain_dst != staged_dst) {
+    const dnnl::reorder::primitive_desc out(CpuEngine(), staged_dst, CpuEngine(), plain_dst, attr);
+    if (out.scratchpad_desc().get_size() != 0) return false;
+    staging->stage_out = dnnl::reorder(out);
+  }
   staging->plain_src = plain_src;
   staging->staged_src = staged_src;
   staging->staged_dst = staged_dst;
@@ -481,8 +487,10 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
                              element_size);
   }
   if (op.staging != nullptr) {
-    const size_t src_bytes = (op.staging->staged_src.get_size() + 63) / 64 * 64;
-    char* staged = static_cast<char*>(run.Staging(src_bytes + op.staging->staged_dst.get_size()));
+    const size_t src_bytes =
+        op.staging->stage_in ? (op.staging->staged_src.get_size() + 63) / 64 * 64 : 0;
+    const size_t dst_bytes = op.staging->stage_out ? op.staging->staged_dst.get_size() : 0;
+    char* staged = static_cast<char*>(run.Staging(src_bytes + dst_bytes));
     state.staged[0] = staged;
     state.staged[1] = staged + src_bytes;
     try {
@@ -521,7 +529,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   // an unordered_map on every call.
   dnnl_stream_t stream = run.stream().get();
   ScopedOneOpenMpThread scope(op.single_threaded && threads > 1);
-  if (op.staging != nullptr) {
+  if (op.staging != nullptr && op.staging->stage_in) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[0].get()},
                                      {DNNL_ARG_TO, state.stage_memories[1].get()}};
     const dnnl_status_t status =
@@ -535,7 +543,7 @@ absl::Status DnnlKernel::Run(KernelContext& ctx) const {
   if (status != dnnl_success) {
     return absl::InternalError(absl::StrCat("oneDNN execution failed (status ", status, ")"));
   }
-  if (op.staging != nullptr) {
+  if (op.staging != nullptr && op.staging->stage_out) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, state.stage_memories[2].get()},
                                      {DNNL_ARG_TO, state.stage_memories[3].get()}};
     const dnnl_status_t reorder_status =

@@ -144,9 +144,11 @@ struct PreparedOp {
   // nChw16c, ~2x faster than its plain-layout gemm path): input 0 is reordered into the frame's
   // staged source before executing, and the result out of the staged destination into output 0
   // after (both reorders take no scratchpad). Absent (stage_in null) for plain-layout ops.
+  // A side whose layouts agree has no reorder (its primitive is empty; bind that side as kInput0 /
+  // kOutput): a blocked chain's Conv reads or writes the blocked tensor itself.
   struct Staging {
-    dnnl::primitive stage_in;   // plain input 0 -> staged_src
-    dnnl::primitive stage_out;  // staged_dst -> plain output 0
+    dnnl::primitive stage_in;   // plain input 0 -> staged_src; empty when they agree
+    dnnl::primitive stage_out;  // staged_dst -> plain output 0; empty when they agree
     dnnl::memory::desc plain_src, staged_src, staged_dst, plain_dst;
   };
   std::unique_ptr<const Staging> staging;
@@ -280,10 +282,11 @@ class DnnlKernel : public Kernel {
   static dnnl::memory::desc Desc(absl::Span<const int64_t> dims, DataType type);
   static dnnl::primitive_attr UserScratchpadAttr();
   static void AddScratchpad(const dnnl::primitive_desc_base& pd, PreparedOp& op);
-  // Sets op.staging for a primitive whose source `staged_src` and destination `staged_dst` differ
-  // from the plain `plain_src` / `plain_dst` of input 0 and output 0; false (op unchanged) when a
-  // reorder between them would need a scratchpad. Bind the primitive's SRC as kStagedSrc and DST
-  // as kStagedDst when it returns true.
+  // Sets op.staging for a primitive whose source `staged_src` or destination `staged_dst` differ
+  // from the layouts `plain_src` / `plain_dst` of input 0 and output 0 (plain, or blocked in a
+  // chain); false (op unchanged) when a reorder between them would need a scratchpad. When it
+  // returns true, bind the primitive's SRC as kStagedSrc if staged_src != plain_src (else
+  // kInput0) and DST as kStagedDst if staged_dst != plain_dst (else kOutput).
   static bool AddStaging(const dnnl::memory::desc& plain_src, const dnnl::memory::desc& staged_src,
                          const dnnl::memory::desc& staged_dst, const dnnl::memory::desc& plain_dst,
                          PreparedOp& op);

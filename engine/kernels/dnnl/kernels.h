@@ -47,6 +47,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConvIntegerKernel(const KernelInit
 absl::StatusOr<std::unique_ptr<Kernel>> CreateQLinearConvKernel(const KernelInit& init);
 // ConvTranspose: 1-D to 3-D on oneDNN's deconvolution; extended outputs on the reference.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlConvTransposeKernel(const KernelInit& init);
+// `_BlockedToPlain` (layout.cc): a blocked [N, C / b, H, W, b] tensor reordered into [N, C, H, W]
+// (engine/transform/blocked_layout.h).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBlockedToPlainKernel(const KernelInit& init);
+// `_PlainToBlocked` (layout.cc): a plain tensor of rank <= 4 reordered into the chain's layout.
+absl::StatusOr<std::unique_ptr<Kernel>> CreatePlainToBlockedKernel(const KernelInit& init);
 // MaxPool (Indices on the reference), AveragePool, LpPool (reference only).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlPoolKernel(reference::PoolKind kind,
                                                              const KernelInit& init);

@@ -6,6 +6,7 @@
 #include "engine/kernels/dnnl/dnnl_kernel.h"
 #include "engine/kernels/dnnl/dnnl_util.h"
 #include "engine/kernels/dnnl/kernels.h"
+#include "engine/kernels/dnnl/layout.h"
 #include "engine/kernels/dnnl/window_attrs.h"
 
 namespace loopserve::engine {
@@ -94,24 +95,27 @@ class PoolKernel final : public DnnlKernel {
   const bool with_indices_;
 };
 
+// GlobalAveragePool / GlobalMaxPool; in a blocked chain (`blocked`, engine/transform/
+// blocked_layout.h) input and result are held in the chain's layout (dnnl/layout.h).
 class GlobalPoolKernel final : public DnnlKernel {
  public:
-  explicit GlobalPoolKernel(PoolKind kind)
-      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1), kind_(kind) {}
+  GlobalPoolKernel(PoolKind kind, bool blocked)
+      : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1), kind_(kind), blocked_(blocked) {}
 
  protected:
   bool UsesDnnl(DataType type) const override {
-    return type == DataType::kFloat32 || (kind_ == PoolKind::kMax && IsInt8(type));
+    return type == DataType::kFloat32 || (!blocked_ && kind_ == PoolKind::kMax && IsInt8(type));
   }
 
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
-    const Shape& x = *shapes[0];
+    LS_ASSIGN_OR_RETURN(const Shape x,
+                        blocked_ ? PlainOfChain(*shapes[0]) : absl::StatusOr<Shape>(*shapes[0]));
     LS_ASSIGN_OR_RETURN(Shape out,
                         reference::GlobalPoolShape(
                             x, kind_ == PoolKind::kMax ? "GlobalMaxPool" : "GlobalAveragePool"));
     auto prepared = std::make_unique<PreparedOp>();
-    prepared->output_shape = out;
+    prepared->output_shape = blocked_ ? ChainShape(out) : out;
     if (out.NumElements() == 0) {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
@@ -123,8 +127,8 @@ class GlobalPoolKernel final : public DnnlKernel {
     const dnnl::memory::dims kernel(x.dims().begin() + 2, x.dims().end());
     const dnnl::memory::dims ones(kernel.size(), 1);
     const dnnl::memory::dims zeros(kernel.size(), 0);
-    const dnnl::memory::desc src = Desc(x.dims(), type);
-    const dnnl::memory::desc dst = Desc(out.dims(), type);
+    const dnnl::memory::desc src = blocked_ ? ChainDesc(x) : Desc(x.dims(), type);
+    const dnnl::memory::desc dst = blocked_ ? ChainDesc(out) : Desc(out.dims(), type);
     const dnnl::pooling_v2_forward::primitive_desc pd(
         dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference,
                                        kind_ == PoolKind::kMax
@@ -140,11 +144,17 @@ class GlobalPoolKernel final : public DnnlKernel {
   }
 
   absl::Status RunReference(KernelContext& ctx) const override {
+    if (blocked_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a global pool in a blocked chain computes float32 only, got ",
+                       DataTypeName(ctx.input(0).dtype())));
+    }
     return reference::GlobalPool(kind_, ctx.input(0), ctx.output_value(0).mutable_tensor());
   }
 
  private:
   const PoolKind kind_;
+  const bool blocked_;  // input and result in the chain's layout
 };
 
 }  // namespace
@@ -191,7 +201,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDnnlGlobalPoolKernel(PoolKind kind
                                                    init.num_inputs(), " and ",
                                                    init.node().outputs.size()));
   }
-  auto kernel = std::make_unique<GlobalPoolKernel>(kind);
+  LS_ASSIGN_OR_RETURN(const int64_t blocked, init.node().GetInt("_blocked", 0));
+  auto kernel = std::make_unique<GlobalPoolKernel>(kind, blocked != 0);
   kernel->WarmUp(init);
   return kernel;
 }

@@ -47,10 +47,13 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   using reference::PoolKind;
   registry.Register("Conv", CreateDnnlConvKernel);
   registry.Register("ConvTranspose", CreateDnnlConvTransposeKernel);
+  registry.Register("_BlockedToPlain", CreateBlockedToPlainKernel);  // transform/blocked_layout.h
+  registry.Register("_PlainToBlocked", CreatePlainToBlockedKernel);
   registry.Register("ConvInteger", CreateConvIntegerKernel, 10);
   registry.Register("QLinearConv", CreateQLinearConvKernel, 10);
-  const std::pair<const char*, PoolKind> pools[] = {
-      {"MaxPool", PoolKind::kMax}, {"AveragePool", PoolKind::kAverage}, {"LpPool", PoolKind::kLp}};
+  // LpPool is a native kernel (native/pooling_extra.cc).
+  const std::pair<const char*, PoolKind> pools[] = {{"MaxPool", PoolKind::kMax},
+                                                    {"AveragePool", PoolKind::kAverage}};
   for (const auto& [name, kind] : pools) {
     registry.Register(
         name, [kind = kind](const KernelInit& init) { return CreateDnnlPoolKernel(kind, init); });

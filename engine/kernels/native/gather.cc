@@ -133,31 +133,17 @@ class GatherElementsKernel final : public Kernel {
     }
     DimVector strides;
     RowMajorStrides(data.shape(), &strides);
-    const int64_t n = indices.NumElements();
-    const int64_t axis_dim = data.dim(axis);
     Tensor* y = ctx.output(0, data.dtype(), indices.shape());
-    DimVector coord(rank, 0);
+    if (y->NumElements() == 0) return absl::OkStatus();
     absl::Status status;
     DispatchBySize(data.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T* in = data.data<T>();
-      T* out = y->mutable_data<T>();
-      int64_t base = 0;  // offset of coord in data, without the axis term
-      for (int64_t j = 0; j < n; ++j) {
-        absl::StatusOr<int64_t> k = NormalizeIndex(IndexAt(indices, j), axis_dim, "index");
-        if (!k.ok()) {
-          status = k.status();
-          return;
-        }
-        out[j] = in[base + *k * strides[axis]];
-        for (int d = rank - 1; d >= 0; --d) {
-          if (++coord[d] < indices.dim(d)) {
-            if (d != axis) base += strides[d];
-            break;
-          }
-          if (d != axis) base -= strides[d] * (coord[d] - 1);
-          coord[d] = 0;
-        }
+      if (indices.dtype() == DataType::kInt64) {
+        status = GatherRows(data.data<T>(), indices.data<int64_t>(), indices.shape(), strides, axis,
+                            data.dim(axis), y->mutable_data<T>());
+      } else {
+        status = GatherRows(data.data<T>(), indices.data<int32_t>(), indices.shape(), strides, axis,
+                            data.dim(axis), y->mutable_data<T>());
       }
     });
     return status;
@@ -165,6 +151,42 @@ class GatherElementsKernel final : public Kernel {
 
  private:
   explicit GatherElementsKernel(int64_t axis) : axis_(axis) {}
+
+  // Row by row over the indices' last dim (a tight loop; the data offset of the other dims moves
+  // once per row): out[j] = in[offset of j with coordinate `axis` replaced by indices[j]].
+  template <typename T, typename I>
+  static absl::Status GatherRows(const T* in, const I* indices, const Shape& shape,
+                                 const DimVector& strides, int axis, int64_t axis_dim, T* out) {
+    const int rank = shape.rank();
+    const int64_t last = shape[rank - 1];
+    const int64_t rows = shape.NumElements() / last;
+    const bool along_last = axis == rank - 1;
+    const int64_t axis_stride = strides[axis];
+    DimVector coord(rank - 1, 0);
+    int64_t base = 0;  // data offset of the row's coordinates, without the axis term
+    for (int64_t row = 0; row < rows; ++row) {
+      const I* index = indices + row * last;
+      T* dst = out + row * last;
+      const T* src = in + base;
+      for (int64_t j = 0; j < last; ++j) {
+        int64_t k = index[j];
+        if (k < 0) k += axis_dim;
+        if (static_cast<uint64_t>(k) >= static_cast<uint64_t>(axis_dim)) {
+          return NormalizeIndex(index[j], axis_dim, "index").status();
+        }
+        dst[j] = along_last ? src[k] : src[j + k * axis_stride];
+      }
+      for (int d = rank - 2; d >= 0; --d) {
+        if (++coord[d] < shape[d]) {
+          if (d != axis) base += strides[d];
+          break;
+        }
+        if (d != axis) base -= strides[d] * (coord[d] - 1);
+        coord[d] = 0;
+      }
+    }
+    return absl::OkStatus();
+  }
   int64_t axis_;
 };
 

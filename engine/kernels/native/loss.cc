@@ -8,6 +8,7 @@
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/index_util.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/vector_math.h"
 
 namespace loopserve::engine::native {
 namespace {
@@ -17,8 +18,40 @@ enum class LossReduction : uint8_t { kNone, kSum, kMean };
 class LossState : public KernelState {
  public:
   std::vector<double> scratch;  // per-element losses and weights, reused across runs
+  std::vector<float> row;       // one row's exponentials (float32 class rows)
   Tensor log_prob;              // SoftmaxCrossEntropyLoss's log-softmax when not an output
 };
+
+// out = log_softmax(in) along axis 1 of [n, c, d]. Float32 rows of contiguous classes (d == 1)
+// take the vector max and exp-sum (`row` holds the exponentials); otherwise double per element.
+template <typename T>
+void LogSoftmax(const T* in, int64_t n, int64_t c, int64_t d, std::vector<float>& row, T* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d == 1 && c > 0) {
+      row.resize(c);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* x = in + i * c;
+        const float mx = MaxF32(x, c);
+        const double sum = ExpShiftSumF32(x, mx, row.data(), c);
+        const float lse = static_cast<float>(mx + std::log(sum));
+        for (int64_t k = 0; k < c; ++k) out[i * c + k] = x[k] - lse;
+      }
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < d; ++j) {
+      double mx = -INFINITY;
+      for (int64_t k = 0; k < c; ++k) mx = std::max(mx, double(in[(i * c + k) * d + j]));
+      double s = 0;
+      for (int64_t k = 0; k < c; ++k) s += std::exp(double(in[(i * c + k) * d + j]) - mx);
+      const double lse = mx + std::log(s);
+      for (int64_t k = 0; k < c; ++k) {
+        out[(i * c + k) * d + j] = static_cast<T>(double(in[(i * c + k) * d + j]) - lse);
+      }
+    }
+  }
+}
 
 // Shared by both losses: for log-probabilities `logp` [N, C, d...] and labels [N, d...], the
 // per-element loss -logp[n, label, d] * weight[label] (0 where label == ignore_index), reduced.
@@ -136,22 +169,8 @@ class LossKernel final : public Kernel {
             lp->Resize(x.dtype(), x.shape());
           }
           T* out = lp->mutable_data<T>();
-          const int64_t n = x.dim(0);
-          const int64_t c = x.dim(1);
-          const int64_t d = x.shape().NumElements(2, x.rank());
-          const T* in = x.data<T>();
-          for (int64_t i = 0; i < n; ++i) {
-            for (int64_t j = 0; j < d; ++j) {
-              double mx = -INFINITY;
-              for (int64_t k = 0; k < c; ++k) mx = std::max(mx, double(in[(i * c + k) * d + j]));
-              double s = 0;
-              for (int64_t k = 0; k < c; ++k) s += std::exp(double(in[(i * c + k) * d + j]) - mx);
-              const double lse = mx + std::log(s);
-              for (int64_t k = 0; k < c; ++k) {
-                out[(i * c + k) * d + j] = static_cast<T>(double(in[(i * c + k) * d + j]) - lse);
-              }
-            }
-          }
+          LogSoftmax(x.data<T>(), x.dim(0), x.dim(1), x.shape().NumElements(2, x.rank()), state.row,
+                     out);
           logp = out;
         }
         status = NllLoss<T>(logp, x.shape(), labels, weight, ignore_index_, reduction_, scratch,

@@ -1,4 +1,4 @@
-// MeanVarianceNormalization, MaxUnpool and RoiAlign.
+// MeanVarianceNormalization, MaxUnpool, RoiAlign and LpPool.
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/kernels/dnnl/window_attrs.h"
 #include "engine/kernels/native/common.h"
 #include "engine/kernels/native/register_families.h"
+#include "engine/kernels/native/vector_math.h"
+#include "engine/kernels/reference/reference.h"
 
 // `#pragma omp simd` below is a hint: clang at the sanitizer build's -O1 does not vectorize and
 // would report each loop as a failed transformation (an error under -Werror).
@@ -286,10 +289,74 @@ class MaxUnpoolKernel final : public Kernel {
   std::vector<int64_t> kernel_, strides_, pads_;
 };
 
+// The sampling taps of one roi along one axis: for each output bin, the input rows (or columns)
+// its samples touch and the summed bilinear weight of each (taps of bin b are
+// [begin[b], begin[b + 1])).
+struct RoiTaps {
+  std::vector<int64_t> begin, index;
+  std::vector<double> weight;
+
+  // Samples at first + b * bin + (i + 0.5) * bin / grid, i < grid, for each bin b < bins, on an
+  // axis of `size` pixels: each sample at s weighs (1 - frac) on floor(s) and frac on the next
+  // pixel (clamped at the edges), and nothing when s is outside [-1, size].
+  void Build(double first, double bin, int64_t bins, int64_t grid, int64_t size) {
+    begin.assign(1, 0);
+    index.clear();
+    weight.clear();
+    for (int64_t b = 0; b < bins; ++b) {
+      const int64_t start = static_cast<int64_t>(index.size());
+      for (int64_t i = 0; i < grid; ++i) {
+        double at = first + b * bin + (i + 0.5) * bin / grid;
+        if (size <= 0 || !(at >= -1.0 && at <= size)) continue;
+        at = std::max(at, 0.0);
+        int64_t lo = static_cast<int64_t>(at), hi;
+        if (lo >= size - 1) {
+          lo = hi = size - 1;
+          at = static_cast<double>(lo);
+        } else {
+          hi = lo + 1;
+        }
+        const double frac = at - lo;
+        Add(start, lo, 1 - frac);
+        Add(start, hi, frac);
+      }
+      begin.push_back(static_cast<int64_t>(index.size()));
+    }
+  }
+
+ private:
+  // Samples come in order and each touches a pixel and the next, so a pixel already among the
+  // bin's taps is one of the last two (for a reversed roi it may be missed: a second tap for the
+  // same pixel, which sums the same).
+  void Add(int64_t start, int64_t at, double w) {
+    const int64_t size = static_cast<int64_t>(index.size());
+    for (int64_t t = std::max(start, size - 2); t < size; ++t) {
+      if (index[t] == at) {
+        weight[t] += w;
+        return;
+      }
+    }
+    index.push_back(at);
+    weight.push_back(w);
+  }
+};
+
+class RoiAlignState : public KernelState {
+ public:
+  RoiTaps rows, cols;
+  std::vector<float> sums_f;  // one output row's input rows summed, over the touched columns
+  std::vector<double> sums_d;
+  std::vector<float>& sums(float*) { return sums_f; }
+  std::vector<double>& sums(double*) { return sums_d; }
+};
+
 // RoiAlign(X [N, C, H, W], rois [R, 4], batch_indices [R]; mode, output_height, output_width,
 // sampling_ratio, spatial_scale, coordinate_transformation_mode): bilinear samples on a regular
 // grid in each bin, averaged (or their largest corner-weighted value, mode 'max'), as ONNX
-// Runtime computes it.
+// Runtime computes it. The average is separable: bilinear weights factor into a row weight and a
+// column weight, and a sample outside the image in either direction contributes nothing, so each
+// roi's bins are (row taps) x plane x (column taps): per channel and output row, its input rows
+// are summed over the columns the roi touches, then each bin takes its column taps.
 class RoiAlignKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
@@ -321,6 +388,10 @@ class RoiAlignKernel final : public Kernel {
     kernel->max_ = mode == "max";
     kernel->half_pixel_ = transform == "half_pixel";
     return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<RoiAlignState>();
   }
 
   absl::Status Run(KernelContext& ctx) const override {
@@ -367,6 +438,18 @@ class RoiAlignKernel final : public Kernel {
       const int64_t grid_h = std::max<int64_t>(static_cast<int64_t>(grid_hd), 0);
       const int64_t grid_w = std::max<int64_t>(static_cast<int64_t>(grid_wd), 0);
       const double count = std::max<double>(static_cast<double>(grid_h * grid_w), 1.0);
+      if (!max_) {
+        RoiAlignState& state = *ctx.state<RoiAlignState>();
+        if (x.dtype() == DataType::kFloat32) {
+          AverageRoi(x.data<float>(), image, channels, h, w, y1, x1, bin_h, bin_w, grid_h, grid_w,
+                     1.0 / count, state, y->mutable_data<float>() + r * channels * out_h_ * out_w_);
+        } else {
+          AverageRoi(x.data<double>(), image, channels, h, w, y1, x1, bin_h, bin_w, grid_h, grid_w,
+                     1.0 / count, state,
+                     y->mutable_data<double>() + r * channels * out_h_ * out_w_);
+        }
+        continue;
+      }
       for (int64_t c = 0; c < channels; ++c) {
         const int64_t plane = (image * channels + c) * h * w;
         for (int64_t ph = 0; ph < out_h_; ++ph) {
@@ -398,6 +481,52 @@ class RoiAlignKernel final : public Kernel {
 
  private:
   RoiAlignKernel() = default;
+
+  // Mode 'avg' for one roi: out [channels, out_h, out_w].
+  template <typename T>
+  void AverageRoi(const T* x, int64_t image, int64_t channels, int64_t h, int64_t w, double y1,
+                  double x1, double bin_h, double bin_w, int64_t grid_h, int64_t grid_w,
+                  double scale, RoiAlignState& state, T* out) const {
+    RoiTaps& rows = state.rows;
+    RoiTaps& cols = state.cols;
+    rows.Build(y1, bin_h, out_h_, grid_h, h);
+    cols.Build(x1, bin_w, out_w_, grid_w, w);
+    if (rows.index.empty() || cols.index.empty()) {
+      std::fill(out, out + channels * out_h_ * out_w_, T(0));
+      return;
+    }
+    // Columns first_col.. the roi touches; per output row, its input rows summed over them (a
+    // contiguous, vectorisable loop), then each output takes its column taps from that sum.
+    const auto [lo, hi] = std::minmax_element(cols.index.begin(), cols.index.end());
+    const int64_t first_col = *lo, num_cols = *hi - *lo + 1;
+    std::vector<T>& sums = state.sums(static_cast<T*>(nullptr));
+    sums.resize(num_cols);
+    T* sum = sums.data();
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* plane = x + (image * channels + c) * h * w + first_col;
+      T* dst = out + c * out_h_ * out_w_;
+      for (int64_t ph = 0; ph < out_h_; ++ph) {
+        T* line = dst + ph * out_w_;
+        if (rows.begin[ph] == rows.begin[ph + 1]) {
+          std::fill(line, line + out_w_, T(0));
+          continue;
+        }
+        std::fill(sum, sum + num_cols, T(0));
+        for (int64_t t = rows.begin[ph]; t < rows.begin[ph + 1]; ++t) {
+          const T weight = static_cast<T>(rows.weight[t] * scale);
+          const T* row = plane + rows.index[t] * w;
+          for (int64_t i = 0; i < num_cols; ++i) sum[i] += weight * row[i];
+        }
+        for (int64_t pw = 0; pw < out_w_; ++pw) {
+          T acc = 0;
+          for (int64_t t = cols.begin[pw]; t < cols.begin[pw + 1]; ++t) {
+            acc += static_cast<T>(cols.weight[t]) * sum[cols.index[t] - first_col];
+          }
+          line[pw] = acc;
+        }
+      }
+    }
+  }
 
   // The bilinear value at (sy, sx) of the plane, and the largest of its weighted corners; both 0
   // outside the image by more than a pixel, and on an empty image.
@@ -434,12 +563,164 @@ class RoiAlignKernel final : public Kernel {
   bool half_pixel_ = true;
 };
 
+// LpPool(X [N, C, spatial...]; kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, p):
+// (sum over the window of |x|^p)^(1/p), padding contributing nothing. One or two spatial axes:
+// |x|^p of a whole plane at once (float32: vector math, a product for p = 2), the window sums,
+// then the 1/p power of the output (float32: vector math, a square root for p = 2). Three or more
+// spatial axes run the reference kernel.
+class LpPoolState : public KernelState {
+ public:
+  std::vector<float> powered_f;  // one plane's |x|^p
+  std::vector<double> powered_d;
+  std::vector<int64_t> col_begin, col_first;  // per output column: first input column, first tap
+  std::vector<int64_t> col_end;               // per output column: one past its last tap
+  std::vector<float>& powered(float*) { return powered_f; }
+  std::vector<double>& powered(double*) { return powered_d; }
+};
+
+class LpPoolKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelInit& init) {
+    LS_RETURN_IF_ERROR(CheckArity(init, 1, 1));
+    const Node& node = init.node();
+    auto kernel = std::unique_ptr<LpPoolKernel>(new LpPoolKernel());
+    kernel->attrs_.kind = reference::PoolKind::kLp;
+    LS_ASSIGN_OR_RETURN(kernel->attrs_.window,
+                        ParseWindowAttrs(node, /*require_kernel_shape=*/true));
+    // p is a float in LpPool-1 and an int from LpPool-2 on.
+    const Attribute* p = node.FindAttribute("p");
+    if (p != nullptr) {
+      kernel->attrs_.p = p->type == Attribute::Type::kFloat ? p->f : static_cast<float>(p->i);
+    }
+    if (!(kernel->attrs_.p > 0) || kernel->attrs_.p > 1e6f) {
+      return absl::InvalidArgumentError(absl::StrCat("p ", kernel->attrs_.p, " must be positive"));
+    }
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  std::unique_ptr<KernelState> CreateState() const override {
+    return std::make_unique<LpPoolState>();
+  }
+
+  absl::Status Run(KernelContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    if (!IsFloatingPoint(x.dtype()) || (x.rank() != 3 && x.rank() != 4)) {
+      return reference::Pool(x, attrs_, ctx.output_value(0).mutable_tensor(), nullptr);
+    }
+    LS_ASSIGN_OR_RETURN(const reference::Window win,
+                        reference::ResolveWindow(x.shape(), attrs_.window.kernel_shape,
+                                                 attrs_.window, /*pool=*/true, "LpPool"));
+    // One spatial axis is the columns of a single-row plane.
+    const bool two_d = win.rank == 2;
+    const int col = two_d ? 1 : 0;
+    const Axis rows = two_d ? Axis{win.input[0],   win.output[0],    win.kernel[0],
+                                   win.strides[0], win.dilations[0], win.pads_begin[0]}
+                            : Axis{1, 1, 1, 1, 1, 0};
+    const Axis cols{win.input[col],   win.output[col],    win.kernel[col],
+                    win.strides[col], win.dilations[col], win.pads_begin[col]};
+    Shape::Dims dims = {x.dim(0), x.dim(1)};
+    dims.insert(dims.end(), win.output.begin(), win.output.end());
+    LS_ASSIGN_OR_RETURN(const Shape out_shape, ValidateDims(dims, "pool output"));
+    Tensor* y = ctx.output(0, x.dtype(), out_shape);
+    if (y->NumElements() == 0) return absl::OkStatus();
+    LpPoolState& state = *ctx.state<LpPoolState>();
+    state.col_begin.resize(cols.out);
+    state.col_first.resize(cols.out);
+    state.col_end.resize(cols.out);
+    for (int64_t ow = 0; ow < cols.out; ++ow) {
+      const int64_t begin = ow * cols.stride - cols.pad;
+      state.col_begin[ow] = begin;
+      TapRange(begin, cols, &state.col_first[ow], &state.col_end[ow]);
+    }
+    const int64_t planes = x.dim(0) * x.dim(1);
+    if (x.dtype() == DataType::kFloat32) {
+      Pool(x.data<float>(), planes, rows, cols, state, y->mutable_data<float>());
+    } else {
+      Pool(x.data<double>(), planes, rows, cols, state, y->mutable_data<double>());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // One spatial axis of the window.
+  struct Axis {
+    int64_t in, out, kernel, stride, dilation, pad;
+  };
+
+  LpPoolKernel() = default;
+
+  // The taps k < kernel whose input position begin + k * dilation lies in [0, in): [*first, *end).
+  static void TapRange(int64_t begin, const Axis& a, int64_t* first, int64_t* end) {
+    *first = begin >= 0 ? 0 : (-begin + a.dilation - 1) / a.dilation;
+    *end = begin >= a.in ? 0 : std::min(a.kernel, (a.in - begin + a.dilation - 1) / a.dilation);
+    if (*end < *first) *end = *first;
+  }
+
+  // powered[i] = |in[i]|^p, and values[i] = values[i]^(1 / p).
+  static void Power(const float* in, float p, int64_t n, float* powered) {
+    if (p == 2.0f) {
+      for (int64_t i = 0; i < n; ++i) powered[i] = in[i] * in[i];
+    } else {
+      UnaryF32(VecUnary::kAbs, in, powered, n);
+      if (p != 1.0f) UnaryF32(VecUnary::kPow, powered, powered, n, p);
+    }
+  }
+  static void Power(const double* in, float p, int64_t n, double* powered) {
+    for (int64_t i = 0; i < n; ++i) powered[i] = std::pow(std::fabs(in[i]), double{p});
+  }
+  static void Root(float p, int64_t n, float* values) {
+    if (p == 2.0f) {
+      UnaryF32(VecUnary::kSqrt, values, values, n);
+    } else if (p != 1.0f) {
+      UnaryF32(VecUnary::kPow, values, values, n, 1.0f / p);
+    }
+  }
+  static void Root(float p, int64_t n, double* values) {
+    for (int64_t i = 0; i < n; ++i) values[i] = std::pow(values[i], 1.0 / double{p});
+  }
+
+  template <typename T>
+  void Pool(const T* x, int64_t planes, const Axis& rows, const Axis& cols, LpPoolState& state,
+            T* y) const {
+    const int64_t plane_size = rows.in * cols.in;
+    std::vector<T>& buffer = state.powered(static_cast<T*>(nullptr));
+    buffer.resize(plane_size);
+    T* powered = buffer.data();
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      Power(x + plane * plane_size, attrs_.p, plane_size, powered);
+      T* out = y + plane * rows.out * cols.out;
+      for (int64_t oh = 0; oh < rows.out; ++oh) {
+        const int64_t row_begin = oh * rows.stride - rows.pad;
+        int64_t first = 0, end = 0;
+        TapRange(row_begin, rows, &first, &end);
+        T* line = out + oh * cols.out;
+        std::fill(line, line + cols.out, T(0));
+        for (int64_t kh = first; kh < end; ++kh) {
+          const T* row = powered + (row_begin + kh * rows.dilation) * cols.in;
+          for (int64_t ow = 0; ow < cols.out; ++ow) {
+            const T* at = row + state.col_begin[ow];
+            T acc = 0;
+            for (int64_t kw = state.col_first[ow]; kw < state.col_end[ow]; ++kw) {
+              acc += at[kw * cols.dilation];
+            }
+            line[ow] += acc;
+          }
+        }
+      }
+      Root(attrs_.p, rows.out * cols.out, out);
+    }
+  }
+
+  reference::PoolAttrs attrs_;
+};
+
 }  // namespace
 
 void RegisterPoolingExtraKernels(KernelRegistry& registry) {
   registry.Register("MeanVarianceNormalization", FactoryOf<MvnKernel>(), 9);
   registry.Register("MaxUnpool", FactoryOf<MaxUnpoolKernel>(), 9);
   registry.Register("RoiAlign", FactoryOf<RoiAlignKernel>(), 10);
+  registry.Register("LpPool", FactoryOf<LpPoolKernel>());
 }
 
 }  // namespace loopserve::engine::native

@@ -6,6 +6,7 @@
 // element is the weighted sum over the product of its per-dim neighbours.
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,24 @@ bool IsIdentity(const DimTable& t, int64_t len) {
 void ResizeLastTwo(const float* in, int64_t planes, int64_t h, int64_t w, const DimTable& ty,
                    int64_t oh, const DimTable& tx, int64_t ow, std::vector<float>& row,
                    float* out) {
+  if (ty.taps == 1 && tx.taps == 1) {
+    // Nearest (every weight 1): an output row picks columns of one input row, and one whose input
+    // row is the previous output row's repeats that row.
+    for (int64_t p = 0; p < planes; ++p) {
+      const float* plane = in + p * h * w;
+      float* out_plane = out + p * oh * ow;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        float* dst = out_plane + oy * ow;
+        if (oy > 0 && ty.index[oy] == ty.index[oy - 1]) {
+          std::memcpy(dst, dst - ow, static_cast<size_t>(ow) * sizeof(float));
+          continue;
+        }
+        const float* src = plane + ty.index[oy] * w;
+        for (int64_t ox = 0; ox < ow; ++ox) dst[ox] = src[tx.index[ox]];
+      }
+    }
+    return;
+  }
   row.resize(static_cast<size_t>(w));
   float* r = row.data();
   for (int64_t p = 0; p < planes; ++p) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,11 +22,13 @@ using ::testing::HasSubstr;
 
 // sum = s_in + x with x [B, 1] and the state s [1, B, 1] (batch axis 1, as Silero VAD's state);
 // s_out = sum. The running sum of a sequence's inputs: which sequence's state a step read shows.
-std::shared_ptr<const engine::Model> AccumulatorModel() {
+// With `corrid`, also a string input corrid [B, 1] answered as the output id = corrid.
+std::shared_ptr<const engine::Model> AccumulatorModel(bool corrid = false) {
   auto graph = std::make_shared<engine::Graph>();
-  auto add = [&](const std::string& name, std::vector<int64_t> dims) {
+  auto add = [&](const std::string& name, std::vector<int64_t> dims,
+                 DataType dtype = DataType::kFloat32) {
     engine::ValueType type;
-    type.dtype = DataType::kFloat32;
+    type.dtype = dtype;
     type.dims = std::move(dims);
     return graph->AddValue(name, type);
   };
@@ -49,6 +52,19 @@ std::shared_ptr<const engine::Model> AccumulatorModel() {
   graph->nodes.push_back(std::move(copy));
   graph->inputs = {x, s_in};
   graph->outputs = {sum, s_out};
+  if (corrid) {
+    const engine::ValueId id_in = add("corrid", {-1, 1}, DataType::kString);
+    const engine::ValueId id_out = add("id", {-1, 1}, DataType::kString);
+    engine::Node echo;
+    echo.name = "echo";
+    echo.op_type = "Identity";
+    echo.opset = 13;
+    echo.inputs = {id_in};
+    echo.outputs = {id_out};
+    graph->nodes.push_back(std::move(echo));
+    graph->inputs.push_back(id_in);
+    graph->outputs.push_back(id_out);
+  }
   auto model = engine::Model::FromGraph(graph);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *model : nullptr;
@@ -103,6 +119,12 @@ class FakeHost {
       Answer& answer = answers_[call];
       answer.status = status;
       if (outputs != nullptr) answer.sum = *(*outputs)[0].tensor().data<float>();
+      if (outputs != nullptr && (*outputs)[1].is_tensor()) {
+        answer.state = *(*outputs)[1].tensor().data<float>();
+      }
+      if (outputs != nullptr && outputs->size() > 2 && (*outputs)[2].is_tensor()) {
+        answer.id = *(*outputs)[2].tensor().data<std::string>();
+      }
     };
   }
 
@@ -122,6 +144,8 @@ class FakeHost {
   struct Answer {
     absl::Status status = absl::UnknownError("not answered");
     float sum = -1;
+    float state = -1;  // the state output s_out as the answer carried it
+    std::string id;    // the output id (AccumulatorModel(true))
   };
 
   const SequenceHost& host() const { return host_; }
@@ -133,6 +157,10 @@ class FakeHost {
   Answer answer(int call) {
     absl::MutexLock lock(&mutex_);
     return answers_[Call(call)];
+  }
+  size_t pending_tasks() {
+    absl::MutexLock lock(&mutex_);
+    return tasks_.size();
   }
   std::vector<int64_t> executions() {
     absl::MutexLock lock(&mutex_);
@@ -200,6 +228,105 @@ TEST(SequenceBatcherTest, DirectRunsOneStepPerExecution) {
   fake.RunTasks();
   EXPECT_EQ(fake.executions(), (std::vector<int64_t>{1, 1, 1}));
   for (int s = 0; s < 3; ++s) EXPECT_EQ(fake.answer(s).sum, 2.0f);
+}
+
+// The state goes from the run's output into the slot without a copy through the answer (direct:
+// the output buffer becomes the slot's; oldest: the rows go straight to each slot), and an answer
+// that asks for the state output gets this step's state. Three rounds, so each step reads the
+// state the previous one stored.
+TEST(SequenceBatcherTest, TheStateOutputIsStoredInItsSlotAndAnswered) {
+  for (SequencePolicy::Strategy strategy :
+       {SequencePolicy::Strategy::kDirect, SequencePolicy::Strategy::kOldest}) {
+    FakeHost fake(AccumulatorModel());
+    auto batcher = std::make_shared<SequenceBatcher>(Policy(strategy, 8));
+    float want[3] = {0, 0, 0};
+    for (int round = 0; round < 3; ++round) {
+      for (int s = 0; s < 3; ++s) {
+        const float x = 1.0f + s + 10.0f * round;
+        ASSERT_TRUE(
+            batcher->Enqueue(Step(10 * round + s, 50 + s, x, round == 0), fake.host()).ok());
+        want[s] += x;
+      }
+      fake.RunTasks();
+      for (int s = 0; s < 3; ++s) {
+        const FakeHost::Answer answer = fake.answer(10 * round + s);
+        ASSERT_TRUE(answer.status.ok()) << answer.status;
+        EXPECT_EQ(answer.sum, want[s]) << round << " " << s;
+        EXPECT_EQ(answer.state, want[s]) << round << " " << s;
+      }
+    }
+    const std::vector<int64_t> executions = fake.executions();
+    EXPECT_EQ(executions.size(), strategy == SequencePolicy::Strategy::kDirect ? 9u : 3u);
+  }
+}
+
+// A string CONTROL_SEQUENCE_CORRID in merged executions: each member's row holds its own id
+// (ids longer than std::string's inline buffer: rows copied as raw bytes would share, then free
+// twice, their heap buffers).
+TEST(SequenceBatcherTest, StringCorrIdsOfAMergedExecutionAreEachMembersOwn) {
+  FakeHost fake(AccumulatorModel(/*corrid=*/true));
+  std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kOldest, 8);
+  SequencePolicy::Control corrid;
+  corrid.kind = SequencePolicy::Kind::ModelSequenceBatching_Control_Kind_CONTROL_SEQUENCE_CORRID;
+  corrid.input = 2;
+  corrid.dtype = DataType::kString;
+  policy->controls.push_back(corrid);
+  policy->server_inputs.push_back(2);
+  policy->output_axes.push_back(0);
+  auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+  const std::vector<std::string> ids = {"a", "a sequence id longer than any inline string buffer",
+                                        "another sequence id longer than the inline buffer"};
+  for (int round = 0; round < 2; ++round) {
+    for (size_t k = 0; k < ids.size(); ++k) {
+      SequenceStep step = Step(10 * round + k, 0, 1.0f, round == 0);
+      step.sequence.string_id = ids[k];
+      step.inputs.emplace_back();  // corrid: the batcher's
+      ASSERT_TRUE(batcher->Enqueue(std::move(step), fake.host()).ok());
+    }
+    fake.RunTasks();
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const FakeHost::Answer answer = fake.answer(10 * round + k);
+      ASSERT_TRUE(answer.status.ok()) << answer.status;
+      EXPECT_EQ(answer.id, ids[k]);
+      EXPECT_EQ(answer.sum, round + 1.0f);
+    }
+  }
+  EXPECT_EQ(fake.executions(), (std::vector<int64_t>{3, 3}));
+}
+
+// One collector (one execution at a time) per instance. direct: each ready sequence may take a
+// free instance; oldest: a second execution starts only for a full batch (fewer steps wait for
+// the running one's next batch).
+TEST(SequenceBatcherTest, ACollectorPerInstance) {
+  {
+    FakeHost fake(AccumulatorModel());
+    std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kDirect, 8);
+    policy->instances = 2;
+    auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(batcher->Enqueue(Step(s, 20 + s, 1.0f, true), fake.host()).ok());
+    }
+    EXPECT_EQ(fake.pending_tasks(), 2u);  // two instances, three ready sequences
+    fake.RunTasks();
+    EXPECT_EQ(fake.executions(), (std::vector<int64_t>{1, 1, 1}));
+  }
+  {
+    FakeHost fake(AccumulatorModel());
+    std::unique_ptr<SequencePolicy> policy = Policy(SequencePolicy::Strategy::kOldest, 16);
+    policy->instances = 2;
+    auto batcher = std::make_shared<SequenceBatcher>(std::move(policy));
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(batcher->Enqueue(Step(s, 40 + s, 1.0f, true), fake.host()).ok());
+    }
+    EXPECT_EQ(fake.pending_tasks(), 1u);  // 3 ready < max_batch_size 8: one collector
+    for (int s = 3; s < 11; ++s) {
+      ASSERT_TRUE(batcher->Enqueue(Step(s, 40 + s, 1.0f, true), fake.host()).ok());
+    }
+    EXPECT_EQ(fake.pending_tasks(), 2u);  // 11 ready: a full batch for the second instance
+    fake.RunTasks();
+    EXPECT_EQ(fake.executions(), (std::vector<int64_t>{8, 3}));
+    for (int s = 0; s < 11; ++s) EXPECT_EQ(fake.answer(s).sum, 1.0f) << s;
+  }
 }
 
 TEST(SequenceBatcherTest, StepsOfOneSequenceRunInOrderAndEndFreesTheSlot) {

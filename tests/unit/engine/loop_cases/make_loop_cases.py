@@ -628,6 +628,50 @@ def case_conv(out_dir, name, batch, channels, height, width, trips, seed):
     write_case(out_dir, name, model(g), [np.array(trips, np.int64), x0], [x])
 
 
+def case_conv_chain(out_dir, name, channels, height, width, trips, seed):
+    """x = x + 0.5 * Conv3x3(Relu(Conv3x3(x, W1, b1)), W2), x carried: two Convs in a row, which
+    the blocked_layout pass keeps in oneDNN's layout (engine/transform/blocked_layout.h) with the
+    carried x reordered in and the result out once per iteration."""
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(channels * 9)).astype(np.float32)
+    w2 = (rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(channels * 9)).astype(np.float32)
+    b1 = (rng.standard_normal((channels,)) * 0.05).astype(np.float32)
+    shape = [1, channels, height, width]
+    body = helper.make_graph(
+        [helper.make_node("Conv", ["x_in", "W1", "b1"], ["y1"], kernel_shape=[3, 3],
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["y1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "W2"], ["y2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+         const("half", np.array(0.5, np.float32)),
+         helper.make_node("Mul", ["y2", "half"], ["d"]),
+         helper.make_node("Add", ["x_in", "d"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "conv_chain_body", [vi("i", I64, []), vi("cond_in", B, []), vi("x_in", F, shape)],
+        [vi("cond_out", B, []), vi("x_out", F, shape)])
+    loop = helper.make_node("Loop", ["M", "", "x0"], ["x"], body=body)
+    g = helper.make_graph([loop], "conv_chain", [vi("M", I64, []), vi("x0", F, shape)],
+                          [vi("x", F, shape)],
+                          initializer=[numpy_helper.from_array(w1, "W1"),
+                                       numpy_helper.from_array(w2, "W2"),
+                                       numpy_helper.from_array(b1, "b1")])
+    x0 = rng.standard_normal(shape).astype(np.float32)
+
+    def conv3x3(x, w):
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        y = np.zeros((1, channels, height, width))
+        for dy in range(3):
+            for dx in range(3):
+                patch = xp[:, :, dy:dy + height, dx:dx + width]
+                y += np.einsum("nchw,mc->nmhw", patch, w.astype(np.float64)[:, :, dy, dx])
+        return y
+
+    def body_np(i, c, x):
+        r = np.maximum(conv3x3(x.astype(np.float64), w1) + b1.reshape(1, channels, 1, 1), 0)
+        return True, (x + 0.5 * conv3x3(r, w2)).astype(np.float32)
+    (x,), _, _ = loop_semantics(trips, None, [x0], body_np)
+    write_case(out_dir, name, model(g), [np.array(trips, np.int64), x0], [x], atol=1e-5)
+
+
 def case_scan_wide_slices(out_dir):
     """x = x * 0.5 + 1 on 1030 floats with a scan of x: 4120-byte slices, past the size at which
     scan appends stream to memory (and not a multiple of the 64-byte copy step)."""
@@ -978,6 +1022,10 @@ def main():
     case_scan_only(out_dir)
     case_conv(out_dir, "loop_conv_c16", batch=2, channels=16, height=12, width=10, trips=5, seed=9)
     case_conv(out_dir, "loop_conv_c5", batch=1, channels=5, height=7, width=9, trips=4, seed=10)
+    case_conv_chain(out_dir, "loop_conv_chain_c16", channels=16, height=12, width=10, trips=5,
+                    seed=11)
+    case_conv_chain(out_dir, "loop_conv_chain_c24", channels=24, height=7, width=9, trips=3,
+                    seed=12)
     case_scan(out_dir)
     case_lstm_in_loop(out_dir, "loop_lstm_parallel", batch=16, hidden=128, inputs=32, steps=4,
                       trips=5, seed=16)

@@ -15,6 +15,8 @@ const KernelRegistry& DnnlRegistry() {
   static const KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
     RegisterDnnlKernels(*r);
+    // The pool tests cover LpPool too, a native kernel.
+    RegisterNativeKernels(*r);
     return r;
   }();
   return *registry;

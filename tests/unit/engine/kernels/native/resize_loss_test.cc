@@ -1,7 +1,10 @@
 // Resize, Upsample, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, DepthToSpace,
 // SpaceToDepth, Compress, ReverseSequence, EyeLike and the window generators.
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -87,6 +90,93 @@ TEST(LossTest, NllAndSoftmaxCrossEntropy) {
       {std::log(2.0f)});
   ExpectError(OpCase("NegativeLogLikelihoodLoss", 13).In(input()).In(I64({2, 0})),
               absl::StatusCode::kInvalidArgument, "out of range");
+}
+
+TEST(ResizeTest, NearestPicksTheSpecsSourcePixel) {
+  // Float32 nearest over the last two dims (the copy path): rows up 9/5, columns down 4/7, with
+  // asymmetric + floor (Upsample's rule) and half_pixel + round_prefer_ceil; each output pixel is
+  // the input pixel at the spec's source coordinate, computed here.
+  const int64_t planes = 6, h = 5, w = 7, oh = 9, ow = 4;
+  std::vector<float> x(planes * h * w);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  for (const bool half_pixel : {false, true}) {
+    Tensor xt(DataType::kFloat32, Shape{2, 3, h, w});
+    std::copy(x.begin(), x.end(), xt.mutable_data<float>());
+    const Tensor y =
+        RunOk(OpCase("Resize", 13)
+                  .In(std::move(xt))
+                  .Omitted()
+                  .Omitted()
+                  .In(I64({2, 3, oh, ow}))
+                  .Attr("mode", StringAttr("nearest"))
+                  .Attr("coordinate_transformation_mode",
+                        StringAttr(half_pixel ? "half_pixel" : "asymmetric"))
+                  .Attr("nearest_mode", StringAttr(half_pixel ? "round_prefer_ceil" : "floor")));
+    ASSERT_EQ(y.shape(), (Shape{2, 3, oh, ow}));
+    auto source = [&](int64_t o, int64_t in, int64_t out) {
+      const double scale = static_cast<double>(out) / in;
+      if (!half_pixel) return static_cast<int64_t>(std::floor(o / scale));
+      const double at = (o + 0.5) / scale - 0.5;
+      const int64_t i = at - std::floor(at) == 0.5 ? static_cast<int64_t>(std::ceil(at))
+                                                   : static_cast<int64_t>(std::round(at));
+      return std::clamp<int64_t>(i, 0, in - 1);
+    };
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t r = 0; r < oh; ++r) {
+        for (int64_t c = 0; c < ow; ++c) {
+          EXPECT_EQ(y.data<float>()[(p * oh + r) * ow + c],
+                    x[(p * h + source(r, h, oh)) * w + source(c, w, ow)])
+              << "half_pixel " << half_pixel << " at " << p << ", " << r << ", " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(LossTest, SoftmaxCrossEntropyAgreesWithDoubleLogSoftmax) {
+  // Float32 rows of 1000 and 37 classes (vector paths with and without tails), scores up to +-30
+  // so exp would overflow without the max shift, a weight per class and an ignored label: both
+  // outputs against log-softmax and the weighted mean computed here in double.
+  std::mt19937 rng(27);
+  std::uniform_real_distribution<double> uniform(-30, 30);
+  for (const int64_t classes : {1000, 37}) {
+    const int64_t n = 5;
+    std::vector<double> scores(n * classes), weights(classes);
+    for (double& v : scores) v = static_cast<float>(uniform(rng));
+    for (double& v : weights) v = static_cast<float>(uniform(rng) / 60 + 1);
+    const std::vector<int64_t> labels = {3, 0, classes - 1, 7, 3};
+    Tensor x(DataType::kFloat32, Shape{n, classes}), w(DataType::kFloat32, Shape{classes});
+    for (int64_t i = 0; i < n * classes; ++i) x.mutable_data<float>()[i] = scores[i];
+    for (int64_t k = 0; k < classes; ++k) w.mutable_data<float>()[k] = weights[k];
+    Tensor t(DataType::kInt64, Shape{n});
+    std::copy(labels.begin(), labels.end(), t.mutable_data<int64_t>());
+    absl::StatusOr<std::vector<Value>> out = RunOp(OpCase("SoftmaxCrossEntropyLoss", 13)
+                                                       .In(std::move(x))
+                                                       .In(std::move(t))
+                                                       .In(std::move(w))
+                                                       .Attr("ignore_index", IntAttr(7))
+                                                       .Outputs(2));
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor& loss = (*out)[0].tensor();
+    const Tensor& log_prob = (*out)[1].tensor();
+    ASSERT_EQ(log_prob.shape(), (Shape{n, classes}));
+    double sum = 0, weight_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t k = 0; k < classes; ++k) mx = std::max(mx, scores[i * classes + k]);
+      for (int64_t k = 0; k < classes; ++k) s += std::exp(scores[i * classes + k] - mx);
+      const double lse = mx + std::log(s);
+      for (int64_t k = 0; k < classes; ++k) {
+        EXPECT_NEAR(log_prob.data<float>()[i * classes + k], scores[i * classes + k] - lse, 1e-5)
+            << classes << " classes, row " << i << ", class " << k;
+      }
+      if (labels[i] == 7) continue;
+      sum -= (scores[i * classes + labels[i]] - lse) * weights[labels[i]];
+      weight_sum += weights[labels[i]];
+    }
+    ASSERT_EQ(loss.shape(), Shape{});
+    EXPECT_NEAR(loss.data<float>()[0], sum / weight_sum, 1e-5) << classes << " classes";
+  }
 }
 
 TEST(RearrangeTest, DepthSpaceRoundTrip) {

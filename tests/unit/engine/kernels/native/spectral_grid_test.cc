@@ -2,6 +2,8 @@
 // (the ONNX node tests cover the spec's own examples).
 
 #include <cmath>
+#include <complex>
+#include <random>
 
 #include "tests/unit/engine/kernels/native/test_util.h"
 
@@ -57,11 +59,111 @@ TEST(DftTest, DftLengthPadsAndTruncates) {
              Shape{1, 1, 2}, {3, 0});
   ExpectError(OpCase("DFT", 17).In(Make<float>({1, 2, 1}, {3, 5})).In(Scalar<int64_t>(0)),
               absl::StatusCode::kInvalidArgument, "dft_length 0");
+  // A prime length above Bluestein's limit (its buffers would take gigabytes): refused.
+  ExpectError(OpCase("DFT", 17).In(Make<float>({1, 2, 1}, {3, 5})).In(Scalar<int64_t>(4194319)),
+              absl::StatusCode::kUnimplemented, "length 4194319 (prime factor 4194319)");
   ExpectError(OpCase("DFT", 17).In(Make<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6})),
               absl::StatusCode::kInvalidArgument, "expected [batch, signal..., 1 or 2]");
   ExpectError(
       OpCase("DFT", 17).In(Make<float>({1, 2, 2}, {1, 2, 3, 4})).Attr("onesided", IntAttr(1)),
       absl::StatusCode::kInvalidArgument, "onesided");
+}
+
+// The direct transform in long double: the reference the FFT paths are checked against.
+std::vector<std::complex<long double>> DirectDft(const std::vector<std::complex<long double>>& x,
+                                                 bool inverse) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  const long double pi = 3.141592653589793238462643383279502884L;
+  std::vector<std::complex<long double>> roots(n), out(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const long double angle = (inverse ? 2 : -2) * pi * j / static_cast<long double>(n);
+    roots[j] = {std::cos(angle), std::sin(angle)};
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    std::complex<long double> acc = 0;
+    for (int64_t j = 0; j < n; ++j) acc += x[j] * roots[(j * k) % n];
+    out[k] = inverse ? acc / static_cast<long double>(n) : acc;
+  }
+  return out;
+}
+
+TEST(DftTest, EveryLengthKindAgreesWithTheDirectTransform) {
+  // Powers of two (radix 4 and 2), products of 3 and 5, the 400 of a 25 ms frame at 16 kHz,
+  // other small primes (their own butterfly), primes above the butterfly limit of 64 (Bluestein),
+  // odd and even, real (packed into a half-length transform when even) and complex, forward,
+  // inverse and onesided, in float64 so the comparison sees the algorithm, not float rounding.
+  std::mt19937 rng(27);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  for (const int64_t n :
+       {1,  2,  3,  4,  5,  6,  7,  8,  9,   10,  12,  14,  15,  16,  21,  22,  25,
+        27, 30, 32, 49, 60, 64, 67, 97, 121, 128, 131, 200, 243, 400, 512, 1031}) {
+    for (const bool complex_in : {false, true}) {
+      for (const int inverse : {0, 1}) {
+        for (const int onesided : {0, 1}) {
+          if (onesided && complex_in) continue;
+          const int64_t comps = complex_in ? 2 : 1;
+          Tensor x(DataType::kFloat64, Shape{2, n, comps});
+          std::vector<double> values(2 * n * comps);
+          for (double& v : values) v = uniform(rng);
+          std::copy(values.begin(), values.end(), x.mutable_data<double>());
+          const Tensor y = RunOk(OpCase("DFT", 17)
+                                     .In(std::move(x))
+                                     .Attr("inverse", IntAttr(inverse))
+                                     .Attr("onesided", IntAttr(onesided)));
+          const int64_t bins = onesided ? n / 2 + 1 : n;
+          ASSERT_EQ(y.shape(), (Shape{2, bins, 2})) << "n " << n;
+          for (int64_t b = 0; b < 2; ++b) {
+            std::vector<std::complex<long double>> line(n);
+            for (int64_t j = 0; j < n; ++j) {
+              const double* at = &values[(b * n + j) * comps];
+              line[j] = {at[0], complex_in ? at[1] : 0.0};
+            }
+            const auto expected = DirectDft(line, inverse != 0);
+            const double tolerance = 1e-12 * n;
+            for (int64_t k = 0; k < bins; ++k) {
+              const double* got = &y.data<double>()[(b * bins + k) * 2];
+              EXPECT_NEAR(got[0], static_cast<double>(expected[k].real()), tolerance)
+                  << "n " << n << " complex " << complex_in << " inverse " << inverse << " bin "
+                  << k;
+              EXPECT_NEAR(got[1], static_cast<double>(expected[k].imag()), tolerance)
+                  << "n " << n << " complex " << complex_in << " inverse " << inverse << " bin "
+                  << k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(StftTest, WindowedFramesAgreeWithTheDirectTransform) {
+  // 1000 samples, Hann frames of 400 every 160 (the speech front end's 25 ms / 10 ms at 16 kHz)
+  // and of 31 every 7 (odd length: the unpacked path), onesided.
+  std::mt19937 rng(28);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  for (const auto& [length, step] : {std::pair<int64_t, int64_t>{400, 160}, {31, 7}}) {
+    std::vector<double> signal(1000), window(length);
+    for (double& v : signal) v = uniform(rng);
+    for (int64_t j = 0; j < length; ++j) window[j] = 0.5 - 0.5 * std::cos(2 * M_PI * j / length);
+    Tensor x(DataType::kFloat64, Shape{1, 1000, 1});
+    std::copy(signal.begin(), signal.end(), x.mutable_data<double>());
+    Tensor w(DataType::kFloat64, Shape{length});
+    std::copy(window.begin(), window.end(), w.mutable_data<double>());
+    const Tensor y =
+        RunOk(OpCase("STFT", 17).In(std::move(x)).In(Scalar<int64_t>(step)).In(std::move(w)));
+    const int64_t frames = (1000 - length) / step + 1, bins = length / 2 + 1;
+    ASSERT_EQ(y.shape(), (Shape{1, frames, bins, 2}));
+    for (int64_t f = 0; f < frames; ++f) {
+      std::vector<std::complex<long double>> line(length);
+      for (int64_t j = 0; j < length; ++j) line[j] = signal[f * step + j] * window[j];
+      const auto expected = DirectDft(line, false);
+      for (int64_t k = 0; k < bins; ++k) {
+        const double* got = &y.data<double>()[((f * bins) + k) * 2];
+        EXPECT_NEAR(got[0], static_cast<double>(expected[k].real()), 1e-11) << f << ", " << k;
+        EXPECT_NEAR(got[1], static_cast<double>(expected[k].imag()), 1e-11) << f << ", " << k;
+      }
+    }
+  }
 }
 
 TEST(StftTest, FramesOfAConstantSignal) {

@@ -116,6 +116,41 @@ TEST(SteadyStateTest, NoAllocationPerRun) {
   }
 }
 
+// The op grid's rewritten kernels (issue 27): twiddles, taps and power buffers live in the
+// kernel's state and are reused.
+TEST(SteadyStateTest, NoAllocationPerRunSignalAndSampling) {
+  ExpectNoSteadyStateAllocation(OpCase("DFT", 17)
+                                    .In(Make<float>({1, 6, 1}, {1, 2, 3, 4, 5, 6}))
+                                    .Attr("onesided", IntAttr(1)));
+  ExpectNoSteadyStateAllocation(OpCase("DFT", 17).In(Make<float>({1, 3, 2}, {1, 2, 3, 4, 5, 6})));
+  ExpectNoSteadyStateAllocation(OpCase("STFT", 17)
+                                    .In(Make<float>({1, 8, 1}, {1, 2, 3, 4, 5, 6, 7, 8}))
+                                    .In(Scalar<int64_t>(2))
+                                    .In(Make<float>({4}, {0, 1, 1, 0})));
+  ExpectNoSteadyStateAllocation(OpCase("GridSample", 16)
+                                    .In(Make<float>({1, 1, 2, 2}, {0, 1, 2, 3}))
+                                    .In(Make<float>({1, 1, 2, 2}, {0, 0, -0.5f, 0.5f})));
+  ExpectNoSteadyStateAllocation(OpCase("RoiAlign", 16)
+                                    .In(Make<float>({1, 1, 3, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8}))
+                                    .In(Make<float>({1, 4}, {0, 0, 2, 2}))
+                                    .In(Make<int64_t>({1}, {0}))
+                                    .Attr("output_height", IntAttr(2))
+                                    .Attr("output_width", IntAttr(2)));
+  ExpectNoSteadyStateAllocation(OpCase("LpPool", 18)
+                                    .In(Make<float>({1, 1, 3, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8}))
+                                    .Attr("kernel_shape", IntsAttr({2, 2}))
+                                    .Attr("p", IntAttr(3)));
+  ExpectNoSteadyStateAllocation(
+      OpCase("SoftmaxCrossEntropyLoss", 13).In(Make<float>({2, 2}, {1, 2, 3, 4})).In(I64({0, 1})));
+  ExpectNoSteadyStateAllocation(OpCase("GatherElements", 13)
+                                    .In(Make<float>({2, 2}, {1, 2, 3, 4}))
+                                    .In(Make<int64_t>({2, 2}, {0, 0, 1, -1}))
+                                    .Attr("axis", IntAttr(1)));
+  ExpectNoSteadyStateAllocation(OpCase("Upsample", 9)
+                                    .In(Make<float>({1, 1, 2, 2}, {0, 1, 2, 3}))
+                                    .In(Make<float>({4}, {1, 1, 2, 2})));
+}
+
 // The 8-bit products and DynamicQuantizeLinear (issue 28): scratch and the per-call packing of a
 // non-constant B reuse the frame's buffers.
 TEST(SteadyStateTest, NoAllocationPerRunInt8) {
