@@ -93,14 +93,17 @@ struct ScanSlice {
 // (RunOptions::iteration_observer). Called on the thread running the request, after the
 // iteration's scan slices were appended and before the next iteration starts, so the Loop waits
 // for it: an implementation may block (back-pressure) and should return within the run's
-// deadline. Only top-level Loops with at least one scan output that is a model output call it;
+// deadline. Every top-level Loop calls it (a Loop without such scan outputs with no slices);
 // nested Loops never do. One observer per run; it need not be thread-safe.
 class IterationObserver {
  public:
   virtual ~IterationObserver() = default;
+  // A top-level Loop execution starts (before its first iteration; tracing times iteration 0
+  // from here). Model::Run only; the iteration batcher's rows never call it.
+  virtual void OnLoopStart(int loop_index) {}
   // `loop_index` indexes Model::loop_names(); `iteration` counts from 0; `slices` holds one entry
-  // per model output that is a scan output of that Loop, in Model::outputs() order. An error
-  // stops the run with that status.
+  // per model output that is a scan output of that Loop, in Model::outputs() order (none for a
+  // Loop without them). An error stops the run with that status.
   virtual absl::Status OnIteration(int loop_index, int64_t iteration,
                                    absl::Span<const ScanSlice> slices) = 0;
 };

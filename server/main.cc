@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,8 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "server/observability/logging.h"
+#include "server/observability/otlp_exporter.h"
+#include "server/observability/tracer.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, model_repository, "",
@@ -77,6 +80,14 @@ ABSL_FLAG(std::string, loop_threads, "adaptive",
           "the OpenMP team) or one (always one thread plus the spinning team); a model's "
           "config.pbtxt may set "
           "its own (parameters key loop_threads)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "Precision of the products of every model: fp32 or bf16 (MatMul/Gemm products with "
+          "constant weights in bfloat16 with float32 accumulation; refused at load on a CPU "
+          "without AVX512_BF16 or AMX unless --force_precision); a model's config.pbtxt may set "
+          "its own (parameters key precision)");
+ABSL_FLAG(bool, force_precision, false,
+          "Load bf16 models on a CPU without native bf16 too (oneDNN emulates it, slower than "
+          "fp32)");
 ABSL_FLAG(int, max_queue_size, 64,
           "Requests that may wait for a worker; more are rejected with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_loop_iterations, 0,
@@ -131,8 +142,48 @@ ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(std::string, log_dir, "",
           "Folder in which clients may name a log file (Triton's logging extension: log_file); "
           "empty: logs go to stderr only");
+ABSL_FLAG(std::string, trace_dir, "",
+          "Folder in which trace_file names a file (Triton's trace extension); empty: --log_dir");
+ABSL_FLAG(std::string, trace_file, "", "Trace file name inside --trace_dir (Triton's trace_file)");
+ABSL_FLAG(std::vector<std::string>, trace_level, {"OFF"},
+          "OFF, or TIMESTAMPS and/or LOOP_ITERATIONS (one span per top-level Loop iteration)");
+ABSL_FLAG(int64_t, trace_rate, 1000, "Trace 1 of N requests");
+ABSL_FLAG(int64_t, trace_count, -1, "Traces to collect; -1: no limit");
+ABSL_FLAG(std::string, trace_mode, "triton",
+          "triton (trace files) or opentelemetry (OTLP/HTTP JSON to --trace_otlp_url)");
+ABSL_FLAG(std::string, trace_otlp_url, "",
+          "OpenTelemetry collector for trace_mode opentelemetry: http://host:port/v1/traces");
+ABSL_FLAG(int64_t, trace_log_frequency, 0,
+          "Write the trace file every N traces; 0: when the count runs out or at shutdown");
 
 namespace {
+
+// The --trace_* flags -> the tracer's server settings (the trace extension changes them later).
+bool StartTracing() {
+  loopserve::server::Tracer& tracer = loopserve::server::Tracer::Global();
+  const std::string dir = absl::GetFlag(FLAGS_trace_dir);
+  tracer.SetDirectory(dir.empty() ? absl::GetFlag(FLAGS_log_dir) : dir);
+  const std::string url = absl::GetFlag(FLAGS_trace_otlp_url);
+  if (!url.empty()) {
+    absl::StatusOr<std::unique_ptr<loopserve::server::OtlpExporter>> exporter =
+        loopserve::server::OtlpExporter::Create(url);
+    if (!exporter.ok()) {
+      loopserve::server::LogError(absl::StrCat("--trace_otlp_url: ", exporter.status().message()));
+      return false;
+    }
+    tracer.SetExporter(*std::move(exporter));
+  }
+  const loopserve::server::TraceSettingList settings = {
+      {"trace_file", {absl::GetFlag(FLAGS_trace_file)}},
+      {"trace_level", absl::GetFlag(FLAGS_trace_level)},
+      {"trace_rate", {absl::StrCat(absl::GetFlag(FLAGS_trace_rate))}},
+      {"trace_count", {absl::StrCat(absl::GetFlag(FLAGS_trace_count))}},
+      {"log_frequency", {absl::StrCat(absl::GetFlag(FLAGS_trace_log_frequency))}},
+      {"trace_mode", {absl::GetFlag(FLAGS_trace_mode)}}};
+  const absl::Status status = tracer.Update("", settings).status();
+  if (!status.ok()) loopserve::server::LogError(absl::StrCat("--trace_*: ", status.message()));
+  return status.ok();
+}
 
 // The main thread waits on the first pipe (and reads its byte); the watchdog on the second, so
 // each sees the signal whoever wakes first.
@@ -184,9 +235,48 @@ struct TritonFlag {
   const char* ours;
   // How a value translates: kSame as given (`--flag value` or `--flag=value`); kBool the same, but
   // `--flag` alone is true; kDisablePort: --allow-x=false -> --x_port=-1 (true: nothing);
-  // kVerbose: a level > 0 -> --log_level=debug.
-  enum Kind { kSame, kBool, kDisablePort, kVerbose } kind;
+  // kVerbose: a level > 0 -> --log_level=debug; kTraceConfig: TranslateTraceConfig.
+  enum Kind { kSame, kBool, kDisablePort, kVerbose, kTraceConfig } kind;
 };
+
+// Triton's `--trace-config [<mode>,]<setting>=<value>` -> one of our --trace_* flags.
+absl::StatusOr<std::string> TranslateTraceConfig(absl::string_view config) {
+  absl::string_view mode;
+  absl::string_view setting = config;
+  const size_t comma = config.find(',');
+  if (comma != absl::string_view::npos) {
+    mode = config.substr(0, comma);
+    setting = config.substr(comma + 1);
+  }
+  const size_t eq = setting.find('=');
+  const absl::string_view name = setting.substr(0, eq);
+  const absl::string_view value =
+      eq == absl::string_view::npos ? absl::string_view() : setting.substr(eq + 1);
+  struct Setting {
+    const char* mode;
+    const char* name;
+    const char* ours;
+  };
+  constexpr Setting kSettings[] = {
+      {"", "rate", "trace_rate"},
+      {"", "level", "trace_level"},
+      {"", "count", "trace_count"},
+      {"", "mode", "trace_mode"},
+      {"triton", "file", "trace_file"},
+      {"triton", "log-frequency", "trace_log_frequency"},
+      {"opentelemetry", "url", "trace_otlp_url"},
+  };
+  for (const Setting& s : kSettings) {
+    if (eq != absl::string_view::npos && mode == s.mode && name == s.name) {
+      return absl::StrCat("--", s.ours, "=", value);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--trace-config ", config,
+      ": loopserve takes rate, level, count, mode, triton,file, triton,log-frequency and "
+      "opentelemetry,url"));
+}
+
 constexpr TritonFlag kTritonFlags[] = {
     {"model-repository", "model_repository", TritonFlag::kSame},
     {"model-store", "model_repository", TritonFlag::kSame},
@@ -205,6 +295,12 @@ constexpr TritonFlag kTritonFlags[] = {
     {"allow-http", "http_port", TritonFlag::kDisablePort},
     {"allow-metrics", "metrics_port", TritonFlag::kDisablePort},
     {"log-verbose", "log_level", TritonFlag::kVerbose},
+    {"trace-file", "trace_file", TritonFlag::kSame},
+    {"trace-level", "trace_level", TritonFlag::kSame},
+    {"trace-rate", "trace_rate", TritonFlag::kSame},
+    {"trace-count", "trace_count", TritonFlag::kSame},
+    {"trace-log-frequency", "trace_log_frequency", TritonFlag::kSame},
+    {"trace-config", "", TritonFlag::kTraceConfig},
 };
 
 // Rewrites Triton's spellings in argv (kept alive in `storage`); returns the new argv, or
@@ -269,6 +365,12 @@ absl::StatusOr<std::vector<char*>> TranslateTritonFlags(int argc, char** argv,
       case TritonFlag::kVerbose:
         translated = absl::StrCat("--", flag->ours, "=", verbose > 0 ? "debug" : "info");
         break;
+      case TritonFlag::kTraceConfig: {
+        absl::StatusOr<std::string> trace = TranslateTraceConfig(value);
+        if (!trace.ok()) return trace.status();
+        translated = *std::move(trace);
+        break;
+      }
     }
     if (translated.empty()) continue;
     storage->push_back(std::move(translated));
@@ -334,6 +436,13 @@ absl::StatusOr<loopserve::server::ServerOptions> OptionsFromFlags(absl::Duration
         absl::StrCat("--loop_threads ", loop_threads.status().message()));
   }
   options.loop_threads = *loop_threads;
+  absl::StatusOr<loopserve::engine::LoadOptions::Precision> precision =
+      loopserve::server::ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--precision ", precision.status().message()));
+  }
+  options.precision = *precision;
+  options.force_precision = absl::GetFlag(FLAGS_force_precision);
   options.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
   options.max_loop_iterations = absl::GetFlag(FLAGS_max_loop_iterations);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
@@ -431,6 +540,7 @@ int main(int argc, char** argv) {
   loopserve::server::SetLogLevel(*level);
   loopserve::server::SetLogDirectory(absl::GetFlag(FLAGS_log_dir));
   loopserve::server::RouteProtobufLogs();
+  if (!StartTracing()) return 1;
 
   const absl::Duration exit_timeout = absl::Seconds(absl::GetFlag(FLAGS_exit_timeout_seconds));
   const absl::Duration drain_delay = absl::Seconds(absl::GetFlag(FLAGS_drain_delay_seconds));
@@ -466,6 +576,7 @@ int main(int argc, char** argv) {
   // or a kernel chunk; should one not (a single uninterruptible kernel), the watchdog ends the
   // process.
   (*server)->Shutdown();
+  loopserve::server::Tracer::Global().WriteAll();
   LogInfo("loopserve stopped");
   return 0;
 }

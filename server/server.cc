@@ -223,7 +223,8 @@ void Server::LogStart(const Limits& limits) const {
       ", max_output_bytes ", limits.max_output_bytes, ", max_request_memory_bytes ",
       limits.max_request_memory_bytes, ", max_message_bytes ", options_.max_message_bytes,
       ", inline runs under ", absl::FormatDuration(options_.inline_run_limit), ", loop_threads ",
-      engine::LoopThreadsName(options_.loop_threads)));
+      engine::LoopThreadsName(options_.loop_threads), ", precision ",
+      PrecisionName(options_.precision), options_.force_precision ? " (forced)" : ""));
 }
 
 absl::Status Server::StartRegistry(const Limits& limits) {
@@ -233,6 +234,8 @@ absl::Status Server::StartRegistry(const Limits& limits) {
   registry_options.config_path = options_.config_path;
   registry_options.max_loop_iterations = options_.max_loop_iterations;
   registry_options.loop_threads = options_.loop_threads;
+  registry_options.precision = options_.precision;
+  registry_options.force_precision = options_.force_precision;
   registry_options.max_output_bytes = limits.max_output_bytes;
   registry_options.max_request_memory_bytes = limits.max_request_memory_bytes;
   registry_options.max_model_file_bytes = options_.max_model_file_bytes;

@@ -56,6 +56,10 @@ struct ServerOptions {
   // How Loops use the intra-op threads (engine::RunOptions::loop_threads); a model's config.pbtxt
   // may set its own (parameters key loop_threads).
   engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;
+  // Precision of the products (engine::LoadOptions::precision); a model's config.pbtxt may set its
+  // own (parameters key precision). `force_precision`: bf16 loads on a CPU without native bf16.
+  engine::LoadOptions::Precision precision = engine::LoadOptions::Precision::kFp32;
+  bool force_precision = false;
   // Cap on the output bytes of one request (each growing Loop scan output, and the final outputs);
   // 0 = max_message_bytes (a bigger answer could not be sent anyway).
   int64_t max_output_bytes = 0;

@@ -91,6 +91,7 @@ inference::ServerMetadataResponse ServerApi::ServerMetadata() const {
   response.add_extensions("parameters");
   response.add_extensions("system_shared_memory");
   response.add_extensions("logging");
+  response.add_extensions("trace");
   return response;
 }
 

@@ -99,6 +99,7 @@ class OpenVinoImporter {
         LS_RETURN_IF_ERROR(openvino::LowerLayer(layer, values, constants, graph));
       }
     }
+    openvino::FoldWeightDecompression(graph);
     return SortTopologically(graph);
   }
 

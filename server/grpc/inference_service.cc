@@ -19,7 +19,7 @@
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/grpc/tensor_codec.h"
 #include "server/observability/logging.h"
-#include "server/observability/trace_settings.h"
+#include "server/observability/tracer.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -786,7 +786,8 @@ grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerCon
           changes.emplace_back(
               name, std::vector<std::string>(value.value().begin(), value.value().end()));
         }
-        LS_ASSIGN_OR_RETURN(TraceSettingList settings, UpdateTraceSettings(changes));
+        LS_ASSIGN_OR_RETURN(TraceSettingList settings,
+                            Tracer::Global().Update(in.model_name(), changes));
         for (const auto& [name, values] : settings) {
           auto* setting = (*out->mutable_settings())[name].mutable_value();
           for (const std::string& v : values) setting->Add(std::string(v));

@@ -135,7 +135,7 @@ class InferenceService final : public internal::InferenceServiceBase {
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
-  // Triton's trace extension, settings only (trace_settings.h).
+  // Triton's trace extension: the server's or a model's trace settings (Tracer::Update).
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;

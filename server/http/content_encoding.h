@@ -25,4 +25,14 @@ ContentEncoding ParseContentEncoding(const char* header);
 absl::StatusOr<std::string> InflateBody(absl::string_view body, ContentEncoding encoding,
                                         uint64_t max_bytes, size_t padding);
 
+// The response encoding an Accept-Encoding header (RFC 9110 12.5.3) asks for: kGzip when it
+// accepts gzip (or x-gzip, or "*"), else kDeflate when it accepts deflate, else kIdentity (also
+// for nullptr). A coding with q=0 is refused; other q-values only rank gzip against deflate.
+ContentEncoding ParseAcceptEncoding(const char* header);
+
+// Compresses a response body as `encoding` (kGzip: RFC 1952; kDeflate: the zlib format of
+// RFC 1950, what HTTP's "deflate" names) at zlib's fastest level: a response is compressed on
+// the thread that answers the request, so speed counts more than the last few percent.
+absl::StatusOr<std::string> DeflateBody(absl::string_view body, ContentEncoding encoding);
+
 }  // namespace loopserve::server

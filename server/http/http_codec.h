@@ -13,7 +13,7 @@
 #include "google/protobuf/message.h"
 #include "proto/grpc_service.pb.h"
 #include "server/observability/logging.h"
-#include "server/observability/trace_settings.h"
+#include "server/observability/tracer.h"
 #include "server/repository/load_override.h"
 #include "server/runner/infer_request.h"
 #include "server/shm/shared_memory.h"
@@ -147,7 +147,8 @@ absl::StatusOr<LogSettingList> ParseLogSettingsBody(absl::string_view body);
 std::string LogSettingsJson(const LogSettingList& settings);
 
 // Triton's trace extension over REST (POST /v2/trace/setting: {"trace_level": ["OFF"],
-// "trace_rate": "1000", ...}: each value a string, a list of strings, or null for the default)
+// "trace_rate": "1000", ...}: each value a string, a list of strings, or null to clear it; also
+// /v2/models/<m>/trace/setting)
 // and the settings as GET /v2/trace/setting answers them (lists of one value as a string, as
 // Triton prints them).
 absl::StatusOr<TraceSettingList> ParseTraceSettingsBody(absl::string_view body);

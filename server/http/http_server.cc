@@ -11,6 +11,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -20,6 +21,7 @@
 #include "event2/listener.h"
 #include "event2/thread.h"
 #include "evhtp/evhtp.h"
+#include "server/http/content_encoding.h"
 #include "server/http/http_framing.h"
 #include "server/observability/logging.h"
 
@@ -244,6 +246,20 @@ bool HttpExchange::ClientGone() const {
 
 void HttpExchange::Reply(int status, std::vector<std::pair<std::string, std::string>> headers,
                          std::string body) {
+  if (response_encoding_ != ContentEncoding::kIdentity) {
+    const bool encoded = std::any_of(headers.begin(), headers.end(), [](const auto& header) {
+      return absl::EqualsIgnoreCase(header.first, "Content-Encoding");
+    });
+    if (!encoded && body.size() >= kCompressFrom) {
+      absl::StatusOr<std::string> packed = DeflateBody(body, response_encoding_);
+      if (packed.ok()) {  // else the body goes out as it is
+        body = *std::move(packed);
+        headers.emplace_back("Content-Encoding",
+                             response_encoding_ == ContentEncoding::kGzip ? "gzip" : "deflate");
+      }
+    }
+    headers.emplace_back("Vary", "Accept-Encoding");
+  }
   status_ = status;
   reply_headers_ = std::move(headers);
   reply_body_ = std::move(body);
@@ -518,6 +534,9 @@ void HttpCallbacks::OnRequest(evhtp_request_t* request, void* arg) {
     // came out as "1/readydy".)
     exchange->path_ = PercentDecode(request->uri->path->full);
   }
+  // Read here, on the event thread: the request's headers are not the replying thread's to read.
+  exchange->response_encoding_ =
+      ParseAcceptEncoding(evhtp_header_find(request->headers_in, "Accept-Encoding"));
   // The body, contiguous and padded (simdjson reads up to 64 bytes past the end).
   const size_t length = evbuffer_get_length(request->buffer_in);
   exchange->body_storage_.reserve(length + HttpExchange::kBodyPadding);

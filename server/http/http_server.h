@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/http/content_encoding.h"
 
 struct evhtp_request;
 struct evhtp;
@@ -50,7 +51,11 @@ class HttpExchange {
   // the socket without reading. Any thread, until Reply.
   bool ClientGone() const;
 
-  // Answers the request. `headers` are extra response headers (Content-Length is added).
+  // Answers the request. `headers` are extra response headers (Content-Length is added). A body of
+  // kCompressFrom bytes or more goes out gzip- or deflate-compressed when the request's
+  // Accept-Encoding asks for it (Content-Encoding and Vary added), unless `headers` already
+  // name a Content-Encoding.
+  static constexpr size_t kCompressFrom = 1024;
   void Reply(int status, std::vector<std::pair<std::string, std::string>> headers,
              std::string body);
 
@@ -110,6 +115,7 @@ class HttpExchange {
   std::atomic<bool> abandoned_{false};  // a hand-off to the event thread failed (Defer)
   std::string method_;
   std::string path_;
+  ContentEncoding response_encoding_ = ContentEncoding::kIdentity;  // from Accept-Encoding
   std::string body_storage_;
   absl::string_view body_;
   absl::Time received_;

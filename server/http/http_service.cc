@@ -15,7 +15,7 @@
 #include "server/http/content_encoding.h"
 #include "server/http/http_codec.h"
 #include "server/observability/logging.h"
-#include "server/observability/trace_settings.h"
+#include "server/observability/tracer.h"
 #include "server/status_util.h"
 
 namespace loopserve::server {
@@ -275,7 +275,7 @@ RestRoute ParseRestRoute(absl::string_view path) {
   if (n < 3) return route;
   route.model = parts[2];
   if (n == 5 && parts[3] == "trace" && parts[4] == "setting") {
-    route.action = "trace";  // a model's trace settings: the server's (none per model)
+    route.action = "trace";  // a model's trace settings (Tracer::Update)
     route.method = "GET";
     return route;
   }
@@ -364,10 +364,11 @@ void HttpService::Handle(HttpExchange* exchange) {
   }
   const std::string& a = route.action;
   if (a == "trace") {
-    absl::StatusOr<TraceSettingList> settings = UpdateTraceSettings({});
+    Tracer& tracer = Tracer::Global();
+    absl::StatusOr<TraceSettingList> settings = tracer.Update(route.model, {});
     if (method == "POST") {
       absl::StatusOr<TraceSettingList> changes = ParseTraceSettingsBody(body);
-      settings = changes.ok() ? UpdateTraceSettings(*changes) : changes.status();
+      settings = changes.ok() ? tracer.Update(route.model, *changes) : changes.status();
     }
     if (!settings.ok()) return ReplyError(exchange, settings.status());
     ReplyJson(exchange, TraceSettingsJson(*settings));

@@ -262,6 +262,32 @@ engine::LoopThreads LoopThreadsOr(const inference::ModelConfig& config,
   return ParseLoopThreadsParameter(it->second).value_or(fallback);
 }
 
+absl::StatusOr<engine::LoadOptions::Precision> ParsePrecision(absl::string_view name) {
+  for (engine::LoadOptions::Precision precision :
+       {engine::LoadOptions::Precision::kFp32, engine::LoadOptions::Precision::kBf16}) {
+    if (name == PrecisionName(precision)) return precision;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be fp32 or bf16, not '", absl::CEscape(name), "'"));
+}
+
+const char* PrecisionName(engine::LoadOptions::Precision precision) {
+  switch (precision) {
+    case engine::LoadOptions::Precision::kFp32:
+      return "fp32";
+    case engine::LoadOptions::Precision::kBf16:
+      return "bf16";
+  }
+  return "fp32";
+}
+
+engine::LoadOptions::Precision PrecisionOr(const inference::ModelConfig& config,
+                                           engine::LoadOptions::Precision fallback) {
+  auto it = config.parameters().find(kPrecisionParameter);
+  if (it == config.parameters().end()) return fallback;
+  return ParsePrecisionParameter(it->second).value_or(fallback);
+}
+
 int InstanceCount(const inference::ModelConfig& config) {
   int64_t count = 0;
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {

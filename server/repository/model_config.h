@@ -34,6 +34,15 @@ inline constexpr char kMaxRequestMemoryBytesParameter[] = "max_request_memory_by
 // How the version's Loops use the intra-op threads (engine::RunOptions::loop_threads): "adaptive",
 // "intra_op" or "one" (engine::ParseLoopThreads); absent = the server's --loop_threads.
 inline constexpr char kLoopThreadsParameter[] = "loop_threads";
+// The precision of the version's products (engine::LoadOptions::precision): "fp32" or "bf16"
+// (ParsePrecision); absent = the server's --precision. The complete config shows the
+// effective one.
+inline constexpr char kPrecisionParameter[] = "precision";
+// The names of engine::LoadOptions::Precision: "fp32", "bf16" (the precision parameter's values,
+// loopserve's --precision, as looprun's). For any other name InvalidArgument "must be fp32 or
+// bf16, not '<name>'", which the caller prefixes with what it parsed.
+absl::StatusOr<engine::LoadOptions::Precision> ParsePrecision(absl::string_view name);
+const char* PrecisionName(engine::LoadOptions::Precision precision);
 
 // loopserve's batching layout (with max_batch_size > 0; Triton assumes every tensor has the batch
 // dim first). `unbatched_inputs`: comma-separated names of inputs without a batch dim (a Loop's
@@ -93,7 +102,8 @@ struct ParsedModelConfig {
 //     a name, with batch_size above max_batch_size, an input without data or data_type, a
 //     variable dim, or a data file outside the model's warmup/ folder; a malformed
 //     unbatched_inputs / output_batch_axes (ReadBatchLayout).
-//     a malformed sequence_batching (CheckSequenceBatching).
+//     a malformed sequence_batching (CheckSequenceBatching); a precision other than fp32 or
+//     bf16.
 //   Unimplemented: Triton features loopserve does not have (sequence_batching's
 //     iterative_sequence, ensemble_scheduling, batch_input/batch_output, model_operations,
 //     model_repository_agents, decoupled transactions).
@@ -129,6 +139,7 @@ struct CompletionOptions {
   int64_t max_output_bytes = 0;
   int64_t max_request_memory_bytes = 0;
   engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;  // --loop_threads
+  engine::LoadOptions::Precision precision = engine::LoadOptions::Precision::kFp32;  // --precision
   int default_instance_count = 1;  // instance count of a config that gives none (--workers)
 };
 
@@ -137,8 +148,8 @@ struct CompletionOptions {
 // version_policy, every tensor input and output of the model (declared ones kept as declared, in
 // their order, the others appended from the model: data_type, dims without the batch dimension
 // when max_batch_size > 0, optional), instance_group normalised to CPU groups with counts (GPU
-// groups dropped), and parameters with the effective max_loop_iterations, max_output_bytes and
-// max_request_memory_bytes, and loop_threads.
+// groups dropped), and parameters with the effective max_loop_iterations, max_output_bytes,
+// max_request_memory_bytes, loop_threads and precision.
 // Sequence-valued model inputs/outputs have no Triton spelling and are left out.
 //
 // InvalidArgument naming the tensor, the field and both values for: a declared input or output the
@@ -161,6 +172,9 @@ int64_t ParameterOr(const inference::ModelConfig& config, absl::string_view key,
 // The same for the loop_threads parameter: its mode, or `fallback` when absent.
 engine::LoopThreads LoopThreadsOr(const inference::ModelConfig& config,
                                   engine::LoopThreads fallback);
+// The same for the precision parameter.
+engine::LoadOptions::Precision PrecisionOr(const inference::ModelConfig& config,
+                                           engine::LoadOptions::Precision fallback);
 
 // The instance count of a complete config: the sum of its CPU groups' counts.
 int InstanceCount(const inference::ModelConfig& config);

@@ -127,7 +127,7 @@ bool IsNumericParameter(absl::string_view key) {
 bool IsLoopserveParameter(absl::string_view key) {
   return IsNumericParameter(key) || key == kUnbatchedInputsParameter ||
          key == kOutputBatchAxesParameter || key == kLoopThreadsParameter ||
-         key == kIterationBatchingParameter;
+         key == kIterationBatchingParameter || key == kPrecisionParameter;
 }
 
 absl::Status CheckPlatform(const ModelConfig& config) {
@@ -407,6 +407,17 @@ absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
   return mode;
 }
 
+absl::StatusOr<engine::LoadOptions::Precision> ParsePrecisionParameter(
+    const inference::ModelParameter& value) {
+  absl::StatusOr<engine::LoadOptions::Precision> precision =
+      ParsePrecision(absl::StripAsciiWhitespace(value.string_value()));
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters '", kPrecisionParameter, "': string_value ", precision.status().message()));
+  }
+  return precision;
+}
+
 // parameters 'iteration_batching': "true" or "false"; "true" needs the dynamic-batching layout.
 absl::Status CheckIterationBatching(const ModelConfig& config,
                                     const inference::ModelParameter& value) {
@@ -516,13 +527,15 @@ absl::Status CheckParsed(ParsedModelConfig& parsed, absl::string_view model_name
       LS_RETURN_IF_ERROR(ParseLoopThreadsParameter(value).status());
     } else if (key == kIterationBatchingParameter) {
       LS_RETURN_IF_ERROR(CheckIterationBatching(config, value));
+    } else if (key == kPrecisionParameter) {
+      LS_RETURN_IF_ERROR(ParsePrecisionParameter(value).status());
     } else if (!IsLoopserveParameter(key)) {
       parsed.ignored.push_back(absl::StrCat(
           "parameters '", absl::CEscape(key),
           "' ignored: not a loopserve setting (loopserve reads ", kMaxLoopIterationsParameter, ", ",
           kMaxOutputBytesParameter, ", ", kMaxRequestMemoryBytesParameter, ", ",
           kLoopThreadsParameter, ", ", kUnbatchedInputsParameter, ", ", kOutputBatchAxesParameter,
-          ", ", kIterationBatchingParameter, ")"));
+          ", ", kIterationBatchingParameter, ", ", kPrecisionParameter, ")"));
     }
   }
   LS_RETURN_IF_ERROR(ReadBatchLayout(config).status());

@@ -342,6 +342,8 @@ absl::StatusOr<inference::ModelConfig> CompleteModelConfig(const ParsedModelConf
         ParameterOr(config, kMaxRequestMemoryBytesParameter, options.max_request_memory_bytes)));
     parameters[kLoopThreadsParameter].set_string_value(
         engine::LoopThreadsName(LoopThreadsOr(config, options.loop_threads)));
+    parameters[kPrecisionParameter].set_string_value(
+        PrecisionName(PrecisionOr(config, options.precision)));
     parameters[kIterationBatchingParameter].set_string_value(IterationBatchingOn(config) ? "true"
                                                                                          : "false");
     return absl::OkStatus();

@@ -37,6 +37,8 @@ absl::StatusOr<int64_t> ParseParameter(const inference::ModelParameter& value,
                                        absl::string_view key);
 absl::StatusOr<engine::LoopThreads> ParseLoopThreadsParameter(
     const inference::ModelParameter& value);
+absl::StatusOr<engine::LoadOptions::Precision> ParsePrecisionParameter(
+    const inference::ModelParameter& value);
 // The comma-separated items of a parameter's string value, stripped; empty items kept.
 std::vector<std::string> ParameterItems(const inference::ModelConfig& config,
                                         absl::string_view key);

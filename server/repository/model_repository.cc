@@ -362,6 +362,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
   completion.max_output_bytes = options_.max_output_bytes;
   completion.max_request_memory_bytes = options_.max_request_memory_bytes;
   completion.loop_threads = options_.loop_threads;
+  completion.precision = options_.precision;
   completion.default_instance_count = options_.default_instance_count;
   LS_ASSIGN_OR_RETURN(inference::ModelConfig config,
                       CompleteModelConfig(parsed, *model, file, completion));
@@ -379,6 +380,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
   loaded->max_request_memory_bytes =
       ParameterOr(config, kMaxRequestMemoryBytesParameter, options_.max_request_memory_bytes);
   loaded->loop_threads = LoopThreadsOr(config, options_.loop_threads);
+  loaded->precision = PrecisionOr(config, options_.precision);
   loaded->io = ModelIo::Build(config, *model);
   // A count the config gives caps the version's concurrent runs; the default (--workers) is what
   // the worker pool allows anyway, so it needs no cap of its own.
@@ -544,7 +546,10 @@ ModelRegistry::VersionOutcome ModelRegistry::BuildVersion(const ModelSource& sou
       slot.reason.clear();
       slot.failed_config_key.clear();
       if (old->config_key == entry.config_key) return VersionOutcome::kServing;
-      return Reconfigure(source, parsed, version, entry.config_key, slot, error);
+      // The model was compiled for its precision: another one needs the files loaded again.
+      if (old->loaded->precision == PrecisionOr(parsed.config, options_.precision)) {
+        return Reconfigure(source, parsed, version, entry.config_key, slot, error);
+      }
     }
     // A failed load, or a failed reload of a serving version: try the files again.
   }
@@ -612,6 +617,8 @@ ModelRegistry::VersionOutcome ModelRegistry::Load(
   load_options.max_file_bytes = options_.max_model_file_bytes;
   load_options.max_memory_bytes = ParameterOr(parsed.config, kMaxRequestMemoryBytesParameter,
                                               options_.max_request_memory_bytes);
+  load_options.precision = PrecisionOr(parsed.config, options_.precision);
+  load_options.force_precision = options_.force_precision;
   load_options.name = label;
   const absl::Time start = absl::Now();
   const absl::StatusOr<std::string> file = FindSafeModelFile(source, version_dir, parsed);
@@ -657,7 +664,8 @@ ModelRegistry::VersionOutcome ModelRegistry::Load(
                        absl::FormatDuration(absl::Trunc(took, absl::Microseconds(100))), " (",
                        slot.loaded->model->inputs().size(), " inputs, ",
                        slot.loaded->model->outputs().size(), " outputs, ",
-                       slot.loaded->model->loop_names().size(), " loops)"));
+                       slot.loaded->model->loop_names().size(), " loops, precision ",
+                       PrecisionName(slot.loaded->precision), ")"));
   return VersionOutcome::kServing;
 }
 

@@ -62,6 +62,8 @@ struct LoadedModel {
   int64_t max_output_bytes = 0;          // effective output cap; 0 = unlimited
   int64_t max_request_memory_bytes = 0;  // effective per-request memory budget; 0 = unlimited
   engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;  // effective, for RunOptions
+  // The precision `model` was compiled with (the config's parameter, else the server's flag).
+  engine::LoadOptions::Precision precision = engine::LoadOptions::Precision::kFp32;
   // The complete (auto-completed, validated) config this version runs with; the ModelConfig RPC
   // answers it.
   inference::ModelConfig config;
@@ -128,6 +130,11 @@ class ModelRegistry {
     int64_t max_model_file_bytes = 0;  // engine::LoadOptions::max_file_bytes
     // Server-wide RunOptions::loop_threads; a model's config.pbtxt overrides it.
     engine::LoopThreads loop_threads = engine::LoopThreads::kAdaptive;
+    // Server-wide engine::LoadOptions::precision; a model's config.pbtxt overrides it (a change
+    // of the effective precision reloads the version's files). `force_precision`: bf16 loads on
+    // a CPU without native bf16 too.
+    engine::LoadOptions::Precision precision = engine::LoadOptions::Precision::kFp32;
+    bool force_precision = false;
     // An OpenVINO Model Server config.json; when set, its models are served and `root` is unused.
     std::string config_path = "";
     bool auto_complete = true;       // false: --disable_auto_complete_config

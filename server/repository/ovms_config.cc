@@ -1,5 +1,6 @@
 #include "server/repository/ovms_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -214,11 +215,28 @@ absl::StatusOr<OvmsModelEntry> ParseModelEntry(const Value& item, const std::str
       }
     } else if (key == "plugin_config") {
       LS_ASSIGN_OR_RETURN(const Struct* plugin, AsObject(value, field));
-      if (plugin->fields_size() > 0) {
+      std::vector<std::string> keys = SortedKeys(*plugin);
+      // The one plugin setting loopserve has: the precision of the products.
+      auto hint = std::find(keys.begin(), keys.end(), "INFERENCE_PRECISION_HINT");
+      if (hint != keys.end()) {
+        const std::string hint_field = absl::StrCat(field, ".INFERENCE_PRECISION_HINT");
+        LS_ASSIGN_OR_RETURN(std::string precision,
+                            AsString(plugin->fields().at(*hint), hint_field));
+        if (precision == "f32") {
+          entry.precision = "fp32";
+        } else if (precision == "bf16") {
+          entry.precision = "bf16";
+        } else {
+          return absl::InvalidArgumentError(
+              absl::StrCat(hint_field, ": ", Quoted(precision), " is not f32 or bf16"));
+        }
+        keys.erase(hint);
+      }
+      if (!keys.empty()) {
         entry.ignored.push_back(absl::StrCat(
-            "plugin_config {", absl::StrJoin(SortedKeys(*plugin), ", "),
+            "plugin_config {", absl::StrJoin(keys, ", "),
             "} ignored: OpenVINO plugin settings do not apply (loopserve's are --workers, "
-            "--intra_op_threads and nireq)"));
+            "--intra_op_threads, nireq and INFERENCE_PRECISION_HINT)"));
       }
     } else if (key == "shape" || key == "batch_size" || key == "layout") {
       LS_RETURN_IF_ERROR(CheckReshapeSetting(key, value, field, entry));
@@ -374,6 +392,9 @@ void ApplyOvmsEntry(const OvmsModelEntry& entry, ParsedModelConfig& parsed) {
     inference::ModelInstanceGroup* group = parsed.config.add_instance_group();
     group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
     group->set_count(static_cast<int32_t>(entry.nireq));
+  }
+  if (!entry.precision.empty()) {
+    (*parsed.config.mutable_parameters())[kPrecisionParameter].set_string_value(entry.precision);
   }
   parsed.ignored.insert(parsed.ignored.end(), entry.ignored.begin(), entry.ignored.end());
 }

@@ -28,6 +28,9 @@ struct OvmsModelEntry {
   std::string base_path;
   std::optional<inference::ModelVersionPolicy> version_policy;  // model_version_policy
   int64_t nireq = 0;  // the instance count; 0 = the default
+  // plugin_config's INFERENCE_PRECISION_HINT as the precision parameter: "fp32" for "f32",
+  // "bf16" for "bf16"; empty when not given.
+  std::string precision;
   // Accepted settings that mean nothing to loopserve (target_device other than CPU,
   // plugin_config, shape/batch_size "auto", stateful-model settings): one line each, logged once.
   std::vector<std::string> ignored;
@@ -44,7 +47,8 @@ struct OvmsConfig {
 //   before
 //     parsing), not JSON (simdjson's kind of error, never the text), not an object, a missing or
 //     misspelt key (the schema of OVMS has no other keys either), a value of the wrong type or
-//     range (nireq < 0, num_versions < 1, a version < 1), a model name that is not one folder
+//     range (nireq < 0, num_versions < 1, a version < 1, an INFERENCE_PRECISION_HINT other than
+//     f32 or bf16), a model name that is not one folder
 //     name, a name listed twice, a version policy without exactly one of latest/all/specific.
 //   Unimplemented: pipelines, MediaPipe graphs, custom loaders or node libraries (non-empty
 //     lists), a cloud-storage base_path (gs://, s3://, azure://), stateful models, custom loader

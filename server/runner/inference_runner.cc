@@ -94,6 +94,12 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   InferenceRequest& request = call.request;
   LS_ASSIGN_OR_RETURN(call.model_, registry_->Get(request.model_name, request.model_version));
   const LoadedModel& model = *call.model_;
+  call.trace_ = Tracer::Global().Sample(model.name, model.version);
+  if (call.trace_ != nullptr) {
+    call.trace_->Mark(RequestTrace::kRequestStart, call.received_);
+    call.trace_->set_request_id(request.id);
+    call.trace_->set_loop_names(&model.model->loop_names());
+  }
   if (!request.error.ok()) return Annotate(request.error, ModelLabel(model));
   if (request.timeout_us > 0) {
     call.deadline_ =
@@ -116,6 +122,7 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   if (model.io.max_batch_size() > 0) call.batch_size_ = BatchSize(model.io, call.decoded_.inputs);
   call.streamed_ = call.stream_loop_ >= 0;
   call.admitted_ = true;
+  Mark(call, RequestTrace::kQueueStart);
   return model.scheduler->Enqueue(call, *this);
 }
 
@@ -131,6 +138,7 @@ RowRequest InferenceRunner::TakeRow(ScheduledCall& scheduled) {
   row.options.max_output_bytes = model.max_output_bytes;
   row.options.max_memory_bytes = model.max_request_memory_bytes;
   if (call.stream_loop_ >= 0) row.options.iteration_observer = &call;
+  ObserveIterations(call, &row.options.iteration_observer);
   Queued(call);
   return row;
 }
@@ -139,6 +147,8 @@ void InferenceRunner::RowStarted(ScheduledCall& scheduled) {
   InferenceCall& call = Of(scheduled);
   Unqueued(call);
   call.row_started_ = absl::Now();  // from here on: compute
+  Mark(call, RequestTrace::kComputeStart, call.row_started_);
+  Mark(call, RequestTrace::kComputeInputEnd, call.row_started_);
   call.model_->metrics->RecordQueue(call.row_started_ - call.received_);
 }
 
@@ -151,6 +161,7 @@ void InferenceRunner::FinishRow(ScheduledCall& scheduled,
   const absl::Status status = CatchExceptions(ModelLabel(model), [&]() -> absl::Status {
     const absl::Time now = absl::Now();
     if (started) model.metrics->RecordCompute(now - call.row_started_);
+    if (started) Mark(call, RequestTrace::kComputeOutputStart, now);
     if (outputs.ok()) {
       model.metrics->RecordExecution(1);
       return Answer(call, *outputs);
@@ -207,9 +218,15 @@ SequenceHost InferenceRunner::MakeSequenceHost() {
     const LoadedModel& model = *lead->model_;
     const absl::Time started = absl::Now();
     model.metrics->RecordQueue(started - lead->received_);
+    Mark(*lead, RequestTrace::kComputeStart, started);
+    Mark(*lead, RequestTrace::kComputeInputEnd, started);
+    engine::RunOptions options = RunOptionsFor(model, deadline, cancelled, members);
+    ObserveIterations(*lead, &options.iteration_observer);
     absl::StatusOr<std::vector<engine::Value>> outputs =
-        model.model->Run(std::move(inputs), RunOptionsFor(model, deadline, cancelled, members));
-    model.metrics->RecordCompute(absl::Now() - started);
+        model.model->Run(std::move(inputs), options);
+    const absl::Time ended = absl::Now();
+    Mark(*lead, RequestTrace::kComputeOutputStart, ended);
+    model.metrics->RecordCompute(ended - started);
     if (!outputs.ok()) {
       RecordLimit(model, outputs.status());
       return Annotate(outputs.status(), ModelLabel(model));
@@ -359,6 +376,7 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
     if (call->queued_) metrics_.queue_depth().Decrement();
     call->queued_ = false;
     model.metrics->RecordQueue(started - call->received_);
+    Mark(*call, RequestTrace::kComputeStart, started);
     deadline = std::max(deadline, call->deadline_);
     sizes.push_back(call->batch_size_);
     total += call->batch_size_;
@@ -370,7 +388,11 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
   const int64_t members = static_cast<int64_t>(calls.size());
   RunningBatch running;
   running.calls = &calls;
-  const engine::RunOptions options = RunOptionsFor(model, deadline, &running.cancelled, members);
+  engine::RunOptions options = RunOptionsFor(model, deadline, &running.cancelled, members);
+  for (InferenceCall* call : calls) {
+    Mark(*call, RequestTrace::kComputeInputEnd);
+    ObserveIterations(*call, &options.iteration_observer);  // every traced member sees them
+  }
   {
     absl::MutexLock lock(&mutex_);
     batches_.push_back(&running);
@@ -380,8 +402,10 @@ absl::Status InferenceRunner::ExecuteBatch(const LoadedModel& model,
     absl::MutexLock lock(&mutex_);
     batches_.erase(std::find(batches_.begin(), batches_.end(), &running));
   }
-  const absl::Duration computed = absl::Now() - started;
+  const absl::Time ended = absl::Now();
+  const absl::Duration computed = ended - started;
   for (size_t k = 0; k < calls.size(); ++k) {
+    Mark(*calls[k], RequestTrace::kComputeOutputStart, ended);
     model.metrics->RecordCompute(computed);
     model.scheduler->RecordRun(computed);
   }
@@ -433,11 +457,16 @@ absl::Status InferenceRunner::Execute(InferenceCall& call) {
   LS_RETURN_IF_ERROR(Left(call, started, absl::OkStatus(), [&] {
     return absl::StrCat("after ", absl::FormatDuration(started - call.received_), " in the queue");
   }));
+  Mark(call, RequestTrace::kComputeStart, started);
   engine::RunOptions options = RunOptionsFor(model, call.deadline_, &call.cancelled_, 1);
   if (call.stream_loop_ >= 0) options.iteration_observer = &call;
+  ObserveIterations(call, &options.iteration_observer);
+  Mark(call, RequestTrace::kComputeInputEnd);
   absl::StatusOr<std::vector<engine::Value>> outputs =
       model.model->Run(std::move(call.decoded_.inputs), options);
-  const absl::Duration computed = absl::Now() - started;
+  const absl::Time ended = absl::Now();
+  Mark(call, RequestTrace::kComputeOutputStart, ended);
+  const absl::Duration computed = ended - started;
   model.metrics->RecordCompute(computed);
   model.scheduler->RecordRun(computed);
   if (!outputs.ok()) {
@@ -504,7 +533,9 @@ absl::Status InferenceRunner::Answer(InferenceCall& call, std::vector<engine::Va
   if (!status.ok()) return Annotate(status, ModelLabel(model));
   const absl::Time encode_start = absl::Now();
   status = call.Respond(model, call.decoded_.outputs, outputs);
-  model.metrics->RecordComputeOutput(absl::Now() - encode_start);
+  const absl::Time encoded = absl::Now();
+  Mark(call, RequestTrace::kComputeEnd, encoded);
+  model.metrics->RecordComputeOutput(encoded - encode_start);
   return status.ok() ? status : Annotate(status, ModelLabel(model));
 }
 
@@ -550,6 +581,10 @@ void InferenceRunner::Complete(InferenceCall& call, const absl::Status& status) 
                           "): ", status.ToString()));
   }
   call.decoded_ = DecodedRequest();  // inputs may view the adapter's buffers: let go first
+  if (call.trace_ != nullptr) {
+    call.trace_->Mark(RequestTrace::kRequestEnd, absl::Now());
+    Tracer::Global().Finish(std::move(call.trace_));
+  }
   Unlink(&call);
   call.Finish(status);  // `call` may be deleted from here on
 }

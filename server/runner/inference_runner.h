@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "engine/engine.h"
 #include "server/observability/metrics.h"
+#include "server/observability/tracer.h"
 #include "server/repository/model_repository.h"
 #include "server/runner/infer_request.h"
 #include "server/scheduling/iteration_batcher.h"
@@ -128,6 +129,9 @@ class InferenceCall : public ScheduledCall, private engine::IterationObserver {
   std::vector<int> stream_picks_;
   std::vector<engine::ScanSlice> stream_slices_;
   int64_t slices_sent_ = 0;
+  // The request's trace when Tracer::Sample picked it (null otherwise: one pointer test per
+  // trace point); handed to the tracer by Complete.
+  std::unique_ptr<RequestTrace> trace_;
 };
 
 // The request path every protocol shares: takes a request in whatever protocol it came, and
@@ -271,6 +275,21 @@ class InferenceRunner : private Executor {
                                 const std::vector<engine::Value>& outputs);
   // A stopped run's limit hit: the engine's LimitReason, or its deadline/cancel code.
   void RecordLimit(const LoadedModel& model, const absl::Status& status);
+  // Tracing (Tracer): records `activity` of a traced call at `time` (now when omitted); a call
+  // without a trace costs the pointer test.
+  static void Mark(InferenceCall& call, RequestTrace::Activity activity, absl::Time time) {
+    if (call.trace_ != nullptr) call.trace_->Mark(activity, time);
+  }
+  static void Mark(InferenceCall& call, RequestTrace::Activity activity) {
+    if (call.trace_ != nullptr) call.trace_->Mark(activity, absl::Now());
+  }
+  // At LOOP_ITERATIONS: puts a traced call's trace in front of `*observer` (the run's
+  // IterationObserver chain) so that it records every iteration.
+  static void ObserveIterations(InferenceCall& call, engine::IterationObserver** observer) {
+    if (call.trace_ == nullptr || !call.trace_->wants_iterations()) return;
+    call.trace_->set_next(*observer);
+    *observer = call.trace_.get();
+  }
 
   // A merged batch in Model::Run: the watcher sets `cancelled` once every member is cancelled.
   struct RunningBatch {

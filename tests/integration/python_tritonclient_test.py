@@ -172,7 +172,7 @@ def check_logging(grpc_url, http_url, log_dir):
     check(h.get_log_settings()["log_file"] == "", "unchanged after the refused settings")
     print("ok: logging settings at run time")
 
-    # Trace settings: readable as Triton's defaults; enabling traces is refused (none written).
+    # Trace settings: readable as Triton's defaults; TENSORS is refused.
     trace = h.get_trace_settings()
     check(trace["trace_level"] == ["OFF"] and trace["trace_rate"] == "1000" and
           trace["trace_count"] == "-1", trace)
@@ -182,14 +182,14 @@ def check_logging(grpc_url, http_url, log_dir):
     check(g.get_trace_settings(as_json=True)["settings"]["trace_rate"]["value"] == ["10"], "rate")
     h.update_trace_settings(settings={"trace_rate": None})
     check(h.get_trace_settings()["trace_rate"] == "1000", "reset to the default")
-    expect_error(lambda: h.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
-                 "501", "does not write traces yet")
-    expect_error(lambda: g.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
-                 "UNIMPLEMENTED", "does not write traces yet")
+    expect_error(lambda: h.update_trace_settings(settings={"trace_level": ["TENSORS"]}),
+                 "501", "does not dump tensors")
+    expect_error(lambda: g.update_trace_settings(settings={"trace_level": ["TENSORS"]}),
+                 "UNIMPLEMENTED", "does not dump tensors")
     expect_error(lambda: h.update_trace_settings(settings={"trace_rate": "-3"}), "400",
-                 "non-negative integer")
+                 "positive integer")
     check(h.get_trace_settings(model_name="simple")["trace_level"] == ["OFF"], "per model")
-    print("ok: trace settings (OFF only)")
+    print("ok: trace settings (the files: python_trace_test.py)")
 
 
 def check_shared_memory(grpc_url, http_url, work):

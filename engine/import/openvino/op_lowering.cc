@@ -1,12 +1,15 @@
 #include "engine/import/openvino/op_lowering.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "engine/base/status_macros.h"
 #include "engine/engine.h"
 
@@ -64,6 +67,7 @@ class Lowerer {
       return Reduce();
     }
     if (t == "Select") return Select();
+    if (t == "FakeQuantize") return FakeQuantize();
     if (t == "Range") return Range();
     if (t == "Transpose") return Transpose();
     if (t == "LSTMCell" || t == "GRUCell" || t == "RNNCell" || t == "LSTMSequence" ||
@@ -450,6 +454,227 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // FakeQuantize-1: y = output_low for x <= min(input_low, input_high), output_high for
+  // x > max(input_low, input_high), else round((x - il) / (ih - il) * (L - 1)) / (L - 1) *
+  // (oh - ol) + ol, the four ranges broadcast to x. The int8 form of OpenVINO's low-precision
+  // transformations where it applies (QuantizeOnConstant / QuantizeOnActivation below), the
+  // formula in ONNX element-wise ops otherwise.
+  absl::Status FakeQuantize() {
+    LS_RETURN_IF_ERROR(Ports(5, 5, 1));
+    LS_ASSIGN_OR_RETURN(const int64_t levels, layer_.IntAttr("levels", std::nullopt));
+    if (levels < 2 || levels > (int64_t{1} << 24)) {
+      return layer_.Invalid(absl::StrCat("levels ", levels, " must be from 2 to 2^24"));
+    }
+    for (int i = 1; i < 5; ++i) LS_RETURN_IF_ERROR(CheckAutoBroadcast(0, i));
+    if (InType(0) != DataType::kFloat32) {
+      return layer_.Error(
+          absl::StatusCode::kUnimplemented,
+          absl::StrCat("data of type ", DataTypeName(InType(0)), " (only f32 is supported)"));
+    }
+    for (int i = 1; i < 5; ++i) {
+      if (InType(i) != DataType::kFloat32) {
+        return layer_.Invalid(absl::StrCat("range input ", i, " has type ", DataTypeName(InType(i)),
+                                           ", expected f32 like the data"));
+      }
+    }
+    if (std::optional<Tensor> weight = ConstantData()) {
+      if (std::optional<QuantGrid> grid = Int8Grid(levels, /*same_ranges=*/false)) {
+        return QuantizeOnConstant(*weight, levels, *grid);
+      }
+    } else if (levels == 256) {
+      if (std::optional<QuantGrid> grid = Int8Grid(levels, /*same_ranges=*/true)) {
+        return QuantizeOnActivation(*grid);
+      }
+    }
+    return FakeQuantizeFormula(levels);
+  }
+
+  // The data input's value when it is a float32 constant, or the Convert to float32 of an 8-bit
+  // constant (POT's and NNCF's compressed weights: i8 Const -> Convert -> FakeQuantize from
+  // [-128, 127] to the float range); nullopt otherwise.
+  std::optional<Tensor> ConstantData() {
+    auto it = constants_.find(In(0));
+    if (it != constants_.end()) {
+      if (it->second->dtype() != DataType::kFloat32) return std::nullopt;
+      return Tensor::ViewOf(*it->second);
+    }
+    for (auto node = graph_.nodes.rbegin(); node != graph_.nodes.rend(); ++node) {
+      if (node->outputs.size() != 1 || node->outputs[0] != In(0)) continue;
+      if (node->op_type != "Cast" || node->inputs.size() != 1) return std::nullopt;
+      auto q = constants_.find(node->inputs[0]);
+      if (q == constants_.end() || DataTypeSize(q->second->dtype()) != 1 ||
+          !IsInteger(q->second->dtype())) {
+        return std::nullopt;
+      }
+      Tensor data(DataType::kFloat32, q->second->shape());
+      const bool u8 = q->second->dtype() == DataType::kUint8;
+      for (int64_t e = 0; e < data.NumElements(); ++e) {
+        data.mutable_data<float>()[e] =
+            u8 ? q->second->data<uint8_t>()[e] : q->second->data<int8_t>()[e];
+      }
+      return data;
+    }
+    return std::nullopt;
+  }
+
+  // The quantization grid of a FakeQuantize whose ranges are constant, input_low < input_high,
+  // output_low < output_high with zero on the output grid's 8-bit range, and (`same_ranges`, for
+  // an activation) the output range equal to the input range (what NNCF writes):
+  // y = (q - zero_point) * scale per channel of one axis (or per tensor), q in [0, 255], where
+  // the level q of x comes from the input range [low, high] and scale, zero_point from the
+  // output range.
+  struct QuantGrid {
+    std::vector<float> low, high, scale;
+    std::vector<int> zero_point;  // uint8 domain
+    int64_t axis = -1;            // of the data; -1: per tensor
+  };
+
+  std::optional<QuantGrid> Int8Grid(int64_t levels, bool same_ranges) {
+    if (levels != 255 && levels != 256) return std::nullopt;
+    const Tensor* range[4];
+    for (int i = 0; i < 4; ++i) {
+      auto it = constants_.find(In(i + 1));
+      if (it == constants_.end() || it->second->dtype() != DataType::kFloat32) return std::nullopt;
+      range[i] = it->second.get();
+    }
+    const Shape& shape = range[0]->shape();
+    for (int i = 1; i < 4; ++i) {
+      if (range[i]->shape() != shape) return std::nullopt;
+    }
+    QuantGrid grid;
+    const int data_rank = InRank(0);
+    const int rank = shape.rank();
+    if (rank > data_rank) return std::nullopt;
+    for (int d = 0; d < rank; ++d) {
+      if (shape[d] == 1) continue;
+      if (grid.axis >= 0) return std::nullopt;  // ranges along two axes
+      grid.axis = data_rank - rank + d;
+    }
+    const int64_t n = range[0]->NumElements();
+    for (int64_t c = 0; c < n; ++c) {
+      const float il = range[0]->data<float>()[c], ih = range[1]->data<float>()[c];
+      const float ol = range[2]->data<float>()[c], oh = range[3]->data<float>()[c];
+      if (same_ranges && (il != ol || ih != oh)) return std::nullopt;
+      if (!(il < ih) || !std::isfinite(il) || !std::isfinite(ih)) return std::nullopt;
+      if (!(ol < oh) || !std::isfinite(ol) || !std::isfinite(oh)) return std::nullopt;
+      const float scale = (oh - ol) / static_cast<float>(levels - 1);
+      // The grid ol + k * scale holds zero (k = -ol / scale) for NNCF's and POT's ranges; off
+      // the grid the nearest point serves, within half a step.
+      const double zero = std::nearbyint(-static_cast<double>(ol) / scale);
+      if (zero < 0 || zero > levels - 1) return std::nullopt;
+      grid.low.push_back(il);
+      grid.high.push_back(ih);
+      grid.scale.push_back(scale);
+      grid.zero_point.push_back(static_cast<int>(zero));
+    }
+    return grid;
+  }
+
+  ValueId AddConstant(Tensor tensor) {
+    std::vector<int64_t> dims(tensor.shape().dims().begin(), tensor.shape().dims().end());
+    const ValueId v = Temp(tensor.dtype(), std::move(dims));
+    graph_.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(tensor)));
+    return v;
+  }
+
+  // The grid's scale (float32) and zero point (`zp_type`, shifted by `zp_shift`) as constants,
+  // scalars per tensor, [C] per axis.
+  std::pair<ValueId, ValueId> GridConstants(const QuantGrid& grid, DataType zp_type, int zp_shift) {
+    const Shape shape = grid.axis < 0 ? Shape{} : Shape{static_cast<int64_t>(grid.scale.size())};
+    Tensor scale(DataType::kFloat32, shape);
+    Tensor zero_point(zp_type, shape);
+    for (size_t c = 0; c < grid.scale.size(); ++c) {
+      scale.mutable_data<float>()[c] = grid.scale[c];
+      if (zp_type == DataType::kInt8) {
+        zero_point.mutable_data<int8_t>()[c] = static_cast<int8_t>(grid.zero_point[c] + zp_shift);
+      } else {
+        zero_point.mutable_data<uint8_t>()[c] = static_cast<uint8_t>(grid.zero_point[c] + zp_shift);
+      }
+    }
+    return {AddConstant(std::move(scale)), AddConstant(std::move(zero_point))};
+  }
+
+  // A FakeQuantize on constant weights: folded at load into an int8 constant and its
+  // DequantizeLinear (k = the level of each weight by the formula, stored as k - 128 with zero
+  // point zp - 128), which fold_qdq folds into the product that reads it.
+  absl::Status QuantizeOnConstant(const Tensor& data, int64_t levels, const QuantGrid& grid) {
+    // The grid was read against the port's rank: a constant of another shape (a hostile IR)
+    // takes the formula, which checks the broadcast when it runs.
+    const int64_t grid_channels = static_cast<int64_t>(grid.scale.size());
+    if (data.dtype() != DataType::kFloat32 || data.rank() != InRank(0) ||
+        (grid.axis >= 0 ? data.dim(static_cast<int>(grid.axis)) != grid_channels
+                        : grid_channels != 1)) {
+      return FakeQuantizeFormula(levels);
+    }
+    Tensor q(DataType::kInt8, data.shape());
+    const int64_t n = data.NumElements();
+    int64_t inner = 1, channels = 1;
+    if (grid.axis >= 0) {
+      channels = data.dim(static_cast<int>(grid.axis));
+      for (int d = static_cast<int>(grid.axis) + 1; d < data.rank(); ++d) inner *= data.dim(d);
+    }
+    for (int64_t e = 0; e < n; ++e) {
+      const int64_t c = grid.axis < 0 ? 0 : (e / inner) % channels;
+      const float x = data.data<float>()[e];
+      const float il = grid.low[c], ih = grid.high[c];
+      int64_t k;
+      if (x <= il) {
+        k = 0;
+      } else if (x > ih) {
+        k = levels - 1;
+      } else {
+        k = static_cast<int64_t>(std::nearbyint((x - il) / (ih - il) * (levels - 1)));
+      }
+      q.mutable_data<int8_t>()[e] = static_cast<int8_t>(k - 128);
+    }
+    const ValueId q_value = AddConstant(std::move(q));
+    const auto [scale, zero_point] = GridConstants(grid, DataType::kInt8, -128);
+    Node& dq = Emit("DequantizeLinear", {q_value, scale, zero_point}, {Out(0)});
+    if (grid.axis >= 0) dq.attributes["axis"] = IntAttribute(grid.axis);
+    return absl::OkStatus();
+  }
+
+  // A FakeQuantize of 256 levels on an activation: QuantizeLinear to uint8 and back, the pair
+  // fold_qdq folds into the integer product that follows (MatMul, Gemm). Equal to the formula up
+  // to the rounding of ties (half to even here) and the grid's offset when zero is off it.
+  absl::Status QuantizeOnActivation(const QuantGrid& grid) {
+    const auto [scale, zero_point] = GridConstants(grid, DataType::kUint8, 0);
+    const ValueId q = Temp(DataType::kUint8, layer_.inputs[0].dims);
+    Node& quantize = Emit("QuantizeLinear", {In(0), scale, zero_point}, {q});
+    if (grid.axis >= 0) quantize.attributes["axis"] = IntAttribute(grid.axis);
+    Node& dequantize = Emit("DequantizeLinear", {q, scale, zero_point}, {Out(0)});
+    if (grid.axis >= 0) dequantize.attributes["axis"] = IntAttribute(grid.axis);
+    return absl::OkStatus();
+  }
+
+  // The spec's formula in ONNX element-wise ops (any levels, ranges constant or not).
+  absl::Status FakeQuantizeFormula(int64_t levels) {
+    const ValueId x = In(0), il = In(1), ih = In(2), ol = In(3), oh = In(4);
+    auto temp = [&] { return Temp(DataType::kFloat32, std::nullopt); };
+    auto binary = [&](const char* op, ValueId a, ValueId b) {
+      const ValueId out = temp();
+      Emit(op, {a, b}, {out});
+      return out;
+    };
+    Tensor steps(DataType::kFloat32, Shape{});
+    steps.mutable_data<float>()[0] = static_cast<float>(levels - 1);
+    const ValueId steps_value = AddConstant(std::move(steps));
+    const ValueId below = Temp(DataType::kBool, std::nullopt);
+    Emit("LessOrEqual", {x, binary("Min", il, ih)}, {below});
+    const ValueId above = Temp(DataType::kBool, std::nullopt);
+    Emit("Greater", {x, binary("Max", il, ih)}, {above});
+    const ValueId t =
+        binary("Mul", binary("Div", binary("Sub", x, il), binary("Sub", ih, il)), steps_value);
+    const ValueId rounded = temp();
+    Emit("Round", {t}, {rounded});
+    const ValueId inside = binary(
+        "Add", binary("Mul", binary("Div", rounded, steps_value), binary("Sub", oh, ol)), ol);
+    const ValueId upper = temp();
+    Emit("Where", {above, oh, inside}, {upper});
+    Emit("Where", {below, ol, upper}, {Out(0)});
+    return absl::OkStatus();
+  }
+
   absl::Status Select() {
     LS_RETURN_IF_ERROR(Ports(3, 3, 1));
     LS_ASSIGN_OR_RETURN(std::string mode, layer_.StrAttr("auto_broadcast", "numpy"));
@@ -606,6 +831,197 @@ absl::Status LowerLayer(const IrLayer& layer, const LayerValues& values,
                         const ConstantMap& constants, Graph& graph) {
   Lowerer lowerer(layer, values, constants, graph);
   return lowerer.Lower();
+}
+
+namespace {
+
+// The axis of an 8-bit tensor of rank `rank` along which a factor of shape `shape` varies
+// (broadcast from the right): -1 for one element, nullopt when it varies along two axes or does
+// not broadcast.
+std::optional<int64_t> FactorAxis(const Shape& shape, int rank, const Shape& q_shape) {
+  if (shape.rank() > rank) return std::nullopt;
+  int64_t axis = -1;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    const int64_t a = rank - shape.rank() + d;
+    if (axis >= 0 || shape[d] != q_shape[static_cast<int>(a)]) return std::nullopt;
+    axis = a;
+  }
+  return axis;
+}
+
+}  // namespace
+
+void FoldWeightDecompression(Graph& graph) {
+  absl::flat_hash_map<ValueId, const Tensor*> constants;
+  for (const auto& [v, t] : graph.constants) constants[v] = t.get();
+  std::vector<int> producer(graph.values.size(), -1);
+  std::vector<int> uses(graph.values.size(), 0);
+  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+    for (ValueId v : graph.nodes[n].outputs) {
+      if (v != kNoValue) producer[v] = n;
+    }
+    for (ValueId v : graph.nodes[n].inputs) {
+      if (v != kNoValue) ++uses[v];
+    }
+  }
+  for (ValueId v : graph.outputs) uses[v] += 2;
+  auto constant = [&](ValueId v) -> const Tensor* {
+    auto it = constants.find(v);
+    return it == constants.end() ? nullptr : it->second;
+  };
+  // The node producing `v` when it is a one-input, one-output `op` read only once.
+  auto single = [&](ValueId v, const char* op) -> int {
+    if (v == kNoValue || static_cast<size_t>(v) >= producer.size() || producer[v] < 0 ||
+        uses[v] != 1)
+      return -1;
+    const Node& node = graph.nodes[producer[v]];
+    return node.op_type == op && node.domain.empty() ? producer[v] : -1;
+  };
+  // The constant a Cast to float32 reads, when it is one (and the Cast is read once).
+  auto cast_of_constant = [&](ValueId v, int* cast) -> const Tensor* {
+    *cast = single(v, "Cast");
+    if (*cast < 0 || graph.nodes[*cast].inputs.size() != 1) return nullptr;
+    absl::StatusOr<int64_t> to = graph.nodes[*cast].GetInt("to", std::nullopt);
+    if (!to.ok() || *to != DataTypeToOnnx(DataType::kFloat32)) return nullptr;
+    return constant(graph.nodes[*cast].inputs[0]);
+  };
+
+  std::vector<bool> removed(graph.nodes.size(), false);
+  for (Node& mul : graph.nodes) {
+    if (mul.op_type != "Mul" || !mul.domain.empty() || mul.inputs.size() != 2 ||
+        mul.outputs.size() != 1) {
+      continue;
+    }
+    const int side = constant(mul.inputs[1]) != nullptr ? 1 : 0;
+    const Tensor* scale = constant(mul.inputs[side]);
+    const int sub = single(mul.inputs[1 - side], "Sub");
+    if (scale == nullptr || scale->dtype() != DataType::kFloat32 || sub < 0 ||
+        graph.nodes[sub].inputs.size() != 2) {
+      continue;
+    }
+    int q_cast = -1, zp_cast = -1;
+    const Tensor* q = cast_of_constant(graph.nodes[sub].inputs[0], &q_cast);
+    if (q == nullptr || (q->dtype() != DataType::kUint8 && q->dtype() != DataType::kInt8)) {
+      continue;
+    }
+    const Tensor* zp = constant(graph.nodes[sub].inputs[1]);
+    if (zp == nullptr) zp = cast_of_constant(graph.nodes[sub].inputs[1], &zp_cast);
+    if (zp == nullptr || (zp->dtype() != DataType::kFloat32 && zp->dtype() != q->dtype())) continue;
+    const std::optional<int64_t> scale_axis = FactorAxis(scale->shape(), q->rank(), q->shape());
+    const std::optional<int64_t> zp_axis = FactorAxis(zp->shape(), q->rank(), q->shape());
+    if (!scale_axis || !zp_axis || (*zp_axis >= 0 && *scale_axis >= 0 && *zp_axis != *scale_axis)) {
+      continue;
+    }
+    const int64_t axis = std::max(*scale_axis, *zp_axis);
+    const int64_t channels = axis < 0 ? 1 : q->dim(static_cast<int>(axis));
+    const Shape shape = axis < 0 ? Shape{} : Shape{channels};
+    Tensor scales(DataType::kFloat32, shape), zero_points(q->dtype(), shape);
+    bool representable = true;
+    for (int64_t c = 0; c < channels; ++c) {
+      scales.mutable_data<float>()[c] = scale->data<float>()[*scale_axis < 0 ? 0 : c];
+      const int64_t zc = *zp_axis < 0 ? 0 : c;
+      double z = zp->dtype() == DataType::kFloat32 ? zp->data<float>()[zc]
+                 : zp->dtype() == DataType::kUint8 ? zp->data<uint8_t>()[zc]
+                                                   : zp->data<int8_t>()[zc];
+      const bool u8 = q->dtype() == DataType::kUint8;
+      if (z != std::nearbyint(z) || z < (u8 ? 0 : -128) || z > (u8 ? 255 : 127)) {
+        representable = false;
+        break;
+      }
+      if (u8) {
+        zero_points.mutable_data<uint8_t>()[c] = static_cast<uint8_t>(z);
+      } else {
+        zero_points.mutable_data<int8_t>()[c] = static_cast<int8_t>(z);
+      }
+    }
+    if (!representable) continue;
+    auto add_constant = [&](Tensor t, const char* what) {
+      ValueType type;
+      type.dtype = t.dtype();
+      type.dims = std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end());
+      const ValueId v = graph.AddValue(absl::StrCat(mul.name, "/", what), std::move(type));
+      graph.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(t)));
+      constants[v] = graph.constants.back().second.get();  // for the Transpose fold below
+      return v;
+    };
+    const ValueId q_value = graph.nodes[q_cast].inputs[0];
+    const ValueId scale_value = add_constant(std::move(scales), "scale");
+    const ValueId zp_value = add_constant(std::move(zero_points), "zero_point");
+    mul.op_type = "DequantizeLinear";
+    mul.opset = kOnnxOpset;
+    mul.inputs = {q_value, scale_value, zp_value};
+    mul.attributes.clear();
+    if (axis >= 0) mul.attributes["axis"] = IntAttribute(axis);
+    removed[sub] = removed[q_cast] = true;
+    if (zp_cast >= 0) removed[zp_cast] = true;
+  }
+  // MatMul's transpose_b lowered to a Transpose of the weight: the Transpose of a constant's
+  // DequantizeLinear becomes the DequantizeLinear of the transposed constant (NNCF quantizes a
+  // Linear's [N, K] weight per output row), so the product still sees DQ(constant).
+  for (Node& transpose : graph.nodes) {
+    if (transpose.op_type != "Transpose" || !transpose.domain.empty() ||
+        transpose.inputs.size() != 1 || transpose.outputs.size() != 1) {
+      continue;
+    }
+    const int dq = single(transpose.inputs[0], "DequantizeLinear");
+    if (dq < 0 || removed[dq] || graph.nodes[dq].inputs.size() != 3) continue;
+    const Node& dequantize = graph.nodes[dq];
+    const Tensor* q = constant(dequantize.inputs[0]);
+    const Tensor* scale = constant(dequantize.inputs[1]);
+    if (q == nullptr || scale == nullptr || DataTypeSize(q->dtype()) != 1 || q->rank() < 1 ||
+        scale->rank() > 1) {
+      continue;
+    }
+    const int rank = q->rank();
+    std::vector<int64_t> reversed(rank);
+    for (int d = 0; d < rank; ++d) reversed[d] = rank - 1 - d;
+    absl::StatusOr<std::vector<int64_t>> perm = transpose.GetInts("perm", reversed);
+    absl::StatusOr<int64_t> axis = dequantize.GetInt("axis", 1);
+    if (!perm.ok() || !axis.ok() || static_cast<int>(perm->size()) != rank) continue;
+    std::vector<int64_t> sorted = *perm;
+    std::sort(sorted.begin(), sorted.end());
+    if (!std::equal(sorted.begin(), sorted.end(), reversed.rbegin())) continue;  // no permutation
+    if (*axis < 0) *axis += rank;
+    std::vector<int64_t> dims(rank), from_strides(rank);
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      from_strides[d] = stride;
+      stride *= q->dim(d);
+    }
+    int64_t new_axis = 0;
+    for (int j = 0; j < rank; ++j) {
+      dims[j] = q->dim(static_cast<int>((*perm)[j]));
+      if ((*perm)[j] == *axis) new_axis = j;
+    }
+    Tensor transposed(q->dtype(), Shape(absl::MakeConstSpan(dims)));
+    const uint8_t* from = static_cast<const uint8_t*>(q->raw_data());
+    uint8_t* to = static_cast<uint8_t*>(transposed.mutable_raw_data());
+    std::vector<int64_t> index(rank, 0);
+    for (int64_t e = 0; e < q->NumElements(); ++e) {
+      int64_t offset = 0;
+      for (int j = 0; j < rank; ++j) offset += index[j] * from_strides[(*perm)[j]];
+      to[e] = from[offset];
+      for (int j = rank - 1; j >= 0 && ++index[j] == dims[j]; --j) index[j] = 0;
+    }
+    ValueType type;
+    type.dtype = q->dtype();
+    type.dims = dims;
+    const ValueId q_value = graph.AddValue(absl::StrCat(transpose.name, "/q"), std::move(type));
+    graph.constants.emplace_back(q_value, std::make_shared<const Tensor>(std::move(transposed)));
+    transpose.op_type = "DequantizeLinear";
+    transpose.opset = kOnnxOpset;
+    transpose.inputs = {q_value, dequantize.inputs[1], dequantize.inputs[2]};
+    transpose.attributes.clear();
+    if (scale->NumElements() > 1) transpose.attributes["axis"] = IntAttribute(new_axis);
+    removed[dq] = true;
+  }
+  std::vector<Node> kept;
+  kept.reserve(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
 }
 
 }  // namespace loopserve::engine::openvino

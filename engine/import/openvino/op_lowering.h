@@ -36,4 +36,12 @@ struct LayerValues {
 absl::Status LowerLayer(const IrLayer& layer, const LayerValues& values,
                         const ConstantMap& constants, Graph& graph);
 
+// Weight-only compression as NNCF writes it, Multiply(Subtract(Convert(q), zero_point), scale)
+// lowered to Mul(Sub(Cast(q), zp), scale) with q an 8-bit constant and zp (a float constant or a
+// Cast of a constant of q's type) and scale float constants varying along at most one axis of q:
+// rewritten into DequantizeLinear(q, scale, zp; axis), which fold_qdq folds into the integer
+// product that reads it (with a quantized activation) or fold_constants into a float weight. The
+// Sub and Casts go when nothing else reads them. Anything else is left as it is.
+void FoldWeightDecompression(Graph& graph);
+
 }  // namespace loopserve::engine::openvino

@@ -368,6 +368,7 @@ class LoopKernel : public Kernel {
   // for IterationObserver (Model::scan_output_loops).
   void RegisterStreamedOutputs(const KernelInit& init) {
     if (!init.top_level()) return;
+    top_level_ = true;
     const Graph& graph = init.graph();
     for (int j = 0; j < static_cast<int>(graph.outputs.size()); ++j) {
       for (size_t k = 0; k < outputs_.size(); ++k) {
@@ -383,6 +384,11 @@ class LoopKernel : public Kernel {
   absl::Status Run(KernelContext& ctx) const override {
     RunContext& run = ctx.run_context();
     const absl::Time start = absl::Now();
+    if (top_level_) {
+      if (IterationObserver* observer = run.options().iteration_observer; observer != nullptr) {
+        observer->OnLoopStart(loop_index_);
+      }
+    }
     int64_t iterations = 0;
     absl::Status status = Execute(ctx, iterations);
     run.stats().loop_executions += 1;
@@ -524,7 +530,7 @@ class LoopKernel : public Kernel {
                                   ctx.output_value(out.node_output).mutable_tensor(), max_trip,
                                   run.options().max_output_bytes));
       }
-      if (!streamed_.empty()) {
+      if (top_level_) {
         if (IterationObserver* observer = run.options().iteration_observer; observer != nullptr) {
           for (size_t s = 0; s < streamed_.size(); ++s) {
             state.scan_slices[s].tensor =
@@ -866,6 +872,7 @@ class LoopKernel : public Kernel {
     int model_output;  // index into the model's outputs
   };
   std::vector<StreamedOutput> streamed_;  // top-level Loops only; model output order
+  bool top_level_ = false;                // a Loop of the top-level graph (IterationObserver)
   mutable AdaptiveThreads adaptive_;
 };
 

@@ -56,7 +56,9 @@ class SliceRecorder : public IterationObserver {
     if (iteration == stop_at) return absl::CancelledError("the observer stopped the run");
     return absl::OkStatus();
   }
+  void OnLoopStart(int loop_index) override { starts.push_back(loop_index); }
   int64_t stop_at = -1;
+  std::vector<int> starts;  // OnLoopStart's calls
   std::vector<int> loops;
   std::vector<int64_t> iterations;
   std::vector<int> outputs;
@@ -122,6 +124,29 @@ TEST(LoopTest, OnlyTheTopLevelLoopStreams) {
   const Tensor& scan = (*result)[1].tensor();
   ASSERT_EQ(scan.NumElements(), 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(scan.data<float>()[i], recorder.values[i]);
+}
+
+// A top-level Loop without a scan output among the model's outputs still reports its start and
+// each iteration (with no slices): what tracing's per-iteration spans need.
+TEST(LoopTest, ALoopWithoutScanOutputsReportsItsIterations) {
+  auto model = LoadOrDie("loop_growing_carried");
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->scan_output_loops(), (std::vector<int>{-1}));
+  SliceRecorder recorder;
+  RunOptions options;
+  options.iteration_observer = &recorder;
+  std::vector<Value> in;
+  in.push_back(Scalar(6));
+  Tensor y0(DataType::kInt64, Shape{1});
+  y0.mutable_data<int64_t>()[0] = 100;
+  in.push_back(Value(std::move(y0)));
+  auto result = model->Run(std::move(in), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(recorder.starts, (std::vector<int>{0}));
+  EXPECT_EQ(recorder.iterations, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(recorder.outputs.empty());
+  // y = [100, 0, 1, ..., 5] (the ONNX Loop spec on the case's body).
+  EXPECT_EQ((*result)[0].tensor().NumElements(), 7);
 }
 
 }  // namespace

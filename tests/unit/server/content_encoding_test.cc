@@ -80,5 +80,48 @@ TEST(ContentEncodingTest, CorruptOrCutDataIsInvalid) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Response compression: the Accept-Encoding header picks the coding.
+TEST(ContentEncodingTest, AcceptEncodingPicksTheResponseCoding) {
+  EXPECT_EQ(ParseAcceptEncoding(nullptr), ContentEncoding::kIdentity);
+  EXPECT_EQ(ParseAcceptEncoding(""), ContentEncoding::kIdentity);
+  EXPECT_EQ(ParseAcceptEncoding("identity"), ContentEncoding::kIdentity);
+  EXPECT_EQ(ParseAcceptEncoding("br"), ContentEncoding::kIdentity);
+  EXPECT_EQ(ParseAcceptEncoding("gzip"), ContentEncoding::kGzip);
+  EXPECT_EQ(ParseAcceptEncoding("deflate"), ContentEncoding::kDeflate);
+  EXPECT_EQ(ParseAcceptEncoding("gzip, deflate, br"), ContentEncoding::kGzip);
+  EXPECT_EQ(ParseAcceptEncoding("deflate, X-GZIP"), ContentEncoding::kGzip);
+  EXPECT_EQ(ParseAcceptEncoding("gzip;q=0.2, deflate;q=0.8"), ContentEncoding::kDeflate);
+  EXPECT_EQ(ParseAcceptEncoding("gzip;q=0, deflate"), ContentEncoding::kDeflate);
+  EXPECT_EQ(ParseAcceptEncoding("gzip; q=0"), ContentEncoding::kIdentity);
+  EXPECT_EQ(ParseAcceptEncoding("*"), ContentEncoding::kGzip);
+  EXPECT_EQ(ParseAcceptEncoding("*;q=0"), ContentEncoding::kIdentity);
+  EXPECT_EQ(ParseAcceptEncoding("gzip;q=oops"), ContentEncoding::kIdentity);
+}
+
+// What DeflateBody writes, zlib's own inflate (the reference decoder) reads back unchanged.
+TEST(ContentEncodingTest, DeflatedBodiesInflateWithZlib) {
+  std::string text;
+  for (int k = 0; k < 20000; ++k) text += std::to_string(k * 7919 % 1000) + ",";
+  for (const auto& [encoding, window_bits] :
+       {std::pair{ContentEncoding::kGzip, 31}, std::pair{ContentEncoding::kDeflate, 15}}) {
+    for (const std::string& body : {text, std::string(), std::string("x")}) {
+      absl::StatusOr<std::string> packed = DeflateBody(body, encoding);
+      ASSERT_TRUE(packed.ok()) << packed.status();
+      z_stream stream = {};
+      ASSERT_EQ(inflateInit2(&stream, window_bits), Z_OK);
+      std::string out(body.size() + 16, '\0');
+      stream.next_in = reinterpret_cast<Bytef*>(packed->data());
+      stream.avail_in = static_cast<uInt>(packed->size());
+      stream.next_out = reinterpret_cast<Bytef*>(out.data());
+      stream.avail_out = static_cast<uInt>(out.size());
+      EXPECT_EQ(inflate(&stream, Z_FINISH), Z_STREAM_END);
+      out.resize(stream.total_out);
+      inflateEnd(&stream);
+      EXPECT_EQ(out, body);
+    }
+    EXPECT_LT(DeflateBody(text, encoding)->size(), text.size() / 2);
+  }
+}
+
 }  // namespace
 }  // namespace loopserve::server

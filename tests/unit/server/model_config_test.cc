@@ -469,6 +469,10 @@ TEST(ParseModelConfigTest, BadValuesNameTheField) {
       {"parameters { key: \"loop_threads\" value: { string_value: \"sometimes\" } }",
        "parameters 'loop_threads': string_value must be adaptive, intra_op or one, not "
        "'sometimes'"},
+      {"parameters { key: \"precision\" value: { string_value: \"fp16\" } }",
+       "parameters 'precision': string_value must be fp32 or bf16, not 'fp16'"},
+      {"parameters { key: \"precision\" value: { string_value: \"BF16\" } }",
+       "parameters 'precision': string_value must be fp32 or bf16, not 'BF16'"},
       {"model_warmup [ { batch_size: 1 } ]", "model_warmup[0]: no name"},
       {"model_warmup [ { name: \"w\" batch_size: 2 } ]", "batch_size 2 is above max_batch_size 0"},
       {"model_warmup [ { name: \"w\" inputs { key: \"x\" value: { data_type: TYPE_FP32 } } } ]",
@@ -532,6 +536,7 @@ TEST(CompleteModelConfigTest, NoConfigIsCompletedFromTheModel) {
   EXPECT_EQ(config->parameters().at("max_loop_iterations").string_value(), "1000");
   EXPECT_EQ(config->parameters().at("max_output_bytes").string_value(), "0");
   EXPECT_EQ(config->parameters().at("loop_threads").string_value(), "adaptive");
+  EXPECT_EQ(config->parameters().at("precision").string_value(), "fp32");
   EXPECT_EQ(InstanceCount(*config), 3);
 
   absl::StatusOr<inference::ModelConfig> ir =
@@ -539,6 +544,32 @@ TEST(CompleteModelConfigTest, NoConfigIsCompletedFromTheModel) {
   ASSERT_TRUE(ir.ok()) << ir.status();
   EXPECT_EQ(ir->platform(), "openvino");
   EXPECT_EQ(ir->backend(), "openvino");
+}
+
+// The precision parameter overrides the server's --precision; the complete config shows the
+// effective one either way.
+TEST(CompleteModelConfigTest, PrecisionIsTheParameterElseTheFlag) {
+  CompletionOptions options;
+  options.precision = engine::LoadOptions::Precision::kBf16;
+  absl::StatusOr<inference::ModelConfig> config = Complete("", *Passthrough(), options);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->parameters().at("precision").string_value(), "bf16");
+  config = Complete("parameters { key: \"precision\" value: { string_value: \" fp32 \" } }",
+                    *Passthrough(), options);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->parameters().at("precision").string_value(), "fp32");
+  EXPECT_EQ(PrecisionOr(*config, engine::LoadOptions::Precision::kBf16),
+            engine::LoadOptions::Precision::kFp32);
+  options.precision = engine::LoadOptions::Precision::kFp32;
+  config = Complete("parameters { key: \"precision\" value: { string_value: \"bf16\" } }",
+                    *Passthrough(), options);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->parameters().at("precision").string_value(), "bf16");
+  // Not among the ignored settings: loopserve reads it.
+  absl::StatusOr<ParsedModelConfig> parsed =
+      ParseModelConfig("parameters { key: \"precision\" value: { string_value: \"bf16\" } }", "m");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->ignored, IsEmpty());
 }
 
 TEST(CompleteModelConfigTest, PartialConfigKeepsWhatItDeclaresAndAppendsTheRest) {
@@ -974,6 +1005,34 @@ TEST(OvmsConfigTest, ParsesModelListWithItsSettings) {
   EXPECT_EQ(parsed.config.instance_group(0).count(), 4);
   EXPECT_EQ(parsed.config.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
   EXPECT_THAT(parsed.ignored, SizeIs(2));
+  EXPECT_EQ(parsed.config.parameters().count("precision"), 0u);
+}
+
+// plugin_config's INFERENCE_PRECISION_HINT is the precision parameter (f32 -> fp32, bf16); the
+// other plugin settings stay ignored; another hint is refused naming it.
+TEST(OvmsConfigTest, InferencePrecisionHintIsThePrecision) {
+  absl::StatusOr<OvmsConfig> config = ParseOvmsConfig(R"json({"model_config_list": [
+      {"config": {"name": "a", "base_path": "a",
+                  "plugin_config": {"INFERENCE_PRECISION_HINT": "bf16", "NUM_STREAMS": "1"}}},
+      {"config": {"name": "b", "base_path": "b",
+                  "plugin_config": {"INFERENCE_PRECISION_HINT": "f32"}}}]})json",
+                                                      "/etc/ovms");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_THAT(config->models, SizeIs(2));
+  EXPECT_EQ(config->models[0].precision, "bf16");
+  EXPECT_THAT(config->models[0].ignored, ElementsAre(HasSubstr("plugin_config {NUM_STREAMS}")));
+  EXPECT_EQ(config->models[1].precision, "fp32");
+  EXPECT_THAT(config->models[1].ignored, IsEmpty());
+  ParsedModelConfig parsed;
+  ApplyOvmsEntry(config->models[0], parsed);
+  EXPECT_EQ(parsed.config.parameters().at("precision").string_value(), "bf16");
+
+  config = ParseOvmsConfig(R"json({"model_config_list": [{"config": {"name": "a",
+      "base_path": "a", "plugin_config": {"INFERENCE_PRECISION_HINT": "f16"}}}]})json",
+                           "/etc/ovms");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(config.status()),
+              HasSubstr("plugin_config.INFERENCE_PRECISION_HINT: 'f16' is not f32 or bf16"));
 }
 
 TEST(OvmsConfigTest, BadFilesNameTheJsonPath) {
