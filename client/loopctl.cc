@@ -519,6 +519,150 @@ absl::StatusOr<std::vector<int64_t>> ParseConcurrencyRange(const std::string& te
   return levels;
 }
 
+// perf's settings, from its flags.
+struct PerfPlan {
+  PerfLevel level;                                     // what each concurrency level runs
+  std::vector<int64_t> levels;                         // the concurrencies, in order
+  int64_t warmup = 10;                                 // requests before measuring
+  std::map<std::string, std::vector<int64_t>> shapes;  // --shape=NAME:d0,d1,...
+};
+
+// --concurrency, --requests, --warmup.
+absl::Status ParsePerfCounts(const CommandLine& cl, int64_t* concurrency, PerfPlan& plan) {
+  for (auto [flag, target] : {std::pair<const char*, int64_t*>{"concurrency", concurrency},
+                              {"requests", &plan.level.requests},
+                              {"warmup", &plan.warmup}}) {
+    if (!cl.Has(flag)) continue;
+    auto v = ParseInt(flag, cl.Get(flag));
+    if (!v.ok() || *v < (std::string(flag) == "warmup" ? 0 : 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be a positive integer"));
+    }
+    *target = *v;
+  }
+  return absl::OkStatus();
+}
+
+// --sequence_length: its sequences are numbered with `next_sequence_id`.
+absl::Status ParsePerfSequences(const CommandLine& cl, const InferOptions& options,
+                                std::atomic<uint64_t>* next_sequence_id, PerfPlan& plan) {
+  if (!cl.Has("sequence_length")) return absl::OkStatus();
+  auto length = ParseInt("sequence_length", cl.Get("sequence_length"));
+  if (!length.ok() || *length < 1) {
+    return absl::InvalidArgumentError("--sequence_length must be a positive integer");
+  }
+  if (!options.sequence_string_id.empty()) {
+    // Each client's sequences are numbered from it: one string id would make them all one.
+    return absl::InvalidArgumentError(
+        "--sequence_length numbers its sequences from --sequence_id: give a positive integer");
+  }
+  plan.level.sequence_length = *length;
+  plan.level.next_sequence_id = next_sequence_id;
+  return absl::OkStatus();
+}
+
+// perf's flags, checked in this order; InvalidArgument naming the flag.
+absl::StatusOr<PerfPlan> ParsePerfFlags(const CommandLine& cl, const InferOptions& options,
+                                        std::atomic<uint64_t>* next_sequence_id) {
+  PerfPlan plan;
+  plan.level.requests = 100;
+  int64_t concurrency = 1;
+  absl::Status status = ParsePerfCounts(cl, &concurrency, plan);
+  if (status.ok()) status = ParsePerfSequences(cl, options, next_sequence_id, plan);
+  if (!status.ok()) return status;
+  if (cl.Has("duration")) {
+    double seconds = 0;
+    if (cl.Has("requests") || !absl::SimpleAtod(cl.Get("duration"), &seconds) || !(seconds > 0)) {
+      return absl::InvalidArgumentError(cl.Has("requests")
+                                            ? "--duration and --requests exclude each other"
+                                            : "--duration must be a positive number of seconds");
+    }
+    plan.level.duration = absl::Seconds(seconds);
+  }
+  plan.levels = {concurrency};
+  if (cl.Has("concurrency_range")) {
+    if (cl.Has("concurrency")) {
+      return absl::InvalidArgumentError("--concurrency and --concurrency_range exclude each other");
+    }
+    auto range = ParseConcurrencyRange(cl.Get("concurrency_range"));
+    if (!range.ok()) return range.status();
+    plan.levels = *std::move(range);
+  }
+  // Progress on a terminal only (never into pipes, files or tests), by default after 1 s.
+  std::string progress = cl.Get("progress", "auto");
+  if (progress != "auto" && progress != "true" && progress != "false") {
+    return absl::InvalidArgumentError("--progress takes auto, true or false");
+  }
+  if (progress == "true" || (progress == "auto" && isatty(STDERR_FILENO))) {
+    plan.level.progress_every = absl::Seconds(1);
+  }
+  for (const std::string& spec : cl.All("shape")) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 1));
+    auto dims = parts.size() == 2 ? ParseDims(parts[1])
+                                  : absl::StatusOr<std::vector<int64_t>>(
+                                        absl::InvalidArgumentError("expected NAME:d0,d1,..."));
+    if (!dims.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shape=", spec, ": ", dims.status().message()));
+    }
+    plan.shapes[parts[0]] = *dims;
+  }
+  return plan;
+}
+
+// The request perf sends: the inputs given on the command line, random values for the others
+// (their variable dims from --shape, else 1, with a note on `err`).
+absl::StatusOr<std::vector<Tensor>> PerfInputs(const inference::ModelMetadataResponse& md,
+                                               const std::vector<Tensor>& given,
+                                               const PerfPlan& plan, std::ostream& err) {
+  std::mt19937_64 rng(42);
+  std::vector<Tensor> inputs;
+  for (const auto& spec : md.inputs()) {
+    auto fixed = std::find_if(given.begin(), given.end(),
+                              [&](const Tensor& t) { return t.name == spec.name(); });
+    if (fixed != given.end()) {
+      inputs.push_back(*fixed);
+      continue;
+    }
+    std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+    if (auto it = plan.shapes.find(spec.name()); it != plan.shapes.end()) {
+      if (it->second.size() != shape.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--shape for '", spec.name(), "' has ", it->second.size(),
+                         " dims; the model declares ", FormatShape(spec.shape())));
+      }
+      shape = it->second;
+    }
+    for (int64_t& d : shape) {
+      if (d < 0) {
+        err << "note: input '" << spec.name() << "' " << FormatShape(spec.shape())
+            << ": variable dim set to 1 (use --shape=" << spec.name() << ":...)\n";
+        d = 1;
+      }
+    }
+    auto tensor = RandomTensor(spec.name(), spec.datatype(), shape, &rng);
+    if (!tensor.ok()) return tensor.status();
+    inputs.push_back(*std::move(tensor));
+  }
+  return inputs;
+}
+
+// The warm-up before measuring: `plan.warmup` requests, or as many sequences of their own.
+absl::Status PerfWarmup(Client& client, const std::string& model, const std::vector<Tensor>& inputs,
+                        const InferOptions& options, const PerfPlan& plan, std::ostream& err) {
+  if (plan.level.sequence_length > 0 && plan.warmup > 0) {
+    PerfLevel warm = plan.level;
+    warm.requests = plan.warmup;
+    warm.progress_every = absl::ZeroDuration();
+    warm.duration = absl::ZeroDuration();
+    return RunPerfLevel(client, model, inputs, options, warm, err).status();
+  }
+  for (int64_t i = 0; i < plan.warmup; ++i) {
+    auto r = client.Infer(model, inputs, {}, options);
+    if (!r.ok()) return r.status();
+  }
+  return absl::OkStatus();
+}
+
 int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std::ostream& out,
             std::ostream& err) {
   auto options = CommonOptions(cl);
@@ -531,154 +675,32 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
     PrintError(given.status(), err);
     return 2;
   }
-  int64_t concurrency = 1, requests = 100, warmup = 10;
-  for (auto [flag, target] : {std::pair<const char*, int64_t*>{"concurrency", &concurrency},
-                              {"requests", &requests},
-                              {"warmup", &warmup}}) {
-    if (!cl.Has(flag)) continue;
-    auto v = ParseInt(flag, cl.Get(flag));
-    if (!v.ok() || *v < (std::string(flag) == "warmup" ? 0 : 1)) {
-      PrintError(
-          absl::InvalidArgumentError(absl::StrCat("--", flag, " must be a positive integer")), err);
-      return 2;
-    }
-    *target = *v;
-  }
-  PerfLevel level;
-  level.requests = requests;
   std::atomic<uint64_t> next_sequence_id{options->sequence_id != 0 ? options->sequence_id : 1};
-  if (cl.Has("sequence_length")) {
-    auto length = ParseInt("sequence_length", cl.Get("sequence_length"));
-    if (!length.ok() || *length < 1) {
-      PrintError(absl::InvalidArgumentError("--sequence_length must be a positive integer"), err);
-      return 2;
-    }
-    if (!options->sequence_string_id.empty()) {
-      // Each client's sequences are numbered from it: one string id would make them all one.
-      PrintError(absl::InvalidArgumentError(
-                     "--sequence_length numbers its sequences from --sequence_id: give a "
-                     "positive integer"),
-                 err);
-      return 2;
-    }
-    level.sequence_length = *length;
-    level.next_sequence_id = &next_sequence_id;
-  }
-  if (cl.Has("duration")) {
-    double seconds = 0;
-    if (cl.Has("requests") || !absl::SimpleAtod(cl.Get("duration"), &seconds) || !(seconds > 0)) {
-      PrintError(absl::InvalidArgumentError(
-                     cl.Has("requests") ? "--duration and --requests exclude each other"
-                                        : "--duration must be a positive number of seconds"),
-                 err);
-      return 2;
-    }
-    level.duration = absl::Seconds(seconds);
-  }
-  std::vector<int64_t> levels = {concurrency};
-  if (cl.Has("concurrency_range")) {
-    if (cl.Has("concurrency")) {
-      PrintError(
-          absl::InvalidArgumentError("--concurrency and --concurrency_range exclude each other"),
-          err);
-      return 2;
-    }
-    auto range = ParseConcurrencyRange(cl.Get("concurrency_range"));
-    if (!range.ok()) {
-      PrintError(range.status(), err);
-      return 2;
-    }
-    levels = *std::move(range);
-  }
-  // Progress on a terminal only (never into pipes, files or tests), by default after 1 s.
-  std::string progress = cl.Get("progress", "auto");
-  if (progress != "auto" && progress != "true" && progress != "false") {
-    PrintError(absl::InvalidArgumentError("--progress takes auto, true or false"), err);
+  auto plan = ParsePerfFlags(cl, *options, &next_sequence_id);
+  if (!plan.ok()) {
+    PrintError(plan.status(), err);
     return 2;
   }
-  if (progress == "true" || (progress == "auto" && isatty(STDERR_FILENO))) {
-    level.progress_every = absl::Seconds(1);
-  }
-  // --shape=NAME:d0,d1,... fixes the variable dims of an input.
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const std::string& spec : cl.All("shape")) {
-    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 1));
-    auto dims = parts.size() == 2 ? ParseDims(parts[1])
-                                  : absl::StatusOr<std::vector<int64_t>>(
-                                        absl::InvalidArgumentError("expected NAME:d0,d1,..."));
-    if (!dims.ok()) {
-      PrintError(
-          absl::InvalidArgumentError(absl::StrCat("--shape=", spec, ": ", dims.status().message())),
-          err);
-      return 2;
-    }
-    shapes[parts[0]] = *dims;
-  }
-
   auto md = client.ModelMetadata(model, options->model_version);
   if (!md.ok()) {
     PrintError(md.status(), err);
     return 1;
   }
-  std::mt19937_64 rng(42);
-  std::vector<Tensor> inputs;
-  for (const auto& spec : md->inputs()) {
-    auto fixed = std::find_if(given->begin(), given->end(),
-                              [&](const Tensor& t) { return t.name == spec.name(); });
-    if (fixed != given->end()) {
-      inputs.push_back(*fixed);
-      continue;
-    }
-    std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
-    if (auto it = shapes.find(spec.name()); it != shapes.end()) {
-      if (it->second.size() != shape.size()) {
-        PrintError(absl::InvalidArgumentError(
-                       absl::StrCat("--shape for '", spec.name(), "' has ", it->second.size(),
-                                    " dims; the model declares ", FormatShape(spec.shape()))),
-                   err);
-        return 2;
-      }
-      shape = it->second;
-    }
-    for (int64_t& d : shape) {
-      if (d < 0) {
-        err << "note: input '" << spec.name() << "' " << FormatShape(spec.shape())
-            << ": variable dim set to 1 (use --shape=" << spec.name() << ":...)\n";
-        d = 1;
-      }
-    }
-    auto tensor = RandomTensor(spec.name(), spec.datatype(), shape, &rng);
-    if (!tensor.ok()) {
-      PrintError(tensor.status(), err);
-      return 2;
-    }
-    inputs.push_back(*std::move(tensor));
+  auto inputs = PerfInputs(*md, *given, *plan, err);
+  if (!inputs.ok()) {
+    PrintError(inputs.status(), err);
+    return 2;
   }
-
-  if (level.sequence_length > 0 && warmup > 0) {  // warm-up sequences of their own
-    PerfLevel warm = level;
-    warm.requests = warmup;
-    warm.progress_every = absl::ZeroDuration();
-    warm.duration = absl::ZeroDuration();
-    auto r = RunPerfLevel(client, model, inputs, *options, warm, err);
-    if (!r.ok()) {
-      PrintError(r.status(), err);
-      return 1;
-    }
-    warmup = 0;
-  }
-  for (int64_t i = 0; i < warmup; ++i) {
-    auto r = client.Infer(model, inputs, {}, *options);
-    if (!r.ok()) {
-      PrintError(r.status(), err);
-      return 1;
-    }
+  if (absl::Status warmed = PerfWarmup(client, model, *inputs, *options, *plan, err);
+      !warmed.ok()) {
+    PrintError(warmed, err);
+    return 1;
   }
 
   std::vector<std::pair<int64_t, PerfResult>> results;
-  for (int64_t c : levels) {
-    level.concurrency = c;
-    auto result = RunPerfLevel(client, model, inputs, *options, level, err);
+  for (int64_t c : plan->levels) {
+    plan->level.concurrency = c;
+    auto result = RunPerfLevel(client, model, *inputs, *options, plan->level, err);
     if (!result.ok()) {
       PrintError(result.status(), err);
       return 1;
@@ -686,7 +708,7 @@ int CmdPerf(Client& client, const std::string& model, const CommandLine& cl, std
     PrintPerfResult(model, c, *result, out);
     results.emplace_back(c, *std::move(result));
   }
-  if (levels.size() > 1) {
+  if (plan->levels.size() > 1) {
     out << "\nconcurrency   infer/s    p50 us    p90 us    p99 us\n";
     for (const auto& [c, r] : results) {
       out << absl::StrFormat("%11d %9.1f %9.1f %9.1f %9.1f\n", c, r.Throughput(),

@@ -14,6 +14,7 @@
 #include "server/datatype.h"
 #include "server/observability/logging.h"
 #include "server/scheduling/sequence_batcher.h"
+#include "server/scheduling/sequence_scheduler.h"
 #include "server/status_util.h"
 #include "server/version.h"
 
@@ -187,8 +188,10 @@ absl::StatusOr<inference::ModelStatisticsResponse> ServerApi::ModelStatistics(
       l->set_iteration_count(loop.iterations);
       l->set_ns_per_iteration(loop.iterations > 0 ? loop.execution.ns / loop.iterations : 0);
     }
-    if (model->sequencer != nullptr) {
-      const SequenceBatcher::Stats s = model->sequencer->stats();
+    // A version with sequence_batching is scheduled by its SequenceBatcher.
+    if (const auto* sequences = dynamic_cast<const SequenceScheduler*>(model->scheduler.get());
+        sequences != nullptr) {
+      const SequenceBatcher::Stats s = sequences->batcher().stats();
       inference::SequenceStatistics* seq = out->mutable_sequence_stats();
       seq->set_live(s.live);
       seq->set_slots(s.slots);

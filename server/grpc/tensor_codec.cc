@@ -147,6 +147,84 @@ absl::StatusOr<bool> SharedMemoryParameters(
   return true;
 }
 
+namespace {
+
+// The requested outputs, and those to be written into shared memory.
+absl::Status ReadOutputs(const inference::ModelInferRequest& request, InferenceRequest* out,
+                         const SharedMemoryManager* shm, SharedMemoryBindings* bindings) {
+  for (const auto& output : request.outputs()) {
+    out->outputs.push_back(output.name());
+    if (output.parameters().empty()) continue;  // no shared-memory parameters
+    const std::string what = absl::StrCat("output ", QuoteUntrusted(output.name()));
+    SharedMemoryRef ref;
+    LS_ASSIGN_OR_RETURN(bool uses_shm, SharedMemoryParameters(output.parameters(), what, &ref));
+    if (!uses_shm) continue;
+    if (shm == nullptr || bindings == nullptr) {
+      return Invalid(what, "shared memory is not available on this endpoint");
+    }
+    LS_ASSIGN_OR_RETURN(SharedMemoryView view, shm->Map(ref, what));
+    bindings->outputs.emplace_back(output.name(), std::move(view));
+  }
+  return absl::OkStatus();
+}
+
+// The request's parameters loopserve reads: Triton's `timeout`, `stream_iterations`, and
+// Triton's sequence parameters.
+absl::Status ReadParameters(const inference::ModelInferRequest& request, InferenceRequest* out) {
+  auto it = request.parameters().find("timeout");
+  if (it != request.parameters().end()) {
+    // Triton's per-request `timeout` parameter (microseconds; 0 = none).
+    const inference::InferParameter& p = it->second;
+    int64_t micros = -1;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+      micros = p.int64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      micros = static_cast<int64_t>(
+          std::min<uint64_t>(p.uint64_param(), std::numeric_limits<int64_t>::max()));
+    }
+    if (micros < 0) {
+      return absl::InvalidArgumentError(
+          "parameter 'timeout' must be a non-negative int64 (microseconds)");
+    }
+    out->timeout_us = micros;
+  }
+  it = request.parameters().find("stream_iterations");
+  if (it != request.parameters().end()) {
+    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+      return absl::InvalidArgumentError("parameter 'stream_iterations' must be a bool");
+    }
+    out->stream_iterations = it->second.bool_param();
+  }
+  // Triton's sequence parameters: the id as int64 / uint64 or a string; start and end as bools.
+  it = request.parameters().find("sequence_id");
+  if (it != request.parameters().end()) {
+    const inference::InferParameter& p = it->second;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+        p.int64_param() >= 0) {
+      out->sequence.id = static_cast<uint64_t>(p.int64_param());
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      out->sequence.id = p.uint64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kStringParam) {
+      out->sequence.string_id = p.string_param();
+    } else {
+      return absl::InvalidArgumentError(
+          "parameter 'sequence_id' must be a non-negative int64, a uint64 or a string");
+    }
+  }
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"sequence_start", &out->sequence.start},
+                            {"sequence_end", &out->sequence.end}}) {
+    it = request.parameters().find(name);
+    if (it == request.parameters().end()) continue;
+    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' must be a bool"));
+    }
+    *flag = it->second.bool_param();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, InferenceRequest* out,
                                 const SharedMemoryManager* shm, SharedMemoryBindings* bindings) {
   out->model_name = request.model_name();
@@ -213,70 +291,8 @@ absl::Status ToInferenceRequest(const inference::ModelInferRequest& request, Inf
       };
     }
   }
-  for (const auto& output : request.outputs()) {
-    out->outputs.push_back(output.name());
-    if (output.parameters().empty()) continue;  // no shared-memory parameters
-    const std::string what = absl::StrCat("output ", QuoteUntrusted(output.name()));
-    SharedMemoryRef ref;
-    LS_ASSIGN_OR_RETURN(bool uses_shm, SharedMemoryParameters(output.parameters(), what, &ref));
-    if (!uses_shm) continue;
-    if (shm == nullptr || bindings == nullptr) {
-      return Invalid(what, "shared memory is not available on this endpoint");
-    }
-    LS_ASSIGN_OR_RETURN(SharedMemoryView view, shm->Map(ref, what));
-    bindings->outputs.emplace_back(output.name(), std::move(view));
-  }
-
-  auto it = request.parameters().find("timeout");
-  if (it != request.parameters().end()) {
-    // Triton's per-request `timeout` parameter (microseconds; 0 = none).
-    const inference::InferParameter& p = it->second;
-    int64_t micros = -1;
-    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
-      micros = p.int64_param();
-    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-      micros = static_cast<int64_t>(
-          std::min<uint64_t>(p.uint64_param(), std::numeric_limits<int64_t>::max()));
-    }
-    if (micros < 0) {
-      return absl::InvalidArgumentError(
-          "parameter 'timeout' must be a non-negative int64 (microseconds)");
-    }
-    out->timeout_us = micros;
-  }
-  it = request.parameters().find("stream_iterations");
-  if (it != request.parameters().end()) {
-    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
-      return absl::InvalidArgumentError("parameter 'stream_iterations' must be a bool");
-    }
-    out->stream_iterations = it->second.bool_param();
-  }
-  // Triton's sequence parameters: the id as int64 / uint64 or a string; start and end as bools.
-  it = request.parameters().find("sequence_id");
-  if (it != request.parameters().end()) {
-    const inference::InferParameter& p = it->second;
-    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
-        p.int64_param() >= 0) {
-      out->sequence.id = static_cast<uint64_t>(p.int64_param());
-    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-      out->sequence.id = p.uint64_param();
-    } else if (p.parameter_choice_case() == inference::InferParameter::kStringParam) {
-      out->sequence.string_id = p.string_param();
-    } else {
-      return absl::InvalidArgumentError(
-          "parameter 'sequence_id' must be a non-negative int64, a uint64 or a string");
-    }
-  }
-  for (auto [name, flag] : {std::pair<const char*, bool*>{"sequence_start", &out->sequence.start},
-                            {"sequence_end", &out->sequence.end}}) {
-    it = request.parameters().find(name);
-    if (it == request.parameters().end()) continue;
-    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' must be a bool"));
-    }
-    *flag = it->second.bool_param();
-  }
-  return absl::OkStatus();
+  LS_RETURN_IF_ERROR(ReadOutputs(request, out, shm, bindings));
+  return ReadParameters(request, out);
 }
 
 absl::StatusOr<DecodedRequest> DecodeInferRequest(const inference::ModelInferRequest& request,

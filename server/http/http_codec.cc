@@ -509,6 +509,164 @@ absl::StatusOr<bool> RestSharedMemoryRef(element params, const std::string& what
   return true;
 }
 
+// The request's `parameters` object: the timeout, streaming, sequence and binary-output settings.
+absl::Status ParseRequestParameters(element field, InferenceRequest* request,
+                                    RestOutputs* outputs) {
+  if (field.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError("'parameters' must be an object");
+  }
+  element p;
+  if (field["timeout"].get(p) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(request->timeout_us,
+                        NonNegativeInt(p, "parameter 'timeout' (microseconds)"));
+  }
+  if (field["stream_iterations"].get(p) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(request->stream_iterations, BoolField(p, "parameter 'stream_iterations'"));
+  }
+  if (field["sequence_id"].get(p) == simdjson::SUCCESS) {
+    // Triton's clients send a number, or a string id.
+    if (p.type() == element_type::STRING) {
+      request->sequence.string_id = std::string(p.get_string().value_unsafe());
+    } else if (p.type() == element_type::UINT64) {
+      request->sequence.id = p.get_uint64().value_unsafe();
+    } else if (p.type() == element_type::INT64 && p.get_int64().value_unsafe() >= 0) {
+      request->sequence.id = static_cast<uint64_t>(p.get_int64().value_unsafe());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter 'sequence_id' must be a non-negative integer or a string, got ", KindName(p)));
+    }
+  }
+  if (field["sequence_start"].get(p) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(request->sequence.start, BoolField(p, "parameter 'sequence_start'"));
+  }
+  if (field["sequence_end"].get(p) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(request->sequence.end, BoolField(p, "parameter 'sequence_end'"));
+  }
+  if (field["binary_data_output"].get(p) == simdjson::SUCCESS) {
+    LS_ASSIGN_OR_RETURN(outputs->binary_default, BoolField(p, "parameter 'binary_data_output'"));
+  }
+  return absl::OkStatus();
+}
+
+// Where an input's contents come from: shared memory, the body's binary part after the JSON
+// (`binary` from `*binary_used` on, advanced past this input's bytes), or its JSON 'data'.
+absl::Status BindInputData(element input, const std::string& what, absl::string_view binary,
+                           size_t* binary_used, InferenceRequest* request, RestSharedMemory* shm) {
+  InferenceRequest::Input& in = request->inputs.back();
+  element data, params, size;
+  const bool has_data = input["data"].get(data) == simdjson::SUCCESS;
+  bool has_binary = false;
+  bool in_shm = false;
+  SharedMemoryRef ref;
+  if (input["parameters"].get(params) == simdjson::SUCCESS) {
+    if (params.type() != element_type::OBJECT) {
+      return Invalid(what, "'parameters' must be an object");
+    }
+    has_binary = params["binary_data_size"].get(size) == simdjson::SUCCESS;
+    LS_ASSIGN_OR_RETURN(in_shm, RestSharedMemoryRef(params, what, &ref));
+  }
+  if (in_shm) {
+    if (has_data || has_binary) {
+      return Invalid(what,
+                     "has 'data' or binary_data_size although its data is in shared "
+                     "memory");
+    }
+    if (shm == nullptr) return Invalid(what, "shared memory is not available on this endpoint");
+    shm->inputs.emplace_back(request->inputs.size() - 1, std::move(ref));
+  } else if (has_binary) {
+    if (has_data) return Invalid(what, "has both 'data' and parameters.binary_data_size");
+    LS_ASSIGN_OR_RETURN(int64_t n, NonNegativeInt(size, What(what, ": binary_data_size")));
+    if (static_cast<uint64_t>(n) > binary.size() - *binary_used) {
+      return Invalid(what, absl::StrCat("binary_data_size ", n,
+                                        " runs past the end of the "
+                                        "body: ",
+                                        binary.size() - *binary_used,
+                                        " bytes of binary data are left after the JSON header "
+                                        "and the inputs before"));
+    }
+    in.raw = binary.substr(*binary_used, static_cast<size_t>(n));
+    *binary_used += static_cast<size_t>(n);
+  } else {
+    if (!has_data) return Invalid(what, "has neither 'data' nor parameters.binary_data_size");
+    in.decode = [data, datatype = in.datatype](const std::string& what, DataType dtype,
+                                               const engine::Shape& shape) {
+      return DecodeJsonData(what, data, datatype, dtype, shape);
+    };
+  }
+  return absl::OkStatus();
+}
+
+// One element of 'inputs' (`at`: "inputs[2]"): its name, datatype and shape, then its data.
+absl::Status ParseInput(element input, const std::string& at, absl::string_view binary,
+                        size_t* binary_used, InferenceRequest* request, RestSharedMemory* shm) {
+  if (input.type() != element_type::OBJECT) {
+    return absl::InvalidArgumentError(absl::StrCat(at, " must be an object"));
+  }
+  InferenceRequest::Input& in = request->inputs.emplace_back();
+  element field;
+  if (input["name"].get(field) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(at, " has no 'name'"));
+  }
+  LS_ASSIGN_OR_RETURN(in.name, StringField(field, What(at, ".name")));
+  const std::string what = absl::StrCat("input ", QuoteUntrusted(in.name));
+  if (input["datatype"].get(field) != simdjson::SUCCESS) {
+    return Invalid(what, "has no 'datatype'");
+  }
+  LS_ASSIGN_OR_RETURN(in.datatype, StringField(field, What(what, ": 'datatype'")));
+  simdjson::dom::array shape;
+  if (input["shape"].get(field) != simdjson::SUCCESS) return Invalid(what, "has no 'shape'");
+  if (field.get_array().get(shape) != simdjson::SUCCESS) {
+    return Invalid(what, absl::StrCat("'shape' must be an array, got ", KindName(field)));
+  }
+  for (element d : shape) {
+    LS_ASSIGN_OR_RETURN(int64_t dim, NonNegativeInt(d, What(what, ": each dim")));
+    in.shape.push_back(dim);
+  }
+  return BindInputData(input, what, binary, binary_used, request, shm);
+}
+
+// The request's 'outputs' array: the names asked for, each binary or JSON, or in shared memory.
+absl::Status ParseOutputs(element field, InferenceRequest* request, RestOutputs* outputs,
+                          RestSharedMemory* shm) {
+  simdjson::dom::array list;
+  if (field.get_array().get(list) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'outputs' must be an array, got ", KindName(field)));
+  }
+  int index = 0;
+  for (element output : list) {
+    const std::string at = absl::StrCat("outputs[", index++, "]");
+    element name, params, p;
+    if (output.type() != element_type::OBJECT || output["name"].get(name) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(absl::StrCat(at, " must be an object with a 'name'"));
+    }
+    LS_ASSIGN_OR_RETURN(std::string output_name, StringField(name, What(at, ".name")));
+    bool binary_output = outputs->binary_default;
+    if (output["parameters"].get(params) == simdjson::SUCCESS) {
+      if (params.type() != element_type::OBJECT) {
+        return absl::InvalidArgumentError(absl::StrCat(at, ".parameters must be an object"));
+      }
+      if (params["binary_data"].get(p) == simdjson::SUCCESS) {
+        LS_ASSIGN_OR_RETURN(binary_output, BoolField(p, What(at, ".parameters.binary_data")));
+      }
+      if (params["classification"].get(p) == simdjson::SUCCESS) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": the classification extension is not supported"));
+      }
+      SharedMemoryRef ref;
+      const std::string what = absl::StrCat("output ", QuoteUntrusted(output_name));
+      LS_ASSIGN_OR_RETURN(bool in_shm, RestSharedMemoryRef(params, what, &ref));
+      if (in_shm) {
+        if (shm == nullptr) return Invalid(what, "shared memory is not available on this endpoint");
+        shm->outputs.emplace_back(output_name, std::move(ref));
+      }
+    }
+    request->outputs.push_back(output_name);
+    outputs->requested.emplace_back(std::move(output_name), binary_output);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_view body,
@@ -546,41 +704,7 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
     LS_ASSIGN_OR_RETURN(request->id, StringField(field, "'id'"));
   }
   if (root["parameters"].get(field) == simdjson::SUCCESS) {
-    if (field.type() != element_type::OBJECT) {
-      return absl::InvalidArgumentError("'parameters' must be an object");
-    }
-    element p;
-    if (field["timeout"].get(p) == simdjson::SUCCESS) {
-      LS_ASSIGN_OR_RETURN(request->timeout_us,
-                          NonNegativeInt(p, "parameter 'timeout' (microseconds)"));
-    }
-    if (field["stream_iterations"].get(p) == simdjson::SUCCESS) {
-      LS_ASSIGN_OR_RETURN(request->stream_iterations,
-                          BoolField(p, "parameter 'stream_iterations'"));
-    }
-    if (field["sequence_id"].get(p) == simdjson::SUCCESS) {
-      // Triton's clients send a number, or a string id.
-      if (p.type() == element_type::STRING) {
-        request->sequence.string_id = std::string(p.get_string().value_unsafe());
-      } else if (p.type() == element_type::UINT64) {
-        request->sequence.id = p.get_uint64().value_unsafe();
-      } else if (p.type() == element_type::INT64 && p.get_int64().value_unsafe() >= 0) {
-        request->sequence.id = static_cast<uint64_t>(p.get_int64().value_unsafe());
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameter 'sequence_id' must be a non-negative integer or a string, got ",
-                         KindName(p)));
-      }
-    }
-    if (field["sequence_start"].get(p) == simdjson::SUCCESS) {
-      LS_ASSIGN_OR_RETURN(request->sequence.start, BoolField(p, "parameter 'sequence_start'"));
-    }
-    if (field["sequence_end"].get(p) == simdjson::SUCCESS) {
-      LS_ASSIGN_OR_RETURN(request->sequence.end, BoolField(p, "parameter 'sequence_end'"));
-    }
-    if (field["binary_data_output"].get(p) == simdjson::SUCCESS) {
-      LS_ASSIGN_OR_RETURN(outputs->binary_default, BoolField(p, "parameter 'binary_data_output'"));
-    }
+    LS_RETURN_IF_ERROR(ParseRequestParameters(field, request, outputs));
   }
 
   simdjson::dom::array inputs;
@@ -594,115 +718,16 @@ absl::Status RestInferParser::Parse(absl::string_view endpoint, absl::string_vie
   size_t binary_used = 0;
   int index = 0;
   for (element input : inputs) {
-    const std::string at = absl::StrCat("inputs[", index++, "]");
-    if (input.type() != element_type::OBJECT) {
-      return absl::InvalidArgumentError(absl::StrCat(at, " must be an object"));
-    }
-    InferenceRequest::Input& in = request->inputs.emplace_back();
-    if (input["name"].get(field) != simdjson::SUCCESS) {
-      return absl::InvalidArgumentError(absl::StrCat(at, " has no 'name'"));
-    }
-    LS_ASSIGN_OR_RETURN(in.name, StringField(field, What(at, ".name")));
-    const std::string what = absl::StrCat("input ", QuoteUntrusted(in.name));
-    if (input["datatype"].get(field) != simdjson::SUCCESS) {
-      return Invalid(what, "has no 'datatype'");
-    }
-    LS_ASSIGN_OR_RETURN(in.datatype, StringField(field, What(what, ": 'datatype'")));
-    simdjson::dom::array shape;
-    if (input["shape"].get(field) != simdjson::SUCCESS) return Invalid(what, "has no 'shape'");
-    if (field.get_array().get(shape) != simdjson::SUCCESS) {
-      return Invalid(what, absl::StrCat("'shape' must be an array, got ", KindName(field)));
-    }
-    for (element d : shape) {
-      LS_ASSIGN_OR_RETURN(int64_t dim, NonNegativeInt(d, What(what, ": each dim")));
-      in.shape.push_back(dim);
-    }
-    element data, params, size;
-    const bool has_data = input["data"].get(data) == simdjson::SUCCESS;
-    bool has_binary = false;
-    bool in_shm = false;
-    SharedMemoryRef ref;
-    if (input["parameters"].get(params) == simdjson::SUCCESS) {
-      if (params.type() != element_type::OBJECT) {
-        return Invalid(what, "'parameters' must be an object");
-      }
-      has_binary = params["binary_data_size"].get(size) == simdjson::SUCCESS;
-      LS_ASSIGN_OR_RETURN(in_shm, RestSharedMemoryRef(params, what, &ref));
-    }
-    if (in_shm) {
-      if (has_data || has_binary) {
-        return Invalid(what,
-                       "has 'data' or binary_data_size although its data is in shared "
-                       "memory");
-      }
-      if (shm == nullptr) return Invalid(what, "shared memory is not available on this endpoint");
-      shm->inputs.emplace_back(request->inputs.size() - 1, std::move(ref));
-    } else if (has_binary) {
-      if (has_data) return Invalid(what, "has both 'data' and parameters.binary_data_size");
-      LS_ASSIGN_OR_RETURN(int64_t n, NonNegativeInt(size, What(what, ": binary_data_size")));
-      if (static_cast<uint64_t>(n) > binary.size() - binary_used) {
-        return Invalid(what, absl::StrCat("binary_data_size ", n,
-                                          " runs past the end of the "
-                                          "body: ",
-                                          binary.size() - binary_used,
-                                          " bytes of binary data are left after the JSON header "
-                                          "and the inputs before"));
-      }
-      in.raw = binary.substr(binary_used, static_cast<size_t>(n));
-      binary_used += static_cast<size_t>(n);
-    } else {
-      if (!has_data) return Invalid(what, "has neither 'data' nor parameters.binary_data_size");
-      in.decode = [data, datatype = in.datatype](const std::string& what, DataType dtype,
-                                                 const engine::Shape& shape) {
-        return DecodeJsonData(what, data, datatype, dtype, shape);
-      };
-    }
+    LS_RETURN_IF_ERROR(ParseInput(input, absl::StrCat("inputs[", index++, "]"), binary,
+                                  &binary_used, request, shm));
   }
   if (binary_used != binary.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the body has ", binary.size(), " bytes of binary data after the ", json_length,
         "-byte JSON header, but the inputs' binary_data_size add up to ", binary_used));
   }
-
   if (root["outputs"].get(field) == simdjson::SUCCESS) {
-    simdjson::dom::array list;
-    if (field.get_array().get(list) != simdjson::SUCCESS) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'outputs' must be an array, got ", KindName(field)));
-    }
-    index = 0;
-    for (element output : list) {
-      const std::string at = absl::StrCat("outputs[", index++, "]");
-      element name, params, p;
-      if (output.type() != element_type::OBJECT || output["name"].get(name) != simdjson::SUCCESS) {
-        return absl::InvalidArgumentError(absl::StrCat(at, " must be an object with a 'name'"));
-      }
-      LS_ASSIGN_OR_RETURN(std::string output_name, StringField(name, What(at, ".name")));
-      bool binary_output = outputs->binary_default;
-      if (output["parameters"].get(params) == simdjson::SUCCESS) {
-        if (params.type() != element_type::OBJECT) {
-          return absl::InvalidArgumentError(absl::StrCat(at, ".parameters must be an object"));
-        }
-        if (params["binary_data"].get(p) == simdjson::SUCCESS) {
-          LS_ASSIGN_OR_RETURN(binary_output, BoolField(p, What(at, ".parameters.binary_data")));
-        }
-        if (params["classification"].get(p) == simdjson::SUCCESS) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(at, ": the classification extension is not supported"));
-        }
-        SharedMemoryRef ref;
-        const std::string what = absl::StrCat("output ", QuoteUntrusted(output_name));
-        LS_ASSIGN_OR_RETURN(bool in_shm, RestSharedMemoryRef(params, what, &ref));
-        if (in_shm) {
-          if (shm == nullptr) {
-            return Invalid(what, "shared memory is not available on this endpoint");
-          }
-          shm->outputs.emplace_back(output_name, std::move(ref));
-        }
-      }
-      request->outputs.push_back(output_name);
-      outputs->requested.emplace_back(std::move(output_name), binary_output);
-    }
+    LS_RETURN_IF_ERROR(ParseOutputs(field, request, outputs, shm));
   }
   return absl::OkStatus();
 }

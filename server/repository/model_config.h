@@ -256,6 +256,13 @@ std::vector<std::string> SequenceOutputNames(const inference::ModelConfig& confi
 // states of all slots over 16 GiB (the batcher allocates both at load).
 absl::Status CheckSequenceBatching(const inference::ModelConfig& config);
 
+// The sequence batcher's slots (sequences live at once) under `config`'s sequence_batching, the
+// one rule the checks and the batcher (SequencePolicy::FromConfig) share: oldest's
+// max_candidate_sequences when set, else a slot per batch row (max_batch_size, at least 1) of
+// each instance (a CPU group's count, 1 where none is given yet; the complete config gives every
+// count); beyond 2^20 instances the count stops growing (the checks refuse that many slots).
+int64_t SequenceSlots(const inference::ModelConfig& config);
+
 // The checks against the model (CompleteModelConfig runs it): each control and state input is a
 // model input, each state output a model output, with the control's type (INT32 / FP32 / BOOL or
 // CORRID's data_type) and the state's data_type and dims (with the batch dim at the state's axis

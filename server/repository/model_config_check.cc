@@ -557,8 +557,8 @@ std::string KindName(Control::Kind kind) { return Control::Kind_Name(kind); }
 constexpr int64_t kMaxSequenceSlots = int64_t{1} << 20;
 constexpr int64_t kMaxSequenceStateBytes = int64_t{16} << 30;
 
-// The batcher's slots as the config gives them (server/scheduling/sequence_batcher.cc): oldest's
-// max_candidate_sequences, else a slot per batch row of each instance (an unset count as 1).
+}  // namespace
+
 int64_t SequenceSlots(const inference::ModelConfig& config) {
   const inference::ModelSequenceBatching& batching = config.sequence_batching();
   if (batching.has_oldest() && batching.oldest().max_candidate_sequences() > 0) {
@@ -566,9 +566,169 @@ int64_t SequenceSlots(const inference::ModelConfig& config) {
   }
   int64_t instances = 0;
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) continue;  // completion drops it
     instances = std::min(instances + std::max<int64_t>(group.count(), 1), kMaxSequenceSlots + 1);
   }
   return int64_t{std::max(config.max_batch_size(), 1)} * std::max<int64_t>(instances, 1);
+}
+
+namespace {
+
+// One control_input: a name of its own, one control of a kind no other input has, a CORRID's
+// data_type or another kind's false/true values.
+absl::Status CheckControlInput(const inference::ModelSequenceBatching::ControlInput& input,
+                               absl::flat_hash_set<std::string>& names, std::set<int>& kinds) {
+  const std::string what =
+      absl::StrCat("sequence_batching.control_input '", absl::CEscape(input.name()), "'");
+  if (input.name().empty()) {
+    return absl::InvalidArgumentError("sequence_batching.control_input: an input has no name");
+  }
+  if (!names.insert(input.name()).second) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": named twice"));
+  }
+  if (input.control_size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": has ", input.control_size(), " controls; give exactly one"));
+  }
+  const Control& control = input.control(0);
+  if (!kinds.insert(control.kind()).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", KindName(control.kind()), " is already another input's"));
+  }
+  const int lists = (control.int32_false_true_size() > 0) + (control.fp32_false_true_size() > 0) +
+                    (control.bool_false_true_size() > 0);
+  if (control.kind() == Control::CONTROL_SEQUENCE_CORRID) {
+    const inference::DataType t = control.data_type();
+    if (lists > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": CONTROL_SEQUENCE_CORRID takes a data_type, not false/true values"));
+    }
+    if (t != inference::TYPE_INT32 && t != inference::TYPE_INT64 && t != inference::TYPE_UINT32 &&
+        t != inference::TYPE_UINT64 && t != inference::TYPE_STRING) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": CONTROL_SEQUENCE_CORRID data_type ", inference::DataType_Name(t),
+                       " is not one of TYPE_INT32, TYPE_INT64, TYPE_UINT32, TYPE_UINT64, "
+                       "TYPE_STRING"));
+    }
+    return absl::OkStatus();
+  }
+  const int values = control.int32_false_true_size() + control.fp32_false_true_size() +
+                     control.bool_false_true_size();
+  if (lists != 1 || values != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", KindName(control.kind()),
+        " needs exactly one of int32_false_true, fp32_false_true, bool_false_true, with two "
+        "values (false, true)"));
+  }
+  if (control.data_type() != inference::TYPE_INVALID) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", KindName(control.kind()),
+                     " takes its type from its false/true values, not a data_type"));
+  }
+  return absl::OkStatus();
+}
+
+// A state's initial_state: at most one, of the state's type and dims, with zero_data or a plain
+// data_file name.
+absl::Status CheckInitialState(const inference::ModelSequenceBatching::State& state,
+                               const std::string& what) {
+  if (state.initial_state_size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": more than one initial_state"));
+  }
+  for (const auto& initial : state.initial_state()) {
+    if (initial.data_type() != state.data_type() ||
+        ToVector(initial.dims()) != ToVector(state.dims())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": initial_state has data_type ", inference::DataType_Name(initial.data_type()),
+          " dims ", FormatDims(ToVector(initial.dims())), ", the state ",
+          inference::DataType_Name(state.data_type()), " ", FormatDims(ToVector(state.dims()))));
+    }
+    if (initial.state_data_case() ==
+        inference::ModelSequenceBatching::InitialState::STATE_DATA_NOT_SET) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": initial_state needs zero_data or data_file"));
+    }
+    if (initial.has_data_file() && !IsPlainFileName(initial.data_file())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": initial_state data_file '", absl::CEscape(initial.data_file()),
+                       "' must be a file name in the model's initial_state/ folder"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One state: names of its own (`names`: the control inputs'; `state_names` grows), a fixed-size
+// type, fixed dims, and its bytes added to `state_bytes` (one slot's) within the bound for
+// `slots` slots.
+absl::Status CheckState(const inference::ModelSequenceBatching::State& state,
+                        const inference::ModelConfig& config,
+                        const absl::flat_hash_set<std::string>& names,
+                        absl::flat_hash_set<std::string>& state_names, int64_t slots,
+                        int64_t& state_bytes) {
+  const std::string what =
+      absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
+  if (state.input_name().empty() || state.output_name().empty()) {
+    return absl::InvalidArgumentError(
+        "sequence_batching.state: a state needs input_name and output_name");
+  }
+  if (names.contains(state.input_name()) || !state_names.insert(state.input_name()).second ||
+      !state_names.insert("\x01" + state.output_name()).second) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": a name given twice (input '",
+                                                   absl::CEscape(state.input_name()), "', output '",
+                                                   absl::CEscape(state.output_name()), "')"));
+  }
+  if (state.data_type() == inference::TYPE_INVALID || state.data_type() == inference::TYPE_STRING) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": data_type ",
+                                                   inference::DataType_Name(state.data_type()),
+                                                   " (a state needs a fixed-size element type)"));
+  }
+  if (state.dims_size() == 0 && config.max_batch_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no dims"));
+  }
+  for (int64_t d : state.dims()) {
+    if (d < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())),
+                       " (a state's dims are fixed, each >= 1; the batch dim is left out)"));
+    }
+  }
+  if (FixedProduct(ToVector(state.dims())) > engine::kMaxElements) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())), " is too large"));
+  }
+  // Each term is at most kMaxElements * 16: the sum is checked before it could overflow.
+  state_bytes += FixedProduct(ToVector(state.dims())) *
+                 static_cast<int64_t>(engine::DataTypeSize(DataTypeFromConfig(state.data_type())));
+  if (state_bytes > kMaxSequenceStateBytes / slots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the states of ", slots, " sequence slots would hold more than ",
+                     kMaxSequenceStateBytes, " bytes (", state_bytes, " bytes a slot)"));
+  }
+  if (state.use_growable_memory()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     ": use_growable_memory needs a GPU backend; loopserve's states are "
+                     "fixed-size"));
+  }
+  return CheckInitialState(state, what);
+}
+
+// The oldest strategy's candidates and preferred batch sizes.
+absl::Status CheckOldest(const inference::ModelConfig& config) {
+  const auto& oldest = config.sequence_batching().oldest();
+  if (oldest.max_candidate_sequences() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence_batching.oldest.max_candidate_sequences ",
+                     oldest.max_candidate_sequences(), " must be >= 0"));
+  }
+  for (int32_t size : oldest.preferred_batch_size()) {
+    if (size < 1 || size > std::max(config.max_batch_size(), 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence_batching.oldest.preferred_batch_size ", size, " is outside [1, ",
+                       std::max(config.max_batch_size(), 1), "] (max_batch_size)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -579,53 +739,7 @@ absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
   absl::flat_hash_set<std::string> names;
   std::set<int> kinds;
   for (const auto& input : batching.control_input()) {
-    const std::string what =
-        absl::StrCat("sequence_batching.control_input '", absl::CEscape(input.name()), "'");
-    if (input.name().empty()) {
-      return absl::InvalidArgumentError("sequence_batching.control_input: an input has no name");
-    }
-    if (!names.insert(input.name()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": named twice"));
-    }
-    if (input.control_size() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": has ", input.control_size(), " controls; give exactly one"));
-    }
-    const Control& control = input.control(0);
-    if (!kinds.insert(control.kind()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", KindName(control.kind()), " is already another input's"));
-    }
-    const int lists = (control.int32_false_true_size() > 0) + (control.fp32_false_true_size() > 0) +
-                      (control.bool_false_true_size() > 0);
-    if (control.kind() == Control::CONTROL_SEQUENCE_CORRID) {
-      const inference::DataType t = control.data_type();
-      if (lists > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": CONTROL_SEQUENCE_CORRID takes a data_type, not false/true values"));
-      }
-      if (t != inference::TYPE_INT32 && t != inference::TYPE_INT64 && t != inference::TYPE_UINT32 &&
-          t != inference::TYPE_UINT64 && t != inference::TYPE_STRING) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": CONTROL_SEQUENCE_CORRID data_type ", inference::DataType_Name(t),
-                         " is not one of TYPE_INT32, TYPE_INT64, TYPE_UINT32, TYPE_UINT64, "
-                         "TYPE_STRING"));
-      }
-      continue;
-    }
-    const int values = control.int32_false_true_size() + control.fp32_false_true_size() +
-                       control.bool_false_true_size();
-    if (lists != 1 || values != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": ", KindName(control.kind()),
-          " needs exactly one of int32_false_true, fp32_false_true, bool_false_true, with two "
-          "values (false, true)"));
-    }
-    if (control.data_type() != inference::TYPE_INVALID) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", KindName(control.kind()),
-                       " takes its type from its false/true values, not a data_type"));
-    }
+    LS_RETURN_IF_ERROR(CheckControlInput(input, names, kinds));
   }
   const int64_t slots = SequenceSlots(config);
   if (slots > kMaxSequenceSlots) {
@@ -638,91 +752,9 @@ absl::Status CheckSequenceBatching(const inference::ModelConfig& config) {
   absl::flat_hash_set<std::string> state_names;
   int64_t state_bytes = 0;  // of one slot
   for (const auto& state : batching.state()) {
-    const std::string what =
-        absl::StrCat("sequence_batching.state '", absl::CEscape(state.input_name()), "'");
-    if (state.input_name().empty() || state.output_name().empty()) {
-      return absl::InvalidArgumentError(
-          "sequence_batching.state: a state needs input_name and output_name");
-    }
-    if (names.contains(state.input_name()) || !state_names.insert(state.input_name()).second ||
-        !state_names.insert("\x01" + state.output_name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": a name given twice (input '", absl::CEscape(state.input_name()),
-                       "', output '", absl::CEscape(state.output_name()), "')"));
-    }
-    if (state.data_type() == inference::TYPE_INVALID ||
-        state.data_type() == inference::TYPE_STRING) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": data_type ",
-                                                     inference::DataType_Name(state.data_type()),
-                                                     " (a state needs a fixed-size element type)"));
-    }
-    if (state.dims_size() == 0 && config.max_batch_size() == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": no dims"));
-    }
-    for (int64_t d : state.dims()) {
-      if (d < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())),
-                         " (a state's dims are fixed, each >= 1; the batch dim is left out)"));
-      }
-    }
-    if (FixedProduct(ToVector(state.dims())) > engine::kMaxElements) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": dims ", FormatDims(ToVector(state.dims())), " is too large"));
-    }
-    // Each term is at most kMaxElements * 16: the sum is checked before it could overflow.
-    state_bytes +=
-        FixedProduct(ToVector(state.dims())) *
-        static_cast<int64_t>(engine::DataTypeSize(DataTypeFromConfig(state.data_type())));
-    if (state_bytes > kMaxSequenceStateBytes / slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": the states of ", slots, " sequence slots would hold more than ",
-                       kMaxSequenceStateBytes, " bytes (", state_bytes, " bytes a slot)"));
-    }
-    if (state.use_growable_memory()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what,
-                       ": use_growable_memory needs a GPU backend; loopserve's states are "
-                       "fixed-size"));
-    }
-    if (state.initial_state_size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": more than one initial_state"));
-    }
-    for (const auto& initial : state.initial_state()) {
-      if (initial.data_type() != state.data_type() ||
-          ToVector(initial.dims()) != ToVector(state.dims())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": initial_state has data_type ", inference::DataType_Name(initial.data_type()),
-            " dims ", FormatDims(ToVector(initial.dims())), ", the state ",
-            inference::DataType_Name(state.data_type()), " ", FormatDims(ToVector(state.dims()))));
-      }
-      if (initial.state_data_case() ==
-          inference::ModelSequenceBatching::InitialState::STATE_DATA_NOT_SET) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": initial_state needs zero_data or data_file"));
-      }
-      if (initial.has_data_file() && !IsPlainFileName(initial.data_file())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": initial_state data_file '", absl::CEscape(initial.data_file()),
-                         "' must be a file name in the model's initial_state/ folder"));
-      }
-    }
+    LS_RETURN_IF_ERROR(CheckState(state, config, names, state_names, slots, state_bytes));
   }
-  if (batching.has_oldest()) {
-    const auto& oldest = batching.oldest();
-    if (oldest.max_candidate_sequences() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence_batching.oldest.max_candidate_sequences ",
-                       oldest.max_candidate_sequences(), " must be >= 0"));
-    }
-    for (int32_t size : oldest.preferred_batch_size()) {
-      if (size < 1 || size > std::max(config.max_batch_size(), 1)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sequence_batching.oldest.preferred_batch_size ", size, " is outside [1, ",
-                         std::max(config.max_batch_size(), 1), "] (max_batch_size)"));
-      }
-    }
-  }
+  if (batching.has_oldest()) LS_RETURN_IF_ERROR(CheckOldest(config));
   return absl::OkStatus();
 }
 

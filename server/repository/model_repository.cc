@@ -135,32 +135,6 @@ std::string DeterministicBytes(const inference::ModelConfig& config) {
   return bytes;
 }
 
-// Requests one iteration-batching version may hold waiting to join its running batches.
-constexpr int kIterationQueue = 4096;
-
-// The version's IterationBatcher (parameters 'iteration_batching' "true"): checks that its Loop
-// can be stepped row by row (a load error with the reason when not) and logs that the mode is on.
-absl::StatusOr<std::shared_ptr<IterationBatcher>> MakeIterationBatcher(
-    const std::string& name, int64_t version, const inference::ModelConfig& config,
-    const std::shared_ptr<const engine::Model>& model) {
-  LS_ASSIGN_OR_RETURN(BatchLayout layout, ReadBatchLayout(config));
-  IterationBatcher::Options options;
-  options.max_rows = static_cast<int>(config.max_batch_size());
-  options.instances = InstanceCount(config);
-  options.max_queue = kIterationQueue;
-  options.unbatched_inputs = layout.unbatched_inputs;
-  absl::StatusOr<std::shared_ptr<IterationBatcher>> batcher =
-      IterationBatcher::Create(model, options);
-  if (!batcher.ok()) {
-    return Annotate(batcher.status(),
-                    absl::StrCat("config.pbtxt: parameters '", kIterationBatchingParameter, "': "));
-  }
-  LogInfo(absl::StrCat("model '", name, "' v", version, ": iteration batching on: up to ",
-                       options.max_rows, " rows per running batch, ", options.instances,
-                       " running batch(es); requests join and leave between Loop iterations"));
-  return batcher;
-}
-
 absl::Status StoppedError() {
   return absl::CancelledError("model loading stopped: the server is stopping");
 }
@@ -423,24 +397,16 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
                          "' has no batch axis (a sequence), so merged batches could not be split"));
       }
     }
-    if (IterationBatchingOn(config)) {
-      LS_ASSIGN_OR_RETURN(loaded->iteration_batcher,
-                          MakeIterationBatcher(source.name, version, config, model));
-    }
   }
-  {
-    LS_ASSIGN_OR_RETURN(
-        std::unique_ptr<SequencePolicy> sequence,
-        SequencePolicy::FromConfig(config, *model, source.dir, InstanceCount(config)));
-    if (sequence != nullptr) {
-      loaded->sequencer = std::make_shared<SequenceBatcher>(
-          std::move(sequence), options_.metrics != nullptr
-                                   ? options_.metrics->ForSequences(source.name, version)
-                                   : SequenceMetrics());
-    }
+  SchedulerContext scheduling;
+  scheduling.model = model;
+  scheduling.model_dir = source.dir;
+  scheduling.instances = loaded->instances;
+  scheduling.label = absl::StrCat("model '", source.name, "' v", version, ": ");
+  if (options_.metrics != nullptr && config.has_sequence_batching()) {
+    scheduling.sequence_metrics = options_.metrics->ForSequences(source.name, version);
   }
-  loaded->scheduler = MakeScheduler(config, InstanceCount(config), loaded->instances,
-                                    absl::StrCat("model '", source.name, "' v", version, ": "));
+  LS_ASSIGN_OR_RETURN(loaded->scheduler, MakeScheduler(config, std::move(scheduling)));
   loaded->config = std::move(config);
 
   if (loaded->config.model_warmup_size() > 0) {
@@ -468,7 +434,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ModelRegistry::Prepare(
                   : ModelVersionMetrics::StatisticsOnly(model->loop_names());
   }
   loaded->metrics = std::move(metrics);
-  if (loaded->iteration_batcher != nullptr) loaded->iteration_batcher->SetMetrics(loaded->metrics);
+  loaded->scheduler->SetMetrics(loaded->metrics);
   loaded->model = std::move(model);
   return std::shared_ptr<const LoadedModel>(std::move(loaded));
 }

@@ -21,9 +21,7 @@
 #include "server/repository/model_config.h"
 #include "server/repository/ovms_config.h"
 #include "server/repository/repo_file.h"
-#include "server/scheduling/iteration_batcher.h"
 #include "server/scheduling/scheduler.h"
-#include "server/scheduling/sequence_batcher.h"
 #include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
@@ -76,16 +74,11 @@ struct LoadedModel {
   std::shared_ptr<ModelVersionMetrics> metrics;
   // Caps the requests of this version running at once (the instance count); null = no cap.
   std::shared_ptr<TaskGroup> instances;
-  // How its requests get to run (server/scheduling/scheduler.h): the DynamicBatcher when the
-  // config has `dynamic_batching`, else the DirectScheduler; never null. Mutable through the
-  // const LoadedModel (its queue and timing state are the scheduler's own, thread-safe).
+  // How its requests get to run (server/scheduling/scheduler.h, MakeScheduler): the
+  // SequenceScheduler, IterationBatcher, DynamicBatcher or DirectScheduler its config asks for;
+  // never null. Mutable through the const LoadedModel (its queue and timing state are the
+  // scheduler's own, thread-safe).
   std::shared_ptr<Scheduler> scheduler;
-  // Iteration-level batching (parameters 'iteration_batching' "true"): the version's running
-  // batches, which take its requests instead of `scheduler`; null otherwise.
-  std::shared_ptr<IterationBatcher> iteration_batcher;
-  // The sequence batcher when the config has `sequence_batching` (it takes the version's requests
-  // instead of `scheduler`); null otherwise. Mutable through the const LoadedModel.
-  std::shared_ptr<SequenceBatcher> sequencer;
 };
 
 // Loads a model file; engine::Model::Load in production, replaceable in tests.

@@ -106,10 +106,9 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
         std::min(call.deadline_, call.received_ + absl::Microseconds(request.timeout_us));
   }
   const absl::Time decode_start = absl::Now();
+  // The inputs the scheduler feeds itself (a sequence's controls and states) are not the client's.
   absl::StatusOr<DecodedRequest> decoded =
-      model.sequencer != nullptr
-          ? BindRequest(request, *model.model, model.sequencer->policy().server_inputs)
-          : BindRequest(request, *model.model);
+      BindRequest(request, *model.model, model.scheduler->server_inputs());
   // The config's dims (batch dim, narrower dims) and reshapes.
   const absl::Status adapted =
       decoded.ok() ? model.io.AdaptInputs(decoded->inputs) : decoded.status();
@@ -124,12 +123,11 @@ absl::Status InferenceRunner::Admit(InferenceCall& call) {
   call.streamed_ = call.stream_loop_ >= 0;
   call.admitted_ = true;
   Mark(call, RequestTrace::kQueueStart);
-  if (model.sequencer != nullptr) return EnqueueStep(call);
-  if (model.iteration_batcher != nullptr) return EnqueueRow(call);
   return model.scheduler->Enqueue(call, *this);
 }
 
-absl::Status InferenceRunner::EnqueueRow(InferenceCall& call) {
+RowRequest InferenceRunner::TakeRow(ScheduledCall& scheduled) {
+  InferenceCall& call = Of(scheduled);
   const LoadedModel& model = *call.model_;
   RowRequest row;
   row.call = &call;
@@ -141,41 +139,25 @@ absl::Status InferenceRunner::EnqueueRow(InferenceCall& call) {
   row.options.max_memory_bytes = model.max_request_memory_bytes;
   if (call.stream_loop_ >= 0) row.options.iteration_observer = &call;
   ObserveIterations(call, &row.options.iteration_observer);
-  call.queued_ = true;
-  metrics_.queue_depth().Increment();
-  metrics_.inflight_requests().Increment();
-  absl::Status queued = model.iteration_batcher->Enqueue(std::move(row), *this);
-  if (!queued.ok()) {
-    call.queued_ = false;
-    metrics_.queue_depth().Decrement();
-    return Annotate(queued, ModelLabel(model));
-  }
-  return absl::OkStatus();
+  Queued(call);
+  return row;
 }
 
-absl::Status InferenceRunner::StartDriver(std::function<void()> drive) {
-  return pool_->TrySchedule(std::move(drive));
-}
-
-void InferenceRunner::RowStarted(InferenceCall& call) {
-  if (call.queued_) {
-    call.queued_ = false;
-    metrics_.queue_depth().Decrement();
-  }
+void InferenceRunner::RowStarted(ScheduledCall& scheduled) {
+  InferenceCall& call = Of(scheduled);
+  Unqueued(call);
   call.row_started_ = absl::Now();  // from here on: compute
   Mark(call, RequestTrace::kComputeStart, call.row_started_);
   Mark(call, RequestTrace::kComputeInputEnd, call.row_started_);
   call.model_->metrics->RecordQueue(call.row_started_ - call.received_);
 }
 
-void InferenceRunner::FinishRow(InferenceCall& call,
+void InferenceRunner::FinishRow(ScheduledCall& scheduled,
                                 absl::StatusOr<std::vector<engine::Value>> outputs) {
+  InferenceCall& call = Of(scheduled);
   const LoadedModel& model = *call.model_;
   const bool started = !call.queued_;
-  if (call.queued_) {
-    call.queued_ = false;
-    metrics_.queue_depth().Decrement();
-  }
+  Unqueued(call);
   const absl::Status status = CatchExceptions(ModelLabel(model), [&]() -> absl::Status {
     const absl::Time now = absl::Now();
     if (started) model.metrics->RecordCompute(now - call.row_started_);
@@ -199,9 +181,10 @@ void InferenceRunner::FinishRow(InferenceCall& call,
   Complete(call, status);
 }
 
-absl::Status InferenceRunner::EnqueueStep(InferenceCall& call) {
+absl::StatusOr<SequenceStep> InferenceRunner::TakeStep(ScheduledCall& scheduled,
+                                                       const SequencePolicy& policy) {
+  InferenceCall& call = Of(scheduled);
   const LoadedModel& model = *call.model_;
-  SequenceBatcher& sequencer = *model.sequencer;
   // Admitted: in flight from here on, whatever the answer (Complete counts it out).
   metrics_.inflight_requests().Increment();
   if (call.batch_size_ != 1) {
@@ -211,7 +194,7 @@ absl::Status InferenceRunner::EnqueueStep(InferenceCall& call) {
   }
   if (call.request.outputs.empty()) {  // the state outputs are the server's
     std::vector<int>& outputs = call.decoded_.outputs;
-    for (const SequencePolicy::State& state : sequencer.policy().states) {
+    for (const SequencePolicy::State& state : policy.states) {
       outputs.erase(std::remove(outputs.begin(), outputs.end(), state.output), outputs.end());
     }
   }
@@ -221,8 +204,7 @@ absl::Status InferenceRunner::EnqueueStep(InferenceCall& call) {
   step.inputs = std::move(call.decoded_.inputs);
   step.deadline = call.deadline_;
   step.cancelled = &call.cancelled_;
-  const absl::Status status = sequencer.Enqueue(std::move(step), sequence_host_);
-  return status.ok() ? status : Annotate(status, ModelLabel(model));
+  return step;
 }
 
 SequenceHost InferenceRunner::MakeSequenceHost() {
@@ -650,12 +632,6 @@ void InferenceRunner::CancelAll() {
   // cancelled, are answered at once instead of when the delay ends. (The served versions: a
   // call's own pin is its submitting thread's until Finish.)
   for (const std::shared_ptr<const LoadedModel>& model : registry_->ReadyModels()) {
-    if (model->sequencer != nullptr) {
-      model->sequencer->Flush(absl::UnavailableError("the server is shutting down"));
-    }
-    if (model->iteration_batcher != nullptr) {
-      model->iteration_batcher->Flush(*this, absl::CancelledError("the server is shutting down"));
-    }
     model->scheduler->Flush();
   }
 }

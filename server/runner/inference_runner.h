@@ -163,11 +163,12 @@ class InferenceCall : public ScheduledCall, private engine::IterationObserver {
 // watcher stops the run when every member is cancelled. Every run's time goes to the version's
 // scheduler (Scheduler::RecordRun), whose timing rules read it.
 //
-// Sequence batching (a version with `sequence_batching`; LoadedModel::sequencer): an admitted call
-// is a step of the sequence its `sequence_id` names and goes to the version's SequenceBatcher,
-// which runs it on the pool through sequence_host_ (server/scheduling/sequence_batcher.h). The
-// client sends neither control nor state inputs; the state outputs are left out of the response
-// unless asked for by name.
+// Sequence batching (a version with `sequence_batching`, whose scheduler is a SequenceScheduler):
+// an admitted call is a step of the sequence its `sequence_id` names (Executor::TakeStep) and goes
+// to the version's SequenceBatcher, which runs it on the pool through sequence_host_
+// (server/scheduling/sequence_batcher.h). The client sends neither control nor state inputs (the
+// scheduler's server_inputs); the state outputs are left out of the response unless asked for by
+// name.
 //
 // Cancellation: InferenceCall::Cancel from the adapter (gRPC's OnCancel), and a watcher thread
 // that polls InferenceCall::ClientGone of the calls that need it (see InferenceCall::Polling)
@@ -176,15 +177,14 @@ class InferenceCall : public ScheduledCall, private engine::IterationObserver {
 // makes the served versions' batch collectors send at once (their cancelled calls are answered
 // then, not when a long max_queue_delay ends).
 //
-// Iteration batching (parameter `iteration_batching`; LoadedModel::iteration_batcher): an
-// admitted call goes to its version's IterationBatcher as one row (deadline, cancel flag, the
-// version's caps per row, the call as its streaming observer), through the RowHost interface
-// the runner implements: StartDriver schedules the batcher's drivers on the pool, RowStarted ends
-// the call's queue time, FinishRow answers it as Execute would.
+// Iteration batching (parameter `iteration_batching`, whose scheduler is an IterationBatcher): an
+// admitted call becomes one row of a running batch (Executor::TakeRow: deadline, cancel flag, the
+// version's caps per row, the call as its streaming observer); RowStarted ends the call's queue
+// time, FinishRow answers it as Execute would.
 //
 // Thread-safe. Borrows the registry, pool and metrics, which must outlive it; every call
 // submitted must have been finished before it is destroyed (the servers' shutdown waits for it).
-class InferenceRunner : private Executor, private RowHost {
+class InferenceRunner : private Executor {
  public:
   struct Options {
     // Runs of versions whose recent runs took less on average may run on the caller's thread;
@@ -219,16 +219,6 @@ class InferenceRunner : private Executor, private RowHost {
  private:
   // Admission: OK when the call was run here (and answered) or queued; otherwise the error.
   absl::Status Admit(InferenceCall& call);
-  // Scheduling of an iteration-batching version: the call becomes a row of its IterationBatcher.
-  absl::Status EnqueueRow(InferenceCall& call);
-  // RowHost (see the class comment).
-  absl::Status StartDriver(std::function<void()> drive) override;
-  void RowStarted(InferenceCall& call) override;
-  void FinishRow(InferenceCall& call, absl::StatusOr<std::vector<engine::Value>> outputs) override;
-  // A version with `sequence_batching`: the call becomes a step of its sequence in the version's
-  // SequenceBatcher (the one place the runner hands a call to it; sequence_host_ is all the
-  // batcher sees of the runner).
-  absl::Status EnqueueStep(InferenceCall& call);
   SequenceHost MakeSequenceHost();
   // `stream_iterations`: checks the call can stream and the requested outputs include scan
   // outputs of one top-level Loop; fills the call's stream_* fields.
@@ -245,6 +235,11 @@ class InferenceRunner : private Executor, private RowHost {
   void Unqueued(ScheduledCall& call) override;
   bool Mergeable(const ScheduledCall& call) const override;
   bool CanMerge(const ScheduledCall& head, const ScheduledCall& other) const override;
+  RowRequest TakeRow(ScheduledCall& call) override;
+  void RowStarted(ScheduledCall& call) override;
+  void FinishRow(ScheduledCall& call, absl::StatusOr<std::vector<engine::Value>> outputs) override;
+  absl::StatusOr<SequenceStep> TakeStep(ScheduledCall& call, const SequencePolicy& policy) override;
+  const SequenceHost& sequence_host() const override { return sequence_host_; }
   // Every ScheduledCall a scheduler hands back is an InferenceCall the runner submitted.
   static InferenceCall& Of(ScheduledCall& call) { return static_cast<InferenceCall&>(call); }
   static const InferenceCall& Of(const ScheduledCall& call) {

@@ -5,32 +5,43 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/engine.h"
 #include "proto/model_config.pb.h"
+#include "server/observability/metrics.h"
 #include "server/scheduling/worker_pool.h"
 
 // The scheduling room: how an admitted request of a model version gets to run. Every version has
-// one Scheduler, chosen when it loads from its config (MakeScheduler: the DirectScheduler, or the
-// DynamicBatcher for `dynamic_batching`) and held by its LoadedModel, so a request pinned to the
-// version finds it there. The runner (server/runner/inference_runner.h) admits a request (binds
-// and checks it alone, so a bad request fails alone), hands it to its version's scheduler
+// one Scheduler, chosen when it loads from its config (MakeScheduler: the DirectScheduler, the
+// DynamicBatcher for `dynamic_batching`, the IterationBatcher for parameter `iteration_batching`,
+// the SequenceScheduler for `sequence_batching`) and held by its LoadedModel, so a request pinned
+// to the version finds it there. The runner (server/runner/inference_runner.h) admits a request
+// (binds and checks it alone, so a bad request fails alone), hands it to its version's scheduler
 // (Enqueue), and implements the Executor through which a scheduler runs and answers what it
 // scheduled. A scheduler decides when and with which others a call runs and on which thread; it
 // never runs a model or answers a client itself.
 //
 // The shapes follow Triton's Scheduler (Enqueue of a request, Stop/flush) with its
 // DynamicBatchScheduler, and TF Serving's BatchScheduler (Schedule, NumEnqueuedTasks). A further
-// scheduler (a sequence batcher that keeps a sequence on one slot, an iteration-level batcher
-// that merges running Loops) is another implementation of Scheduler, created by MakeScheduler
-// from its config section, and may use the Executor's pool, RunAlone and RunMerged the same way.
+// scheduler is another implementation of Scheduler, created by MakeScheduler from its config
+// section; the Executor serves each kind what it needs of the runner (the pool and whole runs;
+// rows of a running Loop; steps of a sequence).
 
 namespace loopserve::server {
 
 class BatchQueue;
+struct RowRequest;      // server/scheduling/iteration_batcher.h
+struct SequenceHost;    // server/scheduling/sequence_batcher.h
+struct SequencePolicy;  // server/scheduling/sequence_batcher.h
+struct SequenceStep;    // server/scheduling/sequence_batcher.h
 
 // The time a scheduler decides by, injected (the DynamicBatcher's; its BatchQueue takes each
 // `now` as an argument), so a test drives the batch rules on a FakeClock without threads.
@@ -42,15 +53,23 @@ class Clock {
   static const Clock& Real();
 };
 
-// A clock that moves only when told (tests). Not thread-safe.
+// A clock that moves only when told (tests). Thread-safe: a test may advance it while a
+// scheduler's task reads it.
 class FakeClock : public Clock {
  public:
   explicit FakeClock(absl::Time start = absl::UnixEpoch()) : now_(start) {}
-  absl::Time Now() const override { return now_; }
-  void Advance(absl::Duration by) { now_ += by; }
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mutex_);
+    return now_;
+  }
+  void Advance(absl::Duration by) {
+    absl::MutexLock lock(&mutex_);
+    now_ += by;
+  }
 
  private:
-  absl::Time now_;
+  mutable absl::Mutex mutex_;
+  absl::Time now_ ABSL_GUARDED_BY(mutex_);
 };
 
 // A request as a scheduler sees it: admitted, validated against its version, not yet run. The
@@ -130,6 +149,28 @@ class Executor : public MergeRule {
   // call that did not queue after all.
   virtual void Queued(ScheduledCall& call) = 0;
   virtual void Unqueued(ScheduledCall& call) = 0;
+
+  // Iteration batching (IterationBatcher). `call` as a row of a running batch: its inputs (moved
+  // out of the call), deadline, cancel flag, the version's caps per row and, when it streams, the
+  // call as the row's observer; counted queued and in flight from here on (Unqueued undoes the
+  // former for a row that does not queue after all).
+  virtual RowRequest TakeRow(ScheduledCall& call) = 0;
+  // `call` left the queue and joined a running batch (its queue time ends here).
+  virtual void RowStarted(ScheduledCall& call) = 0;
+  // `call`'s row ended: its outputs in Model::outputs() order, or why it ended early (a
+  // CANCELLED or DEADLINE_EXCEEDED status is restated by where the call was). Answers the call on
+  // this thread; the scheduler never touches it afterwards.
+  virtual void FinishRow(ScheduledCall& call,
+                         absl::StatusOr<std::vector<engine::Value>> outputs) = 0;
+
+  // Sequence batching (SequenceBatcher). `call` as a step of the sequence it names: its inputs
+  // (moved out of the call; the control and state inputs empty) and, unless the client named its
+  // outputs, the state outputs left out of its answer; counted in flight from here on.
+  // InvalidArgument for a batch size other than 1.
+  virtual absl::StatusOr<SequenceStep> TakeStep(ScheduledCall& call,
+                                                const SequencePolicy& policy) = 0;
+  // How a sequence batcher runs and answers its steps; lives as long as the Executor.
+  virtual const SequenceHost& sequence_host() const = 0;
 };
 
 // A moving average of a version's recent run times (each new run weighs 1/8), the scheduler's
@@ -181,14 +222,33 @@ class Scheduler {
   };
   virtual Stats stats() const = 0;
 
+  // The model inputs (Model::inputs() indices) this scheduler feeds itself, which a request
+  // need not and may not send (a sequence's control and state inputs); empty for most.
+  virtual const std::vector<int>& server_inputs() const;
+
+  // Where the scheduler's own series go (the version's metrics, made after the scheduler: set
+  // once before the version serves). Most schedulers record nothing themselves.
+  virtual void SetMetrics(std::shared_ptr<ModelVersionMetrics> metrics) {}
+
  private:
   RecentRuns recent_;
 };
 
-// The scheduler a version's config asks for: the DynamicBatcher with `dynamic_batching`, else
-// the DirectScheduler. `instance_count`: the version's instances (the batcher's collectors);
-// `instances` (may be null): its cap on runs at once; `label`: "model 'rnn' v2: ", for messages.
-std::shared_ptr<Scheduler> MakeScheduler(const inference::ModelConfig& config, int instance_count,
-                                         std::shared_ptr<TaskGroup> instances, std::string label);
+// What MakeScheduler needs of a version beside its complete config.
+struct SchedulerContext {
+  std::shared_ptr<const engine::Model> model;  // the iteration batcher's Loop; a sequence's states
+  std::string model_dir;                       // holds a sequence's initial_state/ files
+  std::shared_ptr<TaskGroup> instances;        // its cap on runs at once; may be null
+  std::string label;                           // "model 'rnn' v2: ", for messages
+  SequenceMetrics sequence_metrics;            // the version's sequence series (default: none)
+};
+
+// The scheduler a version's complete config asks for: the SequenceScheduler with
+// `sequence_batching`; with `dynamic_batching`, the IterationBatcher when parameter
+// `iteration_batching` is on, else the DynamicBatcher; otherwise the DirectScheduler. A load
+// error (InvalidArgument, FailedPrecondition) when the config's scheduler cannot serve the model:
+// a Loop that cannot be stepped row by row, a sequence state that cannot be made.
+absl::StatusOr<std::shared_ptr<Scheduler>> MakeScheduler(const inference::ModelConfig& config,
+                                                         SchedulerContext context);
 
 }  // namespace loopserve::server

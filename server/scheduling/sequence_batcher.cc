@@ -123,8 +123,8 @@ void SetCorrId(engine::Tensor& t, int64_t row, const InferenceRequest::Sequence&
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
-    const inference::ModelConfig& config, const engine::Model& model, const std::string& model_dir,
-    int instances) {
+    const inference::ModelConfig& config, const engine::Model& model,
+    const std::string& model_dir) {
   if (!config.has_sequence_batching()) return std::unique_ptr<SequencePolicy>();
   const inference::ModelSequenceBatching& batching = config.sequence_batching();
   auto policy = std::make_unique<SequencePolicy>();
@@ -134,15 +134,11 @@ absl::StatusOr<std::unique_ptr<SequencePolicy>> SequencePolicy::FromConfig(
   if (batching.max_sequence_idle_microseconds() > 0) {
     policy->idle = absl::Microseconds(batching.max_sequence_idle_microseconds());
   }
-  policy->instances = std::max(instances, 1);
-  const int rows = static_cast<int>(policy->max_batch_size) * policy->instances;
+  policy->instances = std::max(InstanceCount(config), 1);
+  // Checked at most 2^20 (CheckSequenceBatching); direct: a slot per batch row of each instance.
+  policy->slots = static_cast<int>(SequenceSlots(config));
   if (batching.has_oldest()) {
-    policy->slots = batching.oldest().max_candidate_sequences() > 0
-                        ? batching.oldest().max_candidate_sequences()
-                        : rows;
     policy->max_queue_delay = absl::Microseconds(batching.oldest().max_queue_delay_microseconds());
-  } else {
-    policy->slots = rows;  // Triton's direct: a slot per batch row of each instance
   }
   LS_ASSIGN_OR_RETURN(const BatchLayout layout, ReadBatchLayout(config));
   for (const engine::TensorSpec& output : model.outputs()) {

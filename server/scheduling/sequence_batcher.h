@@ -59,12 +59,12 @@ struct SequencePolicy {
   // execution's outputs are split.
   std::vector<int> output_axes;
 
-  // The policy of a complete config against its model; std::nullopt-like null without
+  // The policy of a complete config against its model (its slots: SequenceSlots); null without
   // sequence_batching. `model_dir` holds initial_state/ (read through repo_file.h: inside the
   // model folder, a regular file, exactly the state's bytes). InvalidArgument naming the state.
   static absl::StatusOr<std::unique_ptr<SequencePolicy>> FromConfig(
       const inference::ModelConfig& config, const engine::Model& model,
-      const std::string& model_dir, int instances);
+      const std::string& model_dir);
 };
 
 // One request of a sequence, as the runner hands it to the batcher.

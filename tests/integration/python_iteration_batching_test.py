@@ -7,6 +7,7 @@ Usage: /usr/bin/python3 python_iteration_batching_test.py --loopserve=BIN --loop
 The models come from tests/unit/engine/loop_stepper/make_stepper_models.py (a greedy decoder Loop
 whose rows stop on their own budget). Served as:
   dec_iter   iteration_batching, max_batch_size 16, one instance (one running batch)
+  dec_one    the same with max_batch_size 1: one row runs, the next waits for room
   dec_plain  the same model without batching: every answer of dec_iter is compared with
              dec_plain's answer to the same request, and the tokens with the numpy reference
   dec_bad    decoder_any (one condition for the whole batch) with iteration_batching: refused at
@@ -20,7 +21,9 @@ Checked:
    answer arrives while the long one still runs (one instance: without iteration batching they
    would queue behind it) and equals its lone run and numpy; then the long row is cancelled.
 2. deadline and cancel remove just that row: a row with a 300 ms timeout gets DEADLINE_EXCEEDED, a
-   cancelled one CANCELLED, while a row beside them is answered right.
+   cancelled one CANCELLED, while a row beside them is answered right. A request waiting for room
+   in a full running batch (dec_one) is answered DEADLINE_EXCEEDED by the server at its `timeout`
+   parameter while it waits, not when the running row ends.
 3. streaming: stream_iterations on dec_iter sends each row's token slices, equal to the final.
 4. the refused model is not ready and the log gives the reason; loopctl config shows the mode.
 The loopserve_iteration_* metrics count the rows admitted, the rows per iteration (more than one
@@ -69,6 +72,7 @@ def main():
     subprocess.run(["rm", "-rf", repo], check=True)
     for name, source, mbs, batching, params in (
             ("dec_iter", "decoder_rows", 16, "dynamic_batching { }", LAYOUT + ITER),
+            ("dec_one", "decoder_rows", 1, "dynamic_batching { }", LAYOUT + ITER),
             ("dec_plain", "decoder_rows", 0, "", ""),
             ("dec_bad", "decoder_any", 16, "dynamic_batching { }", LAYOUT + ITER),
             ("dec_yes", "decoder_rows", 16, "dynamic_batching { }",
@@ -222,6 +226,28 @@ def main():
                          version="1", protocol="grpc")
         metrics.wait_for("loopserve_inflight_requests", 0)
         print("deadline and cancel: those rows left, the row beside them answered right")
+
+        # ---- a request waiting for room leaves at its deadline (the server's `timeout`) ----
+        running = stub.ModelInfer.future(request("dec_one", inputs(10 ** 7, m=10 ** 8)),
+                                         timeout=120)
+        check(metrics.wait_for("loopserve_iteration_rows_admitted_total", 1, model="dec_one",
+                               version="1") == 1, "the running row did not start")
+        waiting = request("dec_one", inputs(5))
+        waiting.parameters["timeout"].int64_param = 300000  # microseconds
+        started = time.monotonic()
+        try:
+            stub.ModelInfer(waiting, timeout=60)
+            check(False, "the waiting request was answered with outputs")
+        except grpc.RpcError as e:
+            waited = time.monotonic() - started
+            check(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, "waiting: %s" % e.code())
+            check("in the queue" in e.details(), "waiting: %s" % e.details())
+            check(waited < 30, "waiting: answered after %.1f s" % waited)
+        check(not running.done(), "the running row ended meanwhile")
+        running.cancel()
+        metrics.wait_for("loopserve_inflight_requests", 0)
+        print("a request waiting for room answered DEADLINE_EXCEEDED after %.2f s while the row "
+              "ran" % waited)
 
         # ---- unbatched inputs: rows with another value wait for the batch to empty ----
         def scaled_case(k):

@@ -21,6 +21,8 @@
 #include "server/scheduling/batching.h"
 #include "server/scheduling/direct_scheduler.h"
 #include "server/scheduling/dynamic_batcher.h"
+#include "server/scheduling/iteration_batcher.h"
+#include "server/scheduling/sequence_batcher.h"
 #include "server/scheduling/worker_pool.h"
 
 namespace loopserve::server {
@@ -68,6 +70,24 @@ class FakeExecutor : public Executor {
   bool CanMerge(const ScheduledCall& head, const ScheduledCall& other) const override {
     return true;
   }
+  // Rows and steps are the iteration and sequence batchers' (iteration_batcher_test,
+  // sequence_batcher_test); these schedulers never ask for them.
+  RowRequest TakeRow(ScheduledCall& call) override {
+    ADD_FAILURE() << "TakeRow";
+    return RowRequest();
+  }
+  void RowStarted(ScheduledCall& call) override { ADD_FAILURE() << "RowStarted"; }
+  void FinishRow(ScheduledCall& call, absl::StatusOr<std::vector<engine::Value>>) override {
+    ADD_FAILURE() << "FinishRow";
+  }
+  absl::StatusOr<SequenceStep> TakeStep(ScheduledCall& call, const SequencePolicy&) override {
+    ADD_FAILURE() << "TakeStep";
+    return absl::InternalError("TakeStep");
+  }
+  const SequenceHost& sequence_host() const override {
+    ADD_FAILURE() << "sequence_host";
+    return sequence_host_;
+  }
 
   // Waits for every task scheduled so far, then returns what happened.
   std::vector<std::string> Drain() {
@@ -92,6 +112,7 @@ class FakeExecutor : public Executor {
   }
 
   WorkerPool pool_;
+  const SequenceHost sequence_host_;
   const absl::Duration inline_run_limit_;
   const std::thread::id test_thread_ = std::this_thread::get_id();
   absl::Mutex mutex_;
