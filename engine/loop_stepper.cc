@@ -181,84 +181,14 @@ class RowRules {
       return absl::InvalidArgumentError(absl::StrCat("op domain '", node.domain, "' is not known"));
     }
     const int rank0 = node.inputs.empty() || node.inputs[0] == kNoValue ? -1 : Rank(node.inputs[0]);
-    if (ElementwiseOps().contains(op) || IsTableElementwiseOp(op)) {
-      // A batched operand must have the output's rank, or broadcasting moves its rows off axis 0.
-      int max_rank = -1;
-      for (ValueId in : node.inputs) {
-        if (in != kNoValue) max_rank = std::max(max_rank, Rank(in));
-      }
-      for (ValueId in : node.inputs) {
-        if (!batched(in)) continue;
-        const int r = Rank(in);
-        if (r == 0) return absl::InvalidArgumentError("a batched operand is a scalar");
-        if (r > 0 && r < max_rank) {
-          return absl::InvalidArgumentError(
-              "broadcasting a batched operand against one of higher rank moves the rows off axis "
-              "0");
-        }
-      }
-      return absl::OkStatus();
-    }
-    if (op == "MatMul" || op == "Gemm") {
-      if (batched(node.inputs[1])) {
-        if (op == "MatMul" && batched(node.inputs[0]) && rank0 >= 3 &&
-            Rank(node.inputs[1]) == rank0) {
-          return absl::OkStatus();  // a batched product of row-aligned operands
-        }
-        return absl::InvalidArgumentError("the batched operand is the second one (rows are mixed)");
-      }
-      if (op == "Gemm") {
-        LS_ASSIGN_OR_RETURN(int64_t trans_a, node.GetInt("transA", 0));
-        if (trans_a != 0) return absl::InvalidArgumentError("transA mixes the rows");
-        if (node.inputs.size() > 2 && batched(node.inputs[2])) {
-          return absl::InvalidArgumentError("a batched bias C");
-        }
-        if (node.inputs.size() > 2 && node.inputs[2] != kNoValue && Rank(node.inputs[2]) == 2) {
-          return absl::InvalidArgumentError("a 2-D bias C is added by row index");
-        }
-      }
-      if (rank0 == 1) return absl::InvalidArgumentError("a batched 1-D operand is a single row");
-      return absl::OkStatus();
-    }
-    if (op == "Gather") {
-      LS_ASSIGN_OR_RETURN(int64_t axis, node.GetInt("axis", 0));
-      if (batched(node.inputs[0])) {
-        if (batched(node.inputs[1])) return absl::InvalidArgumentError("gathers rows by rows");
-        return NotAxisZero(axis, rank0, "gathers along");
-      }
-      // A table looked up by batched indices: the indices' rows become the output's, in place of
-      // the table's axis, which must be 0 for them to stay in front.
-      if (axis != 0) return absl::InvalidArgumentError("batched indices gather off axis 0");
-      return absl::OkStatus();
-    }
+    if (ElementwiseOps().contains(op) || IsTableElementwiseOp(op)) return CheckElementwise(node);
+    if (op == "MatMul" || op == "Gemm") return CheckProduct(node, rank0);
+    if (op == "Gather") return CheckGather(node, rank0);
     for (const AxisOp& a : kAxisOps) {
-      if (op != a.op) continue;
-      LS_ASSIGN_OR_RETURN(int64_t axis, node.GetInt("axis", a.default_axis));
-      if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") {
-        if (node.opset > 0 && node.opset < 13) {
-          LS_ASSIGN_OR_RETURN(axis, node.GetInt("axis", 1));
-        }
-      }
-      if (op == "Concat") {
-        for (ValueId in : node.inputs) {
-          if (in != kNoValue && !batched(in)) {
-            return absl::InvalidArgumentError("concatenates a batched value with an unbatched one");
-          }
-        }
-      }
-      if (op == "Flatten") {
-        if (axis == 0) return absl::InvalidArgumentError("flattens the batch axis into a row");
-        return absl::OkStatus();
-      }
-      return NotAxisZero(axis, rank0, "works along");
+      if (op == a.op) return CheckAxisOp(node, a, rank0);
     }
     if (ReduceOps().contains(op)) {
-      std::vector<int64_t> axes;
-      if (node.FindAttribute("axes") != nullptr) {
-        LS_ASSIGN_OR_RETURN(axes, node.GetInts("axes", std::vector<int64_t>{}));
-      } else {
-        LS_ASSIGN_OR_RETURN(axes, ConstantInts(node, 1));
-      }
+      LS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, Axes(node));
       if (axes.empty()) {
         return absl::InvalidArgumentError("reduces over every axis, the batch axis 0 too");
       }
@@ -266,12 +196,7 @@ class RowRules {
       return absl::OkStatus();
     }
     if (op == "Unsqueeze" || op == "Squeeze") {
-      std::vector<int64_t> axes;
-      if (node.FindAttribute("axes") != nullptr) {
-        LS_ASSIGN_OR_RETURN(axes, node.GetInts("axes", std::vector<int64_t>{}));
-      } else {
-        LS_ASSIGN_OR_RETURN(axes, ConstantInts(node, 1));
-      }
+      LS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, Axes(node));
       if (axes.empty())
         return absl::InvalidArgumentError("without axes it may drop the batch axis");
       const int rank =
@@ -284,31 +209,122 @@ class RowRules {
       if (perm.empty() || perm[0] != 0) return absl::InvalidArgumentError("moves the batch axis");
       return absl::OkStatus();
     }
-    if (op == "Reshape") {
-      if (batched(node.inputs[1])) return absl::InvalidArgumentError("a batched shape");
-      LS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstantInts(node, 1));
-      if (shape.empty() || (shape[0] != 0 && shape[0] != -1)) {
-        return absl::InvalidArgumentError("the new shape does not keep the batch (0 or -1) first");
-      }
-      if (shape[0] == -1 && std::count(shape.begin(), shape.end(), -1) > 1) {
-        return absl::InvalidArgumentError("the new shape has more than one -1");
-      }
-      return absl::OkStatus();
-    }
-    if (op == "Slice") {
-      for (int i = 1; i < static_cast<int>(node.inputs.size()); ++i) {
-        if (batched(node.inputs[i])) return absl::InvalidArgumentError("batched slice bounds");
-      }
-      LS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, ConstantInts(node, 3));
-      if (axes.empty()) return absl::InvalidArgumentError("slices every axis, the batch's too");
-      for (int64_t axis : axes) LS_RETURN_IF_ERROR(NotAxisZero(axis, rank0, "slices"));
-      return absl::OkStatus();
-    }
+    if (op == "Reshape") return CheckReshape(node);
+    if (op == "Slice") return CheckSlice(node, rank0);
     if (op == "Shape" || op == "Size") {
       return absl::InvalidArgumentError("reads the number of rows");
     }
     return absl::InvalidArgumentError(
         absl::StrCat("op ", op, " is not known to keep rows apart on a batched value"));
+  }
+
+  // An elementwise op: a batched operand must have the output's rank, or broadcasting moves its
+  // rows off axis 0.
+  absl::Status CheckElementwise(const Node& node) const {
+    int max_rank = -1;
+    for (ValueId in : node.inputs) {
+      if (in != kNoValue) max_rank = std::max(max_rank, Rank(in));
+    }
+    for (ValueId in : node.inputs) {
+      if (!batched(in)) continue;
+      const int r = Rank(in);
+      if (r == 0) return absl::InvalidArgumentError("a batched operand is a scalar");
+      if (r > 0 && r < max_rank) {
+        return absl::InvalidArgumentError(
+            "broadcasting a batched operand against one of higher rank moves the rows off axis "
+            "0");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // MatMul or Gemm: the rows must be those of the first operand (or of both, row-aligned).
+  absl::Status CheckProduct(const Node& node, int rank0) const {
+    const std::string& op = node.op_type;
+    if (batched(node.inputs[1])) {
+      if (op == "MatMul" && batched(node.inputs[0]) && rank0 >= 3 &&
+          Rank(node.inputs[1]) == rank0) {
+        return absl::OkStatus();  // a batched product of row-aligned operands
+      }
+      return absl::InvalidArgumentError("the batched operand is the second one (rows are mixed)");
+    }
+    if (op == "Gemm") {
+      LS_ASSIGN_OR_RETURN(int64_t trans_a, node.GetInt("transA", 0));
+      if (trans_a != 0) return absl::InvalidArgumentError("transA mixes the rows");
+      if (node.inputs.size() > 2 && batched(node.inputs[2])) {
+        return absl::InvalidArgumentError("a batched bias C");
+      }
+      if (node.inputs.size() > 2 && node.inputs[2] != kNoValue && Rank(node.inputs[2]) == 2) {
+        return absl::InvalidArgumentError("a 2-D bias C is added by row index");
+      }
+    }
+    if (rank0 == 1) return absl::InvalidArgumentError("a batched 1-D operand is a single row");
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckGather(const Node& node, int rank0) const {
+    LS_ASSIGN_OR_RETURN(int64_t axis, node.GetInt("axis", 0));
+    if (batched(node.inputs[0])) {
+      if (batched(node.inputs[1])) return absl::InvalidArgumentError("gathers rows by rows");
+      return NotAxisZero(axis, rank0, "gathers along");
+    }
+    // A table looked up by batched indices: the indices' rows become the output's, in place of
+    // the table's axis, which must be 0 for them to stay in front.
+    if (axis != 0) return absl::InvalidArgumentError("batched indices gather off axis 0");
+    return absl::OkStatus();
+  }
+
+  // An op working along one axis attribute (kAxisOps): the axis must not be 0.
+  absl::Status CheckAxisOp(const Node& node, const AxisOp& a, int rank0) const {
+    const std::string& op = node.op_type;
+    LS_ASSIGN_OR_RETURN(int64_t axis, node.GetInt("axis", a.default_axis));
+    if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") {
+      if (node.opset > 0 && node.opset < 13) {
+        LS_ASSIGN_OR_RETURN(axis, node.GetInt("axis", 1));
+      }
+    }
+    if (op == "Concat") {
+      for (ValueId in : node.inputs) {
+        if (in != kNoValue && !batched(in)) {
+          return absl::InvalidArgumentError("concatenates a batched value with an unbatched one");
+        }
+      }
+    }
+    if (op == "Flatten") {
+      if (axis == 0) return absl::InvalidArgumentError("flattens the batch axis into a row");
+      return absl::OkStatus();
+    }
+    return NotAxisZero(axis, rank0, "works along");
+  }
+
+  // The axes of a Reduce*, Squeeze or Unsqueeze: the attribute (older opsets) or input 1.
+  absl::StatusOr<std::vector<int64_t>> Axes(const Node& node) const {
+    if (node.FindAttribute("axes") != nullptr) {
+      return node.GetInts("axes", std::vector<int64_t>{});
+    }
+    return ConstantInts(node, 1);
+  }
+
+  absl::Status CheckReshape(const Node& node) const {
+    if (batched(node.inputs[1])) return absl::InvalidArgumentError("a batched shape");
+    LS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstantInts(node, 1));
+    if (shape.empty() || (shape[0] != 0 && shape[0] != -1)) {
+      return absl::InvalidArgumentError("the new shape does not keep the batch (0 or -1) first");
+    }
+    if (shape[0] == -1 && std::count(shape.begin(), shape.end(), -1) > 1) {
+      return absl::InvalidArgumentError("the new shape has more than one -1");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckSlice(const Node& node, int rank0) const {
+    for (int i = 1; i < static_cast<int>(node.inputs.size()); ++i) {
+      if (batched(node.inputs[i])) return absl::InvalidArgumentError("batched slice bounds");
+    }
+    LS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, ConstantInts(node, 3));
+    if (axes.empty()) return absl::InvalidArgumentError("slices every axis, the batch's too");
+    for (int64_t axis : axes) LS_RETURN_IF_ERROR(NotAxisZero(axis, rank0, "slices"));
+    return absl::OkStatus();
   }
 
   const Graph& body_;
@@ -351,6 +367,12 @@ bool SameValue(const Tensor& a, const Tensor& b) {
     return std::equal(x, x + a.NumElements(), b.data<std::string>());
   }
   return a.ByteSize() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.ByteSize()) == 0;
+}
+
+// Refuses a model iteration batching cannot drive, saying `why`.
+absl::Status NotOneLoop(absl::string_view why) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("iteration batching needs a model whose graph is one Loop: ", why));
 }
 
 }  // namespace
@@ -405,153 +427,39 @@ class LoopStepper::Impl {
 
   absl::Status Init() {
     const Plan& top = top_;
-    const Graph& graph = top.graph();
-    auto refuse = [](absl::string_view why) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("iteration batching needs a model whose graph is one Loop: ", why));
-    };
     if (top.steps().size() != 1 || top.steps()[0].node->op_type != "Loop") {
-      return refuse(absl::StrCat("the graph has ", top.steps().size(),
-                                 " nodes after optimization (one Loop and nothing else)"));
+      return NotOneLoop(absl::StrCat("the graph has ", top.steps().size(),
+                                     " nodes after optimization (one Loop and nothing else)"));
     }
     const engine::Step& step = top.steps()[0];
     const Node& loop = *step.node;
     body_ = LoopBodyPlan(*step.kernel);
-    if (body_ == nullptr || loop.loop == nullptr) return refuse("the node is not a Loop kernel");
+    if (body_ == nullptr || loop.loop == nullptr) {
+      return NotOneLoop("the node is not a Loop kernel");
+    }
     const LoopSpec& spec = *loop.loop;
-    const Graph& body = body_->graph();
     std::shared_ptr<const Graph> source_body = loop.GetGraph("body");
-    if (source_body == nullptr) return refuse("the Loop has no body");
+    if (source_body == nullptr) return NotOneLoop("the Loop has no body");
 
-    auto input_of = [&](ValueId id) -> int {
-      for (size_t i = 0; i < graph.inputs.size(); ++i) {
-        if (graph.inputs[i] == id) return static_cast<int>(i);
-      }
-      return -1;
-    };
-    auto constant_of = [&](ValueId id) -> const Tensor* {
-      for (const auto& [value, tensor] : graph.constants) {
-        if (value == id) return tensor.get();
-      }
-      return nullptr;
-    };
-    roles_.assign(graph.inputs.size(), Role::kUnused);
+    roles_.assign(top.graph().inputs.size(), Role::kUnused);
     for (const std::string& name : options_.unbatched_inputs) {
       const int i = model_->FindInput(name);
       if (i < 0)
         return absl::InvalidArgumentError(
             absl::StrCat("unbatched input '", name, "' is not a model input"));
     }
-    auto is_unbatched = [&](int i) {
-      return std::find(options_.unbatched_inputs.begin(), options_.unbatched_inputs.end(),
-                       model_->inputs()[i].name) != options_.unbatched_inputs.end();
-    };
-    // The trip count and the initial condition: per row, from a model input, a constant or absent.
-    for (int k = 0; k < 2; ++k) {
-      const ValueId id = loop.inputs.size() > static_cast<size_t>(k) ? loop.inputs[k] : kNoValue;
-      if (id == kNoValue) continue;
-      const int i = input_of(id);
-      if (i >= 0) {
-        roles_[i] = k == 0 ? Role::kTripCount : Role::kCondition;
-        (k == 0 ? trip_input_ : cond_input_) = i;
-      } else if (const Tensor* c = constant_of(id); c != nullptr) {
-        (k == 0 ? trip_constant_ : cond_constant_) = c;
-      } else {
-        return refuse(absl::StrCat("the Loop's ", k == 0 ? "trip count" : "initial condition",
-                                   " is computed; it must be a model input or a constant"));
-      }
-    }
+    LS_RETURN_IF_ERROR(BindTripAndCondition(loop));
     negative_runs_forever_ = spec.negative_trip_count == LoopSpec::NegativeTripCount::kInfinite;
 
-    RowRules rules(*source_body, graph);
+    RowRules rules(*source_body, top.graph());
     if (spec.current_iteration_param >= 0) {
       iteration_param_ = spec.current_iteration_param;
     }
-    condition_slot_ = spec.condition_result >= 0 ? body.outputs[spec.condition_result] : -1;
-    std::vector<int> result_uses(body.values.size(), 0);
-    for (const LoopSpec::InputPort& port : spec.inputs) {
-      if (port.kind == LoopSpec::InputPort::Kind::kSliced) {
-        return refuse("it has a sliced input (a TensorIterator): rows would share the slices");
-      }
-      const ValueId id = loop.inputs[port.node_input];
-      if (port.kind == LoopSpec::InputPort::Kind::kInvariant) {
-        return refuse("it has an invariant input port (OpenVINO Loop); export it as a capture");
-      }
-      if (port.node_input == 1) {
-        // The condition is carried like a value (ONNX): its parameter must not be read, since
-        // rows hold their own conditions.
-        cond_param_ = port.body_param;
-        continue;
-      }
-      const int i = input_of(id);
-      if (i < 0 || is_unbatched(i) || roles_[i] == Role::kTripCount ||
-          roles_[i] == Role::kCondition) {
-        return refuse(absl::StrCat("the initial value of carried '",
-                                   body.ValueName(body.inputs[port.body_param]),
-                                   "' must be a batched model input"));
-      }
-      roles_[i] = Role::kBatched;
-      Carried c;
-      c.param_slot = body.inputs[port.body_param];
-      c.result_slot = body.outputs[port.back_edge];
-      c.input = i;
-      c.unchanged = c.param_slot == c.result_slot;
-      c.swap = body_->is_produced(c.result_slot) && result_uses[c.result_slot]++ == 0;
-      if (!c.swap && !c.unchanged) c.staged = num_staged_++;
-      carried_.push_back(c);
-      rules.MarkBatched(source_body->inputs[port.body_param]);
-    }
-    // Which parameters the source body reads: the iteration counter and the condition must not be.
-    {
-      std::vector<bool> read(source_body->values.size(), false);
-      for (const Node& n : source_body->nodes) {
-        for (ValueId v : n.inputs)
-          if (v != kNoValue) read[v] = true;
-        for (ValueId v : n.implicit_inputs)
-          if (v != kNoValue) read[v] = true;
-      }
-      for (ValueId v : source_body->outputs) read[v] = true;
-      if (iteration_param_ >= 0 && read[source_body->inputs[iteration_param_]]) {
-        return absl::FailedPreconditionError(
-            "the Loop body reads the iteration counter, which differs per row; iteration "
-            "batching needs a body that does not (carry a per-row counter instead)");
-      }
-      if (cond_param_ >= 0 && read[source_body->inputs[cond_param_]]) {
-        return absl::FailedPreconditionError(
-            "the Loop body reads its incoming condition, which iteration batching keeps per row");
-      }
-    }
-    // Captures: model inputs (batched unless listed unbatched) or constants.
-    for (const Capture& c : body.captures) {
-      const int i = input_of(c.outer);
-      if (i >= 0) {
-        if (roles_[i] == Role::kTripCount || roles_[i] == Role::kCondition) {
-          return refuse("the body reads the trip count or the initial condition");
-        }
-        roles_[i] = is_unbatched(i) ? Role::kUnbatched : Role::kBatched;
-        bound_.push_back({c.inner, i, nullptr});
-      } else if (const Tensor* t = constant_of(c.outer); t != nullptr) {
-        bound_.push_back({c.inner, -1, t});
-      } else {
-        return refuse(absl::StrCat("the body reads '", graph.ValueName(c.outer),
-                                   "', computed outside the Loop"));
-      }
-    }
-    for (const Capture& c : source_body->captures) {
-      const int i = input_of(c.outer);
-      if (i >= 0 && roles_[i] == Role::kBatched) rules.MarkBatched(c.inner);
-    }
-    for (size_t i = 0; i < roles_.size(); ++i) {
-      if (roles_[i] == Role::kBatched) {
-        const TensorSpec& in = model_->inputs()[i];
-        if (in.type.kind != ValueKind::kTensor || in.type.dtype == DataType::kString ||
-            (in.type.dims.has_value() && in.type.dims->empty())) {
-          return refuse(absl::StrCat("batched input '", in.name,
-                                     "' must be a numeric tensor of rank 1 or more"));
-        }
-        batched_inputs_.push_back(static_cast<int>(i));
-      }
-    }
+    condition_slot_ =
+        spec.condition_result >= 0 ? body_->graph().outputs[spec.condition_result] : -1;
+    LS_RETURN_IF_ERROR(BindCarried(loop, *source_body, rules));
+    LS_RETURN_IF_ERROR(CheckUnreadParams(*source_body));
+    LS_RETURN_IF_ERROR(BindCaptureInputs(*source_body, rules));
     LS_RETURN_IF_ERROR(rules.Check());
     for (size_t k = 0; k < carried_.size(); ++k) {
       packed_.push_back({carried_[k].input, static_cast<int>(k)});
@@ -559,39 +467,7 @@ class LoopStepper::Impl {
     for (const Bound& b : bound_) {
       if (b.input >= 0 && roles_[b.input] == Role::kBatched) packed_.push_back({b.input, -1});
     }
-    // Outputs: every model output is an output of the Loop.
-    for (ValueId out_id : graph.outputs) {
-      int port_index = -1;
-      for (size_t k = 0; k < spec.outputs.size(); ++k) {
-        const int node_output = spec.outputs[k].node_output;
-        if (loop.outputs[node_output] == out_id) port_index = static_cast<int>(k);
-      }
-      if (port_index < 0) {
-        return refuse(absl::StrCat("output '", graph.ValueName(out_id), "' is not a Loop output"));
-      }
-      const LoopSpec::OutputPort& port = spec.outputs[port_index];
-      Output o{};
-      o.name = graph.ValueName(out_id);
-      o.result_slot = body.outputs[port.body_result];
-      o.declared = body.values[o.result_slot].type;
-      o.carried = -1;
-      if (port.kind == LoopSpec::OutputPort::Kind::kLastValue) {
-        for (size_t k = 0; k < carried_.size(); ++k) {
-          if (carried_[k].result_slot == o.result_slot) o.carried = static_cast<int>(k);
-        }
-        if (o.carried < 0) {
-          return refuse(absl::StrCat("output '", o.name,
-                                     "' is the last value of a body result that is not carried"));
-        }
-      } else {
-        if (port.kind != LoopSpec::OutputPort::Kind::kStack || port.axis != 0 || port.stride != 1) {
-          return refuse(absl::StrCat("scan output '", o.name, "' is not stacked on axis 0"));
-        }
-        o.scan = true;
-        o.batched = rules.batched(source_body->outputs[port.body_result]);
-      }
-      outputs_.push_back(std::move(o));
-    }
+    LS_RETURN_IF_ERROR(CollectOutputs(loop, *source_body, rules));
     // The Loop's index for IterationObserver (nested Loops register before the one holding them).
     for (int loop_index : model_->scan_output_loops()) {
       if (loop_index >= 0) loop_index_ = loop_index;
@@ -620,115 +496,14 @@ class LoopStepper::Impl {
     int64_t max_trip = std::numeric_limits<int64_t>::max();
     bool cond = true;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const TensorSpec& spec = specs[i];
-      const std::string what = absl::StrCat("input '", spec.name, "'");
-      if (!inputs[i].is_tensor())
-        return absl::InvalidArgumentError(absl::StrCat(what, ": expected a tensor"));
-      const Tensor& t = inputs[i].tensor();
-      if (spec.type.dtype != DataType::kUndefined && t.dtype() != spec.type.dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": expected element type ",
-                                                       DataTypeName(spec.type.dtype), ", got ",
-                                                       DataTypeName(t.dtype())));
-      }
-      switch (roles_[i]) {
-        case Role::kTripCount:
-          if (t.NumElements() != 1 || !IsInteger(t.dtype())) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(what, ": the trip count must be a single integer"));
-          }
-          max_trip = TripCount(t.ScalarAsInt64());
-          break;
-        case Role::kCondition:
-          if (t.NumElements() != 1) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(what, ": the initial condition must be a single value"));
-          }
-          cond = t.ScalarAsBool();
-          break;
-        case Role::kBatched: {
-          if (t.rank() < 1 || t.dim(0) != 1) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                what, ": one row (dim 0 of 1) expected, got shape ", t.shape().ToString()));
-          }
-          if (spec.type.dims.has_value()) {
-            const std::vector<int64_t>& dims = *spec.type.dims;
-            bool match = static_cast<int>(dims.size()) == t.rank();
-            for (int d = 1; match && d < t.rank(); ++d) match = dims[d] < 0 || dims[d] == t.dim(d);
-            if (!match) {
-              return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", t.shape().ToString(),
-                                                             " does not match the declared ",
-                                                             spec.type.ToString()));
-            }
-          }
-          if (!rows_.empty()) {
-            const Tensor& running = RowsOf(static_cast<int>(i));  // any of its buffers
-            Shape a = running.shape();
-            Shape b = t.shape();
-            a[0] = b[0] = 1;
-            if (a != b || running.dtype() != t.dtype()) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat(what, ": a row of shape ", t.shape().ToString(),
-                               " cannot join the running batch, whose rows are ", a.ToString()));
-            }
-          }
-          break;
-        }
-        case Role::kUnbatched:
-          if (!rows_.empty()) {
-            const Tensor& running = shared_[i];
-            if (!SameValue(running, t)) {
-              return absl::FailedPreconditionError(absl::StrCat(
-                  what, " differs from the running batch's (unbatched inputs must be equal)"));
-            }
-          }
-          break;
-        case Role::kUnused:
-          break;
-      }
+      LS_RETURN_IF_ERROR(CheckInput(static_cast<int>(i), inputs[i], &max_trip, &cond));
     }
     if (trip_constant_ != nullptr) max_trip = TripCount(trip_constant_->ScalarAsInt64());
     if (cond_constant_ != nullptr) cond = cond_constant_->ScalarAsBool();
     row.max_trip = max_trip;
     row.run = cond && max_trip > 0;
     row.scans.resize(outputs_.size());
-    // Append the row: the batch's unbatched values when it is the first, then its bytes. Only the
-    // first row allocates (the packed buffers for max_rows rows): out of memory there refuses this
-    // row alone (ResourceExhausted), with no row running, instead of throwing out of Admit and
-    // ending the rows of the driver's other batches. The stepper's buffers are its own, charged to
-    // no request's budget (as in RunBody and Retire).
-    ScopedMemoryBudget no_budget(nullptr);
-    const int64_t n = static_cast<int64_t>(rows_.size());
-    try {
-      if (n == 0) {
-        shared_.clear();
-        shared_.resize(inputs.size());
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
-        }
-      }
-      for (const Packed& p : packed_) {
-        const Tensor& t = inputs[p.input].tensor();
-        Tensor& rows = Buffer(p);
-        const size_t row_bytes = t.ByteSize();
-        if (row_bytes > std::numeric_limits<size_t>::max() / options_.max_rows) {
-          throw std::bad_alloc();
-        }
-        if (n == 0) {
-          rows.Resize(t.dtype(), t.shape());
-          rows.ResizeKeepingData(t.shape(), row_bytes * options_.max_rows);
-        } else {
-          SetRows(rows, n + 1, row_bytes * options_.max_rows);
-        }
-        if (row_bytes > 0) {
-          std::memcpy(static_cast<char*>(rows.mutable_raw_data()) + n * row_bytes, t.raw_data(),
-                      row_bytes);
-        }
-      }
-    } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("out of memory for the running batch's buffers (", options_.max_rows,
-                       " rows of this request's shapes)"));
-    }
+    LS_RETURN_IF_ERROR(AppendRow(inputs));
     rows_.push_back(std::move(row));
     return next_id_++;
   }
@@ -820,16 +595,310 @@ class LoopStepper::Impl {
     return bytes;
   }
 
+  // The index of the top graph's input `id`, or -1.
+  int InputOf(ValueId id) const {
+    const Graph& graph = top_.graph();
+    for (size_t i = 0; i < graph.inputs.size(); ++i) {
+      if (graph.inputs[i] == id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // The top graph's constant `id`, or null.
+  const Tensor* ConstantOf(ValueId id) const {
+    for (const auto& [value, tensor] : top_.graph().constants) {
+      if (value == id) return tensor.get();
+    }
+    return nullptr;
+  }
+  // Whether model input `i` is listed in LoopStepperOptions::unbatched_inputs.
+  bool IsUnbatched(int i) const {
+    return std::find(options_.unbatched_inputs.begin(), options_.unbatched_inputs.end(),
+                     model_->inputs()[i].name) != options_.unbatched_inputs.end();
+  }
+
+  // The trip count and the initial condition: per row, from a model input, a constant or absent.
+  absl::Status BindTripAndCondition(const Node& loop) {
+    for (int k = 0; k < 2; ++k) {
+      const ValueId id = loop.inputs.size() > static_cast<size_t>(k) ? loop.inputs[k] : kNoValue;
+      if (id == kNoValue) continue;
+      const int i = InputOf(id);
+      if (i >= 0) {
+        roles_[i] = k == 0 ? Role::kTripCount : Role::kCondition;
+        (k == 0 ? trip_input_ : cond_input_) = i;
+      } else if (const Tensor* c = ConstantOf(id); c != nullptr) {
+        (k == 0 ? trip_constant_ : cond_constant_) = c;
+      } else {
+        return NotOneLoop(absl::StrCat("the Loop's ", k == 0 ? "trip count" : "initial condition",
+                                       " is computed; it must be a model input or a constant"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The carried values (carried_): each from a batched model input, packed in its parameter's
+  // slot; marks their parameters batched in `rules`.
+  absl::Status BindCarried(const Node& loop, const Graph& source_body, RowRules& rules) {
+    const LoopSpec& spec = *loop.loop;
+    const Graph& body = body_->graph();
+    std::vector<int> result_uses(body.values.size(), 0);
+    for (const LoopSpec::InputPort& port : spec.inputs) {
+      if (port.kind == LoopSpec::InputPort::Kind::kSliced) {
+        return NotOneLoop("it has a sliced input (a TensorIterator): rows would share the slices");
+      }
+      const ValueId id = loop.inputs[port.node_input];
+      if (port.kind == LoopSpec::InputPort::Kind::kInvariant) {
+        return NotOneLoop("it has an invariant input port (OpenVINO Loop); export it as a capture");
+      }
+      if (port.node_input == 1) {
+        // The condition is carried like a value (ONNX): its parameter must not be read, since
+        // rows hold their own conditions.
+        cond_param_ = port.body_param;
+        continue;
+      }
+      const int i = InputOf(id);
+      if (i < 0 || IsUnbatched(i) || roles_[i] == Role::kTripCount ||
+          roles_[i] == Role::kCondition) {
+        return NotOneLoop(absl::StrCat("the initial value of carried '",
+                                       body.ValueName(body.inputs[port.body_param]),
+                                       "' must be a batched model input"));
+      }
+      roles_[i] = Role::kBatched;
+      Carried c;
+      c.param_slot = body.inputs[port.body_param];
+      c.result_slot = body.outputs[port.back_edge];
+      c.input = i;
+      c.unchanged = c.param_slot == c.result_slot;
+      c.swap = body_->is_produced(c.result_slot) && result_uses[c.result_slot]++ == 0;
+      if (!c.swap && !c.unchanged) c.staged = num_staged_++;
+      carried_.push_back(c);
+      rules.MarkBatched(source_body.inputs[port.body_param]);
+    }
+    return absl::OkStatus();
+  }
+
+  // The iteration counter and the incoming condition differ per row: the source body must not
+  // read them.
+  absl::Status CheckUnreadParams(const Graph& source_body) const {
+    std::vector<bool> read(source_body.values.size(), false);
+    for (const Node& n : source_body.nodes) {
+      for (ValueId v : n.inputs)
+        if (v != kNoValue) read[v] = true;
+      for (ValueId v : n.implicit_inputs)
+        if (v != kNoValue) read[v] = true;
+    }
+    for (ValueId v : source_body.outputs) read[v] = true;
+    if (iteration_param_ >= 0 && read[source_body.inputs[iteration_param_]]) {
+      return absl::FailedPreconditionError(
+          "the Loop body reads the iteration counter, which differs per row; iteration "
+          "batching needs a body that does not (carry a per-row counter instead)");
+    }
+    if (cond_param_ >= 0 && read[source_body.inputs[cond_param_]]) {
+      return absl::FailedPreconditionError(
+          "the Loop body reads its incoming condition, which iteration batching keeps per row");
+    }
+    return absl::OkStatus();
+  }
+
+  // Captures: model inputs (batched unless listed unbatched) or constants, bound before every
+  // iteration (bound_); then the batched model inputs (batched_inputs_), which must be numeric
+  // tensors with a row axis.
+  absl::Status BindCaptureInputs(const Graph& source_body, RowRules& rules) {
+    const Graph& graph = top_.graph();
+    for (const Capture& c : body_->graph().captures) {
+      const int i = InputOf(c.outer);
+      if (i >= 0) {
+        if (roles_[i] == Role::kTripCount || roles_[i] == Role::kCondition) {
+          return NotOneLoop("the body reads the trip count or the initial condition");
+        }
+        roles_[i] = IsUnbatched(i) ? Role::kUnbatched : Role::kBatched;
+        bound_.push_back({c.inner, i, nullptr});
+      } else if (const Tensor* t = ConstantOf(c.outer); t != nullptr) {
+        bound_.push_back({c.inner, -1, t});
+      } else {
+        return NotOneLoop(absl::StrCat("the body reads '", graph.ValueName(c.outer),
+                                       "', computed outside the Loop"));
+      }
+    }
+    for (const Capture& c : source_body.captures) {
+      const int i = InputOf(c.outer);
+      if (i >= 0 && roles_[i] == Role::kBatched) rules.MarkBatched(c.inner);
+    }
+    for (size_t i = 0; i < roles_.size(); ++i) {
+      if (roles_[i] == Role::kBatched) {
+        const TensorSpec& in = model_->inputs()[i];
+        if (in.type.kind != ValueKind::kTensor || in.type.dtype == DataType::kString ||
+            (in.type.dims.has_value() && in.type.dims->empty())) {
+          return NotOneLoop(absl::StrCat("batched input '", in.name,
+                                         "' must be a numeric tensor of rank 1 or more"));
+        }
+        batched_inputs_.push_back(static_cast<int>(i));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Outputs (outputs_): every model output is an output of the Loop, the last value of a carried
+  // value or a scan stacked on axis 0.
+  absl::Status CollectOutputs(const Node& loop, const Graph& source_body, const RowRules& rules) {
+    const LoopSpec& spec = *loop.loop;
+    const Graph& graph = top_.graph();
+    const Graph& body = body_->graph();
+    for (ValueId out_id : graph.outputs) {
+      int port_index = -1;
+      for (size_t k = 0; k < spec.outputs.size(); ++k) {
+        const int node_output = spec.outputs[k].node_output;
+        if (loop.outputs[node_output] == out_id) port_index = static_cast<int>(k);
+      }
+      if (port_index < 0) {
+        return NotOneLoop(
+            absl::StrCat("output '", graph.ValueName(out_id), "' is not a Loop output"));
+      }
+      const LoopSpec::OutputPort& port = spec.outputs[port_index];
+      Output o{};
+      o.name = graph.ValueName(out_id);
+      o.result_slot = body.outputs[port.body_result];
+      o.declared = body.values[o.result_slot].type;
+      o.carried = -1;
+      if (port.kind == LoopSpec::OutputPort::Kind::kLastValue) {
+        for (size_t k = 0; k < carried_.size(); ++k) {
+          if (carried_[k].result_slot == o.result_slot) o.carried = static_cast<int>(k);
+        }
+        if (o.carried < 0) {
+          return NotOneLoop(absl::StrCat(
+              "output '", o.name, "' is the last value of a body result that is not carried"));
+        }
+      } else {
+        if (port.kind != LoopSpec::OutputPort::Kind::kStack || port.axis != 0 || port.stride != 1) {
+          return NotOneLoop(absl::StrCat("scan output '", o.name, "' is not stacked on axis 0"));
+        }
+        o.scan = true;
+        o.batched = rules.batched(source_body.outputs[port.body_result]);
+      }
+      outputs_.push_back(std::move(o));
+    }
+    return absl::OkStatus();
+  }
+
+  // Checks model input `i` of a joining row against its declared type and its role; a trip count
+  // or initial condition sets `*max_trip` or `*cond`.
+  absl::Status CheckInput(int i, const Value& input, int64_t* max_trip, bool* cond) {
+    const TensorSpec& spec = model_->inputs()[i];
+    const std::string what = absl::StrCat("input '", spec.name, "'");
+    if (!input.is_tensor())
+      return absl::InvalidArgumentError(absl::StrCat(what, ": expected a tensor"));
+    const Tensor& t = input.tensor();
+    if (spec.type.dtype != DataType::kUndefined && t.dtype() != spec.type.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": expected element type ",
+                                                     DataTypeName(spec.type.dtype), ", got ",
+                                                     DataTypeName(t.dtype())));
+    }
+    switch (roles_[i]) {
+      case Role::kTripCount:
+        if (t.NumElements() != 1 || !IsInteger(t.dtype())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": the trip count must be a single integer"));
+        }
+        *max_trip = TripCount(t.ScalarAsInt64());
+        break;
+      case Role::kCondition:
+        if (t.NumElements() != 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": the initial condition must be a single value"));
+        }
+        *cond = t.ScalarAsBool();
+        break;
+      case Role::kBatched:
+        return CheckBatchedRow(i, t, what);
+      case Role::kUnbatched:
+        if (!rows_.empty() && !SameValue(shared_[i], t)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              what, " differs from the running batch's (unbatched inputs must be equal)"));
+        }
+        break;
+      case Role::kUnused:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  // A batched input's row: one row, of the declared shape, and of the running rows' shape.
+  absl::Status CheckBatchedRow(int i, const Tensor& t, const std::string& what) {
+    const TensorSpec& spec = model_->inputs()[i];
+    if (t.rank() < 1 || t.dim(0) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": one row (dim 0 of 1) expected, got shape ", t.shape().ToString()));
+    }
+    if (spec.type.dims.has_value()) {
+      const std::vector<int64_t>& dims = *spec.type.dims;
+      bool match = static_cast<int>(dims.size()) == t.rank();
+      for (int d = 1; match && d < t.rank(); ++d) match = dims[d] < 0 || dims[d] == t.dim(d);
+      if (!match) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", t.shape().ToString(),
+                                                       " does not match the declared ",
+                                                       spec.type.ToString()));
+      }
+    }
+    if (!rows_.empty()) {
+      const Tensor& running = RowsOf(i);  // any of its buffers
+      Shape a = running.shape();
+      Shape b = t.shape();
+      a[0] = b[0] = 1;
+      if (a != b || running.dtype() != t.dtype()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": a row of shape ", t.shape().ToString(),
+                         " cannot join the running batch, whose rows are ", a.ToString()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Appends a checked row to the packed buffers: the batch's unbatched values when it is the
+  // first, then its bytes. Only the first row allocates (the packed buffers for max_rows rows):
+  // out of memory there refuses this row alone (ResourceExhausted), with no row running, instead
+  // of throwing out of Admit and ending the rows of the driver's other batches. The stepper's
+  // buffers are its own, charged to no request's budget (as in RunBody and Retire).
+  absl::Status AppendRow(const std::vector<Value>& inputs) {
+    ScopedMemoryBudget no_budget(nullptr);
+    const int64_t n = static_cast<int64_t>(rows_.size());
+    try {
+      if (n == 0) {
+        shared_.clear();
+        shared_.resize(inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (roles_[i] == Role::kUnbatched) shared_[i].CopyFrom(inputs[i].tensor());
+        }
+      }
+      for (const Packed& p : packed_) {
+        const Tensor& t = inputs[p.input].tensor();
+        Tensor& rows = Buffer(p);
+        const size_t row_bytes = t.ByteSize();
+        if (row_bytes > std::numeric_limits<size_t>::max() / options_.max_rows) {
+          throw std::bad_alloc();
+        }
+        if (n == 0) {
+          rows.Resize(t.dtype(), t.shape());
+          rows.ResizeKeepingData(t.shape(), row_bytes * options_.max_rows);
+        } else {
+          SetRows(rows, n + 1, row_bytes * options_.max_rows);
+        }
+        if (row_bytes > 0) {
+          std::memcpy(static_cast<char*>(rows.mutable_raw_data()) + n * row_bytes, t.raw_data(),
+                      row_bytes);
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of memory for the running batch's buffers (", options_.max_rows,
+                       " rows of this request's shapes)"));
+    }
+    return absl::OkStatus();
+  }
+
   // One iteration of the body for the n packed rows, then the per-row bookkeeping: conditions,
-  // scan slices, streaming, hand-over of the carried values.
+  // scan slices, streaming, hand-over of the carried values. Allocates nothing in steady state.
   absl::Status RunBody(int64_t n) {
     ScopedMemoryBudget no_budget(nullptr);
-    for (const Bound& b : bound_) {
-      const Tensor& t = b.input < 0                         ? *b.constant
-                        : roles_[b.input] == Role::kBatched ? captured_rows_[b.input]
-                                                            : shared_[b.input];
-      frame_->slot(b.inner_slot).mutable_tensor() = Tensor::ViewOf(t);
-    }
+    BindCaptures();
     absl::Status status;
     try {
       status = frame_->Run();
@@ -837,85 +906,118 @@ class LoopStepper::Impl {
       status = absl::ResourceExhaustedError("out of memory");
     }
     if (!status.ok()) return status;
-    if (condition_slot_ >= 0) {
-      const Value& c = frame_->slot(condition_slot_);
-      if (!c.is_tensor() || (c.tensor().NumElements() != n && c.tensor().NumElements() != 1)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the body's condition must hold one value per row (", n, "), got ",
-            c.is_tensor() ? c.tensor().shape().ToString() : std::string("a non-tensor")));
-      }
-      const Tensor& t = c.tensor();
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t e = t.NumElements() == 1 ? 0 : r;
-        bool v;
-        switch (t.dtype()) {
-          case DataType::kBool:
-            v = t.data<bool>()[e];
-            break;
-          case DataType::kInt64:
-            v = t.data<int64_t>()[e] != 0;
-            break;
-          case DataType::kInt32:
-            v = t.data<int32_t>()[e] != 0;
-            break;
-          case DataType::kFloat32:
-            v = t.data<float>()[e] != 0;
-            break;
-          default:
-            return absl::InvalidArgumentError("the body's condition must be bool");
-        }
-        rows_[r].run = v;
-      }
-    }
+    LS_RETURN_IF_ERROR(ReadConditions(n));
     for (size_t k = 0; k < outputs_.size(); ++k) {
-      const Output& o = outputs_[k];
-      if (!o.scan) continue;
-      const Value& v = frame_->slot(o.result_slot);
-      if (!v.is_tensor() || v.tensor().dtype() == DataType::kString) {
-        return absl::UnimplementedError(
-            absl::StrCat("scan output '", o.name, "' must be a numeric tensor"));
-      }
-      const Tensor& result = v.tensor();
-      if (o.batched && (result.rank() < 1 || result.dim(0) != n)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("scan output '", o.name, "': the result ", result.shape().ToString(),
-                         " does not have the ", n, " rows on axis 0"));
-      }
-      Shape slice = result.shape();
-      if (o.batched) slice[0] = 1;
-      const size_t bytes = static_cast<size_t>(slice.NumElements()) * DataTypeSize(result.dtype());
-      for (int64_t r = 0; r < n; ++r) {
-        Row& row = rows_[r];
-        if (!row.error.ok()) continue;
-        Tensor& buffer = row.scans[k];
-        const int64_t i = row.iterations;
-        if (row.options.max_output_bytes > 0 &&
-            static_cast<int64_t>((i + 1) * bytes) > row.options.max_output_bytes) {
-          row.error =
-              LimitExceededError(LimitReason::kOutputBytes,
-                                 absl::StrCat("concatenated output '", o.name, "' would exceed ",
-                                              row.options.max_output_bytes,
-                                              " bytes (max_output_bytes) at iteration ", i));
-          continue;
-        }
-        Shape::Dims dims(slice.rank() + 1, 1);
-        std::copy(slice.dims().begin(), slice.dims().end(), dims.begin() + 1);
-        dims[0] = i + 1;
-        if (i == 0) {
-          buffer.Resize(result.dtype(), Shape(dims));
-          buffer.ResizeKeepingData(Shape(dims), bytes * 16);
-        } else {
-          buffer.ResizeKeepingData(Shape(dims),
-                                   (i + 1) * bytes > buffer.capacity() ? (i + 1) * bytes * 2 : 0);
-        }
-        if (bytes > 0) {
-          std::memcpy(static_cast<char*>(buffer.mutable_raw_data()) + i * bytes,
-                      static_cast<const char*>(result.raw_data()) + (o.batched ? r * bytes : 0),
-                      bytes);
-        }
-        row.scan_bytes += static_cast<int64_t>(bytes);
-      }
+      if (outputs_[k].scan) LS_RETURN_IF_ERROR(AppendScanSlices(k, n));
     }
+    NotifyObservers(n);
+    LS_RETURN_IF_ERROR(HandOverCarried(n));
+    for (int64_t r = 0; r < n; ++r) {
+      Row& row = rows_[r];
+      ++row.iterations;
+      if (row.iterations >= row.max_trip) row.run = false;
+    }
+    return absl::OkStatus();
+  }
+
+  // Binds every capture of the body, as a view, to its packed rows, shared value or constant.
+  void BindCaptures() {
+    for (const Bound& b : bound_) {
+      const Tensor& t = b.input < 0                         ? *b.constant
+                        : roles_[b.input] == Role::kBatched ? captured_rows_[b.input]
+                                                            : shared_[b.input];
+      frame_->slot(b.inner_slot).mutable_tensor() = Tensor::ViewOf(t);
+    }
+  }
+
+  // Sets each row's `run` from the body's condition (one value per row, or one for all).
+  absl::Status ReadConditions(int64_t n) {
+    if (condition_slot_ < 0) return absl::OkStatus();
+    const Value& c = frame_->slot(condition_slot_);
+    if (!c.is_tensor() || (c.tensor().NumElements() != n && c.tensor().NumElements() != 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the body's condition must hold one value per row (", n, "), got ",
+          c.is_tensor() ? c.tensor().shape().ToString() : std::string("a non-tensor")));
+    }
+    const Tensor& t = c.tensor();
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t e = t.NumElements() == 1 ? 0 : r;
+      bool v;
+      switch (t.dtype()) {
+        case DataType::kBool:
+          v = t.data<bool>()[e];
+          break;
+        case DataType::kInt64:
+          v = t.data<int64_t>()[e] != 0;
+          break;
+        case DataType::kInt32:
+          v = t.data<int32_t>()[e] != 0;
+          break;
+        case DataType::kFloat32:
+          v = t.data<float>()[e] != 0;
+          break;
+        default:
+          return absl::InvalidArgumentError("the body's condition must be bool");
+      }
+      rows_[r].run = v;
+    }
+    return absl::OkStatus();
+  }
+
+  // Appends this iteration's slice of scan output k to each healthy row's stack (a row over its
+  // max_output_bytes gets its error instead). The stacks grow geometrically.
+  absl::Status AppendScanSlices(size_t k, int64_t n) {
+    const Output& o = outputs_[k];
+    const Value& v = frame_->slot(o.result_slot);
+    if (!v.is_tensor() || v.tensor().dtype() == DataType::kString) {
+      return absl::UnimplementedError(
+          absl::StrCat("scan output '", o.name, "' must be a numeric tensor"));
+    }
+    const Tensor& result = v.tensor();
+    if (o.batched && (result.rank() < 1 || result.dim(0) != n)) {
+      return absl::InvalidArgumentError(absl::StrCat("scan output '", o.name, "': the result ",
+                                                     result.shape().ToString(),
+                                                     " does not have the ", n, " rows on axis 0"));
+    }
+    Shape slice = result.shape();
+    if (o.batched) slice[0] = 1;
+    const size_t bytes = static_cast<size_t>(slice.NumElements()) * DataTypeSize(result.dtype());
+    for (int64_t r = 0; r < n; ++r) {
+      Row& row = rows_[r];
+      if (!row.error.ok()) continue;
+      Tensor& buffer = row.scans[k];
+      const int64_t i = row.iterations;
+      if (row.options.max_output_bytes > 0 &&
+          static_cast<int64_t>((i + 1) * bytes) > row.options.max_output_bytes) {
+        row.error = LimitExceededError(LimitReason::kOutputBytes,
+                                       absl::StrCat("concatenated output '", o.name,
+                                                    "' would exceed ", row.options.max_output_bytes,
+                                                    " bytes (max_output_bytes) at iteration ", i));
+        continue;
+      }
+      Shape::Dims dims(slice.rank() + 1, 1);
+      std::copy(slice.dims().begin(), slice.dims().end(), dims.begin() + 1);
+      dims[0] = i + 1;
+      if (i == 0) {
+        buffer.Resize(result.dtype(), Shape(dims));
+        buffer.ResizeKeepingData(Shape(dims), bytes * 16);
+      } else {
+        buffer.ResizeKeepingData(Shape(dims),
+                                 (i + 1) * bytes > buffer.capacity() ? (i + 1) * bytes * 2 : 0);
+      }
+      if (bytes > 0) {
+        std::memcpy(static_cast<char*>(buffer.mutable_raw_data()) + i * bytes,
+                    static_cast<const char*>(result.raw_data()) + (o.batched ? r * bytes : 0),
+                    bytes);
+      }
+      row.scan_bytes += static_cast<int64_t>(bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  // Hands each observed, healthy row this iteration's scan slices; an observer's error becomes
+  // its row's.
+  void NotifyObservers(int64_t n) {
     for (int64_t r = 0; r < n; ++r) {
       Row& row = rows_[r];
       if (row.options.iteration_observer == nullptr || !row.error.ok()) continue;
@@ -938,7 +1040,11 @@ class LoopStepper::Impl {
           row.options.iteration_observer->OnIteration(loop_index_, row.iterations, slices);
       if (!s.ok()) row.error = s;
     }
-    // Back edges: stage the copied values first (sources may alias), then hand over.
+  }
+
+  // Back edges: stage the copied values first (sources may alias), then hand over; each carried
+  // value must come back with the n rows on axis 0.
+  absl::Status HandOverCarried(int64_t n) {
     for (const Carried& c : carried_) {
       if (c.staged >= 0) staged_[c.staged].CopyFrom(frame_->slot(c.result_slot));
     }
@@ -960,11 +1066,6 @@ class LoopStepper::Impl {
             param.is_tensor() ? t.shape().ToString() : std::string("a non-tensor"),
             ", without the ", n, " rows on axis 0"));
       }
-    }
-    for (int64_t r = 0; r < n; ++r) {
-      Row& row = rows_[r];
-      ++row.iterations;
-      if (row.iterations >= row.max_trip) row.run = false;
     }
     return absl::OkStatus();
   }

@@ -94,11 +94,8 @@ double ProcessCpuMicros() {
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
-// Runs the whole --model command; errors come back as a status and become exit status 2.
-absl::StatusOr<int> RunModel(const RunModelOptions& options) {
-  if (options.repeat < 1) return absl::InvalidArgumentError("--repeat must be at least 1");
-  if (options.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
-
+// The load options --precision, --force_precision and --dump_plan ask for.
+absl::StatusOr<engine::LoadOptions> LoadOptionsFor(const RunModelOptions& options) {
   engine::LoadOptions load_options;
   load_options.dump_plan = options.dump_plan;
   if (options.precision == "bf16") {
@@ -108,25 +105,11 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
         absl::StrCat("--precision '", options.precision, "': expected fp32 or bf16"));
   }
   load_options.force_precision = options.force_precision;
-  auto loaded = Model::Load(options.model, load_options);
-  if (!loaded.ok()) {
-    return Annotate(loaded.status(), absl::StrCat("loading '", options.model, "': "));
-  }
-  const Model& model = **loaded;
-  if (options.dump_plan) std::cout << model.plan_dump() << std::flush;
+  return load_options;
+}
 
-  std::vector<Value> inputs;
-  if (options.data.empty()) {
-    LS_ASSIGN_OR_RETURN(inputs, SynthesizeInputs(model));
-  } else {
-    LS_ASSIGN_OR_RETURN(inputs, ReadInputs(model, options.data));
-  }
-
-  std::vector<double> times_us, cpu_us;
-  times_us.reserve(static_cast<size_t>(options.repeat));
-  cpu_us.reserve(static_cast<size_t>(options.repeat));
-  std::vector<Value> outputs;
-  engine::RunStats stats;
+// The run options --loop_team and --loop_threads ask for.
+absl::StatusOr<engine::RunOptions> RunOptionsFor(const RunModelOptions& options) {
   engine::RunOptions run_options;
   run_options.loop_team = options.loop_team;
   absl::StatusOr<engine::LoopThreads> loop_threads = engine::ParseLoopThreads(options.loop_threads);
@@ -135,72 +118,98 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
         absl::StrCat("--loop_threads ", loop_threads.status().message()));
   }
   run_options.loop_threads = *loop_threads;
+  return run_options;
+}
+
+// What the timed runs leave: the last run's outputs and statistics, and each timed (non-warm-up)
+// run's wall and process CPU time in microseconds.
+struct TimedRuns {
+  std::vector<Value> outputs;
+  engine::RunStats stats;
+  std::vector<double> times_us;
+  std::vector<double> cpu_us;
+};
+
+// Runs `model` options.warmup + options.repeat times on views of `inputs`.
+absl::StatusOr<TimedRuns> TimeRuns(const Model& model, const std::vector<Value>& inputs,
+                                   const engine::RunOptions& run_options,
+                                   const RunModelOptions& options) {
+  TimedRuns runs;
+  runs.times_us.reserve(static_cast<size_t>(options.repeat));
+  runs.cpu_us.reserve(static_cast<size_t>(options.repeat));
   for (int i = 0; i < options.warmup + options.repeat; ++i) {
     std::vector<Value> feed = ViewInputs(inputs);
     const double cpu_start = ProcessCpuMicros();
     const auto start = std::chrono::steady_clock::now();
-    stats = engine::RunStats();
-    auto result = model.Run(std::move(feed), run_options, &stats);
+    runs.stats = engine::RunStats();
+    auto result = model.Run(std::move(feed), run_options, &runs.stats);
     const auto end = std::chrono::steady_clock::now();
     const double cpu_end = ProcessCpuMicros();
     if (!result.ok()) {
       return Annotate(result.status(), absl::StrCat("running '", options.model, "': "));
     }
-    outputs = std::move(result).value();
+    runs.outputs = std::move(result).value();
     if (i >= options.warmup) {
-      times_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
-      cpu_us.push_back(cpu_end - cpu_start);
+      runs.times_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+      runs.cpu_us.push_back(cpu_end - cpu_start);
     }
   }
+  return runs;
+}
 
-  if (!options.output_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(options.output_dir, ec);
-    if (ec) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot create '", options.output_dir, "': ", ec.message()));
-    }
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const engine::TensorSpec& spec = model.outputs()[k];
-      LS_RETURN_IF_ERROR(
-          WriteValueFile(OutputPath(options.output_dir, k), spec.name, outputs[k], spec.type));
-    }
+// Writes `outputs` as output_<k>.pb files into `dir`, creating it when missing.
+absl::Status WriteOutputs(const Model& model, const std::vector<Value>& outputs,
+                          const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const engine::TensorSpec& spec = model.outputs()[k];
+    LS_RETURN_IF_ERROR(WriteValueFile(OutputPath(dir, k), spec.name, outputs[k], spec.type));
   }
+  return absl::OkStatus();
+}
 
-  // Reduced precision: the largest deviation of any float output from the fp32 model's, absolute
-  // and relative to that output's largest magnitude.
-  std::string deviation;
-  if (load_options.precision != engine::LoadOptions::Precision::kFp32) {
-    engine::LoadOptions fp32_options;
-    LS_ASSIGN_OR_RETURN(std::shared_ptr<const Model> fp32,
-                        Model::Load(options.model, fp32_options));
-    LS_ASSIGN_OR_RETURN(std::vector<Value> want, fp32->Run(ViewInputs(inputs), run_options));
-    double max_abs = 0, max_rel = 0;
-    for (size_t k = 0; k < outputs.size() && k < want.size(); ++k) {
-      if (!outputs[k].is_tensor() || !want[k].is_tensor()) continue;
-      const Tensor& got = outputs[k].tensor();
-      const Tensor& ref = want[k].tensor();
-      if (got.dtype() != engine::DataType::kFloat32 || ref.dtype() != got.dtype() ||
-          got.NumElements() != ref.NumElements()) {
-        continue;
-      }
-      double scale = 0, diff = 0;
-      for (int64_t i = 0; i < ref.NumElements(); ++i) {
-        scale = std::max(scale, static_cast<double>(std::abs(ref.data<float>()[i])));
-        diff = std::max(diff,
-                        static_cast<double>(std::abs(got.data<float>()[i] - ref.data<float>()[i])));
-      }
-      max_abs = std::max(max_abs, diff);
-      if (scale > 0) max_rel = std::max(max_rel, diff / scale);
+// Reduced precision: the largest deviation of any float output from the fp32 model's, absolute
+// and relative to that output's largest magnitude, as JSON fields (with a leading comma) for the
+// report line.
+absl::StatusOr<std::string> DeviationVsFp32(const RunModelOptions& options,
+                                            const std::vector<Value>& inputs,
+                                            const engine::RunOptions& run_options,
+                                            const std::vector<Value>& outputs) {
+  engine::LoadOptions fp32_options;
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const Model> fp32, Model::Load(options.model, fp32_options));
+  LS_ASSIGN_OR_RETURN(std::vector<Value> want, fp32->Run(ViewInputs(inputs), run_options));
+  double max_abs = 0, max_rel = 0;
+  for (size_t k = 0; k < outputs.size() && k < want.size(); ++k) {
+    if (!outputs[k].is_tensor() || !want[k].is_tensor()) continue;
+    const Tensor& got = outputs[k].tensor();
+    const Tensor& ref = want[k].tensor();
+    if (got.dtype() != engine::DataType::kFloat32 || ref.dtype() != got.dtype() ||
+        got.NumElements() != ref.NumElements()) {
+      continue;
     }
-    deviation = absl::StrFormat(
-        ",\"precision\":%s,\"max_abs_diff_vs_fp32\":%.3g,"
-        "\"max_rel_diff_vs_fp32\":%.3g",
-        JsonString(options.precision), max_abs, max_rel);
+    double scale = 0, diff = 0;
+    for (int64_t i = 0; i < ref.NumElements(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::abs(ref.data<float>()[i])));
+      diff = std::max(diff,
+                      static_cast<double>(std::abs(got.data<float>()[i] - ref.data<float>()[i])));
+    }
+    max_abs = std::max(max_abs, diff);
+    if (scale > 0) max_rel = std::max(max_rel, diff / scale);
   }
+  return absl::StrFormat(
+      ",\"precision\":%s,\"max_abs_diff_vs_fp32\":%.3g,"
+      "\"max_rel_diff_vs_fp32\":%.3g",
+      JsonString(options.precision), max_abs, max_rel);
+}
 
-  const Percentiles p = Summarize(times_us);
-  const Percentiles cpu = Summarize(cpu_us);
+// Prints the JSON report line on stdout (and, with --verbose, a line on stderr).
+void PrintReport(const RunModelOptions& options, const TimedRuns& runs,
+                 const std::string& deviation) {
+  const Percentiles p = Summarize(runs.times_us);
+  const Percentiles cpu = Summarize(runs.cpu_us);
+  const engine::RunStats& stats = runs.stats;
   std::cout << absl::StrFormat(
                    "{\"model\":%s,\"repeat\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,"
                    "\"min_us\":%.1f,\"cpu_median_us\":%.1f,\"loop_iterations\":%d,"
@@ -220,10 +229,42 @@ absl::StatusOr<int> RunModel(const RunModelOptions& options) {
               << " Loop iteration(s) ran on one thread (--loop_threads=" << options.loop_threads
               << ")" << std::endl;
   }
+}
+
+// Runs the whole --model command; errors come back as a status and become exit status 2.
+absl::StatusOr<int> RunModel(const RunModelOptions& options) {
+  if (options.repeat < 1) return absl::InvalidArgumentError("--repeat must be at least 1");
+  if (options.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
+
+  LS_ASSIGN_OR_RETURN(const engine::LoadOptions load_options, LoadOptionsFor(options));
+  auto loaded = Model::Load(options.model, load_options);
+  if (!loaded.ok()) {
+    return Annotate(loaded.status(), absl::StrCat("loading '", options.model, "': "));
+  }
+  const Model& model = **loaded;
+  if (options.dump_plan) std::cout << model.plan_dump() << std::flush;
+
+  std::vector<Value> inputs;
+  if (options.data.empty()) {
+    LS_ASSIGN_OR_RETURN(inputs, SynthesizeInputs(model));
+  } else {
+    LS_ASSIGN_OR_RETURN(inputs, ReadInputs(model, options.data));
+  }
+  LS_ASSIGN_OR_RETURN(const engine::RunOptions run_options, RunOptionsFor(options));
+  LS_ASSIGN_OR_RETURN(const TimedRuns runs, TimeRuns(model, inputs, run_options, options));
+  if (!options.output_dir.empty()) {
+    LS_RETURN_IF_ERROR(WriteOutputs(model, runs.outputs, options.output_dir));
+  }
+  std::string deviation;
+  if (load_options.precision != engine::LoadOptions::Precision::kFp32) {
+    LS_ASSIGN_OR_RETURN(deviation, DeviationVsFp32(options, inputs, run_options, runs.outputs));
+  }
+  PrintReport(options, runs, deviation);
 
   if (options.data.empty()) return kExitOk;
-  LS_ASSIGN_OR_RETURN(std::optional<std::string> mismatch,
-                      CompareWithReference(model, outputs, options.data, /*require_all=*/false));
+  LS_ASSIGN_OR_RETURN(
+      std::optional<std::string> mismatch,
+      CompareWithReference(model, runs.outputs, options.data, /*require_all=*/false));
   if (mismatch.has_value()) {
     std::cerr << "looprun: '" << options.model << "': " << *mismatch << std::endl;
     return kExitMismatch;

@@ -850,172 +850,214 @@ std::optional<int64_t> FactorAxis(const Shape& shape, int rank, const Shape& q_s
   return axis;
 }
 
+// What FoldWeightDecompression matches against: the graph's constants, each value's producer and
+// how often it is read (graph outputs count as two reads, so they are never folded away).
+class FoldIndex {
+ public:
+  explicit FoldIndex(const Graph& graph)
+      : graph_(graph), producer_(graph.values.size(), -1), uses_(graph.values.size(), 0) {
+    for (const auto& [v, t] : graph.constants) constants_[v] = t.get();
+    for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+      for (ValueId v : graph.nodes[n].outputs) {
+        if (v != kNoValue) producer_[v] = n;
+      }
+      for (ValueId v : graph.nodes[n].inputs) {
+        if (v != kNoValue) ++uses_[v];
+      }
+    }
+    for (ValueId v : graph.outputs) uses_[v] += 2;
+  }
+
+  const Tensor* Constant(ValueId v) const {
+    auto it = constants_.find(v);
+    return it == constants_.end() ? nullptr : it->second;
+  }
+  void AddConstant(ValueId v, const Tensor* t) { constants_[v] = t; }
+
+  // The node producing `v` when it is a one-input, one-output `op` read only once; -1 otherwise.
+  int Single(ValueId v, const char* op) const {
+    if (v == kNoValue || static_cast<size_t>(v) >= producer_.size() || producer_[v] < 0 ||
+        uses_[v] != 1)
+      return -1;
+    const Node& node = graph_.nodes[producer_[v]];
+    return node.op_type == op && node.domain.empty() ? producer_[v] : -1;
+  }
+
+  // The constant a Cast to float32 reads, when it is one (and the Cast is read once); the Cast's
+  // node index goes to `*cast` (-1 when `v` is not such a Cast).
+  const Tensor* CastOfConstant(ValueId v, int* cast) const {
+    *cast = Single(v, "Cast");
+    if (*cast < 0 || graph_.nodes[*cast].inputs.size() != 1) return nullptr;
+    absl::StatusOr<int64_t> to = graph_.nodes[*cast].GetInt("to", std::nullopt);
+    if (!to.ok() || *to != DataTypeToOnnx(DataType::kFloat32)) return nullptr;
+    return Constant(graph_.nodes[*cast].inputs[0]);
+  }
+
+ private:
+  const Graph& graph_;
+  absl::flat_hash_map<ValueId, const Tensor*> constants_;
+  std::vector<int> producer_;
+  std::vector<int> uses_;
+};
+
+// DequantizeLinear's scale and zero point (one element, or one per channel along `axis`).
+struct DequantizeFactors {
+  Tensor scales;
+  Tensor zero_points;
+  int64_t axis = -1;  // -1: per tensor
+};
+
+// The factors of (q - zp) * scale as DequantizeLinear reads them; nullopt when scale and zero point
+// vary along different axes or a zero point is not an integer in q's type.
+std::optional<DequantizeFactors> FactorsOf(const Tensor& q, const Tensor& scale, const Tensor& zp) {
+  const std::optional<int64_t> scale_axis = FactorAxis(scale.shape(), q.rank(), q.shape());
+  const std::optional<int64_t> zp_axis = FactorAxis(zp.shape(), q.rank(), q.shape());
+  if (!scale_axis || !zp_axis || (*zp_axis >= 0 && *scale_axis >= 0 && *zp_axis != *scale_axis)) {
+    return std::nullopt;
+  }
+  const int64_t axis = std::max(*scale_axis, *zp_axis);
+  const int64_t channels = axis < 0 ? 1 : q.dim(static_cast<int>(axis));
+  const Shape shape = axis < 0 ? Shape{} : Shape{channels};
+  DequantizeFactors factors{Tensor(DataType::kFloat32, shape), Tensor(q.dtype(), shape), axis};
+  const bool u8 = q.dtype() == DataType::kUint8;
+  for (int64_t c = 0; c < channels; ++c) {
+    factors.scales.mutable_data<float>()[c] = scale.data<float>()[*scale_axis < 0 ? 0 : c];
+    const int64_t zc = *zp_axis < 0 ? 0 : c;
+    double z = zp.dtype() == DataType::kFloat32 ? zp.data<float>()[zc]
+               : zp.dtype() == DataType::kUint8 ? zp.data<uint8_t>()[zc]
+                                                : zp.data<int8_t>()[zc];
+    if (z != std::nearbyint(z) || z < (u8 ? 0 : -128) || z > (u8 ? 255 : 127)) return std::nullopt;
+    if (u8) {
+      factors.zero_points.mutable_data<uint8_t>()[c] = static_cast<uint8_t>(z);
+    } else {
+      factors.zero_points.mutable_data<int8_t>()[c] = static_cast<int8_t>(z);
+    }
+  }
+  return factors;
+}
+
+// Rewrites `mul` = (Cast(q) - zp) * scale, q a constant 8-bit weight, into DequantizeLinear(q,
+// scale, zp) and marks the Sub and Casts it absorbed in `removed`. Leaves `mul` alone (returning
+// without effect) when it does not match.
+void FoldDecompressionMul(Node& mul, FoldIndex& index, Graph& graph, std::vector<bool>& removed) {
+  if (mul.op_type != "Mul" || !mul.domain.empty() || mul.inputs.size() != 2 ||
+      mul.outputs.size() != 1) {
+    return;
+  }
+  const int side = index.Constant(mul.inputs[1]) != nullptr ? 1 : 0;
+  const Tensor* scale = index.Constant(mul.inputs[side]);
+  const int sub = index.Single(mul.inputs[1 - side], "Sub");
+  if (scale == nullptr || scale->dtype() != DataType::kFloat32 || sub < 0 ||
+      graph.nodes[sub].inputs.size() != 2) {
+    return;
+  }
+  int q_cast = -1, zp_cast = -1;
+  const Tensor* q = index.CastOfConstant(graph.nodes[sub].inputs[0], &q_cast);
+  if (q == nullptr || (q->dtype() != DataType::kUint8 && q->dtype() != DataType::kInt8)) return;
+  const Tensor* zp = index.Constant(graph.nodes[sub].inputs[1]);
+  if (zp == nullptr) zp = index.CastOfConstant(graph.nodes[sub].inputs[1], &zp_cast);
+  if (zp == nullptr || (zp->dtype() != DataType::kFloat32 && zp->dtype() != q->dtype())) return;
+  std::optional<DequantizeFactors> factors = FactorsOf(*q, *scale, *zp);
+  if (!factors) return;
+  auto add_constant = [&](Tensor t, const char* what) {
+    ValueType type;
+    type.dtype = t.dtype();
+    type.dims = std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end());
+    const ValueId v = graph.AddValue(absl::StrCat(mul.name, "/", what), std::move(type));
+    graph.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(t)));
+    index.AddConstant(v, graph.constants.back().second.get());  // for the Transpose fold
+    return v;
+  };
+  const ValueId q_value = graph.nodes[q_cast].inputs[0];
+  const ValueId scale_value = add_constant(std::move(factors->scales), "scale");
+  const ValueId zp_value = add_constant(std::move(factors->zero_points), "zero_point");
+  mul.op_type = "DequantizeLinear";
+  mul.opset = kOnnxOpset;
+  mul.inputs = {q_value, scale_value, zp_value};
+  mul.attributes.clear();
+  if (factors->axis >= 0) mul.attributes["axis"] = IntAttribute(factors->axis);
+  removed[sub] = removed[q_cast] = true;
+  if (zp_cast >= 0) removed[zp_cast] = true;
+}
+
+// The 1-byte-element tensor `q` transposed by `perm` (a permutation of q's axes).
+Tensor TransposeBytes(const Tensor& q, const std::vector<int64_t>& perm) {
+  const int rank = q.rank();
+  std::vector<int64_t> dims(rank), from_strides(rank);
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    from_strides[d] = stride;
+    stride *= q.dim(d);
+  }
+  for (int j = 0; j < rank; ++j) dims[j] = q.dim(static_cast<int>(perm[j]));
+  Tensor transposed(q.dtype(), Shape(absl::MakeConstSpan(dims)));
+  const uint8_t* from = static_cast<const uint8_t*>(q.raw_data());
+  uint8_t* to = static_cast<uint8_t*>(transposed.mutable_raw_data());
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t e = 0; e < q.NumElements(); ++e) {
+    int64_t offset = 0;
+    for (int j = 0; j < rank; ++j) offset += index[j] * from_strides[perm[j]];
+    to[e] = from[offset];
+    for (int j = rank - 1; j >= 0 && ++index[j] == dims[j]; --j) index[j] = 0;
+  }
+  return transposed;
+}
+
+// MatMul's transpose_b lowered to a Transpose of the weight: the Transpose of a constant's
+// DequantizeLinear becomes the DequantizeLinear of the transposed constant (NNCF quantizes a
+// Linear's [N, K] weight per output row), so the product still sees DQ(constant). Marks the
+// absorbed DequantizeLinear in `removed`; leaves `transpose` alone when it does not match.
+void FoldDequantizeTranspose(Node& transpose, const FoldIndex& index, Graph& graph,
+                             std::vector<bool>& removed) {
+  if (transpose.op_type != "Transpose" || !transpose.domain.empty() ||
+      transpose.inputs.size() != 1 || transpose.outputs.size() != 1) {
+    return;
+  }
+  const int dq = index.Single(transpose.inputs[0], "DequantizeLinear");
+  if (dq < 0 || removed[dq] || graph.nodes[dq].inputs.size() != 3) return;
+  const Node& dequantize = graph.nodes[dq];
+  const Tensor* q = index.Constant(dequantize.inputs[0]);
+  const Tensor* scale = index.Constant(dequantize.inputs[1]);
+  if (q == nullptr || scale == nullptr || DataTypeSize(q->dtype()) != 1 || q->rank() < 1 ||
+      scale->rank() > 1) {
+    return;
+  }
+  const int rank = q->rank();
+  std::vector<int64_t> reversed(rank);
+  for (int d = 0; d < rank; ++d) reversed[d] = rank - 1 - d;
+  absl::StatusOr<std::vector<int64_t>> perm = transpose.GetInts("perm", reversed);
+  absl::StatusOr<int64_t> axis = dequantize.GetInt("axis", 1);
+  if (!perm.ok() || !axis.ok() || static_cast<int>(perm->size()) != rank) return;
+  std::vector<int64_t> sorted = *perm;
+  std::sort(sorted.begin(), sorted.end());
+  if (!std::equal(sorted.begin(), sorted.end(), reversed.rbegin())) return;  // no permutation
+  if (*axis < 0) *axis += rank;
+  int64_t new_axis = 0;
+  for (int j = 0; j < rank; ++j) {
+    if ((*perm)[j] == *axis) new_axis = j;
+  }
+  Tensor transposed = TransposeBytes(*q, *perm);
+  ValueType type;
+  type.dtype = q->dtype();
+  type.dims =
+      std::vector<int64_t>(transposed.shape().dims().begin(), transposed.shape().dims().end());
+  const ValueId q_value = graph.AddValue(absl::StrCat(transpose.name, "/q"), std::move(type));
+  graph.constants.emplace_back(q_value, std::make_shared<const Tensor>(std::move(transposed)));
+  transpose.op_type = "DequantizeLinear";
+  transpose.opset = kOnnxOpset;
+  transpose.inputs = {q_value, dequantize.inputs[1], dequantize.inputs[2]};
+  transpose.attributes.clear();
+  if (scale->NumElements() > 1) transpose.attributes["axis"] = IntAttribute(new_axis);
+  removed[dq] = true;
+}
+
 }  // namespace
 
 void FoldWeightDecompression(Graph& graph) {
-  absl::flat_hash_map<ValueId, const Tensor*> constants;
-  for (const auto& [v, t] : graph.constants) constants[v] = t.get();
-  std::vector<int> producer(graph.values.size(), -1);
-  std::vector<int> uses(graph.values.size(), 0);
-  for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
-    for (ValueId v : graph.nodes[n].outputs) {
-      if (v != kNoValue) producer[v] = n;
-    }
-    for (ValueId v : graph.nodes[n].inputs) {
-      if (v != kNoValue) ++uses[v];
-    }
-  }
-  for (ValueId v : graph.outputs) uses[v] += 2;
-  auto constant = [&](ValueId v) -> const Tensor* {
-    auto it = constants.find(v);
-    return it == constants.end() ? nullptr : it->second;
-  };
-  // The node producing `v` when it is a one-input, one-output `op` read only once.
-  auto single = [&](ValueId v, const char* op) -> int {
-    if (v == kNoValue || static_cast<size_t>(v) >= producer.size() || producer[v] < 0 ||
-        uses[v] != 1)
-      return -1;
-    const Node& node = graph.nodes[producer[v]];
-    return node.op_type == op && node.domain.empty() ? producer[v] : -1;
-  };
-  // The constant a Cast to float32 reads, when it is one (and the Cast is read once).
-  auto cast_of_constant = [&](ValueId v, int* cast) -> const Tensor* {
-    *cast = single(v, "Cast");
-    if (*cast < 0 || graph.nodes[*cast].inputs.size() != 1) return nullptr;
-    absl::StatusOr<int64_t> to = graph.nodes[*cast].GetInt("to", std::nullopt);
-    if (!to.ok() || *to != DataTypeToOnnx(DataType::kFloat32)) return nullptr;
-    return constant(graph.nodes[*cast].inputs[0]);
-  };
-
+  FoldIndex index(graph);
   std::vector<bool> removed(graph.nodes.size(), false);
-  for (Node& mul : graph.nodes) {
-    if (mul.op_type != "Mul" || !mul.domain.empty() || mul.inputs.size() != 2 ||
-        mul.outputs.size() != 1) {
-      continue;
-    }
-    const int side = constant(mul.inputs[1]) != nullptr ? 1 : 0;
-    const Tensor* scale = constant(mul.inputs[side]);
-    const int sub = single(mul.inputs[1 - side], "Sub");
-    if (scale == nullptr || scale->dtype() != DataType::kFloat32 || sub < 0 ||
-        graph.nodes[sub].inputs.size() != 2) {
-      continue;
-    }
-    int q_cast = -1, zp_cast = -1;
-    const Tensor* q = cast_of_constant(graph.nodes[sub].inputs[0], &q_cast);
-    if (q == nullptr || (q->dtype() != DataType::kUint8 && q->dtype() != DataType::kInt8)) {
-      continue;
-    }
-    const Tensor* zp = constant(graph.nodes[sub].inputs[1]);
-    if (zp == nullptr) zp = cast_of_constant(graph.nodes[sub].inputs[1], &zp_cast);
-    if (zp == nullptr || (zp->dtype() != DataType::kFloat32 && zp->dtype() != q->dtype())) continue;
-    const std::optional<int64_t> scale_axis = FactorAxis(scale->shape(), q->rank(), q->shape());
-    const std::optional<int64_t> zp_axis = FactorAxis(zp->shape(), q->rank(), q->shape());
-    if (!scale_axis || !zp_axis || (*zp_axis >= 0 && *scale_axis >= 0 && *zp_axis != *scale_axis)) {
-      continue;
-    }
-    const int64_t axis = std::max(*scale_axis, *zp_axis);
-    const int64_t channels = axis < 0 ? 1 : q->dim(static_cast<int>(axis));
-    const Shape shape = axis < 0 ? Shape{} : Shape{channels};
-    Tensor scales(DataType::kFloat32, shape), zero_points(q->dtype(), shape);
-    bool representable = true;
-    for (int64_t c = 0; c < channels; ++c) {
-      scales.mutable_data<float>()[c] = scale->data<float>()[*scale_axis < 0 ? 0 : c];
-      const int64_t zc = *zp_axis < 0 ? 0 : c;
-      double z = zp->dtype() == DataType::kFloat32 ? zp->data<float>()[zc]
-                 : zp->dtype() == DataType::kUint8 ? zp->data<uint8_t>()[zc]
-                                                   : zp->data<int8_t>()[zc];
-      const bool u8 = q->dtype() == DataType::kUint8;
-      if (z != std::nearbyint(z) || z < (u8 ? 0 : -128) || z > (u8 ? 255 : 127)) {
-        representable = false;
-        break;
-      }
-      if (u8) {
-        zero_points.mutable_data<uint8_t>()[c] = static_cast<uint8_t>(z);
-      } else {
-        zero_points.mutable_data<int8_t>()[c] = static_cast<int8_t>(z);
-      }
-    }
-    if (!representable) continue;
-    auto add_constant = [&](Tensor t, const char* what) {
-      ValueType type;
-      type.dtype = t.dtype();
-      type.dims = std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end());
-      const ValueId v = graph.AddValue(absl::StrCat(mul.name, "/", what), std::move(type));
-      graph.constants.emplace_back(v, std::make_shared<const Tensor>(std::move(t)));
-      constants[v] = graph.constants.back().second.get();  // for the Transpose fold below
-      return v;
-    };
-    const ValueId q_value = graph.nodes[q_cast].inputs[0];
-    const ValueId scale_value = add_constant(std::move(scales), "scale");
-    const ValueId zp_value = add_constant(std::move(zero_points), "zero_point");
-    mul.op_type = "DequantizeLinear";
-    mul.opset = kOnnxOpset;
-    mul.inputs = {q_value, scale_value, zp_value};
-    mul.attributes.clear();
-    if (axis >= 0) mul.attributes["axis"] = IntAttribute(axis);
-    removed[sub] = removed[q_cast] = true;
-    if (zp_cast >= 0) removed[zp_cast] = true;
-  }
-  // MatMul's transpose_b lowered to a Transpose of the weight: the Transpose of a constant's
-  // DequantizeLinear becomes the DequantizeLinear of the transposed constant (NNCF quantizes a
-  // Linear's [N, K] weight per output row), so the product still sees DQ(constant).
-  for (Node& transpose : graph.nodes) {
-    if (transpose.op_type != "Transpose" || !transpose.domain.empty() ||
-        transpose.inputs.size() != 1 || transpose.outputs.size() != 1) {
-      continue;
-    }
-    const int dq = single(transpose.inputs[0], "DequantizeLinear");
-    if (dq < 0 || removed[dq] || graph.nodes[dq].inputs.size() != 3) continue;
-    const Node& dequantize = graph.nodes[dq];
-    const Tensor* q = constant(dequantize.inputs[0]);
-    const Tensor* scale = constant(dequantize.inputs[1]);
-    if (q == nullptr || scale == nullptr || DataTypeSize(q->dtype()) != 1 || q->rank() < 1 ||
-        scale->rank() > 1) {
-      continue;
-    }
-    const int rank = q->rank();
-    std::vector<int64_t> reversed(rank);
-    for (int d = 0; d < rank; ++d) reversed[d] = rank - 1 - d;
-    absl::StatusOr<std::vector<int64_t>> perm = transpose.GetInts("perm", reversed);
-    absl::StatusOr<int64_t> axis = dequantize.GetInt("axis", 1);
-    if (!perm.ok() || !axis.ok() || static_cast<int>(perm->size()) != rank) continue;
-    std::vector<int64_t> sorted = *perm;
-    std::sort(sorted.begin(), sorted.end());
-    if (!std::equal(sorted.begin(), sorted.end(), reversed.rbegin())) continue;  // no permutation
-    if (*axis < 0) *axis += rank;
-    std::vector<int64_t> dims(rank), from_strides(rank);
-    int64_t stride = 1;
-    for (int d = rank - 1; d >= 0; --d) {
-      from_strides[d] = stride;
-      stride *= q->dim(d);
-    }
-    int64_t new_axis = 0;
-    for (int j = 0; j < rank; ++j) {
-      dims[j] = q->dim(static_cast<int>((*perm)[j]));
-      if ((*perm)[j] == *axis) new_axis = j;
-    }
-    Tensor transposed(q->dtype(), Shape(absl::MakeConstSpan(dims)));
-    const uint8_t* from = static_cast<const uint8_t*>(q->raw_data());
-    uint8_t* to = static_cast<uint8_t*>(transposed.mutable_raw_data());
-    std::vector<int64_t> index(rank, 0);
-    for (int64_t e = 0; e < q->NumElements(); ++e) {
-      int64_t offset = 0;
-      for (int j = 0; j < rank; ++j) offset += index[j] * from_strides[(*perm)[j]];
-      to[e] = from[offset];
-      for (int j = rank - 1; j >= 0 && ++index[j] == dims[j]; --j) index[j] = 0;
-    }
-    ValueType type;
-    type.dtype = q->dtype();
-    type.dims = dims;
-    const ValueId q_value = graph.AddValue(absl::StrCat(transpose.name, "/q"), std::move(type));
-    graph.constants.emplace_back(q_value, std::make_shared<const Tensor>(std::move(transposed)));
-    transpose.op_type = "DequantizeLinear";
-    transpose.opset = kOnnxOpset;
-    transpose.inputs = {q_value, dequantize.inputs[1], dequantize.inputs[2]};
-    transpose.attributes.clear();
-    if (scale->NumElements() > 1) transpose.attributes["axis"] = IntAttribute(new_axis);
-    removed[dq] = true;
-  }
+  for (Node& mul : graph.nodes) FoldDecompressionMul(mul, index, graph, removed);
+  for (Node& transpose : graph.nodes) FoldDequantizeTranspose(transpose, index, graph, removed);
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {

@@ -275,6 +275,42 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void ColumnSumsVnni(const
 
 bool CpuHasVnni() { return DetectedCpuFeatures().avx512_vnni; }
 
+// Packs the whole groups of 4 rows of B's columns [col0, col0 + cols) (B: k x n bytes, each
+// xor `flip`) into the VNNI panel `dst`, `width` columns wide: 16 columns at a time, bytes
+// interleaved by two rounds of unpacks. Returns the rows packed (k rounded down to 4).
+int64_t PackVnniGroups(const uint8_t* src, int64_t k, int64_t n, int64_t col0, int64_t cols,
+                       int64_t width, uint8_t flip, int8_t* dst) {
+  const __m128i flip_bits = _mm_set1_epi8(static_cast<char>(flip));
+  int64_t p = 0;
+  for (; p + 4 <= k; p += 4) {
+    const uint8_t* row = src + p * n + col0;
+    int8_t* cell = dst + (p / 4) * width * 4;
+    int64_t j = 0;
+    if (cols == kVnni.panel) {
+      PackGroup64(row, n, flip, cell);
+      continue;
+    }
+    for (; j + 16 <= cols; j += 16) {
+      auto load = [&](int64_t r) {
+        return _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + r * n + j)),
+                             flip_bits);
+      };
+      const __m128i r0 = load(0), r1 = load(1), r2 = load(2), r3 = load(3);
+      const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
+      const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+      __m128i* out = reinterpret_cast<__m128i*>(cell + 4 * j);
+      _mm_storeu_si128(out, _mm_unpacklo_epi16(lo01, lo23));
+      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo01, lo23));
+      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi01, hi23));
+      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(hi01, hi23));
+    }
+    for (; j < cols; ++j) {
+      for (int64_t d = 0; d < 4; ++d) cell[4 * j + d] = static_cast<int8_t>(row[d * n + j] ^ flip);
+    }
+  }
+  return p;
+}
+
 #endif  // LS_INT8_GEMM_X86
 
 }  // namespace
@@ -360,38 +396,7 @@ void Int8Gemm::Repack(const void* b, bool b_signed, int64_t k, int64_t n) {
     }
     int64_t p = 0;
 #if defined(LS_INT8_GEMM_X86)
-    if (path_ == Path::kAvx512Vnni) {
-      // Whole groups of 4 rows, 16 columns at a time: bytes interleaved by two rounds of unpacks.
-      const __m128i flip_bits = _mm_set1_epi8(static_cast<char>(flip));
-      for (; p + 4 <= k; p += 4) {
-        const uint8_t* row = src + p * n + col0;
-        int8_t* cell = dst + (p / 4) * width * 4;
-        int64_t j = 0;
-        if (cols == kVnni.panel) {
-          PackGroup64(row, n, flip, cell);
-          continue;
-        }
-        for (; j + 16 <= cols; j += 16) {
-          auto load = [&](int64_t r) {
-            return _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + r * n + j)),
-                                 flip_bits);
-          };
-          const __m128i r0 = load(0), r1 = load(1), r2 = load(2), r3 = load(3);
-          const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
-          const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
-          __m128i* out = reinterpret_cast<__m128i*>(cell + 4 * j);
-          _mm_storeu_si128(out, _mm_unpacklo_epi16(lo01, lo23));
-          _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo01, lo23));
-          _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi01, hi23));
-          _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(hi01, hi23));
-        }
-        for (; j < cols; ++j) {
-          for (int64_t d = 0; d < 4; ++d) {
-            cell[4 * j + d] = static_cast<int8_t>(row[d * n + j] ^ flip);
-          }
-        }
-      }
-    }
+    if (path_ == Path::kAvx512Vnni) p = PackVnniGroups(src, k, n, col0, cols, width, flip, dst);
 #endif
     for (; p < k; ++p) {
       const int64_t g = p / geo.depth, d = p % geo.depth;
