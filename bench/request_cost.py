@@ -211,28 +211,6 @@ outputs { name: "h_seq" datatype: "FP32" shape: -1 shape: -1 shape: %d }
 """
 
 
-class EchoServer:
-    """bench/grpc_echo_server on a kernel-picked loopback port (same interface as Server)."""
-
-    def __init__(self, binary, root, model, hidden):
-        metadata = os.path.join(root, "echo_metadata.txt")
-        with open(metadata, "w") as f:
-            f.write(ECHO_METADATA % (model, hidden, hidden, hidden, hidden))
-        self.proc = subprocess.Popen([binary, "--address=127.0.0.1", "--grpc_port=0",
-                                      "--metadata=" + metadata],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        timer = threading.Timer(60, self.proc.kill)  # bounded wait for the port line
-        timer.start()
-        line = self.proc.stdout.readline()
-        timer.cancel()
-        if not line.startswith("echo: grpc listening on "):
-            self.proc.kill()
-            raise RuntimeError("grpc_echo_server did not report its port")
-        self.address = {"grpc": "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
-
-    stop = Server.stop
-
-
 # The same signature as KServe v2 REST model metadata, for http_echo_server.
 ECHO_METADATA_JSON = """{"name": "%s", "versions": ["1"], "platform": "onnxruntime_onnx",
  "inputs": [{"name": "M", "datatype": "INT64", "shape": []},
@@ -243,26 +221,29 @@ ECHO_METADATA_JSON = """{"name": "%s", "versions": ["1"], "platform": "onnxrunti
 """
 
 
-class HttpEchoServer:
-    """bench/http_echo_server (libevhtp, 2 event threads as loopserve's REST port here) on a
-    kernel-picked loopback port (same interface as Server)."""
+class EchoServer:
+    """bench/grpc_echo_server (kind "grpc") or bench/http_echo_server (kind "http": libevhtp with
+    loopserve's 2 event threads here) on a kernel-picked loopback port (same interface as
+    Server)."""
 
-    def __init__(self, binary, root, model, hidden):
-        metadata = os.path.join(root, "echo_metadata.json")
+    def __init__(self, binary, root, model, hidden, kind="grpc"):
+        text, suffix, flags = ((ECHO_METADATA, "txt", ["--grpc_port=0"]) if kind == "grpc" else
+                               (ECHO_METADATA_JSON, "json",
+                                ["--http_port=0", "--threads=%d" % min(2, os.cpu_count() or 1)]))
+        metadata = os.path.join(root, "echo_metadata." + suffix)
         with open(metadata, "w") as f:
-            f.write(ECHO_METADATA_JSON % (model, hidden, hidden, hidden, hidden))
-        self.proc = subprocess.Popen([binary, "--address=127.0.0.1", "--http_port=0",
-                                      "--threads=%d" % min(2, os.cpu_count() or 1),
-                                      "--metadata=" + metadata],
+            f.write(text % (model, hidden, hidden, hidden, hidden))
+        self.proc = subprocess.Popen([binary, "--address=127.0.0.1", "--metadata=" + metadata] +
+                                     flags,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         timer = threading.Timer(60, self.proc.kill)  # bounded wait for the port line
         timer.start()
         line = self.proc.stdout.readline()
         timer.cancel()
-        if not line.startswith("echo: http listening on "):
+        if not line.startswith("echo: %s listening on " % kind):
             self.proc.kill()
-            raise RuntimeError("http_echo_server did not report its port")
-        self.address = {"http": "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
+            raise RuntimeError("%s did not report its port" % os.path.basename(binary))
+        self.address = {kind: "127.0.0.1:%d" % int(line.strip().rsplit(":", 1)[1])}
 
     stop = Server.stop
 
@@ -438,7 +419,7 @@ def main():
             finally:
                 echo.stop()
         if os.path.exists(binary["http_echo_server"]):
-            echo = HttpEchoServer(binary["http_echo_server"], root, SMALL[0], SMALL[1])
+            echo = EchoServer(binary["http_echo_server"], root, SMALL[0], SMALL[1], "http")
             try:
                 for protocol in ("rest-binary", "rest-json"):
                     for c in clients:
