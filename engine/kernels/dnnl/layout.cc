@@ -107,11 +107,26 @@ int64_t ChainConcatAxis() { return ActivationLayout() == ChainLayout::kNhwc ? 3 
 
 namespace {
 
-// `_BlockedToPlain`: one oneDNN reorder from the blocked tensor into its plain layout.
-class BlockedToPlainKernel final : public DnnlKernel {
+// The two edge kernels of a chain: one oneDNN reorder from input 0 to output 0.
+class ChainReorderKernel : public DnnlKernel {
  public:
-  BlockedToPlainKernel() : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1) {}
+  ChainReorderKernel() : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1) {}
 
+ protected:
+  // `prepared` becomes the reorder `from` -> `to` (a kExecute op).
+  static void SetReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                         PreparedOp& prepared) {
+    const dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to,
+                                           UserScratchpadAttr());
+    prepared.primitive = dnnl::reorder(pd);
+    prepared.bindings = {{DNNL_ARG_FROM, BufferSource::kInput0, from},
+                         {DNNL_ARG_TO, BufferSource::kOutput, to}};
+    AddScratchpad(pd, prepared);
+  }
+};
+
+// `_BlockedToPlain`: one oneDNN reorder from the blocked tensor into its plain layout.
+class BlockedToPlainKernel final : public ChainReorderKernel {
  protected:
   bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
 
@@ -124,14 +139,7 @@ class BlockedToPlainKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    const dnnl::memory::desc from = ChainDesc(plain);
-    const dnnl::memory::desc to = Desc(plain.dims(), type);
-    const dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to,
-                                           UserScratchpadAttr());
-    prepared->primitive = dnnl::reorder(pd);
-    prepared->bindings = {{DNNL_ARG_FROM, BufferSource::kInput0, from},
-                          {DNNL_ARG_TO, BufferSource::kOutput, to}};
-    AddScratchpad(pd, *prepared);
+    SetReorder(ChainDesc(plain), Desc(plain.dims(), type), *prepared);
     return prepared;
   }
 
@@ -144,10 +152,7 @@ class BlockedToPlainKernel final : public DnnlKernel {
 
 // `_PlainToBlocked`: one oneDNN reorder from a plain float32 tensor of rank <= 4 (read as
 // [N, C, H, W] with ones in front) into the chain's layout.
-class PlainToBlockedKernel final : public DnnlKernel {
- public:
-  PlainToBlockedKernel() : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1) {}
-
+class PlainToBlockedKernel final : public ChainReorderKernel {
  protected:
   bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
 
@@ -174,14 +179,7 @@ class PlainToBlockedKernel final : public DnnlKernel {
       prepared->mode = PreparedOp::Mode::kEmpty;
       return prepared;
     }
-    const dnnl::memory::desc from = Desc(plain.dims(), type);
-    const dnnl::memory::desc to = ChainDesc(plain);
-    const dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to,
-                                           UserScratchpadAttr());
-    prepared->primitive = dnnl::reorder(pd);
-    prepared->bindings = {{DNNL_ARG_FROM, BufferSource::kInput0, from},
-                          {DNNL_ARG_TO, BufferSource::kOutput, to}};
-    AddScratchpad(pd, *prepared);
+    SetReorder(Desc(plain.dims(), type), ChainDesc(plain), *prepared);
     return prepared;
   }
 
