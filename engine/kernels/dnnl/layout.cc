@@ -113,6 +113,7 @@ class ChainReorderKernel : public DnnlKernel {
   ChainReorderKernel() : DnnlKernel(/*num_inputs=*/1, /*required_inputs=*/1) {}
 
  protected:
+  bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
   // `prepared` becomes the reorder `from` -> `to` (a kExecute op).
   static void SetReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
                          PreparedOp& prepared) {
@@ -128,8 +129,6 @@ class ChainReorderKernel : public DnnlKernel {
 // `_BlockedToPlain`: one oneDNN reorder from the blocked tensor into its plain layout.
 class BlockedToPlainKernel final : public ChainReorderKernel {
  protected:
-  bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
-
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
     LS_ASSIGN_OR_RETURN(Shape plain, PlainOfChain(*shapes[0]));
@@ -154,8 +153,6 @@ class BlockedToPlainKernel final : public ChainReorderKernel {
 // [N, C, H, W] with ones in front) into the chain's layout.
 class PlainToBlockedKernel final : public ChainReorderKernel {
  protected:
-  bool UsesDnnl(DataType type) const override { return type == DataType::kFloat32; }
-
   absl::StatusOr<std::unique_ptr<PreparedOp>> Prepare(
       DataType type, absl::Span<const Shape* const> shapes) const override {
     const Shape& x = *shapes[0];
