@@ -211,7 +211,10 @@ TEST(RequestTraceTest, JsonHasTritonsFieldsAndIterationSpansInOrder) {
   RequestTrace trace(7, "counter", 2, /*iterations=*/true, nullptr);
   trace.set_request_id("req-1");
   trace.set_loop_names(&loops);
-  const absl::Time t0 = absl::Now();
+  // The marks before the Loop are set by hand up to 3 us after t0, the Loop's spans read the clock:
+  // t0 lies far enough back that the hand-set marks come before them (it was Now(): on a fast run
+  // the first span's clock read came 0.8 us before t0 + 3 us).
+  const absl::Time t0 = absl::Now() - absl::Milliseconds(1);
   trace.Mark(RequestTrace::kRequestStart, t0);
   trace.Mark(RequestTrace::kQueueStart, t0 + absl::Microseconds(1));
   trace.Mark(RequestTrace::kComputeStart, t0 + absl::Microseconds(2));
