@@ -25,6 +25,7 @@
 #include "server/scheduling/scheduler.h"
 #include "server/scheduling/sequence_batcher.h"
 #include "server/scheduling/worker_pool.h"
+#include "tests/unit/engine/loop_stepper/decoder_cases.h"
 
 namespace loopserve::server {
 namespace {
@@ -34,7 +35,7 @@ using engine::Shape;
 using engine::Tensor;
 using engine::Value;
 
-constexpr int kHidden = 16;
+using decoder_cases::kHidden;
 // How long a test waits for something the batcher must do (a loaded 2-core machine).
 constexpr absl::Duration kPatience = absl::Seconds(20);
 
@@ -45,35 +46,8 @@ std::shared_ptr<const engine::Model> Decoder() {
   return model.ok() ? *model : nullptr;
 }
 
-// One request of the decoder and what numpy says it gives (expected.txt).
-struct Case {
-  int64_t m = 0;
-  int64_t budget = 0;
-  int64_t tok0 = 0;
-  std::vector<float> h0;
-  std::vector<int64_t> tokens;
-  std::vector<float> h_final;
-};
-
-std::vector<Case> ReadCases() {
-  std::ifstream in(std::string(LOOPSERVE_STEPPER_MODELS_DIR) + "/decoder_rows/expected.txt");
-  int rows = 0, hidden = 0;
-  in >> rows >> hidden;
-  EXPECT_EQ(hidden, kHidden);
-  std::vector<Case> cases(rows);
-  for (Case& c : cases) {
-    int64_t t = 0;
-    in >> c.m >> c.budget >> c.tok0 >> t;
-    c.h0.resize(hidden);
-    for (float& v : c.h0) in >> v;
-    c.tokens.resize(t);
-    for (int64_t& v : c.tokens) in >> v;
-    c.h_final.resize(hidden);
-    for (float& v : c.h_final) in >> v;
-  }
-  EXPECT_TRUE(in) << "expected.txt is truncated";
-  return cases;
-}
+using decoder_cases::Case;
+using decoder_cases::ReadCases;
 
 // A row that runs until it is cancelled (its trip count and budget are out of reach).
 Case Endless() {

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "engine/engine.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/loop_stepper/decoder_cases.h"
 
 #ifndef LOOPSERVE_STEPPER_MODELS_DIR
 #error "LOOPSERVE_STEPPER_MODELS_DIR must be defined by the build"
@@ -36,7 +37,7 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 namespace loopserve::engine {
 namespace {
 
-constexpr int kHidden = 16;
+using decoder_cases::kHidden;
 
 std::shared_ptr<const Model> LoadOrDie(const std::string& name) {
   auto model = Model::Load(std::string(LOOPSERVE_STEPPER_MODELS_DIR) + "/" + name + "/model.onnx");
@@ -44,36 +45,8 @@ std::shared_ptr<const Model> LoadOrDie(const std::string& name) {
   return model.ok() ? *model : nullptr;
 }
 
-// One request of the decoder: its trip count, budget, first token and first hidden state, and
-// what numpy says it gives.
-struct Case {
-  int64_t m = 0;
-  int64_t budget = 0;
-  int64_t tok0 = 0;
-  std::vector<float> h0;
-  std::vector<int64_t> tokens;  // expected
-  std::vector<float> h_final;   // expected
-};
-
-std::vector<Case> ReadCases() {
-  std::ifstream in(std::string(LOOPSERVE_STEPPER_MODELS_DIR) + "/decoder_rows/expected.txt");
-  int rows = 0, hidden = 0;
-  in >> rows >> hidden;
-  EXPECT_EQ(hidden, kHidden);
-  std::vector<Case> cases(rows);
-  for (Case& c : cases) {
-    int64_t t = 0;
-    in >> c.m >> c.budget >> c.tok0 >> t;
-    c.h0.resize(hidden);
-    for (float& v : c.h0) in >> v;
-    c.tokens.resize(t);
-    for (int64_t& v : c.tokens) in >> v;
-    c.h_final.resize(hidden);
-    for (float& v : c.h_final) in >> v;
-  }
-  EXPECT_TRUE(in) << "expected.txt is truncated";
-  return cases;
-}
+using decoder_cases::Case;
+using decoder_cases::ReadCases;
 
 template <typename T>
 Value Make(DataType dtype, Shape shape, const std::vector<T>& values) {
